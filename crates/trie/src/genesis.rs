@@ -1,0 +1,1 @@
+//! genesis (in progress)
