@@ -1,0 +1,8 @@
+//! Virga's workloads and benchmark harness.
+//!
+//! `trie` measures the DSM-Tree against peer tries on the same data in the same run.
+
+pub mod trie;
+pub mod trie_impl;
+#[cfg(feature = "peers")]
+pub mod peers;

@@ -1,0 +1,150 @@
+//! `virga`: the command line of the Virga engine.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+mod demo;
+
+// mimalloc keeps small node allocations tight (no per-block header) and is the
+// allocator every implementation in `virga bench` runs under.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(name = "virga", version, about = "Virga: fast, verifiable transaction processing")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Builds a realistic account state in the DSM-Tree and reports throughput, memory and witness sizes.
+    Demo(demo::DemoArgs),
+    /// Prints the state root of a geth-style genesis file's `alloc`.
+    StateRoot {
+        /// Path to genesis.json.
+        genesis: PathBuf,
+    },
+    /// Runs an Ethereum TrieTests file; prints PASS/FAIL per case, exits non-zero if any fails.
+    TrieTest {
+        file: PathBuf,
+        /// Key the trie by keccak-256 of each key (Ethereum's secure trie).
+        #[arg(long)]
+        secure: bool,
+    },
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Virga's trie against peer tries on the same secure state trie.
+    Trie(TrieBenchArgs),
+}
+
+#[derive(Args)]
+struct TrieBenchArgs {
+    /// Number of accounts in the state.
+    #[arg(long, default_value_t = 1_000_000)]
+    accounts: usize,
+    #[arg(long, default_value_t = 1_000_000)]
+    gets: usize,
+    #[arg(long, default_value_t = 100)]
+    blocks: usize,
+    #[arg(long, default_value_t = 1_000)]
+    block_updates: usize,
+    #[arg(long, default_value_t = 100_000)]
+    proofs: usize,
+    /// Two-account transfers in the node-bag experiment.
+    #[arg(long, default_value_t = 1_000)]
+    transfers: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Writes the results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Runs only this implementation in this process and prints its JSON report (used
+    /// by the benchmark itself to measure each implementation in a process of its own).
+    #[arg(long, hide = true)]
+    impl_only: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(args) => demo::run(&args),
+        Command::StateRoot { genesis } => state_root(&genesis),
+        Command::TrieTest { file, secure } => trie_test(&file, secure),
+        Command::Bench(BenchCommand::Trie(args)) => bench_trie(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn state_root(path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("GENESIS-PENDING {}", path.display())
+}
+
+fn trie_test(path: &std::path::Path, secure: bool) -> anyhow::Result<ExitCode> {
+    let outcomes = virga_trie::trietest::run_file(path, secure)?;
+    let mut failed = 0;
+    for outcome in &outcomes {
+        if outcome.passed() {
+            println!("PASS {}", outcome.name);
+        } else {
+            failed += 1;
+            println!("FAIL {}: expected {}, got {}", outcome.name, outcome.expected, outcome.actual);
+        }
+    }
+    eprintln!("{} passed, {failed} failed", outcomes.len() - failed);
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn bench_trie(args: &TrieBenchArgs) -> anyhow::Result<ExitCode> {
+    use virga_bench::trie::{self, TrieBenchConfig};
+    let config = TrieBenchConfig {
+        accounts: args.accounts,
+        gets: args.gets,
+        blocks: args.blocks,
+        block_updates: args.block_updates,
+        proofs: args.proofs,
+        seed: args.seed,
+    };
+    if let Some(name) = &args.impl_only {
+        let report = trie::run_single(name, &config, true)?;
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let exe = std::env::current_exe().context("locating the virga executable")?;
+    let with_peers = cfg!(feature = "peers");
+    if !with_peers {
+        eprintln!("note: built without the `peers` feature; measuring Virga alone (cargo run --release --features peers -- bench trie …)");
+    }
+    let mut reports = Vec::new();
+    for name in trie::implementation_names(with_peers) {
+        eprintln!("measuring {name} …");
+        reports.push(trie::run_in_child(&exe, name, &config)?);
+    }
+    eprintln!("node-bag experiment …");
+    let workload = trie::Workload::generate(config.accounts, config.seed);
+    let virga = trie::build_virga(&workload);
+    let bags = trie::node_bag_experiment(&virga, &workload, args.transfers, config.seed);
+    let report = trie::TrieBenchReport::assemble(config.accounts, reports, bags);
+    print!("{}", report.render());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report.to_json())?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

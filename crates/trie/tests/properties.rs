@@ -1,0 +1,231 @@
+//! Property tests of the DSM-Tree against simple oracles:
+//! - contents against a `BTreeMap`;
+//! - roots against alloy-trie's `HashBuilder` (fixed-length keys) and against a naive
+//!   recursive root computation written here (keys that prefix other keys);
+//! - proofs against alloy-trie's independent verifier, and tampered proofs rejected.
+
+use std::collections::BTreeMap;
+
+use alloy_primitives::{keccak256, Bytes, B256};
+use alloy_trie::{HashBuilder, Nibbles as AlloyNibbles};
+use proptest::prelude::*;
+use virga_trie::{verify_proof, Trie};
+
+type Oracle = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn hash_builder_root(oracle: &Oracle) -> B256 {
+    let mut builder = HashBuilder::default();
+    for (key, value) in oracle {
+        builder.add_leaf(AlloyNibbles::unpack(key), value);
+    }
+    builder.root()
+}
+
+// --- A naive reference root, straight from the yellow paper's definition. ---
+
+fn hex_prefix(nibbles: &[u8], leaf: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    virga_core::nibbles::encode_hex_prefix(nibbles, leaf, &mut out);
+    out
+}
+
+fn reference(rlp: Vec<u8>) -> Vec<u8> {
+    if rlp.len() < 32 {
+        rlp
+    } else {
+        alloy_rlp::encode(keccak256(&rlp).as_slice())
+    }
+}
+
+fn list(items: &[Vec<u8>]) -> Vec<u8> {
+    let payload: Vec<u8> = items.concat();
+    let mut out = Vec::new();
+    alloy_rlp::Header { list: true, payload_length: payload.len() }.encode(&mut out);
+    out.extend(payload);
+    out
+}
+
+fn naive_node(entries: &[(Vec<u8>, Vec<u8>)], depth: usize) -> Vec<u8> {
+    if entries.len() == 1 && entries[0].0.len() >= depth {
+        let (key, value) = &entries[0];
+        return list(&[alloy_rlp::encode(&hex_prefix(&key[depth..], true)[..]), alloy_rlp::encode(&value[..])]);
+    }
+    let shortest = entries.iter().map(|(k, _)| k.len()).min().unwrap_or(depth);
+    let mut common = 0;
+    while depth + common < shortest && entries.iter().all(|(k, _)| k[depth + common] == entries[0].0[depth + common]) {
+        common += 1;
+    }
+    if common > 0 {
+        let child = reference(naive_node(entries, depth + common));
+        return list(&[alloy_rlp::encode(&hex_prefix(&entries[0].0[depth..depth + common], false)[..]), child]);
+    }
+    let mut items = Vec::with_capacity(17);
+    for nibble in 0..16u8 {
+        let group: Vec<_> = entries.iter().filter(|(k, _)| k.len() > depth && k[depth] == nibble).cloned().collect();
+        items.push(if group.is_empty() { vec![0x80] } else { reference(naive_node(&group, depth + 1)) });
+    }
+    let value = entries.iter().find(|(k, _)| k.len() == depth).map(|(_, v)| v.clone()).unwrap_or_default();
+    items.push(alloy_rlp::encode(&value[..]));
+    list(&items)
+}
+
+fn naive_root(oracle: &Oracle) -> B256 {
+    if oracle.is_empty() {
+        return virga_core::EMPTY_ROOT;
+    }
+    let entries: Vec<_> = oracle.iter().map(|(k, v)| (virga_core::Nibbles::from_bytes(k).as_slice().to_vec(), v.clone())).collect();
+    keccak256(naive_node(&entries, 0))
+}
+
+// --- Operation sequences. ---
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    /// Deletes the n-th existing key (modulo the count), so deletes hit often.
+    DeleteExisting(usize),
+    Snapshot,
+    DropSnapshot(usize),
+    CheckRoot,
+}
+
+fn ops(key_len: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Vec<Op>> {
+    let key = prop::collection::vec(prop::sample::select(vec![0x00u8, 0x01, 0x10, 0x11, 0xab, 0xff]), key_len);
+    let value = prop::collection::vec(any::<u8>(), 1..48);
+    let op = prop_oneof![
+        6 => (key.clone(), value).prop_map(|(k, v)| Op::Put(k, v)),
+        1 => key.prop_map(Op::Delete),
+        3 => any::<usize>().prop_map(Op::DeleteExisting),
+        1 => Just(Op::Snapshot),
+        1 => any::<usize>().prop_map(Op::DropSnapshot),
+        1 => Just(Op::CheckRoot),
+    ];
+    prop::collection::vec(op, 1..120)
+}
+
+fn check(trie: &Trie, oracle: &Oracle, fixed_length: bool) -> Result<(), TestCaseError> {
+    let expected = if fixed_length { hash_builder_root(oracle) } else { naive_root(oracle) };
+    prop_assert_eq!(trie.root_hash(), expected);
+    for (key, value) in oracle {
+        prop_assert_eq!(trie.get(key), Some(&value[..]));
+    }
+    let entries: Vec<_> = trie.entries();
+    let expected_entries: Vec<_> = oracle.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    prop_assert_eq!(entries, expected_entries);
+    Ok(())
+}
+
+fn run(ops: Vec<Op>, fixed_length: bool) -> Result<(), TestCaseError> {
+    let mut trie = Trie::new();
+    let mut oracle = Oracle::new();
+    let mut snapshots: Vec<(Trie, Oracle, B256)> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Put(key, value) => {
+                trie.insert(&key, &value);
+                oracle.insert(key, value);
+            }
+            Op::Delete(key) => {
+                prop_assert_eq!(trie.remove(&key), oracle.remove(&key).is_some());
+            }
+            Op::DeleteExisting(n) => {
+                if let Some(key) = oracle.keys().nth(n % oracle.len().max(1)).cloned() {
+                    prop_assert!(trie.remove(&key));
+                    oracle.remove(&key);
+                }
+            }
+            Op::Snapshot => {
+                let root = trie.root_hash();
+                snapshots.push((trie.snapshot(), oracle.clone(), root));
+            }
+            Op::DropSnapshot(n) => {
+                if !snapshots.is_empty() {
+                    let (old, old_oracle, old_root) = snapshots.remove(n % snapshots.len());
+                    // The old version is still intact right up to its drop.
+                    prop_assert_eq!(old.root_hash(), old_root);
+                    check(&old, &old_oracle, fixed_length)?;
+                }
+            }
+            Op::CheckRoot => check(&trie, &oracle, fixed_length)?,
+        }
+        for (key, value) in &oracle {
+            prop_assert_eq!(trie.get(key), Some(&value[..]));
+        }
+    }
+    check(&trie, &oracle, fixed_length)?;
+    for (old, old_oracle, old_root) in &snapshots {
+        prop_assert_eq!(old.root_hash(), *old_root);
+        check(old, old_oracle, fixed_length)?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn fixed_length_keys_match_btreemap_and_hash_builder(key_len in 1usize..=4, ops in ops(4..=4)) {
+        let ops = ops.into_iter().map(|op| match op {
+            Op::Put(k, v) => Op::Put(k[..key_len].to_vec(), v),
+            Op::Delete(k) => Op::Delete(k[..key_len].to_vec()),
+            other => other,
+        }).collect();
+        run(ops, true)?;
+    }
+
+    #[test]
+    fn variable_length_keys_match_btreemap_and_naive_root(ops in ops(0..=4)) {
+        run(ops, false)?;
+    }
+
+    #[test]
+    fn proofs_verify_independently_and_tampering_is_caught(
+        keys in prop::collection::btree_set(prop::collection::vec(any::<u8>(), 32), 1..200),
+        probe in prop::collection::vec(any::<u8>(), 32),
+        flip in any::<(usize, usize, u8)>(),
+    ) {
+        let mut trie = Trie::new();
+        for (i, key) in keys.iter().enumerate() {
+            trie.insert(key, &alloy_rlp::encode(vec![i as u64, 7, 9]));
+        }
+        let root = trie.root_hash();
+        let present = keys.iter().next().cloned().unwrap_or_default();
+        for (key, expected) in [(present.clone(), trie.get(&present).map(<[u8]>::to_vec)), (probe.clone(), trie.get(&probe).map(<[u8]>::to_vec))] {
+            let proof = trie.prove(&key);
+            let as_bytes: Vec<Bytes> = proof.iter().cloned().map(Bytes::from).collect();
+            prop_assert!(alloy_trie::proof::verify_proof(root, AlloyNibbles::unpack(&key), expected.clone(), &as_bytes).is_ok());
+            prop_assert_eq!(verify_proof(root, &key, &proof), Ok(expected.clone()));
+
+            // One byte changed anywhere.
+            let mut tampered = proof.clone();
+            let node = flip.0 % tampered.len();
+            let byte = flip.1 % tampered[node].len();
+            tampered[node][byte] ^= flip.2.max(1);
+            prop_assert!(verify_proof(root, &key, &tampered).is_err());
+            // A node removed.
+            let mut shortened = proof.clone();
+            shortened.remove(node);
+            prop_assert!(verify_proof(root, &key, &shortened).is_err());
+            // The wrong root.
+            prop_assert!(verify_proof(keccak256(root), &key, &proof).is_err());
+        }
+    }
+}
+
+#[test]
+fn snapshot_is_unchanged_by_later_writes_and_shares_nodes() {
+    let mut trie = Trie::new();
+    for i in 0u32..1000 {
+        trie.insert(keccak256(i.to_be_bytes()).as_slice(), &[1; 40]);
+    }
+    let old_root = trie.root_hash();
+    let old = trie.snapshot();
+    for i in 0u32..10 {
+        trie.insert(keccak256(i.to_be_bytes()).as_slice(), &[2; 40]);
+    }
+    assert_eq!(old.root_hash(), old_root);
+    assert_ne!(trie.root_hash(), old_root);
+    assert_eq!(old.get(keccak256(0u32.to_be_bytes()).as_slice()), Some(&[1u8; 40][..]));
+    assert_eq!(trie.get(keccak256(0u32.to_be_bytes()).as_slice()), Some(&[2u8; 40][..]));
+}
