@@ -4,7 +4,7 @@
 #[inline(always)]
 pub fn nibble_at(key: &[u8], index: usize) -> u8 {
     let byte = key[index / 2];
-    if index % 2 == 0 {
+    if index.is_multiple_of(2) {
         byte >> 4
     } else {
         byte & 0x0f

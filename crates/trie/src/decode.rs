@@ -156,7 +156,7 @@ mod tests {
         // A leaf with path [] and value 0x01.
         assert_eq!(decode_node(&[0xc2, 0x20, 0x01]), Ok(DecodedNode::Leaf { path: vec![], value: vec![1] }));
         // Extension with a 3-byte child string.
-        assert_eq!(decode_node(&[0xc6, 0x11, 0x83, 1, 2, 3]), Err(DecodeError::BadChildRef(3)));
+        assert_eq!(decode_node(&[0xc5, 0x11, 0x83, 1, 2, 3]), Err(DecodeError::BadChildRef(3)));
         // Bad hex-prefix flag.
         assert_eq!(decode_node(&[0xc2, 0x40, 0x01]), Err(DecodeError::BadPath));
     }

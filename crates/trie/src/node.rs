@@ -156,6 +156,17 @@ impl Node {
         &mut inner.kind
     }
 
+    /// Mutable access for a change that keeps the subtree's hash (resolving or pruning
+    /// a hash node below this one): copies the node if shared, keeps its cached hash.
+    pub(crate) fn make_mut_keep_hash(&mut self) -> &mut Kind {
+        &mut Arc::make_mut(&mut self.0).kind
+    }
+
+    /// Records a hash already known to be this node's (it was checked on arrival).
+    pub(crate) fn set_known_hash(&self, hash: B256) {
+        let _ = self.0.hash.set(hash);
+    }
+
     /// Pointer identity, for counting distinct nodes across versions.
     pub(crate) fn addr(&self) -> usize {
         Arc::as_ptr(&self.0) as usize
@@ -250,7 +261,7 @@ fn encode_path(data: &[u8], is_leaf: bool, out: &mut Vec<u8>) {
     }
     rlp::append_string_header(encoded_len, out);
     out.push(first);
-    if count % 2 == 0 {
+    if count.is_multiple_of(2) {
         out.extend_from_slice(&data[path::HEADER_LEN..path::HEADER_LEN + count / 2]);
     } else {
         for i in (1..count).step_by(2) {

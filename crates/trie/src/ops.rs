@@ -263,7 +263,7 @@ fn remove_from(node: &mut Node, key: &[u8], depth: usize) -> Result<Removal, Sto
 fn with_nibble(key: &[u8], depth: usize, nibble: u8) -> Vec<u8> {
     let mut out = key.to_vec();
     let byte = &mut out[depth / 2];
-    *byte = if depth % 2 == 0 { (*byte & 0x0f) | nibble << 4 } else { (*byte & 0xf0) | nibble };
+    *byte = if depth.is_multiple_of(2) { (*byte & 0x0f) | nibble << 4 } else { (*byte & 0xf0) | nibble };
     out
 }
 
