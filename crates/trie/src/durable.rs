@@ -1,1 +1,382 @@
-//! todo
+//! Persistence of the DSM-Tree: a write-ahead log of logical updates, one record per
+//! version, plus periodic checkpoints of the whole key-value content.
+//!
+//! The trie itself is only ever in memory; the log and checkpoints exist to rebuild it
+//! after a crash. Each log record carries the root its updates produce, so replay
+//! checks itself version by version. Recovery loads the newest valid checkpoint and
+//! replays the records after it; the record log drops a torn tail, so a half-written
+//! version is never replayed.
+//!
+//! Checkpoint file layout (all integers little-endian):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 8 | magic `VIRGACKP` |
+//! | 2 | format version (1) |
+//! | 8 | trie version |
+//! | 32 | root |
+//! | 8 | entry count |
+//! | … | per entry: key length (u32), key, value length (u32), value |
+//! | 4 | crc32 of everything before it |
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use alloy_primitives::B256;
+use virga_log::{LogError, LogOptions, RecordLog, SyncPolicy};
+
+use crate::versions::Update;
+use crate::Trie;
+
+const CHECKPOINT_MAGIC: &[u8; 8] = b"VIRGACKP";
+const CHECKPOINT_FORMAT: u16 = 1;
+const LOG_DIR: &str = "wal";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DurableError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("checkpoint {path} is corrupt: {what}")]
+    CorruptCheckpoint { path: PathBuf, what: String },
+    #[error("log record {lsn} is corrupt: {what}")]
+    CorruptRecord { lsn: u64, what: String },
+    #[error("log record {lsn} holds version {found}, expected {expected}: versions are missing")]
+    VersionGap { lsn: u64, expected: u64, found: u64 },
+    #[error("replaying version {version} gives root {actual}, the log recorded {expected}")]
+    RootMismatch { version: u64, expected: B256, actual: B256 },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> DurableError + '_ {
+    move |source| DurableError::Io { path: path.to_path_buf(), source }
+}
+
+#[derive(Debug, Clone)]
+pub struct DurableOptions {
+    /// `Every`: a version is durable when `commit` returns. `None`: only after `sync`.
+    pub sync: SyncPolicy,
+    /// Write a checkpoint (and drop the log before it) every this many versions; 0 never.
+    pub checkpoint_every: u64,
+    pub log: LogOptions,
+}
+
+impl Default for DurableOptions {
+    fn default() -> Self {
+        Self { sync: SyncPolicy::Every, checkpoint_every: 1000, log: LogOptions::default() }
+    }
+}
+
+/// What recovery found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub checkpoint_version: Option<u64>,
+    pub replayed_versions: u64,
+    pub truncated_log_bytes: u64,
+}
+
+/// A trie whose versions survive crashes.
+pub struct DurableTrie {
+    dir: PathBuf,
+    trie: Trie,
+    version: u64,
+    log: RecordLog,
+    options: DurableOptions,
+    last_checkpoint: u64,
+}
+
+impl DurableTrie {
+    /// Opens (or creates) the trie stored in `dir`, recovering the newest durable version.
+    pub fn open(dir: &Path, options: DurableOptions) -> Result<(Self, RecoveryReport), DurableError> {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let (mut trie, mut version) = (Trie::new(), 0);
+        let mut checkpoint_version = None;
+        if let Some((path, loaded_version, loaded)) = newest_valid_checkpoint(dir)? {
+            let _ = path;
+            trie = loaded;
+            version = loaded_version;
+            checkpoint_version = Some(loaded_version);
+        }
+        let mut log_options = options.log.clone();
+        log_options.sync = options.sync;
+        let (log, recovered) = RecordLog::open(&dir.join(LOG_DIR), log_options)?;
+        let mut replayed = 0;
+        for record in &recovered.records {
+            let (record_version, root, updates) = decode_record(&record.payload)
+                .map_err(|what| DurableError::CorruptRecord { lsn: record.lsn, what })?;
+            if record_version <= version {
+                continue;
+            }
+            if record_version != version + 1 {
+                return Err(DurableError::VersionGap { lsn: record.lsn, expected: version + 1, found: record_version });
+            }
+            apply(&mut trie, &updates);
+            let actual = trie.root_hash();
+            if actual != root {
+                return Err(DurableError::RootMismatch { version: record_version, expected: root, actual });
+            }
+            version = record_version;
+            replayed += 1;
+        }
+        let report = RecoveryReport {
+            checkpoint_version,
+            replayed_versions: replayed,
+            truncated_log_bytes: recovered.truncated_bytes,
+        };
+        let last_checkpoint = checkpoint_version.unwrap_or(0);
+        Ok((Self { dir: dir.to_path_buf(), trie, version, log, options, last_checkpoint }, report))
+    }
+
+    pub fn trie(&self) -> &Trie {
+        &self.trie
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Applies `updates` as the next version, logs them with the new root, and (with
+    /// `SyncPolicy::Every`) makes the version durable before returning.
+    pub fn commit(&mut self, updates: &[Update]) -> Result<(u64, B256), DurableError> {
+        let mut next = self.trie.snapshot();
+        apply(&mut next, updates);
+        let root = next.root_hash();
+        let version = self.version + 1;
+        self.log.append(&encode_record(version, root, updates))?;
+        self.trie = next;
+        self.version = version;
+        if self.options.checkpoint_every > 0 && version - self.last_checkpoint >= self.options.checkpoint_every {
+            self.checkpoint()?;
+        }
+        Ok((version, root))
+    }
+
+    /// Makes every committed version durable; returns the durable version.
+    pub fn sync(&mut self) -> Result<u64, DurableError> {
+        self.log.sync()?;
+        Ok(self.version)
+    }
+
+    /// Writes a checkpoint of the current version, then drops older checkpoints and the
+    /// log records it covers. The checkpoint is durable (renamed into place and the
+    /// directory synced) before anything it replaces is deleted.
+    pub fn checkpoint(&mut self) -> Result<PathBuf, DurableError> {
+        self.log.sync()?;
+        let path = write_checkpoint(&self.dir, self.version, &self.trie)?;
+        self.log.truncate_prefix(self.log.next_lsn())?;
+        for (old_version, old_path) in list_checkpoints(&self.dir)? {
+            if old_version < self.version {
+                fs::remove_file(&old_path).map_err(io_error(&old_path))?;
+            }
+        }
+        self.last_checkpoint = self.version;
+        Ok(path)
+    }
+}
+
+fn apply(trie: &mut Trie, updates: &[Update]) {
+    for (key, value) in updates {
+        match value {
+            Some(value) => trie.insert(key, value),
+            None => {
+                trie.remove(key);
+            }
+        }
+    }
+}
+
+/// Record payload: version (u64), root (32), update count (u32), then per update the
+/// key length (u32), key, a flag (1 put, 0 delete) and for puts value length (u32), value.
+fn encode_record(version: u64, root: B256, updates: &[Update]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(44 + updates.len() * 64);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(root.as_slice());
+    out.extend_from_slice(&(updates.len() as u32).to_le_bytes());
+    for (key, value) in updates {
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        match value {
+            Some(value) => {
+                out.push(1);
+                out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                out.extend_from_slice(value);
+            }
+            None => out.push(0),
+        }
+    }
+    out
+}
+
+/// A cursor over untrusted bytes: every read checks the length first.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize, what: &str) -> Result<&'a [u8], String> {
+        if self.bytes.len() < len {
+            return Err(format!("{what}: needs {len} bytes, {} left", self.bytes.len()));
+        }
+        let (head, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let bytes = self.take(4, what)?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, String> {
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(self.take(8, what)?);
+        Ok(u64::from_le_bytes(buf))
+    }
+    fn sized(&mut self, what: &str) -> Result<&'a [u8], String> {
+        let len = self.u32(what)? as usize;
+        self.take(len, what)
+    }
+}
+
+fn decode_record(payload: &[u8]) -> Result<(u64, B256, Vec<Update>), String> {
+    let mut reader = Reader { bytes: payload };
+    let version = reader.u64("version")?;
+    let root = B256::from_slice(reader.take(32, "root")?);
+    let count = reader.u32("update count")? as usize;
+    // Each update takes at least 5 bytes, which bounds the count before allocating.
+    if count > reader.bytes.len() / 5 {
+        return Err(format!("{count} updates cannot fit in {} bytes", reader.bytes.len()));
+    }
+    let mut updates = Vec::with_capacity(count);
+    for index in 0..count {
+        let key = reader.sized(&format!("update {index} key"))?.to_vec();
+        let value = match reader.take(1, "flag")?[0] {
+            0 => None,
+            1 => Some(reader.sized(&format!("update {index} value"))?.to_vec()),
+            other => return Err(format!("update {index}: flag {other} is neither put (1) nor delete (0)")),
+        };
+        updates.push((key, value));
+    }
+    if !reader.bytes.is_empty() {
+        return Err(format!("{} trailing bytes", reader.bytes.len()));
+    }
+    Ok((version, root, updates))
+}
+
+fn checkpoint_name(version: u64) -> String {
+    format!("checkpoint-{version:020}.ckpt")
+}
+
+fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>, DurableError> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+        let entry = entry.map_err(io_error(dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(version) = name.strip_prefix("checkpoint-").and_then(|r| r.strip_suffix(".ckpt")) {
+            if let Ok(version) = version.parse::<u64>() {
+                found.push((version, entry.path()));
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn write_checkpoint(dir: &Path, version: u64, trie: &Trie) -> Result<PathBuf, DurableError> {
+    let path = dir.join(checkpoint_name(version));
+    let temporary = dir.join(format!("{}.tmp", checkpoint_name(version)));
+    let file = File::create(&temporary).map_err(io_error(&temporary))?;
+    let mut writer = BufWriter::with_capacity(1 << 20, file);
+    let mut hasher = crc32fast::Hasher::new();
+    let mut write = |bytes: &[u8]| -> Result<(), DurableError> {
+        hasher.update(bytes);
+        writer.write_all(bytes).map_err(io_error(&temporary))
+    };
+    let entries = trie.entries();
+    write(CHECKPOINT_MAGIC)?;
+    write(&CHECKPOINT_FORMAT.to_le_bytes())?;
+    write(&version.to_le_bytes())?;
+    write(trie.root_hash().as_slice())?;
+    write(&(entries.len() as u64).to_le_bytes())?;
+    for (key, value) in &entries {
+        write(&(key.len() as u32).to_le_bytes())?;
+        write(key)?;
+        write(&(value.len() as u32).to_le_bytes())?;
+        write(value)?;
+    }
+    let checksum = hasher.finalize();
+    writer.write_all(&checksum.to_le_bytes()).map_err(io_error(&temporary))?;
+    let file = writer.into_inner().map_err(|e| DurableError::Io { path: temporary.clone(), source: e.into_error() })?;
+    file.sync_all().map_err(io_error(&temporary))?;
+    fs::rename(&temporary, &path).map_err(io_error(&path))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))?;
+    Ok(path)
+}
+
+fn read_checkpoint(path: &Path) -> Result<(u64, Trie), DurableError> {
+    let corrupt = |what: String| DurableError::CorruptCheckpoint { path: path.to_path_buf(), what };
+    let bytes = fs::read(path).map_err(io_error(path))?;
+    if bytes.len() < 4 {
+        return Err(corrupt("shorter than its checksum".into()));
+    }
+    let (body, checksum) = bytes.split_at(bytes.len() - 4);
+    let expected = u32::from_le_bytes([checksum[0], checksum[1], checksum[2], checksum[3]]);
+    if crc32fast::hash(body) != expected {
+        return Err(corrupt("checksum mismatch".into()));
+    }
+    let mut reader = Reader { bytes: body };
+    if reader.take(8, "magic").map_err(corrupt)? != CHECKPOINT_MAGIC {
+        return Err(corrupt("bad magic".into()));
+    }
+    let format = reader.take(2, "format").map_err(corrupt)?;
+    if u16::from_le_bytes([format[0], format[1]]) != CHECKPOINT_FORMAT {
+        return Err(corrupt(format!("unknown format version {}", u16::from_le_bytes([format[0], format[1]]))));
+    }
+    let version = reader.u64("version").map_err(corrupt)?;
+    let root = B256::from_slice(reader.take(32, "root").map_err(corrupt)?);
+    let count = reader.u64("entry count").map_err(corrupt)?;
+    let mut trie = Trie::new();
+    for index in 0..count {
+        let key = reader.sized(&format!("entry {index} key")).map_err(corrupt)?;
+        let value = reader.sized(&format!("entry {index} value")).map_err(corrupt)?;
+        trie.insert(key, value);
+    }
+    if !reader.bytes.is_empty() {
+        return Err(corrupt(format!("{} trailing bytes", reader.bytes.len())));
+    }
+    let actual = trie.root_hash();
+    if actual != root {
+        return Err(corrupt(format!("content hashes to {actual}, header says {root}")));
+    }
+    Ok((version, trie))
+}
+
+/// The newest checkpoint that reads back intact. A corrupt newer one is an error, not
+/// skipped: it was made durable before the log it covers was deleted, so skipping it
+/// would silently lose versions.
+fn newest_valid_checkpoint(dir: &Path) -> Result<Option<(PathBuf, u64, Trie)>, DurableError> {
+    let Some((_, path)) = list_checkpoints(dir)?.pop() else { return Ok(None) };
+    let (version, trie) = read_checkpoint(&path)?;
+    Ok(Some((path, version, trie)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_garbage_is_rejected() {
+        let updates: Vec<Update> = vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), None)];
+        let encoded = encode_record(7, B256::repeat_byte(3), &updates);
+        assert_eq!(decode_record(&encoded), Ok((7, B256::repeat_byte(3), updates)));
+        for cut in 0..encoded.len() {
+            assert!(decode_record(&encoded[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut bad_flag = encoded.clone();
+        bad_flag[44 + 4 + 1] = 9;
+        assert!(decode_record(&bad_flag).unwrap_err().contains("flag 9"));
+        let mut huge_count = encoded;
+        huge_count[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_record(&huge_count).unwrap_err().contains("cannot fit"));
+    }
+}

@@ -28,7 +28,7 @@ pub mod trietest;
 pub mod versions;
 
 pub use decode::{decode_node, ChildRef, DecodeError, DecodedNode};
-// pub use durable::DurableTrie;
+pub use durable::DurableTrie;
 pub use ops::Stopped;
 pub use partial::PartialTrie;
 pub use proof::{verify_proof, NodeBag, ProofError};
