@@ -2,7 +2,7 @@
 //!
 //! `trie` measures the DSM-Tree against peer tries on the same data in the same run.
 
-pub mod trie;
-pub mod trie_impl;
 #[cfg(feature = "peers")]
 pub mod peers;
+pub mod trie;
+pub mod trie_impl;

@@ -56,9 +56,7 @@ pub struct EthTriePeer {
 impl EthTriePeer {
     pub fn new() -> Self {
         let db = Arc::new(EthMemoryDb::new(true));
-        Self {
-            trie: EthTrie::new(db),
-        }
+        Self { trie: EthTrie::new(db) }
     }
 }
 
@@ -75,17 +73,12 @@ impl BenchTrie for EthTriePeer {
 
     fn insert(&mut self, address: &[u8; 20], account_rlp: &[u8]) {
         let key = keccak256(address);
-        self.trie
-            .insert(key.as_slice(), account_rlp)
-            .expect("eth_trie insert");
+        self.trie.insert(key.as_slice(), account_rlp).expect("eth_trie insert");
     }
 
     fn get(&mut self, address: &[u8; 20]) -> usize {
         let key = keccak256(address);
-        self.trie
-            .get(key.as_slice())
-            .expect("eth_trie get")
-            .map_or(0, |value| value.len())
+        self.trie.get(key.as_slice()).expect("eth_trie get").map_or(0, |value| value.len())
     }
 
     fn root(&mut self) -> [u8; 32] {
@@ -204,18 +197,12 @@ pub struct TrieDbPeer {
 
 impl TrieDbPeer {
     pub fn new() -> Self {
-        let store = TrieDbStore {
-            db: PruningNodeDb::default(),
-            root: NodeHash::default(),
-        };
+        let store = TrieDbStore { db: PruningNodeDb::default(), root: NodeHash::default() };
         let cell = OpenTrieCell::new(MutBorrow::new(store), |owner| {
             let TrieDbStore { db, root } = owner.borrow_mut();
             TrieDBMutBuilder::<Layout>::new(db, root).build()
         });
-        let mut peer = Self {
-            cell,
-            last_root: NodeHash::default(),
-        };
+        let mut peer = Self { cell, last_root: NodeHash::default() };
         // The empty trie's root (the hash of the codec's empty node); commits nothing.
         peer.root();
         peer
@@ -236,18 +223,14 @@ impl BenchTrie for TrieDbPeer {
     fn insert(&mut self, address: &[u8; 20], account_rlp: &[u8]) {
         let key = keccak256(address);
         self.cell.with_dependent_mut(|_, trie| {
-            trie.insert(key.as_slice(), account_rlp)
-                .expect("trie-db insert");
+            trie.insert(key.as_slice(), account_rlp).expect("trie-db insert");
         });
     }
 
     fn get(&mut self, address: &[u8; 20]) -> usize {
         let key = keccak256(address);
-        self.cell.with_dependent(|_, trie| {
-            trie.get(key.as_slice())
-                .expect("trie-db get")
-                .map_or(0, |value| value.len())
-        })
+        self.cell
+            .with_dependent(|_, trie| trie.get(key.as_slice()).expect("trie-db get").map_or(0, |value| value.len()))
     }
 
     fn root(&mut self) -> [u8; 32] {
@@ -265,16 +248,10 @@ impl BenchTrie for TrieDbPeer {
             let db = trie.db();
             let mut recorder = Recorder::<Layout>::new();
             {
-                let reader = TrieDBBuilder::<Layout>::new(&db, &root)
-                    .with_recorder(&mut recorder)
-                    .build();
+                let reader = TrieDBBuilder::<Layout>::new(&db, &root).with_recorder(&mut recorder).build();
                 reader.get(key.as_slice()).expect("trie-db proof lookup");
             }
-            recorder
-                .drain()
-                .into_iter()
-                .map(|record| record.data)
-                .collect()
+            recorder.drain().into_iter().map(|record| record.data).collect()
         })
     }
 }
@@ -342,12 +319,7 @@ impl BenchTrie for HashBuilderPeer {
         self.run(&mut builder);
         // Only nodes on the target's path are retained; sorting by path puts the root
         // (empty path) first and the leaf last.
-        builder
-            .take_proof_nodes()
-            .into_nodes_sorted()
-            .into_iter()
-            .map(|(_, node)| node.to_vec())
-            .collect()
+        builder.take_proof_nodes().into_nodes_sorted().into_iter().map(|(_, node)| node.to_vec()).collect()
     }
 }
 
@@ -399,11 +371,7 @@ mod tests {
             EMPTY_ROOT_HASH.encode(&mut payload);
             KECCAK_EMPTY.encode(&mut payload);
             let mut rlp = Vec::new();
-            alloy_rlp::Header {
-                list: true,
-                payload_length: payload.len(),
-            }
-            .encode(&mut rlp);
+            alloy_rlp::Header { list: true, payload_length: payload.len() }.encode(&mut rlp);
             rlp.extend_from_slice(&payload);
             assert!(rlp.len() >= 40);
             out.push((address, rlp));
@@ -445,19 +413,9 @@ mod tests {
 
     fn check_gets<T: BenchTrie>(trie: &mut T, data: &[([u8; 20], Vec<u8>)]) {
         for (address, rlp) in data {
-            assert_eq!(
-                trie.get(address),
-                rlp.len(),
-                "{} lost an account",
-                trie.name()
-            );
+            assert_eq!(trie.get(address), rlp.len(), "{} lost an account", trie.name());
         }
-        assert_eq!(
-            trie.get(&absent_address()),
-            0,
-            "{} found an absent account",
-            trie.name()
-        );
+        assert_eq!(trie.get(&absent_address()), 0, "{} found an absent account", trie.name());
     }
 
     #[test]
@@ -484,12 +442,7 @@ mod tests {
         for (address, rlp) in data {
             let proof = trie.prove(address);
             assert!(!proof.is_empty(), "{}: empty proof", trie.name());
-            assert_eq!(
-                keccak256(&proof[0]),
-                root,
-                "{}: first node is not the root",
-                trie.name()
-            );
+            assert_eq!(keccak256(&proof[0]), root, "{}: first node is not the root", trie.name());
             let nodes: Vec<Bytes> = proof.into_iter().map(Bytes::from).collect();
             let key = Nibbles::unpack(keccak256(address));
             if let Err(error) = verify_proof(root, key, Some(rlp.clone()), &nodes) {
@@ -563,12 +516,7 @@ mod tests {
         final_data.extend(updates);
         let final_data: Vec<_> = final_data.into_iter().collect();
         let mut fresh = build(make(), &final_data);
-        assert_eq!(
-            incremental_root,
-            fresh.root(),
-            "{}: incremental root differs",
-            trie.name()
-        );
+        assert_eq!(incremental_root, fresh.root(), "{}: incremental root differs", trie.name());
         check_gets(&mut trie, &final_data);
         for (address, _) in final_data.iter().step_by(25) {
             assert!(!trie.prove(address).is_empty());

@@ -41,7 +41,10 @@ fn bar(total: u64, label: &str) -> ProgressBar {
 
 pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.accounts >= 2, "--accounts must be at least 2");
-    println!("Virga demo: DSM-Tree state of {} Ethereum accounts, {} blocks of {} transfers", args.accounts, args.blocks, args.transfers);
+    println!(
+        "Virga demo: DSM-Tree state of {} Ethereum accounts, {} blocks of {} transfers",
+        args.accounts, args.blocks, args.transfers
+    );
     let workload = Workload::generate(args.accounts, args.seed);
     let mut accounts = workload.accounts.clone();
     let resident_before = resident_bytes();
@@ -111,14 +114,23 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     println!("throughput (one core)");
     println!("  load (no root)           {:>14.0} accounts/s", args.accounts as f64 / load_seconds);
     println!("  load + first root        {:>14.2} s", load_with_root_seconds);
-    println!("  blocks with root         {:>14.0} updates/s  ({:.1} ms per block)", updates / block_seconds, 1000.0 * block_seconds / args.blocks.max(1) as f64);
+    println!(
+        "  blocks with root         {:>14.0} updates/s  ({:.1} ms per block)",
+        updates / block_seconds,
+        1000.0 * block_seconds / args.blocks.max(1) as f64
+    );
     println!("  proofs (verified)        {:>14.0} proofs/s", proofs as f64 / proof_seconds);
     println!("memory");
     println!("  resident per account     {:>14.0} bytes", memory_per_account);
     println!("witnesses");
     println!("  mean proof size          {:>14.0} bytes", proof_bytes as f64 / proofs as f64);
-    println!("  {} transfers: full {} B, node bag {} B, compacted c=4 {} B, c=6 {} B",
-        bags.transfers, bags.full_witness_bytes, bags.node_bag_bytes,
-        bags.compacted_bytes.get(&4).copied().unwrap_or(0), bags.compacted_bytes.get(&6).copied().unwrap_or(0));
+    println!(
+        "  {} transfers: full {} B, node bag {} B, compacted c=4 {} B, c=6 {} B",
+        bags.transfers,
+        bags.full_witness_bytes,
+        bags.node_bag_bytes,
+        bags.compacted_bytes.get(&4).copied().unwrap_or(0),
+        bags.compacted_bytes.get(&6).copied().unwrap_or(0)
+    );
     Ok(ExitCode::SUCCESS)
 }

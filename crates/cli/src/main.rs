@@ -92,7 +92,9 @@ fn main() -> ExitCode {
 }
 
 fn state_root(path: &std::path::Path) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("GENESIS-PENDING {}", path.display())
+    let genesis = virga_trie::genesis::Genesis::from_file(path)?;
+    println!("{}", virga_core::to_hex(genesis.state_root().as_slice()));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn trie_test(path: &std::path::Path, secure: bool) -> anyhow::Result<ExitCode> {

@@ -8,14 +8,12 @@ pub use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 pub use nibbles::Nibbles;
 
 /// keccak-256 of the empty string: the code hash of an account without code.
-pub const KECCAK_EMPTY: B256 = alloy_primitives::b256!(
-    "c5d2460186f7233c927e7db2dcc703c0e500b653ca82273b7bfad8045d85a470"
-);
+pub const KECCAK_EMPTY: B256 =
+    alloy_primitives::b256!("c5d2460186f7233c927e7db2dcc703c0e500b653ca82273b7bfad8045d85a470");
 
 /// Root of the empty Merkle Patricia trie: keccak-256 of RLP("") = keccak(0x80).
-pub const EMPTY_ROOT: B256 = alloy_primitives::b256!(
-    "56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421"
-);
+pub const EMPTY_ROOT: B256 =
+    alloy_primitives::b256!("56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421");
 
 /// Parses `0x`-prefixed (or bare) hex into bytes, naming what was wrong.
 pub fn parse_hex(text: &str) -> Result<Vec<u8>, HexError> {

@@ -84,9 +84,7 @@ pub(crate) fn decode_segment_header(header: &[u8; SEGMENT_HEADER_LEN]) -> Result
     let stored = le_u32(header, 20);
     let computed = crc32fast::hash(&header[0..20]);
     if stored != computed {
-        return Err(format!(
-            "segment header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
-        ));
+        return Err(format!("segment header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"));
     }
     let version = u16::from_le_bytes([header[8], header[9]]);
     if version != SEGMENT_FORMAT_VERSION {

@@ -45,8 +45,8 @@ use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use format::{
-    decode_segment_header, encode_record, encode_segment_header, parse_segment_file_name,
-    record_checksum, RecordHeader, SegmentName, RECORD_FORMAT_VERSION, RECORD_MAGIC,
+    decode_segment_header, encode_record, encode_segment_header, parse_segment_file_name, record_checksum,
+    RecordHeader, SegmentName, RECORD_FORMAT_VERSION, RECORD_MAGIC,
 };
 pub use format::{segment_file_name, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 
@@ -190,19 +190,11 @@ pub enum LogError {
 }
 
 fn io_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LogError + 'a {
-    move |source| LogError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| LogError::Io { op, path: path.to_path_buf(), source }
 }
 
 fn corrupt(segment: &Path, offset: u64, reason: impl Into<String>) -> LogError {
-    LogError::Corrupt {
-        segment: segment.to_path_buf(),
-        offset,
-        reason: reason.into(),
-    }
+    LogError::Corrupt { segment: segment.to_path_buf(), offset, reason: reason.into() }
 }
 
 /// A segment file: records with LSNs from `base_lsn` up to the next segment's `base_lsn`.
@@ -267,10 +259,7 @@ impl RecordLog {
         let active = match closed.pop_back() {
             Some(last) => last,
             None => {
-                let first = Segment {
-                    base_lsn: 1,
-                    path: dir.join(segment_file_name(1)),
-                };
+                let first = Segment { base_lsn: 1, path: dir.join(segment_file_name(1)) };
                 drop(create_segment_file(&first)?);
                 first
             }
@@ -297,21 +286,12 @@ impl RecordLog {
             match scan_segment(segment, options.max_record_bytes)? {
                 Scan::TornHeader { file_len, reason } => {
                     if !is_last {
-                        return Err(corrupt(
-                            &segment.path,
-                            0,
-                            format!("{reason}, yet later segments follow it"),
-                        ));
+                        return Err(corrupt(&segment.path, 0, format!("{reason}, yet later segments follow it")));
                     }
                     // The crash hit while this segment was being created: nothing was ever
                     // written to it, so start it afresh.
                     rewrite_segment_header(segment)?;
-                    repair = Some(TailRepair {
-                        segment: segment.path.clone(),
-                        offset: 0,
-                        bytes: file_len,
-                        reason,
-                    });
+                    repair = Some(TailRepair { segment: segment.path.clone(), offset: 0, bytes: file_len, reason });
                 }
                 Scan::Body(body) => {
                     if let Some(defect) = body.defect {
@@ -319,10 +299,7 @@ impl RecordLog {
                             return Err(corrupt(
                                 &segment.path,
                                 defect.offset,
-                                format!(
-                                    "{}; later segments follow, so this is not a torn write",
-                                    defect.reason
-                                ),
+                                format!("{}; later segments follow, so this is not a torn write", defect.reason),
                             ));
                         }
                         truncate_file(&segment.path, defect.offset)?;
@@ -342,10 +319,8 @@ impl RecordLog {
             }
         }
 
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&active.path)
-            .map_err(io_error("open for appending", &active.path))?;
+        let file =
+            OpenOptions::new().append(true).open(&active.path).map_err(io_error("open for appending", &active.path))?;
         // What was read may still sit only in the page cache of a process that crashed, and
         // the active segment's directory entry may not be durable yet: make both durable
         // before anything is built on top of them.
@@ -369,13 +344,7 @@ impl RecordLog {
             durable_lsn: last_lsn,
             poisoned: None,
         };
-        let recovered = Recovered {
-            records,
-            truncated_bytes,
-            repair,
-            next_lsn,
-            segments: segment_count,
-        };
+        let recovered = Recovered { records, truncated_bytes, repair, next_lsn, segments: segment_count };
         Ok((log, recovered))
     }
 
@@ -388,18 +357,11 @@ impl RecordLog {
         let max = self.options.max_record_bytes;
         let payload_len = match u32::try_from(payload.len()) {
             Ok(len) if len <= max => len,
-            _ => {
-                return Err(LogError::RecordTooLarge {
-                    len: payload.len(),
-                    max,
-                })
-            }
+            _ => return Err(LogError::RecordTooLarge { len: payload.len(), max }),
         };
         let lsn = self.next_lsn;
         let Some(following) = lsn.checked_add(1) else {
-            return Err(LogError::LsnExhausted {
-                dir: self.dir.clone(),
-            });
+            return Err(LogError::LsnExhausted { dir: self.dir.clone() });
         };
         let record_len = (RECORD_HEADER_LEN + payload.len()) as u64;
         let active_has_records = lsn > self.active.base_lsn;
@@ -452,9 +414,7 @@ impl RecordLog {
     /// Lowest LSN the log may still hold: the first LSN of its oldest segment. Equals
     /// [`RecordLog::next_lsn`] when every record has been truncated away.
     pub fn first_lsn(&self) -> u64 {
-        self.closed
-            .front()
-            .map_or(self.active.base_lsn, |s| s.base_lsn)
+        self.closed.front().map_or(self.active.base_lsn, |s| s.base_lsn)
     }
 
     /// Number of segment files, the active one included.
@@ -489,10 +449,7 @@ impl RecordLog {
         let mut removed = 0;
         while let Some(oldest) = self.closed.front() {
             // `oldest` holds LSNs below the base of the segment after it.
-            let end = self
-                .closed
-                .get(1)
-                .map_or(self.active.base_lsn, |s| s.base_lsn);
+            let end = self.closed.get(1).map_or(self.active.base_lsn, |s| s.base_lsn);
             if end > before_lsn {
                 break;
             }
@@ -513,10 +470,7 @@ impl RecordLog {
     fn check_usable(&self) -> Result<(), LogError> {
         match &self.poisoned {
             None => Ok(()),
-            Some(cause) => Err(LogError::Poisoned {
-                dir: self.dir.clone(),
-                cause: cause.clone(),
-            }),
+            Some(cause) => Err(LogError::Poisoned { dir: self.dir.clone(), cause: cause.clone() }),
         }
     }
 
@@ -530,9 +484,7 @@ impl RecordLog {
         if self.buf.is_empty() {
             return Ok(());
         }
-        self.file
-            .write_all(&self.buf)
-            .map_err(io_error("write to", &self.active.path))?;
+        self.file.write_all(&self.buf).map_err(io_error("write to", &self.active.path))?;
         self.file_len += self.buf.len() as u64;
         self.buf.clear();
         self.written_lsn = self.next_lsn - 1;
@@ -543,9 +495,7 @@ impl RecordLog {
     fn sync_active(&mut self) -> Result<(), LogError> {
         self.write_buffer()?;
         if self.durable_len < self.file_len {
-            self.file
-                .sync_data()
-                .map_err(io_error("fsync", &self.active.path))?;
+            self.file.sync_data().map_err(io_error("fsync", &self.active.path))?;
             self.durable_len = self.file_len;
         }
         self.durable_lsn = self.durable_lsn.max(self.written_lsn);
@@ -559,10 +509,7 @@ impl RecordLog {
     /// has a tail that a crash could tear.
     fn rotate(&mut self) -> Result<(), LogError> {
         self.sync_active()?;
-        let next = Segment {
-            base_lsn: self.next_lsn,
-            path: self.dir.join(segment_file_name(self.next_lsn)),
-        };
+        let next = Segment { base_lsn: self.next_lsn, path: self.dir.join(segment_file_name(self.next_lsn)) };
         let file = create_segment_file(&next)?;
         let old = std::mem::replace(&mut self.active, next);
         self.closed.push_back(old);
@@ -615,16 +562,9 @@ fn list_segments(dir: &Path) -> Result<VecDeque<Segment>, LogError> {
         match parse_segment_file_name(name) {
             SegmentName::Other => {}
             SegmentName::Invalid => {
-                return Err(corrupt(
-                    &entry.path(),
-                    0,
-                    "segment file name is not an LSN between 1 and 2^64-1",
-                ))
+                return Err(corrupt(&entry.path(), 0, "segment file name is not an LSN between 1 and 2^64-1"))
             }
-            SegmentName::Base(base_lsn) => segments.push(Segment {
-                base_lsn,
-                path: entry.path(),
-            }),
+            SegmentName::Base(base_lsn) => segments.push(Segment { base_lsn, path: entry.path() }),
         }
     }
     segments.sort_by_key(|s| s.base_lsn);
@@ -635,13 +575,8 @@ fn list_segments(dir: &Path) -> Result<VecDeque<Segment>, LogError> {
 /// and returns it opened for appending.
 fn create_segment_file(segment: &Segment) -> Result<File, LogError> {
     let path = &segment.path;
-    let mut file = OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .open(path)
-        .map_err(io_error("create", path))?;
-    file.write_all(&encode_segment_header(segment.base_lsn))
-        .map_err(io_error("write header of", path))?;
+    let mut file = OpenOptions::new().append(true).create_new(true).open(path).map_err(io_error("create", path))?;
+    file.write_all(&encode_segment_header(segment.base_lsn)).map_err(io_error("write header of", path))?;
     file.sync_all().map_err(io_error("fsync", path))?;
     if let Some(dir) = path.parent() {
         sync_dir(dir)?;
@@ -652,30 +587,21 @@ fn create_segment_file(segment: &Segment) -> Result<File, LogError> {
 /// Replaces the contents of a segment whose creation was interrupted with a fresh header.
 fn rewrite_segment_header(segment: &Segment) -> Result<(), LogError> {
     let path = &segment.path;
-    let mut file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(io_error("open for repair", path))?;
+    let mut file = OpenOptions::new().write(true).open(path).map_err(io_error("open for repair", path))?;
     file.set_len(0).map_err(io_error("truncate", path))?;
-    file.write_all(&encode_segment_header(segment.base_lsn))
-        .map_err(io_error("write header of", path))?;
+    file.write_all(&encode_segment_header(segment.base_lsn)).map_err(io_error("write header of", path))?;
     file.sync_all().map_err(io_error("fsync", path))
 }
 
 fn truncate_file(path: &Path, len: u64) -> Result<(), LogError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(io_error("open for repair", path))?;
+    let file = OpenOptions::new().write(true).open(path).map_err(io_error("open for repair", path))?;
     file.set_len(len).map_err(io_error("truncate", path))?;
     file.sync_all().map_err(io_error("fsync", path))
 }
 
 #[cfg(unix)]
 fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error("fsync directory", dir))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_error("fsync directory", dir))
 }
 
 #[cfg(not(unix))]
@@ -733,9 +659,7 @@ fn scan_segment(segment: &Segment, max_record_bytes: u32) -> Result<Scan, LogErr
         });
     }
     let mut header = [0u8; SEGMENT_HEADER_LEN];
-    reader
-        .read_exact(&mut header)
-        .map_err(io_error("read", path))?;
+    reader.read_exact(&mut header).map_err(io_error("read", path))?;
     match decode_segment_header(&header) {
         Ok(base) if base == segment.base_lsn => {}
         Ok(base) => {
@@ -749,13 +673,7 @@ fn scan_segment(segment: &Segment, max_record_bytes: u32) -> Result<Scan, LogErr
             ))
         }
         Err(reason) if file_len == header_len => return Ok(Scan::TornHeader { file_len, reason }),
-        Err(reason) => {
-            return Err(corrupt(
-                path,
-                0,
-                format!("{reason}, and record data follows the header"),
-            ))
-        }
+        Err(reason) => return Err(corrupt(path, 0, format!("{reason}, and record data follows the header"))),
     }
 
     let mut records = Vec::new();
@@ -768,23 +686,16 @@ fn scan_segment(segment: &Segment, max_record_bytes: u32) -> Result<Scan, LogErr
         }
         let defect = |reason: String| Some(Defect { offset, reason });
         if remaining < RECORD_HEADER_LEN as u64 {
-            break defect(format!(
-                "only {remaining} bytes left, too few for a {RECORD_HEADER_LEN}-byte record header"
-            ));
+            break defect(format!("only {remaining} bytes left, too few for a {RECORD_HEADER_LEN}-byte record header"));
         }
         let mut raw = [0u8; RECORD_HEADER_LEN];
-        reader
-            .read_exact(&mut raw)
-            .map_err(io_error("read", path))?;
+        reader.read_exact(&mut raw).map_err(io_error("read", path))?;
         if raw.iter().all(|&b| b == 0) {
             break defect("zero-filled bytes where a record header should be".to_string());
         }
         let header = RecordHeader::parse(&raw);
         if header.magic != RECORD_MAGIC {
-            break defect(format!(
-                "bad record magic byte {:#04x} (expected {RECORD_MAGIC:#04x})",
-                header.magic
-            ));
+            break defect(format!("bad record magic byte {:#04x} (expected {RECORD_MAGIC:#04x})", header.magic));
         }
         // The length is untrusted until the checksum has been verified: bound it by the
         // configured maximum and by the bytes actually present before allocating for it.
@@ -803,15 +714,10 @@ fn scan_segment(segment: &Segment, max_record_bytes: u32) -> Result<Scan, LogErr
             ));
         }
         let mut payload = vec![0u8; header.payload_len as usize];
-        reader
-            .read_exact(&mut payload)
-            .map_err(io_error("read", path))?;
+        reader.read_exact(&mut payload).map_err(io_error("read", path))?;
         let computed = record_checksum(&raw, &payload);
         if computed != header.crc {
-            break defect(format!(
-                "record checksum mismatch (stored {:#010x}, computed {computed:#010x})",
-                header.crc
-            ));
+            break defect(format!("record checksum mismatch (stored {:#010x}, computed {computed:#010x})", header.crc));
         }
         if header.version != RECORD_FORMAT_VERSION {
             return Err(corrupt(
@@ -825,37 +731,22 @@ fn scan_segment(segment: &Segment, max_record_bytes: u32) -> Result<Scan, LogErr
             ));
         }
         if header.flags != 0 {
-            return Err(corrupt(
-                path,
-                offset,
-                format!("unknown record flags {:#06x}", header.flags),
-            ));
+            return Err(corrupt(path, offset, format!("unknown record flags {:#06x}", header.flags)));
         }
         if header.lsn != expected_lsn {
             return Err(corrupt(
                 path,
                 offset,
-                format!(
-                    "record has LSN {} where LSN {expected_lsn} was expected",
-                    header.lsn
-                ),
+                format!("record has LSN {} where LSN {expected_lsn} was expected", header.lsn),
             ));
         }
         let Some(following) = expected_lsn.checked_add(1) else {
             return Err(corrupt(path, offset, "record uses the last possible LSN"));
         };
-        records.push(Record {
-            lsn: header.lsn,
-            payload,
-        });
+        records.push(Record { lsn: header.lsn, payload });
         expected_lsn = following;
         offset += RECORD_HEADER_LEN as u64 + u64::from(header.payload_len);
     };
 
-    Ok(Scan::Body(SegmentBody {
-        records,
-        next_lsn: expected_lsn,
-        file_len,
-        defect,
-    }))
+    Ok(Scan::Body(SegmentBody { records, next_lsn: expected_lsn, file_len, defect }))
 }

@@ -11,11 +11,7 @@ use tempfile::TempDir;
 use super::*;
 
 fn options(segment_bytes: u64, sync: SyncPolicy) -> LogOptions {
-    LogOptions {
-        segment_bytes,
-        sync,
-        ..LogOptions::default()
-    }
+    LogOptions { segment_bytes, sync, ..LogOptions::default() }
 }
 
 fn buffered() -> LogOptions {
@@ -47,11 +43,7 @@ fn fill(dir: &Path, options: LogOptions, count: usize) -> Vec<Vec<u8>> {
 }
 
 fn payloads_of(recovered: &Recovered) -> Vec<Vec<u8>> {
-    recovered
-        .records
-        .iter()
-        .map(|r| r.payload.clone())
-        .collect()
+    recovered.records.iter().map(|r| r.payload.clone()).collect()
 }
 
 fn assert_consecutive(records: &[Record], first: u64) {
@@ -110,16 +102,9 @@ fn append_bytes(path: &Path, extra: &[u8]) {
 
 fn expect_corrupt(result: Result<(RecordLog, Recovered), LogError>) -> (PathBuf, u64, String) {
     match result {
-        Err(LogError::Corrupt {
-            segment,
-            offset,
-            reason,
-        }) => (segment, offset, reason),
+        Err(LogError::Corrupt { segment, offset, reason }) => (segment, offset, reason),
         Err(other) => panic!("expected a Corrupt error, got: {other}"),
-        Ok((_, recovered)) => panic!(
-            "expected a Corrupt error, recovery returned {} records",
-            recovered.records.len()
-        ),
+        Ok((_, recovered)) => panic!("expected a Corrupt error, recovery returned {} records", recovered.records.len()),
     }
 }
 
@@ -131,19 +116,9 @@ fn creates_missing_directory_and_starts_at_lsn_one() {
     assert!(recovered.records.is_empty());
     assert_eq!(recovered.truncated_bytes, 0);
     assert_eq!(recovered.next_lsn, 1);
-    assert_eq!(
-        (log.next_lsn(), log.durable_lsn(), log.first_lsn()),
-        (1, 0, 1)
-    );
-    assert_eq!(
-        log.sync().unwrap(),
-        0,
-        "syncing an empty log makes nothing durable"
-    );
-    assert_eq!(
-        segment_files(&dir),
-        vec![dir.join("00000000000000000001.seg")]
-    );
+    assert_eq!((log.next_lsn(), log.durable_lsn(), log.first_lsn()), (1, 0, 1));
+    assert_eq!(log.sync().unwrap(), 0, "syncing an empty log makes nothing durable");
+    assert_eq!(segment_files(&dir), vec![dir.join("00000000000000000001.seg")]);
 }
 
 #[test]
@@ -158,11 +133,7 @@ fn round_trip_across_reopen() {
     assert_eq!(recovered.repair, None);
     assert_eq!(log.durable_lsn(), 100);
     assert_eq!(log.append(b"after reopen").unwrap(), 101);
-    assert_eq!(
-        log.durable_lsn(),
-        100,
-        "SyncPolicy::None does not sync on append"
-    );
+    assert_eq!(log.durable_lsn(), 100, "SyncPolicy::None does not sync on append");
     drop(log); // flushes the buffer to the OS without fsync
 
     let (log, recovered) = open(dir.path(), buffered());
@@ -178,11 +149,7 @@ fn round_trip_across_rotation() {
     let written = fill(dir.path(), options(segment_bytes, SyncPolicy::None), 150);
 
     let files = segment_files(dir.path());
-    assert!(
-        files.len() > 10,
-        "expected many segments, got {}",
-        files.len()
-    );
+    assert!(files.len() > 10, "expected many segments, got {}", files.len());
     let mut expected_base = 1;
     for file in &files {
         let name = file.file_name().unwrap().to_str().unwrap();
@@ -190,10 +157,7 @@ fn round_trip_across_rotation() {
         let bounds = record_boundaries(file);
         let records = bounds.len() as u64 - 1;
         let len = fs::metadata(file).unwrap().len();
-        assert!(
-            len <= segment_bytes || records == 1,
-            "{name} is {len} bytes with {records} records"
-        );
+        assert!(len <= segment_bytes || records == 1, "{name} is {len} bytes with {records} records");
         expected_base += records;
     }
     assert_eq!(expected_base, 151);
@@ -230,20 +194,14 @@ fn crash_loses_only_unsynced_records() {
     log.append(b"three").unwrap();
     log.crash();
     let (mut log, recovered) = open(dir.path(), buffered());
-    assert_eq!(
-        payloads_of(&recovered),
-        vec![b"one".to_vec(), b"two".to_vec()]
-    );
+    assert_eq!(payloads_of(&recovered), vec![b"one".to_vec(), b"two".to_vec()]);
     assert_eq!(log.append(b"three again").unwrap(), 3);
 }
 
 #[test]
 fn write_buffer_is_flushed_to_the_os_when_full() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = LogOptions {
-        write_buffer_bytes: 100,
-        ..buffered()
-    };
+    let opts = LogOptions { write_buffer_bytes: 100, ..buffered() };
     let (mut log, _) = open(dir.path(), opts.clone());
     // Records are 50 bytes framed: every second append fills the buffer and writes it out.
     for i in 0..9 {
@@ -254,15 +212,8 @@ fn write_buffer_is_flushed_to_the_os_when_full() {
     assert_eq!(log.durable_lsn(), 0, "flushing to the OS is not an fsync");
     log.crash();
     let (_, recovered) = open(dir.path(), opts);
-    assert_eq!(
-        recovered.records.len(),
-        8,
-        "only the record still buffered is lost"
-    );
-    assert_eq!(
-        recovered.truncated_bytes, 0,
-        "only whole records are written out"
-    );
+    assert_eq!(recovered.records.len(), 8, "only the record still buffered is lost");
+    assert_eq!(recovered.truncated_bytes, 0, "only whole records are written out");
 }
 
 #[test]
@@ -313,11 +264,7 @@ fn torn_tail_at_every_cut_is_truncated_and_log_continues() {
 
 #[test]
 fn zero_filled_and_garbage_tails_are_truncated() {
-    for tail in [
-        vec![0u8; 4096],
-        vec![0u8; 7],
-        b"not a record at all".to_vec(),
-    ] {
+    for tail in [vec![0u8; 4096], vec![0u8; 7], b"not a record at all".to_vec()] {
         let dir = tempfile::tempdir().unwrap();
         let written = fill(dir.path(), buffered(), 5);
         let segment = last_segment(dir.path());
@@ -339,10 +286,7 @@ fn flipped_byte_in_last_record_is_truncated() {
     let segment_name = last_segment(source.path()).file_name().unwrap().to_owned();
     let bounds = record_boundaries(&last_segment(source.path()));
     let (start, end) = (bounds[bounds.len() - 2], bounds[bounds.len() - 1]);
-    assert!(
-        end - start > RECORD_HEADER_LEN as u64,
-        "last record has a payload"
-    );
+    assert!(end - start > RECORD_HEADER_LEN as u64, "last record has a payload");
 
     for offset in start..end {
         for mask in [0x01, 0x80, 0xFF] {
@@ -350,11 +294,7 @@ fn flipped_byte_in_last_record_is_truncated() {
             let segment = dir.path().join(&segment_name);
             flip_byte(&segment, offset, mask);
             let (mut log, recovered) = open(dir.path(), buffered());
-            assert_eq!(
-                payloads_of(&recovered),
-                written[..3],
-                "flip {mask:#x} at {offset}"
-            );
+            assert_eq!(payloads_of(&recovered), written[..3], "flip {mask:#x} at {offset}");
             assert_eq!(recovered.truncated_bytes, end - start);
             assert_eq!(log.append(b"x").unwrap(), 4);
         }
@@ -384,10 +324,7 @@ fn flipped_byte_in_earlier_segment_is_corruption() {
         assert_eq!(offset, record_start);
         assert!(reason.contains("checksum"), "{reason}");
         // The file was left alone for inspection.
-        assert_eq!(
-            fs::read(&path).unwrap().len() as u64,
-            bounds[bounds.len() - 1]
-        );
+        assert_eq!(fs::read(&path).unwrap().len() as u64, bounds[bounds.len() - 1]);
     }
 }
 
@@ -399,10 +336,7 @@ fn corruption_error_names_file_and_offset() {
         reason: "record checksum mismatch".to_string(),
     };
     let message = error.to_string();
-    assert!(
-        message.contains("/wal/00000000000000000007.seg"),
-        "{message}"
-    );
+    assert!(message.contains("/wal/00000000000000000007.seg"), "{message}");
     assert!(message.contains("4242"), "{message}");
     assert!(message.contains("checksum"), "{message}");
 }
@@ -434,19 +368,12 @@ fn huge_length_is_corruption() {
     let start = bounds[bounds.len() - 2];
     for (len, max, expected) in [
         (u32::MAX, DEFAULT_MAX_RECORD_BYTES, "maximum"),
-        (
-            DEFAULT_MAX_RECORD_BYTES + 1,
-            DEFAULT_MAX_RECORD_BYTES,
-            "maximum",
-        ),
+        (DEFAULT_MAX_RECORD_BYTES + 1, DEFAULT_MAX_RECORD_BYTES, "maximum"),
         (1 << 30, u32::MAX, "only"),
     ] {
         let dir = copy_dir(source.path());
         forge_length(&dir.path().join(last_name), start, len);
-        let opts = LogOptions {
-            max_record_bytes: max,
-            ..opts.clone()
-        };
+        let opts = LogOptions { max_record_bytes: max, ..opts.clone() };
         let (_, recovered) = open(dir.path(), opts);
         assert_eq!(payloads_of(&recovered), written[..11]);
         let repair = recovered.repair.unwrap();
@@ -523,10 +450,7 @@ fn interrupted_segment_creation_is_repaired() {
         assert_eq!(log.append(b"into the repaired segment").unwrap(), 13);
         log.sync().unwrap();
         drop(log);
-        assert_eq!(
-            fs::metadata(&next).unwrap().len(),
-            (SEGMENT_HEADER_LEN + RECORD_HEADER_LEN + 25) as u64
-        );
+        assert_eq!(fs::metadata(&next).unwrap().len(), (SEGMENT_HEADER_LEN + RECORD_HEADER_LEN + 25) as u64);
         let (_, recovered) = open(dir.path(), options(120, SyncPolicy::None));
         assert_eq!(recovered.records.len(), 13);
     }
@@ -562,10 +486,7 @@ fn unrelated_files_are_ignored_and_bad_segment_names_rejected() {
 #[test]
 fn oversized_append_is_rejected_and_log_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = LogOptions {
-        max_record_bytes: 16,
-        ..buffered()
-    };
+    let opts = LogOptions { max_record_bytes: 16, ..buffered() };
     let (mut log, _) = open(dir.path(), opts.clone());
     assert_eq!(log.append(&[7; 16]).unwrap(), 1);
     match log.append(&[7; 17]) {
@@ -597,10 +518,7 @@ fn truncate_prefix_keeps_later_records_and_lsn_continuity() {
     let (log, recovered) = open(dir.path(), opts.clone());
     assert_eq!(recovered.records[0].lsn, first);
     assert_consecutive(&recovered.records, first);
-    assert_eq!(
-        payloads_of(&recovered)[..60 - first as usize + 1],
-        written[first as usize - 1..]
-    );
+    assert_eq!(payloads_of(&recovered)[..60 - first as usize + 1], written[first as usize - 1..]);
     assert_eq!(recovered.records.last().unwrap().payload, b"sixty-one");
     assert_eq!(log.first_lsn(), first);
     assert_eq!(log.next_lsn(), 62);
@@ -619,10 +537,7 @@ fn truncate_prefix_of_everything_keeps_lsn_numbering() {
         log.truncate_prefix(before).unwrap();
         assert_eq!(log.segment_count(), 1);
         assert_eq!((log.first_lsn(), log.next_lsn()), (61, 61));
-        assert_eq!(
-            segment_files(dir.path()),
-            vec![dir.path().join(segment_file_name(61))]
-        );
+        assert_eq!(segment_files(dir.path()), vec![dir.path().join(segment_file_name(61))]);
         drop(log);
 
         let (mut log, recovered) = open(dir.path(), opts.clone());
@@ -714,10 +629,7 @@ impl Oracle {
         assert_eq!(log.first_lsn(), self.base);
         let got = &recovered.records;
         assert_consecutive(got, self.base);
-        assert!(
-            got.len() <= self.payloads.len(),
-            "recovered a record never appended"
-        );
+        assert!(got.len() <= self.payloads.len(), "recovered a record never appended");
         for (record, expected) in got.iter().zip(&self.payloads) {
             assert_eq!(&record.payload, expected, "LSN {}", record.lsn);
         }
@@ -741,19 +653,9 @@ impl Oracle {
 
 fn run_ops(segment_bytes: u64, sync: SyncPolicy, ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
-    let opts = LogOptions {
-        segment_bytes,
-        sync,
-        max_record_bytes: 64,
-        write_buffer_bytes: 100,
-    };
+    let opts = LogOptions { segment_bytes, sync, max_record_bytes: 64, write_buffer_bytes: 100 };
     let (mut log, _) = open(dir.path(), opts.clone());
-    let mut oracle = Oracle {
-        base: 1,
-        payloads: Vec::new(),
-        synced: 0,
-        synced_tail: None,
-    };
+    let mut oracle = Oracle { base: 1, payloads: Vec::new(), synced: 0, synced_tail: None };
     for op in ops {
         match op {
             Op::Append(p) => {
@@ -788,12 +690,7 @@ fn run_ops(segment_bytes: u64, sync: SyncPolicy, ops: Vec<Op>) {
                     _ => SEGMENT_HEADER_LEN as u64,
                 };
                 let cut = durable + keep % (len - durable + 1);
-                OpenOptions::new()
-                    .write(true)
-                    .open(&last)
-                    .unwrap()
-                    .set_len(cut)
-                    .unwrap();
+                OpenOptions::new().write(true).open(&last).unwrap().set_len(cut).unwrap();
                 append_bytes(&last, &junk);
                 let (reopened, recovered) = open(dir.path(), opts.clone());
                 oracle.check_recovered(&reopened, &recovered, true);
@@ -815,11 +712,7 @@ fn run_ops(segment_bytes: u64, sync: SyncPolicy, ops: Vec<Op>) {
                 oracle.base = first;
                 assert_eq!(log.next_lsn(), oracle.next_lsn());
                 // Deleted segments were durable; a rotation synced everything.
-                if oracle
-                    .synced_tail
-                    .as_ref()
-                    .is_some_and(|(p, _)| !p.exists())
-                {
+                if oracle.synced_tail.as_ref().is_some_and(|(p, _)| !p.exists()) {
                     oracle.synced_tail = None;
                 }
             }

@@ -11,8 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use virga_log::{
-    segment_file_name, LogError, LogOptions, RecordLog, SyncPolicy, RECORD_HEADER_LEN,
-    SEGMENT_HEADER_LEN,
+    segment_file_name, LogError, LogOptions, RecordLog, SyncPolicy, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 
 /// Forwards to the system allocator, recording the largest allocation requested.
@@ -49,12 +48,7 @@ unsafe impl GlobalAlloc for LargestAllocation {
 static ALLOCATOR: LargestAllocation = LargestAllocation;
 
 fn options(segment_bytes: u64, max_record_bytes: u32) -> LogOptions {
-    LogOptions {
-        segment_bytes,
-        max_record_bytes,
-        sync: SyncPolicy::None,
-        ..LogOptions::default()
-    }
+    LogOptions { segment_bytes, max_record_bytes, sync: SyncPolicy::None, ..LogOptions::default() }
 }
 
 fn le_u32(bytes: &[u8], at: usize) -> u32 {
@@ -80,10 +74,7 @@ fn handmade_record(len: u32, lsn: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut files: Vec<PathBuf> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     files
 }
@@ -133,12 +124,7 @@ fn bogus_lengths_are_rejected_without_allocating_them() {
     // A checksummed header in the last segment announcing 1 GiB (allowed by the maximum)
     // followed by only 100 bytes, then one announcing 4 GiB - 1 with the default maximum.
     let forged = handmade_record(1 << 30, next_lsn, &[7; 100]);
-    OpenOptions::new()
-        .append(true)
-        .open(last)
-        .unwrap()
-        .write_all(&forged)
-        .unwrap();
+    OpenOptions::new().append(true).open(last).unwrap().write_all(&forged).unwrap();
     for max in [u32::MAX, LogOptions::default().max_record_bytes] {
         let copy = tempfile::tempdir().unwrap();
         for file in &files {
@@ -147,10 +133,7 @@ fn bogus_lengths_are_rejected_without_allocating_them() {
         LARGEST.store(0, Ordering::Relaxed);
         let (_, recovered) = RecordLog::open(copy.path(), options(200, max)).unwrap();
         let largest = LARGEST.load(Ordering::Relaxed);
-        assert!(
-            largest < 1 << 20,
-            "recovery allocated {largest} bytes at once"
-        );
+        assert!(largest < 1 << 20, "recovery allocated {largest} bytes at once");
         assert_eq!(recovered.records.len(), 20);
         assert_eq!(recovered.truncated_bytes, forged.len() as u64);
     }
@@ -162,17 +145,12 @@ fn bogus_lengths_are_rejected_without_allocating_them() {
     fs::write(first, bytes).unwrap();
     LARGEST.store(0, Ordering::Relaxed);
     match RecordLog::open(dir.path(), options(200, u32::MAX)) {
-        Err(LogError::Corrupt {
-            segment, offset, ..
-        }) => {
+        Err(LogError::Corrupt { segment, offset, .. }) => {
             assert_eq!(&segment, first);
             assert_eq!(offset, 24);
         }
         other => panic!("expected corruption, got {other:?}"),
     }
     let largest = LARGEST.load(Ordering::Relaxed);
-    assert!(
-        largest < 1 << 20,
-        "recovery allocated {largest} bytes at once"
-    );
+    assert!(largest < 1 << 20, "recovery allocated {largest} bytes at once");
 }

@@ -139,6 +139,41 @@ impl StateTrie {
     }
 }
 
+impl crate::genesis::Genesis {
+    /// The world state the genesis `alloc` describes: each account's storage trie (zero
+    /// values are not stored), its code, then the account itself.
+    pub fn state(&self) -> StateTrie {
+        let mut state = StateTrie::new();
+        for (address, genesis_account) in &self.alloc {
+            let code_hash = state.insert_code(&genesis_account.code);
+            let mut account = Account {
+                nonce: genesis_account.nonce,
+                balance: genesis_account.balance,
+                code_hash,
+                storage_root: EMPTY_ROOT,
+            };
+            if genesis_account.storage.values().any(|v| !v.is_zero()) {
+                let mut storage = SecureTrie::new();
+                for (slot, value) in &genesis_account.storage {
+                    let value = U256::from_be_bytes(value.0);
+                    if !value.is_zero() {
+                        storage.insert(slot.as_slice(), &storage_value_rlp(value));
+                    }
+                }
+                account.storage_root = storage.root_hash();
+                state.storage.insert(*address, storage);
+            }
+            state.set_account(*address, account);
+        }
+        state
+    }
+
+    /// The state root of the genesis `alloc`, as in the genesis block header.
+    pub fn state_root(&self) -> B256 {
+        self.state().root()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,8 +6,9 @@ use alloy_rlp::Header;
 use virga_core::nibbles::decode_hex_prefix;
 
 /// How a node refers to a child.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ChildRef {
+    #[default]
     Empty,
     Hash(B256),
     /// A node shorter than 32 bytes, embedded whole (its RLP list).
@@ -120,12 +121,6 @@ pub fn decode_node(bytes: &[u8]) -> Result<DecodedNode, DecodeError> {
             Ok(DecodedNode::Branch { children: Box::new(children), value: value_item.payload.to_vec() })
         }
         n => Err(DecodeError::ItemCount(n)),
-    }
-}
-
-impl Default for ChildRef {
-    fn default() -> Self {
-        ChildRef::Empty
     }
 }
 

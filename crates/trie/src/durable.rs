@@ -103,8 +103,8 @@ impl DurableTrie {
         let (log, recovered) = RecordLog::open(&dir.join(LOG_DIR), log_options)?;
         let mut replayed = 0;
         for record in &recovered.records {
-            let (record_version, root, updates) = decode_record(&record.payload)
-                .map_err(|what| DurableError::CorruptRecord { lsn: record.lsn, what })?;
+            let (record_version, root, updates) =
+                decode_record(&record.payload).map_err(|what| DurableError::CorruptRecord { lsn: record.lsn, what })?;
             if record_version <= version {
                 continue;
             }

@@ -111,8 +111,7 @@ impl Genesis {
 
     /// Reads and parses a geth-style `genesis.json`; errors name the file.
     pub fn from_file(path: &Path) -> Result<Genesis, GenesisError> {
-        let bytes = std::fs::read(path)
-            .map_err(|error| GenesisError::Read { path: path.to_owned(), error })?;
+        let bytes = std::fs::read(path).map_err(|error| GenesisError::Read { path: path.to_owned(), error })?;
         let parsed = match std::str::from_utf8(&bytes) {
             Ok(text) => Genesis::from_json_str(text),
             Err(e) => Err(GenesisError::NotUtf8 { offset: e.valid_up_to() }),
@@ -122,10 +121,7 @@ impl Genesis {
 
     fn from_tree(root: Json) -> Result<Genesis, GenesisError> {
         let Json::Object(fields) = root else {
-            return Err(GenesisError::NotAnObject {
-                what: "the genesis document".to_owned(),
-                found: root.kind(),
-            });
+            return Err(GenesisError::NotAnObject { what: "the genesis document".to_owned(), found: root.kind() });
         };
         let mut genesis = Genesis::default();
         let mut alloc = None;
@@ -137,9 +133,7 @@ impl Genesis {
                     genesis.config = match value {
                         Json::Null => None,
                         Json::Object(_) => Some(value.to_text()),
-                        other => {
-                            return Err(header(format!("must be a JSON object, found {}", other.kind())))
-                        }
+                        other => return Err(header(format!("must be a JSON object, found {}", other.kind()))),
                     }
                 }
                 "nonce" => genesis.nonce = parse_u64(&value).map_err(header)?,
@@ -205,11 +199,8 @@ fn parse_account(address: Address, value: Json) -> Result<GenesisAccount, Genesi
             found: value.kind(),
         });
     };
-    let fault = |field: &str, problem: String| GenesisError::Account {
-        account: address,
-        field: field.to_owned(),
-        problem,
-    };
+    let fault =
+        |field: &str, problem: String| GenesisError::Account { account: address, field: field.to_owned(), problem };
     let mut account = GenesisAccount::default();
     for (key, value) in fields {
         match key.to_ascii_lowercase().as_str() {
@@ -227,8 +218,9 @@ fn parse_account(address: Address, value: Json) -> Result<GenesisAccount, Genesi
                             let field = || format!("storage[{}]", quote(&slot));
                             let word = match &word {
                                 Json::Null => B256::ZERO,
-                                Json::String(s) => parse_word(s)
-                                    .map_err(|reason| fault(&field(), format!("{} {reason}", quote(s))))?,
+                                Json::String(s) => {
+                                    parse_word(s).map_err(|reason| fault(&field(), format!("{} {reason}", quote(s))))?
+                                }
                                 other => {
                                     return Err(fault(
                                         &field(),
@@ -240,9 +232,7 @@ fn parse_account(address: Address, value: Json) -> Result<GenesisAccount, Genesi
                         }
                         storage
                     }
-                    other => {
-                        return Err(fault("storage", format!("must be a JSON object, found {}", other.kind())))
-                    }
+                    other => return Err(fault("storage", format!("must be a JSON object, found {}", other.kind()))),
                 }
             }
             _ => {}
@@ -284,10 +274,7 @@ fn parse_quantity(text: &str, signed: bool) -> Result<U256, NumberFault> {
     let base = U256::from(radix);
     for c in digits.chars() {
         let digit = U256::from(c.to_digit(radix).unwrap_or(0));
-        value = value
-            .checked_mul(base)
-            .and_then(|v| v.checked_add(digit))
-            .ok_or(NumberFault::TooBig)?;
+        value = value.checked_mul(base).and_then(|v| v.checked_add(digit)).ok_or(NumberFault::TooBig)?;
     }
     if negative && !value.is_zero() {
         return Err(NumberFault::Negative);
@@ -340,7 +327,7 @@ fn parse_bytes(value: &Json) -> Result<Vec<u8>, String> {
     if let Some((at, c)) = first_non_hex(digits) {
         return Err(format!("has the non-hex character {c:?} at offset {}", at + 2));
     }
-    if digits.len() % 2 != 0 {
+    if digits.len() % 2 == 1 {
         return Err(format!("has an odd number of hex digits ({})", digits.len()));
     }
     hex::decode(digits).map_err(|e| e.to_string())
@@ -377,7 +364,7 @@ fn parse_word(text: &str) -> Result<B256, &'static str> {
     if first_non_hex(digits).is_some() {
         return Err("is not hex");
     }
-    if digits.len() % 2 != 0 {
+    if digits.len() % 2 == 1 {
         return Err("has an odd number of hex digits");
     }
     let mut word = [0u8; 32];
@@ -531,10 +518,7 @@ impl<'t> NumberLiterals<'t> {
 
     fn take<E: de::Error>(&self) -> Result<Json, E> {
         let i = self.next.get();
-        let literal = self
-            .literals
-            .get(i)
-            .ok_or_else(|| E::custom("internal error: number literals out of step"))?;
+        let literal = self.literals.get(i).ok_or_else(|| E::custom("internal error: number literals out of step"))?;
         self.next.set(i + 1);
         Ok(Json::Number((*literal).to_owned()))
     }
@@ -773,7 +757,9 @@ mod tests {
         let g = Genesis::from_json_str(text).unwrap();
         assert_eq!(
             g.config.as_deref(),
-            Some(r#"{"chainId":1,"terminalTotalDifficulty":58750000000000000000000,"ethash":{},"x":[1.5,-2e3,"a\"b"]}"#)
+            Some(
+                r#"{"chainId":1,"terminalTotalDifficulty":58750000000000000000000,"ethash":{},"x":[1.5,-2e3,"a\"b"]}"#
+            )
         );
         assert_eq!(g.nonce, 0x42);
         assert_eq!(g.timestamp, 1695902100);
@@ -807,8 +793,14 @@ mod tests {
             (r#"{"balance": ["1"]}"#, format!("{a}: balance must be a string or a number, found array")),
             (r#"{"nonce": "0x1_0"}"#, format!(r#"{a}: nonce "0x1_0" is not a decimal or 0x-hex number"#)),
             (r#"{"nonce": "+1"}"#, format!(r#"{a}: nonce "+1" is not a decimal or 0x-hex number"#)),
-            (r#"{"nonce": "18446744073709551616"}"#, format!(r#"{a}: nonce "18446744073709551616" does not fit in 64 bits"#)),
-            (r#"{"nonce": "0x10000000000000000"}"#, format!(r#"{a}: nonce "0x10000000000000000" does not fit in 64 bits"#)),
+            (
+                r#"{"nonce": "18446744073709551616"}"#,
+                format!(r#"{a}: nonce "18446744073709551616" does not fit in 64 bits"#),
+            ),
+            (
+                r#"{"nonce": "0x10000000000000000"}"#,
+                format!(r#"{a}: nonce "0x10000000000000000" does not fit in 64 bits"#),
+            ),
         ];
         for (body, want) in cases {
             assert_eq!(account_error(body), want, "{body}");
@@ -836,12 +828,24 @@ mod tests {
             (r#"{"code": "0x60zz"}"#.to_owned(), format!("{a}: code has the non-hex character 'z' at offset 4")),
             (r#"{"code": 96}"#.to_owned(), format!("{a}: code must be a hex string, found number")),
             (r#"{"storage": []}"#.to_owned(), format!("{a}: storage must be a JSON object, found array")),
-            (r#"{"storage": {"0x1": "0x01"}}"#.to_owned(), format!(r#"{a}: storage key "0x1" has an odd number of hex digits"#)),
+            (
+                r#"{"storage": {"0x1": "0x01"}}"#.to_owned(),
+                format!(r#"{a}: storage key "0x1" has an odd number of hex digits"#),
+            ),
             (r#"{"storage": {"0X01": "0x01"}}"#.to_owned(), format!(r#"{a}: storage key "0X01" is not hex"#)),
-            (format!(r#"{{"storage": {{"{long_key}": "0x01"}}}}"#), format!(r#"{a}: storage key "{long_key}" is longer than 32 bytes (64 hex digits)"#)),
+            (
+                format!(r#"{{"storage": {{"{long_key}": "0x01"}}}}"#),
+                format!(r#"{a}: storage key "{long_key}" is longer than 32 bytes (64 hex digits)"#),
+            ),
             (r#"{"storage": {"0x01": "0xzz"}}"#.to_owned(), format!(r#"{a}: storage["0x01"] "0xzz" is not hex"#)),
-            (r#"{"storage": {"0x01": "0x123"}}"#.to_owned(), format!(r#"{a}: storage["0x01"] "0x123" has an odd number of hex digits"#)),
-            (r#"{"storage": {"0x01": 1}}"#.to_owned(), format!(r#"{a}: storage["0x01"] must be a hex string, found number"#)),
+            (
+                r#"{"storage": {"0x01": "0x123"}}"#.to_owned(),
+                format!(r#"{a}: storage["0x01"] "0x123" has an odd number of hex digits"#),
+            ),
+            (
+                r#"{"storage": {"0x01": 1}}"#.to_owned(),
+                format!(r#"{a}: storage["0x01"] must be a hex string, found number"#),
+            ),
         ];
         for (body, want) in cases {
             assert_eq!(account_error(&body), want, "{body}");
@@ -903,11 +907,80 @@ mod tests {
         assert!(msg.len() < 300 && msg.contains("(5002 bytes)"), "{msg}");
     }
 
+    /// Every file listed in testdata/genesis/roots.json parses, with the expected shape.
+    #[test]
+    fn vector_files_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/genesis");
+        let roots = std::fs::read_to_string(dir.join("roots.json")).unwrap();
+        let roots: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&roots).unwrap();
+        // file: (accounts, accounts with code, storage slots)
+        let shapes: [(&str, usize, usize, usize); 10] = [
+            ("mainnet.json", 8893, 0, 0),
+            ("sepolia.json", 15, 0, 0),
+            ("goerli.json", 260, 0, 0),
+            ("holesky.json", 317, 1, 31),
+            ("hoodi.json", 335, 5, 33),
+            ("devnet4.json", 263, 1, 31),
+            ("bc_initcollision_pre.json", 4, 1, 2),
+            ("bc_initcollision_post.json", 5, 1, 2),
+            ("single_max_balance_9fe4.json", 1, 0, 0),
+            ("single_max_balance_c2ba.json", 1, 0, 0),
+        ];
+        let mut listed: Vec<&str> = roots.keys().map(String::as_str).collect();
+        listed.sort_unstable();
+        let mut known: Vec<&str> = shapes.iter().map(|s| s.0).collect();
+        known.sort_unstable();
+        assert_eq!(listed, known, "roots.json and this test list different files");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".json") && n != "roots.json")
+            .collect();
+        on_disk.sort_unstable();
+        assert_eq!(on_disk, known, "every vector file must be listed in roots.json");
+
+        for (name, accounts, with_code, slots) in shapes {
+            let root = roots[name].as_str().unwrap();
+            assert!(
+                root.len() == 66 && root.starts_with("0x") && root[2..].bytes().all(|b| b.is_ascii_hexdigit()),
+                "{name}: {root}"
+            );
+            let g = Genesis::from_file(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(g.alloc.len(), accounts, "{name}: accounts");
+            assert_eq!(
+                g.alloc.values().filter(|a| !a.code.is_empty()).count(),
+                with_code,
+                "{name}: accounts with code"
+            );
+            assert_eq!(g.alloc.values().map(|a| a.storage.len()).sum::<usize>(), slots, "{name}: storage slots");
+        }
+
+        // Spot checks of values written in different forms.
+        let g = Genesis::from_file(&dir.join("devnet4.json")).unwrap();
+        let e25 = U256::from(10u64).pow(U256::from(25));
+        assert_eq!(g.alloc[&addr("0xf97e180c050e5ab072211ad2c213eb5aee4df134")].balance, e25);
+        assert_eq!(g.alloc[&addr("0x00000000000000000000000000000000000000ff")].balance, U256::from(1));
+        assert_eq!(g.gas_limit, 0x400000);
+        let g = Genesis::from_file(&dir.join("bc_initcollision_post.json")).unwrap();
+        let a = &g.alloc[&addr("0x6295ee1b4f6dd65047762f924ecd367c17eabf8f")];
+        assert_eq!((a.nonce, a.storage[&word(1)]), (1, word(1)));
+        let g = Genesis::from_file(&dir.join("hoodi.json")).unwrap();
+        assert_eq!(g.alloc[&addr("0x000f3df6d732807ef1319fb7b8bb8522d0beac02")].nonce, 1);
+        for name in ["single_max_balance_9fe4.json", "single_max_balance_c2ba.json"] {
+            let g = Genesis::from_file(&dir.join(name)).unwrap();
+            assert_eq!(g.alloc.values().next().unwrap().balance, U256::MAX, "{name}");
+        }
+        let g = Genesis::from_file(&dir.join("mainnet.json")).unwrap();
+        assert_eq!((g.nonce, g.gas_limit, g.base_fee_per_gas), (0x42, 5000, None));
+        assert!(g.config.as_deref().unwrap().starts_with(r#"{"chainId":1,"homesteadBlock":1150000,"#));
+    }
+
     #[test]
     fn from_file_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("genesis.json");
-        std::fs::write(&path, r#"{"alloc": {"0x00000000000000000000000000000000000000a1": {"balance": "12x"}}}"#).unwrap();
+        std::fs::write(&path, r#"{"alloc": {"0x00000000000000000000000000000000000000a1": {"balance": "12x"}}}"#)
+            .unwrap();
         let msg = Genesis::from_file(&path).unwrap_err().to_string();
         assert_eq!(
             msg,

@@ -15,6 +15,7 @@
 pub mod account;
 pub mod decode;
 pub mod durable;
+pub mod fuzzing;
 pub mod genesis;
 mod node;
 mod ops;

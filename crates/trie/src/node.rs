@@ -239,13 +239,6 @@ impl Node {
         }
         hash
     }
-
-    /// This node's RLP encoding as a fresh vector.
-    pub(crate) fn rlp(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(128);
-        self.encode(&mut out);
-        out
-    }
 }
 
 /// Writes a packed path as an RLP string holding its hex-prefix encoding, without

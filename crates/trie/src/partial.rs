@@ -232,7 +232,7 @@ fn build(bytes: &[u8], hash: Option<B256>) -> Result<Node, BagError> {
         }
         DecodedNode::Branch { children, value } => {
             let mut branch = Branch::empty();
-            for (nibble, child) in (0u8..).zip(children.into_iter()) {
+            for (nibble, child) in (0u8..).zip(*children) {
                 if let Some(child) = build_child(child, error_hash)? {
                     branch.set_child(nibble, child);
                 }

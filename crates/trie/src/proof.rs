@@ -188,14 +188,18 @@ fn walk_proof<'a>(
                 node.to_vec()
             }
         };
-        let node = decode_node(&bytes).map_err(|error| ProofError::Decode { index: fetched.saturating_sub(1), error })?;
+        let node =
+            decode_node(&bytes).map_err(|error| ProofError::Decode { index: fetched.saturating_sub(1), error })?;
         match node {
             DecodedNode::Leaf { path, value } => {
-                let matches = path.len() == key_len - depth && path.iter().enumerate().all(|(i, n)| nibble_at(key, depth + i) == *n);
+                let matches = path.len() == key_len - depth
+                    && path.iter().enumerate().all(|(i, n)| nibble_at(key, depth + i) == *n);
                 return Ok((matches && !value.is_empty()).then_some(value));
             }
             DecodedNode::Extension { path, child } => {
-                if key_len - depth < path.len() || !path.iter().enumerate().all(|(i, n)| nibble_at(key, depth + i) == *n) {
+                if key_len - depth < path.len()
+                    || !path.iter().enumerate().all(|(i, n)| nibble_at(key, depth + i) == *n)
+                {
                     return Ok(None);
                 }
                 depth += path.len();

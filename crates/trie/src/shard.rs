@@ -207,7 +207,9 @@ fn assemble(entries: Vec<(Vec<u8>, Node)>, depth: usize) -> Option<Node> {
         _ => {
             let prefix_len = entries[0].0.len();
             let mut common = 0;
-            while depth + common < prefix_len && entries.iter().all(|(p, _)| p[depth + common] == entries[0].0[depth + common]) {
+            while depth + common < prefix_len
+                && entries.iter().all(|(p, _)| p[depth + common] == entries[0].0[depth + common])
+            {
                 common += 1;
             }
             if common > 0 {

@@ -144,11 +144,8 @@ mod tests {
         let (fork, _) = versions.commit(0, &[update(1, 2), update(3, 2)]).unwrap();
         let (fork_child, _) = versions.commit(fork, &[update(4, 3)]).unwrap();
 
-        let kept: HashSet<usize> = [0, main]
-            .iter()
-            .flat_map(|v| nodes_of(versions.get(*v).unwrap()))
-            .map(|n| n.addr())
-            .collect();
+        let kept: HashSet<usize> =
+            [0, main].iter().flat_map(|v| nodes_of(versions.get(*v).unwrap())).map(|n| n.addr()).collect();
         let doomed: Vec<(usize, Weak<NodeInner>)> = [fork, fork_child]
             .iter()
             .flat_map(|v| nodes_of(versions.get(*v).unwrap()))
@@ -160,7 +157,11 @@ mod tests {
         assert_eq!(versions.drop_fork(fork), Ok(2));
         assert_eq!(versions.retained(), vec![0, main]);
         for (addr, weak) in &doomed {
-            assert_eq!(weak.upgrade().is_some(), kept.contains(addr), "node {addr:#x}: alive iff a kept version reaches it");
+            assert_eq!(
+                weak.upgrade().is_some(),
+                kept.contains(addr),
+                "node {addr:#x}: alive iff a kept version reaches it"
+            );
         }
         let exclusive: HashSet<usize> = doomed.iter().map(|(a, _)| *a).filter(|a| !kept.contains(a)).collect();
         assert_eq!(versions.distinct_nodes(), before - exclusive.len());

@@ -4,6 +4,7 @@
 //! - no acknowledged (printed) version is lost, and
 //! - the recovered root is exactly the root of the recovered version's prefix of
 //!   updates (computed independently in memory), never a mix.
+//!
 //! A second phase tears the log's tail (as a power loss would) and checks that
 //! recovery drops the torn record and lands on an earlier prefix.
 //!
@@ -31,14 +32,16 @@ fn updates(seed: u64, version: u64) -> Vec<Update> {
     (0..rng.random_range(1..24))
         .map(|_| {
             let key = keccak256(rng.random_range(0u32..3000).to_be_bytes()).to_vec();
-            let value = if rng.random_ratio(1, 5) { None } else { Some(vec![rng.random::<u8>() | 1; rng.random_range(1..90)]) };
+            let value =
+                if rng.random_ratio(1, 5) { None } else { Some(vec![rng.random::<u8>() | 1; rng.random_range(1..90)]) };
             (key, value)
         })
         .collect()
 }
 
 fn options() -> DurableOptions {
-    let mut options = DurableOptions { sync: SyncPolicy::Every, checkpoint_every: CHECKPOINT_EVERY, ..Default::default() };
+    let mut options =
+        DurableOptions { sync: SyncPolicy::Every, checkpoint_every: CHECKPOINT_EVERY, ..Default::default() };
     options.log.segment_bytes = 64 << 10;
     options
 }
@@ -96,20 +99,24 @@ fn kill_at_random(dir: &Path, seed: u64, rng: &mut StdRng) -> u64 {
 
 fn run() -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let seed = std::env::var("VIRGA_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
+    let seed =
+        std::env::var("VIRGA_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::rng().random());
     println!("crash test seed {seed} (replay with VIRGA_CRASH_SEED={seed})");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut last_recovered = 0;
     for round in 0..ROUNDS {
         let acknowledged = kill_at_random(dir.path(), seed, &mut rng);
         let started = Instant::now();
-        let (trie, report) = DurableTrie::open(dir.path(), options()).map_err(|e| format!("round {round}: recovery failed: {e}"))?;
+        let (trie, report) =
+            DurableTrie::open(dir.path(), options()).map_err(|e| format!("round {round}: recovery failed: {e}"))?;
         let recovered = trie.version();
         if recovered < acknowledged {
             return Err(format!("round {round}: acknowledged version {acknowledged} but recovered only {recovered}"));
         }
         if recovered < last_recovered {
-            return Err(format!("round {round}: recovered {recovered}, older than the {last_recovered} of the previous round"));
+            return Err(format!(
+                "round {round}: recovered {recovered}, older than the {last_recovered} of the previous round"
+            ));
         }
         let roots = expected_roots(seed, recovered);
         if trie.trie().root_hash() != roots[recovered as usize] {
@@ -146,7 +153,11 @@ fn run() -> Result<(), String> {
 }
 
 fn newest_segment(dir: &Path) -> Option<std::path::PathBuf> {
-    let mut segments: Vec<_> = std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "seg")).collect();
+    let mut segments: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
     segments.sort();
     segments.pop()
 }

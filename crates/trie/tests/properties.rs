@@ -73,7 +73,8 @@ fn naive_root(oracle: &Oracle) -> B256 {
     if oracle.is_empty() {
         return virga_core::EMPTY_ROOT;
     }
-    let entries: Vec<_> = oracle.iter().map(|(k, v)| (virga_core::Nibbles::from_bytes(k).as_slice().to_vec(), v.clone())).collect();
+    let entries: Vec<_> =
+        oracle.iter().map(|(k, v)| (virga_core::Nibbles::from_bytes(k).as_slice().to_vec(), v.clone())).collect();
     keccak256(naive_node(&entries, 0))
 }
 
