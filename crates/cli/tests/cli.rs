@@ -49,7 +49,12 @@ fn trie_test_reports_a_wrong_root_and_fails() {
 fn malformed_inputs_name_the_file_and_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("state-root", "genesis.json", r#"{"alloc": {"0x00000000000000000000000000000000000000aa": {"balance": "12x"}}}"#, "balance"),
+        (
+            "state-root",
+            "genesis.json",
+            r#"{"alloc": {"0x00000000000000000000000000000000000000aa": {"balance": "12x"}}}"#,
+            "balance",
+        ),
         ("state-root", "genesis.json", "{not json", "genesis.json"),
         ("trie-test", "cases.json", r#"{"c": {"in": [["a"]], "root": "0x00"}}"#, "in[0]"),
         ("trie-test", "cases.json", r#"{"c": {"in": {}, "root": "0x1234"}}"#, "32 bytes"),
