@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use virga_trie::account::Account;
 use virga_trie::SecureTrie;
 
-use crate::trie_impl::BenchTrie;
+use crate::trie_impl::{AccountBatch, BenchTrie};
 
 /// The DSM-Tree as a benchmark subject.
 #[derive(Default)]
@@ -33,8 +33,14 @@ impl BenchTrie for VirgaTrie {
     fn insert(&mut self, address: &[u8; 20], account_rlp: &[u8]) {
         self.trie.insert(address, account_rlp);
     }
+    fn insert_batch(&mut self, accounts: &AccountBatch) {
+        self.trie.insert_many(accounts.iter().collect());
+    }
     fn get(&mut self, address: &[u8; 20]) -> usize {
         self.trie.get(address).map_or(0, <[u8]>::len)
+    }
+    fn get_batch(&mut self, addresses: &[[u8; 20]]) -> usize {
+        self.trie.get_many(addresses).iter().map(|value| value.map_or(0, <[u8]>::len)).sum()
     }
     fn root(&mut self) -> [u8; 32] {
         self.trie.root_hash().0
@@ -73,12 +79,21 @@ pub struct TrieBenchConfig {
     pub blocks: usize,
     pub block_updates: usize,
     pub proofs: usize,
+    pub single_inserts: usize,
     pub seed: u64,
 }
 
 impl TrieBenchConfig {
     pub fn new(accounts: usize) -> Self {
-        Self { accounts, gets: 1_000_000, blocks: 100, block_updates: 1_000, proofs: 100_000, seed: 42 }
+        Self {
+            accounts,
+            gets: 1_000_000,
+            blocks: 100,
+            block_updates: 1_000,
+            proofs: 100_000,
+            single_inserts: 100_000,
+            seed: 42,
+        }
     }
 
     /// A peer that recomputes every root from scratch gets fewer blocks and proofs, so
@@ -102,6 +117,13 @@ pub struct OpResult {
     pub count: usize,
     pub seconds: f64,
     pub ops_per_sec: f64,
+    /// Runs the rate is the median of.
+    #[serde(default = "one")]
+    pub runs: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Everything one implementation's child process reports.
@@ -166,38 +188,47 @@ fn measured(name: &str, op: &str, count: usize, elapsed: Duration) -> OpResult {
         count,
         seconds,
         ops_per_sec: if seconds > 0.0 { count as f64 / seconds } else { 0.0 },
+        runs: 1,
     }
 }
 
 const CHUNK: usize = 10_000;
+/// Keys per batched lookup.
+const GET_BATCH: usize = 1_024;
 
-/// Runs every operation for one implementation in this process.
-pub fn run_single(name: &str, config: &TrieBenchConfig, show_progress: bool) -> anyhow::Result<ImplReport> {
+/// Runs every operation for one implementation in this process. `release_free_memory`
+/// asks the allocator to return freed pages to the operating system; it is called
+/// before both readings of resident memory, so that no implementation is credited
+/// with pages another allocation freed, nor charged for temporaries it freed.
+pub fn run_single(
+    name: &str,
+    config: &TrieBenchConfig,
+    show_progress: bool,
+    release_free_memory: &dyn Fn(),
+) -> anyhow::Result<ImplReport> {
     let config = config.scaled_for(name);
     let workload = Workload::generate(config.accounts, config.seed);
-    let rlps: Vec<Vec<u8>> = workload.accounts.iter().map(Account::rlp).collect();
     let mut rng = StdRng::seed_from_u64(config.seed ^ 0x5eed);
     let hidden = |bar: ProgressBar| if show_progress { bar } else { ProgressBar::hidden() };
 
-    let resident_before = resident_bytes();
     let mut subject = make_impl(name)?;
     let mut results = Vec::new();
 
-    // Bulk insert, no root.
+    // Bulk insert, no root: every implementation gets the whole batch.
+    let batch = AccountBatch::new(&workload.addresses, &workload.accounts);
+    release_free_memory();
+    let resident_before = resident_bytes();
     let bar = hidden(progress(config.accounts, format!("{name}: insert")));
     let start = Instant::now();
-    for (chunk_addresses, chunk_rlps) in workload.addresses.chunks(CHUNK).zip(rlps.chunks(CHUNK)) {
-        for (address, rlp) in chunk_addresses.iter().zip(chunk_rlps) {
-            subject.insert(address, rlp);
-        }
-        bar.inc(chunk_addresses.len() as u64);
-    }
+    subject.insert_batch(&batch);
     results.push(measured(name, "insert", config.accounts, start.elapsed()));
     bar.finish_and_clear();
     let start = Instant::now();
     let root = subject.root();
     results.push(measured(name, "first_root", 1, start.elapsed()));
+    release_free_memory();
     let bytes_per_account = resident_bytes().saturating_sub(resident_before) as f64 / config.accounts.max(1) as f64;
+    drop(batch);
 
     // Random gets of existing accounts.
     let picks: Vec<usize> = (0..config.gets).map(|_| rng.random_range(0..config.accounts)).collect();
@@ -216,6 +247,21 @@ pub fn run_single(name: &str, config: &TrieBenchConfig, show_progress: bool) -> 
         bail!("{name}: gets found nothing");
     }
 
+    // The same gets in batches of 1,024.
+    let addresses: Vec<[u8; 20]> = picks.iter().map(|&index| workload.addresses[index]).collect();
+    let bar = hidden(progress(config.gets, format!("{name}: get batch")));
+    let mut batch_bytes = 0usize;
+    let start = Instant::now();
+    for batch in addresses.chunks(GET_BATCH) {
+        batch_bytes += subject.get_batch(batch);
+        bar.inc(batch.len() as u64);
+    }
+    results.push(measured(name, "get_batch", config.gets, start.elapsed()));
+    bar.finish_and_clear();
+    if batch_bytes != found_bytes {
+        bail!("{name}: batched gets found {batch_bytes} bytes, single gets {found_bytes}");
+    }
+
     // Proofs of random accounts at the current root.
     let bar = hidden(progress(config.proofs, format!("{name}: proof")));
     let (mut proof_bytes, mut proof_nodes) = (0usize, 0usize);
@@ -228,6 +274,18 @@ pub fn run_single(name: &str, config: &TrieBenchConfig, show_progress: bool) -> 
     }
     results.push(measured(name, "proof", config.proofs, start.elapsed()));
     bar.finish_and_clear();
+
+    // Single inserts of new accounts into the full trie, one call each.
+    let fresh = Workload::generate(config.single_inserts, config.seed ^ 0xf7e5);
+    let fresh_rlps: Vec<Vec<u8>> = fresh.accounts.iter().map(Account::rlp).collect();
+    let bar = hidden(progress(config.single_inserts, format!("{name}: insert one")));
+    let start = Instant::now();
+    for (address, rlp) in fresh.addresses.iter().zip(&fresh_rlps) {
+        subject.insert(address, rlp);
+    }
+    results.push(measured(name, "insert_one", config.single_inserts, start.elapsed()));
+    bar.finish_and_clear();
+    subject.root();
 
     // Blocks of random balance updates, a root after each.
     let bar = hidden(progress(config.blocks, format!("{name}: blocks")));
@@ -259,6 +317,41 @@ pub fn run_single(name: &str, config: &TrieBenchConfig, show_progress: bool) -> 
     })
 }
 
+/// Runs one implementation `runs` times, each in a fresh child process, and keeps the
+/// median of every rate (and of the memory figure) across the runs.
+pub fn run_median_in_children(
+    exe: &Path,
+    name: &str,
+    config: &TrieBenchConfig,
+    runs: usize,
+) -> anyhow::Result<ImplReport> {
+    let mut reports = Vec::with_capacity(runs.max(1));
+    for _ in 0..runs.max(1) {
+        reports.push(run_in_child(exe, name, config)?);
+    }
+    let mut median = reports[0].clone();
+    for (index, result) in median.results.iter_mut().enumerate() {
+        let mut rates: Vec<f64> = reports.iter().filter_map(|r| r.results.get(index)).map(|r| r.ops_per_sec).collect();
+        result.ops_per_sec = median_of(&mut rates);
+        result.seconds = if result.ops_per_sec > 0.0 { result.count as f64 / result.ops_per_sec } else { 0.0 };
+        result.runs = rates.len();
+    }
+    median.bytes_per_account = median_of(&mut reports.iter().map(|r| r.bytes_per_account).collect::<Vec<_>>());
+    if let Some(other) = reports.iter().find(|r| r.root != median.root) {
+        bail!("{name}: runs disagree on the root ({} vs {})", median.root, other.root);
+    }
+    Ok(median)
+}
+
+fn median_of(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
 /// Runs one implementation in a child process (`exe bench trie --impl-only NAME …`),
 /// whose last stdout line is its JSON report.
 pub fn run_in_child(exe: &Path, name: &str, config: &TrieBenchConfig) -> anyhow::Result<ImplReport> {
@@ -269,6 +362,7 @@ pub fn run_in_child(exe: &Path, name: &str, config: &TrieBenchConfig) -> anyhow:
         .args(["--blocks", &config.blocks.to_string()])
         .args(["--block-updates", &config.block_updates.to_string()])
         .args(["--proofs", &config.proofs.to_string()])
+        .args(["--single-inserts", &config.single_inserts.to_string()])
         .args(["--seed", &config.seed.to_string()])
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -307,28 +401,63 @@ pub fn node_bag_experiment(trie: &SecureTrie, workload: &Workload, transfers: us
     NodeBagReport { transfers, full_witness_bytes, node_bag_bytes, compacted_bytes }
 }
 
+/// What keccak-256 costs on this machine: every implementation hashes each address it
+/// is given and every node of a root it computes, so these bound all of them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeccakCost {
+    /// Nanoseconds to hash a 20-byte address.
+    pub address_ns: f64,
+    /// Nanoseconds to hash a full branch node's 532-byte RLP (four keccak blocks).
+    pub branch_node_ns: f64,
+}
+
+pub fn measure_keccak() -> KeccakCost {
+    fn time_per_hash(input: &[u8], count: usize) -> f64 {
+        let mut buffer = input.to_vec();
+        let start = Instant::now();
+        for i in 0..count {
+            buffer[0] = i as u8;
+            let hash = alloy_primitives::keccak256(&buffer);
+            buffer[1] ^= hash[0];
+        }
+        std::hint::black_box(&buffer);
+        start.elapsed().as_secs_f64() * 1e9 / count as f64
+    }
+    KeccakCost { address_ns: time_per_hash(&[7; 20], 1_000_000), branch_node_ns: time_per_hash(&[7; 532], 200_000) }
+}
+
 /// The whole run: every implementation, and the node-bag experiment on Virga's trie.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrieBenchReport {
     pub accounts: usize,
+    pub runs: usize,
     pub machine: String,
     pub results: Vec<OpResult>,
     pub bytes_per_account: BTreeMap<String, f64>,
     pub proof_bytes_mean: BTreeMap<String, f64>,
     pub roots: BTreeMap<String, String>,
     pub node_bags: NodeBagReport,
+    pub keccak: KeccakCost,
 }
 
 impl TrieBenchReport {
-    pub fn assemble(accounts: usize, reports: Vec<ImplReport>, node_bags: NodeBagReport) -> Self {
+    pub fn assemble(
+        accounts: usize,
+        runs: usize,
+        reports: Vec<ImplReport>,
+        node_bags: NodeBagReport,
+        keccak: KeccakCost,
+    ) -> Self {
         let mut report = Self {
             accounts,
+            runs,
             machine: machine_description(),
             results: Vec::new(),
             bytes_per_account: BTreeMap::new(),
             proof_bytes_mean: BTreeMap::new(),
             roots: BTreeMap::new(),
             node_bags,
+            keccak,
         };
         for implementation in reports {
             report.bytes_per_account.insert(implementation.implementation.clone(), implementation.bytes_per_account);
@@ -355,15 +484,15 @@ impl TrieBenchReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "Trie benchmark: {} accounts (secure state trie, RLP accounts) on {}",
-            self.accounts, self.machine
+            "Trie benchmark: {} accounts (secure state trie, RLP accounts) on {}; median of {} run(s)",
+            self.accounts, self.machine, self.runs
         );
         let _ = write!(out, "{:<18}", "operation");
         for name in &names {
             let _ = write!(out, "{name:>20}");
         }
         let _ = writeln!(out, "{:>16}", "virga/best peer");
-        for op in ["insert", "get", "block_with_root", "proof"] {
+        for op in ["insert", "insert_one", "get", "get_batch", "block_with_root", "proof"] {
             let _ = write!(out, "{:<18}", format!("{op} (ops/s)"));
             for name in &names {
                 let cell = self.rate(name, op).map_or("-".to_string(), |r| format!("{r:.0}"));
@@ -405,6 +534,11 @@ impl TrieBenchReport {
         for (name, root) in &self.roots {
             let _ = writeln!(out, "root {name:<20} {root}");
         }
+        let _ = writeln!(
+            out,
+            "keccak-256 on this machine: {:.0} ns per address, {:.0} ns per full branch node",
+            self.keccak.address_ns, self.keccak.branch_node_ns
+        );
         let bags = &self.node_bags;
         let _ = writeln!(out, "\nWitnesses for {} two-account transfers:", bags.transfers);
         let _ = writeln!(out, "  full witnesses   {:>12} bytes", bags.full_witness_bytes);

@@ -47,6 +47,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     );
     let workload = Workload::generate(args.accounts, args.seed);
     let mut accounts = workload.accounts.clone();
+    crate::release_free_memory();
     let resident_before = resident_bytes();
 
     let loading = bar(args.accounts as u64, "loading state");
@@ -62,6 +63,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     let genesis_root = trie.root_hash();
     let load_with_root_seconds = start.elapsed().as_secs_f64();
     loading.finish_and_clear();
+    crate::release_free_memory();
     let memory_per_account = resident_bytes().saturating_sub(resident_before) as f64 / args.accounts as f64;
 
     let mut rng = StdRng::seed_from_u64(args.seed);

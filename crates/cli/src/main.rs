@@ -60,11 +60,17 @@ struct TrieBenchArgs {
     block_updates: usize,
     #[arg(long, default_value_t = 100_000)]
     proofs: usize,
+    /// Accounts inserted one at a time into the full trie (`insert_one`).
+    #[arg(long, default_value_t = 100_000)]
+    single_inserts: usize,
     /// Two-account transfers in the node-bag experiment.
     #[arg(long, default_value_t = 1_000)]
     transfers: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Runs of each implementation (each in a fresh process); rates are their medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
     /// Writes the results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -112,6 +118,13 @@ fn trie_test(path: &std::path::Path, secure: bool) -> anyhow::Result<ExitCode> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// Returns freed pages to the operating system, so resident memory counts live data.
+fn release_free_memory() {
+    // SAFETY: `mi_collect` only asks the allocator (installed above as the global one)
+    // to purge its free lists; it takes no pointers.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 fn bench_trie(args: &TrieBenchArgs) -> anyhow::Result<ExitCode> {
     use virga_bench::trie::{self, TrieBenchConfig};
     let config = TrieBenchConfig {
@@ -120,10 +133,11 @@ fn bench_trie(args: &TrieBenchArgs) -> anyhow::Result<ExitCode> {
         blocks: args.blocks,
         block_updates: args.block_updates,
         proofs: args.proofs,
+        single_inserts: args.single_inserts,
         seed: args.seed,
     };
     if let Some(name) = &args.impl_only {
-        let report = trie::run_single(name, &config, true)?;
+        let report = trie::run_single(name, &config, true, &release_free_memory)?;
         println!("{}", serde_json::to_string(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -135,13 +149,13 @@ fn bench_trie(args: &TrieBenchArgs) -> anyhow::Result<ExitCode> {
     let mut reports = Vec::new();
     for name in trie::implementation_names(with_peers) {
         eprintln!("measuring {name} …");
-        reports.push(trie::run_in_child(&exe, name, &config)?);
+        reports.push(trie::run_median_in_children(&exe, name, &config, args.runs)?);
     }
     eprintln!("node-bag experiment …");
     let workload = trie::Workload::generate(config.accounts, config.seed);
     let virga = trie::build_virga(&workload);
     let bags = trie::node_bag_experiment(&virga, &workload, args.transfers, config.seed);
-    let report = trie::TrieBenchReport::assemble(config.accounts, reports, bags);
+    let report = trie::TrieBenchReport::assemble(config.accounts, args.runs, reports, bags, trie::measure_keccak());
     print!("{}", report.render());
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report.to_json())?)

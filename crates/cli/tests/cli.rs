@@ -104,6 +104,8 @@ fn bench_trie_writes_the_promised_json() {
         "300",
         "--transfers",
         "50",
+        "--runs",
+        "2",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -116,6 +118,8 @@ fn bench_trie_writes_the_promised_json() {
         assert!(row["ops_per_sec"].as_f64().unwrap() > 0.0, "{op}");
     }
     assert!(report["bytes_per_account"]["virga"].as_f64().is_some());
+    assert_eq!(report["runs"], 2);
+    assert!(report["keccak"]["address_ns"].as_f64().unwrap() > 0.0);
     // Every implementation measured built the same state.
     let roots = report["roots"].as_object().unwrap();
     let ethereum_roots: Vec<_> =

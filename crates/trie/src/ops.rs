@@ -283,6 +283,140 @@ fn merge_prefix(prefix: Vec<u8>, child: &Node) -> Option<Node> {
     }
 }
 
+/// Hints that the memory at `ptr` will be read soon.
+#[inline(always)]
+fn prefetch<T>(ptr: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect and never faults, whatever the
+    // address; SSE is part of the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr.cast())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+/// Lookups advanced together by [`get_many`]: enough to keep the memory system busy
+/// with independent misses.
+const LOOKUP_GROUP: usize = 16;
+
+/// One lookup of [`get_many`] in flight.
+#[derive(Clone, Copy)]
+struct Cursor<'a> {
+    node: Option<&'a Node>,
+    depth: usize,
+    /// Whether the out-of-line bytes this node needs (a leaf's data, an extension's
+    /// path, a spilled children array) were already prefetched.
+    ready: bool,
+}
+
+/// Gets of many keys from a complete trie, interleaved: each round advances every
+/// lookup of a group by one node and prefetches what it will read next, so the cache
+/// misses of independent lookups overlap instead of following one another.
+pub(crate) fn get_many<'a, K: AsRef<[u8]>>(root: &'a Node, keys: &[K]) -> Vec<Option<&'a [u8]>> {
+    let mut found = vec![None; keys.len()];
+    for (group_index, group) in keys.chunks(LOOKUP_GROUP).enumerate() {
+        let base = group_index * LOOKUP_GROUP;
+        let mut cursors = [Cursor { node: None, depth: 0, ready: false }; LOOKUP_GROUP];
+        for cursor in cursors.iter_mut().take(group.len()) {
+            cursor.node = Some(root);
+        }
+        let mut active = group.len();
+        while active > 0 {
+            for (index, key) in group.iter().enumerate() {
+                let cursor = &mut cursors[index];
+                let Some(node) = cursor.node else { continue };
+                let key = key.as_ref();
+                let key_len = key.len() * 2;
+                let next = match node.kind() {
+                    Kind::Leaf(data) => {
+                        if !cursor.ready {
+                            prefetch(data.as_ptr());
+                            cursor.ready = true;
+                            continue;
+                        }
+                        let n = nibble_count(data);
+                        let hit = n == key_len - cursor.depth && common_prefix(data, key, cursor.depth) == n;
+                        found[base + index] = hit.then(|| &data[packed_len(data)..]);
+                        None
+                    }
+                    Kind::Extension(data, child) => {
+                        if !cursor.ready {
+                            prefetch(data.as_ptr());
+                            cursor.ready = true;
+                            continue;
+                        }
+                        let n = nibble_count(data);
+                        if key_len - cursor.depth >= n && common_prefix(data, key, cursor.depth) == n {
+                            cursor.depth += n;
+                            Some(child)
+                        } else {
+                            None
+                        }
+                    }
+                    Kind::Branch(branch) => {
+                        if branch.children.spilled() && !cursor.ready {
+                            prefetch(branch.children.as_ptr());
+                            cursor.ready = true;
+                            continue;
+                        }
+                        if cursor.depth == key_len {
+                            found[base + index] = branch.value();
+                            None
+                        } else {
+                            cursor.depth += 1;
+                            branch.child(nibble_at(key, cursor.depth - 1))
+                        }
+                    }
+                    // A complete trie holds no hash nodes; `Trie::get_many` is only for those.
+                    Kind::Hash => None,
+                };
+                cursor.ready = false;
+                cursor.node = next;
+                match next {
+                    Some(child) => prefetch(child.as_ptr()),
+                    None => active -= 1,
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Builds the subtree at nibble `depth` holding `entries`: sorted, unique keys with
+/// non-empty values, all sharing their first `depth` nibbles.
+pub(crate) fn build_sorted(entries: &[(&[u8], &[u8])], depth: usize) -> Option<Node> {
+    let (first, rest) = entries.split_first()?;
+    if rest.is_empty() {
+        return Some(Node::leaf(key_nibbles(first.0, depth, first.0.len() * 2), first.1));
+    }
+    // Sorted keys share exactly the prefix their first and last share.
+    let last = entries[entries.len() - 1].0;
+    let limit = (first.0.len() * 2).min(last.len() * 2);
+    let mut split = depth;
+    while split < limit && nibble_at(first.0, split) == nibble_at(last, split) {
+        split += 1;
+    }
+    let mut branch = Branch::empty();
+    let mut children = entries;
+    if first.0.len() * 2 == split {
+        // The first key ends here (it prefixes all the others): the branch's value.
+        branch.value = Some(Box::new(first.1.into()));
+        children = rest;
+    }
+    while let Some((head, _)) = children.first() {
+        let nibble = nibble_at(head, split);
+        let run = children.iter().take_while(|(key, _)| nibble_at(key, split) == nibble).count();
+        let (group, remaining) = children.split_at(run);
+        if let Some(child) = build_sorted(group, split + 1) {
+            branch.set_child(nibble, child);
+        }
+        children = remaining;
+    }
+    let node = Node::branch(branch);
+    Some(if split > depth { Node::extension(key_nibbles(first.0, depth, split), node) } else { node })
+}
+
 /// Visits every (key nibbles, value) pair below `node` in key order.
 pub(crate) fn for_each(node: &Node, prefix: &mut Vec<u8>, visit: &mut dyn FnMut(&[u8], &[u8])) {
     match node.kind() {

@@ -39,6 +39,15 @@ impl Trie {
         self.root.as_ref().and_then(|root| complete(ops::get(root, key, 0)))
     }
 
+    /// Looks up many keys at once, in order. Faster per key than [`Self::get`] for
+    /// large batches: the lookups are interleaved so their cache misses overlap.
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Option<&[u8]>> {
+        match &self.root {
+            None => vec![None; keys.len()],
+            Some(root) => ops::get_many(root, keys),
+        }
+    }
+
     /// Inserts or overwrites. As in Ethereum, an empty value deletes the key.
     pub fn insert(&mut self, key: &[u8], value: &[u8]) {
         if value.is_empty() {
@@ -51,6 +60,29 @@ impl Trie {
     /// Removes `key`; returns whether it was present.
     pub fn remove(&mut self, key: &[u8]) -> bool {
         complete(ops::remove(&mut self.root, key, 0))
+    }
+
+    /// Inserts many pairs at once (later duplicates win; empty values delete). Into an
+    /// empty trie this sorts the pairs and builds the trie bottom-up in one pass, with
+    /// no path walked twice; otherwise it inserts them one by one.
+    pub fn insert_many<K: AsRef<[u8]>, V: AsRef<[u8]>>(&mut self, mut pairs: Vec<(K, V)>) {
+        if self.root.is_some() {
+            for (key, value) in &pairs {
+                self.insert(key.as_ref(), value.as_ref());
+            }
+            return;
+        }
+        // Stable sort keeps arrival order among equal keys, so the last one wins below.
+        pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+        let mut unique: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
+        for (key, value) in &pairs {
+            match unique.last_mut() {
+                Some(last) if last.0 == key.as_ref() => last.1 = value.as_ref(),
+                _ => unique.push((key.as_ref(), value.as_ref())),
+            }
+        }
+        unique.retain(|(_, value)| !value.is_empty());
+        self.root = ops::build_sorted(&unique, 0);
     }
 
     /// The root hash; computes and caches the hashes of nodes changed since the last call.
@@ -147,8 +179,20 @@ impl SecureTrie {
         self.inner.insert(keccak256(key).as_slice(), value)
     }
 
+    /// Looks up many keys at once; see [`Trie::get_many`].
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Option<&[u8]>> {
+        let hashed: Vec<B256> = keys.iter().map(|k| keccak256(k.as_ref())).collect();
+        self.inner.get_many(&hashed)
+    }
+
     pub fn remove(&mut self, key: &[u8]) -> bool {
         self.inner.remove(keccak256(key).as_slice())
+    }
+
+    /// Inserts many pairs at once; see [`Trie::insert_many`].
+    pub fn insert_many<K: AsRef<[u8]>, V: AsRef<[u8]>>(&mut self, pairs: Vec<(K, V)>) {
+        let hashed: Vec<(B256, V)> = pairs.into_iter().map(|(k, v)| (keccak256(k.as_ref()), v)).collect();
+        self.inner.insert_many(hashed);
     }
 
     /// Access by an already hashed key (what proofs and witnesses are about).

@@ -117,12 +117,11 @@ impl VersionedTrie {
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
-    use std::sync::{Arc, Weak};
 
     use alloy_primitives::keccak256;
 
     use super::*;
-    use crate::node::{Node, NodeInner};
+    use crate::node::{live, Node};
 
     fn nodes_of(trie: &Trie) -> Vec<Node> {
         let mut out = Vec::new();
@@ -130,6 +129,10 @@ mod tests {
             crate::ops::visit_nodes(root, &mut |node| out.push(node.clone()));
         }
         out
+    }
+
+    fn addresses(versions: &VersionedTrie, ids: &[VersionId]) -> HashSet<usize> {
+        ids.iter().flat_map(|v| nodes_of(versions.get(*v).unwrap())).map(|n| n.addr()).collect()
     }
 
     #[test]
@@ -144,27 +147,20 @@ mod tests {
         let (fork, _) = versions.commit(0, &[update(1, 2), update(3, 2)]).unwrap();
         let (fork_child, _) = versions.commit(fork, &[update(4, 3)]).unwrap();
 
-        let kept: HashSet<usize> =
-            [0, main].iter().flat_map(|v| nodes_of(versions.get(*v).unwrap())).map(|n| n.addr()).collect();
-        let doomed: Vec<(usize, Weak<NodeInner>)> = [fork, fork_child]
-            .iter()
-            .flat_map(|v| nodes_of(versions.get(*v).unwrap()))
-            .map(|n| (n.addr(), Arc::downgrade(&n.0)))
-            .collect();
+        let kept = addresses(&versions, &[0, main]);
+        let doomed = addresses(&versions, &[fork, fork_child]);
+        let exclusive = doomed.difference(&kept).count();
+        assert!(exclusive > 0, "the fork has nodes of its own");
         let before = versions.distinct_nodes();
-        assert!(doomed.iter().any(|(addr, _)| !kept.contains(addr)), "the fork has nodes of its own");
+        assert_eq!(before, kept.union(&doomed).count());
+        let live_before = live::count();
 
         assert_eq!(versions.drop_fork(fork), Ok(2));
         assert_eq!(versions.retained(), vec![0, main]);
-        for (addr, weak) in &doomed {
-            assert_eq!(
-                weak.upgrade().is_some(),
-                kept.contains(addr),
-                "node {addr:#x}: alive iff a kept version reaches it"
-            );
-        }
-        let exclusive: HashSet<usize> = doomed.iter().map(|(a, _)| *a).filter(|a| !kept.contains(a)).collect();
-        assert_eq!(versions.distinct_nodes(), before - exclusive.len());
+        // Every node only the fork reached was freed, and no other.
+        assert_eq!(live_before - live::count(), exclusive as isize);
+        assert_eq!(versions.distinct_nodes(), before - exclusive);
+        assert_eq!(addresses(&versions, &[0, main]), kept);
     }
 
     #[test]

@@ -230,3 +230,50 @@ fn snapshot_is_unchanged_by_later_writes_and_shares_nodes() {
     assert_eq!(old.get(keccak256(0u32.to_be_bytes()).as_slice()), Some(&[1u8; 40][..]));
     assert_eq!(trie.get(keccak256(0u32.to_be_bytes()).as_slice()), Some(&[2u8; 40][..]));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The one-pass bulk build gives the same trie as inserting one by one, for keys that
+    /// prefix each other, duplicates (last wins) and empty values (deletes).
+    #[test]
+    fn bulk_build_equals_one_by_one(pairs in prop::collection::vec(
+        (prop::collection::vec(prop::sample::select(vec![0x00u8, 0x01, 0x10, 0xab, 0xff]), 0..4),
+         prop::collection::vec(any::<u8>(), 0..40)),
+        0..80,
+    )) {
+        let mut one_by_one = Trie::new();
+        for (key, value) in &pairs {
+            one_by_one.insert(key, value);
+        }
+        let mut bulk = Trie::new();
+        bulk.insert_many(pairs.clone());
+        prop_assert_eq!(bulk.root_hash(), one_by_one.root_hash());
+        prop_assert_eq!(bulk.entries(), one_by_one.entries());
+        // Into a non-empty trie the batch is applied on top.
+        let mut on_top = one_by_one.clone();
+        on_top.insert_many(pairs.clone());
+        prop_assert_eq!(on_top.root_hash(), one_by_one.root_hash());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Interleaved batch lookups answer exactly as one-by-one gets, present or absent,
+    /// for keys that prefix each other (branch values) and inline nodes.
+    #[test]
+    fn get_many_equals_get(
+        pairs in prop::collection::vec((prop::collection::vec(prop::sample::select(vec![0x00u8, 0x01, 0x10, 0xab]), 0..4), prop::collection::vec(any::<u8>(), 1..40)), 0..80),
+        probes in prop::collection::vec(prop::collection::vec(prop::sample::select(vec![0x00u8, 0x01, 0x10, 0xab, 0xff]), 0..5), 0..60),
+    ) {
+        let mut trie = Trie::new();
+        for (key, value) in &pairs {
+            trie.insert(key, value);
+        }
+        let keys: Vec<Vec<u8>> = pairs.iter().map(|(k, _)| k.clone()).chain(probes).collect();
+        let batch = trie.get_many(&keys);
+        let single: Vec<Option<&[u8]>> = keys.iter().map(|k| trie.get(k)).collect();
+        prop_assert_eq!(batch, single);
+    }
+}
