@@ -37,10 +37,10 @@ impl BenchTrie for VirgaTrie {
         self.trie.insert_many(accounts.iter().collect());
     }
     fn get(&mut self, address: &[u8; 20]) -> usize {
-        self.trie.get(address).map_or(0, <[u8]>::len)
+        self.trie.get(address).map_or(0, |value| value.len())
     }
     fn get_batch(&mut self, addresses: &[[u8; 20]]) -> usize {
-        self.trie.get_many(addresses).iter().map(|value| value.map_or(0, <[u8]>::len)).sum()
+        self.trie.get_many(addresses).iter().map(|value| value.as_ref().map_or(0, |v| v.len())).sum()
     }
     fn root(&mut self) -> [u8; 32] {
         self.trie.root_hash().0

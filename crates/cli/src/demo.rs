@@ -101,7 +101,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
         let proof = trie.prove(&address);
         proof_bytes += proof.iter().map(Vec::len).sum::<usize>();
         let value = verify_proof(root, alloy_primitives::keccak256(address).as_slice(), &proof)?;
-        anyhow::ensure!(value.as_deref() == trie.get(&address), "proof of account {index} disagrees with the trie");
+        anyhow::ensure!(
+            value.as_deref() == trie.get(&address).as_deref(),
+            "proof of account {index} disagrees with the trie"
+        );
     }
     let proof_seconds = start.elapsed().as_secs_f64();
     anyhow::ensure!(genesis.root_hash() == genesis_root, "the genesis snapshot changed");

@@ -70,7 +70,7 @@ impl StateTrie {
     /// The account at `address`. A stored value that is not a valid account is an error
     /// of the state itself, reported rather than hidden.
     pub fn account(&self, address: &Address) -> Result<Option<Account>, alloy_rlp::Error> {
-        self.accounts.get(address.as_slice()).map(Account::decode_rlp).transpose()
+        self.accounts.get(address.as_slice()).map(|raw| Account::decode_rlp(&raw)).transpose()
     }
 
     /// Stores `account` as is (its storage root is overwritten at the next [`Self::root`]

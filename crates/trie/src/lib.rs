@@ -26,6 +26,7 @@ mod rlp;
 pub mod shard;
 mod trie;
 pub mod trietest;
+mod value;
 pub mod versions;
 
 pub use decode::{decode_node, ChildRef, DecodeError, DecodedNode};

@@ -15,7 +15,7 @@ use triomphe::Arc;
 use alloy_primitives::{keccak256, B256};
 
 use crate::path::{self, nibble_count, packed_len};
-use crate::rlp;
+use crate::{rlp, value};
 
 /// A shared pointer to one trie node.
 #[derive(Clone)]
@@ -34,7 +34,7 @@ pub(crate) struct NodeInner {
 
 #[derive(Clone)]
 pub(crate) enum Kind {
-    /// Packed remaining path followed by the value, in one allocation.
+    /// Packed remaining path followed by the stored value (see `value`), in one allocation.
     Leaf(Box<[u8]>),
     /// Packed shared path, and the branch it leads to.
     Extension(Box<[u8]>, Node),
@@ -124,7 +124,12 @@ impl Node {
     }
 
     pub(crate) fn leaf(nibbles: impl ExactSizeIterator<Item = u8>, value: &[u8]) -> Self {
-        Self::new(Kind::Leaf(path::pack(nibbles, value)))
+        Self::new(Kind::Leaf(path::pack_with(nibbles, value.len(), |out| value::store(value, out))))
+    }
+
+    /// A leaf whose value is given in its stored form (moving a leaf to another path).
+    pub(crate) fn leaf_stored(nibbles: impl ExactSizeIterator<Item = u8>, stored: &[u8]) -> Self {
+        Self::new(Kind::Leaf(path::pack(nibbles, stored)))
     }
 
     pub(crate) fn extension(nibbles: impl ExactSizeIterator<Item = u8>, child: Node) -> Self {
@@ -187,7 +192,7 @@ impl Node {
         match self.kind() {
             Kind::Leaf(data) => {
                 encode_path(data, true, out);
-                rlp::append_string(&data[packed_len(data)..], out);
+                value::append_rlp_string(&data[packed_len(data)..], out);
             }
             Kind::Extension(path, child) => {
                 encode_path(path, false, out);
@@ -272,7 +277,8 @@ impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.kind() {
             Kind::Leaf(data) => {
-                write!(f, "Leaf({:?}, {})", path::unpack(data), virga_core::to_hex(&data[packed_len(data)..]))
+                let stored = &data[packed_len(data)..];
+                write!(f, "Leaf({:?}, {})", path::unpack(data), virga_core::to_hex(&value::load(stored)))
             }
             Kind::Extension(p, child) => write!(f, "Ext({:?}, {:?})", path::unpack(p), child),
             Kind::Branch(b) => {

@@ -5,12 +5,15 @@
 //! Functions return `Err(Stopped)` when they reach a hash node: a subtree this trie
 //! knows only by its hash. A full trie has none, so it never sees that error.
 
+use std::borrow::Cow;
+
 use alloy_primitives::B256;
 use virga_core::nibbles::nibble_at;
 use virga_core::Nibbles;
 
 use crate::node::{Branch, Kind, Node};
 use crate::path::{self, common_prefix, key_nibbles, nibble_count, packed_len, path_nibbles};
+use crate::value;
 
 /// An operation reached a subtree known only by its hash.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,14 +33,14 @@ fn stopped(node: &Node, key: &[u8], depth: usize) -> Stopped {
     Stopped { hash: node.cached_hash().unwrap_or_default(), path }
 }
 
-pub(crate) fn get<'a>(mut node: &'a Node, key: &[u8], mut depth: usize) -> Result<Option<&'a [u8]>, Stopped> {
+pub(crate) fn get<'a>(mut node: &'a Node, key: &[u8], mut depth: usize) -> Result<Option<Cow<'a, [u8]>>, Stopped> {
     let key_len = key.len() * 2;
     loop {
         match node.kind() {
             Kind::Leaf(data) => {
                 let n = nibble_count(data);
                 let found = n == key_len - depth && common_prefix(data, key, depth) == n;
-                return Ok(found.then(|| &data[packed_len(data)..]));
+                return Ok(found.then(|| value::load(&data[packed_len(data)..])));
             }
             Kind::Extension(data, child) => {
                 let n = nibble_count(data);
@@ -49,7 +52,7 @@ pub(crate) fn get<'a>(mut node: &'a Node, key: &[u8], mut depth: usize) -> Resul
             }
             Kind::Branch(branch) => {
                 if depth == key_len {
-                    return Ok(branch.value());
+                    return Ok(branch.value().map(Cow::Borrowed));
                 }
                 match branch.child(nibble_at(key, depth)) {
                     Some(child) => {
@@ -83,18 +86,18 @@ fn insert_into(node: &mut Node, key: &[u8], depth: usize, value: &[u8]) -> Resul
             let n = nibble_count(data);
             let common = common_prefix(data, key, depth);
             if common == n && n == key_len - depth {
-                if &data[packed_len(data)..] != value {
+                if !value::holds(&data[packed_len(data)..], value) {
                     *node = Node::leaf(key_nibbles(key, depth, key_len), value);
                 }
                 return Ok(());
             }
             let mut branch = Branch::empty();
-            let old_value = &data[packed_len(data)..];
+            let old_stored = &data[packed_len(data)..];
             if common == n {
-                branch.value = Some(Box::new(old_value.into()));
+                branch.value = Some(Box::new(value::load(old_stored).into()));
             } else {
                 let nibble = path::nibble(data, common);
-                branch.set_child(nibble, Node::leaf(path_nibbles(data, common + 1), old_value));
+                branch.set_child(nibble, Node::leaf_stored(path_nibbles(data, common + 1), old_stored));
             }
             place_in_branch(&mut branch, key, depth + common, value);
             *node = wrap_in_extension(key, depth, common, Node::branch(branch));
@@ -273,7 +276,7 @@ fn merge_prefix(prefix: Vec<u8>, child: &Node) -> Option<Node> {
     match child.kind() {
         Kind::Leaf(data) => {
             let nibbles: Vec<u8> = prefix.into_iter().chain(path_nibbles(data, 0)).collect();
-            Some(Node::leaf(nibbles.into_iter(), &data[packed_len(data)..]))
+            Some(Node::leaf_stored(nibbles.into_iter(), &data[packed_len(data)..]))
         }
         Kind::Extension(data, grandchild) => {
             let nibbles: Vec<u8> = prefix.into_iter().chain(path_nibbles(data, 0)).collect();
@@ -313,7 +316,7 @@ struct Cursor<'a> {
 /// Gets of many keys from a complete trie, interleaved: each round advances every
 /// lookup of a group by one node and prefetches what it will read next, so the cache
 /// misses of independent lookups overlap instead of following one another.
-pub(crate) fn get_many<'a, K: AsRef<[u8]>>(root: &'a Node, keys: &[K]) -> Vec<Option<&'a [u8]>> {
+pub(crate) fn get_many<'a, K: AsRef<[u8]>>(root: &'a Node, keys: &[K]) -> Vec<Option<Cow<'a, [u8]>>> {
     let mut found = vec![None; keys.len()];
     for (group_index, group) in keys.chunks(LOOKUP_GROUP).enumerate() {
         let base = group_index * LOOKUP_GROUP;
@@ -337,7 +340,7 @@ pub(crate) fn get_many<'a, K: AsRef<[u8]>>(root: &'a Node, keys: &[K]) -> Vec<Op
                         }
                         let n = nibble_count(data);
                         let hit = n == key_len - cursor.depth && common_prefix(data, key, cursor.depth) == n;
-                        found[base + index] = hit.then(|| &data[packed_len(data)..]);
+                        found[base + index] = hit.then(|| value::load(&data[packed_len(data)..]));
                         None
                     }
                     Kind::Extension(data, child) => {
@@ -361,7 +364,7 @@ pub(crate) fn get_many<'a, K: AsRef<[u8]>>(root: &'a Node, keys: &[K]) -> Vec<Op
                             continue;
                         }
                         if cursor.depth == key_len {
-                            found[base + index] = branch.value();
+                            found[base + index] = branch.value().map(Cow::Borrowed);
                             None
                         } else {
                             cursor.depth += 1;
@@ -423,7 +426,7 @@ pub(crate) fn for_each(node: &Node, prefix: &mut Vec<u8>, visit: &mut dyn FnMut(
         Kind::Leaf(data) => {
             let len = prefix.len();
             prefix.extend(path_nibbles(data, 0));
-            visit(prefix, &data[packed_len(data)..]);
+            visit(prefix, &value::load(&data[packed_len(data)..]));
             prefix.truncate(len);
         }
         Kind::Extension(data, child) => {

@@ -6,6 +6,7 @@
 //! what it holds (naming the hash node that stops an operation), prunes back to a
 //! retention level, and revises witnesses taken at an older root.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use alloy_primitives::{keccak256, B256};
@@ -84,7 +85,7 @@ impl PartialTrie {
         }
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>, Stopped> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>, Stopped> {
         match &self.root {
             None => Ok(None),
             Some(root) => ops::get(root, key, 0),

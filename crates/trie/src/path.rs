@@ -25,11 +25,20 @@ pub(crate) fn nibble(data: &[u8], index: usize) -> u8 {
     nibble_at(&data[HEADER_LEN..], index)
 }
 
-/// Packs `nibbles` followed by `tail` (a leaf's value; empty for extensions).
+/// Packs `nibbles` followed by `tail` (a leaf's stored value; empty for extensions).
 pub(crate) fn pack(nibbles: impl ExactSizeIterator<Item = u8>, tail: &[u8]) -> Box<[u8]> {
+    pack_with(nibbles, tail.len(), |out| out.extend_from_slice(tail))
+}
+
+/// Packs `nibbles` followed by whatever `write_tail` appends (about `tail_len` bytes).
+pub(crate) fn pack_with(
+    nibbles: impl ExactSizeIterator<Item = u8>,
+    tail_len: usize,
+    write_tail: impl FnOnce(&mut Vec<u8>),
+) -> Box<[u8]> {
     let count = nibbles.len();
     assert!(count <= u16::MAX as usize, "path of {count} nibbles is too long");
-    let mut out = Vec::with_capacity(HEADER_LEN + count.div_ceil(2) + tail.len());
+    let mut out = Vec::with_capacity(HEADER_LEN + count.div_ceil(2) + tail_len + 1);
     out.extend_from_slice(&(count as u16).to_le_bytes());
     let mut pending: Option<u8> = None;
     for n in nibbles {
@@ -41,7 +50,7 @@ pub(crate) fn pack(nibbles: impl ExactSizeIterator<Item = u8>, tail: &[u8]) -> B
     if let Some(high) = pending {
         out.push(high);
     }
-    out.extend_from_slice(tail);
+    write_tail(&mut out);
     out.into_boxed_slice()
 }
 

@@ -6,6 +6,7 @@
 //! the root of one trie holding every key.
 
 use alloy_primitives::B256;
+use std::borrow::Cow;
 use virga_core::nibbles::nibble_at;
 use virga_core::EMPTY_ROOT;
 
@@ -49,7 +50,7 @@ impl Shard {
         Ok(())
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>, ShardError> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>, ShardError> {
         self.check(key)?;
         Ok(self.root.as_ref().and_then(|root| complete(ops::get(root, key, self.prefix_nibbles))))
     }
@@ -142,7 +143,7 @@ impl ShardedTrie {
         self.shards
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>, ShardError> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>, ShardError> {
         self.shards[self.shard_for(key)?].get(key)
     }
 
@@ -242,7 +243,7 @@ fn prepend(nibbles: &[u8], node: Node) -> Node {
     match node.kind() {
         Kind::Leaf(data) => {
             let path: Vec<u8> = nibbles.iter().copied().chain(path_nibbles(data, 0)).collect();
-            Node::leaf(path.into_iter(), &data[packed_len(data)..])
+            Node::leaf_stored(path.into_iter(), &data[packed_len(data)..])
         }
         Kind::Extension(data, child) => {
             let path: Vec<u8> = nibbles.iter().copied().chain(path_nibbles(data, 0)).collect();

@@ -2,6 +2,7 @@
 //! variant keyed by keccak-256 of the key, as Ethereum's state and storage tries are.
 
 use alloy_primitives::{keccak256, B256};
+use std::borrow::Cow;
 use virga_core::EMPTY_ROOT;
 
 use crate::node::Node;
@@ -35,13 +36,13 @@ impl Trie {
         self.root.is_none()
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+    pub fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
         self.root.as_ref().and_then(|root| complete(ops::get(root, key, 0)))
     }
 
     /// Looks up many keys at once, in order. Faster per key than [`Self::get`] for
     /// large batches: the lookups are interleaved so their cache misses overlap.
-    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Option<&[u8]>> {
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Option<Cow<'_, [u8]>>> {
         match &self.root {
             None => vec![None; keys.len()],
             Some(root) => ops::get_many(root, keys),
@@ -171,7 +172,7 @@ impl SecureTrie {
         Self::default()
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+    pub fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
         self.inner.get(keccak256(key).as_slice())
     }
 
@@ -180,7 +181,7 @@ impl SecureTrie {
     }
 
     /// Looks up many keys at once; see [`Trie::get_many`].
-    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Option<&[u8]>> {
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Option<Cow<'_, [u8]>>> {
         let hashed: Vec<B256> = keys.iter().map(|k| keccak256(k.as_ref())).collect();
         self.inner.get_many(&hashed)
     }
@@ -196,7 +197,7 @@ impl SecureTrie {
     }
 
     /// Access by an already hashed key (what proofs and witnesses are about).
-    pub fn get_hashed(&self, hashed_key: &B256) -> Option<&[u8]> {
+    pub fn get_hashed(&self, hashed_key: &B256) -> Option<Cow<'_, [u8]>> {
         self.inner.get(hashed_key.as_slice())
     }
 

@@ -109,7 +109,8 @@ fn check(trie: &Trie, oracle: &Oracle, fixed_length: bool) -> Result<(), TestCas
     let expected = if fixed_length { hash_builder_root(oracle) } else { naive_root(oracle) };
     prop_assert_eq!(trie.root_hash(), expected);
     for (key, value) in oracle {
-        prop_assert_eq!(trie.get(key), Some(&value[..]));
+        let got = trie.get(key);
+        prop_assert_eq!(got.as_deref(), Some(&value[..]));
     }
     let entries: Vec<_> = trie.entries();
     let expected_entries: Vec<_> = oracle.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -151,7 +152,8 @@ fn run(ops: Vec<Op>, fixed_length: bool) -> Result<(), TestCaseError> {
             Op::CheckRoot => check(&trie, &oracle, fixed_length)?,
         }
         for (key, value) in &oracle {
-            prop_assert_eq!(trie.get(key), Some(&value[..]));
+            let got = trie.get(key);
+            prop_assert_eq!(got.as_deref(), Some(&value[..]));
         }
     }
     check(&trie, &oracle, fixed_length)?;
@@ -192,7 +194,7 @@ proptest! {
         }
         let root = trie.root_hash();
         let present = keys.iter().next().cloned().unwrap_or_default();
-        for (key, expected) in [(present.clone(), trie.get(&present).map(<[u8]>::to_vec)), (probe.clone(), trie.get(&probe).map(<[u8]>::to_vec))] {
+        for (key, expected) in [(present.clone(), trie.get(&present).map(|v| v.to_vec())), (probe.clone(), trie.get(&probe).map(|v| v.to_vec()))] {
             let proof = trie.prove(&key);
             let as_bytes: Vec<Bytes> = proof.iter().cloned().map(Bytes::from).collect();
             prop_assert!(alloy_trie::proof::verify_proof(root, AlloyNibbles::unpack(&key), expected.clone(), &as_bytes).is_ok());
@@ -227,8 +229,8 @@ fn snapshot_is_unchanged_by_later_writes_and_shares_nodes() {
     }
     assert_eq!(old.root_hash(), old_root);
     assert_ne!(trie.root_hash(), old_root);
-    assert_eq!(old.get(keccak256(0u32.to_be_bytes()).as_slice()), Some(&[1u8; 40][..]));
-    assert_eq!(trie.get(keccak256(0u32.to_be_bytes()).as_slice()), Some(&[2u8; 40][..]));
+    assert_eq!(old.get(keccak256(0u32.to_be_bytes()).as_slice()).as_deref(), Some(&[1u8; 40][..]));
+    assert_eq!(trie.get(keccak256(0u32.to_be_bytes()).as_slice()).as_deref(), Some(&[2u8; 40][..]));
 }
 
 proptest! {
@@ -273,7 +275,70 @@ proptest! {
         }
         let keys: Vec<Vec<u8>> = pairs.iter().map(|(k, _)| k.clone()).chain(probes).collect();
         let batch = trie.get_many(&keys);
-        let single: Vec<Option<&[u8]>> = keys.iter().map(|k| trie.get(k)).collect();
+        let single: Vec<_> = keys.iter().map(|k| trie.get(k)).collect();
         prop_assert_eq!(batch, single);
+    }
+}
+
+/// Accounts without code or storage are stored compactly; contracts and other values
+/// are not. Mixed together, through updates, deletes, proofs, sharding and node bags,
+/// every read and every root stays exactly Ethereum's.
+mod compact_accounts {
+    use super::*;
+    use alloy_primitives::U256;
+    use virga_trie::account::Account;
+    use virga_trie::{PartialTrie, ShardedTrie};
+
+    fn value(kind: u8, nonce: u64, balance: u128) -> Vec<u8> {
+        let mut account = Account::with_balance(nonce, U256::from(balance));
+        match kind % 4 {
+            0 | 1 => account.rlp(),
+            2 => {
+                account.code_hash = keccak256([kind]);
+                account.rlp()
+            }
+            _ => vec![kind; (nonce % 50) as usize + 1],
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn mixed_values_keep_ethereum_roots_and_reads(
+            ops in prop::collection::vec((any::<u16>(), any::<u8>(), any::<u64>(), any::<u128>(), any::<bool>()), 1..150),
+        ) {
+            let mut trie = Trie::new();
+            let mut sharded = ShardedTrie::new(16).unwrap();
+            let mut oracle = Oracle::new();
+            for (slot, kind, nonce, balance, delete) in ops {
+                let key = keccak256(slot.to_be_bytes()).to_vec();
+                if delete {
+                    trie.remove(&key);
+                    sharded.remove(&key).unwrap();
+                    oracle.remove(&key);
+                } else {
+                    let v = value(kind, nonce, balance);
+                    trie.insert(&key, &v);
+                    sharded.insert(&key, &v).unwrap();
+                    oracle.insert(key, v);
+                }
+            }
+            let root = trie.root_hash();
+            prop_assert_eq!(root, hash_builder_root(&oracle));
+            prop_assert_eq!(sharded.root_hash(), root);
+            let keys: Vec<Vec<u8>> = oracle.keys().cloned().collect();
+            let mut partial = PartialTrie::from_root_hash(root);
+            partial.apply_bag(&trie.prove_many(&keys, 0)).unwrap();
+            for (key, expected) in &oracle {
+                let got = trie.get(key);
+                prop_assert_eq!(got.as_deref(), Some(&expected[..]));
+                let proof: Vec<Bytes> = trie.prove(key).into_iter().map(Bytes::from).collect();
+                prop_assert!(alloy_trie::proof::verify_proof(root, AlloyNibbles::unpack(key), Some(expected.clone()), &proof).is_ok());
+                let from_partial = partial.get(key).unwrap();
+                prop_assert_eq!(from_partial.as_deref(), Some(&expected[..]));
+            }
+            prop_assert_eq!(trie.entries(), oracle.clone().into_iter().collect::<Vec<_>>());
+        }
     }
 }
