@@ -35,7 +35,7 @@ pub(crate) struct NodeInner {
 #[derive(Clone)]
 pub(crate) enum Kind {
     /// Packed remaining path followed by the stored value (see `value`), in one allocation.
-    Leaf(Box<[u8]>),
+    Leaf(path::LeafBytes),
     /// Packed shared path, and the branch it leads to.
     Extension(Box<[u8]>, Node),
     Branch(Branch),
@@ -124,12 +124,12 @@ impl Node {
     }
 
     pub(crate) fn leaf(nibbles: impl ExactSizeIterator<Item = u8>, value: &[u8]) -> Self {
-        Self::new(Kind::Leaf(path::pack_with(nibbles, value.len(), |out| value::store(value, out))))
+        Self::new(Kind::Leaf(path::pack_leaf(nibbles, value.len(), |out| value::store(value, out))))
     }
 
     /// A leaf whose value is given in its stored form (moving a leaf to another path).
     pub(crate) fn leaf_stored(nibbles: impl ExactSizeIterator<Item = u8>, stored: &[u8]) -> Self {
-        Self::new(Kind::Leaf(path::pack(nibbles, stored)))
+        Self::new(Kind::Leaf(path::pack_leaf(nibbles, stored.len(), |out| out.extend_from_slice(stored))))
     }
 
     pub(crate) fn extension(nibbles: impl ExactSizeIterator<Item = u8>, child: Node) -> Self {

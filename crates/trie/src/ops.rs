@@ -333,7 +333,7 @@ pub(crate) fn get_many<'a, K: AsRef<[u8]>>(root: &'a Node, keys: &[K]) -> Vec<Op
                 let key_len = key.len() * 2;
                 let next = match node.kind() {
                     Kind::Leaf(data) => {
-                        if !cursor.ready {
+                        if data.spilled() && !cursor.ready {
                             prefetch(data.as_ptr());
                             cursor.ready = true;
                             continue;

@@ -25,33 +25,86 @@ pub(crate) fn nibble(data: &[u8], index: usize) -> u8 {
     nibble_at(&data[HEADER_LEN..], index)
 }
 
-/// Packs `nibbles` followed by `tail` (a leaf's stored value; empty for extensions).
+/// Bytes a leaf keeps inside its node before spilling to a separate allocation: room
+/// for a 64-nibble path and a compactly stored account.
+pub(crate) const LEAF_INLINE_BYTES: usize = 48;
+
+/// A leaf's packed path and stored value.
+pub(crate) type LeafBytes = smallvec::SmallVec<[u8; LEAF_INLINE_BYTES]>;
+
+/// Packs `nibbles` followed by `tail` (empty for extensions).
 pub(crate) fn pack(nibbles: impl ExactSizeIterator<Item = u8>, tail: &[u8]) -> Box<[u8]> {
-    pack_with(nibbles, tail.len(), |out| out.extend_from_slice(tail))
+    let mut out = Vec::new();
+    pack_into(nibbles, tail.len(), &mut out, |out| out.extend_from_slice(tail));
+    out.into_boxed_slice()
 }
 
-/// Packs `nibbles` followed by whatever `write_tail` appends (about `tail_len` bytes).
-pub(crate) fn pack_with(
+/// Packs a leaf: `nibbles` followed by whatever `write_tail` appends (its stored value).
+pub(crate) fn pack_leaf(
     nibbles: impl ExactSizeIterator<Item = u8>,
     tail_len: usize,
-    write_tail: impl FnOnce(&mut Vec<u8>),
-) -> Box<[u8]> {
+    write_tail: impl FnOnce(&mut LeafBytes),
+) -> LeafBytes {
+    let mut out = LeafBytes::new();
+    pack_into(nibbles, tail_len, &mut out, write_tail);
+    if out.spilled() {
+        out.shrink_to_fit();
+    }
+    out
+}
+
+/// Where packed bytes can be written: a `Vec` or a `SmallVec`.
+pub(crate) trait ByteSink {
+    fn reserve_bytes(&mut self, additional: usize);
+    fn push_byte(&mut self, byte: u8);
+    fn extend_bytes(&mut self, bytes: &[u8]);
+}
+
+impl ByteSink for Vec<u8> {
+    fn reserve_bytes(&mut self, additional: usize) {
+        self.reserve(additional);
+    }
+    fn push_byte(&mut self, byte: u8) {
+        self.push(byte);
+    }
+    fn extend_bytes(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl ByteSink for LeafBytes {
+    /// No reservation: a value is often stored smaller than it arrives (see `value`), and
+    /// reserving for the raw size would push the leaf out of its inline room.
+    fn reserve_bytes(&mut self, _additional: usize) {}
+    fn push_byte(&mut self, byte: u8) {
+        self.push(byte);
+    }
+    fn extend_bytes(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+fn pack_into<S: ByteSink>(
+    nibbles: impl ExactSizeIterator<Item = u8>,
+    tail_len: usize,
+    out: &mut S,
+    write_tail: impl FnOnce(&mut S),
+) {
     let count = nibbles.len();
     assert!(count <= u16::MAX as usize, "path of {count} nibbles is too long");
-    let mut out = Vec::with_capacity(HEADER_LEN + count.div_ceil(2) + tail_len + 1);
-    out.extend_from_slice(&(count as u16).to_le_bytes());
+    out.reserve_bytes(HEADER_LEN + count.div_ceil(2) + tail_len + 1);
+    out.extend_bytes(&(count as u16).to_le_bytes());
     let mut pending: Option<u8> = None;
     for n in nibbles {
         match pending.take() {
             None => pending = Some(n << 4),
-            Some(high) => out.push(high | n),
+            Some(high) => out.push_byte(high | n),
         }
     }
     if let Some(high) = pending {
-        out.push(high);
+        out.push_byte(high);
     }
-    write_tail(&mut out);
-    out.into_boxed_slice()
+    write_tail(out);
 }
 
 /// The nibbles of a packed path, unpacked one per byte.

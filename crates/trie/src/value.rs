@@ -27,18 +27,18 @@ fn account_tail() -> [u8; 66] {
 }
 
 /// Appends the stored form of `value`.
-pub(crate) fn store(value: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn store<S: crate::path::ByteSink + std::ops::Deref<Target = [u8]>>(value: &[u8], out: &mut S) {
     if let Some(items) = account_items(value) {
-        let start = out.len();
-        out.push(ACCOUNT);
-        out.extend_from_slice(items);
-        if expand(&out[start + 1..]) == value {
+        // `account_items` accepts exactly what `expand` reproduces only for canonical
+        // headers; check the round trip before committing to the compact form.
+        if expand(items) == value {
+            out.push_byte(ACCOUNT);
+            out.extend_bytes(items);
             return;
         }
-        out.truncate(start);
     }
-    out.push(RAW);
-    out.extend_from_slice(value);
+    out.push_byte(RAW);
+    out.extend_bytes(value);
 }
 
 /// The nonce and balance items of an account value whose storage root and code hash
