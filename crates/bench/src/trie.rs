@@ -498,31 +498,15 @@ impl TrieBenchReport {
                 let cell = self.rate(name, op).map_or("-".to_string(), |r| format!("{r:.0}"));
                 let _ = write!(out, "{cell:>20}");
             }
-            let best_peer = names
-                .iter()
-                .filter(|n| is_peer_for(n, op))
-                .filter_map(|n| self.rate(n, op))
-                .fold(None, |best: Option<f64>, r| Some(best.map_or(r, |b| b.max(r))));
-            let ratio = match (self.rate("virga", op), best_peer) {
-                (Some(ours), Some(best)) if best > 0.0 => format!("{:.1}x", ours / best),
-                _ => "-".to_string(),
-            };
-            let _ = writeln!(out, "{ratio:>16}");
+            let ratio = ratio_to_best_peer(&names, op, |name| self.rate(name, op), f64::max);
+            let _ = writeln!(out, "{:>16}", ratio.map_or("-".to_string(), |r| format!("{r:.1}x")));
         }
         let _ = write!(out, "{:<18}", "bytes/account");
         for name in &names {
             let _ = write!(out, "{:>20.0}", self.bytes_per_account.get(*name).copied().unwrap_or(0.0));
         }
-        let best_memory = names
-            .iter()
-            .filter(|n| is_peer_for(n, "memory"))
-            .filter_map(|n| self.bytes_per_account.get(*n).copied())
-            .fold(None, |best: Option<f64>, m| Some(best.map_or(m, |b| b.min(m))));
-        let memory_ratio = match (self.bytes_per_account.get("virga"), best_memory) {
-            (Some(ours), Some(best)) if best > 0.0 => format!("{:.2}x", ours / best),
-            _ => "-".to_string(),
-        };
-        let _ = writeln!(out, "{memory_ratio:>16}");
+        let memory = ratio_to_best_peer(&names, "memory", |name| self.bytes_per_account.get(name).copied(), f64::min);
+        let _ = writeln!(out, "{:>16}", memory.map_or("-".to_string(), |r| format!("{r:.2}x")));
         let _ = write!(out, "{:<18}", "proof bytes");
         for name in &names {
             let _ = write!(out, "{:>20.0}", self.proof_bytes_mean.get(*name).copied().unwrap_or(0.0));
@@ -564,6 +548,18 @@ impl TrieBenchReport {
     }
 }
 
+/// Virga's figure divided by the best peer's, where `better` picks the best of two.
+fn ratio_to_best_peer(
+    names: &[&str],
+    op: &str,
+    figure: impl Fn(&str) -> Option<f64>,
+    better: fn(f64, f64) -> f64,
+) -> Option<f64> {
+    let best = names.iter().filter(|n| is_peer_for(n, op)).filter_map(|n| figure(n)).reduce(better)?;
+    let ours = figure("virga")?;
+    (best > 0.0).then(|| ours / best)
+}
+
 /// Whether `name` is a peer for `op` in the ratio column. alloy-trie's HashBuilder is a
 /// root (and proof) builder over a sorted map, not a trie: its inserts, gets and memory
 /// are a `BTreeMap`'s, so it is compared on roots and proofs only.
@@ -571,6 +567,7 @@ fn is_peer_for(name: &str, op: &str) -> bool {
     match name {
         "virga" => false,
         "alloy_hash_builder" => matches!(op, "block_with_root" | "proof"),
+        // Memory is compared with the tries only (see above).
         _ => true,
     }
 }

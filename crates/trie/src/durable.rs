@@ -47,6 +47,8 @@ pub enum DurableError {
     VersionGap { lsn: u64, expected: u64, found: u64 },
     #[error("replaying version {version} gives root {actual}, the log recorded {expected}")]
     RootMismatch { version: u64, expected: B256, actual: B256 },
+    #[error("version {version} is committed and durable, but the checkpoint after it failed: {source}")]
+    CheckpointAfterCommit { version: u64, source: Box<DurableError> },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> DurableError + '_ {
@@ -90,6 +92,7 @@ impl DurableTrie {
     /// Opens (or creates) the trie stored in `dir`, recovering the newest durable version.
     pub fn open(dir: &Path, options: DurableOptions) -> Result<(Self, RecoveryReport), DurableError> {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
+        remove_unfinished_checkpoints(dir)?;
         let (mut trie, mut version) = (Trie::new(), 0);
         let mut checkpoint_version = None;
         if let Some((path, loaded_version, loaded)) = newest_valid_checkpoint(dir)? {
@@ -147,7 +150,8 @@ impl DurableTrie {
         self.trie = next;
         self.version = version;
         if self.options.checkpoint_every > 0 && version - self.last_checkpoint >= self.options.checkpoint_every {
-            self.checkpoint()?;
+            self.checkpoint()
+                .map_err(|source| DurableError::CheckpointAfterCommit { version, source: Box::new(source) })?;
         }
         Ok((version, root))
     }
@@ -249,6 +253,9 @@ fn decode_record(payload: &[u8]) -> Result<(u64, B256, Vec<Update>), String> {
     let mut updates = Vec::with_capacity(count);
     for index in 0..count {
         let key = reader.sized(&format!("update {index} key"))?.to_vec();
+        if key.len() > crate::MAX_KEY_BYTES {
+            return Err(format!("update {index}: key of {} bytes exceeds {}", key.len(), crate::MAX_KEY_BYTES));
+        }
         let value = match reader.take(1, "flag")?[0] {
             0 => None,
             1 => Some(reader.sized(&format!("update {index} value"))?.to_vec()),
@@ -280,6 +287,21 @@ fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>, DurableError> {
     }
     found.sort();
     Ok(found)
+}
+
+/// Deletes checkpoint files a crash left half-written (never renamed into place).
+fn remove_unfinished_checkpoints(dir: &Path) -> Result<(), DurableError> {
+    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+        let path = entry.map_err(io_error(dir))?.path();
+        let unfinished = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("checkpoint-") && n.ends_with(".ckpt.tmp"));
+        if unfinished {
+            fs::remove_file(&path).map_err(io_error(&path))?;
+        }
+    }
+    Ok(())
 }
 
 fn write_checkpoint(dir: &Path, version: u64, trie: &Trie) -> Result<PathBuf, DurableError> {
@@ -338,6 +360,9 @@ fn read_checkpoint(path: &Path) -> Result<(u64, Trie), DurableError> {
     let mut trie = Trie::new();
     for index in 0..count {
         let key = reader.sized(&format!("entry {index} key")).map_err(corrupt)?;
+        if key.len() > crate::MAX_KEY_BYTES {
+            return Err(corrupt(format!("entry {index}: key of {} bytes exceeds {}", key.len(), crate::MAX_KEY_BYTES)));
+        }
         let value = reader.sized(&format!("entry {index} value")).map_err(corrupt)?;
         trie.insert(key, value);
     }

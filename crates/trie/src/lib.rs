@@ -29,6 +29,11 @@ pub mod trietest;
 mod value;
 pub mod versions;
 
+/// The longest key a trie accepts, in bytes: node paths store their nibble count in
+/// 16 bits. Inserting a longer key is a programming error (it panics); decoders of
+/// outside input check this limit and return an error instead.
+pub const MAX_KEY_BYTES: usize = path::MAX_PATH_NIBBLES / 2;
+
 pub use decode::{decode_node, ChildRef, DecodeError, DecodedNode};
 pub use durable::DurableTrie;
 pub use ops::Stopped;

@@ -252,22 +252,19 @@ fn remove_from(node: &mut Node, key: &[u8], depth: usize) -> Result<Removal, Sto
             }
             let (nibble, only) = branch.iter().next().map(|(n, c)| (n, c.clone())).unwrap_or_else(|| unreachable!());
             if let Kind::Hash = only.kind() {
-                // Merging needs to know whether the sibling is a leaf, an extension or a branch.
-                return Err(stopped(&only, &with_nibble(key, depth, nibble), depth + 1));
+                // Merging needs to know whether the sibling is a leaf, an extension or a
+                // branch. Its path is the key's first `depth` nibbles and its own nibble
+                // (the key itself may end here, at the branch's value).
+                let mut path = Nibbles::new();
+                (0..depth).for_each(|i| path.push(nibble_at(key, i)));
+                path.push(nibble);
+                return Err(Stopped { hash: only.cached_hash().unwrap_or_default(), path });
             }
             *node = merge_prefix(vec![nibble], &only).unwrap_or_else(|| Node::extension(std::iter::once(nibble), only));
             Ok(Removal::Removed)
         }
         Kind::Hash => Err(stopped(node, key, depth)),
     }
-}
-
-/// A key whose nibble at `depth` is replaced, for reporting the path of a sibling.
-fn with_nibble(key: &[u8], depth: usize, nibble: u8) -> Vec<u8> {
-    let mut out = key.to_vec();
-    let byte = &mut out[depth / 2];
-    *byte = if depth.is_multiple_of(2) { (*byte & 0x0f) | nibble << 4 } else { (*byte & 0xf0) | nibble };
-    out
 }
 
 /// Puts `prefix` in front of a leaf's or extension's path; `None` for a branch

@@ -216,6 +216,13 @@ fn resolve_path(
 fn build(bytes: &[u8], hash: Option<B256>) -> Result<Node, BagError> {
     let error_hash = hash.unwrap_or_else(|| keccak256(bytes));
     let decoded = decode_node(bytes).map_err(|error| BagError::Malformed { hash: error_hash, error })?;
+    let path_len = match &decoded {
+        DecodedNode::Leaf { path, .. } | DecodedNode::Extension { path, .. } => path.len(),
+        DecodedNode::Branch { .. } => 0,
+    };
+    if path_len > crate::path::MAX_PATH_NIBBLES {
+        return Err(BagError::Invalid { hash: error_hash, what: "a path longer than 65,535 nibbles" });
+    }
     let node = match decoded {
         DecodedNode::Leaf { path, value } => {
             if value.is_empty() {

@@ -8,6 +8,9 @@ use virga_core::nibbles::nibble_at;
 
 pub(crate) const HEADER_LEN: usize = 2;
 
+/// The longest path a node can hold, in nibbles (its count is stored in 16 bits).
+pub(crate) const MAX_PATH_NIBBLES: usize = u16::MAX as usize;
+
 /// Number of nibbles of the packed path at the start of `data`.
 #[inline(always)]
 pub(crate) fn nibble_count(data: &[u8]) -> usize {

@@ -112,7 +112,7 @@ impl Trie {
     /// the nodes above `compaction_level` (level 0 is the root), which the receiver holds.
     pub fn prove_many<K: AsRef<[u8]>>(&self, keys: &[K], compaction_level: usize) -> NodeBag {
         match &self.root {
-            None => NodeBag::default(),
+            None => NodeBag { keys: keys.iter().map(|k| k.as_ref().to_vec()).collect(), nodes: Vec::new() },
             Some(root) => complete(proof::prove_many(root, keys, compaction_level)),
         }
     }

@@ -123,9 +123,13 @@ fn optional_text(value: &Value) -> Result<Option<Vec<u8>>, String> {
 
 /// `0x…` is hex, anything else is the UTF-8 bytes of the string.
 fn decode_text(text: &str) -> Result<Vec<u8>, String> {
-    if text.starts_with("0x") {
-        virga_core::parse_hex(text).map_err(|e| e.to_string())
+    let bytes = if text.starts_with("0x") {
+        virga_core::parse_hex(text).map_err(|e| e.to_string())?
     } else {
-        Ok(text.as_bytes().to_vec())
+        text.as_bytes().to_vec()
+    };
+    if bytes.len() > crate::MAX_KEY_BYTES {
+        return Err(format!("{} bytes is longer than the longest key ({})", bytes.len(), crate::MAX_KEY_BYTES));
     }
+    Ok(bytes)
 }

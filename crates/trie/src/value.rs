@@ -94,7 +94,13 @@ pub(crate) fn load(stored: &[u8]) -> Cow<'_, [u8]> {
 /// Whether `stored` holds exactly `value`.
 pub(crate) fn holds(stored: &[u8], value: &[u8]) -> bool {
     match stored.split_first() {
-        Some((&ACCOUNT, items)) => account_items(value) == Some(items),
+        // The same items are not enough: the list header must be the canonical one the
+        // expansion writes, or a differently encoded value would pass for this one.
+        Some((&ACCOUNT, items)) => {
+            value.len() == items.len() + 68
+                && value[..2] == [0xf8, (items.len() + 66) as u8]
+                && account_items(value) == Some(items)
+        }
         Some((_, raw)) => raw == value,
         None => value.is_empty(),
     }
@@ -150,6 +156,22 @@ mod tests {
             assert_eq!(stored[0], RAW, "{value:?}");
             assert_eq!(round_trip(&value), value);
         }
+    }
+
+    #[test]
+    fn a_differently_encoded_value_is_not_held_by_a_compact_leaf() {
+        let canonical = Account::with_balance(1, U256::from(2u8)).rlp();
+        let mut stored = Vec::new();
+        store(&canonical, &mut stored);
+        assert_eq!(stored[0], ACCOUNT);
+        let mut longer_header = canonical.clone();
+        longer_header[1] += 1;
+        let mut short_header = vec![0xc0];
+        short_header.extend_from_slice(&canonical[2..]);
+        for other in [longer_header, short_header] {
+            assert!(!holds(&stored, &other));
+        }
+        assert!(holds(&stored, &canonical));
     }
 
     #[test]

@@ -207,3 +207,45 @@ fn witness_revision_accepts_unchanged_subtrees_and_rejects_changed_ones() {
     assert_eq!(top.root_hash(), before);
     assert!(top.get(proven.as_slice()).is_err(), "nothing of the rejected witness was kept");
 }
+
+#[test]
+fn removing_a_branch_value_beside_a_hash_node_stops_cleanly() {
+    let mut trie = Trie::new();
+    trie.insert(&[0x01], b"a");
+    let mut long_key = vec![0x01, 0x50];
+    long_key.extend_from_slice(&[7; 20]);
+    trie.insert(&long_key, &[9; 40]);
+    let root = trie.root_hash();
+    let mut partial = PartialTrie::from(trie.clone());
+    partial.prune(1);
+    assert!(partial.hash_node_count() > 0);
+    let stopped = partial.remove(&[0x01]).unwrap_err();
+    assert_eq!(stopped.path.as_slice(), &[0, 1, 5]);
+    assert_eq!(partial.root_hash(), root, "a stopped remove changes nothing");
+    assert!(partial.insert(&[0x01], &[]).is_err());
+}
+
+#[test]
+fn bags_for_an_empty_trie_prove_absence() {
+    let bag = Trie::new().prove_many(&[[1u8; 32], [2u8; 32]], 0);
+    assert_eq!(bag.keys.len(), 2);
+    assert_eq!(bag.verify(virga_core::EMPTY_ROOT), Ok(vec![None, None]));
+}
+
+#[test]
+fn bag_nodes_with_overlong_paths_are_rejected_not_trusted() {
+    // A leaf whose path has more nibbles than a node can hold, under a root made for it.
+    let mut path = vec![0x20];
+    path.extend(std::iter::repeat_n(0x11, 40_000));
+    let mut leaf = Vec::new();
+    let value = [7u8];
+    let payload_length = alloy_rlp::Encodable::length(&path[..]) + alloy_rlp::Encodable::length(&value[..]);
+    alloy_rlp::Header { list: true, payload_length }.encode(&mut leaf);
+    alloy_rlp::Encodable::encode(&path[..], &mut leaf);
+    alloy_rlp::Encodable::encode(&value[..], &mut leaf);
+    let root = keccak256(&leaf);
+    let mut partial = PartialTrie::from_root_hash(root);
+    let bag = virga_trie::NodeBag { keys: vec![vec![0x11; 40_000]], nodes: vec![leaf] };
+    assert!(matches!(partial.apply_bag(&bag), Err(virga_trie::partial::BagError::Invalid { .. })));
+    assert_eq!(partial.root_hash(), root);
+}
