@@ -95,8 +95,7 @@ impl DurableTrie {
         remove_unfinished_checkpoints(dir)?;
         let (mut trie, mut version) = (Trie::new(), 0);
         let mut checkpoint_version = None;
-        if let Some((path, loaded_version, loaded)) = newest_valid_checkpoint(dir)? {
-            let _ = path;
+        if let Some((loaded_version, loaded)) = newest_checkpoint(dir)? {
             trie = loaded;
             version = loaded_version;
             checkpoint_version = Some(loaded_version);
@@ -376,18 +375,47 @@ fn read_checkpoint(path: &Path) -> Result<(u64, Trie), DurableError> {
     Ok((version, trie))
 }
 
-/// The newest checkpoint that reads back intact. A corrupt newer one is an error, not
-/// skipped: it was made durable before the log it covers was deleted, so skipping it
-/// would silently lose versions.
-fn newest_valid_checkpoint(dir: &Path) -> Result<Option<(PathBuf, u64, Trie)>, DurableError> {
+/// The newest checkpoint, read and checked. A corrupt one is an error, not skipped: it
+/// was made durable before the log it covers was deleted, so falling back to an older
+/// state would silently lose versions.
+fn newest_checkpoint(dir: &Path) -> Result<Option<(u64, Trie)>, DurableError> {
     let Some((_, path)) = list_checkpoints(dir)?.pop() else { return Ok(None) };
-    let (version, trie) = read_checkpoint(&path)?;
-    Ok(Some((path, version, trie)))
+    read_checkpoint(&path).map(Some)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reopening_replays_after_the_checkpoint_and_a_corrupt_checkpoint_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = DurableOptions { checkpoint_every: 3, ..Default::default() };
+        let (mut trie, report) = DurableTrie::open(dir.path(), options.clone()).unwrap();
+        assert_eq!(report.checkpoint_version, None);
+        let mut roots = Vec::new();
+        for v in 0..5u8 {
+            roots.push(trie.commit(&[(vec![v; 32], Some(vec![v + 1; 40]))]).unwrap().1);
+        }
+        drop(trie);
+        let (trie, report) = DurableTrie::open(dir.path(), options.clone()).unwrap();
+        assert_eq!((trie.version(), trie.trie().root_hash()), (5, roots[4]));
+        assert_eq!((report.checkpoint_version, report.replayed_versions), (Some(3), 2));
+        drop(trie);
+
+        let checkpoint = dir.path().join(checkpoint_name(3));
+        let mut bytes = fs::read(&checkpoint).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 1;
+        fs::write(&checkpoint, bytes).unwrap();
+        match DurableTrie::open(dir.path(), options) {
+            Err(DurableError::CorruptCheckpoint { path, what }) => {
+                assert_eq!(path, checkpoint);
+                assert!(what.contains("checksum"), "{what}");
+            }
+            other => panic!("expected a corrupt-checkpoint error, got {:?}", other.map(|(t, _)| t.version())),
+        }
+    }
 
     #[test]
     fn records_round_trip_and_garbage_is_rejected() {

@@ -84,9 +84,8 @@ impl VersionedTrie {
         Ok(doomed.len())
     }
 
-    /// Drops every version older than `version` that is not one of its ancestors' …
-    /// simply: every version with a smaller id, keeping `version` itself as the oldest
-    /// retained (garbage collection of history once a block is final).
+    /// Drops every version with an id below `version`, which becomes the oldest retained
+    /// one (garbage collection of history once a block is final).
     pub fn retain_from(&mut self, version: VersionId) {
         self.versions.retain(|id, _| *id >= version);
         for entry in self.versions.values_mut() {
