@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::U256;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
@@ -154,10 +154,6 @@ impl Workload {
             accounts.push(Account::with_balance(rng.random_range(0..1_000), U256::from(wei)));
         }
         Self { addresses, accounts }
-    }
-
-    pub fn address(&self, index: usize) -> Address {
-        Address::from(self.addresses[index])
     }
 }
 
@@ -591,11 +587,11 @@ pub fn machine_description() -> String {
     format!("{cores} cores, {model}")
 }
 
-/// Builds Virga's trie for the node-bag experiment and the demo.
+/// Builds Virga's trie of the workload (for the node-bag experiment) with the bulk path.
 pub fn build_virga(workload: &Workload) -> SecureTrie {
     let mut trie = SecureTrie::new();
-    for (address, account) in workload.addresses.iter().zip(&workload.accounts) {
-        trie.insert(address, &account.rlp());
-    }
+    trie.insert_many(
+        workload.addresses.iter().zip(&workload.accounts).map(|(a, account)| (a, account.rlp())).collect(),
+    );
     trie
 }

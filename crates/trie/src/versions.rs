@@ -163,6 +163,21 @@ mod tests {
     }
 
     #[test]
+    fn retaining_from_a_version_drops_older_history_only() {
+        let mut versions = VersionedTrie::new(Trie::new());
+        let update = |byte: u8| vec![(vec![byte; 32], Some(vec![byte; 40]))];
+        let (v1, _) = versions.commit(0, &update(1)).unwrap();
+        let (v2, root2) = versions.commit(v1, &update(2)).unwrap();
+        let (v3, _) = versions.commit(v2, &update(3)).unwrap();
+        versions.retain_from(v2);
+        assert_eq!(versions.retained(), vec![v2, v3]);
+        assert_eq!(versions.parent(v2), None, "the oldest retained version has no parent left");
+        assert_eq!(versions.parent(v3), Some(v2));
+        assert_eq!(versions.get(v2).unwrap().root_hash(), root2);
+        assert_eq!(versions.commit(v1, &[]), Err(VersionError::Unknown(v1)));
+    }
+
+    #[test]
     fn versions_share_all_but_their_paths() {
         let mut genesis = Trie::new();
         for i in 0u32..5000 {
