@@ -2,6 +2,7 @@
 //!
 //! `trie` measures the DSM-Tree against peer tries on the same data in the same run.
 
+pub mod kv;
 #[cfg(feature = "peers")]
 pub mod peers;
 pub mod trie;

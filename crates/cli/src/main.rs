@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod demo;
+mod kv;
 
 // mimalloc keeps small node allocations tight (no per-block header) and is the
 // allocator every implementation in `virga bench` runs under.
@@ -39,12 +40,23 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// The transactional key-value store.
+    #[command(subcommand)]
+    Kv(KvCommand),
+}
+
+#[derive(Subcommand)]
+enum KvCommand {
+    /// Recovers a store written by `virga bench kv --dir` and prints what it holds as JSON.
+    Audit(kv::KvAuditArgs),
 }
 
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Virga's trie against peer tries on the same secure state trie.
     Trie(TrieBenchArgs),
+    /// The transactional key-value engine on YCSB, SmallBank, Retwis or transfers.
+    Kv(kv::KvBenchArgs),
 }
 
 #[derive(Args)]
@@ -87,6 +99,8 @@ fn main() -> ExitCode {
         Command::StateRoot { genesis } => state_root(&genesis),
         Command::TrieTest { file, secure } => trie_test(&file, secure),
         Command::Bench(BenchCommand::Trie(args)) => bench_trie(&args),
+        Command::Bench(BenchCommand::Kv(args)) => kv::bench_kv(&args),
+        Command::Kv(KvCommand::Audit(args)) => kv::kv_audit(&args),
     };
     match result {
         Ok(code) => code,

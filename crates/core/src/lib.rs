@@ -1,10 +1,13 @@
-//! Shared vocabulary of Virga's crates: 32-byte hashes, keccak-256, and nibble paths.
+//! Shared vocabulary of Virga's crates: 32-byte hashes, keccak-256, nibble paths, and the
+//! clocks that timestamp transactions.
 //!
-//! Everything here is pure: no I/O, no clock, no threads.
+//! Everything here is pure (no I/O, no threads) except [`clock`], which reads the system time.
 
+pub mod clock;
 pub mod nibbles;
 
 pub use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
+pub use clock::{Clock, HybridClock, ManualClock, SkewProfile, SkewedClock, SystemClock};
 pub use nibbles::Nibbles;
 
 /// keccak-256 of the empty string: the code hash of an account without code.

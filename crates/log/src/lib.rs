@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod format;
+mod group;
 #[cfg(test)]
 mod tests;
 
@@ -49,6 +50,9 @@ use format::{
     RecordHeader, SegmentName, RECORD_FORMAT_VERSION, RECORD_MAGIC,
 };
 pub use format::{segment_file_name, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+pub use group::{
+    GroupLog, GroupLogOptions, GroupLogStats, ParseSyncModeError, RecordBuf, SyncMode, DEFAULT_MAX_STAGED_BYTES,
+};
 
 /// Default for [`LogOptions::segment_bytes`]: 64 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
@@ -300,6 +304,26 @@ impl RecordLog {
                                 &segment.path,
                                 defect.offset,
                                 format!("{}; later segments follow, so this is not a torn write", defect.reason),
+                            ));
+                        }
+                        // A crash tears only the end of what was being written. Intact
+                        // records after the damage mean acknowledged data was damaged in
+                        // place: cutting there would silently drop it.
+                        if let Some((offset, lsn)) = find_intact_record_after(
+                            &segment.path,
+                            defect.offset,
+                            body.next_lsn,
+                            options.max_record_bytes,
+                        )? {
+                            return Err(corrupt(
+                                &segment.path,
+                                defect.offset,
+                                format!(
+                                    "{}; an intact record (LSN {lsn}) follows at offset {offset}, so this is \
+                                     damage inside the log, not a torn write, and recovery refuses to drop \
+                                     the records after it",
+                                    defect.reason
+                                ),
                             ));
                         }
                         truncate_file(&segment.path, defect.offset)?;
@@ -633,6 +657,41 @@ struct SegmentBody {
 struct Defect {
     offset: u64,
     reason: String,
+}
+
+/// Looks for an intact record (right magic, version and flags, a checksum that verifies,
+/// an LSN at or after `from_lsn`) starting anywhere after `defect_offset` in `path`. Returns
+/// its offset and LSN.
+fn find_intact_record_after(
+    path: &Path,
+    defect_offset: u64,
+    from_lsn: u64,
+    max_record_bytes: u32,
+) -> Result<Option<(u64, u64)>, LogError> {
+    let mut file = File::open(path).map_err(io_error("open", path))?;
+    let mut tail = Vec::new();
+    io::Seek::seek(&mut file, io::SeekFrom::Start(defect_offset + 1)).map_err(io_error("seek", path))?;
+    file.read_to_end(&mut tail).map_err(io_error("read", path))?;
+    for start in 0..tail.len().saturating_sub(RECORD_HEADER_LEN - 1) {
+        if tail[start] != RECORD_MAGIC {
+            continue;
+        }
+        let mut raw = [0u8; RECORD_HEADER_LEN];
+        raw.copy_from_slice(&tail[start..start + RECORD_HEADER_LEN]);
+        let header = RecordHeader::parse(&raw);
+        if header.version != RECORD_FORMAT_VERSION || header.flags != 0 || header.lsn < from_lsn {
+            continue;
+        }
+        if header.payload_len > max_record_bytes {
+            continue;
+        }
+        let body = start + RECORD_HEADER_LEN;
+        let Some(payload) = tail.get(body..body + header.payload_len as usize) else { continue };
+        if record_checksum(&raw, payload) == header.crc {
+            return Ok(Some((defect_offset + 1 + start as u64, header.lsn)));
+        }
+    }
+    Ok(None)
 }
 
 /// Reads and validates one segment.

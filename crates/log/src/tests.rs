@@ -301,6 +301,26 @@ fn flipped_byte_in_last_record_is_truncated() {
     }
 }
 
+/// Damage to a record that intact records follow, in the last segment, is not a torn write:
+/// truncating there would silently drop acknowledged records.
+#[test]
+fn flipped_byte_before_intact_records_of_the_last_segment_is_corruption() {
+    let source = tempfile::tempdir().unwrap();
+    fill(source.path(), buffered(), 6);
+    let segment_name = last_segment(source.path()).file_name().unwrap().to_owned();
+    let bounds = record_boundaries(&last_segment(source.path()));
+    // Every byte of every record but the last one.
+    for offset in bounds[0]..bounds[bounds.len() - 2] {
+        let dir = copy_dir(source.path());
+        let segment = dir.path().join(&segment_name);
+        flip_byte(&segment, offset, 0xFF);
+        let (path, _, reason) = expect_corrupt(RecordLog::open(dir.path(), buffered()));
+        assert_eq!(path, segment, "flip at {offset}");
+        assert!(reason.contains("not a torn write"), "flip at {offset}: {reason}");
+        assert_eq!(fs::metadata(&segment).unwrap().len(), bounds[bounds.len() - 1], "nothing was cut");
+    }
+}
+
 #[test]
 fn flipped_byte_in_earlier_segment_is_corruption() {
     let source = tempfile::tempdir().unwrap();
