@@ -791,6 +791,11 @@ impl Shared {
 
 /// Wakes the flusher if it sleeps. Only the transition from idle costs a wake-up, so a burst
 /// of appends during one fsync signals once.
+/// How long the flusher waits between looks at an empty staging buffer while it polls.
+const IDLE_POLL: Duration = Duration::from_micros(50);
+/// Empty looks before the flusher sleeps until woken (a few milliseconds of quiet).
+const IDLE_POLLS: u32 = 100;
+
 fn wake_flusher(staging: &mut Staging, work: &Condvar) {
     if staging.flusher_idle {
         staging.flusher_idle = false;
@@ -816,6 +821,7 @@ fn run_flusher(shared: &Shared) {
     loop {
         let shutting_down = {
             let mut staging = shared.lock_staging();
+            let mut empty_polls = 0;
             loop {
                 if shared.failure.get().is_some() {
                     return;
@@ -823,8 +829,16 @@ fn run_flusher(shared: &Shared) {
                 if !staging.batch.is_empty() || staging.shutdown {
                     break;
                 }
-                staging.flusher_idle = true;
-                staging = shared.work.wait(staging).unwrap_or_else(PoisonError::into_inner);
+                // Under load the flusher polls instead of being woken: waking it is a
+                // system call, and appenders would make it while their transactions still
+                // hold keys. Only after a quiet spell does it sleep until an append wakes it.
+                if empty_polls < IDLE_POLLS {
+                    empty_polls += 1;
+                    staging = shared.work.wait_timeout(staging, IDLE_POLL).unwrap_or_else(PoisonError::into_inner).0;
+                } else {
+                    staging.flusher_idle = true;
+                    staging = shared.work.wait(staging).unwrap_or_else(PoisonError::into_inner);
+                }
             }
             staging.flusher_idle = false;
             if staging.batch.is_empty() {

@@ -12,9 +12,11 @@
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use virga_storage::{KeyState, Prepared, Timestamp, TxnId, Version};
+use parking_lot::MutexGuard;
+use virga_storage::{KeyInner, KeyState, Prepared, Timestamp, TxnId, Version};
 
 use crate::abort::{Abort, AbortReason};
 use crate::checker::TxnRecord;
@@ -231,7 +233,7 @@ impl<'s> Txn<'s> {
         let mut locked = false;
         let version = match self.mode {
             ReadMode::Snapshot => {
-                let mut inner = state.lock();
+                let mut inner = lock_unprepared(&state, self.id);
                 inner.latest_read = inner.latest_read.max(begin);
                 if inner.prepared.is_some_and(|p| p.ts <= begin) {
                     self.saw_prepared = true;
@@ -240,7 +242,7 @@ impl<'s> Txn<'s> {
             }
             ReadMode::DependentRead => dependent_read(&state, begin),
             ReadMode::SnapshotForWrite => {
-                let mut inner = state.lock();
+                let mut inner = lock_unprepared(&state, self.id);
                 inner.latest_read = inner.latest_read.max(begin);
                 if inner.prepared.is_some_and(|p| p.owner != self.id && p.ts <= begin) {
                     return Err(AbortReason::ReadPrepared);
@@ -253,7 +255,7 @@ impl<'s> Txn<'s> {
                 visible
             }
             ReadMode::Latest => {
-                let inner = state.lock();
+                let inner = lock_unprepared(&state, self.id);
                 if inner.prepared.is_some_and(|p| p.owner != self.id) {
                     return Err(AbortReason::ReadPrepared);
                 }
@@ -392,6 +394,8 @@ impl<'s> Txn<'s> {
             if scheme == TimestampScheme::Dst {
                 tuple_time = tuple_time.max(guard);
             } else if guard >= commit.time {
+                // A hybrid clock learns from the conflict, so the retry commits above it.
+                self.session.clock.observe(guard);
                 return Err(AbortReason::Phantom);
             }
         }
@@ -449,11 +453,13 @@ impl<'s> Txn<'s> {
     }
 
     /// Re-reads every scanned range: it must still hold exactly the live keys seen, and no
-    /// other writer may hold a key in it.
+    /// other writer may hold a key in it. Keys this transaction writes are left out on both
+    /// sides: its own scan saw its own value for them, whatever the store holds.
     fn validate_scans(&self, commit: Timestamp) -> Result<(), AbortReason> {
         if self.scans.is_empty() {
             return Ok(());
         }
+        let own = |key: &Bytes| self.writes.iter().any(|w| w.state.key() == key);
         let engine = &self.session.engine;
         engine.scan_guard.fetch_max(commit.time, Ordering::SeqCst);
         for scan in &self.scans {
@@ -468,14 +474,13 @@ impl<'s> Txn<'s> {
                         conflict = true;
                         return false;
                     }
-                    let own = inner.prepared.is_some_and(|p| p.owner == self.id);
-                    if !own && !inner.is_absent() {
+                    if !inner.is_absent() && !own(s.key()) {
                         live.push(s.key().clone());
                     }
                     true
                 },
             );
-            if conflict || live != scan.keys {
+            if conflict || !live.iter().eq(scan.keys.iter().filter(|k| !own(k))) {
                 return Err(AbortReason::Phantom);
             }
         }
@@ -570,6 +575,37 @@ impl Drop for Txn<'_> {
     fn drop(&mut self) {
         if !self.finished {
             self.fail(AbortReason::User);
+        }
+    }
+}
+
+/// How long an optimistic reader waits for a prepared writer to install before giving up
+/// (and aborting or flagging, as its mode says).
+const PREPARED_WAIT: Duration = Duration::from_micros(50);
+
+/// Takes the key's latch once no other transaction holds the key, or after
+/// [`PREPARED_WAIT`]. A prepared writer under OCC is inside its commit (log append and
+/// install), so waiting briefly is cheaper than an abort and a retry; the reader holds no
+/// key itself while it waits, so no wait cycle can form.
+fn lock_unprepared(state: &KeyState, me: TxnId) -> MutexGuard<'_, KeyInner> {
+    let held = |inner: &KeyInner| inner.prepared.is_some_and(|p| p.owner != me);
+    let inner = state.lock();
+    if !held(&inner) {
+        return inner;
+    }
+    drop(inner);
+    let started = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        spins += 1;
+        let inner = state.lock();
+        if !held(&inner) || started.elapsed() >= PREPARED_WAIT {
+            return inner;
         }
     }
 }

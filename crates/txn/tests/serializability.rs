@@ -285,3 +285,38 @@ fn garbage_collection_keeps_what_an_open_snapshot_reads() {
     assert!(versions <= 2, "{versions} versions left");
     assert!(engine.store().versions_dropped() > 0);
 }
+
+#[test]
+fn a_transaction_may_rewrite_what_it_scanned_but_not_miss_an_insert() {
+    for cc in [ConcurrencyControl::Occ, ConcurrencyControl::TwoPhaseLocking] {
+        for scheme in [TimestampScheme::Clock, TimestampScheme::Hlc, TimestampScheme::Dst] {
+            let (engine, _) = Engine::open(config(cc, scheme, SkewProfile::None)).unwrap();
+            engine.load((0..10).map(|i| (key(i * 2), b"v".to_vec()))).unwrap();
+            let mut session = engine.session().unwrap();
+            let mut other = engine.session().unwrap();
+
+            let mut txn = session.begin();
+            let seen = txn.scan(Bound::Included(&key(0)), Bound::Unbounded, 5).unwrap();
+            assert_eq!(seen.len(), 5);
+            txn.put(&key(2), b"new".to_vec()).unwrap();
+            txn.delete(&key(4)).unwrap();
+            txn.put(&key(3), b"inserted".to_vec()).unwrap();
+            txn.commit().unwrap_or_else(|a| panic!("{cc}/{scheme}: own writes in a scanned range: {a}"));
+
+            // Someone else inserts into the range between the scan and the commit.
+            let mut txn = session.begin();
+            let seen = txn.scan(Bound::Included(&key(0)), Bound::Included(&key(8)), 100).unwrap();
+            assert_eq!(seen.len(), 5, "{cc}/{scheme}: 0, 2, 3, 6, 8");
+            txn.put(&key(100), b"x".to_vec()).unwrap();
+            // A clock behind the scan's may need a retry (the insert must order after it).
+            let inserted = (0..3).any(|_| {
+                let mut insert = other.begin();
+                insert.put(&key(5), b"phantom".to_vec()).unwrap();
+                insert.commit().is_ok()
+            });
+            assert!(inserted, "{cc}/{scheme}: the insert never committed");
+            let verdict = txn.commit().map(|_| ());
+            assert_eq!(verdict.unwrap_err().reason, AbortReason::Phantom, "{cc}/{scheme}");
+        }
+    }
+}
