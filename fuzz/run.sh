@@ -32,9 +32,11 @@ if [[ "${1:-}" == "--ci" ]]; then
     run node_decoder -seed=1 -runs=2000000
     run proof_verifier -seed=1 -runs=100000
     run bag_application -seed=1 -runs=40000
+    run wal_record -seed=1 -runs=1000000
+    run log_segment -seed=1 -runs=20000
 else
-    for name in node_decoder proof_verifier bag_application; do
+    for name in node_decoder proof_verifier bag_application wal_record log_segment; do
         run "$name" -max_total_time="${FUZZ_SECONDS:-60}"
     done
 fi
-echo "fuzz: 3 passed, 0 failed"
+echo "fuzz: 5 passed, 0 failed"

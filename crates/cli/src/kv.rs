@@ -73,6 +73,27 @@ pub struct KvBenchArgs {
 }
 
 #[derive(Args, Clone, Debug)]
+pub struct ClockSweepArgs {
+    /// Zipf exponents (contention levels) to sweep, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0.2,0.6,0.8,1.0,1.2,1.4")]
+    pub zipf: Vec<f64>,
+    /// Worker threads; each is a client with its own skewed clock.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Measured seconds per point.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Retwis keys.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Writes the results as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Clone, Debug)]
 pub struct KvAuditArgs {
     /// Directory written by `virga bench kv --dir`.
     #[arg(long)]
@@ -280,6 +301,80 @@ pub fn bench_kv(args: &KvBenchArgs) -> anyhow::Result<ExitCode> {
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// MILANA's clock experiment on one node: Retwis under OCC with per-client clocks skewed
+/// like PTP and like NTP, at rising contention; the abort rates side by side.
+pub fn bench_clocks(args: &ClockSweepArgs) -> anyhow::Result<ExitCode> {
+    let mut rows = Vec::new();
+    println!(
+        "{:>6} {:>12} {:>12} {:>14} {:>14} {:>10}",
+        "zipf", "ptp aborts", "ntp aborts", "ptp commit/s", "ntp commit/s", "fewer"
+    );
+    for &zipf in &args.zipf {
+        let mut point = Vec::new();
+        for skew in [SkewProfile::Ptp, SkewProfile::Ntp] {
+            let run = KvBenchArgs {
+                workload: "retwis".into(),
+                threads: args.threads,
+                duration: args.duration,
+                cc: ConcurrencyControl::Occ,
+                timestamps: TimestampScheme::Clock,
+                clock_skew: skew,
+                dir: None,
+                sync: SyncMode::None,
+                keys: Some(args.keys),
+                zipf: Some(zipf),
+                ops_per_txn: None,
+                seed: args.seed,
+                peers: false,
+                json: None,
+                quiet: true,
+            };
+            point.push(run_virga(&run)?);
+        }
+        let (ptp, ntp) = (&point[0], &point[1]);
+        let fewer = if ntp.abort_rate > 0.0 { 1.0 - ptp.abort_rate / ntp.abort_rate } else { 0.0 };
+        println!(
+            "{zipf:>6.2} {:>11.2}% {:>11.2}% {:>14.0} {:>14.0} {:>9.0}%",
+            ptp.abort_rate * 100.0,
+            ntp.abort_rate * 100.0,
+            ptp.committed_per_sec,
+            ntp.committed_per_sec,
+            fewer * 100.0
+        );
+        rows.push(serde_json::json!({ "zipf": zipf, "ptp": ptp, "ntp": ntp, "fewer_aborts_with_ptp": fewer }));
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "workload": "retwis",
+            "threads": args.threads,
+            "keys": args.keys,
+            "duration_s": args.duration,
+            "points": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads and runs one in-memory configuration, without printing.
+fn run_virga(args: &KvBenchArgs) -> anyhow::Result<RunReport> {
+    let spec = WorkloadSpec::from_args(args)?;
+    let workload = spec.build()?;
+    let (engine, _) = Engine::open(engine_config(args))?;
+    let backend = VirgaBackend::new(engine);
+    with_workload!(&workload, w => runner::load(w, &backend))?;
+    let options = RunOptions {
+        threads: args.threads,
+        duration: Duration::from_secs_f64(args.duration),
+        seed: args.seed,
+        progress: !args.quiet,
+        durable_lines: false,
+    };
+    Ok(with_workload!(&workload, w => runner::run(w, &backend, &options)))
 }
 
 fn json_report(args: &KvBenchArgs, report: &RunReport, peers: &[RunReport]) -> serde_json::Value {

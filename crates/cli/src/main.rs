@@ -57,6 +57,8 @@ enum BenchCommand {
     Trie(TrieBenchArgs),
     /// The transactional key-value engine on YCSB, SmallBank, Retwis or transfers.
     Kv(kv::KvBenchArgs),
+    /// MILANA's clock result: Retwis abort rates with PTP-like vs NTP-like clock skew at rising contention.
+    Clocks(kv::ClockSweepArgs),
 }
 
 #[derive(Args)]
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
         Command::TrieTest { file, secure } => trie_test(&file, secure),
         Command::Bench(BenchCommand::Trie(args)) => bench_trie(&args),
         Command::Bench(BenchCommand::Kv(args)) => kv::bench_kv(&args),
+        Command::Bench(BenchCommand::Clocks(args)) => kv::bench_clocks(&args),
         Command::Kv(KvCommand::Audit(args)) => kv::kv_audit(&args),
     };
     match result {

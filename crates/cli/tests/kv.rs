@@ -183,3 +183,31 @@ fn a_torn_tail_is_cut_and_a_corrupt_log_is_refused() {
     assert!(stderr.contains("error:") && !stderr.contains("panicked"), "{stderr}");
     assert!(stderr.contains("wal"), "the error names the log: {stderr}");
 }
+
+#[test]
+fn the_clock_sweep_reports_both_profiles_per_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("clocks.json");
+    let output = virga(&[
+        "bench",
+        "clocks",
+        "--zipf",
+        "0.5,1.2",
+        "--duration",
+        "0.3",
+        "--keys",
+        "2000",
+        "--json",
+        &json.display().to_string(),
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let points = report["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for point in points {
+        for profile in ["ptp", "ntp"] {
+            assert!(point[profile]["committed"].as_u64().unwrap() > 0, "{point}");
+            assert!(point[profile]["abort_rate"].as_f64().is_some());
+        }
+    }
+}

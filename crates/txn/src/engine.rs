@@ -240,6 +240,7 @@ impl Engine {
             since_watermark: 0,
             stats: TxnStats::default(),
             record: Vec::new(),
+            buffers: Default::default(),
         })
     }
 
@@ -371,6 +372,8 @@ pub struct Session {
     pub(crate) stats: TxnStats,
     /// Reused buffer for encoding log records.
     pub(crate) record: Vec<u8>,
+    /// Reused read, write and scan sets.
+    pub(crate) buffers: crate::txn::TxnBuffers,
 }
 
 impl std::fmt::Debug for Session {

@@ -57,6 +57,15 @@ struct WriteEntry {
     held: bool,
 }
 
+/// A session's read, write and scan sets, kept between transactions so that a transaction
+/// allocates nothing for them once the session has warmed up.
+#[derive(Default)]
+pub(crate) struct TxnBuffers {
+    reads: Vec<ReadEntry>,
+    writes: Vec<WriteEntry>,
+    scans: Vec<ScanEntry>,
+}
+
 /// A range scan to re-check at commit: the keys it saw live, and the range it covered.
 struct ScanEntry {
     start: Bound<Bytes>,
@@ -93,15 +102,16 @@ impl<'s> Txn<'s> {
         };
         let (id, time) = session.start_txn();
         let begin = Timestamp::new(time, session.client);
+        let buffers = std::mem::take(&mut session.buffers);
         Txn {
             session,
             id,
             mode,
             read_only,
             begin,
-            reads: Vec::new(),
-            writes: Vec::new(),
-            scans: Vec::new(),
+            reads: buffers.reads,
+            writes: buffers.writes,
+            scans: buffers.scans,
             saw_prepared: false,
             finished: false,
             aborted: None,
@@ -576,6 +586,16 @@ impl Drop for Txn<'_> {
         if !self.finished {
             self.fail(AbortReason::User);
         }
+        // Hand the (emptied) sets back to the session for its next transaction.
+        let mut buffers = TxnBuffers {
+            reads: std::mem::take(&mut self.reads),
+            writes: std::mem::take(&mut self.writes),
+            scans: std::mem::take(&mut self.scans),
+        };
+        buffers.reads.clear();
+        buffers.writes.clear();
+        buffers.scans.clear();
+        self.session.buffers = buffers;
     }
 }
 
