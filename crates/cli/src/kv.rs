@@ -60,6 +60,9 @@ pub struct KvBenchArgs {
     pub ops_per_txn: Option<usize>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Repeats each measurement (Virga's and every peer's) and reports the median run.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
     /// Also run RocksDB's OptimisticTransactionDB and TransactionDB on the same workload,
     /// threads and durability (needs the `rocksdb` feature).
     #[arg(long)]
@@ -225,24 +228,82 @@ fn write_meta(dir: &Path, spec: &WorkloadSpec) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn bench_kv(args: &KvBenchArgs) -> anyhow::Result<ExitCode> {
-    if args.duration <= 0.0 || !args.duration.is_finite() {
-        bail!("--duration must be a positive number of seconds");
+/// Checks the options every run shares, before anything is loaded.
+fn check_run_options(duration: f64, threads: usize) -> anyhow::Result<()> {
+    if !(duration > 0.0 && duration <= 86_400.0) {
+        bail!("--duration must be a number of seconds above 0 and at most 86400, not {duration}");
     }
+    if threads == 0 || threads > virga_txn::MAX_SESSIONS {
+        bail!("--threads must be between 1 and {}, not {threads}", virga_txn::MAX_SESSIONS);
+    }
+    Ok(())
+}
+
+pub fn bench_kv(args: &KvBenchArgs) -> anyhow::Result<ExitCode> {
+    check_run_options(args.duration, args.threads)?;
     let mut spec = WorkloadSpec::from_args(args)?;
-    let mut resume = false;
     if let Some(dir) = &args.dir {
         if let Some(stored) = read_meta(dir)? {
             if stored.name() != spec.name() {
                 bail!("{} holds {} data; it cannot run {}", dir.display(), stored.name(), spec.name());
             }
+            // The data decides the parameters (key space, skew) it was created with.
             spec = stored;
-            resume = true;
         }
     }
+    let runs = args.runs.max(1);
+    let mut reports = Vec::with_capacity(runs);
+    for run in 0..runs {
+        if runs > 1 {
+            eprintln!("run {} of {runs}", run + 1);
+        }
+        reports.push(run_virga_once(args, &spec)?);
+    }
+    let report = median(reports);
+    if runs > 1 {
+        println!("median of {runs} runs:\n{}", report.summary());
+    }
+
+    let mut peers: Vec<RunReport> = Vec::new();
+    if args.peers {
+        peers = run_peers(args, &spec, &run_options(args))?;
+        print_comparison(&report, &peers);
+    }
+    if let Some(path) = &args.json {
+        let json = json_report(args, &report, &peers);
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_options(args: &KvBenchArgs) -> RunOptions {
+    RunOptions {
+        threads: args.threads,
+        duration: Duration::from_secs_f64(args.duration),
+        seed: args.seed,
+        progress: !args.quiet,
+        durable_lines: args.dir.is_some(),
+    }
+}
+
+/// The run with the median throughput (its abort rate and latencies come with it).
+fn median(mut reports: Vec<RunReport>) -> RunReport {
+    reports.sort_by(|a, b| a.committed_per_sec.total_cmp(&b.committed_per_sec));
+    let middle = reports.len() / 2;
+    reports.swap_remove(middle)
+}
+
+/// Opens the engine (resuming the data in `--dir` if any, loading otherwise), runs the
+/// workload once and prints the run's summary.
+fn run_virga_once(args: &KvBenchArgs, spec: &WorkloadSpec) -> anyhow::Result<RunReport> {
+    let resume = match &args.dir {
+        Some(dir) => read_meta(dir)?.is_some(),
+        None => false,
+    };
     let workload = spec.build()?;
-    let config = engine_config(args);
-    let (engine, recovery) = Engine::open(config.clone())?;
+    let (engine, recovery) = Engine::open(engine_config(args))?;
     let backend = VirgaBackend::new(Arc::clone(&engine));
     if resume {
         eprintln!(
@@ -262,17 +323,11 @@ pub fn bench_kv(args: &KvBenchArgs) -> anyhow::Result<ExitCode> {
         if let Some(dir) = &args.dir {
             // Written after the load is durable: a directory with a description always has
             // its initial data.
-            write_meta(dir, &spec)?;
+            write_meta(dir, spec)?;
         }
         eprintln!("loaded {loaded} pairs in {:.1} s", started.elapsed().as_secs_f64());
     }
-    let options = RunOptions {
-        threads: args.threads,
-        duration: Duration::from_secs_f64(args.duration),
-        seed: args.seed,
-        progress: !args.quiet,
-        durable_lines: args.dir.is_some(),
-    };
+    let options = run_options(args);
     eprintln!(
         "running {} on {} for {} s with {} threads (clock skew {}, durability {})",
         spec.name(),
@@ -285,27 +340,16 @@ pub fn bench_kv(args: &KvBenchArgs) -> anyhow::Result<ExitCode> {
     let report = with_workload!(&workload, w => runner::run(w, &backend, &options));
     engine.sync()?;
     println!("{}", report.summary());
-
-    let mut peers: Vec<RunReport> = Vec::new();
-    if args.peers {
-        peers = run_peers(args, &spec, &options)?;
-        for peer in &peers {
-            println!("{}", peer.summary());
-        }
-        print_comparison(&report, &peers);
-    }
-    if let Some(path) = &args.json {
-        let json = json_report(args, &report, &peers);
-        std::fs::write(path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
 /// MILANA's clock experiment on one node: Retwis under OCC with per-client clocks skewed
 /// like PTP and like NTP, at rising contention; the abort rates side by side.
 pub fn bench_clocks(args: &ClockSweepArgs) -> anyhow::Result<ExitCode> {
+    check_run_options(args.duration, args.threads)?;
+    if let Some(bad) = args.zipf.iter().find(|z| !(z.is_finite() && **z >= 0.0)) {
+        bail!("--zipf values must be finite and at least 0, not {bad}");
+    }
     let mut rows = Vec::new();
     println!(
         "{:>6} {:>12} {:>12} {:>14} {:>14} {:>10}",
@@ -330,6 +374,7 @@ pub fn bench_clocks(args: &ClockSweepArgs) -> anyhow::Result<ExitCode> {
                 peers: false,
                 json: None,
                 quiet: true,
+                runs: 1,
             };
             point.push(run_virga(&run)?);
         }
@@ -441,7 +486,13 @@ fn run_peers(args: &KvBenchArgs, spec: &WorkloadSpec, options: &RunOptions) -> a
         let loaded = with_workload!(&workload, w => runner::load(w, &peer))?;
         eprintln!("{}: loaded {loaded} pairs in {:.1} s", peer.name(), started.elapsed().as_secs_f64());
         let quiet = RunOptions { durable_lines: false, ..options.clone() };
-        reports.push(with_workload!(&workload, w => runner::run(w, &peer, &quiet)));
+        let mut runs = Vec::new();
+        for _ in 0..args.runs.max(1) {
+            let report = with_workload!(&workload, w => runner::run(w, &peer, &quiet));
+            println!("{}", report.summary());
+            runs.push(report);
+        }
+        reports.push(median(runs));
     }
     Ok(reports)
 }

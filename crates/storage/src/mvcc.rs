@@ -235,22 +235,15 @@ impl MvStore {
         if let Some(state) = self.key(key) {
             return state;
         }
-        let mut created = false;
-        let state = Arc::clone(
-            self.index
-                .entry(IndexKey::new(key))
-                .or_insert_with(|| {
-                    created = true;
-                    Arc::new(KeyState::new(Bytes::copy_from_slice(key)))
-                })
-                .value(),
-        );
-        // Only the creator publishes to the ordered index, before anyone can install a
-        // version on the entry, so a scan never misses a key with a committed version.
-        if created {
-            self.ordered.insert(state.key().clone(), Arc::clone(&state));
-        }
-        state
+        // Published to the ordered index first: whoever finds the entry through the hash
+        // index (and may install a version on it) finds it in the ordered index too, so a
+        // scan never misses a key with a committed version. Concurrent creators agree on
+        // the skip list's entry.
+        let ordered = self
+            .ordered
+            .get_or_insert_with(Bytes::copy_from_slice(key), || Arc::new(KeyState::new(Bytes::copy_from_slice(key))));
+        let state = Arc::clone(ordered.value());
+        Arc::clone(self.index.entry(IndexKey::new(key)).or_insert(state).value())
     }
 
     /// Installs `value` for `key` at `ts` outside any transaction (initial load, recovery).

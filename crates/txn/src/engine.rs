@@ -12,6 +12,7 @@ use virga_log::{GroupLog, GroupLogOptions, LogError};
 use virga_storage::{MvStore, Timestamp, TxnId, Version};
 
 use crate::abort::AbortReason;
+use crate::checker::INITIAL_WRITER;
 use crate::config::{Durability, EngineConfig, TimestampScheme};
 use crate::txn::Txn;
 use crate::wal::{self, LogRecord};
@@ -24,6 +25,12 @@ const LOAD_RECORD_BYTES: usize = 1 << 20;
 
 /// How many transactions a session runs between refreshes of the watermark.
 const WATERMARK_PERIOD: u32 = 256;
+
+/// A session idle this long (in nanoseconds of its clock) stops holding the watermark back.
+pub const IDLE_GRACE_NS: u64 = 1_000_000_000;
+
+/// Transaction ids a session takes from the engine at a time.
+const TXN_ID_BLOCK: u64 = 1 << 16;
 
 /// A session slot: the oldest time its client may still read at. Padded to a cache line so
 /// that clients updating their own slots do not contend.
@@ -115,8 +122,12 @@ pub struct Engine {
     watermark: AtomicU64,
     /// The largest snapshot time of any range scan: an insert below it could be a phantom.
     pub(crate) scan_guard: AtomicU64,
-    /// The largest log sequence number whose writes are installed (visible to readers).
+    /// The largest log sequence number appended by a commit that may be visible to readers.
     pub(crate) installed_lsn: AtomicU64,
+    /// The next unused block of transaction ids (ids are unique for the engine's life).
+    next_txn_id: AtomicU64,
+    /// [`IDLE_GRACE_NS`] in the units of the timestamp scheme's clock.
+    idle_grace: u64,
     log_failed: AtomicBool,
     stats: Mutex<TxnStats>,
 }
@@ -150,6 +161,11 @@ impl Engine {
                 Some(log)
             }
         };
+        let idle_grace = match config.timestamps {
+            TimestampScheme::Clock => IDLE_GRACE_NS,
+            // Hybrid clocks count milliseconds above a 16-bit counter.
+            TimestampScheme::Hlc | TimestampScheme::Dst => (IDLE_GRACE_NS / 1_000_000) << 16,
+        };
         let engine = Engine {
             config,
             store,
@@ -159,6 +175,8 @@ impl Engine {
             watermark: AtomicU64::new(0),
             scan_guard: AtomicU64::new(0),
             installed_lsn: AtomicU64::new(0),
+            next_txn_id: AtomicU64::new(1),
+            idle_grace,
             log_failed: AtomicBool::new(false),
             stats: Mutex::new(TxnStats::default()),
         };
@@ -236,7 +254,7 @@ impl Engine {
             client,
             slot,
             clock,
-            seq: 0,
+            ids: 0..0,
             since_watermark: 0,
             stats: TxnStats::default(),
             record: Vec::new(),
@@ -251,11 +269,23 @@ impl Engine {
 
     /// Recomputes the watermark as the oldest time any open session may still read at.
     pub fn refresh_watermark(&self) -> Timestamp {
+        self.refresh_watermark_at(None)
+    }
+
+    /// As [`Engine::refresh_watermark`]; given the caller's current time, sessions idle for
+    /// longer than [`IDLE_GRACE_NS`] no longer hold the watermark back (they are pulled up
+    /// to it when they begin again).
+    fn refresh_watermark_at(&self, now: Option<u64>) -> Timestamp {
         let _registry = self.registry.lock();
-        let oldest = self.slots.iter().map(|s| s.0.load(Ordering::Acquire)).min().unwrap_or(FREE_SLOT);
-        if oldest != FREE_SLOT {
-            self.watermark.fetch_max(oldest, Ordering::AcqRel);
-        }
+        let stale_before = now.map_or(0, |now| now.saturating_sub(self.idle_grace));
+        let oldest = self
+            .slots
+            .iter()
+            .map(|s| s.0.load(Ordering::SeqCst))
+            .filter(|&t| t != FREE_SLOT && t >= stale_before)
+            .min()
+            .unwrap_or(stale_before);
+        self.watermark.fetch_max(oldest, Ordering::SeqCst);
         self.watermark()
     }
 
@@ -327,10 +357,11 @@ fn replay(store: &MvStore, record: LogRecord, recovery: &mut Recovery) {
                 store.set_only_version(&key, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value) });
             }
         }
-        LogRecord::Commit { txn, writes, .. } => {
+        LogRecord::Commit { writes, .. } => {
             recovery.committed += 1;
+            // Transaction ids restart with the engine: recovered versions count as initial.
             for (key, value) in writes {
-                store.set_only_version(&key, Version { ts: Timestamp::ZERO, writer: txn, value });
+                store.set_only_version(&key, Version { ts: Timestamp::ZERO, writer: INITIAL_WRITER, value });
             }
         }
     }
@@ -367,7 +398,8 @@ pub struct Session {
     pub(crate) client: u32,
     slot: usize,
     pub(crate) clock: SessionClock,
-    seq: u64,
+    /// Transaction ids reserved for this session and not used yet.
+    ids: std::ops::Range<u64>,
     since_watermark: u32,
     pub(crate) stats: TxnStats,
     /// Reused buffer for encoding log records.
@@ -412,21 +444,35 @@ impl Session {
 
     /// A fresh transaction id and snapshot time for a transaction starting now.
     pub(crate) fn start_txn(&mut self) -> (TxnId, u64) {
-        self.seq += 1;
+        let id = match self.ids.next() {
+            Some(id) => id,
+            None => {
+                let start = self.engine.next_txn_id.fetch_add(TXN_ID_BLOCK, Ordering::Relaxed);
+                self.ids = start + 1..start + TXN_ID_BLOCK;
+                start
+            }
+        };
+        let mut time = self.clock.now();
         self.since_watermark += 1;
         if self.since_watermark >= WATERMARK_PERIOD {
             self.since_watermark = 0;
-            self.engine.refresh_watermark();
+            self.engine.refresh_watermark_at(Some(time));
         }
-        // Never read below the watermark: a lagging clock is pulled up to it.
-        let floor = self.engine.watermark.load(Ordering::Acquire);
-        let mut time = self.clock.now();
-        if time < floor {
-            self.clock.observe(floor);
-            time = floor;
+        // Never read below the watermark: a lagging or long-idle clock is pulled up to it.
+        // The slot is published before the watermark is checked again, and a refresh reads
+        // the slots before it publishes (all sequentially consistent), so either the refresh
+        // counted this slot or this check sees the refreshed watermark.
+        loop {
+            let floor = self.engine.watermark.load(Ordering::SeqCst);
+            if time < floor {
+                self.clock.observe(floor);
+                time = floor;
+            }
+            self.engine.slots[self.slot].0.store(time, Ordering::SeqCst);
+            if self.engine.watermark.load(Ordering::SeqCst) <= time {
+                return (id, time);
+            }
         }
-        self.engine.slots[self.slot].0.store(time, Ordering::Release);
-        (((self.client as u64) << 40) | (self.seq & ((1 << 40) - 1)), time)
     }
 
     pub(crate) fn count_commit(&mut self) {

@@ -250,7 +250,7 @@ impl<'s> Txn<'s> {
                 }
                 inner.visible_at(begin).cloned()
             }
-            ReadMode::DependentRead => dependent_read(&state, begin),
+            ReadMode::DependentRead => dependent_read(&state, begin)?,
             ReadMode::SnapshotForWrite => {
                 let mut inner = lock_unprepared(&state, self.id);
                 inner.latest_read = inner.latest_read.max(begin);
@@ -298,6 +298,9 @@ impl<'s> Txn<'s> {
         end: Bound<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Bytes, Bytes)>, AbortReason> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let engine = Arc::clone(&self.session.engine);
         if matches!(self.mode, ReadMode::Snapshot | ReadMode::DependentRead) {
             // Announce the snapshot before looking, so an insert validating later with a
@@ -515,7 +518,12 @@ impl<'s> Txn<'s> {
                     self.writes.iter().map(|w| (w.state.key().as_ref(), bytes_of(w.value.as_ref()))),
                 );
                 match log.append(record) {
-                    Ok(n) => lsn = Some(n),
+                    Ok(n) => {
+                        // Raised before the versions become visible: a reader of them is
+                        // acknowledged only once this record is durable.
+                        engine.installed_lsn.fetch_max(n, Ordering::AcqRel);
+                        lsn = Some(n);
+                    }
                     Err(_) => {
                         engine.note_log_failure();
                         return Err(AbortReason::LogFailed);
@@ -538,9 +546,8 @@ impl<'s> Txn<'s> {
             write.held = false;
         }
         engine.store.note_dropped(dropped as u64);
-        if let Some(n) = lsn {
-            engine.installed_lsn.fetch_max(n, Ordering::AcqRel);
-        } else if engine.log.is_some() {
+        if lsn.is_none() && engine.log.is_some() {
+            // Nothing written, but what was read must be durable before the acknowledgement.
             lsn = Some(engine.installed_lsn.load(Ordering::Acquire));
         }
         self.session.clock.observe(commit.time);
@@ -603,6 +610,9 @@ impl Drop for Txn<'_> {
 /// (and aborting or flagging, as its mode says).
 const PREPARED_WAIT: Duration = Duration::from_micros(50);
 
+/// The longest a DST read-only reader waits for one held tuple.
+const DEPENDENT_READ_WAIT: Duration = Duration::from_secs(1);
+
 /// Takes the key's latch once no other transaction holds the key, or after
 /// [`PREPARED_WAIT`]. A prepared writer under OCC is inside its commit (log append and
 /// install), so waiting briefly is cheaper than an abort and a retry; the reader holds no
@@ -633,15 +643,23 @@ fn lock_unprepared(state: &KeyState, me: TxnId) -> MutexGuard<'_, KeyInner> {
 /// DST's `DEP_READ`, waiting whenever the tuple is held (not only when its timestamp is at
 /// or below the reader's, as printed): the printed rule lets a reader skip a writer whose
 /// commit timestamp will still be below the read timestamp.
-fn dependent_read(state: &KeyState, read_ts: Timestamp) -> Option<Version> {
+///
+/// Under OCC a holder is inside its commit and lets go within microseconds; under 2PL it
+/// holds the key for its whole transaction, so the wait is bounded by [`DEPENDENT_READ_WAIT`]
+/// (then the reader aborts with `read-prepared` rather than hang on a stalled writer).
+fn dependent_read(state: &KeyState, read_ts: Timestamp) -> Result<Option<Version>, AbortReason> {
     let mut spins = 0u32;
+    let started = Instant::now();
     loop {
         {
             let mut inner = state.lock();
             inner.latest_read = inner.latest_read.max(read_ts);
             if inner.prepared.is_none() {
-                return inner.visible_at(read_ts).cloned();
+                return Ok(inner.visible_at(read_ts).cloned());
             }
+        }
+        if started.elapsed() >= DEPENDENT_READ_WAIT {
+            return Err(AbortReason::ReadPrepared);
         }
         spins += 1;
         if spins < 64 {

@@ -16,7 +16,7 @@
 //! its snapshot when it begins, reads as of that snapshot, and reads every key with
 //! `get_for_update` (RocksDB's plain `get` is not tracked, and would give only snapshot
 //! isolation). In optimistic mode that adds the key to the commit-time validation; in
-//! pessimistic mode it locks the key (exclusively unless [`RocksConfig::shared_read_locks`]) and
+//! pessimistic mode it locks the key (exclusively unless [`RocksOptions::shared_read_locks`]) and
 //! fails with `Busy` if the key changed after the snapshot. A scan in a read-write transaction
 //! registers each key it returns the same way, but RocksDB has no range locks or range
 //! validation in these modes, so an insert into a scanned range (a phantom) is not detected.
@@ -54,7 +54,7 @@
 //! # Tuning
 //!
 //! The benchmark's data sets fit in memory, so the peer is set up as RocksDB's own guides
-//! advise for a memory-resident data set; see [`RocksConfig`] for the sizes:
+//! advise for a memory-resident data set; see [`RocksOptions`] for the sizes:
 //!
 //! - One block cache (HyperClockCache, RocksDB's recommended cache for concurrent reads) large
 //!   enough for the data set, uncompressed blocks (no compression library is even built), full
@@ -78,8 +78,9 @@ use std::time::{Duration, Instant};
 
 use ::rocksdb::{
     BlockBasedOptions, Cache, DBAccess, DBCompressionType, DBRawIteratorWithThreadMode, DataBlockIndexType, Error,
-    ErrorKind, OptimisticTransactionDB, OptimisticTransactionOptions, Options, ReadOptions, SnapshotWithThreadMode,
-    Transaction, TransactionDB, TransactionDBOptions, TransactionOptions, WriteBatchWithTransaction, WriteOptions,
+    ErrorKind, MultiThreaded, OptimisticTransactionDB, OptimisticTransactionOptions, Options, ReadOptions,
+    SnapshotWithThreadMode, Transaction, TransactionDB, TransactionDBOptions, TransactionOptions,
+    WriteBatchWithTransaction, WriteOptions,
 };
 use anyhow::Context;
 use bytes::Bytes;
@@ -146,16 +147,14 @@ impl RocksDurability {
     }
 }
 
-/// How to open a [`RocksPeer`]. [`RocksConfig::new`] gives the defaults described on each field.
+/// How to open a [`RocksPeer`]. [`RocksOptions::default`] gives optimistic transactions without
+/// durability and the defaults described on each field.
 #[derive(Clone, Debug)]
-pub struct RocksConfig {
-    /// Optimistic or pessimistic transactions.
+pub struct RocksOptions {
+    /// Optimistic or pessimistic transactions. Default optimistic.
     pub mode: RocksMode,
-    /// WAL sync policy.
+    /// WAL sync policy. Default `None`.
     pub durability: RocksDurability,
-    /// Database directory; `None` opens a fresh temporary directory, removed when the peer and
-    /// all its sessions are dropped. Default `None`.
-    pub dir: Option<PathBuf>,
     /// Pessimistic mode: how long a transaction waits for a lock, in milliseconds. 0 (the
     /// default) fails at once, like no-wait two-phase locking; a negative value uses RocksDB's
     /// default (1000 ms).
@@ -171,13 +170,11 @@ pub struct RocksConfig {
     pub write_buffer_bytes: usize,
 }
 
-impl RocksConfig {
-    /// The defaults for `mode` and `durability`.
-    pub fn new(mode: RocksMode, durability: RocksDurability) -> Self {
-        RocksConfig {
-            mode,
-            durability,
-            dir: None,
+impl Default for RocksOptions {
+    fn default() -> Self {
+        RocksOptions {
+            mode: RocksMode::Optimistic,
+            durability: RocksDurability::None,
             lock_timeout_ms: 0,
             shared_read_locks: false,
             block_cache_bytes: 1 << 30,
@@ -194,7 +191,9 @@ const COMPACTION_SETTLE_LIMIT: Duration = Duration::from_secs(600);
 
 enum Db {
     Optimistic(OptimisticTransactionDB),
-    Pessimistic(TransactionDB),
+    // `MultiThreaded` only because rust-rocksdb 0.25 offers `property_int_value` on no other
+    // `TransactionDB`; the peer uses only the default column family either way.
+    Pessimistic(TransactionDB<MultiThreaded>),
 }
 
 /// Calls the same method on either database.
@@ -314,19 +313,20 @@ pub struct RocksPeer {
 }
 
 impl RocksPeer {
-    /// Opens (creating if needed) the database `config` describes.
-    pub fn open(config: RocksConfig) -> anyhow::Result<Self> {
-        let (path, tempdir) = match &config.dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-                (dir.clone(), None)
-            }
-            None => {
-                let tmp = tempfile::Builder::new().prefix("virga-rocksdb-").tempdir().context("creating a tempdir")?;
-                (tmp.path().to_path_buf(), Some(tmp))
-            }
-        };
+    /// Opens the database in `dir`, creating the directory and the database if needed.
+    pub fn open(dir: &Path, options: RocksOptions) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        Self::open_at(dir.to_path_buf(), None, options)
+    }
 
+    /// Opens a new database in a fresh temporary directory, removed when the peer and all its
+    /// sessions are dropped.
+    pub fn open_temp(options: RocksOptions) -> anyhow::Result<Self> {
+        let tmp = tempfile::Builder::new().prefix("virga-rocksdb-").tempdir().context("creating a tempdir")?;
+        Self::open_at(tmp.path().to_path_buf(), Some(tmp), options)
+    }
+
+    fn open_at(path: PathBuf, tempdir: Option<tempfile::TempDir>, config: RocksOptions) -> anyhow::Result<Self> {
         let opts = db_options(&config);
         let db = match config.mode {
             RocksMode::Optimistic => {
@@ -435,7 +435,7 @@ impl Drop for RocksPeer {
 }
 
 /// The database options described in the module documentation.
-fn db_options(config: &RocksConfig) -> Options {
+fn db_options(config: &RocksOptions) -> Options {
     let mut table = BlockBasedOptions::default();
     // Estimated entry charge 0: the cache sizes its table itself (AutoHyperClockCache).
     let cache = Cache::new_hyper_clock_cache(config.block_cache_bytes, 0);
@@ -672,11 +672,12 @@ impl<DB> KvTx for TxnTx<'_, '_, DB> {
 mod tests {
     use super::*;
 
+    fn small(mode: RocksMode, durability: RocksDurability) -> RocksOptions {
+        RocksOptions { mode, durability, block_cache_bytes: 8 << 20, write_buffer_bytes: 4 << 20, ..Default::default() }
+    }
+
     fn peer(mode: RocksMode, durability: RocksDurability) -> RocksPeer {
-        let mut config = RocksConfig::new(mode, durability);
-        config.block_cache_bytes = 8 << 20;
-        config.write_buffer_bytes = 4 << 20;
-        RocksPeer::open(config).expect("open")
+        RocksPeer::open_temp(small(mode, durability)).expect("open")
     }
 
     fn key(i: usize) -> Vec<u8> {
@@ -789,10 +790,8 @@ mod tests {
 
     #[test]
     fn pessimistic_shared_read_locks() {
-        let mut config = RocksConfig::new(RocksMode::Pessimistic, RocksDurability::None);
-        config.shared_read_locks = true;
-        config.block_cache_bytes = 8 << 20;
-        let peer = RocksPeer::open(config).expect("open");
+        let options = RocksOptions { shared_read_locks: true, ..small(RocksMode::Pessimistic, RocksDurability::None) };
+        let peer = RocksPeer::open_temp(options).expect("open");
         let (mut a, mut b) = (peer.session(0), peer.session(1));
         a.run(false, &mut |tx| {
             tx.get(b"k")?;
@@ -834,11 +833,9 @@ mod tests {
         for mode in MODES {
             for durability in [RocksDurability::None, RocksDurability::Every, RocksDurability::Group] {
                 let dir = tempfile::tempdir().expect("tempdir");
-                let mut config = RocksConfig::new(mode, durability);
-                config.dir = Some(dir.path().join("db"));
-                config.block_cache_bytes = 8 << 20;
+                let path = dir.path().join("db");
                 {
-                    let peer = RocksPeer::open(config.clone()).expect("open");
+                    let peer = RocksPeer::open(&path, small(mode, durability)).expect("open");
                     peer.load(&mut (0..10).map(|i| (key(i), b"loaded".to_vec()))).expect("load");
                     let mut s = peer.session(0);
                     s.run(false, &mut |tx| {
@@ -847,7 +844,7 @@ mod tests {
                     })
                     .expect("commit");
                 }
-                let peer = RocksPeer::open(config).expect("reopen");
+                let peer = RocksPeer::open(&path, small(mode, durability)).expect("reopen");
                 let mut s = peer.session(0);
                 s.run(true, &mut |tx| {
                     assert_eq!(tx.get(&key(0))?, Some(Bytes::from_static(b"loaded")));
