@@ -229,6 +229,16 @@ impl MvStore {
         self.index.get(&IndexKey::new(key)).map(|entry| Arc::clone(entry.value()))
     }
 
+    /// Runs `read` on `key`'s state (created empty when missing) while the index holds it,
+    /// without taking a counted reference: the cheapest way to read a key once. `read` must
+    /// be short and must not touch the index.
+    pub fn with_key<R>(&self, key: &[u8], read: impl FnOnce(&KeyState) -> R) -> R {
+        if let Some(entry) = self.index.get(&IndexKey::new(key)) {
+            return read(entry.value());
+        }
+        read(&self.key_or_insert(key))
+    }
+
     /// The state of `key`, created empty when missing (a reader of a missing key needs the
     /// entry to record its read, so that a later insert can be validated against it).
     pub fn key_or_insert(&self, key: &[u8]) -> Arc<KeyState> {

@@ -143,8 +143,28 @@ impl<'s> Txn<'s> {
         if let Some(read) = self.reads.iter().find(|r| r.state.key().as_ref() == key) {
             return Ok(read.value.clone());
         }
+        if self.mode == ReadMode::Snapshot && self.session.engine.config.history.is_none() {
+            return Ok(self.snapshot_read(key));
+        }
         let state = self.session.engine.store.key_or_insert(key);
         self.read_state(state).map_err(|reason| self.fail(reason))
+    }
+
+    /// MILANA's read-only read, done in place in the index: nothing needs the key again (a
+    /// read-only transaction validates only its `saw_prepared` flag, and a repeated read
+    /// returns the same version), so no reference to the key's state is taken or kept.
+    fn snapshot_read(&mut self, key: &[u8]) -> Option<Bytes> {
+        let (begin, id) = (self.begin, self.id);
+        let mut saw_prepared = false;
+        let engine = Arc::clone(&self.session.engine);
+        let value = engine.store.with_key(key, |state| {
+            let mut inner = lock_unprepared(state, id);
+            inner.latest_read = inner.latest_read.max(begin);
+            saw_prepared = inner.prepared.is_some_and(|p| p.ts <= begin);
+            inner.visible_at(begin).and_then(|v| v.value.clone())
+        });
+        self.saw_prepared |= saw_prepared;
+        value
     }
 
     /// Buffers a write of `value` to `key`.
