@@ -156,6 +156,24 @@ impl Reader<'_> {
     }
 }
 
+/// Fuzz body: any bytes decode to a record or a named error, never a panic, and whatever
+/// decodes re-encodes to exactly the same bytes (the format has one encoding per record).
+pub fn fuzz_decode(data: &[u8]) {
+    if let Ok(record) = decode(data) {
+        let mut again = Vec::new();
+        match &record {
+            LogRecord::Commit { txn, ts, writes } => encode_commit(
+                &mut again,
+                *txn,
+                *ts,
+                writes.iter().map(|(k, v)| (k.as_ref(), v.as_ref().map(|v| v.as_ref()))),
+            ),
+            LogRecord::Load { pairs } => encode_load(&mut again, pairs.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))),
+        }
+        assert_eq!(again, data, "a decoded record re-encodes differently");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,23 +237,5 @@ mod tests {
         let mut huge = vec![KIND_LOAD];
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode(&huge).unwrap_err().contains("does not fit"));
-    }
-}
-
-/// Fuzz body: any bytes decode to a record or a named error, never a panic, and whatever
-/// decodes re-encodes to exactly the same bytes (the format has one encoding per record).
-pub fn fuzz_decode(data: &[u8]) {
-    if let Ok(record) = decode(data) {
-        let mut again = Vec::new();
-        match &record {
-            LogRecord::Commit { txn, ts, writes } => encode_commit(
-                &mut again,
-                *txn,
-                *ts,
-                writes.iter().map(|(k, v)| (k.as_ref(), v.as_ref().map(|v| v.as_ref()))),
-            ),
-            LogRecord::Load { pairs } => encode_load(&mut again, pairs.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))),
-        }
-        assert_eq!(again, data, "a decoded record re-encodes differently");
     }
 }

@@ -858,6 +858,43 @@ mod tests {
     }
 
     #[test]
+    fn runner_drives_the_transfer_workload() {
+        use crate::kv::runner::{self, RunOptions};
+        use crate::kv::transfer::{self, TransferConfig, TransferWorkload};
+        for mode in MODES {
+            let peer = peer(mode, RocksDurability::Group);
+            let config = TransferConfig { accounts: 64, zipf: 0.9, ..TransferConfig::default() };
+            let workload = TransferWorkload::new(config).expect("workload");
+            runner::load(&workload, &peer).expect("load");
+            let options = RunOptions {
+                threads: 4,
+                duration: Duration::from_millis(300),
+                seed: 7,
+                progress: false,
+                durable_lines: false,
+            };
+            let report = runner::run(&workload, &peer, &options);
+            eprintln!("{}", report.summary());
+            assert!(report.committed > 0, "{}", report.summary());
+            for reason in report.abort_reasons.keys() {
+                assert!(["conflict", "lock-timeout", "try-again"].contains(&reason.as_str()), "{reason}");
+            }
+            let mut s = peer.session(0);
+            s.run(true, &mut |tx| {
+                let mut total = 0u128;
+                for id in 0..64 {
+                    let value = tx.get(&transfer::key(id))?.expect("account");
+                    total += u128::from(transfer::decode_balance(&value).expect("balance"));
+                }
+                assert_eq!(total, workload.expected_total());
+                Ok(())
+            })
+            .expect("audit");
+            assert_eq!(peer.unexpected_errors(), 0);
+        }
+    }
+
+    #[test]
     fn concurrent_transfers_conserve_the_total() {
         for mode in MODES {
             let peer = peer(mode, RocksDurability::None);
