@@ -478,9 +478,18 @@ fn run_peers(args: &KvBenchArgs, spec: &WorkloadSpec, options: &RunOptions) -> a
     };
     let mut reports = Vec::new();
     for mode in [RocksMode::Optimistic, RocksMode::Pessimistic] {
-        let scratch = tempfile::tempdir_in(args.dir.as_deref().unwrap_or(&std::env::temp_dir()))
-            .context("creating a directory for RocksDB")?;
-        let peer = RocksPeer::open(scratch.path(), RocksOptions { mode, durability, ..RocksOptions::default() })?;
+        let rocks_options = RocksOptions { mode, durability, ..RocksOptions::default() };
+        // Beside Virga's log when durable (same disk), otherwise in a temporary directory.
+        let peer = match &args.dir {
+            Some(dir) => {
+                let path = dir.join(format!("peer-{}", mode.as_str()));
+                if path.exists() {
+                    std::fs::remove_dir_all(&path).with_context(|| format!("clearing {}", path.display()))?;
+                }
+                RocksPeer::open(&path, rocks_options)?
+            }
+            None => RocksPeer::open_temp(rocks_options)?,
+        };
         let workload = spec.build()?;
         let started = std::time::Instant::now();
         let loaded = with_workload!(&workload, w => runner::load(w, &peer))?;

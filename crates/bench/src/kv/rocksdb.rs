@@ -22,7 +22,8 @@
 //! validation in these modes, so an insert into a scanned range (a phantom) is not detected.
 //!
 //! Read-only transactions take no locks and track nothing: they read one consistent snapshot of
-//! the database, which is serializable because every writing transaction is.
+//! the database, which is serializable (up to the phantoms above) because every writing
+//! transaction is.
 //!
 //! # Abort reasons
 //!
@@ -67,8 +68,10 @@
 //!   table files (which makes the load durable in every mode) and waits for background
 //!   compaction to settle, so measurement starts from an empty memtable and a settled tree.
 //!
-//! Pipelined writes, unordered writes and two write queues are left off (RocksDB's defaults):
-//! they trade away guarantees or do not apply to these transaction databases.
+//! Pipelined writes, unordered writes and two write queues are left at RocksDB's defaults (off):
+//! unordered writes weaken snapshot consistency, two write queues serve the write-prepared
+//! transaction policies (not the write-committed one used here), and pipelining the WAL and
+//! memtable stages has little to overlap on two cores.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
