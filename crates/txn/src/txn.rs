@@ -232,7 +232,11 @@ impl<'s> Txn<'s> {
             write.value = value;
             return Ok(());
         }
-        let state = self.session.engine.store.key_or_insert(key);
+        // A key read first (the usual read-modify-write) needs no second index lookup.
+        let state = match self.reads.iter().find(|r| r.state.key().as_ref() == key) {
+            Some(read) => Arc::clone(&read.state),
+            None => self.session.engine.store.key_or_insert(key),
+        };
         let held = if self.mode == ReadMode::Locking {
             if let Err(reason) = self.lock_exclusive(&state) {
                 return Err(self.fail(reason));
