@@ -191,7 +191,7 @@ impl KvWorkload for RetwisWorkload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::testing::Oracle;
+    use crate::kv::testing::{assert_retries_deterministic, Oracle};
     use rand::SeedableRng;
     use std::collections::HashMap;
 
@@ -268,15 +268,7 @@ mod tests {
 
     #[test]
     fn retries_are_deterministic() {
-        let workload = workload();
-        let mut oracle = Oracle::loaded(&workload);
-        let mut rng = SmallRng::seed_from_u64(33);
-        for _ in 0..2_000 {
-            let txn = workload.next_txn(0, &mut rng);
-            let first = oracle.dry_run(&workload, &txn);
-            assert_eq!(first, oracle.dry_run(&workload, &txn));
-            oracle.apply(first.2);
-        }
+        assert_retries_deterministic(&workload(), 0, 33, 2_000);
     }
 
     #[test]

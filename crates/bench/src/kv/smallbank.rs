@@ -307,7 +307,7 @@ impl KvWorkload for SmallBankWorkload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::testing::{Oracle, WriteSet};
+    use crate::kv::testing::{assert_retries_deterministic, Oracle, WriteSet};
     use rand::SeedableRng;
     use std::collections::HashMap;
 
@@ -443,15 +443,7 @@ mod tests {
 
     #[test]
     fn retries_are_deterministic() {
-        let workload = workload(50, 0.99);
-        let mut oracle = Oracle::loaded(&workload);
-        let mut rng = SmallRng::seed_from_u64(23);
-        for _ in 0..2_000 {
-            let txn = workload.next_txn(0, &mut rng);
-            let first = oracle.dry_run(&workload, &txn);
-            assert_eq!(first, oracle.dry_run(&workload, &txn));
-            oracle.apply(first.2);
-        }
+        assert_retries_deterministic(&workload(50, 0.99), 0, 23, 2_000);
     }
 
     #[test]

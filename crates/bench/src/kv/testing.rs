@@ -14,6 +14,8 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 
 use super::{Ack, KvBackend, KvSession, KvTx, KvWorkload, TxAbort};
 
@@ -279,6 +281,20 @@ impl KvSession for OracleSession {
 
     fn durable_ticket(&self) -> u64 {
         0
+    }
+}
+
+/// Replays each of `txns` drawn transactions twice on the same state and checks that both
+/// runs read and write the same (a retry after an abort must redo the same work), then
+/// applies the writes so later transactions see a changing state.
+pub fn assert_retries_deterministic<W: KvWorkload>(workload: &W, client: usize, seed: u64, txns: usize) {
+    let mut oracle = Oracle::loaded(workload);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for _ in 0..txns {
+        let txn = workload.next_txn(client, &mut rng);
+        let first = oracle.dry_run(workload, &txn);
+        assert_eq!(first, oracle.dry_run(workload, &txn), "a retry did different work");
+        oracle.apply(first.2);
     }
 }
 

@@ -187,7 +187,7 @@ pub fn audit<'a>(pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Result<Tr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::testing::Oracle;
+    use crate::kv::testing::{assert_retries_deterministic, Oracle};
     use rand::SeedableRng;
 
     fn workload(accounts: u64, zipf: f64) -> TransferWorkload {
@@ -239,13 +239,7 @@ mod tests {
 
     #[test]
     fn retries_are_deterministic() {
-        let workload = workload(1_000, 0.99);
-        let oracle = Oracle::loaded(&workload);
-        let mut rng = SmallRng::seed_from_u64(12);
-        for _ in 0..1_000 {
-            let txn = workload.next_txn(0, &mut rng);
-            assert_eq!(oracle.dry_run(&workload, &txn), oracle.dry_run(&workload, &txn));
-        }
+        assert_retries_deterministic(&workload(1_000, 0.99), 0, 12, 1_000);
     }
 
     #[test]

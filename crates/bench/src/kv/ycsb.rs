@@ -340,7 +340,7 @@ impl KvWorkload for YcsbWorkload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::testing::Oracle;
+    use crate::kv::testing::{assert_retries_deterministic, Oracle};
     use rand::SeedableRng;
 
     fn small(mix: YcsbMix) -> YcsbWorkload {
@@ -498,16 +498,7 @@ mod tests {
     #[test]
     fn retries_are_deterministic() {
         for mix in YcsbMix::ALL {
-            let workload = small(mix);
-            let mut oracle = Oracle::loaded(&workload);
-            let mut rng = SmallRng::seed_from_u64(4);
-            for _ in 0..2_000 {
-                let txn = workload.next_txn(1, &mut rng);
-                let (first, _, writes_a) = oracle.dry_run(&workload, &txn);
-                let (second, _, writes_b) = oracle.dry_run(&workload, &txn);
-                assert_eq!((first, &writes_a), (second, &writes_b));
-                oracle.apply(writes_a);
-            }
+            assert_retries_deterministic(&small(mix), 1, 4, 2_000);
         }
     }
 
