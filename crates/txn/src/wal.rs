@@ -98,14 +98,10 @@ pub fn decode(record: &[u8]) -> Result<LogRecord, String> {
         }
         other => return Err(format!("unknown record kind {other}")),
     };
-    if r.pos != record_len(&r) {
-        return Err(format!("{} trailing bytes after the record", record_len(&r) - r.pos));
+    if r.pos != r.buf.len() {
+        return Err(format!("{} trailing bytes after the record", r.buf.len() - r.pos));
     }
     Ok(record)
-}
-
-fn record_len(r: &Reader<'_>) -> usize {
-    r.buf.len()
 }
 
 struct Reader<'a> {
