@@ -34,9 +34,11 @@ if [[ "${1:-}" == "--ci" ]]; then
     run bag_application -seed=1 -runs=40000
     run wal_record -seed=1 -runs=1000000
     run log_segment -seed=1 -runs=20000
+    run tx_decode -seed=1 -runs=1000000
+    run block_decode -seed=1 -runs=500000
 else
-    for name in node_decoder proof_verifier bag_application wal_record log_segment; do
+    for name in node_decoder proof_verifier bag_application wal_record log_segment tx_decode block_decode; do
         run "$name" -max_total_time="${FUZZ_SECONDS:-60}"
     done
 fi
-echo "fuzz: 5 passed, 0 failed"
+echo "fuzz: 7 passed, 0 failed"

@@ -165,7 +165,7 @@ pub fn resident_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-fn progress(total: usize, label: String) -> ProgressBar {
+pub(crate) fn progress(total: usize, label: String) -> ProgressBar {
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{prefix:>28} [{bar:30}] {pos}/{len} {per_sec}")

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod demo;
 mod kv;
+mod ledger;
 
 // mimalloc keeps small node allocations tight (no per-block header) and is the
 // allocator every implementation in `virga bench` runs under.
@@ -43,6 +44,11 @@ enum Command {
     /// The transactional key-value store.
     #[command(subcommand)]
     Kv(KvCommand),
+    /// Orders a block's transactions (arrival order or Fabric++) and prints the schedule as JSON.
+    Schedule(ledger::ScheduleArgs),
+    /// Audits a chain directory: hash links, work, transaction roots, signatures, and
+    /// re-execution from genesis to every state root.
+    Verify(ledger::VerifyArgs),
 }
 
 #[derive(Subcommand)]
@@ -59,6 +65,8 @@ enum BenchCommand {
     Kv(kv::KvBenchArgs),
     /// MILANA's clock result: Retwis abort rates with PTP-like vs NTP-like clock skew at rising contention.
     Clocks(kv::ClockSweepArgs),
+    /// The ledger: Fabric++ scheduling, the SmallBank Fabric sweep, and chain build and verification.
+    Ledger(ledger::LedgerBenchArgs),
 }
 
 #[derive(Args)]
@@ -104,6 +112,9 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Kv(args)) => kv::bench_kv(&args),
         Command::Bench(BenchCommand::Clocks(args)) => kv::bench_clocks(&args),
         Command::Kv(KvCommand::Audit(args)) => kv::kv_audit(&args),
+        Command::Bench(BenchCommand::Ledger(args)) => ledger::bench_ledger(&args),
+        Command::Schedule(args) => ledger::schedule_block(&args),
+        Command::Verify(args) => ledger::verify(&args),
     };
     match result {
         Ok(code) => code,

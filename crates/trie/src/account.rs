@@ -137,6 +137,11 @@ impl StateTrie {
     pub fn accounts(&self) -> &SecureTrie {
         &self.accounts
     }
+
+    /// A state of accounts without storage or code (value-transfer ledgers keep only this).
+    pub fn from_accounts(accounts: SecureTrie) -> Self {
+        Self { accounts, ..Self::default() }
+    }
 }
 
 impl crate::genesis::Genesis {

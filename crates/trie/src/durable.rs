@@ -143,6 +143,14 @@ impl DurableTrie {
     pub fn commit(&mut self, updates: &[Update]) -> Result<(u64, B256), DurableError> {
         let mut next = self.trie.snapshot();
         apply(&mut next, updates);
+        self.commit_applied(next, updates)
+    }
+
+    /// Commits a trie the caller already derived from the current one by applying `updates`
+    /// (and usually already hashed), so the updates are not applied and hashed twice. The log
+    /// records the updates and `next`'s root; recovery replays the updates and refuses a root
+    /// that differs, so a `next` that does not match its updates cannot go unnoticed.
+    pub fn commit_applied(&mut self, next: Trie, updates: &[Update]) -> Result<(u64, B256), DurableError> {
         let root = next.root_hash();
         let version = self.version + 1;
         self.log.append(&encode_record(version, root, updates))?;

@@ -35,6 +35,7 @@ mod abort;
 pub mod checker;
 mod config;
 mod engine;
+pub mod schedule;
 mod txn;
 pub mod wal;
 

@@ -1,0 +1,215 @@
+//! Builds a chain of signed value transfers and audits it, serially and in parallel stages.
+//!
+//! Senders and recipients are drawn uniformly from `accounts` funded accounts with
+//! deterministic keys; one transfer in a hundred carries a nonce from the future and fails
+//! with a receipt that says so. Verification recovers every signature and re-executes every
+//! block from genesis, comparing each state root, exactly as `virga verify` does.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use alloy_primitives::{Address, U256};
+use anyhow::{Context, Result};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use serde::Serialize;
+use virga_ledger::chain::{audit, genesis_json, Chain, ChainOptions};
+use virga_ledger::store::{StoreOptions, SyncPolicy};
+use virga_ledger::tx::{RecoveredTransfer, SignedTransfer, SigningKey};
+use virga_ledger::verify::ExecMode;
+
+use super::median;
+
+/// Chain parameters.
+#[derive(Clone, Debug)]
+pub struct ChainBenchOptions {
+    pub accounts: usize,
+    pub blocks: usize,
+    pub block_size: usize,
+    pub difficulty: u64,
+    pub chain_id: u64,
+    /// Threads of the parallel pool.
+    pub threads: usize,
+    /// Audits per mode; medians are reported.
+    pub runs: usize,
+    /// Keep the chain here (otherwise in a temporary directory, removed afterwards).
+    pub dir: Option<PathBuf>,
+    pub seed: u64,
+}
+
+impl Default for ChainBenchOptions {
+    fn default() -> Self {
+        Self {
+            accounts: 10_000,
+            blocks: 50,
+            block_size: 1_000,
+            difficulty: 1 << 12,
+            chain_id: 1337,
+            threads: 2,
+            runs: 3,
+            dir: None,
+            seed: 4,
+        }
+    }
+}
+
+/// What the chain benchmark measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChainReport {
+    pub accounts: usize,
+    pub blocks: u64,
+    pub transactions: u64,
+    pub failed_transactions: u64,
+    pub difficulty: u64,
+    pub signing_s: f64,
+    /// Building (staged execution, roots, mining) and appending, per second of transactions.
+    pub build_tps: f64,
+    pub mining_attempts_per_block: f64,
+    pub verify_serial_s: f64,
+    pub verify_serial_tps: f64,
+    pub verify_staged_s: f64,
+    pub verify_staged_tps: f64,
+    /// `verify_staged_tps / verify_serial_tps`.
+    pub staged_speedup: f64,
+    pub threads: usize,
+    pub head_hash: String,
+    pub state_root: String,
+    pub dir: Option<String>,
+}
+
+struct Workload {
+    keys: Vec<SigningKey>,
+    addresses: Vec<Address>,
+    nonces: Vec<u64>,
+    rng: SmallRng,
+}
+
+impl Workload {
+    fn new(accounts: usize, seed: u64) -> Self {
+        let keys: Vec<SigningKey> = (0..accounts as u64).into_par_iter().map(SigningKey::from_seed).collect();
+        let addresses = keys.iter().map(SigningKey::address).collect();
+        Self { keys, addresses, nonces: vec![0; accounts], rng: SmallRng::seed_from_u64(seed) }
+    }
+
+    /// The next block's transfers, unsigned: (sender index, nonce, recipient, value).
+    fn draw(&mut self, count: usize) -> Vec<(usize, u64, Address, U256)> {
+        (0..count)
+            .map(|_| {
+                let sender = self.rng.random_range(0..self.keys.len());
+                let to = self.addresses[self.rng.random_range(0..self.addresses.len())];
+                let value = U256::from(self.rng.random_range(1..1_000u64));
+                let nonce = if self.rng.random_ratio(1, 100) {
+                    self.nonces[sender] + 1_000
+                } else {
+                    self.nonces[sender] += 1;
+                    self.nonces[sender] - 1
+                };
+                (sender, nonce, to, value)
+            })
+            .collect()
+    }
+}
+
+fn sign_block(workload: &Workload, draws: &[(usize, u64, Address, U256)], chain_id: u64) -> Vec<RecoveredTransfer> {
+    draws
+        .par_iter()
+        .map(|&(sender, nonce, to, value)| RecoveredTransfer {
+            tx: SignedTransfer::sign(&workload.keys[sender], nonce, to, value, 1_000_000_000, 21_000, Some(chain_id)),
+            sender: workload.addresses[sender],
+        })
+        .collect()
+}
+
+fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().context("building the thread pool")
+}
+
+fn audit_runs(
+    dir: &Path,
+    mode: ExecMode,
+    pool: &rayon::ThreadPool,
+    runs: usize,
+) -> Result<(f64, u64, u64, String, String)> {
+    let mut seconds = Vec::new();
+    let mut last = None;
+    for _ in 0..runs.max(1) {
+        let summary = audit(dir, mode, pool, &mut |_| {})?;
+        seconds.push(summary.elapsed.as_secs_f64());
+        last = Some(summary);
+    }
+    let summary = last.context("at least one audit")?;
+    Ok((
+        median(&mut seconds),
+        summary.transactions,
+        summary.failed_transactions,
+        summary.head_hash.to_string(),
+        summary.state_root.to_string(),
+    ))
+}
+
+/// Builds the chain, then audits it serially and in stages.
+pub fn run(options: &ChainBenchOptions, mut progress: impl FnMut(&str, u64, u64)) -> Result<ChainReport> {
+    let temporary;
+    let dir = match &options.dir {
+        Some(dir) => dir.clone(),
+        None => {
+            temporary = tempfile::tempdir().context("creating a temporary directory")?;
+            temporary.path().join("chain")
+        }
+    };
+    let parallel = pool(options.threads)?;
+    let mut workload = Workload::new(options.accounts, options.seed);
+    let genesis = genesis_json(
+        options.chain_id,
+        U256::from(options.difficulty),
+        1_000_000_000,
+        &workload.addresses,
+        U256::from(10u64).pow(U256::from(24u64)),
+    );
+    let chain_options = ChainOptions {
+        store: StoreOptions { sync: SyncPolicy::Every, ..StoreOptions::default() },
+        ..ChainOptions::default()
+    };
+    let (mut chain, _) = Chain::create(&dir, &genesis, chain_options, &parallel)?;
+    let beneficiary = Address::repeat_byte(0xbe);
+    let (mut signing, mut building, mut attempts) = (Duration::ZERO, Duration::ZERO, 0u64);
+    for number in 1..=options.blocks as u64 {
+        let draws = workload.draw(options.block_size);
+        let started = Instant::now();
+        let transfers = parallel.install(|| sign_block(&workload, &draws, options.chain_id));
+        signing += started.elapsed();
+        let started = Instant::now();
+        let built = chain.build_next(transfers, beneficiary, number, &parallel)?;
+        building += started.elapsed();
+        attempts += built.attempts;
+        progress("build", number, options.blocks as u64);
+    }
+    chain.sync()?;
+    drop(chain);
+    let total = (options.blocks * options.block_size) as f64;
+    let serial = pool(1)?;
+    progress("verify serial", 0, 1);
+    let (serial_s, transactions, failed, _, _) = audit_runs(&dir, ExecMode::Serial, &serial, options.runs)?;
+    progress("verify staged", 0, 1);
+    let (staged_s, _, _, head_hash, state_root) = audit_runs(&dir, ExecMode::Staged, &parallel, options.runs)?;
+    Ok(ChainReport {
+        accounts: options.accounts,
+        blocks: options.blocks as u64,
+        transactions,
+        failed_transactions: failed,
+        difficulty: options.difficulty,
+        signing_s: signing.as_secs_f64(),
+        build_tps: total / building.as_secs_f64().max(1e-9),
+        mining_attempts_per_block: attempts as f64 / options.blocks.max(1) as f64,
+        verify_serial_s: serial_s,
+        verify_serial_tps: transactions as f64 / serial_s.max(1e-9),
+        verify_staged_s: staged_s,
+        verify_staged_tps: transactions as f64 / staged_s.max(1e-9),
+        staged_speedup: serial_s / staged_s.max(1e-9),
+        threads: options.threads,
+        head_hash,
+        state_root,
+        dir: options.dir.as_ref().map(|dir| dir.display().to_string()),
+    })
+}

@@ -1,0 +1,543 @@
+//! A chain on disk: its genesis, its blocks in the [`ChainStore`], and the state of its head
+//! in a [`DurableTrie`] (one version per block).
+//!
+//! Layout of a chain directory:
+//! - `genesis.json`: geth-style genesis; `config.chainId`, `difficulty` and `gasLimit` are
+//!   the chain's rules, `alloc` its starting balances;
+//! - `blocks/`: the chain store, block 0 being the genesis block;
+//! - `state/`: the account trie of the head block (log of per-block updates, checkpoints).
+//!
+//! Blocks are the source of truth. A block is verified, appended to the store, and only then
+//! is its state committed, so after a crash the state is at most some blocks behind; opening
+//! replays the missing blocks (verifying them again). A state whose root differs from the
+//! root its block commits to is damage and is refused.
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use alloy_consensus::constants::EMPTY_ROOT_HASH;
+use alloy_consensus::Header;
+use alloy_primitives::{keccak256, Address, Bytes, B256, B64, U256};
+use virga_log::SyncPolicy;
+use virga_trie::account::StateTrie;
+use virga_trie::durable::{DurableError, DurableOptions, DurableTrie};
+use virga_trie::genesis::{Genesis, GenesisError};
+use virga_trie::versions::Update;
+use virga_trie::SecureTrie;
+
+use crate::block::{Block, BlockError};
+use crate::builder::{build_block, Built};
+use crate::exec::{BlockOutcome, ExecConfig, StateError, TransferView};
+use crate::store::{ChainStore, StoreError, StoreOptions};
+use crate::tx::RecoveredTransfer;
+use crate::verify::{verify_block, ChainConfig, ExecMode, VerifyError};
+
+const GENESIS_FILE: &str = "genesis.json";
+const BLOCKS_DIR: &str = "blocks";
+const STATE_DIR: &str = "state";
+
+/// Why a chain cannot be opened, extended or audited.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Genesis { path: PathBuf, source: GenesisError },
+    #[error("genesis: {0}")]
+    GenesisRules(String),
+    #[error("{0} already holds a chain")]
+    AlreadyExists(PathBuf),
+    #[error("{0} holds no chain (no genesis.json)")]
+    NoChain(PathBuf),
+    #[error("block store: {0}")]
+    Store(#[from] StoreError),
+    #[error("state store: {0}")]
+    StateStore(#[from] DurableError),
+    #[error("block {number} does not decode: {source}")]
+    Decode { number: u64, source: BlockError },
+    #[error("block 0 has hash {stored}, but genesis.json gives {computed}")]
+    GenesisMismatch { stored: B256, computed: B256 },
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    #[error(
+        "state store holds the state of block {number} with root {found}, but block {number} commits to {expected}"
+    )]
+    StateRoot { number: u64, expected: B256, found: B256 },
+    #[error("state store is at block {state}, beyond the last stored block {head}")]
+    StateAhead { state: u64, head: u64 },
+    #[error("state store: the last {bytes} bytes of its log are torn or damaged (an interrupted write, or tampering); it holds the state of block {}; opening the chain drops them and replays from the blocks", .version.saturating_sub(1))]
+    StateTail { bytes: u64, version: u64 },
+    #[error("state store in {0} is empty")]
+    EmptyState(PathBuf),
+    #[error("block {0} is not in the chain")]
+    Missing(u64),
+    #[error("the state is damaged: {0}")]
+    State(#[from] StateError),
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ChainError + '_ {
+    move |source| ChainError::Io { path: path.to_path_buf(), source }
+}
+
+/// The rules `genesis` sets: chain id from `config.chainId` (1337 when absent), difficulty
+/// and gas limit of every block.
+pub fn chain_config(genesis: &Genesis) -> Result<ChainConfig, ChainError> {
+    let chain_id = match &genesis.config {
+        None => ExecConfig::default().chain_id,
+        Some(text) => {
+            let config: serde_json::Value =
+                serde_json::from_str(text).map_err(|error| ChainError::GenesisRules(error.to_string()))?;
+            match config.get("chainId") {
+                None => ExecConfig::default().chain_id,
+                Some(id) => id.as_u64().ok_or_else(|| {
+                    ChainError::GenesisRules(format!("config.chainId must be a non-negative integer, found {id}"))
+                })?,
+            }
+        }
+    };
+    if genesis.difficulty.is_zero() {
+        return Err(ChainError::GenesisRules("difficulty 0 admits no proof of work".into()));
+    }
+    Ok(ChainConfig { exec: ExecConfig { chain_id }, difficulty: genesis.difficulty, gas_limit: genesis.gas_limit })
+}
+
+/// The genesis block's header for `genesis` whose state has root `state_root`.
+pub fn genesis_header(genesis: &Genesis, state_root: B256) -> Header {
+    Header {
+        parent_hash: genesis.parent_hash,
+        beneficiary: genesis.coinbase,
+        state_root,
+        transactions_root: EMPTY_ROOT_HASH,
+        receipts_root: EMPTY_ROOT_HASH,
+        difficulty: genesis.difficulty,
+        number: 0,
+        gas_limit: genesis.gas_limit,
+        gas_used: 0,
+        timestamp: genesis.timestamp,
+        extra_data: Bytes::from(genesis.extra_data.clone()),
+        mix_hash: genesis.mix_hash,
+        nonce: B64::from(genesis.nonce),
+        ..Header::default()
+    }
+}
+
+/// A genesis document with `accounts` each holding `balance`, as geth-style JSON.
+pub fn genesis_json(chain_id: u64, difficulty: U256, gas_limit: u64, accounts: &[Address], balance: U256) -> String {
+    let alloc: serde_json::Map<String, serde_json::Value> = accounts
+        .iter()
+        .map(|address| (address.to_string(), serde_json::json!({ "balance": format!("{balance:#x}") })))
+        .collect();
+    let document = serde_json::json!({
+        "config": { "chainId": chain_id },
+        "difficulty": format!("{difficulty:#x}"),
+        "gasLimit": format!("{gas_limit:#x}"),
+        "timestamp": "0x0",
+        "extraData": "0x",
+        "alloc": alloc,
+    });
+    document.to_string()
+}
+
+/// How a chain keeps its data.
+#[derive(Clone, Debug)]
+pub struct ChainOptions {
+    pub store: StoreOptions,
+    /// Blocks between state checkpoints.
+    pub checkpoint_every: u64,
+    /// States of this many latest blocks are kept in memory (they share structure).
+    pub retain: usize,
+}
+
+impl Default for ChainOptions {
+    fn default() -> Self {
+        Self { store: StoreOptions::default(), checkpoint_every: 256, retain: 64 }
+    }
+}
+
+/// What opening a chain found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    pub blocks: u64,
+    pub truncated_bytes: u64,
+    /// Blocks re-executed because the state store was behind.
+    pub replayed: u64,
+}
+
+struct Genesis0 {
+    config: ChainConfig,
+    state: StateTrie,
+    header: Header,
+}
+
+fn read_genesis(dir: &Path) -> Result<Genesis0, ChainError> {
+    let path = dir.join(GENESIS_FILE);
+    if !path.exists() {
+        return Err(ChainError::NoChain(dir.to_path_buf()));
+    }
+    let genesis = Genesis::from_file(&path).map_err(|source| ChainError::Genesis { path: path.clone(), source })?;
+    let config = chain_config(&genesis)?;
+    let mut state = genesis.state();
+    let header = genesis_header(&genesis, state.root());
+    Ok(Genesis0 { config, state, header })
+}
+
+fn state_options(options: &ChainOptions) -> DurableOptions {
+    // The state can always be rebuilt from the blocks, so its log is not synced per block.
+    DurableOptions { sync: SyncPolicy::None, checkpoint_every: options.checkpoint_every, ..DurableOptions::default() }
+}
+
+/// The accounts the updates of a block touched, as trie updates of the account trie.
+fn account_updates(state: &StateTrie, transfers: &[TransferView], beneficiary: Address) -> Vec<Update> {
+    let mut touched: HashSet<Address> = HashSet::with_capacity(transfers.len() * 2 + 1);
+    touched.insert(beneficiary);
+    for transfer in transfers {
+        touched.insert(transfer.sender);
+        touched.insert(transfer.to);
+    }
+    let mut updates: Vec<Update> = touched
+        .into_iter()
+        .map(|address| {
+            (keccak256(address).to_vec(), state.accounts().get(address.as_slice()).map(|raw| raw.into_owned()))
+        })
+        .collect();
+    updates.sort();
+    updates
+}
+
+fn all_accounts(state: &StateTrie) -> Vec<Update> {
+    state.accounts().as_trie().entries().into_iter().map(|(key, value)| (key, Some(value))).collect()
+}
+
+/// A chain open for reading and appending.
+pub struct Chain {
+    dir: PathBuf,
+    genesis: Genesis0,
+    store: ChainStore,
+    state_store: DurableTrie,
+    head: Header,
+    head_hash: B256,
+    state: StateTrie,
+    retained: VecDeque<(u64, StateTrie)>,
+    options: ChainOptions,
+}
+
+impl Chain {
+    /// Creates a chain in `dir` (which must not hold one) from a genesis document.
+    pub fn create(
+        dir: &Path,
+        genesis_json: &str,
+        options: ChainOptions,
+        pool: &rayon::ThreadPool,
+    ) -> Result<(Chain, OpenReport), ChainError> {
+        let path = dir.join(GENESIS_FILE);
+        if path.exists() {
+            return Err(ChainError::AlreadyExists(dir.to_path_buf()));
+        }
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        Genesis::from_json_str(genesis_json).map_err(|source| ChainError::Genesis { path: path.clone(), source })?;
+        let temporary = dir.join("genesis.json.tmp");
+        std::fs::write(&temporary, genesis_json).map_err(io_error(&temporary))?;
+        std::fs::rename(&temporary, &path).map_err(io_error(&path))?;
+        Self::open(dir, options, pool)
+    }
+
+    /// Opens the chain in `dir`: drops a torn tail of the block store, brings the state store
+    /// up to the last block, and checks its root.
+    pub fn open(
+        dir: &Path,
+        options: ChainOptions,
+        pool: &rayon::ThreadPool,
+    ) -> Result<(Chain, OpenReport), ChainError> {
+        let genesis = read_genesis(dir)?;
+        let genesis_hash = genesis.header.hash_slow();
+        let (mut store, recovery) = ChainStore::open(&dir.join(BLOCKS_DIR), options.store.clone())?;
+        match store.get_by_number(0)? {
+            None => {
+                let block = Block { header: genesis.header.clone(), transactions: Vec::new() };
+                store.append(0, genesis_hash, &block.encode())?;
+                store.sync()?;
+            }
+            Some(_) => {
+                let stored = store.hash_of(0).ok_or(ChainError::Missing(0))?;
+                if stored != genesis_hash {
+                    return Err(ChainError::GenesisMismatch { stored, computed: genesis_hash });
+                }
+            }
+        }
+        let head_number = store.head().map_or(0, |(number, _)| number);
+        let state_dir = dir.join(STATE_DIR);
+        let (mut state_store, _) = DurableTrie::open(&state_dir, state_options(&options))?;
+        if state_store.version() > head_number + 1 {
+            // Blocks the state had seen were lost (only possible if the OS dropped unsynced
+            // writes): rebuild the state from the blocks that survived.
+            drop(state_store);
+            std::fs::remove_dir_all(&state_dir).map_err(io_error(&state_dir))?;
+            state_store = DurableTrie::open(&state_dir, state_options(&options))?.0;
+        }
+        if state_store.version() == 0 {
+            let next = genesis.state.accounts().as_trie().snapshot();
+            state_store.commit_applied(next, &all_accounts(&genesis.state))?;
+        }
+        let state_number = state_store.version() - 1;
+        let state_header =
+            if state_number == 0 { genesis.header.clone() } else { load_block(&store, state_number)?.header };
+        let found = state_store.trie().root_hash();
+        if found != state_header.state_root {
+            return Err(ChainError::StateRoot { number: state_number, expected: state_header.state_root, found });
+        }
+        let state = StateTrie::from_accounts(SecureTrie::from_trie(state_store.trie().snapshot()));
+        let mut chain = Chain {
+            dir: dir.to_path_buf(),
+            head_hash: state_header.hash_slow(),
+            head: state_header,
+            state,
+            genesis,
+            store,
+            state_store,
+            retained: VecDeque::new(),
+            options,
+        };
+        chain.retain_head();
+        let mut replayed = 0;
+        for number in state_number + 1..=head_number {
+            let block = load_block(&chain.store, number)?;
+            let stored_hash = chain.store.hash_of(number).ok_or(ChainError::Missing(number))?;
+            chain.apply(block, Some(stored_hash), pool, false)?;
+            replayed += 1;
+        }
+        let report = OpenReport { blocks: head_number + 1, truncated_bytes: recovery.truncated_bytes, replayed };
+        Ok((chain, report))
+    }
+
+    /// The chain's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The chain's rules.
+    pub fn config(&self) -> &ChainConfig {
+        &self.genesis.config
+    }
+
+    /// The last block's header.
+    pub fn head(&self) -> &Header {
+        &self.head
+    }
+
+    /// The last block's hash.
+    pub fn head_hash(&self) -> B256 {
+        self.head_hash
+    }
+
+    /// The state after the last block.
+    pub fn head_state(&self) -> &StateTrie {
+        &self.state
+    }
+
+    /// Verifies `block` on top of the head and appends it (durable per the store's sync
+    /// policy), then commits its state.
+    pub fn append(&mut self, block: Block, pool: &rayon::ThreadPool) -> Result<BlockOutcome, ChainError> {
+        self.apply(block, None, pool, true)
+    }
+
+    /// Builds the next block from `transfers`, appends it, and returns it.
+    pub fn build_next(
+        &mut self,
+        transfers: Vec<RecoveredTransfer>,
+        beneficiary: Address,
+        timestamp: u64,
+        pool: &rayon::ThreadPool,
+    ) -> Result<Built, ChainError> {
+        let mut state = self.state.clone();
+        let views = crate::verify::views(&transfers);
+        let built = build_block(&self.genesis.config, &self.head, &mut state, transfers, beneficiary, timestamp, pool)?;
+        let hash = built.block.hash();
+        self.store.append(built.block.header.number, hash, &built.block.encode())?;
+        self.commit_state(built.block.header.clone(), hash, state, &views)?;
+        Ok(built)
+    }
+
+    fn apply(
+        &mut self,
+        block: Block,
+        stored_hash: Option<B256>,
+        pool: &rayon::ThreadPool,
+        store: bool,
+    ) -> Result<BlockOutcome, ChainError> {
+        let verified =
+            verify_block(&self.genesis.config, &self.head, &self.state, &block, stored_hash, ExecMode::Staged, pool)?;
+        let hash = block.hash();
+        if store {
+            self.store.append(block.header.number, hash, &block.encode())?;
+        }
+        self.commit_state(block.header, hash, verified.state, &verified.transfers)?;
+        Ok(verified.outcome)
+    }
+
+    fn commit_state(
+        &mut self,
+        header: Header,
+        hash: B256,
+        state: StateTrie,
+        transfers: &[TransferView],
+    ) -> Result<(), ChainError> {
+        let updates = account_updates(&state, transfers, header.beneficiary);
+        self.state_store.commit_applied(state.accounts().as_trie().snapshot(), &updates)?;
+        self.head = header;
+        self.head_hash = hash;
+        self.state = state;
+        self.retain_head();
+        Ok(())
+    }
+
+    fn retain_head(&mut self) {
+        self.retained.push_back((self.head.number, self.state.clone()));
+        while self.retained.len() > self.options.retain.max(1) {
+            self.retained.pop_front();
+        }
+    }
+
+    /// Makes every appended block durable.
+    pub fn sync(&mut self) -> Result<(), ChainError> {
+        self.store.sync()?;
+        self.state_store.sync()?;
+        Ok(())
+    }
+
+    /// The block numbered `number`.
+    pub fn block(&self, number: u64) -> Result<Block, ChainError> {
+        load_block(&self.store, number)
+    }
+
+    /// The state after block `number`: from memory for the latest `retain` blocks (versions
+    /// of the DSM-Tree sharing structure), otherwise re-executed from genesis.
+    pub fn state_at(&self, number: u64, pool: &rayon::ThreadPool) -> Result<StateTrie, ChainError> {
+        if number > self.head.number {
+            return Err(ChainError::Missing(number));
+        }
+        if let Some((_, state)) = self.retained.iter().find(|(retained, _)| *retained == number) {
+            return Ok(state.clone());
+        }
+        let mut header = self.genesis.header.clone();
+        let mut state = self.genesis.state.clone();
+        for at in 1..=number {
+            let block = load_block(&self.store, at)?;
+            let verified = verify_block(&self.genesis.config, &header, &state, &block, None, ExecMode::Staged, pool)?;
+            header = block.header;
+            state = verified.state;
+        }
+        Ok(state)
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<(), ChainError> {
+    for entry in std::fs::read_dir(from).map_err(io_error(from))? {
+        let entry = entry.map_err(io_error(from))?;
+        let source = entry.path();
+        let target = to.join(entry.file_name());
+        if entry.file_type().map_err(io_error(&source))?.is_dir() {
+            std::fs::create_dir_all(&target).map_err(io_error(&target))?;
+            copy_dir(&source, &target)?;
+        } else {
+            std::fs::copy(&source, &target).map_err(io_error(&source))?;
+        }
+    }
+    Ok(())
+}
+
+fn load_block(store: &ChainStore, number: u64) -> Result<Block, ChainError> {
+    let bytes = store.get_by_number(number)?.ok_or(ChainError::Missing(number))?;
+    Block::decode(&bytes).map_err(|source| ChainError::Decode { number, source })
+}
+
+/// What an audit found in a sound chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditSummary {
+    pub blocks: u64,
+    pub transactions: u64,
+    pub failed_transactions: u64,
+    pub head_number: u64,
+    pub head_hash: B256,
+    pub state_root: B256,
+    /// The block whose state the state store holds (blocks after it are replayed on open).
+    pub state_store_block: u64,
+    pub elapsed: Duration,
+}
+
+/// Audits the chain in `dir` without changing it: every stored record's checksum and hash,
+/// the genesis block against `genesis.json`, every later block's header, work, transactions
+/// root and signatures, re-execution from genesis to every state root and receipts root, and
+/// the state store's root against its block. Stops at the first problem, naming the block.
+/// A torn tail (an append a crash interrupted) is reported too: the audit judges the bytes on
+/// disk, and [`Chain::open`] is what repairs them.
+pub fn audit(
+    dir: &Path,
+    mode: ExecMode,
+    pool: &rayon::ThreadPool,
+    progress: &mut dyn FnMut(u64),
+) -> Result<AuditSummary, ChainError> {
+    let started = Instant::now();
+    let genesis = read_genesis(dir)?;
+    let mut header = genesis.header.clone();
+    let mut state = genesis.state.clone();
+    let mut roots: Vec<B256> = Vec::new();
+    let (mut transactions, mut failed) = (0u64, 0u64);
+    let mut blocks = 0u64;
+    for record in crate::store::scan(&dir.join(BLOCKS_DIR)) {
+        let record = record?;
+        let block =
+            Block::decode(&record.payload).map_err(|source| ChainError::Decode { number: record.number, source })?;
+        if record.number == 0 {
+            let computed = genesis.header.hash_slow();
+            if record.hash != computed || block.hash() != computed || !block.transactions.is_empty() {
+                return Err(ChainError::GenesisMismatch { stored: record.hash, computed });
+            }
+        } else {
+            let verified = verify_block(&genesis.config, &header, &state, &block, Some(record.hash), mode, pool)?;
+            transactions += block.transactions.len() as u64;
+            failed += (verified.outcome.receipts.len() - verified.outcome.succeeded()) as u64;
+            state = verified.state;
+            header = block.header;
+        }
+        roots.push(header.state_root);
+        blocks += 1;
+        progress(record.number);
+    }
+    if blocks == 0 {
+        return Err(ChainError::Missing(0));
+    }
+    let state_dir = dir.join(STATE_DIR);
+    if !state_dir.exists() {
+        return Err(ChainError::EmptyState(state_dir));
+    }
+    // Recovery repairs what it opens (drops a torn tail, removes unfinished checkpoints); an
+    // audit must change nothing, so it recovers a copy.
+    let copy = tempfile::tempdir().map_err(io_error(&state_dir))?;
+    copy_dir(&state_dir, copy.path())?;
+    let (state_store, recovery) = DurableTrie::open(copy.path(), DurableOptions::default())?;
+    if recovery.truncated_log_bytes > 0 {
+        return Err(ChainError::StateTail { bytes: recovery.truncated_log_bytes, version: state_store.version() });
+    }
+    if state_store.version() == 0 {
+        return Err(ChainError::EmptyState(state_dir));
+    }
+    let state_store_block = state_store.version() - 1;
+    let Some(expected) = roots.get(state_store_block as usize) else {
+        return Err(ChainError::StateAhead { state: state_store_block, head: header.number });
+    };
+    let found = state_store.trie().root_hash();
+    if found != *expected {
+        return Err(ChainError::StateRoot { number: state_store_block, expected: *expected, found });
+    }
+    Ok(AuditSummary {
+        blocks,
+        transactions,
+        failed_transactions: failed,
+        head_number: header.number,
+        head_hash: header.hash_slow(),
+        state_root: header.state_root,
+        state_store_block,
+        elapsed: started.elapsed(),
+    })
+}

@@ -1,0 +1,206 @@
+//! Verification of a block against its parent: header fields, work, transactions root, every
+//! signature, and re-execution to the header's gas, state root and receipts root.
+//!
+//! Nothing in a block is trusted: a verifier that accepts a block has recomputed everything
+//! the header commits to from the parent's state.
+
+use alloy_consensus::constants::EMPTY_OMMER_ROOT_HASH;
+use alloy_consensus::Header;
+use alloy_primitives::{B256, U256};
+use virga_trie::account::StateTrie;
+
+use crate::block::{transactions_root, Block};
+use crate::exec::{execute_serial, receipts_root, BlockOutcome, ExecConfig, StateError, TransferView};
+use crate::parallel::{execute_staged, Stages};
+use crate::pow::{check_work, PowError};
+use crate::tx::{recover_all, RecoveredTransfer, SignedTransfer, TxError};
+
+/// The rules every block of a chain follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainConfig {
+    pub exec: ExecConfig,
+    /// Difficulty of every block's proof of work.
+    pub difficulty: U256,
+    /// Gas limit of every block.
+    pub gas_limit: u64,
+}
+
+impl Default for ChainConfig {
+    fn default() -> Self {
+        Self { exec: ExecConfig::default(), difficulty: U256::from(1u64 << 12), gas_limit: 1_000_000_000 }
+    }
+}
+
+impl TransferView {
+    /// The view execution needs of a recovered transfer.
+    pub fn of(tx: &SignedTransfer, sender: alloy_primitives::Address) -> Self {
+        Self {
+            hash: tx.hash(),
+            sender,
+            to: tx.to(),
+            nonce: tx.nonce(),
+            value: tx.value(),
+            gas_price: tx.gas_price(),
+            gas_limit: tx.gas_limit(),
+            chain_id: tx.chain_id(),
+        }
+    }
+}
+
+/// How a verifier re-executes a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecMode {
+    /// Recover signatures and execute one transfer after another on the calling thread.
+    Serial,
+    /// Recover signatures on the pool and execute in dependency stages.
+    Staged,
+}
+
+/// What is wrong with a block.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("number {found}, expected {expected}")]
+    Number { expected: u64, found: u64 },
+    #[error("parent hash {found} is not the previous block's hash {expected}")]
+    ParentHash { expected: B256, found: B256 },
+    #[error("timestamp {found} is not after the parent's {parent}")]
+    Timestamp { parent: u64, found: u64 },
+    #[error("difficulty {found}, the chain requires {expected}")]
+    Difficulty { expected: U256, found: U256 },
+    #[error("gas limit {found}, the chain requires {expected}")]
+    GasLimit { expected: u64, found: u64 },
+    #[error("ommers hash {0} is not the empty list's")]
+    Ommers(B256),
+    #[error("proof of work: {0}")]
+    Work(PowError),
+    #[error("stored under hash {stored}, but the header hashes to {computed}")]
+    StoredHash { stored: B256, computed: B256 },
+    #[error("transactions root {header} in the header, the transactions give {computed}")]
+    TransactionsRoot { header: B256, computed: B256 },
+    #[error("transaction {index} ({hash}): {source}")]
+    Signature { index: usize, hash: B256, source: TxError },
+    #[error("gas used {header} in the header, re-execution uses {computed}")]
+    GasUsed { header: u64, computed: u64 },
+    #[error("state root {header} in the header, re-execution gives {computed}")]
+    StateRoot { header: B256, computed: B256 },
+    #[error("receipts root {header} in the header, re-execution gives {computed}")]
+    ReceiptsRoot { header: B256, computed: B256 },
+    #[error("the parent state is damaged: {0}")]
+    State(StateError),
+}
+
+/// A problem in a numbered block.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("block {number}: {problem}")]
+pub struct VerifyError {
+    pub number: u64,
+    pub problem: Problem,
+}
+
+/// A verified block's results.
+pub struct Verified {
+    /// The state after the block (its root is the header's).
+    pub state: StateTrie,
+    pub outcome: BlockOutcome,
+    /// The transfers with their recovered senders.
+    pub transfers: Vec<TransferView>,
+    /// Stages of the dependency graph, when executed in stages.
+    pub stages: Option<Stages>,
+}
+
+/// Checks the header against its parent and the chain's rules, and the work.
+pub fn check_header(config: &ChainConfig, parent: &Header, header: &Header) -> Result<(), Problem> {
+    let expected = parent.number.saturating_add(1);
+    if header.number != expected {
+        return Err(Problem::Number { expected, found: header.number });
+    }
+    let parent_hash = parent.hash_slow();
+    if header.parent_hash != parent_hash {
+        return Err(Problem::ParentHash { expected: parent_hash, found: header.parent_hash });
+    }
+    if header.timestamp <= parent.timestamp {
+        return Err(Problem::Timestamp { parent: parent.timestamp, found: header.timestamp });
+    }
+    if header.difficulty != config.difficulty {
+        return Err(Problem::Difficulty { expected: config.difficulty, found: header.difficulty });
+    }
+    if header.gas_limit != config.gas_limit {
+        return Err(Problem::GasLimit { expected: config.gas_limit, found: header.gas_limit });
+    }
+    if header.ommers_hash != EMPTY_OMMER_ROOT_HASH {
+        return Err(Problem::Ommers(header.ommers_hash));
+    }
+    check_work(header).map_err(Problem::Work)
+}
+
+/// Recovers every sender, naming the first transfer whose signature fails.
+pub fn recover_senders(block: &Block, mode: ExecMode, pool: &rayon::ThreadPool) -> Result<Vec<TransferView>, Problem> {
+    let senders = match mode {
+        ExecMode::Serial => block.transactions.iter().map(SignedTransfer::recover_sender).collect(),
+        ExecMode::Staged => pool.install(|| recover_all(&block.transactions)),
+    };
+    block
+        .transactions
+        .iter()
+        .zip(senders)
+        .enumerate()
+        .map(|(index, (tx, sender))| match sender {
+            Ok(sender) => Ok(TransferView::of(tx, sender)),
+            Err(source) => Err(Problem::Signature { index, hash: tx.hash(), source }),
+        })
+        .collect()
+}
+
+/// Verifies `block` on top of `parent` and its state `parent_state`. `stored_hash` is the
+/// hash the block was stored under, when it came from a store.
+pub fn verify_block(
+    config: &ChainConfig,
+    parent: &Header,
+    parent_state: &StateTrie,
+    block: &Block,
+    stored_hash: Option<B256>,
+    mode: ExecMode,
+    pool: &rayon::ThreadPool,
+) -> Result<Verified, VerifyError> {
+    let number = block.header.number;
+    let fail = |problem| VerifyError { number, problem };
+    if let Some(stored) = stored_hash {
+        let computed = block.hash();
+        if computed != stored {
+            return Err(fail(Problem::StoredHash { stored, computed }));
+        }
+    }
+    check_header(config, parent, &block.header).map_err(fail)?;
+    let computed = transactions_root(&block.transactions);
+    if computed != block.header.transactions_root {
+        return Err(fail(Problem::TransactionsRoot { header: block.header.transactions_root, computed }));
+    }
+    let views = recover_senders(block, mode, pool).map_err(fail)?;
+    let mut state = parent_state.clone();
+    let beneficiary = block.header.beneficiary;
+    let (outcome, stages) = match mode {
+        ExecMode::Serial => (execute_serial(&mut state, &views, beneficiary, &config.exec), None),
+        ExecMode::Staged => match execute_staged(&mut state, &views, beneficiary, &config.exec, pool) {
+            Ok((outcome, stages)) => (Ok(outcome), Some(stages)),
+            Err(error) => (Err(error), None),
+        },
+    };
+    let outcome = outcome.map_err(|error| fail(Problem::State(error)))?;
+    if outcome.gas_used != block.header.gas_used {
+        return Err(fail(Problem::GasUsed { header: block.header.gas_used, computed: outcome.gas_used }));
+    }
+    let computed = state.root();
+    if computed != block.header.state_root {
+        return Err(fail(Problem::StateRoot { header: block.header.state_root, computed }));
+    }
+    let computed = receipts_root(&outcome.receipts);
+    if computed != block.header.receipts_root {
+        return Err(fail(Problem::ReceiptsRoot { header: block.header.receipts_root, computed }));
+    }
+    Ok(Verified { state, outcome, transfers: views, stages })
+}
+
+/// Recovered transfers as execution views.
+pub fn views(transfers: &[RecoveredTransfer]) -> Vec<TransferView> {
+    transfers.iter().map(|recovered| TransferView::of(&recovered.tx, recovered.sender)).collect()
+}
