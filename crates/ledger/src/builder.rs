@@ -40,7 +40,7 @@ pub fn build_block(
     let mut header = Header {
         parent_hash: parent.hash_slow(),
         beneficiary,
-        state_root: state.root(),
+        state_root: pool.install(|| state.root_parallel()),
         transactions_root: transactions_root(&transactions),
         receipts_root: receipts_root(&outcome.receipts),
         difficulty: config.difficulty,

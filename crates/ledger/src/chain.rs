@@ -31,7 +31,7 @@ use crate::builder::{build_block, Built};
 use crate::exec::{BlockOutcome, ExecConfig, StateError, TransferView};
 use crate::store::{ChainStore, StoreError, StoreOptions};
 use crate::tx::RecoveredTransfer;
-use crate::verify::{verify_block, ChainConfig, ExecMode, VerifyError};
+use crate::verify::{check_block, execute_block, verify_block, ChainConfig, ExecMode, VerifyError};
 
 const GENESIS_FILE: &str = "genesis.json";
 const BLOCKS_DIR: &str = "blocks";
@@ -68,6 +68,8 @@ pub enum ChainError {
     StateAhead { state: u64, head: u64 },
     #[error("state store: the last {bytes} bytes of its log are torn or damaged (an interrupted write, or tampering); it holds the state of block {}; opening the chain drops them and replays from the blocks", .version.saturating_sub(1))]
     StateTail { bytes: u64, version: u64 },
+    #[error("cannot start threads: {0}")]
+    Threads(String),
     #[error("state store in {0} is empty")]
     EmptyState(PathBuf),
     #[error("block {0} is not in the chain")]
@@ -164,13 +166,15 @@ pub struct OpenReport {
     pub replayed: u64,
 }
 
-struct Genesis0 {
-    config: ChainConfig,
-    state: StateTrie,
-    header: Header,
+/// A chain's genesis: its rules, state and block-0 header.
+pub struct ChainGenesis {
+    pub config: ChainConfig,
+    pub state: StateTrie,
+    pub header: Header,
 }
 
-fn read_genesis(dir: &Path) -> Result<Genesis0, ChainError> {
+/// Reads `genesis.json` in a chain directory and builds its state.
+pub fn read_genesis(dir: &Path) -> Result<ChainGenesis, ChainError> {
     let path = dir.join(GENESIS_FILE);
     if !path.exists() {
         return Err(ChainError::NoChain(dir.to_path_buf()));
@@ -179,7 +183,7 @@ fn read_genesis(dir: &Path) -> Result<Genesis0, ChainError> {
     let config = chain_config(&genesis)?;
     let mut state = genesis.state();
     let header = genesis_header(&genesis, state.root());
-    Ok(Genesis0 { config, state, header })
+    Ok(ChainGenesis { config, state, header })
 }
 
 fn state_options(options: &ChainOptions) -> DurableOptions {
@@ -212,7 +216,7 @@ fn all_accounts(state: &StateTrie) -> Vec<Update> {
 /// A chain open for reading and appending.
 pub struct Chain {
     dir: PathBuf,
-    genesis: Genesis0,
+    genesis: ChainGenesis,
     store: ChainStore,
     state_store: DurableTrie,
     head: Header,
@@ -465,12 +469,178 @@ pub struct AuditSummary {
     pub elapsed: Duration,
 }
 
+/// A stored block whose stateless checks passed.
+struct Checked {
+    number: u64,
+    hash: B256,
+    block: Block,
+    transfers: Vec<TransferView>,
+}
+
+/// Blocks in order, each checked against the block before it (hash, header, work,
+/// transactions root, signatures); stops after the first problem. Block 0 is passed on
+/// unchecked: [`execute_checked`] compares it with the genesis.
+fn check_in_order<'a>(
+    blocks: impl Iterator<Item = Result<(B256, Block), ChainError>> + 'a,
+    config: ChainConfig,
+    mode: ExecMode,
+    pool: &'a rayon::ThreadPool,
+) -> impl Iterator<Item = Result<Checked, ChainError>> + 'a {
+    let mut parent: Option<Header> = None;
+    let mut stopped = false;
+    blocks.map_while(move |stored| {
+        if stopped {
+            return None;
+        }
+        let checked = stored.and_then(|(hash, block)| {
+            let transfers = match &parent {
+                None => Vec::new(),
+                Some(parent) => check_block(&config, parent, &block, Some(hash), mode, pool)?,
+            };
+            parent = Some(block.header.clone());
+            Ok(Checked { number: block.header.number, hash, block, transfers })
+        });
+        stopped = checked.is_err();
+        Some(checked)
+    })
+}
+
+/// The blocks of the chain in `dir`, decoded, with the hashes they were stored under.
+pub fn stored_blocks(dir: &Path) -> impl Iterator<Item = Result<(B256, Block), ChainError>> {
+    crate::store::scan(&dir.join(BLOCKS_DIR)).map(|record| {
+        let record = record?;
+        let number = record.number;
+        let block = Block::decode(&record.payload).map_err(|source| ChainError::Decode { number, source })?;
+        if block.header.number != number {
+            return Err(ChainError::Decode {
+                number,
+                source: BlockError::Shape("the header's number is not the record's"),
+            });
+        }
+        Ok((record.hash, block))
+    })
+}
+
+/// What [`verify_blocks`] found: the summary and each block's state root.
+pub struct VerifiedChain {
+    pub summary: AuditSummary,
+    pub state_roots: Vec<B256>,
+}
+
+/// Verifies a chain's blocks from `genesis`: block 0 against the genesis, every later block
+/// against its parent (hash, header, work, transactions root, signatures) and by
+/// re-execution (gas, state root, receipts root). Stops at the first problem.
+///
+/// With [`ExecMode::Staged`] this is a pipeline: a thread checks the next blocks and
+/// recovers their signatures on `pool` while the caller's thread executes the current one
+/// in dependency stages on a pool of its own (queued behind signature recovery on the shared
+/// pool, execution would stall the pipeline it ends).
+pub fn verify_blocks(
+    genesis: &ChainGenesis,
+    blocks: impl Iterator<Item = Result<(B256, Block), ChainError>> + Send,
+    mode: ExecMode,
+    pool: &rayon::ThreadPool,
+    progress: &mut dyn FnMut(u64),
+) -> Result<VerifiedChain, ChainError> {
+    let started = Instant::now();
+    let config = genesis.config;
+    let mut verified = match mode {
+        ExecMode::Serial => execute_checked(genesis, check_in_order(blocks, config, mode, pool), mode, pool, progress)?,
+        ExecMode::Staged => {
+            let exec_pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(pool.current_num_threads())
+                .build()
+                .map_err(|error| ChainError::Threads(error.to_string()))?;
+            std::thread::scope(|scope| {
+                let (sender, receiver) = std::sync::mpsc::sync_channel(4);
+                scope.spawn(move || {
+                    for checked in check_in_order(blocks, config, mode, pool) {
+                        if sender.send(checked).is_err() {
+                            break;
+                        }
+                    }
+                });
+                execute_checked(genesis, receiver.into_iter(), mode, &exec_pool, progress)
+            })?
+        }
+    };
+    verified.summary.elapsed = started.elapsed();
+    Ok(verified)
+}
+
+/// Executes checked blocks from genesis, comparing every root; keeps each block's state root.
+fn execute_checked(
+    genesis: &ChainGenesis,
+    blocks: impl Iterator<Item = Result<Checked, ChainError>>,
+    mode: ExecMode,
+    pool: &rayon::ThreadPool,
+    progress: &mut dyn FnMut(u64),
+) -> Result<VerifiedChain, ChainError> {
+    let mut header = genesis.header.clone();
+    let mut state = genesis.state.clone();
+    let mut state_roots: Vec<B256> = Vec::new();
+    let (mut transactions, mut failed) = (0u64, 0u64);
+    for checked in blocks {
+        let Checked { number, hash, block, transfers } = checked?;
+        if number == 0 {
+            let computed = genesis.header.hash_slow();
+            if hash != computed || block.hash() != computed || !block.transactions.is_empty() {
+                return Err(ChainError::GenesisMismatch { stored: hash, computed });
+            }
+        } else {
+            // `check_in_order` linked this block to the block before it, and block 0 was
+            // compared with the genesis above: the chain hangs from the genesis.
+            let parent_state = std::mem::take(&mut state);
+            let verified = execute_block(&genesis.config, parent_state, &block, transfers, mode, pool)?;
+            transactions += block.transactions.len() as u64;
+            failed += (verified.outcome.receipts.len() - verified.outcome.succeeded()) as u64;
+            state = verified.state;
+            header = block.header;
+        }
+        state_roots.push(header.state_root);
+        progress(number);
+    }
+    if state_roots.is_empty() {
+        return Err(ChainError::Missing(0));
+    }
+    let summary = AuditSummary {
+        blocks: state_roots.len() as u64,
+        transactions,
+        failed_transactions: failed,
+        head_number: header.number,
+        head_hash: header.hash_slow(),
+        state_root: header.state_root,
+        state_store_block: header.number,
+        elapsed: Duration::ZERO,
+    };
+    Ok(VerifiedChain { summary, state_roots })
+}
+
+/// Recovers a copy of the state store and returns its block and root. Recovery repairs what
+/// it opens (drops a torn tail, removes unfinished checkpoints); an audit must change
+/// nothing, hence the copy.
+fn recover_state_copy(state_dir: &Path) -> Result<(u64, B256), ChainError> {
+    if !state_dir.exists() {
+        return Err(ChainError::EmptyState(state_dir.to_path_buf()));
+    }
+    let copy = tempfile::tempdir().map_err(io_error(state_dir))?;
+    copy_dir(state_dir, copy.path())?;
+    let (state_store, recovery) = DurableTrie::open(copy.path(), DurableOptions::default())?;
+    if recovery.truncated_log_bytes > 0 {
+        return Err(ChainError::StateTail { bytes: recovery.truncated_log_bytes, version: state_store.version() });
+    }
+    if state_store.version() == 0 {
+        return Err(ChainError::EmptyState(state_dir.to_path_buf()));
+    }
+    Ok((state_store.version() - 1, state_store.trie().root_hash()))
+}
+
 /// Audits the chain in `dir` without changing it: every stored record's checksum and hash,
-/// the genesis block against `genesis.json`, every later block's header, work, transactions
-/// root and signatures, re-execution from genesis to every state root and receipts root, and
-/// the state store's root against its block. Stops at the first problem, naming the block.
-/// A torn tail (an append a crash interrupted) is reported too: the audit judges the bytes on
-/// disk, and [`Chain::open`] is what repairs them.
+/// the genesis block against `genesis.json`, the blocks ([`verify_blocks`]), and the state
+/// store's root against the root of the block it holds. Stops at the first problem, naming
+/// the block. A torn tail (an append a crash interrupted) is reported too: the audit judges
+/// the bytes on disk, and [`Chain::open`] is what repairs them. In staged mode the state
+/// store is recovered on a thread of its own while the blocks are verified.
 pub fn audit(
     dir: &Path,
     mode: ExecMode,
@@ -479,65 +649,27 @@ pub fn audit(
 ) -> Result<AuditSummary, ChainError> {
     let started = Instant::now();
     let genesis = read_genesis(dir)?;
-    let mut header = genesis.header.clone();
-    let mut state = genesis.state.clone();
-    let mut roots: Vec<B256> = Vec::new();
-    let (mut transactions, mut failed) = (0u64, 0u64);
-    let mut blocks = 0u64;
-    for record in crate::store::scan(&dir.join(BLOCKS_DIR)) {
-        let record = record?;
-        let block =
-            Block::decode(&record.payload).map_err(|source| ChainError::Decode { number: record.number, source })?;
-        if record.number == 0 {
-            let computed = genesis.header.hash_slow();
-            if record.hash != computed || block.hash() != computed || !block.transactions.is_empty() {
-                return Err(ChainError::GenesisMismatch { stored: record.hash, computed });
-            }
-        } else {
-            let verified = verify_block(&genesis.config, &header, &state, &block, Some(record.hash), mode, pool)?;
-            transactions += block.transactions.len() as u64;
-            failed += (verified.outcome.receipts.len() - verified.outcome.succeeded()) as u64;
-            state = verified.state;
-            header = block.header;
-        }
-        roots.push(header.state_root);
-        blocks += 1;
-        progress(record.number);
-    }
-    if blocks == 0 {
-        return Err(ChainError::Missing(0));
-    }
     let state_dir = dir.join(STATE_DIR);
-    if !state_dir.exists() {
-        return Err(ChainError::EmptyState(state_dir));
-    }
-    // Recovery repairs what it opens (drops a torn tail, removes unfinished checkpoints); an
-    // audit must change nothing, so it recovers a copy.
-    let copy = tempfile::tempdir().map_err(io_error(&state_dir))?;
-    copy_dir(&state_dir, copy.path())?;
-    let (state_store, recovery) = DurableTrie::open(copy.path(), DurableOptions::default())?;
-    if recovery.truncated_log_bytes > 0 {
-        return Err(ChainError::StateTail { bytes: recovery.truncated_log_bytes, version: state_store.version() });
-    }
-    if state_store.version() == 0 {
-        return Err(ChainError::EmptyState(state_dir));
-    }
-    let state_store_block = state_store.version() - 1;
-    let Some(expected) = roots.get(state_store_block as usize) else {
-        return Err(ChainError::StateAhead { state: state_store_block, head: header.number });
+    let (verified, state_store) = match mode {
+        ExecMode::Serial => {
+            (verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress), recover_state_copy(&state_dir))
+        }
+        ExecMode::Staged => std::thread::scope(|scope| {
+            let state_store = scope.spawn(|| recover_state_copy(&state_dir));
+            let verified = verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress);
+            let state_store = state_store.join().unwrap_or_else(|_| Err(ChainError::EmptyState(state_dir.clone())));
+            (verified, state_store)
+        }),
     };
-    let found = state_store.trie().root_hash();
+    let VerifiedChain { mut summary, state_roots } = verified?;
+    let (state_block, found) = state_store?;
+    let Some(expected) = state_roots.get(state_block as usize) else {
+        return Err(ChainError::StateAhead { state: state_block, head: summary.head_number });
+    };
     if found != *expected {
-        return Err(ChainError::StateRoot { number: state_store_block, expected: *expected, found });
+        return Err(ChainError::StateRoot { number: state_block, expected: *expected, found });
     }
-    Ok(AuditSummary {
-        blocks,
-        transactions,
-        failed_transactions: failed,
-        head_number: header.number,
-        head_hash: header.hash_slow(),
-        state_root: header.state_root,
-        state_store_block,
-        elapsed: started.elapsed(),
-    })
+    summary.state_store_block = state_block;
+    summary.elapsed = started.elapsed();
+    Ok(summary)
 }

@@ -9,7 +9,7 @@
 //! is what lets [`crate::parallel`] run non-overlapping transfers at the same time; serial
 //! and staged execution apply the same rule, so they produce the same root.
 
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::{keccak256, Address, B256, U256};
 use alloy_rlp::{Encodable, Header as RlpHeader};
 use virga_trie::account::{Account, StateTrie};
 use virga_trie::Trie;
@@ -31,12 +31,16 @@ impl Default for ExecConfig {
     }
 }
 
-/// What execution needs of a transfer: its fields and the sender its signature recovered.
+/// What execution needs of a transfer: its fields, the sender its signature recovered, and
+/// the secure-trie keys of both accounts (hashed once, where signatures are recovered in
+/// parallel, rather than on every state access).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransferView {
     pub hash: B256,
     pub sender: Address,
     pub to: Address,
+    pub sender_key: B256,
+    pub to_key: B256,
     pub nonce: u64,
     pub value: U256,
     pub gas_price: u128,
@@ -45,6 +49,22 @@ pub struct TransferView {
 }
 
 impl TransferView {
+    /// A view with the account keys derived from the addresses.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        hash: B256,
+        sender: Address,
+        to: Address,
+        nonce: u64,
+        value: U256,
+        gas_price: u128,
+        gas_limit: u64,
+        chain_id: Option<u64>,
+    ) -> Self {
+        let (sender_key, to_key) = (keccak256(sender), keccak256(to));
+        Self { hash, sender, to, sender_key, to_key, nonce, value, gas_price, gas_limit, chain_id }
+    }
+
     /// The fee a successful transfer pays.
     pub fn fee(&self) -> U256 {
         U256::from(self.gas_price) * U256::from(TRANSFER_GAS)
@@ -131,18 +151,23 @@ pub struct StateError {
 
 /// Reads an account, treating an absent one as empty.
 pub fn load_account(state: &StateTrie, address: &Address) -> Result<Account, StateError> {
-    match state.account(address) {
+    load_account_by_key(state, address, &keccak256(address))
+}
+
+/// [`load_account`] with the address's secure-trie key already computed.
+pub fn load_account_by_key(state: &StateTrie, address: &Address, key: &B256) -> Result<Account, StateError> {
+    match state.account_by_key(key) {
         Ok(account) => Ok(account.unwrap_or_default()),
         Err(error) => Err(StateError { address: *address, reason: error.to_string() }),
     }
 }
 
-/// The accounts a successful transfer leaves behind (sender first; recipient absent when
-/// it is the sender).
+/// The accounts a successful transfer leaves behind, by secure-trie key (sender first;
+/// recipient absent when it is the sender).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Effect {
-    pub sender: (Address, Account),
-    pub recipient: Option<(Address, Account)>,
+    pub sender: (B256, Account),
+    pub recipient: Option<(B256, Account)>,
 }
 
 /// Checks a transfer against the accounts it touches and computes what it writes.
@@ -173,11 +198,11 @@ pub fn apply_transfer(
     if tx.to == tx.sender {
         // A self-transfer only pays the fee.
         new_sender.balance = new_sender.balance.saturating_add(tx.value);
-        return Ok(Effect { sender: (tx.sender, new_sender), recipient: None });
+        return Ok(Effect { sender: (tx.sender_key, new_sender), recipient: None });
     }
     let mut new_recipient = *recipient;
     new_recipient.balance = recipient.balance.saturating_add(tx.value);
-    Ok(Effect { sender: (tx.sender, new_sender), recipient: Some((tx.to, new_recipient)) })
+    Ok(Effect { sender: (tx.sender_key, new_sender), recipient: Some((tx.to_key, new_recipient)) })
 }
 
 /// Receipts and totals of one block's execution.
@@ -228,8 +253,8 @@ pub fn execute_serial(
 ) -> Result<BlockOutcome, StateError> {
     let mut outcomes = Vec::with_capacity(txs.len());
     for tx in txs {
-        let sender = load_account(state, &tx.sender)?;
-        let recipient = load_account(state, &tx.to)?;
+        let sender = load_account_by_key(state, &tx.sender, &tx.sender_key)?;
+        let recipient = load_account_by_key(state, &tx.to, &tx.to_key)?;
         match apply_transfer(config, tx, &sender, &recipient) {
             Ok(effect) => {
                 write_effect(state, &effect);
@@ -244,9 +269,9 @@ pub fn execute_serial(
 }
 
 pub(crate) fn write_effect(state: &mut StateTrie, effect: &Effect) {
-    state.set_account(effect.sender.0, effect.sender.1);
-    if let Some((address, account)) = effect.recipient {
-        state.set_account(address, account);
+    state.set_account_by_key(&effect.sender.0, effect.sender.1);
+    if let Some((key, account)) = effect.recipient {
+        state.set_account_by_key(&key, account);
     }
 }
 
@@ -259,16 +284,8 @@ mod tests {
     }
 
     fn transfer(sender: u8, to: u8, nonce: u64, value: u64) -> TransferView {
-        TransferView {
-            hash: B256::repeat_byte(nonce as u8),
-            sender: address(sender),
-            to: address(to),
-            nonce,
-            value: U256::from(value),
-            gas_price: 1,
-            gas_limit: TRANSFER_GAS,
-            chain_id: Some(1337),
-        }
+        let hash = B256::repeat_byte(nonce as u8);
+        TransferView::new(hash, address(sender), address(to), nonce, U256::from(value), 1, TRANSFER_GAS, Some(1337))
     }
 
     fn funded(pairs: &[(u8, u64)]) -> StateTrie {

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use virga_trie::account::StateTrie;
 
 use crate::exec::{
-    apply_transfer, collect_outcome, credit_fees, load_account, write_effect, BlockOutcome, Effect, ExecConfig,
-    FailReason, StateError, TransferView,
+    apply_transfer, collect_outcome, credit_fees, load_account, load_account_by_key, write_effect, BlockOutcome,
+    Effect, ExecConfig, FailReason, StateError, TransferView,
 };
 
 /// The stages of a block: indices of transfers, each stage in block order.
@@ -70,8 +70,8 @@ pub fn execute_staged(
                 .with_min_len(16)
                 .map(|&index| {
                     let tx = &txs[index];
-                    let sender = load_account(snapshot, &tx.sender)?;
-                    let recipient = load_account(snapshot, &tx.to)?;
+                    let sender = load_account_by_key(snapshot, &tx.sender, &tx.sender_key)?;
+                    let recipient = load_account_by_key(snapshot, &tx.to, &tx.to_key)?;
                     Ok(apply_transfer(config, tx, &sender, &recipient))
                 })
                 .collect()
@@ -106,16 +106,8 @@ mod tests {
     }
 
     fn view(sender: u8, to: u8, nonce: u64, value: u64, serial: usize) -> TransferView {
-        TransferView {
-            hash: B256::with_last_byte(serial as u8),
-            sender: address(sender),
-            to: address(to),
-            nonce,
-            value: U256::from(value),
-            gas_price: 2,
-            gas_limit: TRANSFER_GAS,
-            chain_id: None,
-        }
+        let hash = B256::with_last_byte(serial as u8);
+        TransferView::new(hash, address(sender), address(to), nonce, U256::from(value), 2, TRANSFER_GAS, None)
     }
 
     #[test]

@@ -34,16 +34,7 @@ impl Default for ChainConfig {
 impl TransferView {
     /// The view execution needs of a recovered transfer.
     pub fn of(tx: &SignedTransfer, sender: alloy_primitives::Address) -> Self {
-        Self {
-            hash: tx.hash(),
-            sender,
-            to: tx.to(),
-            nonce: tx.nonce(),
-            value: tx.value(),
-            gas_price: tx.gas_price(),
-            gas_limit: tx.gas_limit(),
-            chain_id: tx.chain_id(),
-        }
+        Self::new(tx.hash(), sender, tx.to(), tx.nonce(), tx.value(), tx.gas_price(), tx.gas_limit(), tx.chain_id())
     }
 }
 
@@ -162,6 +153,21 @@ pub fn verify_block(
     mode: ExecMode,
     pool: &rayon::ThreadPool,
 ) -> Result<Verified, VerifyError> {
+    let views = check_block(config, parent, block, stored_hash, mode, pool)?;
+    execute_block(config, parent_state.clone(), block, views, mode, pool)
+}
+
+/// Everything about `block` that does not need the parent's state: its stored hash, header
+/// and work against `parent`, transactions root, and every signature. Returns the transfers
+/// with their senders. A verifier runs this for the next block while it executes this one.
+pub fn check_block(
+    config: &ChainConfig,
+    parent: &Header,
+    block: &Block,
+    stored_hash: Option<B256>,
+    mode: ExecMode,
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<TransferView>, VerifyError> {
     let number = block.header.number;
     let fail = |problem| VerifyError { number, problem };
     if let Some(stored) = stored_hash {
@@ -175,8 +181,23 @@ pub fn verify_block(
     if computed != block.header.transactions_root {
         return Err(fail(Problem::TransactionsRoot { header: block.header.transactions_root, computed }));
     }
-    let views = recover_senders(block, mode, pool).map_err(fail)?;
-    let mut state = parent_state.clone();
+    recover_senders(block, mode, pool).map_err(fail)
+}
+
+/// Re-executes a checked block (`views` from [`check_block`]) on its parent's state and
+/// compares gas, state root and receipts root with the header.
+///
+/// `state` is the parent's state, consumed: a caller that keeps the parent passes a clone
+/// (an O(1) snapshot), one that does not saves the copies of shared nodes.
+pub fn execute_block(
+    config: &ChainConfig,
+    mut state: StateTrie,
+    block: &Block,
+    views: Vec<TransferView>,
+    mode: ExecMode,
+    pool: &rayon::ThreadPool,
+) -> Result<Verified, VerifyError> {
+    let fail = |problem| VerifyError { number: block.header.number, problem };
     let beneficiary = block.header.beneficiary;
     let (outcome, stages) = match mode {
         ExecMode::Serial => (execute_serial(&mut state, &views, beneficiary, &config.exec), None),
@@ -189,7 +210,10 @@ pub fn verify_block(
     if outcome.gas_used != block.header.gas_used {
         return Err(fail(Problem::GasUsed { header: block.header.gas_used, computed: outcome.gas_used }));
     }
-    let computed = state.root();
+    let computed = match mode {
+        ExecMode::Serial => state.root(),
+        ExecMode::Staged => pool.install(|| state.root_parallel()),
+    };
     if computed != block.header.state_root {
         return Err(fail(Problem::StateRoot { header: block.header.state_root, computed }));
     }

@@ -73,6 +73,28 @@ impl StateTrie {
         self.accounts.get(address.as_slice()).map(|raw| Account::decode_rlp(&raw)).transpose()
     }
 
+    /// The account whose secure-trie key (keccak-256 of the address) is `key`; callers that
+    /// touch an account twice hash its address once.
+    pub fn account_by_key(&self, key: &B256) -> Result<Option<Account>, alloy_rlp::Error> {
+        self.accounts.get_hashed(key).map(|raw| Account::decode_rlp(&raw)).transpose()
+    }
+
+    /// Stores `account` under its secure-trie key (see [`Self::account_by_key`]).
+    pub fn set_account_by_key(&mut self, key: &B256, account: Account) {
+        self.accounts.insert_hashed(key, &account.rlp());
+    }
+
+    /// The state root with the account trie hashed in parallel (see
+    /// [`crate::Trie::root_hash_parallel`]); only for states without dirty storage, which
+    /// [`Self::root`] would fold in first.
+    pub fn root_parallel(&mut self) -> B256 {
+        if self.dirty_storage.is_empty() {
+            self.accounts.as_trie().root_hash_parallel()
+        } else {
+            self.root()
+        }
+    }
+
     /// Stores `account` as is (its storage root is overwritten at the next [`Self::root`]
     /// if this account's storage changes).
     pub fn set_account(&mut self, address: Address, account: Account) {
@@ -149,6 +171,8 @@ impl crate::genesis::Genesis {
     /// values are not stored), its code, then the account itself.
     pub fn state(&self) -> StateTrie {
         let mut state = StateTrie::new();
+        // One bulk build instead of an insert per account: genesis files hold up to millions.
+        let mut accounts: Vec<(Address, Vec<u8>)> = Vec::with_capacity(self.alloc.len());
         for (address, genesis_account) in &self.alloc {
             let code_hash = state.insert_code(&genesis_account.code);
             let mut account = Account {
@@ -168,8 +192,9 @@ impl crate::genesis::Genesis {
                 account.storage_root = storage.root_hash();
                 state.storage.insert(*address, storage);
             }
-            state.set_account(*address, account);
+            accounts.push((*address, account.rlp()));
         }
+        state.accounts.insert_many(accounts);
         state
     }
 

@@ -236,6 +236,22 @@ impl Node {
         }
     }
 
+    /// Computes and caches the hashes of the subtrees below this node on rayon's current
+    /// pool, splitting at the first branch. Hash caches are set once and are thread-safe, so
+    /// a later [`Self::root_hash`] only encodes the nodes above.
+    pub(crate) fn prehash_parallel(&self) {
+        use rayon::prelude::*;
+        match self.kind() {
+            Kind::Extension(_, child) => child.prehash_parallel(),
+            Kind::Branch(branch) => {
+                let children: Vec<&Node> =
+                    branch.iter().map(|(_, child)| child).filter(|child| child.cached_hash().is_none()).collect();
+                children.par_iter().for_each(|child| child.append_ref(&mut Vec::with_capacity(1024)));
+            }
+            Kind::Leaf(_) | Kind::Hash => {}
+        }
+    }
+
     /// keccak-256 of this node's RLP, as used for a root (always hashed, even when short).
     pub(crate) fn root_hash(&self, scratch: &mut Vec<u8>) -> B256 {
         if let Some(hash) = self.0.hash.get() {

@@ -94,6 +94,15 @@ impl Trie {
         }
     }
 
+    /// The root hash, with the subtrees under the top branch hashed in parallel on rayon's
+    /// current pool (call inside `ThreadPool::install` to choose the pool).
+    pub fn root_hash_parallel(&self) -> B256 {
+        if let Some(root) = &self.root {
+            root.prehash_parallel();
+        }
+        self.root_hash()
+    }
+
     /// An O(1) copy that shares all nodes with `self`.
     pub fn snapshot(&self) -> Trie {
         self.clone()
