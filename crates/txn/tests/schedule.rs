@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use virga_txn::schedule::{
     cut_batch, cycles_of_length, interleaved_conflicts, schedule, validate_in_order, AbortCause, Schedule,
-    ScheduleConfig, Scheduler, TxAccess, Version,
+    ScheduleConfig, Scheduler, TxAccess, Version, HOT_KEY_CLIQUE,
 };
 
 fn tx(reads: &[u32], writes: &[u32]) -> TxAccess<u32> {
@@ -232,17 +232,28 @@ fn cycles_of_length_arrival_keeps_half_fabric_plus_plus_keeps_more_as_cycles_len
 #[test]
 fn a_hot_key_clique_falls_back_and_stays_fast() {
     // Every transaction reads and writes one hot key, plus a private key: a clique of
-    // 2-cycles with astronomically many elementary cycles.
+    // 2-cycles with astronomically many elementary cycles. Below the hot-key threshold the
+    // cycle budget's fallback breaks it.
+    let n = 40u64;
+    assert!((n as usize) < HOT_KEY_CLIQUE);
+    let txs: Vec<_> = (0..n).map(|i| tx_u64(&[0, 1 + i], &[0, 1 + i])).collect();
+    let s = run(&txs, Scheduler::FabricPlusPlus);
+    assert_well_formed(&txs, &s);
+    assert_eq!(s.order, vec![39], "the cover takes the smallest indices first");
+    assert_eq!(s.stats.budget_exhausted_sccs, 1);
+    assert_eq!(s.stats.budget_exhausted_rounds, 1);
+    assert_eq!(s.stats.cycles, 0, "skipped by the E - N + 1 bound");
+    assert_eq!(s.stats.hot_clique_removed, 0);
+    assert_eq!(run(&txs, Scheduler::Arrival).kept(), 1);
+
+    // At the threshold and above, the clique is thinned before any graph is built.
     let n = 400u64;
     let txs: Vec<_> = (0..n).map(|i| tx_u64(&[0, 1 + i], &[0, 1 + i])).collect();
     let s = run(&txs, Scheduler::FabricPlusPlus);
     assert_well_formed(&txs, &s);
-    assert_eq!(s.kept(), 1);
-    assert_eq!(s.order, vec![399], "the cover takes the smallest indices first");
-    assert_eq!(s.stats.budget_exhausted_sccs, 1);
-    assert_eq!(s.stats.budget_exhausted_rounds, 1);
-    assert_eq!(s.stats.cycles, 0, "skipped by the E - N + 1 bound");
-    assert_eq!(run(&txs, Scheduler::Arrival).kept(), 1);
+    assert_eq!(s.order, vec![399], "equal widths: the latest is kept");
+    assert_eq!(s.stats.hot_clique_removed, 399);
+    assert_eq!(s.stats.conflict_edges, 0);
 }
 
 #[test]
@@ -416,4 +427,31 @@ proptest! {
             prop_assert!(keys(cut + 1) > max_keys, "cut only when the next would overflow");
         }
     }
+}
+
+/// A hot key read and written by many transactions, among readers of it and transactions
+/// on other keys: the clique is thinned to one before the graph is built, and the result
+/// still validates, keeps every reader and every transaction elsewhere, and never keeps
+/// fewer than arrival order.
+#[test]
+fn hot_key_cliques_are_thinned_to_one_and_the_schedule_stays_valid() {
+    let mut txs: Vec<TxAccess<u64>> = Vec::new();
+    for i in 0..300u64 {
+        match i % 3 {
+            // read-modify-write of the hot key 0 (the narrowest when it touches only key 0)
+            0 => txs.push(TxAccess::new(vec![0], vec![0])),
+            1 => txs.push(TxAccess::new(vec![0, 1000 + i], vec![0, 1000 + i])),
+            // a reader of the hot key
+            _ => txs.push(TxAccess::new(vec![0], vec![2000 + i])),
+        }
+    }
+    let result = schedule(&txs, &ScheduleConfig::default());
+    assert!(result.stats.hot_clique_removed >= HOT_KEY_CLIQUE - 1, "{:?}", result.stats);
+    assert_eq!(validate_in_order(&txs, &result.order), result.order.len());
+    let kept_writers: Vec<usize> = result.order.iter().copied().filter(|&i| i % 3 != 2).collect();
+    assert_eq!(kept_writers, vec![297], "one writer survives: the narrowest, latest");
+    assert_eq!(result.order.len(), 1 + 100, "every reader is kept, before the writer");
+    assert_eq!(result.order.last(), Some(&297));
+    let arrival = schedule(&txs, &ScheduleConfig::new(Scheduler::Arrival));
+    assert!(result.order.len() >= arrival.order.len());
 }
