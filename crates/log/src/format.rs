@@ -55,31 +55,40 @@ pub(crate) fn parse_segment_file_name(name: &str) -> SegmentName {
 }
 
 /// Encodes the header of a segment whose first record will have LSN `base_lsn`.
+pub(crate) fn encode_segment_header(base_lsn: u64) -> [u8; SEGMENT_HEADER_LEN] {
+    encode_segment_header_with(&SEGMENT_MAGIC, base_lsn)
+}
+
+/// Decodes a segment header, returning its base LSN or a description of what is wrong.
+pub(crate) fn decode_segment_header(header: &[u8; SEGMENT_HEADER_LEN]) -> Result<u64, String> {
+    decode_segment_header_with(&SEGMENT_MAGIC, header)
+}
+
+/// Encodes a segment header of this layout for any segmented file format (the chain store
+/// uses it with its own magic); `base` is the number of the segment's first item.
 ///
 /// | bytes  | field                                  |
 /// |--------|----------------------------------------|
-/// | 0..8   | magic `VIRGALOG`                       |
-/// | 8..10  | format version (u16)                   |
+/// | 0..8   | magic (`VIRGALOG` for this log)        |
+/// | 8..10  | format version (u16), 1                |
 /// | 10..12 | reserved, zero                         |
-/// | 12..20 | base LSN (u64)                         |
+/// | 12..20 | base LSN or first item number (u64)    |
 /// | 20..24 | CRC-32 of bytes 0..20 (u32)            |
-pub(crate) fn encode_segment_header(base_lsn: u64) -> [u8; SEGMENT_HEADER_LEN] {
+pub fn encode_segment_header_with(magic: &[u8; 8], base: u64) -> [u8; SEGMENT_HEADER_LEN] {
     let mut header = [0u8; SEGMENT_HEADER_LEN];
-    header[0..8].copy_from_slice(&SEGMENT_MAGIC);
+    header[0..8].copy_from_slice(magic);
     header[8..10].copy_from_slice(&SEGMENT_FORMAT_VERSION.to_le_bytes());
-    header[12..20].copy_from_slice(&base_lsn.to_le_bytes());
+    header[12..20].copy_from_slice(&base.to_le_bytes());
     let crc = crc32fast::hash(&header[0..20]);
     header[20..24].copy_from_slice(&crc.to_le_bytes());
     header
 }
 
-/// Decodes a segment header, returning its base LSN or a description of what is wrong.
-pub(crate) fn decode_segment_header(header: &[u8; SEGMENT_HEADER_LEN]) -> Result<u64, String> {
-    if header[0..8] != SEGMENT_MAGIC {
-        return Err(format!(
-            "segment header does not start with the magic bytes {:?}",
-            String::from_utf8_lossy(&SEGMENT_MAGIC)
-        ));
+/// Decodes a header written by [`encode_segment_header_with`] with the same `magic`,
+/// returning its base or a description of what is wrong.
+pub fn decode_segment_header_with(magic: &[u8; 8], header: &[u8; SEGMENT_HEADER_LEN]) -> Result<u64, String> {
+    if header[0..8] != magic[..] {
+        return Err(format!("segment header does not start with the magic bytes {:?}", String::from_utf8_lossy(magic)));
     }
     let stored = le_u32(header, 20);
     let computed = crc32fast::hash(&header[0..20]);

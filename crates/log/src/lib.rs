@@ -49,7 +49,9 @@ use format::{
     decode_segment_header, encode_record, encode_segment_header, parse_segment_file_name, record_checksum,
     RecordHeader, SegmentName, RECORD_FORMAT_VERSION, RECORD_MAGIC,
 };
-pub use format::{segment_file_name, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+pub use format::{
+    decode_segment_header_with, encode_segment_header_with, segment_file_name, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
 pub use group::{
     GroupLog, GroupLogOptions, GroupLogStats, ParseSyncModeError, RecordBuf, SyncMode, DEFAULT_MAX_STAGED_BYTES,
 };

@@ -6,7 +6,7 @@
 use alloy_primitives::B256;
 
 /// Length of the header at offset 0 of every segment file.
-pub const SEGMENT_HEADER_LEN: usize = 24;
+pub const SEGMENT_HEADER_LEN: usize = virga_log::SEGMENT_HEADER_LEN;
 
 /// Length of the header in front of every block's bytes.
 pub const RECORD_HEADER_LEN: usize = 52;
@@ -16,7 +16,6 @@ pub const RECORD_HEADER_LEN: usize = 52;
 pub const MAX_PAYLOAD_BYTES: u32 = 64 << 20;
 
 pub(super) const SEGMENT_MAGIC: [u8; 8] = *b"VIRGACHN";
-pub(super) const SEGMENT_FORMAT_VERSION: u16 = 1;
 pub(super) const RECORD_MAGIC: u8 = 0xC4;
 pub(super) const RECORD_FORMAT_VERSION: u8 = 1;
 
@@ -44,43 +43,15 @@ pub(super) fn parse_segment_file_name(name: &str) -> Option<u128> {
     stem.parse::<u128>().ok()
 }
 
-/// | bytes  | field                              |
-/// |--------|------------------------------------|
-/// | 0..8   | magic `VIRGACHN`                   |
-/// | 8..10  | format version (u16), 1            |
-/// | 10..12 | reserved, zero                     |
-/// | 12..20 | number of the segment's first block |
-/// | 20..24 | CRC-32 of bytes 0..20              |
+/// The segment header of `virga-log`'s layout with the chain store's magic `VIRGACHN`; the
+/// base is the number of the segment's first block.
 pub(super) fn encode_segment_header(first: u64) -> [u8; SEGMENT_HEADER_LEN] {
-    let mut header = [0u8; SEGMENT_HEADER_LEN];
-    header[0..8].copy_from_slice(&SEGMENT_MAGIC);
-    header[8..10].copy_from_slice(&SEGMENT_FORMAT_VERSION.to_le_bytes());
-    header[12..20].copy_from_slice(&first.to_le_bytes());
-    let crc = crc32fast::hash(&header[0..20]);
-    header[20..24].copy_from_slice(&crc.to_le_bytes());
-    header
+    virga_log::encode_segment_header_with(&SEGMENT_MAGIC, first)
 }
 
 /// The first block number a segment header records, or what is wrong with the header.
 pub(super) fn decode_segment_header(header: &[u8; SEGMENT_HEADER_LEN]) -> Result<u64, String> {
-    if header[0..8] != SEGMENT_MAGIC {
-        return Err("segment header does not start with the magic bytes \"VIRGACHN\"".to_string());
-    }
-    let stored = le_u32(header, 20);
-    let computed = crc32fast::hash(&header[0..20]);
-    if stored != computed {
-        return Err(format!("segment header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"));
-    }
-    let version = u16::from_le_bytes([header[8], header[9]]);
-    if version != SEGMENT_FORMAT_VERSION {
-        return Err(format!(
-            "unsupported segment format version {version} (this build reads version {SEGMENT_FORMAT_VERSION})"
-        ));
-    }
-    if header[10..12] != [0, 0] {
-        return Err("reserved bytes of the segment header are not zero".to_string());
-    }
-    Ok(le_u64(header, 12))
+    virga_log::decode_segment_header_with(&SEGMENT_MAGIC, header)
 }
 
 /// Appends one framed block to `out`.
