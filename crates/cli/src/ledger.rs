@@ -421,3 +421,67 @@ pub fn bench_ledger(args: &LedgerBenchArgs) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(Args)]
+pub struct BlockArgs {
+    /// Chain directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Block number.
+    #[arg(long)]
+    number: u64,
+}
+
+/// Prints a block's header fields and every transfer with its receipt, as JSON. The receipts
+/// come from re-executing the chain up to the block, so they are verified, not trusted.
+pub fn show_block(args: &BlockArgs) -> Result<ExitCode> {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().context("building the thread pool")?;
+    let (block, verified) = match virga_ledger::chain::block_with_receipts(&args.dir, args.number, &pool) {
+        Ok(found) => found,
+        Err(error) => {
+            eprintln!("virga block: {}: {error}", args.dir.display());
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let header = &block.header;
+    let transactions: Vec<Value> = match &verified {
+        None => Vec::new(),
+        Some(verified) => verified
+            .transfers
+            .iter()
+            .zip(&verified.outcome.receipts)
+            .map(|(transfer, receipt)| {
+                let (status, detail) = match &receipt.outcome {
+                    Ok(()) => ("ok", Value::Null),
+                    Err(reason) => (reason.name(), Value::String(reason.to_string())),
+                };
+                json!({
+                    "hash": transfer.hash.to_string(),
+                    "from": transfer.sender.to_string(),
+                    "to": transfer.to.to_string(),
+                    "nonce": transfer.nonce,
+                    "value": transfer.value.to_string(),
+                    "status": status,
+                    "detail": detail,
+                    "cumulative_gas_used": receipt.cumulative_gas_used,
+                })
+            })
+            .collect(),
+    };
+    let output = json!({
+        "number": header.number,
+        "hash": block.hash().to_string(),
+        "parent_hash": header.parent_hash.to_string(),
+        "timestamp": header.timestamp,
+        "beneficiary": header.beneficiary.to_string(),
+        "state_root": header.state_root.to_string(),
+        "transactions_root": header.transactions_root.to_string(),
+        "receipts_root": header.receipts_root.to_string(),
+        "difficulty": header.difficulty.to_string(),
+        "nonce": header.nonce.to_string(),
+        "gas_used": header.gas_used,
+        "transactions": transactions,
+    });
+    println!("{output}");
+    Ok(ExitCode::SUCCESS)
+}

@@ -49,6 +49,9 @@ enum Command {
     /// Audits a chain directory: hash links, work, transaction roots, signatures, and
     /// re-execution from genesis to every state root.
     Verify(ledger::VerifyArgs),
+    /// Prints a block of a chain directory and its transfers with their receipts (re-executed
+    /// from genesis), as JSON.
+    Block(ledger::BlockArgs),
 }
 
 #[derive(Subcommand)]
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Ledger(args)) => ledger::bench_ledger(&args),
         Command::Schedule(args) => ledger::schedule_block(&args),
         Command::Verify(args) => ledger::verify(&args),
+        Command::Block(args) => ledger::show_block(&args),
     };
     match result {
         Ok(code) => code,

@@ -185,6 +185,33 @@ fn a_built_chain_verifies_and_every_flipped_byte_is_caught() {
     let serial = verify(&chain, &["--serial"]);
     assert!(serial.status.success(), "{}", text(&serial.stderr));
 
+    // Every block's receipts, re-executed: 40 transfers each, failures named; they add up to
+    // the audit's count.
+    let mut failed = 0;
+    for number in 1..=6u64 {
+        let output = virga(&["block", "--dir", chain.to_str().unwrap(), "--number", &number.to_string()]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let block: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(block["number"], number);
+        let transactions = block["transactions"].as_array().unwrap();
+        assert_eq!(transactions.len(), 40);
+        for tx in transactions {
+            match tx["status"].as_str().unwrap() {
+                "ok" => assert!(tx["detail"].is_null()),
+                "nonce_mismatch" => {
+                    failed += 1;
+                    assert!(tx["detail"].as_str().unwrap().contains("next nonce is"), "{tx}");
+                }
+                other => panic!("unexpected status {other}: {tx}"),
+            }
+        }
+    }
+    let count: u64 = summary.split('(').nth(1).and_then(|rest| rest.split(' ').next()).unwrap().parse().unwrap();
+    assert_eq!(failed, count, "{summary}");
+    let missing = virga(&["block", "--dir", chain.to_str().unwrap(), "--number", "7"]);
+    assert!(!missing.status.success());
+    assert!(text(&missing.stderr).contains("block 7 is not in the chain"), "{}", text(&missing.stderr));
+
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let mut flips = 0;
     for file in files_under(&chain) {

@@ -31,7 +31,7 @@ use crate::builder::{build_block, Built};
 use crate::exec::{BlockOutcome, ExecConfig, StateError, TransferView};
 use crate::store::{ChainStore, StoreError, StoreOptions};
 use crate::tx::RecoveredTransfer;
-use crate::verify::{check_block, execute_block, verify_block, ChainConfig, ExecMode, VerifyError};
+use crate::verify::{check_block, execute_block, verify_block, ChainConfig, ExecMode, Verified, VerifyError};
 
 const GENESIS_FILE: &str = "genesis.json";
 const BLOCKS_DIR: &str = "blocks";
@@ -672,4 +672,36 @@ pub fn audit(
     summary.state_store_block = state_block;
     summary.elapsed = started.elapsed();
     Ok(summary)
+}
+
+/// Block `number` of the chain in `dir` with its execution results (receipts, senders), by
+/// verifying the chain from genesis up to it. Changes nothing on disk.
+pub fn block_with_receipts(
+    dir: &Path,
+    number: u64,
+    pool: &rayon::ThreadPool,
+) -> Result<(Block, Option<Verified>), ChainError> {
+    let genesis = read_genesis(dir)?;
+    let mut header = genesis.header.clone();
+    let mut state = genesis.state.clone();
+    for stored in stored_blocks(dir) {
+        let (hash, block) = stored?;
+        if block.header.number == 0 {
+            let computed = genesis.header.hash_slow();
+            if hash != computed || block.hash() != computed {
+                return Err(ChainError::GenesisMismatch { stored: hash, computed });
+            }
+            if number == 0 {
+                return Ok((block, None));
+            }
+            continue;
+        }
+        let verified = verify_block(&genesis.config, &header, &state, &block, Some(hash), ExecMode::Staged, pool)?;
+        if block.header.number == number {
+            return Ok((block, Some(verified)));
+        }
+        header = block.header;
+        state = verified.state;
+    }
+    Err(ChainError::Missing(number))
 }
