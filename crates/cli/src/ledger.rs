@@ -398,7 +398,7 @@ pub fn bench_ledger(args: &LedgerBenchArgs) -> Result<ExitCode> {
         })?;
         progress.finish_and_clear();
         println!(
-            "  built:   {:.0} tx/s (staged execution, roots, {:.0} mining attempts per block)",
+            "  built:   {:.0} tx/s (staged execution, roots, {:.0} mining attempts per block, then checked like any appended block)",
             report.build_tps, report.mining_attempts_per_block
         );
         println!(

@@ -10,7 +10,7 @@ use crate::exec::{receipts_root, BlockOutcome, StateError};
 use crate::parallel::execute_staged;
 use crate::pow::mine;
 use crate::tx::RecoveredTransfer;
-use crate::verify::{views, ChainConfig};
+use crate::verify::{max_transfers, views, ChainConfig};
 
 /// A built block with its execution results.
 pub struct Built {
@@ -24,7 +24,9 @@ pub struct Built {
 /// (the parent's state) to the block's state.
 ///
 /// The timestamp is raised to one after the parent's when the clock has not moved, so blocks
-/// built in quick succession stay valid.
+/// built in quick succession stay valid. Transfers beyond what the gas limit admits are left
+/// out (see [`max_transfers`]). The block is not verified here: [`crate::chain::Chain`]
+/// verifies what it appends.
 pub fn build_block(
     config: &ChainConfig,
     parent: &Header,
@@ -34,6 +36,9 @@ pub fn build_block(
     timestamp: u64,
     pool: &rayon::ThreadPool,
 ) -> Result<Built, StateError> {
+    // A block holds at most what its gas limit admits; the rest waits for the next block.
+    let mut transfers = transfers;
+    transfers.truncate(max_transfers(config.gas_limit));
     let views = views(&transfers);
     let (outcome, _) = execute_staged(state, &views, beneficiary, &config.exec, pool)?;
     let transactions: Vec<_> = transfers.into_iter().map(|recovered| recovered.tx).collect();
@@ -44,10 +49,10 @@ pub fn build_block(
         transactions_root: transactions_root(&transactions),
         receipts_root: receipts_root(&outcome.receipts),
         difficulty: config.difficulty,
-        number: parent.number + 1,
+        number: parent.number.saturating_add(1),
         gas_limit: config.gas_limit,
         gas_used: outcome.gas_used,
-        timestamp: timestamp.max(parent.timestamp + 1),
+        timestamp: timestamp.max(parent.timestamp.saturating_add(1)),
         extra_data: Bytes::from_static(b"virga"),
         ..Header::default()
     };

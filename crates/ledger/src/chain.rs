@@ -9,8 +9,10 @@
 //!
 //! Blocks are the source of truth. A block is verified, appended to the store, and only then
 //! is its state committed, so after a crash the state is at most some blocks behind; opening
-//! replays the missing blocks (verifying them again). A state whose root differs from the
-//! root its block commits to is damage and is refused.
+//! replays the missing blocks (verifying them again). A state store that is damaged, ahead
+//! of the blocks, or holds a root its block does not commit to is discarded and rebuilt from
+//! the blocks (reported in [`OpenReport::state_rebuilt`]); `audit` reports such a store as a
+//! problem.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -68,6 +70,8 @@ pub enum ChainError {
     StateAhead { state: u64, head: u64 },
     #[error("state store: the last {bytes} bytes of its log are torn or damaged (an interrupted write, or tampering); it holds the state of block {}; opening the chain drops them and replays from the blocks", .version.saturating_sub(1))]
     StateTail { bytes: u64, version: u64 },
+    #[error("a state commit failed ({0}); reopen the chain to replay the stored blocks")]
+    Poisoned(String),
     #[error("cannot start threads: {0}")]
     Threads(String),
     #[error("state store in {0} is empty")]
@@ -100,6 +104,19 @@ pub fn chain_config(genesis: &Genesis) -> Result<ChainConfig, ChainError> {
     };
     if genesis.difficulty.is_zero() {
         return Err(ChainError::GenesisRules("difficulty 0 admits no proof of work".into()));
+    }
+    // Fields the genesis block of a transfer ledger does not use: set, they would be
+    // silently ignored, so the block would not be what the file says.
+    let ignored = [
+        (genesis.number != 0, "number"),
+        (genesis.gas_used != 0, "gasUsed"),
+        (genesis.base_fee_per_gas.is_some(), "baseFeePerGas"),
+        (genesis.excess_blob_gas.is_some(), "excessBlobGas"),
+        (genesis.blob_gas_used.is_some(), "blobGasUsed"),
+        (genesis.extra_data.len() > crate::verify::MAX_EXTRA_DATA, "extraData longer than 32 bytes"),
+    ];
+    if let Some((_, field)) = ignored.iter().find(|(set, _)| *set) {
+        return Err(ChainError::GenesisRules(format!("{field} is not supported in a ledger's genesis")));
     }
     Ok(ChainConfig { exec: ExecConfig { chain_id }, difficulty: genesis.difficulty, gas_limit: genesis.gas_limit })
 }
@@ -164,6 +181,9 @@ pub struct OpenReport {
     pub truncated_bytes: u64,
     /// Blocks re-executed because the state store was behind.
     pub replayed: u64,
+    /// Why the state store was discarded and rebuilt from the blocks, if it was (damaged,
+    /// ahead of the blocks, or holding a root its block does not commit to).
+    pub state_rebuilt: Option<String>,
 }
 
 /// A chain's genesis: its rules, state and block-0 header.
@@ -224,6 +244,8 @@ pub struct Chain {
     state: StateTrie,
     retained: VecDeque<(u64, StateTrie)>,
     options: ChainOptions,
+    /// Why appends are refused until the chain is reopened.
+    poisoned: Option<String>,
 }
 
 impl Chain {
@@ -239,7 +261,9 @@ impl Chain {
             return Err(ChainError::AlreadyExists(dir.to_path_buf()));
         }
         std::fs::create_dir_all(dir).map_err(io_error(dir))?;
-        Genesis::from_json_str(genesis_json).map_err(|source| ChainError::Genesis { path: path.clone(), source })?;
+        let genesis = Genesis::from_json_str(genesis_json)
+            .map_err(|source| ChainError::Genesis { path: path.clone(), source })?;
+        chain_config(&genesis)?;
         let temporary = dir.join("genesis.json.tmp");
         std::fs::write(&temporary, genesis_json).map_err(io_error(&temporary))?;
         std::fs::rename(&temporary, &path).map_err(io_error(&path))?;
@@ -271,13 +295,31 @@ impl Chain {
         }
         let head_number = store.head().map_or(0, |(number, _)| number);
         let state_dir = dir.join(STATE_DIR);
-        let (mut state_store, _) = DurableTrie::open(&state_dir, state_options(&options))?;
-        if state_store.version() > head_number + 1 {
-            // Blocks the state had seen were lost (only possible if the OS dropped unsynced
-            // writes): rebuild the state from the blocks that survived.
-            drop(state_store);
-            std::fs::remove_dir_all(&state_dir).map_err(io_error(&state_dir))?;
-            state_store = DurableTrie::open(&state_dir, state_options(&options))?.0;
+        let mut state_rebuilt = None;
+        let mut state_store = match DurableTrie::open(&state_dir, state_options(&options)) {
+            Ok((store, _)) if store.version() <= head_number + 1 => store,
+            // Ahead of the blocks (only if the OS dropped unsynced block writes), or damaged:
+            // the blocks are the source of truth, so the state is rebuilt from them.
+            Ok((store, _)) => {
+                state_rebuilt = Some(format!("it held block {}, beyond the last stored block", store.version() - 1));
+                drop(store);
+                rebuild_state_dir(&state_dir, &options)?
+            }
+            Err(error) => {
+                state_rebuilt = Some(error.to_string());
+                rebuild_state_dir(&state_dir, &options)?
+            }
+        };
+        if state_store.version() > 0 {
+            let number = state_store.version() - 1;
+            let expected =
+                if number == 0 { genesis.header.state_root } else { load_block(&store, number)?.header.state_root };
+            let found = state_store.trie().root_hash();
+            if found != expected {
+                state_rebuilt = Some(ChainError::StateRoot { number, expected, found }.to_string());
+                drop(state_store);
+                state_store = rebuild_state_dir(&state_dir, &options)?;
+            }
         }
         if state_store.version() == 0 {
             let next = genesis.state.accounts().as_trie().snapshot();
@@ -286,10 +328,6 @@ impl Chain {
         let state_number = state_store.version() - 1;
         let state_header =
             if state_number == 0 { genesis.header.clone() } else { load_block(&store, state_number)?.header };
-        let found = state_store.trie().root_hash();
-        if found != state_header.state_root {
-            return Err(ChainError::StateRoot { number: state_number, expected: state_header.state_root, found });
-        }
         let state = StateTrie::from_accounts(SecureTrie::from_trie(state_store.trie().snapshot()));
         let mut chain = Chain {
             dir: dir.to_path_buf(),
@@ -301,6 +339,7 @@ impl Chain {
             state_store,
             retained: VecDeque::new(),
             options,
+            poisoned: None,
         };
         chain.retain_head();
         let mut replayed = 0;
@@ -310,7 +349,8 @@ impl Chain {
             chain.apply(block, Some(stored_hash), pool, false)?;
             replayed += 1;
         }
-        let report = OpenReport { blocks: head_number + 1, truncated_bytes: recovery.truncated_bytes, replayed };
+        let report =
+            OpenReport { blocks: head_number + 1, truncated_bytes: recovery.truncated_bytes, replayed, state_rebuilt };
         Ok((chain, report))
     }
 
@@ -353,9 +393,12 @@ impl Chain {
         timestamp: u64,
         pool: &rayon::ThreadPool,
     ) -> Result<Built, ChainError> {
+        self.check_usable()?;
         let mut state = self.state.clone();
-        let views = crate::verify::views(&transfers);
         let built = build_block(&self.genesis.config, &self.head, &mut state, transfers, beneficiary, timestamp, pool)?;
+        // Senders come from the caller and the header from the clock: check both before the
+        // block is stored (execution already produced the state the header commits to).
+        let views = check_block(&self.genesis.config, &self.head, &built.block, None, ExecMode::Staged, pool)?;
         let hash = built.block.hash();
         self.store.append(built.block.header.number, hash, &built.block.encode())?;
         self.commit_state(built.block.header.clone(), hash, state, &views)?;
@@ -369,6 +412,7 @@ impl Chain {
         pool: &rayon::ThreadPool,
         store: bool,
     ) -> Result<BlockOutcome, ChainError> {
+        self.check_usable()?;
         let verified =
             verify_block(&self.genesis.config, &self.head, &self.state, &block, stored_hash, ExecMode::Staged, pool)?;
         let hash = block.hash();
@@ -387,12 +431,24 @@ impl Chain {
         transfers: &[TransferView],
     ) -> Result<(), ChainError> {
         let updates = account_updates(&state, transfers, header.beneficiary);
-        self.state_store.commit_applied(state.accounts().as_trie().snapshot(), &updates)?;
+        if let Err(error) = self.state_store.commit_applied(state.accounts().as_trie().snapshot(), &updates) {
+            // The block is stored but its state is not committed: memory and the state store
+            // disagree until a reopen replays the block.
+            self.poisoned = Some(error.to_string());
+            return Err(error.into());
+        }
         self.head = header;
         self.head_hash = hash;
         self.state = state;
         self.retain_head();
         Ok(())
+    }
+
+    fn check_usable(&self) -> Result<(), ChainError> {
+        match &self.poisoned {
+            None => Ok(()),
+            Some(cause) => Err(ChainError::Poisoned(cause.clone())),
+        }
     }
 
     fn retain_head(&mut self) {
@@ -435,17 +491,34 @@ impl Chain {
     }
 }
 
+/// Moves a state store aside, deletes it, and opens an empty one in its place. The rename
+/// makes the discard atomic: a crash leaves either the old store or none, never a half.
+fn rebuild_state_dir(state_dir: &Path, options: &ChainOptions) -> Result<DurableTrie, ChainError> {
+    let discarded = state_dir.with_extension("discarded");
+    if discarded.exists() {
+        std::fs::remove_dir_all(&discarded).map_err(io_error(&discarded))?;
+    }
+    if state_dir.exists() {
+        std::fs::rename(state_dir, &discarded).map_err(io_error(state_dir))?;
+        std::fs::remove_dir_all(&discarded).map_err(io_error(&discarded))?;
+    }
+    Ok(DurableTrie::open(state_dir, state_options(options))?.0)
+}
+
 fn copy_dir(from: &Path, to: &Path) -> Result<(), ChainError> {
     for entry in std::fs::read_dir(from).map_err(io_error(from))? {
         let entry = entry.map_err(io_error(from))?;
         let source = entry.path();
         let target = to.join(entry.file_name());
-        if entry.file_type().map_err(io_error(&source))?.is_dir() {
+        let file_type = entry.file_type().map_err(io_error(&source))?;
+        if file_type.is_dir() {
             std::fs::create_dir_all(&target).map_err(io_error(&target))?;
             copy_dir(&source, &target)?;
-        } else {
+        } else if file_type.is_file() {
             std::fs::copy(&source, &target).map_err(io_error(&source))?;
         }
+        // Anything else (a symbolic link, a device) is no part of a state store; leaving it out
+        // makes recovery of the copy fail if the store needed it.
     }
     Ok(())
 }
@@ -582,6 +655,10 @@ fn execute_checked(
     let (mut transactions, mut failed) = (0u64, 0u64);
     for checked in blocks {
         let Checked { number, hash, block, transfers } = checked?;
+        if state_roots.is_empty() != (number == 0) {
+            // Only the first block goes unchecked by `check_in_order`: it must be the genesis.
+            return Err(ChainError::Missing(0));
+        }
         if number == 0 {
             let computed = genesis.header.hash_slow();
             if hash != computed || block.hash() != computed || !block.transactions.is_empty() {

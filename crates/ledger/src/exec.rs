@@ -82,6 +82,8 @@ pub enum FailReason {
     NonceMismatch { expected: u64, got: u64 },
     #[error("balance {balance} cannot pay {needed} (value plus fee)")]
     InsufficientFunds { balance: U256, needed: U256 },
+    #[error("the sender's nonce is at its maximum (EIP-2681)")]
+    NonceExhausted,
 }
 
 impl FailReason {
@@ -92,6 +94,7 @@ impl FailReason {
             FailReason::GasLimitTooLow { .. } => 2,
             FailReason::NonceMismatch { .. } => 3,
             FailReason::InsufficientFunds { .. } => 4,
+            FailReason::NonceExhausted => 5,
         }
     }
 
@@ -102,6 +105,7 @@ impl FailReason {
             FailReason::GasLimitTooLow { .. } => "gas_limit_too_low",
             FailReason::NonceMismatch { .. } => "nonce_mismatch",
             FailReason::InsufficientFunds { .. } => "insufficient_funds",
+            FailReason::NonceExhausted => "nonce_exhausted",
         }
     }
 }
@@ -188,12 +192,14 @@ pub fn apply_transfer(
     if tx.nonce != sender.nonce {
         return Err(FailReason::NonceMismatch { expected: sender.nonce, got: tx.nonce });
     }
+    // A nonce that cannot advance would let the same transfer run again and again.
+    let next_nonce = sender.nonce.checked_add(1).ok_or(FailReason::NonceExhausted)?;
     let needed = tx.value.saturating_add(tx.fee());
     if sender.balance < needed {
         return Err(FailReason::InsufficientFunds { balance: sender.balance, needed });
     }
     let mut new_sender = *sender;
-    new_sender.nonce = sender.nonce.saturating_add(1);
+    new_sender.nonce = next_nonce;
     new_sender.balance = sender.balance - needed;
     if tx.to == tx.sender {
         // A self-transfer only pays the fee.
@@ -336,6 +342,18 @@ mod tests {
             Err(FailReason::NonceMismatch { expected: 0, got: 5 }),
             "the receipt carries the expected nonce"
         );
+    }
+
+    #[test]
+    fn an_exhausted_nonce_cannot_be_replayed() {
+        let mut state = StateTrie::new();
+        state.set_account(address(1), Account::with_balance(u64::MAX, U256::from(1_000_000)));
+        let mut tx = transfer(1, 2, 0, 5);
+        tx.nonce = u64::MAX;
+        let outcome = execute_serial(&mut state, &[tx, tx], address(9), &ExecConfig::default()).expect("decodes");
+        assert_eq!(outcome.receipts[0].outcome, Err(FailReason::NonceExhausted));
+        assert_eq!(outcome.receipts[1].outcome, Err(FailReason::NonceExhausted));
+        assert_eq!(balance(&state, 2), U256::ZERO);
     }
 
     #[test]

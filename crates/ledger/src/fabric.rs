@@ -259,8 +259,9 @@ impl Pipeline {
                 report = report.or_else(|| self.commit_pending());
             }
             let before_commit = self.state.committed_block();
-            let (as_of, snapshot) = if self.pending.is_some() {
-                // The previous block has not landed: everyone reads the committed state.
+            let (as_of, snapshot) = if self.pending.is_some() || report.is_none() {
+                // The previous block has not landed (or there was none to land during this
+                // step): everyone reads the committed state.
                 (Some(before_commit), before_commit)
             } else if started < self.config.overlap {
                 // Started before the commit landed, still reading after it.
@@ -281,12 +282,15 @@ impl Pipeline {
                 aborted_in_simulation += 1;
                 continue;
             }
-            let new_keys = proposal
+            // A key read and written counts once, as in `schedule::cut_batch`.
+            let new_keys: HashSet<&[u8]> = proposal
                 .reads
                 .iter()
                 .chain(proposal.writes.iter().map(|(key, _)| key))
-                .filter(|key| !keys.contains(key.as_slice()))
-                .count();
+                .map(Vec::as_slice)
+                .filter(|key| !keys.contains(*key))
+                .collect();
+            let new_keys = new_keys.len();
             if !proposals.is_empty() && keys.len() + new_keys > self.config.max_unique_keys {
                 self.carried.push(proposal);
                 break;

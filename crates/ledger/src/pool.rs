@@ -103,11 +103,12 @@ impl TxPool {
             let Some(nonce) = next_nonce.get_mut(&sender) else { continue };
             let Some(waiting) = queue.remove(nonce) else { continue };
             self.len -= 1;
-            *nonce += 1;
+            taken.push(RecoveredTransfer { tx: waiting.tx, sender });
+            let Some(next_nonce) = nonce.checked_add(1) else { continue };
+            *nonce = next_nonce;
             if let Some(next) = queue.get(nonce) {
                 ready.push(Reverse((next.arrival, sender)));
             }
-            taken.push(RecoveredTransfer { tx: waiting.tx, sender });
         }
         self.by_sender.retain(|_, queue| !queue.is_empty());
         Ok(taken)

@@ -6,11 +6,11 @@
 
 use alloy_consensus::constants::EMPTY_OMMER_ROOT_HASH;
 use alloy_consensus::Header;
-use alloy_primitives::{B256, U256};
+use alloy_primitives::{Bloom, B256, U256};
 use virga_trie::account::StateTrie;
 
 use crate::block::{transactions_root, Block};
-use crate::exec::{execute_serial, receipts_root, BlockOutcome, ExecConfig, StateError, TransferView};
+use crate::exec::{execute_serial, receipts_root, BlockOutcome, ExecConfig, StateError, TransferView, TRANSFER_GAS};
 use crate::parallel::{execute_staged, Stages};
 use crate::pow::{check_work, PowError};
 use crate::tx::{recover_all, RecoveredTransfer, SignedTransfer, TxError};
@@ -60,6 +60,12 @@ pub enum Problem {
     Difficulty { expected: U256, found: U256 },
     #[error("gas limit {found}, the chain requires {expected}")]
     GasLimit { expected: u64, found: u64 },
+    #[error("the header sets {0}, which blocks of this chain never carry")]
+    UnexpectedField(&'static str),
+    #[error("gas used {used} is above the gas limit {limit}")]
+    GasOverLimit { used: u64, limit: u64 },
+    #[error("{count} transfers, above the {max} the gas limit admits")]
+    TooManyTransfers { count: usize, max: usize },
     #[error("ommers hash {0} is not the empty list's")]
     Ommers(B256),
     #[error("proof of work: {0}")]
@@ -121,7 +127,34 @@ pub fn check_header(config: &ChainConfig, parent: &Header, header: &Header) -> R
     if header.ommers_hash != EMPTY_OMMER_ROOT_HASH {
         return Err(Problem::Ommers(header.ommers_hash));
     }
+    // Fields a transfer ledger never sets: a block carrying them is not one of this chain's.
+    let unexpected = [
+        (header.base_fee_per_gas.is_some(), "base_fee_per_gas"),
+        (header.withdrawals_root.is_some(), "withdrawals_root"),
+        (header.blob_gas_used.is_some(), "blob_gas_used"),
+        (header.excess_blob_gas.is_some(), "excess_blob_gas"),
+        (header.parent_beacon_block_root.is_some(), "parent_beacon_block_root"),
+        (header.requests_hash.is_some(), "requests_hash"),
+        (header.logs_bloom != Bloom::ZERO, "a non-empty logs_bloom"),
+        (header.extra_data.len() > MAX_EXTRA_DATA, "more than 32 bytes of extra_data"),
+    ];
+    if let Some((_, field)) = unexpected.iter().find(|(present, _)| *present) {
+        return Err(Problem::UnexpectedField(field));
+    }
+    if header.gas_used > header.gas_limit {
+        return Err(Problem::GasOverLimit { used: header.gas_used, limit: header.gas_limit });
+    }
     check_work(header).map_err(Problem::Work)
+}
+
+/// Longest `extra_data` a header may carry (Ethereum's limit).
+pub const MAX_EXTRA_DATA: usize = 32;
+
+/// Most transfers a block may hold: every transfer counts at the full transfer cost, failing
+/// ones included, so that a block cannot be filled with free failures that every verifier
+/// must still recover a signature for.
+pub fn max_transfers(gas_limit: u64) -> usize {
+    usize::try_from(gas_limit / TRANSFER_GAS).unwrap_or(usize::MAX)
 }
 
 /// Recovers every sender, naming the first transfer whose signature fails.
@@ -177,6 +210,10 @@ pub fn check_block(
         }
     }
     check_header(config, parent, &block.header).map_err(fail)?;
+    let max = max_transfers(block.header.gas_limit);
+    if block.transactions.len() > max {
+        return Err(fail(Problem::TooManyTransfers { count: block.transactions.len(), max }));
+    }
     let computed = transactions_root(&block.transactions);
     if computed != block.header.transactions_root {
         return Err(fail(Problem::TransactionsRoot { header: block.header.transactions_root, computed }));

@@ -138,8 +138,49 @@ fn bad_blocks_are_refused_with_the_block_and_the_reason() {
     assert!(matches!(error.problem, Problem::TransactionsRoot { .. }), "{error}");
     assert!(error.to_string().starts_with("block 2: transactions root"), "{error}");
 
+    let mut london = good.clone();
+    london.header.base_fee_per_gas = Some(7);
+    let error = refuse(&mut chain, london);
+    assert_eq!(error.problem, Problem::UnexpectedField("base_fee_per_gas"), "{error}");
+
+    let mut crowded = good.clone();
+    let filler = crowded.transactions[0].clone();
+    crowded.transactions.resize(30_000_000 / 21_000 + 1, filler);
+    let error = refuse(&mut chain, crowded);
+    assert!(matches!(error.problem, Problem::TooManyTransfers { max: 1428, .. }), "{error}");
+
     assert!(chain.append(good, &threads).is_ok(), "the untouched block is accepted");
     assert_eq!(chain.head().number, 2);
+}
+
+#[test]
+fn a_damaged_state_store_is_rebuilt_on_open_and_reported_by_the_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = keys(6);
+    let mut chain = new_chain(dir.path(), &keys, ChainOptions::default());
+    build(&mut chain, &keys, 4, 10);
+    let root = chain.head().state_root;
+    chain.sync().unwrap();
+    drop(chain);
+    let wal = dir.path().join("state/wal");
+    let segment = std::fs::read_dir(&wal).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let middle = bytes.len() / 3;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&segment, bytes).unwrap();
+    let audited = audit(dir.path(), ExecMode::Staged, &pool(), &mut |_| {});
+    assert!(audited.unwrap_err().to_string().starts_with("state store"), "the audit names the state store");
+    let (chain, report) = Chain::open(dir.path(), ChainOptions::default(), &pool()).expect("reopens");
+    assert!(report.state_rebuilt.is_some(), "{report:?}");
+    assert_eq!(report.replayed, 4);
+    assert_eq!(chain.head_state().clone().root(), root);
+    drop(chain);
+    audit(dir.path(), ExecMode::Serial, &pool(), &mut |_| {}).expect("sound again");
+    // A block stream that does not start at the genesis is refused.
+    let genesis = read_genesis(dir.path()).unwrap();
+    let headless = stored_blocks(dir.path()).skip(1);
+    let refused = verify_blocks(&genesis, headless, ExecMode::Serial, &pool(), &mut |_| {});
+    assert!(matches!(refused, Err(ChainError::Missing(0))));
 }
 
 #[test]

@@ -387,8 +387,9 @@ pub fn schedule<K: Eq + Hash>(txs: &[TxAccess<K>], config: &ScheduleConfig) -> S
 pub const HOT_KEY_CLIQUE: usize = 64;
 
 /// Keeps one read-modify-writer of every key that has at least [`HOT_KEY_CLIQUE`] of them
-/// among `candidates`, before the conflict graph is built: the one touching the fewest keys
-/// (the least likely to close other cycles), ties to the latest. Keys are taken in id order,
+/// among `candidates`, before the conflict graph is built: one already kept for another hot
+/// key if possible, else the one touching the fewest keys (the least likely to close other
+/// cycles), ties to the latest. Keys are taken in id order,
 /// so the result is deterministic. Returns the remaining candidates and the removed ones,
 /// both ascending.
 fn thin_hot_cliques(interned: &Interned, candidates: &[usize]) -> (Vec<usize>, Vec<usize>) {
@@ -406,6 +407,7 @@ fn thin_hot_cliques(interned: &Interned, candidates: &[usize]) -> (Vec<usize>, V
         return (candidates.to_vec(), Vec::new());
     }
     let mut removed = vec![false; interned.reads.len()];
+    let mut kept_for_a_key = vec![false; interned.reads.len()];
     for (key, _) in writers.iter().enumerate().filter(|&(_, &count)| count >= HOT_KEY_CLIQUE) {
         let members: Vec<usize> = candidates
             .iter()
@@ -413,7 +415,11 @@ fn thin_hot_cliques(interned: &Interned, candidates: &[usize]) -> (Vec<usize>, V
             .filter(|&i| !removed[i] && read_modify_writes(i).any(|k| k as usize == key))
             .collect();
         let width = |i: usize| interned.reads.row(i).len() + interned.writes.row(i).len();
-        let Some(&keep) = members.iter().min_by_key(|&&i| (width(i), std::cmp::Reverse(i))) else { continue };
+        // A member already kept for an earlier hot key is preferred: removing it would leave
+        // that key without its one survivor.
+        let rank = |i: usize| (!kept_for_a_key[i], width(i), std::cmp::Reverse(i));
+        let Some(&keep) = members.iter().min_by_key(|&&i| rank(i)) else { continue };
+        kept_for_a_key[keep] = true;
         for &i in &members {
             removed[i] = i != keep;
         }
