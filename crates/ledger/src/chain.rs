@@ -211,19 +211,18 @@ fn state_options(options: &ChainOptions) -> DurableOptions {
     DurableOptions { sync: SyncPolicy::None, checkpoint_every: options.checkpoint_every, ..DurableOptions::default() }
 }
 
-/// The accounts the updates of a block touched, as trie updates of the account trie.
+/// The accounts a block touched, as updates of the account trie (keyed by the secure-trie
+/// keys execution already hashed).
 fn account_updates(state: &StateTrie, transfers: &[TransferView], beneficiary: Address) -> Vec<Update> {
-    let mut touched: HashSet<Address> = HashSet::with_capacity(transfers.len() * 2 + 1);
-    touched.insert(beneficiary);
+    let mut touched: HashSet<B256> = HashSet::with_capacity(transfers.len() * 2 + 1);
+    touched.insert(keccak256(beneficiary));
     for transfer in transfers {
-        touched.insert(transfer.sender);
-        touched.insert(transfer.to);
+        touched.insert(transfer.sender_key);
+        touched.insert(transfer.to_key);
     }
     let mut updates: Vec<Update> = touched
         .into_iter()
-        .map(|address| {
-            (keccak256(address).to_vec(), state.accounts().get(address.as_slice()).map(|raw| raw.into_owned()))
-        })
+        .map(|key| (key.to_vec(), state.accounts().get_hashed(&key).map(|raw| raw.into_owned())))
         .collect();
     updates.sort();
     updates
