@@ -269,8 +269,9 @@ impl Chain {
         Self::open(dir, options, pool)
     }
 
-    /// Opens the chain in `dir`: drops a torn tail of the block store, brings the state store
-    /// up to the last block, and checks its root.
+    /// Opens the chain in `dir`: drops a torn tail of the block store, checks the state
+    /// store's root (rebuilding the store from the blocks if it is damaged), and brings it up
+    /// to the last block.
     pub fn open(
         dir: &Path,
         options: ChainOptions,
@@ -279,18 +280,16 @@ impl Chain {
         let genesis = read_genesis(dir)?;
         let genesis_hash = genesis.header.hash_slow();
         let (mut store, recovery) = ChainStore::open(&dir.join(BLOCKS_DIR), options.store.clone())?;
-        match store.get_by_number(0)? {
+        match store.hash_of(0) {
             None => {
                 let block = Block { header: genesis.header.clone(), transactions: Vec::new() };
                 store.append(0, genesis_hash, &block.encode())?;
                 store.sync()?;
             }
-            Some(_) => {
-                let stored = store.hash_of(0).ok_or(ChainError::Missing(0))?;
-                if stored != genesis_hash {
-                    return Err(ChainError::GenesisMismatch { stored, computed: genesis_hash });
-                }
+            Some(stored) if stored != genesis_hash => {
+                return Err(ChainError::GenesisMismatch { stored, computed: genesis_hash });
             }
+            Some(_) => {}
         }
         let head_number = store.head().map_or(0, |(number, _)| number);
         let state_dir = dir.join(STATE_DIR);
