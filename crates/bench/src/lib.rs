@@ -8,3 +8,17 @@ pub mod ledger;
 pub mod peers;
 pub mod trie;
 pub mod trie_impl;
+
+/// The median of `values` (0 for none).
+pub fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
+}

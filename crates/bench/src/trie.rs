@@ -328,24 +328,15 @@ pub fn run_median_in_children(
     let mut median = reports[0].clone();
     for (index, result) in median.results.iter_mut().enumerate() {
         let mut rates: Vec<f64> = reports.iter().filter_map(|r| r.results.get(index)).map(|r| r.ops_per_sec).collect();
-        result.ops_per_sec = median_of(&mut rates);
+        result.ops_per_sec = crate::median(&mut rates);
         result.seconds = if result.ops_per_sec > 0.0 { result.count as f64 / result.ops_per_sec } else { 0.0 };
         result.runs = rates.len();
     }
-    median.bytes_per_account = median_of(&mut reports.iter().map(|r| r.bytes_per_account).collect::<Vec<_>>());
+    median.bytes_per_account = crate::median(&mut reports.iter().map(|r| r.bytes_per_account).collect::<Vec<_>>());
     if let Some(other) = reports.iter().find(|r| r.root != median.root) {
         bail!("{name}: runs disagree on the root ({} vs {})", median.root, other.root);
     }
     Ok(median)
-}
-
-fn median_of(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// Runs one implementation in a child process (`exe bench trie --impl-only NAME …`),
