@@ -208,6 +208,9 @@ pub fn verify(args: &VerifyArgs) -> Result<ExitCode> {
             }
         }
     }
+    if virga_node::audit::is_cluster_dir(&args.dir) {
+        return verify_cluster(args, &pool);
+    }
     let progress = bar("verifying");
     let started = Instant::now();
     let result = audit(&args.dir, mode, &pool, &mut |number| {
@@ -231,6 +234,42 @@ pub fn verify(args: &VerifyArgs) -> Result<ExitCode> {
                 summary.state_store_block,
                 seconds,
                 summary.transactions as f64 / seconds.max(1e-9),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            eprintln!("virga verify: {}: {error}", args.dir.display());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Audits a directory written by `virga up`: the chain from genesis, and every storage
+/// node's log against the chain's head state root.
+fn verify_cluster(args: &VerifyArgs, pool: &rayon::ThreadPool) -> Result<ExitCode> {
+    let progress = bar("verifying");
+    let started = Instant::now();
+    let result = virga_node::audit::audit_cluster(&args.dir, pool, &mut |number| {
+        if number % 16 == 0 {
+            progress.set_message(format!("block {number}"));
+            progress.tick();
+        }
+    });
+    progress.finish_and_clear();
+    match result {
+        Ok(audit) => {
+            let seconds = started.elapsed().as_secs_f64();
+            println!(
+                "ok: {} blocks, {} transactions ({} failed with receipts), head {} hash {} state root {}; {} storage nodes replayed {} logged blocks and agree with the head's root; {:.2} s",
+                audit.chain.blocks,
+                audit.chain.transactions,
+                audit.chain.failed_transactions,
+                audit.chain.head_number,
+                audit.chain.head_hash,
+                audit.chain.state_root,
+                audit.storage_nodes,
+                audit.logged_blocks,
+                seconds,
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 mod demo;
 mod kv;
 mod ledger;
+mod up;
 
 // mimalloc keeps small node allocations tight (no per-block header) and is the
 // allocator every implementation in `virga bench` runs under.
@@ -24,6 +25,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Virga's main job: a RainBlock cluster (storage nodes, a miner, prefetching clients) on
+    /// the embedded default, running the Ethereum-like workload, with a report at the end.
+    Up(up::UpArgs),
     /// Builds a realistic account state in the DSM-Tree and reports throughput, memory and witness sizes.
     Demo(demo::DemoArgs),
     /// Prints the state root of a geth-style genesis file's `alloc`.
@@ -108,6 +112,7 @@ struct TrieBenchArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Up(args) => up::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::StateRoot { genesis } => state_root(&genesis),
         Command::TrieTest { file, secure } => trie_test(&file, secure),

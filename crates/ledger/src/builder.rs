@@ -3,10 +3,9 @@
 
 use alloy_consensus::Header;
 use alloy_primitives::{Address, Bytes};
-use virga_trie::account::StateTrie;
 
 use crate::block::{transactions_root, Block};
-use crate::exec::{receipts_root, BlockOutcome, StateError};
+use crate::exec::{receipts_root, AccountState, BlockOutcome, StateError};
 use crate::parallel::execute_staged;
 use crate::pow::mine;
 use crate::tx::RecoveredTransfer;
@@ -27,10 +26,10 @@ pub struct Built {
 /// built in quick succession stay valid. Transfers beyond what the gas limit admits are left
 /// out (see [`max_transfers`]). The block is not verified here: [`crate::chain::Chain`]
 /// verifies what it appends.
-pub fn build_block(
+pub fn build_block<S: AccountState>(
     config: &ChainConfig,
     parent: &Header,
-    state: &mut StateTrie,
+    state: &mut S,
     transfers: Vec<RecoveredTransfer>,
     beneficiary: Address,
     timestamp: u64,
@@ -45,7 +44,7 @@ pub fn build_block(
     let mut header = Header {
         parent_hash: parent.hash_slow(),
         beneficiary,
-        state_root: pool.install(|| state.root_parallel()),
+        state_root: state.state_root(Some(pool)),
         transactions_root: transactions_root(&transactions),
         receipts_root: receipts_root(&outcome.receipts),
         difficulty: config.difficulty,

@@ -12,7 +12,7 @@
 use alloy_primitives::{keccak256, Address, B256, U256};
 use alloy_rlp::{Encodable, Header as RlpHeader};
 use virga_trie::account::{Account, StateTrie};
-use virga_trie::Trie;
+use virga_trie::{PartialTrie, Trie};
 
 /// Gas charged for every transfer (Ethereum's intrinsic cost of a plain transfer).
 pub const TRANSFER_GAS: u64 = 21_000;
@@ -153,16 +153,70 @@ pub struct StateError {
     pub reason: String,
 }
 
+/// The accounts a block executes against: the whole state ([`StateTrie`]) on a full node, or
+/// a RainBlock miner's top layer ([`PartialTrie`] keyed by secure-trie key) that holds only
+/// what witnesses brought it. Execution is the same code over either, so a miner's block is
+/// exactly what a full verifier recomputes.
+pub trait AccountState: Sync {
+    /// The account under a secure-trie key, `None` when absent. An error means the state
+    /// cannot answer: it is damaged, or (partial state) knows the account only by hash.
+    fn read_account(&self, key: &B256) -> Result<Option<Account>, String>;
+    /// Writes an account; a partial state fails when the key's path is known only by hash.
+    fn write_account(&mut self, key: &B256, account: Account) -> Result<(), String>;
+    /// The root after the writes so far; `pool` hashes subtrees in parallel where supported.
+    fn state_root(&mut self, pool: Option<&rayon::ThreadPool>) -> B256;
+}
+
+impl AccountState for StateTrie {
+    fn read_account(&self, key: &B256) -> Result<Option<Account>, String> {
+        self.account_by_key(key).map_err(|error| error.to_string())
+    }
+
+    fn write_account(&mut self, key: &B256, account: Account) -> Result<(), String> {
+        self.set_account_by_key(key, account);
+        Ok(())
+    }
+
+    fn state_root(&mut self, pool: Option<&rayon::ThreadPool>) -> B256 {
+        match pool {
+            Some(pool) => pool.install(|| self.root_parallel()),
+            None => self.root(),
+        }
+    }
+}
+
+impl AccountState for PartialTrie {
+    fn read_account(&self, key: &B256) -> Result<Option<Account>, String> {
+        match self.get(key.as_slice()) {
+            Ok(None) => Ok(None),
+            Ok(Some(bytes)) => Account::decode_rlp(&bytes).map(Some).map_err(|error| error.to_string()),
+            Err(stopped) => Err(format!("not in the top layer: {stopped}")),
+        }
+    }
+
+    fn write_account(&mut self, key: &B256, account: Account) -> Result<(), String> {
+        self.insert(key.as_slice(), &account.rlp()).map_err(|stopped| format!("not in the top layer: {stopped}"))
+    }
+
+    fn state_root(&mut self, _pool: Option<&rayon::ThreadPool>) -> B256 {
+        self.root_hash()
+    }
+}
+
 /// Reads an account, treating an absent one as empty.
-pub fn load_account(state: &StateTrie, address: &Address) -> Result<Account, StateError> {
+pub fn load_account<S: AccountState + ?Sized>(state: &S, address: &Address) -> Result<Account, StateError> {
     load_account_by_key(state, address, &keccak256(address))
 }
 
 /// [`load_account`] with the address's secure-trie key already computed.
-pub fn load_account_by_key(state: &StateTrie, address: &Address, key: &B256) -> Result<Account, StateError> {
-    match state.account_by_key(key) {
+pub fn load_account_by_key<S: AccountState + ?Sized>(
+    state: &S,
+    address: &Address,
+    key: &B256,
+) -> Result<Account, StateError> {
+    match state.read_account(key) {
         Ok(account) => Ok(account.unwrap_or_default()),
-        Err(error) => Err(StateError { address: *address, reason: error.to_string() }),
+        Err(reason) => Err(StateError { address: *address, reason }),
     }
 }
 
@@ -240,19 +294,22 @@ pub(crate) fn collect_outcome(txs: &[TransferView], outcomes: Vec<Result<(), Fai
 }
 
 /// Credits the block's fees to its beneficiary.
-pub(crate) fn credit_fees(state: &mut StateTrie, beneficiary: Address, fees: U256) -> Result<(), StateError> {
+pub(crate) fn credit_fees<S: AccountState + ?Sized>(
+    state: &mut S,
+    beneficiary: Address,
+    fees: U256,
+) -> Result<(), StateError> {
     if fees.is_zero() {
         return Ok(());
     }
     let mut account = load_account(state, &beneficiary)?;
     account.balance = account.balance.saturating_add(fees);
-    state.set_account(beneficiary, account);
-    Ok(())
+    state.write_account(&keccak256(beneficiary), account).map_err(|reason| StateError { address: beneficiary, reason })
 }
 
 /// Executes a block's transfers one after another, then credits the fees.
-pub fn execute_serial(
-    state: &mut StateTrie,
+pub fn execute_serial<S: AccountState + ?Sized>(
+    state: &mut S,
     txs: &[TransferView],
     beneficiary: Address,
     config: &ExecConfig,
@@ -263,7 +320,7 @@ pub fn execute_serial(
         let recipient = load_account_by_key(state, &tx.to, &tx.to_key)?;
         match apply_transfer(config, tx, &sender, &recipient) {
             Ok(effect) => {
-                write_effect(state, &effect);
+                write_effect(state, tx, &effect)?;
                 outcomes.push(Ok(()));
             }
             Err(reason) => outcomes.push(Err(reason)),
@@ -274,11 +331,18 @@ pub fn execute_serial(
     Ok(outcome)
 }
 
-pub(crate) fn write_effect(state: &mut StateTrie, effect: &Effect) {
-    state.set_account_by_key(&effect.sender.0, effect.sender.1);
+pub(crate) fn write_effect<S: AccountState + ?Sized>(
+    state: &mut S,
+    tx: &TransferView,
+    effect: &Effect,
+) -> Result<(), StateError> {
+    state
+        .write_account(&effect.sender.0, effect.sender.1)
+        .map_err(|reason| StateError { address: tx.sender, reason })?;
     if let Some((key, account)) = effect.recipient {
-        state.set_account_by_key(&key, account);
+        state.write_account(&key, account).map_err(|reason| StateError { address: tx.to, reason })?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use virga_trie::account::StateTrie;
 
 use crate::exec::{
-    apply_transfer, collect_outcome, credit_fees, load_account, load_account_by_key, write_effect, BlockOutcome,
-    Effect, ExecConfig, FailReason, StateError, TransferView,
+    apply_transfer, collect_outcome, credit_fees, load_account, load_account_by_key, write_effect, AccountState,
+    BlockOutcome, Effect, ExecConfig, FailReason, StateError, TransferView,
 };
 
 /// The stages of a block: indices of transfers, each stage in block order.
@@ -53,8 +53,8 @@ pub fn dependency_stages(txs: &[TransferView]) -> Stages {
 
 /// Executes a block stage by stage on `pool`, then credits the fees. Produces the same
 /// state and receipts as [`crate::exec::execute_serial`].
-pub fn execute_staged(
-    state: &mut StateTrie,
+pub fn execute_staged<S: AccountState>(
+    state: &mut S,
     txs: &[TransferView],
     beneficiary: Address,
     config: &ExecConfig,
@@ -63,7 +63,7 @@ pub fn execute_staged(
     let stages = dependency_stages(txs);
     let mut outcomes: Vec<Result<(), FailReason>> = vec![Ok(()); txs.len()];
     for stage in &stages.stages {
-        let snapshot: &StateTrie = state;
+        let snapshot: &S = state;
         let results: Vec<Result<Result<Effect, FailReason>, StateError>> = pool.install(|| {
             stage
                 .par_iter()
@@ -78,7 +78,7 @@ pub fn execute_staged(
         });
         for (&index, result) in stage.iter().zip(results) {
             match result? {
-                Ok(effect) => write_effect(state, &effect),
+                Ok(effect) => write_effect(state, &txs[index], &effect)?,
                 Err(reason) => outcomes[index] = Err(reason),
             }
         }

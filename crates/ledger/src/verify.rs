@@ -10,7 +10,9 @@ use alloy_primitives::{Bloom, B256, U256};
 use virga_trie::account::StateTrie;
 
 use crate::block::{transactions_root, Block};
-use crate::exec::{execute_serial, receipts_root, BlockOutcome, ExecConfig, StateError, TransferView, TRANSFER_GAS};
+use crate::exec::{
+    execute_serial, receipts_root, AccountState, BlockOutcome, ExecConfig, StateError, TransferView, TRANSFER_GAS,
+};
 use crate::parallel::{execute_staged, Stages};
 use crate::pow::{check_work, PowError};
 use crate::tx::{recover_all, RecoveredTransfer, SignedTransfer, TxError};
@@ -95,9 +97,9 @@ pub struct VerifyError {
 }
 
 /// A verified block's results.
-pub struct Verified {
+pub struct Verified<S = StateTrie> {
     /// The state after the block (its root is the header's).
-    pub state: StateTrie,
+    pub state: S,
     pub outcome: BlockOutcome,
     /// The transfers with their recovered senders.
     pub transfers: Vec<TransferView>,
@@ -226,14 +228,14 @@ pub fn check_block(
 ///
 /// `state` is the parent's state, consumed: a caller that keeps the parent passes a clone
 /// (an O(1) snapshot), one that does not saves the copies of shared nodes.
-pub fn execute_block(
+pub fn execute_block<S: AccountState>(
     config: &ChainConfig,
-    mut state: StateTrie,
+    mut state: S,
     block: &Block,
     views: Vec<TransferView>,
     mode: ExecMode,
     pool: &rayon::ThreadPool,
-) -> Result<Verified, VerifyError> {
+) -> Result<Verified<S>, VerifyError> {
     let fail = |problem| VerifyError { number: block.header.number, problem };
     let beneficiary = block.header.beneficiary;
     let (outcome, stages) = match mode {
@@ -248,8 +250,8 @@ pub fn execute_block(
         return Err(fail(Problem::GasUsed { header: block.header.gas_used, computed: outcome.gas_used }));
     }
     let computed = match mode {
-        ExecMode::Serial => state.root(),
-        ExecMode::Staged => pool.install(|| state.root_parallel()),
+        ExecMode::Serial => state.state_root(None),
+        ExecMode::Staged => state.state_root(Some(pool)),
     };
     if computed != block.header.state_root {
         return Err(fail(Problem::StateRoot { header: block.header.state_root, computed }));

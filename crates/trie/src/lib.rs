@@ -39,6 +39,6 @@ pub use durable::DurableTrie;
 pub use ops::Stopped;
 pub use partial::PartialTrie;
 pub use proof::{verify_proof, NodeBag, ProofError};
-pub use shard::ShardedTrie;
+pub use shard::{Shard, ShardError, ShardedTrie};
 pub use trie::{SecureTrie, Trie};
 pub use versions::VersionedTrie;

@@ -14,11 +14,16 @@ use virga_core::nibbles::nibble_at;
 use virga_core::EMPTY_ROOT;
 
 use crate::decode::{decode_node, ChildRef, DecodeError, DecodedNode};
-use crate::node::{Branch, Kind, Node};
+use crate::node::{Branch, Kind, Node, NodeInner};
 use crate::ops::{self, Stopped};
 use crate::path::{common_prefix, nibble_count};
 use crate::proof::NodeBag;
 use crate::Trie;
+
+/// What [`PartialTrie::memory_bytes`] charges per node beside its RLP: the in-memory node
+/// struct plus the reference count its shared pointer keeps next to it. The RLP length
+/// stands for the node's out-of-line data (paths, values, child slots).
+pub const NODE_OVERHEAD_BYTES: usize = std::mem::size_of::<NodeInner>() + std::mem::size_of::<usize>();
 
 /// A Merkle Patricia trie in which any subtree may be replaced by its hash.
 #[derive(Clone, Default)]
@@ -128,6 +133,23 @@ impl PartialTrie {
         Ok(BagApplied { attached: attached.len(), unused: by_hash.len() - attached.len() })
     }
 
+    /// Attaches `nodes` wherever a hash node equal to a node's keccak appears in the trie,
+    /// on any path, including below nodes attached by the same call: a storage node can
+    /// fill a cold miner's top levels with a plain set of nodes in any order (see
+    /// `ShardedTrie::top_nodes`). As for [`Self::apply_bag`], a node is trusted only
+    /// through that equality, so the root never changes; nodes matching no hash node
+    /// count as `unused`; on `Err` the trie is unchanged. Walks every node held.
+    pub fn attach_nodes(&mut self, nodes: &[Vec<u8>]) -> Result<BagApplied, BagError> {
+        let by_hash: HashMap<B256, &[u8]> = nodes.iter().map(|n| (keccak256(n), n.as_slice())).collect();
+        let mut attached = HashSet::new();
+        if let Some(root) = &self.root {
+            if let Some(root) = attach_below(root, &by_hash, &mut attached)? {
+                self.root = Some(root);
+            }
+        }
+        Ok(BagApplied { attached: attached.len(), unused: by_hash.len() - attached.len() })
+    }
+
     /// Witness revision: accepts a bag taken at `witness_root`, possibly older than this
     /// trie's root. Nodes of unchanged subtrees attach by hash; upper nodes that changed
     /// since are replaced by this trie's own. Rejected, leaving the trie unchanged, if
@@ -154,6 +176,48 @@ impl PartialTrie {
         }
     }
 
+    /// [`PartialTrie::prune`], except that the paths of `keep` stay whole (a miner keeps the
+    /// account every block writes, its beneficiary, so pruning never costs it a witness).
+    pub fn prune_keeping(&mut self, retention_level: usize, keep: &[B256]) {
+        let keep: Vec<Vec<u8>> =
+            keep.iter().map(|key| (0..64).map(|i| nibble_at(key.as_slice(), i)).collect()).collect();
+        if let Some(root) = self.root.as_mut() {
+            root.root_hash(&mut Vec::new());
+            prune_keeping_below(root, 0, retention_level, &mut Vec::new(), &keep);
+        }
+    }
+
+    /// The hash of the subtree that begins exactly at nibble path `path` (a hash node's own
+    /// hash if only that is held), as [`Trie::subtree_hash_at`]; an error names why there is
+    /// none (the path ends inside a node's path, leaves the trie, or is only a hash above it).
+    pub fn subtree_hash_at(&self, path: &[u8]) -> Result<B256, String> {
+        let mut node = self.root.as_ref().ok_or("the trie is empty")?;
+        let mut depth = 0;
+        loop {
+            if depth == path.len() {
+                return Ok(node.root_hash(&mut Vec::new()));
+            }
+            match node.kind() {
+                Kind::Leaf(_) => return Err(format!("a leaf covers nibble {depth} of the path")),
+                Kind::Hash => return Err(format!("only a hash is held at nibble {depth} of the path")),
+                Kind::Extension(data, child) => {
+                    let n = nibble_count(data);
+                    if path.len() - depth < n || (0..n).any(|i| crate::path::nibble(data, i) != path[depth + i]) {
+                        return Err(format!("an extension covers nibble {depth} of the path"));
+                    }
+                    depth += n;
+                    node = child;
+                }
+                Kind::Branch(branch) => {
+                    let nibble = path[depth];
+                    node = if nibble > 15 { None } else { branch.child(nibble) }
+                        .ok_or_else(|| format!("no child at nibble {depth} of the path"))?;
+                    depth += 1;
+                }
+            }
+        }
+    }
+
     /// Nodes held (hash nodes included).
     pub fn node_count(&self) -> usize {
         let mut count = 0;
@@ -161,6 +225,26 @@ impl PartialTrie {
             ops::visit_nodes(root, &mut |_| count += 1);
         }
         count
+    }
+
+    /// An estimate of the memory the nodes held take: for each node (hash nodes and
+    /// inlined nodes included) its RLP length plus [`NODE_OVERHEAD_BYTES`]. A hash node
+    /// has no RLP of its own; its hash lives in the node struct. Nodes shared with other
+    /// versions are charged to each, as they would be if this were the only version.
+    pub fn memory_bytes(&self) -> usize {
+        let mut total = 0;
+        let mut rlp = Vec::with_capacity(600);
+        if let Some(root) = &self.root {
+            ops::visit_nodes(root, &mut |node| {
+                total += NODE_OVERHEAD_BYTES;
+                if !matches!(node.kind(), Kind::Hash) {
+                    rlp.clear();
+                    node.encode(&mut rlp);
+                    total += rlp.len();
+                }
+            });
+        }
+        total
     }
 
     /// Hash nodes held: the subtrees this trie knows only by hash.
@@ -207,6 +291,44 @@ fn resolve_path(
                 Some(child) => resolve_path(child, key, depth + 1, by_hash, attached),
                 None => Ok(()),
             }
+        }
+    }
+}
+
+/// `node` with every hash node below it that `by_hash` resolves replaced (recursively),
+/// or `None` if there is none: untouched subtrees stay shared, never copied.
+fn attach_below(
+    node: &Node,
+    by_hash: &HashMap<B256, &[u8]>,
+    attached: &mut HashSet<B256>,
+) -> Result<Option<Node>, BagError> {
+    match node.kind() {
+        Kind::Hash => {
+            let hash = node.cached_hash().unwrap_or_default();
+            let Some(bytes) = by_hash.get(&hash) else { return Ok(None) };
+            let built = build(bytes, Some(hash))?;
+            attached.insert(hash);
+            Ok(Some(attach_below(&built, by_hash, attached)?.unwrap_or(built)))
+        }
+        Kind::Leaf(_) => Ok(None),
+        Kind::Extension(_, child) => {
+            let Some(child) = attach_below(child, by_hash, attached)? else { return Ok(None) };
+            let mut copy = node.clone();
+            if let Kind::Extension(_, slot) = copy.make_mut_keep_hash() {
+                *slot = child;
+            }
+            Ok(Some(copy))
+        }
+        Kind::Branch(branch) => {
+            let mut copy: Option<Node> = None;
+            for (nibble, child) in branch.iter() {
+                if let Some(child) = attach_below(child, by_hash, attached)? {
+                    if let Kind::Branch(copied) = copy.get_or_insert_with(|| node.clone()).make_mut_keep_hash() {
+                        copied.set_child(nibble, child);
+                    }
+                }
+            }
+            Ok(copy)
         }
     }
 }
@@ -271,6 +393,43 @@ fn build_child(child: ChildRef, parent: B256) -> Result<Option<Node>, BagError> 
     }
 }
 
+fn prune_keeping_below(node: &mut Node, level: usize, retention_level: usize, path: &mut Vec<u8>, keep: &[Vec<u8>]) {
+    let kept = |path: &[u8]| keep.iter().any(|key| key.starts_with(path));
+    let prune_children = level >= retention_level;
+    match node.kind() {
+        Kind::Leaf(_) | Kind::Hash => {}
+        Kind::Extension(data, _) => {
+            let extension: Vec<u8> = (0..nibble_count(data)).map(|i| crate::path::nibble(data, i)).collect();
+            let Kind::Extension(_, child) = node.make_mut_keep_hash() else { return };
+            let before = path.len();
+            path.extend_from_slice(&extension);
+            if prune_children && !kept(path) {
+                if let Some(hash) = child.cached_hash() {
+                    *child = Node::hash_node(hash);
+                }
+            } else {
+                prune_keeping_below(child, level + 1, retention_level, path, keep);
+            }
+            path.truncate(before);
+        }
+        Kind::Branch(_) => {
+            let Kind::Branch(branch) = node.make_mut_keep_hash() else { return };
+            for nibble in 0u8..16 {
+                let Some(child) = branch.child_mut(nibble) else { continue };
+                path.push(nibble);
+                if prune_children && !kept(path) {
+                    if let Some(hash) = child.cached_hash() {
+                        *child = Node::hash_node(hash);
+                    }
+                } else {
+                    prune_keeping_below(child, level + 1, retention_level, path, keep);
+                }
+                path.pop();
+            }
+        }
+    }
+}
+
 fn prune_below(node: &mut Node, level: usize, retention_level: usize) {
     let prune_children = level >= retention_level;
     let replace = |child: &mut Node| {
@@ -304,5 +463,139 @@ fn prune_below(node: &mut Node, level: usize, retention_level: usize) {
 impl std::fmt::Debug for PartialTrie {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PartialTrie({:?})", self.root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+
+    fn key(i: u32) -> Vec<u8> {
+        keccak256(i.to_be_bytes()).to_vec()
+    }
+
+    fn full_trie(count: u32) -> Trie {
+        let mut trie = Trie::new();
+        for i in 0..count {
+            trie.insert(&key(i), &[i as u8 | 1; 24]);
+        }
+        trie
+    }
+
+    /// The nodes of levels `0..levels`. Every ancestor of a node referenced by hash is
+    /// itself referenced by hash, so a proof's n-th entry is the node at level n.
+    fn nodes_above(trie: &Trie, count: u32, levels: usize) -> Vec<Vec<u8>> {
+        let mut nodes: Vec<Vec<u8>> = (0..count).flat_map(|i| trie.prove(&key(i)).into_iter().take(levels)).collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
+    }
+
+    #[test]
+    fn attached_nodes_fill_the_top_levels_in_any_order() {
+        let trie = full_trie(3000);
+        let root = trie.root_hash();
+        let mut nodes = nodes_above(&trie, 3000, 4);
+        let genuine = nodes.len();
+        // Tampered copies of real nodes: they hash to nothing the trie needs.
+        let tampered: Vec<Vec<u8>> = nodes
+            .iter()
+            .step_by(7)
+            .map(|n| {
+                let mut n = n.clone();
+                let middle = n.len() / 2;
+                n[middle] ^= 0x10;
+                n
+            })
+            .collect();
+        nodes.extend(tampered.iter().cloned());
+        nodes.shuffle(&mut StdRng::seed_from_u64(7));
+
+        let mut top = PartialTrie::from_root_hash(root);
+        let applied = top.attach_nodes(&nodes).unwrap();
+        assert_eq!(applied, BagApplied { attached: genuine, unused: tampered.len() });
+        assert_eq!(top.root_hash(), root);
+        let mut pruned = PartialTrie::from(trie.clone());
+        pruned.prune(3);
+        assert_eq!(top.node_count(), pruned.node_count());
+        assert_eq!(top.hash_node_count(), pruned.hash_node_count());
+        assert!(top.hash_node_count() > 0);
+        for i in 0..3000 {
+            let k = key(i);
+            match trie.prove(&k).len() {
+                0..=4 => assert_eq!(top.get(&k).unwrap(), trie.get(&k), "path of key {i} ends above level 4"),
+                _ => assert!(top.get(&k).is_err()),
+            }
+        }
+        // Attaching again finds no hash node to fill with the same nodes.
+        let again = top.attach_nodes(&nodes).unwrap();
+        assert_eq!(again, BagApplied { attached: 0, unused: genuine + tampered.len() });
+        // A deeper level attaches below what is there.
+        let deeper = top.attach_nodes(&nodes_above(&trie, 3000, 5)).unwrap();
+        assert!(deeper.attached > 0);
+        assert_eq!(top.root_hash(), root);
+    }
+
+    /// RLP of a branch whose first two children are the given hashes.
+    fn branch_of(first: B256, second: B256) -> Vec<u8> {
+        let mut payload = Vec::new();
+        for hash in [first, second] {
+            payload.push(0xa0);
+            payload.extend_from_slice(hash.as_slice());
+        }
+        payload.extend_from_slice(&[0x80; 15]);
+        let mut out = Vec::new();
+        alloy_rlp::Header { list: true, payload_length: payload.len() }.encode(&mut out);
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    #[test]
+    fn a_malformed_match_is_an_error_and_changes_nothing() {
+        let garbage = vec![0xff; 40];
+        let mut leaf_trie = Trie::new();
+        leaf_trie.insert(&[0x10; 32], &[5; 32]);
+        let leaf = leaf_trie.prove(&[0x10; 32]).remove(0);
+        // The branch sits at nibble depth 0 and names children 0 and 1.
+        let branch = branch_of(keccak256(&garbage), keccak256(&leaf));
+        let root = keccak256(&branch);
+        let mut top = PartialTrie::from_root_hash(root);
+        let error = top.attach_nodes(&[leaf.clone(), garbage.clone(), branch.clone()]).unwrap_err();
+        assert!(matches!(error, BagError::Malformed { hash, .. } if hash == keccak256(&garbage)));
+        assert_eq!((top.node_count(), top.hash_node_count()), (1, 1));
+        assert_eq!(top.root_hash(), root);
+        // Without the bad node the rest attaches, and the bad one's hash stays a hash.
+        let applied = top.attach_nodes(&[branch, leaf]).unwrap();
+        assert_eq!(applied, BagApplied { attached: 2, unused: 0 });
+        assert_eq!((top.node_count(), top.hash_node_count()), (3, 1));
+        assert_eq!(top.root_hash(), root);
+        assert!(top.attach_nodes(&[garbage]).is_err());
+        assert_eq!((top.node_count(), top.hash_node_count()), (3, 1));
+    }
+
+    #[test]
+    fn memory_grows_with_the_retention_level() {
+        assert_eq!(PartialTrie::default().memory_bytes(), 0);
+        assert_eq!(PartialTrie::from_root_hash(B256::repeat_byte(1)).memory_bytes(), NODE_OVERHEAD_BYTES);
+        let mut one = Trie::new();
+        one.insert(&[1; 32], &[2; 32]);
+        let rlp: usize = one.prove(&[1; 32]).iter().map(Vec::len).sum();
+        assert_eq!(PartialTrie::from(one).memory_bytes(), rlp + NODE_OVERHEAD_BYTES);
+
+        let trie = full_trie(3000);
+        let whole = PartialTrie::from(trie.clone()).memory_bytes();
+        let mut previous = 0;
+        for retention in 0..5 {
+            let mut top = PartialTrie::from(trie.clone());
+            top.prune(retention);
+            let bytes = top.memory_bytes();
+            assert!(bytes > previous && bytes <= whole, "retention {retention}: {bytes} bytes");
+            assert!(bytes >= top.node_count() * NODE_OVERHEAD_BYTES);
+            previous = bytes;
+        }
+        assert!(NODE_OVERHEAD_BYTES >= std::mem::size_of::<B256>());
     }
 }

@@ -1,0 +1,211 @@
+//! `virga up`: RainBlock's cluster on the embedded default, with a progress bar and a report.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use parking_lot::Mutex;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use virga_node::cluster::{up, Progress, TransportKind, UpConfig, UpReport};
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Directory for the chain and the storage nodes' logs (must not hold a chain; `virga
+    /// verify --dir D` audits it afterwards). Default: a temporary directory, removed at the end.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Accounts in the genesis state.
+    #[arg(long, default_value_t = 1_000_000)]
+    accounts: usize,
+    /// Shards of the bottom layer (1, 16 or 256).
+    #[arg(long, default_value_t = 16)]
+    shards: usize,
+    /// Storage nodes (shards are dealt out round-robin).
+    #[arg(long, default_value_t = 16)]
+    storage_nodes: usize,
+    /// Prefetching clients.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Miners: the first builds blocks, the others verify them from their own top layers.
+    #[arg(long, default_value_t = 1)]
+    miners: usize,
+    /// Retention level r: trie levels the miners keep when they prune their top layer.
+    #[arg(short = 'r', long = "retention", default_value_t = 4)]
+    retention: usize,
+    /// Compaction level c: witness nodes above this trie level are not sent (c ≤ r + 1).
+    #[arg(short = 'c', long = "compaction", default_value_t = 4)]
+    compaction: usize,
+    /// Longest run, in seconds (the run also ends when every signed transfer has committed).
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Transfers the users sign before the run.
+    #[arg(long, default_value_t = 300_000)]
+    transfers: usize,
+    /// Transfers offered per second (default: as fast as the clients take them).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Transfers per client submission.
+    #[arg(long, default_value_t = 250)]
+    batch: usize,
+    /// Submissions each client keeps in flight.
+    #[arg(long, default_value_t = 4)]
+    in_flight: usize,
+    /// Transfers per block at most.
+    #[arg(long, default_value_t = 4_000)]
+    block_transfers: usize,
+    /// Memory budget of a miner's top layer, in MiB; beyond it the miner prunes to level r.
+    #[arg(long, default_value_t = 256)]
+    top_budget_mib: usize,
+    /// `inproc` (one process, in-process calls) or `grpc` (every role behind a gRPC server on loopback).
+    #[arg(long, default_value = "inproc")]
+    transport: TransportKind,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+struct Bars {
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl Progress for Bars {
+    fn phase(&self, name: &str, total: u64) {
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>44} [{bar:30}] {pos}/{len} {msg} [{elapsed}]")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_prefix(name.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        *self.bar.lock() = Some(bar);
+    }
+    fn advance(&self, done: u64) {
+        if let Some(bar) = self.bar.lock().as_ref() {
+            bar.inc(done);
+        }
+    }
+    fn set(&self, done: u64, message: String) {
+        if let Some(bar) = self.bar.lock().as_ref() {
+            bar.set_position(done);
+            bar.set_message(message);
+        }
+    }
+    fn finish(&self) {
+        if let Some(bar) = self.bar.lock().take() {
+            bar.finish();
+        }
+    }
+}
+
+pub fn run(args: &UpArgs) -> Result<ExitCode> {
+    let temporary = match &args.dir {
+        Some(_) => None,
+        None => Some(tempfile::tempdir().context("creating a temporary directory")?),
+    };
+    let dir = match (&args.dir, &temporary) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(temporary)) => temporary.path().to_path_buf(),
+        (None, None) => unreachable!("a temporary directory exists when no --dir is given"),
+    };
+    let config = UpConfig {
+        dir: dir.clone(),
+        accounts: args.accounts,
+        shards: args.shards,
+        storage_nodes: args.storage_nodes,
+        clients: args.clients,
+        miners: args.miners,
+        retention: args.retention,
+        compaction: args.compaction,
+        duration: Duration::from_secs(args.duration),
+        transfers: args.transfers,
+        rate: args.rate,
+        batch: args.batch.max(1),
+        in_flight: args.in_flight.max(1),
+        top_budget_bytes: args.top_budget_mib << 20,
+        max_block_transfers: args.block_transfers.max(1),
+        transport: args.transport,
+        seed: args.seed,
+    };
+    eprintln!(
+        "virga up: {} accounts, {} shards on {} storage nodes, {} miner(s), {} clients, r={} c={}, transport {}, data in {}",
+        args.accounts,
+        args.shards,
+        args.storage_nodes.min(args.shards),
+        args.miners,
+        args.clients,
+        args.retention,
+        args.compaction,
+        if args.transport == TransportKind::Grpc { "gRPC on loopback" } else { "in-process" },
+        dir.display()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    let bars = Bars { bar: Mutex::new(None) };
+    let report = match runtime.block_on(up(config, &bars)) {
+        Ok(report) => report,
+        Err(error) => {
+            bars.finish();
+            eprintln!("virga up: {error}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    print_report(&report);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    match &args.dir {
+        Some(dir) => println!("\ndata kept in {}; audit it with: virga verify --dir {}", dir.display(), dir.display()),
+        None => {
+            println!("\n(temporary data removed; pass --dir D to keep it and audit it with `virga verify --dir D`)")
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_report(report: &UpReport) {
+    let join = |map: &std::collections::BTreeMap<String, u64>| {
+        if map.is_empty() {
+            "none".to_string()
+        } else {
+            map.iter().map(|(reason, count)| format!("{reason} {count}")).collect::<Vec<_>>().join(", ")
+        }
+    };
+    println!();
+    println!("RainBlock cluster ({} transport)", report.transport);
+    println!("  setup                 {:.1} s (keys, genesis state, signing, top layer)", report.setup_seconds);
+    println!(
+        "  committed             {} of {} offered transfers in {:.1} s",
+        report.committed, report.offered, report.run_seconds
+    );
+    println!("  throughput            {:.0} transactions/s", report.tps);
+    println!("  blocks                {} (head {})", report.blocks, report.head_number);
+    println!("  failed with receipts  {}", join(&report.failed));
+    println!("  aborted by the miner  {} (retried by the clients)", join(&report.aborts));
+    println!("  filtered by clients   {}", join(&report.filtered));
+    println!(
+        "  witness bytes per tx  {:.0} full, {:.0} compacted and bagged ({:.1}%)",
+        report.witness_bytes_full_per_tx,
+        report.witness_bytes_compact_per_tx,
+        100.0 * report.witness_bytes_compact_per_tx / report.witness_bytes_full_per_tx.max(1e-9)
+    );
+    println!(
+        "  messages per tx       {:.2} ({:.0} bytes on the wire per tx)",
+        report.messages_per_tx, report.network_bytes_per_tx
+    );
+    println!(
+        "  miner top layer       {} nodes now, peak {:.1} MiB, pruned {} times",
+        report.top_layer_nodes,
+        report.top_layer_peak_bytes as f64 / (1 << 20) as f64,
+        report.prunes
+    );
+    if report.miners > 1 {
+        println!(
+            "  other miners          verified {} blocks, refused {}",
+            report.follower_blocks_verified, report.follower_blocks_refused
+        );
+    }
+    println!("  final state root      {}", report.state_root);
+}

@@ -1,0 +1,8 @@
+// Compiles proto/virga.proto with protox (a protobuf compiler written in Rust), so building
+// needs no `protoc` on the machine.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/virga.proto");
+    let descriptors = protox::compile(["proto/virga.proto"], ["proto"])?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! Virga's peer transport.
+//!
+//! Roles talk by request and response: a caller names a peer by id (`storage-3`,
+//! `miner-0`, `client-1`) and sends a [`proto::Request`]; the peer's [`Handler`] answers
+//! with a [`proto::Response`]. Two transports carry the same messages:
+//!
+//! - [`InProc`]: the embedded default. Peers are handlers in one process; a call is a
+//!   function call on the callee's handler, with no encoding.
+//! - [`Grpc`]: each peer is a tonic server ([`serve`]) at an address; the schema is
+//!   `proto/virga.proto`.
+//!
+//! Both count, per role, messages, bytes (each message's protobuf encoded length, so the
+//! counts are identical across transports) and round trips ([`NetStats`]).
+
+pub mod proto {
+    #![allow(clippy::all)]
+    tonic::include_proto!("virga.v1");
+}
+
+mod grpc;
+mod inproc;
+mod stats;
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub use grpc::{serve, Grpc};
+pub use inproc::InProc;
+pub use proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
+pub use stats::{NetStats, RoleTraffic};
+
+/// Largest message either transport accepts (a submission's node bag or a cold miner's top
+/// layer can be tens of megabytes).
+pub const MAX_MESSAGE_BYTES: usize = 512 << 20;
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetError {
+    #[error("no peer named {0}")]
+    UnknownPeer(String),
+    #[error("peer {peer} is unreachable: {reason}")]
+    Unreachable { peer: String, reason: String },
+    #[error("peer {peer} refused the request: {reason}")]
+    Refused { peer: String, reason: String },
+    #[error("peer {peer} sent an empty or unexpected response")]
+    BadResponse { peer: String },
+}
+
+/// Serves requests addressed to one peer.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers `request` from peer `from`. Refusals are `Response` bodies of kind `error`.
+    fn handle(&self, from: String, request: Request) -> BoxFuture<Response>;
+}
+
+/// Sends requests to peers by id.
+pub trait Transport: Send + Sync + 'static {
+    /// Sends `request` from `from` to `to` and waits for the response. A response of kind
+    /// `error` is returned as [`NetError::Refused`].
+    fn call(&self, from: &str, to: &str, request: Request) -> BoxFuture<Result<Response, NetError>>;
+
+    /// The traffic counted so far.
+    fn stats(&self) -> &NetStats;
+}
+
+/// The role of a peer id: the part before the first `-` (`storage-3` → `storage`).
+pub fn role_of(peer: &str) -> &str {
+    peer.split('-').next().unwrap_or(peer)
+}
+
+pub fn request(body: RequestBody) -> Request {
+    Request { body: Some(body) }
+}
+
+pub fn response(body: ResponseBody) -> Response {
+    Response { body: Some(body) }
+}
+
+/// A refusal with its reason.
+pub fn refusal(reason: impl Into<String>) -> Response {
+    response(ResponseBody::Error(reason.into()))
+}
+
+/// Turns an `error` response into [`NetError::Refused`] and an empty one into
+/// [`NetError::BadResponse`].
+fn check_response(peer: &str, response: Response) -> Result<Response, NetError> {
+    match response.body {
+        Some(ResponseBody::Error(reason)) => Err(NetError::Refused { peer: peer.to_string(), reason }),
+        None => Err(NetError::BadResponse { peer: peer.to_string() }),
+        Some(_) => Ok(response),
+    }
+}

@@ -1,0 +1,99 @@
+//! Audits a cluster directory written by `virga up`: the miner's chain is verified from
+//! genesis (every header, work, signature and re-executed root), then every storage node's
+//! log is replayed from the genesis state and its shards at the chain's head must assemble,
+//! together, into the head's state root.
+
+use serde::Deserialize;
+use std::path::Path;
+use virga_ledger::chain::{read_genesis, stored_blocks, verify_blocks, AuditSummary};
+use virga_ledger::verify::ExecMode;
+use virga_trie::shard::{Shard, ShardedTrie};
+
+use crate::cluster::CLUSTER_FILE;
+use crate::storage::{prefix_nibbles, shard_state, StorageNode};
+use crate::updates_log;
+
+#[derive(Deserialize)]
+struct ClusterFile {
+    shards: usize,
+    storage_nodes: Vec<(String, Vec<usize>)>,
+}
+
+/// What a cluster audit checked.
+#[derive(Debug)]
+pub struct ClusterAudit {
+    pub chain: AuditSummary,
+    pub storage_nodes: usize,
+    /// Blocks replayed from the storage nodes' logs, all nodes together.
+    pub logged_blocks: u64,
+}
+
+/// Whether `dir` is a cluster directory.
+pub fn is_cluster_dir(dir: &Path) -> bool {
+    dir.join(CLUSTER_FILE).exists()
+}
+
+pub fn audit_cluster(
+    dir: &Path,
+    pool: &rayon::ThreadPool,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ClusterAudit, String> {
+    let path = dir.join(CLUSTER_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let cluster: ClusterFile = serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    let prefix = prefix_nibbles(cluster.shards)
+        .ok_or_else(|| format!("{}: shard count {} is not 1, 16 or 256", path.display(), cluster.shards))?;
+    let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
+    let sharded = shard_state(genesis.state.accounts().as_trie(), cluster.shards).map_err(|error| error.to_string())?;
+    let verified = verify_blocks(&genesis, stored_blocks(dir), ExecMode::Staged, pool, progress)
+        .map_err(|error| error.to_string())?;
+    let head = verified.summary.head_hash;
+    let head_number = verified.summary.head_number;
+
+    let mut shard_hashes = vec![None; cluster.shards];
+    let mut logged_blocks = 0;
+    for (id, served) in &cluster.storage_nodes {
+        let log = dir.join(id).join("updates.log");
+        let replay = if log.exists() {
+            updates_log::read(&log).map_err(|error| format!("{id}: {error}"))?
+        } else {
+            return Err(format!("{id}: no log at {}", log.display()));
+        };
+        let (node, _) = StorageNode::open(
+            id.clone(),
+            served.clone(),
+            cluster.shards,
+            genesis.config,
+            genesis.header.clone(),
+            &sharded,
+            None,
+        )
+        .map_err(|error| format!("{id}: {error}"))?;
+        for record in &replay.records {
+            node.apply_block(record).map_err(|reason| format!("{id}: logged block refused on replay: {reason}"))?;
+            logged_blocks += 1;
+        }
+        let hashes = node
+            .shard_hashes(&head)
+            .ok_or_else(|| format!("{id}: its log does not reach the chain's head, block {head_number} ({head})"))?;
+        for (index, hash) in hashes {
+            shard_hashes[index] = Some(hash);
+        }
+    }
+    let shards = shard_hashes
+        .into_iter()
+        .enumerate()
+        .map(|(index, hash)| {
+            hash.map(|hash| Shard::known_by_hash(index, prefix, hash))
+                .ok_or_else(|| format!("no storage node serves shard {index}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let assembled = ShardedTrie::from_shards(shards).map_err(|error| error.to_string())?.root_hash();
+    if assembled != verified.summary.state_root {
+        return Err(format!(
+            "the storage nodes' shards at block {head_number} give state root {assembled}, the chain's is {}",
+            verified.summary.state_root
+        ));
+    }
+    Ok(ClusterAudit { chain: verified.summary, storage_nodes: cluster.storage_nodes.len(), logged_blocks })
+}

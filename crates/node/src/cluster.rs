@@ -1,0 +1,387 @@
+//! `virga up`: a whole RainBlock cluster in one process — storage nodes, miners and
+//! prefetching clients as tasks — over the in-process transport or gRPC on loopback.
+
+use alloy_primitives::{Address, U256};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use virga_ledger::chain::{genesis_json, read_genesis};
+use virga_net::{Grpc, Handler, InProc, Transport};
+
+use crate::client::{Client, ClientConfig, ClientStats};
+use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
+use crate::storage::{shard_state, StorageNode};
+use crate::workload::{sign_transfers, Accounts, Skew, GENESIS_BALANCE};
+
+/// Marks a directory as a RainBlock cluster's (`virga verify` audits it as one).
+pub const CLUSTER_FILE: &str = "rainblock.json";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportKind {
+    InProc,
+    Grpc,
+}
+
+impl std::str::FromStr for TransportKind {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "inproc" => Ok(TransportKind::InProc),
+            "grpc" => Ok(TransportKind::Grpc),
+            other => Err(format!("unknown transport {other:?} (inproc or grpc)")),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct UpConfig {
+    pub dir: PathBuf,
+    pub accounts: usize,
+    pub shards: usize,
+    pub storage_nodes: usize,
+    pub clients: usize,
+    pub miners: usize,
+    pub retention: usize,
+    pub compaction: usize,
+    pub duration: Duration,
+    /// Transfers signed before the run (the users' backlog); the run ends when all commit.
+    pub transfers: usize,
+    /// Transfers offered per second (`None`: as fast as clients take them).
+    pub rate: Option<f64>,
+    pub batch: usize,
+    pub in_flight: usize,
+    pub top_budget_bytes: usize,
+    pub max_block_transfers: usize,
+    pub transport: TransportKind,
+    pub seed: u64,
+}
+
+impl UpConfig {
+    pub fn small(dir: &Path) -> UpConfig {
+        UpConfig {
+            dir: dir.to_path_buf(),
+            accounts: 2_000,
+            shards: 16,
+            storage_nodes: 16,
+            clients: 2,
+            miners: 1,
+            retention: 2,
+            compaction: 3,
+            duration: Duration::from_secs(30),
+            transfers: 2_000,
+            rate: None,
+            batch: 100,
+            in_flight: 4,
+            top_budget_bytes: 1 << 20,
+            max_block_transfers: 2_000,
+            transport: TransportKind::InProc,
+            seed: 7,
+        }
+    }
+}
+
+/// What a phase of `virga up` reports as it goes.
+pub trait Progress: Sync {
+    fn phase(&self, name: &str, total: u64);
+    fn advance(&self, done: u64);
+    fn set(&self, done: u64, message: String);
+    fn finish(&self);
+}
+
+/// A progress sink that shows nothing (tests).
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn phase(&self, _: &str, _: u64) {}
+    fn advance(&self, _: u64) {}
+    fn set(&self, _: u64, _: String) {}
+    fn finish(&self) {}
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct UpReport {
+    pub transport: String,
+    pub accounts: usize,
+    pub shards: usize,
+    pub storage_nodes: usize,
+    pub clients: usize,
+    pub miners: usize,
+    pub retention: usize,
+    pub compaction: usize,
+    pub setup_seconds: f64,
+    pub run_seconds: f64,
+    pub offered: usize,
+    pub committed: u64,
+    pub succeeded: u64,
+    pub tps: f64,
+    pub blocks: u64,
+    pub head_number: u64,
+    pub state_root: String,
+    pub aborts: BTreeMap<String, u64>,
+    pub failed: BTreeMap<String, u64>,
+    pub filtered: BTreeMap<String, u64>,
+    pub bad_witnesses: usize,
+    pub witness_bytes_full_per_tx: f64,
+    pub witness_bytes_compact_per_tx: f64,
+    pub messages_per_tx: f64,
+    pub network_bytes_per_tx: f64,
+    pub round_trips: BTreeMap<String, u64>,
+    pub top_layer_nodes: usize,
+    pub top_layer_peak_bytes: usize,
+    pub prunes: u64,
+    pub revised_submissions: u64,
+    pub follower_blocks_verified: u64,
+    pub follower_blocks_refused: u64,
+    pub fork_versions_collected: u64,
+}
+
+/// Shards served by storage node `node` of `nodes`.
+pub fn shards_of(node: usize, nodes: usize, shards: usize) -> Vec<usize> {
+    (0..shards).filter(|shard| shard % nodes == node).collect()
+}
+
+/// Storage node ids with their shards.
+pub fn storage_layout(nodes: usize, shards: usize) -> Vec<(String, Vec<usize>)> {
+    (0..nodes).map(|node| (format!("storage-{node}"), shards_of(node, nodes, shards))).collect()
+}
+
+/// The beneficiary of miner `index`'s blocks.
+pub fn beneficiary(index: usize) -> Address {
+    let mut bytes = [0u8; 20];
+    bytes[..6].copy_from_slice(b"miner-");
+    bytes[12..].copy_from_slice(&(index as u64).to_be_bytes());
+    Address::from(bytes)
+}
+
+/// Runs a cluster with a fresh state in `config.dir` (which must not hold one).
+pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, String> {
+    let started = Instant::now();
+    if config.dir.join(CLUSTER_FILE).exists() || config.dir.join("genesis.json").exists() {
+        return Err(format!("{} already holds a chain; pick an empty directory", config.dir.display()));
+    }
+    std::fs::create_dir_all(&config.dir).map_err(|error| format!("{}: {error}", config.dir.display()))?;
+    let nodes = config.storage_nodes.clamp(1, config.shards);
+    let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
+
+    progress.phase("deriving account keys", config.accounts as u64);
+    let accounts = Accounts::generate(config.accounts, &|done| progress.advance(done));
+    progress.finish();
+
+    progress.phase("building the genesis state", 1);
+    let difficulty = U256::from(16u64);
+    let gas_limit = 21_000 * config.max_block_transfers.max(1) as u64;
+    let json = genesis_json(chain_id, difficulty, gas_limit, &accounts.addresses, U256::from(GENESIS_BALANCE));
+    std::fs::write(config.dir.join("genesis.json"), json).map_err(|error| format!("writing genesis.json: {error}"))?;
+    let layout = storage_layout(nodes, config.shards);
+    let cluster = serde_json::json!({ "shards": config.shards, "storage_nodes": layout, "miners": config.miners });
+    std::fs::write(config.dir.join(CLUSTER_FILE), cluster.to_string())
+        .map_err(|error| format!("writing {CLUSTER_FILE}: {error}"))?;
+    let genesis = read_genesis(&config.dir).map_err(|error| error.to_string())?;
+    let sharded = shard_state(genesis.state.accounts().as_trie(), config.shards).map_err(|error| error.to_string())?;
+    progress.finish();
+
+    progress.phase("signing the users' transfers", config.transfers as u64);
+    let transfers = sign_transfers(&accounts, config.transfers, chain_id, Skew::default(), config.seed, &|done| {
+        progress.advance(done)
+    });
+    progress.finish();
+    drop(accounts);
+
+    // The roles.
+    let inproc = InProc::new();
+    let mut handlers: Vec<(String, Arc<dyn Handler>)> = Vec::new();
+    let mut storage = Vec::new();
+    for (id, shards) in &layout {
+        let log = config.dir.join(id).join("updates.log");
+        let (node, _) = StorageNode::open(
+            id.clone(),
+            shards.clone(),
+            config.shards,
+            genesis.config,
+            genesis.header.clone(),
+            &sharded,
+            Some(&log),
+        )
+        .map_err(|error| format!("{id}: {error}"))?;
+        handlers.push((id.clone(), node.clone()));
+        storage.push(node);
+    }
+    drop(sharded);
+    let miner_ids: Vec<String> = (0..config.miners.max(1)).map(|index| format!("miner-{index}")).collect();
+    let mut miners = Vec::new();
+    for (index, id) in miner_ids.iter().enumerate() {
+        let dir = if index == 0 { config.dir.clone() } else { config.dir.join(id) };
+        let (store, head) = open_store(&dir, &genesis.header)?;
+        let miner_config = MinerConfig {
+            id: id.clone(),
+            chain: genesis.config,
+            shard_count: config.shards,
+            storage_nodes: layout.clone(),
+            peers: if index == 0 { miner_ids[1..].to_vec() } else { Vec::new() },
+            retention: config.retention,
+            top_budget_bytes: config.top_budget_bytes,
+            max_block_transfers: config.max_block_transfers,
+            beneficiary: beneficiary(0),
+        };
+        let miner = Miner::new(miner_config, head, Some(store))?;
+        handlers.push((id.clone(), miner.clone()));
+        miners.push(miner);
+    }
+    let (stop_servers, servers_stopped) = watch::channel(false);
+    let transport: Arc<dyn Transport> = match config.transport {
+        TransportKind::InProc => {
+            for (id, handler) in handlers {
+                inproc.register(id, handler);
+            }
+            Arc::new(inproc)
+        }
+        TransportKind::Grpc => {
+            let mut addresses = HashMap::new();
+            for (id, handler) in handlers {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .map_err(|error| format!("binding {id}: {error}"))?;
+                let mut stopped = servers_stopped.clone();
+                let shutdown = async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                };
+                let (address, server) =
+                    virga_net::serve(listener, handler, shutdown).map_err(|error| error.to_string())?;
+                tokio::spawn(server);
+                addresses.insert(id, format!("http://{address}"));
+            }
+            Arc::new(Grpc::new(addresses))
+        }
+    };
+    for miner in &miners {
+        miner.warm_up(transport.as_ref()).await?;
+    }
+    let setup_seconds = started.elapsed().as_secs_f64();
+
+    // The run.
+    let (stop, stopped) = watch::channel(false);
+    let miner_task = tokio::spawn(Arc::clone(&miners[0]).run(Arc::clone(&transport), stopped.clone()));
+    let mut client_tasks = Vec::new();
+    let mut client_stats = Vec::new();
+    let mut feeds = Vec::new();
+    for index in 0..config.clients.max(1) {
+        let client_config = ClientConfig {
+            id: format!("client-{index}"),
+            miner: miner_ids[0].clone(),
+            storage_nodes: layout.clone(),
+            shard_count: config.shards,
+            compaction: config.compaction,
+            batch: config.batch,
+            in_flight: config.in_flight,
+            exec: genesis.config.exec,
+        };
+        let client = Client::new(client_config, Arc::clone(&transport));
+        client_stats.push(client.stats_handle());
+        let (feed, incoming) = mpsc::channel(config.batch * config.in_flight * 4);
+        feeds.push(feed);
+        client_tasks.push(tokio::spawn(client.run(incoming, stopped.clone())));
+    }
+    let offered = transfers.len();
+    let clients = feeds.len();
+    let rate = config.rate;
+    let feeder = tokio::spawn(async move {
+        let begun = Instant::now();
+        for (index, transfer) in transfers.into_iter().enumerate() {
+            if let Some(rate) = rate {
+                let due = Duration::from_secs_f64(index as f64 / rate);
+                if let Some(wait) = due.checked_sub(begun.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            // Each sender's transfers go through one client, which keeps their nonce order.
+            let client = usize::from(transfer.sender.0[19]) % clients;
+            if feeds[client].send(transfer).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    progress.phase("running the workload (transfers committed)", offered as u64);
+    let run_started = Instant::now();
+    let committed_now = || client_stats.iter().map(|stats| stats().committed).sum::<u64>();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let committed = committed_now();
+        let elapsed = run_started.elapsed();
+        let (head, _, _) = miners[0].head();
+        progress
+            .set(committed, format!("block {head}, {:.0} tx/s", committed as f64 / elapsed.as_secs_f64().max(1e-9)));
+        if committed as usize >= offered
+            || elapsed >= config.duration
+            || client_tasks.iter().all(|task| task.is_finished())
+        {
+            break;
+        }
+    }
+    let run_seconds = run_started.elapsed().as_secs_f64();
+    progress.finish();
+    let _ = stop.send(true);
+    feeder.abort();
+    for task in client_tasks {
+        let _ = task.await;
+    }
+    let _ = miner_task.await;
+    let _ = stop_servers.send(true);
+
+    let clients: Vec<ClientStats> = client_stats.iter().map(|stats| stats()).collect();
+    let miner: MinerStats = miners[0].stats();
+    let committed: u64 = clients.iter().map(|stats| stats.committed).sum();
+    let succeeded: u64 = clients.iter().map(|stats| stats.committed_ok).sum();
+    let submitted: u64 = clients.iter().map(|stats| stats.submitted).sum();
+    let per_submitted = |total: u64| if submitted == 0 { 0.0 } else { total as f64 / submitted as f64 };
+    let per_committed = |total: u64| if committed == 0 { 0.0 } else { total as f64 / committed as f64 };
+    let merge = |maps: Vec<&HashMap<String, u64>>| {
+        let mut merged = BTreeMap::new();
+        for map in maps {
+            for (key, value) in map {
+                *merged.entry(key.clone()).or_insert(0) += value;
+            }
+        }
+        merged
+    };
+    let (head_number, _, state_root) = miners[0].head();
+    let traffic = transport.stats().snapshot();
+    let followers = &miners[1..];
+    Ok(UpReport {
+        transport: format!("{:?}", config.transport).to_lowercase(),
+        accounts: config.accounts,
+        shards: config.shards,
+        storage_nodes: nodes,
+        clients: clients.len(),
+        miners: miners.len(),
+        retention: config.retention,
+        compaction: config.compaction,
+        setup_seconds,
+        run_seconds,
+        offered,
+        committed,
+        succeeded,
+        tps: committed as f64 / run_seconds.max(1e-9),
+        blocks: miner.blocks,
+        head_number,
+        state_root: format!("{state_root}"),
+        aborts: merge(vec![&miner.aborted]),
+        failed: merge(vec![&miner.failed]),
+        filtered: merge(clients.iter().map(|stats| &stats.filtered).collect()),
+        bad_witnesses: clients.iter().map(|stats| stats.bad_witnesses.len()).sum(),
+        witness_bytes_full_per_tx: per_submitted(clients.iter().map(|stats| stats.witness_bytes_full).sum()),
+        witness_bytes_compact_per_tx: per_submitted(clients.iter().map(|stats| stats.witness_bytes_compact).sum()),
+        messages_per_tx: per_committed(transport.stats().total_messages()),
+        network_bytes_per_tx: per_committed(transport.stats().total_bytes()),
+        round_trips: traffic.iter().map(|(role, traffic)| (role.clone(), traffic.round_trips)).collect(),
+        top_layer_nodes: miner.top_nodes,
+        top_layer_peak_bytes: miner.peak_top_bytes,
+        prunes: miner.prunes,
+        revised_submissions: miner.revised_submissions,
+        follower_blocks_verified: followers.iter().map(|miner| miner.stats().verified_blocks).sum(),
+        follower_blocks_refused: followers.iter().map(|miner| miner.stats().refused_blocks).sum(),
+        fork_versions_collected: storage.iter().map(|node| node.stats().fork_versions_collected).sum(),
+    })
+}

@@ -1,0 +1,21 @@
+//! RainBlock's roles (seeds 000 ch. 6 and 003): storage nodes holding the sharded,
+//! multi-versioned bottom layer of the DSM-Tree; prefetching clients that pre-execute
+//! transfers and fetch compact witnesses; miners that execute against their private top
+//! layer without I/O. No role trusts another: every witness, bag, block and update is
+//! verified before use.
+//!
+//! - [`storage`]: the storage node ([`storage::StorageNode`]) and its log ([`updates_log`]).
+//! - [`client`]: the prefetching client.
+//! - [`miner`]: the miner (block producer and verifying follower).
+//! - [`workload`]: the Ethereum-like workload.
+//! - [`cluster`]: `virga up`, a whole cluster in one process.
+//! - [`audit`]: checks a cluster directory (chain and storage-node logs).
+
+pub mod audit;
+pub mod client;
+pub mod cluster;
+mod codec;
+pub mod miner;
+pub mod storage;
+pub mod updates_log;
+pub mod workload;

@@ -1,0 +1,408 @@
+//! RainBlock's storage node: serves shards of the bottom layer at every retained version.
+//!
+//! Each version is one block's state of the served shards (the other shards known only by
+//! their subtree hashes, enough to prove through the global root). Versions share nodes:
+//! a block copies only the paths its updates touch, so forks cost little and never lock.
+//! A block is accepted only if its header is valid on its parent (number, parent hash,
+//! timestamp, difficulty, work), its updates touch only served shards, the served shards'
+//! new hashes are the announced ones, and the announced hashes assemble to the header's
+//! state root. It is then logged (fsync) before the acknowledgement.
+
+use alloy_consensus::Header;
+use alloy_primitives::B256;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use virga_ledger::verify::{check_header, ChainConfig};
+use virga_net::proto::{self, BlockUpdates};
+use virga_net::{refusal, response, BoxFuture, Handler, Request, RequestBody, Response, ResponseBody};
+use virga_trie::shard::{Shard, ShardedTrie};
+use virga_trie::Trie;
+
+use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_block, parse_block_id};
+use crate::updates_log::{LogError, UpdatesLog};
+
+/// How many blocks below the head a storage node keeps versions for.
+pub const DEFAULT_RETAINED_VERSIONS: u64 = 64;
+/// A fork is abandoned (and its versions collected) once the head is this many blocks past it.
+pub const FORK_DEPTH: u64 = 2;
+
+/// Nibbles of shard prefix for a shard count (1, 16 or 256).
+pub fn prefix_nibbles(shard_count: usize) -> Option<usize> {
+    match shard_count {
+        1 => Some(0),
+        16 => Some(1),
+        256 => Some(2),
+        _ => None,
+    }
+}
+
+struct Version {
+    header: Header,
+    shards: ShardedTrie,
+}
+
+struct Versions {
+    by_hash: HashMap<B256, Version>,
+    head: B256,
+    head_number: u64,
+}
+
+/// Counters for reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageStats {
+    pub blocks_applied: u64,
+    pub blocks_rejected: u64,
+    pub witnesses_served: u64,
+    pub fork_versions_collected: u64,
+}
+
+pub struct StorageNode {
+    id: String,
+    served: Vec<usize>,
+    shard_count: usize,
+    config: ChainConfig,
+    retained: u64,
+    versions: RwLock<Versions>,
+    log: Mutex<Option<UpdatesLog>>,
+    stats: Mutex<StorageStats>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("shard count {0} is not 1, 16 or 256")]
+    ShardCount(usize),
+    #[error("shard {0} does not exist")]
+    NoShard(usize),
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("replaying the log: {0}")]
+    Replay(String),
+}
+
+impl StorageNode {
+    /// A node serving `served` of `shard_count` shards of `genesis_state` (the node keeps its
+    /// shards and only the others' hashes), logging to `log_path` and replaying what the log
+    /// already holds. Returns the node and the number of blocks replayed.
+    pub fn open(
+        id: impl Into<String>,
+        served: Vec<usize>,
+        shard_count: usize,
+        config: ChainConfig,
+        genesis: Header,
+        genesis_state: &ShardedTrie,
+        log_path: Option<&Path>,
+    ) -> Result<(Arc<StorageNode>, u64), StorageError> {
+        let prefix = prefix_nibbles(shard_count).ok_or(StorageError::ShardCount(shard_count))?;
+        if let Some(&bad) = served.iter().find(|&&index| index >= shard_count) {
+            return Err(StorageError::NoShard(bad));
+        }
+        if genesis_state.shard_count() != shard_count {
+            return Err(StorageError::ShardCount(genesis_state.shard_count()));
+        }
+        let shards = keep_served(genesis_state, &served, prefix)?;
+        let genesis_hash = genesis.hash_slow();
+        let versions = Versions {
+            by_hash: HashMap::from([(genesis_hash, Version { header: genesis, shards })]),
+            head: genesis_hash,
+            head_number: 0,
+        };
+        let node = StorageNode {
+            id: id.into(),
+            served,
+            shard_count,
+            config,
+            retained: DEFAULT_RETAINED_VERSIONS,
+            versions: RwLock::new(versions),
+            log: Mutex::new(None),
+            stats: Mutex::new(StorageStats::default()),
+        };
+        let mut replayed = 0;
+        if let Some(path) = log_path {
+            let (log, replay) = UpdatesLog::open(path)?;
+            for record in replay.records {
+                node.accept(&record).map_err(StorageError::Replay)?;
+                replayed += 1;
+            }
+            *node.log.lock() = Some(log);
+        }
+        Ok((Arc::new(node), replayed))
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn served(&self) -> &[usize] {
+        &self.served
+    }
+
+    pub fn stats(&self) -> StorageStats {
+        *self.stats.lock()
+    }
+
+    /// The head block (highest number applied) and its state root.
+    pub fn head(&self) -> (u64, B256, B256) {
+        let versions = self.versions.read();
+        let root = versions.by_hash.get(&versions.head).map_or(B256::ZERO, |version| version.header.state_root);
+        (versions.head_number, versions.head, root)
+    }
+
+    /// Versions held (for tests of fork collection).
+    pub fn version_count(&self) -> usize {
+        self.versions.read().by_hash.len()
+    }
+
+    /// Subtree hashes of the served shards at block `hash`.
+    pub fn shard_hashes(&self, hash: &B256) -> Option<Vec<(usize, B256)>> {
+        let versions = self.versions.read();
+        let version = versions.by_hash.get(hash)?;
+        Some(
+            self.served
+                .iter()
+                .filter_map(|&index| version.shards.shard(index).map(|shard| (index, shard.subtree_hash())))
+                .collect(),
+        )
+    }
+
+    /// Checks and applies a block's updates as a new version (without logging).
+    fn accept(&self, updates: &BlockUpdates) -> Result<(u64, B256, bool), String> {
+        let block = decode_block(&updates.block)?;
+        let header = block.header;
+        let hash = header.hash_slow();
+        let parent_shards = {
+            let versions = self.versions.read();
+            if versions.by_hash.contains_key(&hash) {
+                return Ok((header.number, hash, false));
+            }
+            let Some(parent) = versions.by_hash.get(&header.parent_hash) else {
+                return Err(format!(
+                    "block {} builds on {}, a block this node does not hold",
+                    header.number, header.parent_hash
+                ));
+            };
+            check_header(&self.config, &parent.header, &header)
+                .map_err(|problem| format!("block {}: {problem}", header.number))?;
+            parent.shards.clone()
+        };
+        if updates.shard_hashes.len() != self.shard_count {
+            return Err(format!(
+                "block {} announces {} shard hashes for {} shards",
+                header.number,
+                updates.shard_hashes.len(),
+                self.shard_count
+            ));
+        }
+        let announced = updates
+            .shard_hashes
+            .iter()
+            .enumerate()
+            .map(|(index, bytes)| b256(bytes, &format!("shard hash {index}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut shards = parent_shards;
+        let mut touched: Vec<Shard> = Vec::new();
+        for update in &updates.updates {
+            check_keys(std::slice::from_ref(&update.key))?;
+            let index = shards.shard_for(&update.key).map_err(|error| error.to_string())?;
+            if !self.served.contains(&index) {
+                return Err(format!(
+                    "update for key {} of shard {index}, not served here",
+                    virga_core::to_hex(&update.key)
+                ));
+            }
+            let position = match touched.iter().position(|shard| shard.index() == index) {
+                Some(position) => position,
+                None => {
+                    let shard = shards.shard(index).cloned().ok_or_else(|| format!("no shard {index}"))?;
+                    touched.push(shard);
+                    touched.len() - 1
+                }
+            };
+            touched[position].insert(&update.key, &update.value).map_err(|error| error.to_string())?;
+        }
+        for shard in touched {
+            shards.set_shard(shard).map_err(|error| error.to_string())?;
+        }
+        for (index, expected) in announced.iter().enumerate() {
+            let Some(shard) = shards.shard(index) else { continue };
+            if self.served.contains(&index) {
+                let computed = shard.subtree_hash();
+                if computed != *expected {
+                    return Err(format!(
+                        "block {}: shard {index} after the updates has hash {computed}, the block announces {expected}",
+                        header.number
+                    ));
+                }
+            } else {
+                let prefix = prefix_nibbles(self.shard_count).unwrap_or(0);
+                shards.set_shard(Shard::known_by_hash(index, prefix, *expected)).map_err(|error| error.to_string())?;
+            }
+        }
+        let computed = shards.root_hash();
+        if computed != header.state_root {
+            return Err(format!(
+                "block {}: the announced shard hashes give state root {computed}, the header says {}",
+                header.number, header.state_root
+            ));
+        }
+        let number = header.number;
+        let mut versions = self.versions.write();
+        versions.by_hash.insert(hash, Version { header, shards });
+        if number > versions.head_number {
+            versions.head = hash;
+            versions.head_number = number;
+        }
+        let collected = collect_versions(&mut versions, self.retained);
+        self.stats.lock().fork_versions_collected += collected;
+        Ok((number, hash, true))
+    }
+
+    /// Accepts a block from a miner: check, apply, log (fsync), then acknowledge.
+    pub fn apply_block(&self, updates: &BlockUpdates) -> Result<(u64, B256), String> {
+        let (number, hash, new) = match self.accept(updates) {
+            Ok(accepted) => accepted,
+            Err(reason) => {
+                self.stats.lock().blocks_rejected += 1;
+                return Err(reason);
+            }
+        };
+        if new {
+            if let Some(log) = self.log.lock().as_mut() {
+                if let Err(error) = log.append(updates) {
+                    // Not durable, so not acknowledged: forget the version so a retry logs it.
+                    self.versions.write().by_hash.remove(&hash);
+                    return Err(format!("logging block {number} failed: {error}"));
+                }
+            }
+            self.stats.lock().blocks_applied += 1;
+        }
+        Ok((number, hash))
+    }
+
+    fn version_for<'a>(&self, versions: &'a Versions, at: Option<(u64, B256)>) -> Result<(B256, &'a Version), String> {
+        let hash = at.map_or(versions.head, |(_, hash)| hash);
+        match versions.by_hash.get(&hash) {
+            Some(version) => Ok((hash, version)),
+            None => Err(format!("block {hash} is not held here (collected, or never received)")),
+        }
+    }
+
+    /// A node bag for `keys` at block `at` (default: head), leaving out levels above `compaction`.
+    pub fn witness(&self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, String> {
+        check_keys(&request.keys)?;
+        let at = parse_block_id(request.at.as_ref(), "at")?;
+        let versions = self.versions.read();
+        let (hash, version) = self.version_for(&versions, at)?;
+        let bag = version
+            .shards
+            .try_prove_many(&request.keys, request.compaction as usize)
+            .map_err(|error| format!("cannot prove here: {error}"))?;
+        self.stats.lock().witnesses_served += 1;
+        let reply = proto::WitnessReply {
+            at: Some(block_id(version.header.number, hash)),
+            state_root: version.header.state_root.to_vec(),
+            bag: Some(bag_to_wire(&bag)),
+        };
+        Ok(reply)
+    }
+
+    /// The served shards' nodes above level `levels` at block `at` (default: head).
+    pub fn top(&self, request: &proto::TopRequest) -> Result<proto::TopReply, String> {
+        let at = parse_block_id(request.at.as_ref(), "at")?;
+        let versions = self.versions.read();
+        let (hash, version) = self.version_for(&versions, at)?;
+        Ok(proto::TopReply {
+            at: Some(block_id(version.header.number, hash)),
+            state_root: version.header.state_root.to_vec(),
+            nodes: version.shards.top_nodes(request.levels as usize),
+        })
+    }
+}
+
+/// Drops versions more than `retained` blocks below the head, and versions of forks the
+/// head has left [`FORK_DEPTH`] blocks behind. Returns how many were dropped.
+fn collect_versions(versions: &mut Versions, retained: u64) -> u64 {
+    let head_number = versions.head_number;
+    let mut canonical = std::collections::HashSet::new();
+    let mut cursor = Some(versions.head);
+    while let Some(hash) = cursor {
+        canonical.insert(hash);
+        cursor = versions.by_hash.get(&hash).filter(|v| v.header.number > 0).map(|v| v.header.parent_hash);
+    }
+    let before = versions.by_hash.len();
+    versions.by_hash.retain(|hash, version| {
+        let number = version.header.number;
+        let too_old = number + retained < head_number && number > 0;
+        let abandoned = !canonical.contains(hash) && number + FORK_DEPTH <= head_number;
+        !(too_old || abandoned)
+    });
+    (before - versions.by_hash.len()) as u64
+}
+
+/// Splits a whole state trie into `shard_count` shards, building the shards in parallel.
+pub fn shard_state(state: &Trie, shard_count: usize) -> Result<ShardedTrie, StorageError> {
+    use rayon::prelude::*;
+    let prefix = prefix_nibbles(shard_count).ok_or(StorageError::ShardCount(shard_count))?;
+    let mut groups: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); shard_count];
+    for (key, value) in state.entries() {
+        let index =
+            virga_trie::shard::shard_of(&key, prefix).map_err(|error| StorageError::Replay(error.to_string()))?;
+        groups[index].push((key, value));
+    }
+    let shards = groups
+        .into_par_iter()
+        .enumerate()
+        .map(|(index, pairs)| {
+            let mut shard = Shard::new(index, prefix);
+            for (key, value) in pairs {
+                shard.insert(&key, &value).map_err(|error| StorageError::Replay(error.to_string()))?;
+            }
+            Ok(shard)
+        })
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    ShardedTrie::from_shards(shards).map_err(|_| StorageError::ShardCount(shard_count))
+}
+
+/// The served shards of a sharded state, and the others known by their subtree hashes.
+fn keep_served(state: &ShardedTrie, served: &[usize], prefix: usize) -> Result<ShardedTrie, StorageError> {
+    let shards = (0..state.shard_count())
+        .map(|index| {
+            let shard = state.shard(index).ok_or(StorageError::NoShard(index))?;
+            Ok(if served.contains(&index) {
+                shard.clone()
+            } else {
+                Shard::known_by_hash(index, prefix, shard.subtree_hash())
+            })
+        })
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    ShardedTrie::from_shards(shards).map_err(|_| StorageError::ShardCount(state.shard_count()))
+}
+
+impl Handler for StorageNode {
+    fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
+        let reply = match request.body {
+            Some(RequestBody::Witness(request)) => self.witness(&request).map(ResponseBody::Witness),
+            Some(RequestBody::Top(request)) => self.top(&request).map(ResponseBody::Top),
+            Some(RequestBody::ApplyBlock(updates)) => self
+                .apply_block(&updates)
+                .map(|(number, hash)| ResponseBody::BlockAck(proto::BlockAck { block: Some(block_id(number, hash)) })),
+            Some(RequestBody::Head(_)) => {
+                let (number, hash, root) = self.head();
+                Ok(ResponseBody::Head(proto::HeadReply {
+                    head: Some(block_id(number, hash)),
+                    state_root: root.to_vec(),
+                }))
+            }
+            Some(_) | None => Err("storage nodes serve witness, top, apply_block and head requests".to_string()),
+        };
+        let reply = match reply {
+            Ok(body) => response(body),
+            Err(reason) => {
+                tracing::warn!(node = %self.id, peer = %from, %reason, "refused");
+                refusal(reason)
+            }
+        };
+        Box::pin(std::future::ready(reply))
+    }
+}

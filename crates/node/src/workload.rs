@@ -1,0 +1,132 @@
+//! The Ethereum-like workload of RainBlock's evaluation: N accounts with deterministic
+//! secp256k1 keys, value transfers of which 90% involve the hottest 10% of accounts.
+
+use alloy_primitives::{Address, U256};
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use virga_ledger::tx::{SignedTransfer, SigningKey};
+
+use crate::client::UserTransfer;
+
+/// Gas price of every generated transfer (the fee is 21,000 × this).
+pub const GAS_PRICE: u128 = 1;
+/// Each account's genesis balance: enough for any run's transfers and fees.
+pub const GENESIS_BALANCE: u128 = 1_000_000_000_000_000_000_000;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Skew {
+    /// Fraction of accounts that are hot.
+    pub hot_accounts: f64,
+    /// Fraction of transfers whose sender (and, independently, recipient) is hot.
+    pub hot_share: f64,
+}
+
+impl Default for Skew {
+    fn default() -> Self {
+        Skew { hot_accounts: 0.1, hot_share: 0.9 }
+    }
+}
+
+/// The accounts of a workload: key `i` is `SigningKey::from_seed(i)`.
+pub struct Accounts {
+    pub keys: Vec<SigningKey>,
+    pub addresses: Vec<Address>,
+}
+
+impl Accounts {
+    /// Derives `count` keys and addresses on rayon's pool, reporting progress in thousands.
+    pub fn generate(count: usize, progress: &(dyn Fn(u64) + Sync)) -> Accounts {
+        let pairs: Vec<(SigningKey, Address)> = (0..count as u64)
+            .into_par_iter()
+            .map(|seed| {
+                let key = SigningKey::from_seed(seed);
+                let address = key.address();
+                if seed % 1000 == 999 {
+                    progress(1000);
+                }
+                (key, address)
+            })
+            .collect();
+        let (keys, addresses) = pairs.into_iter().unzip();
+        Accounts { keys, addresses }
+    }
+}
+
+/// `count` signed transfers, in the order users would submit them: each account's nonces
+/// in sequence. Deterministic in `seed`.
+pub fn sign_transfers(
+    accounts: &Accounts,
+    count: usize,
+    chain_id: u64,
+    skew: Skew,
+    seed: u64,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Vec<UserTransfer> {
+    let n = accounts.addresses.len();
+    let hot = ((n as f64 * skew.hot_accounts).ceil() as usize).clamp(1, n.max(1));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let pick = |rng: &mut rand::rngs::StdRng| {
+        if n <= hot || rng.random_bool(skew.hot_share) {
+            rng.random_range(0..hot)
+        } else {
+            rng.random_range(hot..n)
+        }
+    };
+    let mut nonces = vec![0u64; n];
+    let plan: Vec<(usize, usize, u64, u64)> = (0..count)
+        .map(|_| {
+            let sender = pick(&mut rng);
+            let mut to = pick(&mut rng);
+            if to == sender && n > 1 {
+                to = (to + 1) % n;
+            }
+            let nonce = nonces[sender];
+            nonces[sender] += 1;
+            (sender, to, nonce, rng.random_range(1..1_000u64))
+        })
+        .collect();
+    plan.into_par_iter()
+        .enumerate()
+        .map(|(index, (sender, to, nonce, value))| {
+            let tx = SignedTransfer::sign(
+                &accounts.keys[sender],
+                nonce,
+                accounts.addresses[to],
+                U256::from(value),
+                GAS_PRICE,
+                virga_ledger::exec::TRANSFER_GAS,
+                Some(chain_id),
+            );
+            if index % 1000 == 999 {
+                progress(1000);
+            }
+            UserTransfer { tx, sender: accounts.addresses[sender] }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfers_are_skewed_deterministic_and_in_nonce_order() {
+        let accounts = Accounts::generate(200, &|_| {});
+        let first = sign_transfers(&accounts, 2000, 7, Skew::default(), 1, &|_| {});
+        let again = sign_transfers(&accounts, 2000, 7, Skew::default(), 1, &|_| {});
+        assert_eq!(
+            first.iter().map(|t| t.tx.hash()).collect::<Vec<_>>(),
+            again.iter().map(|t| t.tx.hash()).collect::<Vec<_>>()
+        );
+        let hot: std::collections::HashSet<_> = accounts.addresses[..20].iter().collect();
+        let hot_senders = first.iter().filter(|t| hot.contains(&t.sender)).count();
+        assert!((1700..=1900).contains(&hot_senders), "{hot_senders} of 2000 from the hot tenth");
+        let mut next = std::collections::HashMap::new();
+        for transfer in &first {
+            assert_eq!(transfer.tx.recover_sender().unwrap(), transfer.sender);
+            let nonce = next.entry(transfer.sender).or_insert(0u64);
+            assert_eq!(transfer.tx.nonce(), *nonce);
+            *nonce += 1;
+        }
+    }
+}
