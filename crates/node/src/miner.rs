@@ -75,6 +75,9 @@ pub struct MinerStats {
     pub refused_blocks: u64,
 }
 
+/// A transfer's place in the block being built (its index among the admitted), or why it was left out.
+type AdmissionSlot = (B256, Result<usize, String>);
+
 struct Pending {
     from: String,
     submission: Submission,
@@ -283,7 +286,7 @@ impl Miner {
         });
 
         let mut admitted: Vec<RecoveredTransfer> = Vec::new();
-        let mut slots: Vec<(oneshot::Sender<Response>, Vec<(B256, Result<usize, String>)>)> = Vec::new();
+        let mut slots: Vec<(oneshot::Sender<Response>, Vec<AdmissionSlot>)> = Vec::new();
         let mut bags = Vec::new();
         let mut blocked_senders: HashSet<Address> = HashSet::new();
         for (pending, transfers) in batch.into_iter().zip(decoded) {
