@@ -126,8 +126,9 @@ impl Client {
                     Err(mpsc::error::TryRecvError::Disconnected) => closed = true,
                 }
             }
-            let batch = take_batch(&shared, &mut waiting);
-            if batch.is_empty() || tasks.len() >= shared.config.in_flight {
+            let batch =
+                if tasks.len() < shared.config.in_flight { take_batch(&shared, &mut waiting) } else { Vec::new() };
+            if batch.is_empty() {
                 if closed && waiting.is_empty() && tasks.is_empty() && shared.retry.lock().is_empty() {
                     break;
                 }
@@ -139,11 +140,6 @@ impl Client {
                     },
                     _ = stop.changed() => {}
                     _ = tokio::time::sleep(Duration::from_millis(5)) => {}
-                }
-                // A batch taken while at the in-flight limit goes back to the front.
-                for transfer in batch.into_iter().rev() {
-                    shared.busy_senders.lock().remove(&transfer.sender);
-                    waiting.push_front(transfer);
                 }
                 continue;
             }

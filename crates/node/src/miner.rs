@@ -67,6 +67,7 @@ pub struct MinerStats {
     pub revised_submissions: u64,
     pub rejected_submissions: u64,
     pub prunes: u64,
+    /// Nodes of the top layer (hash nodes included) when the stats were read.
     pub top_nodes: usize,
     pub top_bytes: usize,
     pub peak_top_bytes: usize,
@@ -137,8 +138,10 @@ impl Miner {
         &self.config.id
     }
 
+    /// Counters, with the top layer's node count taken now.
     pub fn stats(&self) -> MinerStats {
-        self.stats.lock().clone()
+        let top_nodes = self.head.lock().top.node_count();
+        MinerStats { top_nodes, ..self.stats.lock().clone() }
     }
 
     pub fn head(&self) -> (u64, B256, B256) {
@@ -171,7 +174,10 @@ impl Miner {
             return Err("the top layer's root changed while warming up".to_string());
         }
         tracing::info!(miner = %self.config.id, attached = attached.attached, "top layer warmed up");
-        self.refresh_memory_stats(&head.top);
+        let bytes = head.top.memory_bytes();
+        let mut stats = self.stats.lock();
+        stats.top_bytes = bytes;
+        stats.peak_top_bytes = stats.peak_top_bytes.max(bytes);
         Ok(())
     }
 
@@ -524,23 +530,20 @@ impl Miner {
         }
     }
 
+    /// Prunes to level r when the top layer is over budget. One walk of the layer per block
+    /// (the estimate encodes every node); a second only after a prune.
     fn maybe_prune(&self, top: &mut PartialTrie) {
-        let bytes = top.memory_bytes();
-        let mut stats = self.stats.lock();
-        stats.peak_top_bytes = stats.peak_top_bytes.max(bytes);
-        if bytes > self.config.top_budget_bytes {
+        let mut bytes = top.memory_bytes();
+        let over_budget = bytes > self.config.top_budget_bytes;
+        let peak = bytes;
+        if over_budget {
             top.prune_keeping(self.config.retention, &[keccak256(self.config.beneficiary)]);
-            stats.prunes += 1;
+            bytes = top.memory_bytes();
         }
-        stats.top_nodes = top.node_count();
-        stats.top_bytes = top.memory_bytes();
-    }
-
-    fn refresh_memory_stats(&self, top: &PartialTrie) {
         let mut stats = self.stats.lock();
-        stats.top_nodes = top.node_count();
-        stats.top_bytes = top.memory_bytes();
-        stats.peak_top_bytes = stats.peak_top_bytes.max(stats.top_bytes);
+        stats.peak_top_bytes = stats.peak_top_bytes.max(peak);
+        stats.prunes += u64::from(over_budget);
+        stats.top_bytes = bytes;
     }
 
     fn reject_submission(&self, from: &str, reply: oneshot::Sender<Response>, reason: &str) {
