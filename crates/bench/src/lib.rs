@@ -1,11 +1,14 @@
 //! Virga's workloads and benchmark harness.
 //!
-//! `trie` measures the DSM-Tree against peer tries on the same data in the same run.
+//! `trie` measures the DSM-Tree against peer tries on the same data in the same run;
+//! `rainblock` sweeps whole RainBlock clusters over retention levels, account and client
+//! counts (the paper's Figs. 8 and 9a).
 
 pub mod kv;
 pub mod ledger;
 #[cfg(feature = "peers")]
 pub mod peers;
+pub mod rainblock;
 pub mod trie;
 pub mod trie_impl;
 

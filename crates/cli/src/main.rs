@@ -9,6 +9,8 @@ use clap::{Args, Parser, Subcommand};
 mod demo;
 mod kv;
 mod ledger;
+mod node;
+mod rainblock_bench;
 mod up;
 
 // mimalloc keeps small node allocations tight (no per-block header) and is the
@@ -28,6 +30,9 @@ enum Command {
     /// Virga's main job: a RainBlock cluster (storage nodes, a miner, prefetching clients) on
     /// the embedded default, running the Ethereum-like workload, with a report at the end.
     Up(up::UpArgs),
+    /// Runs one RainBlock role (storage node, miner or client) as a process of its own over
+    /// gRPC; `virga node init` writes the cluster directory they share.
+    Node(node::NodeArgs),
     /// Builds a realistic account state in the DSM-Tree and reports throughput, memory and witness sizes.
     Demo(demo::DemoArgs),
     /// Prints the state root of a geth-style genesis file's `alloc`.
@@ -74,6 +79,9 @@ enum BenchCommand {
     Clocks(kv::ClockSweepArgs),
     /// The ledger: Fabric++ scheduling, the SmallBank Fabric sweep, and chain build and verification.
     Ledger(ledger::LedgerBenchArgs),
+    /// RainBlock's Figs. 8 and 9a: whole clusters swept over retention r, accounts and clients,
+    /// with top-layer memory, witness bytes, abort rate and throughput; JSON and SVG plots.
+    Rainblock(rainblock_bench::RainblockBenchArgs),
 }
 
 #[derive(Args)]
@@ -113,6 +121,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up(args) => up::run(&args),
+        Command::Node(args) => node::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::StateRoot { genesis } => state_root(&genesis),
         Command::TrieTest { file, secure } => trie_test(&file, secure),
@@ -121,6 +130,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Clocks(args)) => kv::bench_clocks(&args),
         Command::Kv(KvCommand::Audit(args)) => kv::kv_audit(&args),
         Command::Bench(BenchCommand::Ledger(args)) => ledger::bench_ledger(&args),
+        Command::Bench(BenchCommand::Rainblock(args)) => rainblock_bench::bench_rainblock(&args),
         Command::Schedule(args) => ledger::schedule_block(&args),
         Command::Verify(args) => ledger::verify(&args),
         Command::Block(args) => ledger::show_block(&args),

@@ -7,7 +7,7 @@ use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use virga_node::cluster::{up, Progress, TransportKind, UpConfig, UpReport};
+use virga_node::cluster::{storage_counts, up, Progress, TransportKind, UpConfig, UpReport};
 
 #[derive(Args)]
 pub struct UpArgs {
@@ -24,6 +24,10 @@ pub struct UpArgs {
     /// Storage nodes (shards are dealt out round-robin).
     #[arg(long, default_value_t = 16)]
     storage_nodes: usize,
+    /// Storage nodes serving each shard: with 2 or more, a client refused a witness by one
+    /// node asks another.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
     /// Prefetching clients.
     #[arg(long, default_value_t = 4)]
     clients: usize,
@@ -33,8 +37,9 @@ pub struct UpArgs {
     /// Retention level r: trie levels the miners keep when they prune their top layer.
     #[arg(short = 'r', long = "retention", default_value_t = 4)]
     retention: usize,
-    /// Compaction level c: witness nodes above this trie level are not sent (c ≤ r + 1).
-    #[arg(short = 'c', long = "compaction", default_value_t = 4)]
+    /// Compaction level c: witness nodes above this trie level are not sent. Up to r + 1: the
+    /// miner keeps levels 0..=r, so the default sends accounts' leaves (and rare deeper nodes) only.
+    #[arg(short = 'c', long = "compaction", default_value_t = 5)]
     compaction: usize,
     /// Longest run, in seconds (the run also ends when every signed transfer has committed).
     #[arg(long, default_value_t = 30)]
@@ -115,6 +120,7 @@ pub fn run(args: &UpArgs) -> Result<ExitCode> {
         accounts: args.accounts,
         shards: args.shards,
         storage_nodes: args.storage_nodes,
+        replicas: args.replicas,
         clients: args.clients,
         miners: args.miners,
         retention: args.retention,
@@ -129,11 +135,13 @@ pub fn run(args: &UpArgs) -> Result<ExitCode> {
         transport: args.transport,
         seed: args.seed,
     };
+    let (nodes, replicas) = storage_counts(args.storage_nodes, args.shards, args.replicas);
     eprintln!(
-        "virga up: {} accounts, {} shards on {} storage nodes, {} miner(s), {} clients, r={} c={}, transport {}, data in {}",
+        "virga up: {} accounts, {} shards on {} storage nodes ({} per shard), {} miner(s), {} clients, r={} c={}, transport {}, data in {}",
         args.accounts,
         args.shards,
-        args.storage_nodes.min(args.shards),
+        nodes,
+        replicas,
         args.miners,
         args.clients,
         args.retention,
@@ -181,6 +189,9 @@ fn print_report(report: &UpReport) {
         report.committed, report.offered, report.run_seconds
     );
     println!("  throughput            {:.0} transactions/s", report.tps);
+    if let (Some(cpu), Some(per_tx)) = (report.run_cpu_seconds, report.cpu_us_per_tx) {
+        println!("  cpu                   {cpu:.1} s over the run, {per_tx:.0} µs per transfer (all roles)");
+    }
     println!("  blocks                {} (head {})", report.blocks, report.head_number);
     println!("  failed with receipts  {}", join(&report.failed));
     println!("  aborted by the miner  {} (retried by the clients)", join(&report.aborts));

@@ -1,7 +1,7 @@
 //! Audits a cluster directory written by `virga up`: the miner's chain is verified from
 //! genesis (every header, work, signature and re-executed root), then every storage node's
 //! log is replayed from the genesis state and its shards at the chain's head must assemble,
-//! together, into the head's state root.
+//! together, into the head's state root (replicas of a shard must agree on it).
 
 use serde::Deserialize;
 use std::path::Path;
@@ -77,14 +77,23 @@ pub fn audit_cluster(
             .shard_hashes(&head)
             .ok_or_else(|| format!("{id}: its log does not reach the chain's head, block {head_number} ({head})"))?;
         for (index, hash) in hashes {
-            shard_hashes[index] = Some(hash);
+            // Replicas of a shard must agree on it.
+            match shard_hashes.get_mut(index) {
+                Some(Some((other, held))) if *held != hash => {
+                    return Err(format!(
+                        "{id} and {other} disagree on shard {index} at block {head_number}: {hash} and {held}"
+                    ))
+                }
+                Some(slot) => *slot = Some((id.clone(), hash)),
+                None => return Err(format!("{id}: shard {index} does not exist")),
+            }
         }
     }
     let shards = shard_hashes
         .into_iter()
         .enumerate()
         .map(|(index, hash)| {
-            hash.map(|hash| Shard::known_by_hash(index, prefix, hash))
+            hash.map(|(_, hash)| Shard::known_by_hash(index, prefix, hash))
                 .ok_or_else(|| format!("no storage node serves shard {index}"))
         })
         .collect::<Result<Vec<_>, String>>()?;

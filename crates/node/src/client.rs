@@ -2,7 +2,9 @@
 //! and verifies their witnesses, bags them, and submits transfers plus bag to the miner.
 //!
 //! A batch's witnesses are fetched at the miner's committed head, each storage node's bag
-//! verified against that head's state root. The client then pre-executes the batch on the
+//! verified against that head's state root. A shard served by several storage nodes is
+//! asked of each in turn, batch after batch; a refused witness is asked again of the
+//! shard's next replica. The client then pre-executes the batch on the
 //! witnessed accounts (and its own earlier transfers in the batch) and drops transfers that
 //! would certainly fail, saying why. The surviving witnesses are merged into one bag with
 //! every node once and the nodes above compaction level c left out. A sender has at most
@@ -11,7 +13,9 @@
 
 use alloy_primitives::{keccak256, Address, B256};
 use parking_lot::Mutex;
+use std::collections::btree_map::{BTreeMap, Entry};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -53,6 +57,10 @@ pub struct ClientStats {
     pub submitted: u64,
     pub committed: u64,
     pub committed_ok: u64,
+    /// Of `committed`: transfers whose answer was lost (the miner failed first) and that a
+    /// later pre-execution found committed by their sender's nonce; their receipts are not
+    /// known here, so they are not in `committed_ok`.
+    pub confirmed_late: u64,
     pub submissions: u64,
     /// Transfers dropped before submission because they would certainly fail, by reason.
     pub filtered: HashMap<String, u64>,
@@ -73,6 +81,10 @@ struct Shared {
     stats: Mutex<ClientStats>,
     busy_senders: Mutex<HashSet<Address>>,
     retry: Mutex<VecDeque<UserTransfer>>,
+    /// Transfers submitted to a miner that failed before answering (by hash).
+    uncertain: Mutex<HashSet<B256>>,
+    /// Witness fetches so far: picks which replica of a shard is asked first.
+    fetches: AtomicUsize,
 }
 
 pub struct Client {
@@ -88,6 +100,8 @@ impl Client {
                 stats: Mutex::new(ClientStats::default()),
                 busy_senders: Mutex::new(HashSet::new()),
                 retry: Mutex::new(VecDeque::new()),
+                uncertain: Mutex::new(HashSet::new()),
+                fetches: AtomicUsize::new(0),
             }),
         }
     }
@@ -180,8 +194,20 @@ fn release(shared: &Shared, transfers: &[UserTransfer]) {
 
 fn retry(shared: &Shared, transfers: Vec<UserTransfer>, reason: &str) {
     *shared.stats.lock().retried.entry(reason.to_string()).or_default() += transfers.len() as u64;
+    // Queued before its sender is free again, so the sender's next transfer cannot overtake it.
+    shared.retry.lock().extend(transfers.iter().cloned());
     release(shared, &transfers);
-    shared.retry.lock().extend(transfers);
+}
+
+/// Retries transfers the miner may or may not have included (it failed before answering).
+fn retry_uncertain(shared: &Shared, transfers: Vec<UserTransfer>, reason: &str) {
+    shared.uncertain.lock().extend(transfers.iter().map(|transfer| transfer.tx.hash()));
+    retry(shared, transfers, reason);
+}
+
+/// Pauses a batch after a role could not be reached, so retries do not spin.
+async fn back_off() {
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 /// The miner's committed head.
@@ -198,81 +224,154 @@ async fn miner_head(shared: &Shared) -> Result<(u64, B256, B256), String> {
     Ok((number, hash, b256(&head.state_root, "state_root")?))
 }
 
+/// One shard's part of a witness fetch.
+struct ShardFetch<'a> {
+    keys: Vec<B256>,
+    /// The storage nodes serving the shard.
+    replicas: Vec<&'a str>,
+    /// Replicas asked so far.
+    asked: usize,
+}
+
 /// Fetches and verifies the witnesses of `keys` at a block; returns each key's value and the
-/// full bag.
-async fn fetch_witnesses(
-    shared: &Shared,
-    keys: &[B256],
-    at: (u64, B256),
-    root: B256,
-) -> Result<(HashMap<B256, (Option<Vec<u8>>, usize)>, NodeBag), String> {
+/// full bags. Each shard's keys go to one storage node serving it, the replicas taken in
+/// turn fetch after fetch. A witness that fails the checks is logged and recorded in
+/// `bad_witnesses` with the node and the reason, and the keys asked of that node go to
+/// their shards' next replicas (so do those of a node that cannot answer); the fetch fails
+/// once a shard has no replica left to ask.
+async fn fetch_witnesses(shared: &Shared, keys: &[B256], at: (u64, B256), root: B256) -> Result<Witnesses, String> {
     let prefix = prefix_nibbles(shared.config.shard_count).unwrap_or(0);
-    let mut by_node: HashMap<&str, Vec<B256>> = HashMap::new();
+    let turn = shared.fetches.fetch_add(1, Ordering::Relaxed);
+    let mut shards: BTreeMap<usize, ShardFetch> = BTreeMap::new();
     for key in keys {
         let shard = virga_trie::shard::shard_of(key.as_slice(), prefix).map_err(|error| error.to_string())?;
-        let (peer, _) = shared
-            .config
-            .storage_nodes
-            .iter()
-            .find(|(_, shards)| shards.contains(&shard))
-            .ok_or_else(|| format!("no storage node serves shard {shard}"))?;
-        by_node.entry(peer.as_str()).or_default().push(*key);
-    }
-    let mut calls = tokio::task::JoinSet::new();
-    for (peer, keys) in by_node {
-        let message = proto::WitnessRequest {
-            keys: keys.iter().map(|key| key.to_vec()).collect(),
-            compaction: 0,
-            at: Some(block_id(at.0, at.1)),
-        };
-        let (id, peer, transport) = (shared.config.id.clone(), peer.to_string(), Arc::clone(&shared.transport));
-        calls.spawn(async move {
-            let reply = transport.call(&id, &peer, request(RequestBody::Witness(message))).await;
-            (peer, reply)
-        });
-    }
-    let mut values = HashMap::new();
-    let mut bags = Vec::new();
-    while let Some(joined) = calls.join_next().await {
-        let (peer, reply) = joined.map_err(|error| error.to_string())?;
-        let reply = reply.map_err(|error| error.to_string())?;
-        let checked = match reply.body {
-            Some(ResponseBody::Witness(witness)) => check_witness(witness, at, root),
-            _ => Err("answered a witness request with something else".to_string()),
-        };
-        match checked {
-            Ok((bag, key_values)) => {
-                values.extend(key_values);
-                bags.push(bag);
+        let fetch = match shards.entry(shard) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => {
+                let replicas: Vec<&str> = shared
+                    .config
+                    .storage_nodes
+                    .iter()
+                    .filter(|(_, served)| served.contains(&shard))
+                    .map(|(peer, _)| peer.as_str())
+                    .collect();
+                if replicas.is_empty() {
+                    return Err(format!("no storage node serves shard {shard}"));
+                }
+                entry.insert(ShardFetch { keys: Vec::new(), replicas, asked: 0 })
             }
-            Err(reason) => {
-                tracing::warn!(client = %shared.config.id, peer = %peer, %reason, "witness refused");
-                shared.stats.lock().bad_witnesses.push((peer.clone(), reason.clone()));
-                return Err(format!("{peer}: {reason}"));
+        };
+        fetch.keys.push(*key);
+    }
+    let mut witnesses = Witnesses::default();
+    let mut pending: Vec<usize> = shards.keys().copied().collect();
+    while !pending.is_empty() {
+        // One request per storage node: the keys of the pending shards it is next to answer for.
+        let mut by_node: BTreeMap<&str, (Vec<usize>, Vec<B256>)> = BTreeMap::new();
+        for shard in pending.drain(..) {
+            let Some(fetch) = shards.get(&shard) else { continue };
+            let peer = fetch.replicas[(turn + fetch.asked) % fetch.replicas.len()];
+            let (asked_shards, asked_keys) = by_node.entry(peer).or_default();
+            asked_shards.push(shard);
+            asked_keys.extend(&fetch.keys);
+        }
+        let mut calls = tokio::task::JoinSet::new();
+        for (peer, (asked_shards, asked_keys)) in by_node {
+            let message = proto::WitnessRequest {
+                keys: asked_keys.iter().map(|key| key.to_vec()).collect(),
+                compaction: 0,
+                at: Some(block_id(at.0, at.1)),
+            };
+            let (id, peer, transport) = (shared.config.id.clone(), peer.to_string(), Arc::clone(&shared.transport));
+            calls.spawn(async move {
+                let reply = transport.call(&id, &peer, request(RequestBody::Witness(message))).await;
+                (peer, asked_shards, asked_keys, reply)
+            });
+        }
+        while let Some(joined) = calls.join_next().await {
+            let (peer, asked_shards, asked_keys, reply) = joined.map_err(|error| error.to_string())?;
+            let failure = match reply {
+                Err(error) => {
+                    tracing::warn!(client = %shared.config.id, peer = %peer, %error, "witness unavailable");
+                    error.to_string()
+                }
+                Ok(reply) => {
+                    let checked = match reply.body {
+                        Some(ResponseBody::Witness(witness)) => {
+                            check_witness(witness, &asked_keys, at, root, shared.config.compaction)
+                        }
+                        _ => Err("answered a witness request with something else".to_string()),
+                    };
+                    match checked {
+                        Ok((full, compact, key_values)) => {
+                            witnesses.values.extend(key_values);
+                            witnesses.full.push(full);
+                            witnesses.compact.push(compact);
+                            continue;
+                        }
+                        Err(reason) => {
+                            tracing::warn!(client = %shared.config.id, peer = %peer, %reason, "witness refused");
+                            shared.stats.lock().bad_witnesses.push((peer.clone(), reason.clone()));
+                            reason
+                        }
+                    }
+                }
+            };
+            for shard in asked_shards {
+                let Some(fetch) = shards.get_mut(&shard) else { continue };
+                fetch.asked += 1;
+                if fetch.asked >= fetch.replicas.len() {
+                    return Err(format!("{peer}: {failure}; no storage node serving shard {shard} is left to ask"));
+                }
+                pending.push(shard);
             }
         }
     }
-    Ok((values, NodeBag::merge(bags)))
+    Ok(witnesses)
 }
 
 type KeyValues = Vec<(B256, (Option<Vec<u8>>, usize))>;
 
-/// A storage node's witness must be for the block asked, at its state root, and prove every key.
-fn check_witness(witness: proto::WitnessReply, at: (u64, B256), root: B256) -> Result<(NodeBag, KeyValues), String> {
+/// Verified witnesses of a batch's accounts, one bag per storage node asked.
+#[derive(Default)]
+struct Witnesses {
+    /// Each key's value and the bytes of its own full witness.
+    values: HashMap<B256, (Option<Vec<u8>>, usize)>,
+    full: Vec<NodeBag>,
+    /// The same bags compacted at c.
+    compact: Vec<NodeBag>,
+}
+
+/// A storage node's witness must be for the block asked, about the keys asked, and verify
+/// against the block's state root (every key proved, every node used). Returns it whole
+/// and compacted at `compaction`.
+fn check_witness(
+    witness: proto::WitnessReply,
+    keys: &[B256],
+    at: (u64, B256),
+    root: B256,
+    compaction: usize,
+) -> Result<(NodeBag, NodeBag, KeyValues), String> {
     let served_at = parse_block_id(witness.at.as_ref(), "at")?;
     if served_at != Some(at) {
         return Err(format!("witness is for block {served_at:?}, not the block asked for ({}, {})", at.0, at.1));
     }
     let bag = bag_from_wire(witness.bag);
-    let (values, sizes) =
-        bag.verify_sized(root).map_err(|error| format!("witness does not verify against {root}: {error}"))?;
+    let asked: HashSet<&[u8]> = keys.iter().map(|key| key.as_slice()).collect();
+    let proved: HashSet<&[u8]> = bag.keys.iter().map(Vec::as_slice).collect();
+    if bag.keys.len() != keys.len() || proved != asked {
+        return Err(format!("witness is about {} keys, not the {} asked for", bag.keys.len(), keys.len()));
+    }
+    let (values, sizes, compact) = bag
+        .verify_compact(root, compaction)
+        .map_err(|error| format!("witness does not verify against {root}: {error}"))?;
     let pairs = bag
         .keys
         .iter()
         .zip(values.into_iter().zip(sizes))
         .map(|(key, value)| Ok((b256(key, "key")?, value)))
         .collect::<Result<KeyValues, String>>()?;
-    Ok((bag, pairs))
+    Ok((bag, compact, pairs))
 }
 
 async fn submit_batch(shared: &Shared, batch: Vec<UserTransfer>) {
@@ -280,16 +379,19 @@ async fn submit_batch(shared: &Shared, batch: Vec<UserTransfer>) {
         Ok(head) => head,
         Err(reason) => {
             tracing::warn!(client = %shared.config.id, %reason, "miner head unavailable");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            back_off().await;
             return retry(shared, batch, "miner_unreachable");
         }
     };
     let mut keys: Vec<B256> = batch.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
     keys.sort_unstable();
     keys.dedup();
-    let (values, full_bag) = match fetch_witnesses(shared, &keys, (number, hash), root).await {
+    let Witnesses { values, full, compact } = match fetch_witnesses(shared, &keys, (number, hash), root).await {
         Ok(fetched) => fetched,
-        Err(_) => return retry(shared, batch, "bad_witness"),
+        Err(_) => {
+            back_off().await;
+            return retry(shared, batch, "bad_witness");
+        }
     };
 
     // Pre-execute on the witnessed accounts, each transfer seeing the batch's earlier ones.
@@ -297,6 +399,7 @@ async fn submit_batch(shared: &Shared, batch: Vec<UserTransfer>) {
     let mut kept = Vec::with_capacity(batch.len());
     let mut full_bytes = 0u64;
     let mut filtered: Vec<(UserTransfer, String)> = Vec::new();
+    let mut confirmed_late = Vec::new();
     for transfer in batch {
         let view = TransferView::of(&transfer.tx, transfer.sender);
         let load = |key: &B256| -> Result<Account, String> {
@@ -316,6 +419,12 @@ async fn submit_batch(shared: &Shared, batch: Vec<UserTransfer>) {
                 continue;
             }
         };
+        // The miner failed before answering for this transfer, and its sender's nonce has
+        // moved past it: only this transfer has that sender and nonce, so it committed.
+        if sender.nonce > transfer.tx.nonce() && shared.uncertain.lock().remove(&transfer.tx.hash()) {
+            confirmed_late.push(transfer);
+            continue;
+        }
         match apply_transfer(&shared.config.exec, &view, &sender, &recipient) {
             Ok(effect) => {
                 accounts.insert(effect.sender.0, effect.sender.1);
@@ -331,7 +440,15 @@ async fn submit_batch(shared: &Shared, batch: Vec<UserTransfer>) {
             Err(reason) => filtered.push((transfer, reason.name().to_string())),
         }
     }
-    if !filtered.is_empty() {
+    if !confirmed_late.is_empty() {
+        let mut stats = shared.stats.lock();
+        stats.committed += confirmed_late.len() as u64;
+        stats.confirmed_late += confirmed_late.len() as u64;
+        drop(stats);
+        release(shared, &confirmed_late);
+    }
+    let some_filtered = !filtered.is_empty();
+    if some_filtered {
         let mut stats = shared.stats.lock();
         for (_, reason) in &filtered {
             *stats.filtered.entry(reason.clone()).or_default() += 1;
@@ -342,21 +459,28 @@ async fn submit_batch(shared: &Shared, batch: Vec<UserTransfer>) {
     if kept.is_empty() {
         return;
     }
-    let kept_keys: HashSet<B256> = kept.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
-    let full_bag = NodeBag {
-        keys: full_bag
-            .keys
-            .into_iter()
-            .filter(|key| B256::try_from(key.as_slice()).is_ok_and(|k| kept_keys.contains(&k)))
-            .collect(),
-        nodes: full_bag.nodes,
-    };
-    let bag = match full_bag.compact(root, shared.config.compaction) {
-        Ok(bag) => bag,
-        Err(error) => {
-            tracing::error!(client = %shared.config.id, %error, "compacting a verified bag failed");
-            return retry(shared, kept, "compaction_failed");
+    // Bagging: one bag for the batch, each node once. When some transfers were filtered,
+    // the bag is narrowed to the kept ones' accounts and compacted again.
+    let bag = if some_filtered {
+        let full_bag = NodeBag::merge(full);
+        let kept_keys: HashSet<B256> = kept.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
+        let narrowed = NodeBag {
+            keys: full_bag
+                .keys
+                .into_iter()
+                .filter(|key| B256::try_from(key.as_slice()).is_ok_and(|k| kept_keys.contains(&k)))
+                .collect(),
+            nodes: full_bag.nodes,
+        };
+        match narrowed.compact(root, shared.config.compaction) {
+            Ok(bag) => bag,
+            Err(error) => {
+                tracing::error!(client = %shared.config.id, %error, "compacting a verified bag failed");
+                return retry(shared, kept, "compaction_failed");
+            }
         }
+    } else {
+        NodeBag::merge(compact)
     };
     {
         let mut stats = shared.stats.lock();
@@ -380,13 +504,13 @@ async fn submit_batch(shared: &Shared, batch: Vec<UserTransfer>) {
         },
         Err(error) => {
             tracing::warn!(client = %shared.config.id, %error, "submission failed");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            return retry(shared, kept, "submission_failed");
+            back_off().await;
+            return retry_uncertain(shared, kept, "submission_failed");
         }
     };
     if outcomes.len() != kept.len() {
         tracing::warn!(client = %shared.config.id, "the miner answered for {} of {} transfers", outcomes.len(), kept.len());
-        return retry(shared, kept, "unanswered");
+        return retry_uncertain(shared, kept, "unanswered");
     }
     let mut retries: HashMap<String, Vec<UserTransfer>> = HashMap::new();
     let mut done = Vec::new();

@@ -41,6 +41,9 @@ pub struct UpConfig {
     pub accounts: usize,
     pub shards: usize,
     pub storage_nodes: usize,
+    /// Storage nodes serving each shard (see [`replicated_layout`]); with two or more, a
+    /// client refused a witness by one node asks another.
+    pub replicas: usize,
     pub clients: usize,
     pub miners: usize,
     pub retention: usize,
@@ -65,6 +68,7 @@ impl UpConfig {
             accounts: 2_000,
             shards: 16,
             storage_nodes: 16,
+            replicas: 1,
             clients: 2,
             miners: 1,
             retention: 2,
@@ -106,12 +110,18 @@ pub struct UpReport {
     pub accounts: usize,
     pub shards: usize,
     pub storage_nodes: usize,
+    pub replicas: usize,
     pub clients: usize,
     pub miners: usize,
     pub retention: usize,
     pub compaction: usize,
     pub setup_seconds: f64,
     pub run_seconds: f64,
+    /// CPU time the whole process used during the run (user and system, every thread;
+    /// Linux only), and per committed transfer: throughput this machine could reach if
+    /// every core were busy is about cores / this.
+    pub run_cpu_seconds: Option<f64>,
+    pub cpu_us_per_tx: Option<f64>,
     pub offered: usize,
     pub committed: u64,
     pub succeeded: u64,
@@ -142,9 +152,35 @@ pub fn shards_of(node: usize, nodes: usize, shards: usize) -> Vec<usize> {
     (0..shards).filter(|shard| shard % nodes == node).collect()
 }
 
-/// Storage node ids with their shards.
+/// Storage node ids with their shards, each shard on one node ([`replicated_layout`] with
+/// one replica).
 pub fn storage_layout(nodes: usize, shards: usize) -> Vec<(String, Vec<usize>)> {
-    (0..nodes).map(|node| (format!("storage-{node}"), shards_of(node, nodes, shards))).collect()
+    replicated_layout(nodes, shards, 1)
+}
+
+/// How many storage nodes, and replicas of each shard, a cluster asked for `storage_nodes`
+/// and `replicas` runs: at least one node and no more than there are copies of shards (more
+/// would idle), and at least one replica and no more than there are nodes.
+pub fn storage_counts(storage_nodes: usize, shards: usize, replicas: usize) -> (usize, usize) {
+    let nodes = storage_nodes.clamp(1, shards.saturating_mul(replicas.max(1)).max(1));
+    (nodes, replicas.clamp(1, nodes))
+}
+
+/// Storage node ids with their shards, each shard served by `replicas` distinct nodes
+/// (`replicas` clamped to 1..=`nodes`). The shards' copies are dealt out round-robin: copy
+/// k of shard s goes to node (s · replicas + k) mod `nodes`. A shard's copies are
+/// consecutive deals, hence on distinct nodes, and no two nodes' shard counts differ by
+/// more than one. With one replica, shard s is on node s mod `nodes`.
+pub fn replicated_layout(nodes: usize, shards: usize, replicas: usize) -> Vec<(String, Vec<usize>)> {
+    let nodes = nodes.max(1);
+    let replicas = replicas.clamp(1, nodes);
+    let mut served = vec![Vec::new(); nodes];
+    for shard in 0..shards {
+        for copy in 0..replicas {
+            served[(shard * replicas + copy) % nodes].push(shard);
+        }
+    }
+    served.into_iter().enumerate().map(|(node, shards)| (format!("storage-{node}"), shards)).collect()
 }
 
 /// The beneficiary of miner `index`'s blocks.
@@ -155,6 +191,16 @@ pub fn beneficiary(index: usize) -> Address {
     Address::from(bytes)
 }
 
+/// Writes `dir/genesis.json`: every account funded with [`GENESIS_BALANCE`], a gas limit
+/// for `max_block_transfers` transfers per block, and a low fixed difficulty.
+pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usize) -> Result<(), String> {
+    let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
+    let difficulty = U256::from(16u64);
+    let gas_limit = 21_000 * max_block_transfers.max(1) as u64;
+    let json = genesis_json(chain_id, difficulty, gas_limit, addresses, U256::from(GENESIS_BALANCE));
+    std::fs::write(dir.join("genesis.json"), json).map_err(|error| format!("writing genesis.json: {error}"))
+}
+
 /// Runs a cluster with a fresh state in `config.dir` (which must not hold one).
 pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, String> {
     let started = Instant::now();
@@ -162,7 +208,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         return Err(format!("{} already holds a chain; pick an empty directory", config.dir.display()));
     }
     std::fs::create_dir_all(&config.dir).map_err(|error| format!("{}: {error}", config.dir.display()))?;
-    let nodes = config.storage_nodes.clamp(1, config.shards);
+    let (nodes, replicas) = storage_counts(config.storage_nodes, config.shards, config.replicas);
     let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
 
     progress.phase("deriving account keys", config.accounts as u64);
@@ -170,12 +216,14 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
     progress.finish();
 
     progress.phase("building the genesis state", 1);
-    let difficulty = U256::from(16u64);
-    let gas_limit = 21_000 * config.max_block_transfers.max(1) as u64;
-    let json = genesis_json(chain_id, difficulty, gas_limit, &accounts.addresses, U256::from(GENESIS_BALANCE));
-    std::fs::write(config.dir.join("genesis.json"), json).map_err(|error| format!("writing genesis.json: {error}"))?;
-    let layout = storage_layout(nodes, config.shards);
-    let cluster = serde_json::json!({ "shards": config.shards, "storage_nodes": layout, "miners": config.miners });
+    write_genesis(&config.dir, &accounts.addresses, config.max_block_transfers)?;
+    let layout = replicated_layout(nodes, config.shards, replicas);
+    let cluster = serde_json::json!({
+        "shards": config.shards,
+        "replicas": replicas,
+        "storage_nodes": layout,
+        "miners": config.miners,
+    });
     std::fs::write(config.dir.join(CLUSTER_FILE), cluster.to_string())
         .map_err(|error| format!("writing {CLUSTER_FILE}: {error}"))?;
     let genesis = read_genesis(&config.dir).map_err(|error| error.to_string())?;
@@ -305,6 +353,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
 
     progress.phase("running the workload (transfers committed)", offered as u64);
     let run_started = Instant::now();
+    let cpu_at_start = process_cpu_seconds();
     let committed_now = || client_stats.iter().map(|stats| stats().committed).sum::<u64>();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -321,6 +370,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         }
     }
     let run_seconds = run_started.elapsed().as_secs_f64();
+    let run_cpu_seconds = cpu_at_start.zip(process_cpu_seconds()).map(|(start, end)| end - start);
     progress.finish();
     let _ = stop.send(true);
     feeder.abort();
@@ -354,12 +404,15 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         accounts: config.accounts,
         shards: config.shards,
         storage_nodes: nodes,
+        replicas,
         clients: clients.len(),
         miners: miners.len(),
         retention: config.retention,
         compaction: config.compaction,
         setup_seconds,
         run_seconds,
+        run_cpu_seconds,
+        cpu_us_per_tx: run_cpu_seconds.filter(|_| committed > 0).map(|cpu| cpu * 1e6 / committed as f64),
         offered,
         committed,
         succeeded,
@@ -384,4 +437,46 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         follower_blocks_refused: followers.iter().map(|miner| miner.stats().refused_blocks).sum(),
         fork_versions_collected: storage.iter().map(|node| node.stats().fork_versions_collected).sum(),
     })
+}
+
+/// User plus system CPU seconds of this process so far, from `/proc/self/stat` (fields 14
+/// and 15, in the kernel's fixed user-visible 100 ticks per second).
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; the fields after it follow its ')'.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some((user + system) as f64 / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shard_has_its_replicas_on_distinct_nodes_and_loads_stay_even() {
+        for (nodes, shards, replicas) in [(16, 16, 1), (16, 16, 2), (4, 16, 3), (5, 16, 2), (2, 1, 2), (3, 256, 3)] {
+            let layout = replicated_layout(nodes, shards, replicas);
+            assert_eq!(layout.len(), nodes);
+            for shard in 0..shards {
+                let holders = layout.iter().filter(|(_, served)| served.contains(&shard)).count();
+                assert_eq!(holders, replicas, "shard {shard} of {nodes}/{shards}/{replicas}");
+            }
+            let loads: Vec<usize> = layout.iter().map(|(_, served)| served.len()).collect();
+            let (least, most) = (loads.iter().min().copied(), loads.iter().max().copied());
+            assert!(most.zip(least).is_some_and(|(most, least)| most - least <= 1), "{loads:?}");
+        }
+    }
+
+    #[test]
+    fn one_replica_is_the_plain_layout_and_replicas_are_clamped() {
+        let plain: Vec<Vec<usize>> = (0..5).map(|node| shards_of(node, 5, 16)).collect();
+        let layout: Vec<Vec<usize>> = storage_layout(5, 16).into_iter().map(|(_, served)| served).collect();
+        assert_eq!(layout, plain);
+        let clamped = replicated_layout(2, 16, 9);
+        assert!(clamped.iter().all(|(_, served)| served.len() == 16), "{clamped:?}");
+        assert_eq!(replicated_layout(3, 16, 0), storage_layout(3, 16));
+    }
 }

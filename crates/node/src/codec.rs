@@ -1,7 +1,9 @@
 //! Conversions between wire messages and Virga's types. Everything from a peer is checked
 //! here first: a malformed field becomes an error that names it.
 
+use alloy_consensus::Header;
 use alloy_primitives::B256;
+use alloy_rlp::Decodable;
 use virga_ledger::block::Block;
 use virga_net::proto;
 use virga_trie::proof::NodeBag;
@@ -38,6 +40,16 @@ pub fn check_keys(keys: &[Vec<u8>]) -> Result<(), String> {
         Some(index) => Err(format!("key {index} is {} bytes, state keys are 32", keys[index].len())),
         None => Ok(()),
     }
+}
+
+/// An RLP block header that must span all of `bytes`.
+pub fn decode_header(bytes: &[u8]) -> Result<Header, String> {
+    let mut rest = bytes;
+    let header = Header::decode(&mut rest).map_err(|error| format!("malformed block header: {error}"))?;
+    if !rest.is_empty() {
+        return Err(format!("block header followed by {} stray bytes", rest.len()));
+    }
+    Ok(header)
 }
 
 pub fn decode_block(bytes: &[u8]) -> Result<Block, String> {

@@ -9,6 +9,7 @@
 //! - [`miner`]: the miner (block producer and verifying follower).
 //! - [`workload`]: the Ethereum-like workload.
 //! - [`cluster`]: `virga up`, a whole cluster in one process.
+//! - [`process`]: `virga node`, each role in a process of its own over gRPC.
 //! - [`audit`]: checks a cluster directory (chain and storage-node logs).
 
 pub mod audit;
@@ -16,6 +17,7 @@ pub mod client;
 pub mod cluster;
 mod codec;
 pub mod miner;
+pub mod process;
 pub mod storage;
 pub mod updates_log;
 pub mod workload;

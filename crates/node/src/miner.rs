@@ -7,15 +7,17 @@
 //! whose accounts still cannot be read aborts as `stale_witness`. Every signature is
 //! recovered. The block is built with the ledger's builder on the top layer; its logical
 //! updates and every shard's new hash go to the storage nodes, and the block commits once
-//! all of them have logged it. Other miners receive the block with its bag and verify it
-//! from their own top layers. The top layer is pruned to retention level r whenever it
-//! outgrows its memory budget.
+//! all of them have logged it; if one refuses it, the block (and any built on it) is
+//! dropped and its transfers answered `block_refused`. Other miners receive the block with
+//! its bag and verify it from their own top layers. The top layer is pruned to retention
+//! level r whenever it outgrows its memory budget.
 
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, B256};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
@@ -27,12 +29,12 @@ use virga_ledger::tx::{RecoveredTransfer, SignedTransfer};
 use virga_ledger::verify::{check_block, execute_block, max_transfers, ChainConfig, ExecMode};
 use virga_net::proto::{self, BlockUpdates, KeyUpdate, Submission, TxOutcome};
 use virga_net::{
-    refusal, request, response, BoxFuture, Handler, Request, RequestBody, Response, ResponseBody, Transport,
+    refusal, request, response, BoxFuture, Handler, NetError, Request, RequestBody, Response, ResponseBody, Transport,
 };
 use virga_trie::proof::NodeBag;
 use virga_trie::PartialTrie;
 
-use crate::codec::{b256, bag_from_wire, bag_to_wire, block_id, decode_block};
+use crate::codec::{b256, bag_from_wire, bag_to_wire, block_id, decode_block, parse_block_id};
 use crate::storage::prefix_nibbles;
 
 #[derive(Clone, Debug)]
@@ -74,7 +76,29 @@ pub struct MinerStats {
     /// Blocks from other miners verified (follower) and refused.
     pub verified_blocks: u64,
     pub refused_blocks: u64,
+    /// This miner's blocks dropped uncommitted: refused by a storage node, or built on one
+    /// that was. Their transfers count in `aborted` as `block_refused`.
+    pub abandoned_blocks: u64,
+    /// Refusals of this miner's blocks: the storage node or follower miner, and its reason.
+    pub block_refusals: Vec<(String, String)>,
+    /// Witnesses from storage nodes refused while warming up: the node, and why.
+    pub bad_witnesses: Vec<(String, String)>,
 }
+
+/// A miner's deliberate misbehaviour, for the trust tests (feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MinerFault {
+    /// Honest.
+    #[default]
+    None,
+    /// Every block built announces a state root with one byte flipped; its work is then
+    /// done again, so the header is otherwise valid.
+    WrongRoot,
+}
+
+/// Why a transfer of a dropped block was not included: its client submits it again.
+pub const BLOCK_REFUSED: &str = "block_refused";
 
 /// A transfer's place in the block being built (its index among the admitted), or why it was left out.
 type AdmissionSlot = (B256, Result<usize, String>);
@@ -85,30 +109,64 @@ struct Pending {
     reply: oneshot::Sender<Response>,
 }
 
-struct Head {
+/// The block the next one builds on, with the top layer after it. Blocks are built ahead
+/// of their commit, so the tip may be up to [`COMMIT_QUEUE`] + 1 blocks past the committed head.
+struct Tip {
+    header: Header,
+    top: PartialTrie,
+    /// An upper bound of `top.memory_bytes()`, so the layer is walked only when it may be
+    /// over budget.
+    estimated_bytes: usize,
+    /// Raised each time the tip goes back to the committed head because a block was
+    /// refused: a block built in an older epoch descends from the refused one.
+    epoch: u64,
+}
+
+/// The newest block every storage node has logged, with the top layer after it: what
+/// clients take witnesses at, and where the tip returns when a block is refused.
+#[derive(Clone)]
+struct Committed {
     header: Header,
     hash: B256,
     top: PartialTrie,
+    estimated_bytes: usize,
 }
+
+/// Built blocks waiting for the block before them to commit.
+const COMMIT_QUEUE: usize = 1;
+
+/// What one written account may add to the top layer at most: a new leaf and the branch
+/// that splits the slot it lands in, each with its struct.
+const WRITE_ALLOWANCE_BYTES: usize = 1024;
 
 pub struct Miner {
     config: MinerConfig,
     inbox: Mutex<Vec<Pending>>,
     wake: Notify,
-    head: Mutex<Head>,
+    tip: Mutex<Tip>,
+    committed: Mutex<Committed>,
     store: Mutex<Option<ChainStore>>,
     stats: Mutex<MinerStats>,
     pool: rayon::ThreadPool,
+    #[cfg(feature = "fault-injection")]
+    fault: Mutex<MinerFault>,
 }
+
+/// Submissions' answer channels with the outcomes of their transfers.
+type Replies = Vec<(oneshot::Sender<Response>, Vec<TxOutcome>)>;
 
 /// A built block ready to commit.
 struct Built {
     block: Block,
     hash: B256,
-    top: PartialTrie,
     updates: Vec<(String, BlockUpdates)>,
     bag: NodeBag,
-    replies: Vec<(oneshot::Sender<Response>, Vec<TxOutcome>)>,
+    replies: Replies,
+    /// The top layer after the block, and its memory bound.
+    top: PartialTrie,
+    estimated_bytes: usize,
+    /// The tip's epoch the block was built in.
+    epoch: u64,
 }
 
 impl Miner {
@@ -123,14 +181,18 @@ impl Miner {
             .map_err(|error| error.to_string())?;
         let hash = header.hash_slow();
         let top = PartialTrie::from_root_hash(header.state_root);
+        let estimated_bytes = top.memory_bytes();
         Ok(Arc::new(Miner {
             config,
             inbox: Mutex::new(Vec::new()),
             wake: Notify::new(),
-            head: Mutex::new(Head { header, hash, top }),
+            committed: Mutex::new(Committed { header: header.clone(), hash, top: top.clone(), estimated_bytes }),
+            tip: Mutex::new(Tip { header, top, estimated_bytes, epoch: 0 }),
             store: Mutex::new(store),
             stats: Mutex::new(MinerStats::default()),
             pool,
+            #[cfg(feature = "fault-injection")]
+            fault: Mutex::new(MinerFault::None),
         }))
     }
 
@@ -138,15 +200,38 @@ impl Miner {
         &self.config.id
     }
 
-    /// Counters, with the top layer's node count taken now.
-    pub fn stats(&self) -> MinerStats {
-        let top_nodes = self.head.lock().top.node_count();
-        MinerStats { top_nodes, ..self.stats.lock().clone() }
+    /// Makes this miner misbehave (or behave again) from the next block it builds on.
+    #[cfg(feature = "fault-injection")]
+    pub fn set_fault(&self, fault: MinerFault) {
+        tracing::info!(miner = %self.config.id, ?fault, "fault injected");
+        *self.fault.lock() = fault;
     }
 
+    /// Under [`MinerFault::WrongRoot`], flips a byte of the block's state root and does the
+    /// work again: the block is then valid in every respect but its root.
+    #[cfg(feature = "fault-injection")]
+    fn misbuild(&self, mut built: virga_ledger::builder::Built) -> virga_ledger::builder::Built {
+        if *self.fault.lock() == MinerFault::WrongRoot {
+            let header = &mut built.block.header;
+            header.state_root.0[31] ^= 0x01;
+            virga_ledger::pow::mine(header, 0);
+        }
+        built
+    }
+
+    /// Counters, with the top layer's size measured now.
+    pub fn stats(&self) -> MinerStats {
+        let top = self.tip.lock().top.clone();
+        let (top_nodes, top_bytes) = (top.node_count(), top.memory_bytes());
+        let mut stats = self.stats.lock();
+        stats.peak_top_bytes = stats.peak_top_bytes.max(top_bytes);
+        MinerStats { top_nodes, top_bytes, ..stats.clone() }
+    }
+
+    /// The committed head: number, hash and state root.
     pub fn head(&self) -> (u64, B256, B256) {
-        let head = self.head.lock();
-        (head.header.number, head.hash, head.header.state_root)
+        let committed = self.committed.lock();
+        (committed.header.number, committed.hash, committed.header.state_root)
     }
 
     /// Fills the top layer with levels 0..=r from the storage nodes (checked by hash against
@@ -166,52 +251,97 @@ impl Miner {
                 _ => return Err(format!("{peer} answered a top request with something else")),
             }
         }
-        let beneficiary = self.fetch_witness(transport, &[keccak256(self.config.beneficiary)], number, hash).await?;
-        let mut head = self.head.lock();
-        let attached = head.top.attach_nodes(&nodes).map_err(|error| format!("top-layer nodes: {error}"))?;
-        head.top.apply_bag(&beneficiary).map_err(|error| format!("beneficiary witness: {error}"))?;
-        if head.top.root_hash() != root {
+        let beneficiary =
+            self.fetch_witness(transport, &[keccak256(self.config.beneficiary)], (number, hash), root).await?;
+        let mut tip = self.tip.lock();
+        let attached = tip.top.attach_nodes(&nodes).map_err(|error| format!("top-layer nodes: {error}"))?;
+        tip.top.apply_bag(&beneficiary).map_err(|error| format!("beneficiary witness: {error}"))?;
+        if tip.top.root_hash() != root {
             return Err("the top layer's root changed while warming up".to_string());
         }
         tracing::info!(miner = %self.config.id, attached = attached.attached, "top layer warmed up");
-        let bytes = head.top.memory_bytes();
+        let bytes = tip.top.memory_bytes();
+        tip.estimated_bytes = bytes;
+        {
+            let mut committed = self.committed.lock();
+            if committed.hash == hash {
+                committed.top = tip.top.clone();
+                committed.estimated_bytes = bytes;
+            }
+        }
         let mut stats = self.stats.lock();
         stats.top_bytes = bytes;
         stats.peak_top_bytes = stats.peak_top_bytes.max(bytes);
         Ok(())
     }
 
-    /// A full witness for `keys` at a block, from the storage nodes serving them.
+    /// A full witness for `keys` at block `at` (state root `root`), from the storage nodes
+    /// serving them. Each key's witness must be for that block and verify against `root`;
+    /// a storage node whose witness does not is logged and counted, and the shard's next
+    /// replica is asked.
     async fn fetch_witness(
         &self,
         transport: &dyn Transport,
         keys: &[B256],
-        number: u64,
-        hash: B256,
+        at: (u64, B256),
+        root: B256,
     ) -> Result<NodeBag, String> {
         let prefix = prefix_nibbles(self.config.shard_count).unwrap_or(0);
         let mut bags = Vec::new();
         for key in keys {
             let shard = virga_trie::shard::shard_of(key.as_slice(), prefix).map_err(|error| error.to_string())?;
-            let Some((peer, _)) = self.config.storage_nodes.iter().find(|(_, shards)| shards.contains(&shard)) else {
-                return Err(format!("no storage node serves shard {shard}"));
-            };
-            let witness =
-                proto::WitnessRequest { keys: vec![key.to_vec()], compaction: 0, at: Some(block_id(number, hash)) };
-            let reply = transport
-                .call(&self.config.id, peer, request(RequestBody::Witness(witness)))
-                .await
-                .map_err(|error| error.to_string())?;
-            match reply.body {
-                Some(ResponseBody::Witness(witness)) => bags.push(bag_from_wire(witness.bag)),
-                _ => return Err(format!("{peer} answered a witness request with something else")),
+            let mut failures = Vec::new();
+            let mut witnessed = None;
+            for (peer, _) in self.config.storage_nodes.iter().filter(|(_, shards)| shards.contains(&shard)) {
+                let witness =
+                    proto::WitnessRequest { keys: vec![key.to_vec()], compaction: 0, at: Some(block_id(at.0, at.1)) };
+                let reply = match transport.call(&self.config.id, peer, request(RequestBody::Witness(witness))).await {
+                    Ok(reply) => reply,
+                    Err(error) => {
+                        tracing::warn!(miner = %self.config.id, peer = %peer, %error, "witness unavailable");
+                        failures.push(format!("{peer}: {error}"));
+                        continue;
+                    }
+                };
+                match check_witness(reply, key, at, root) {
+                    Ok(bag) => {
+                        witnessed = Some(bag);
+                        break;
+                    }
+                    Err(reason) => {
+                        tracing::warn!(miner = %self.config.id, peer = %peer, %reason, "witness refused");
+                        self.stats.lock().bad_witnesses.push((peer.clone(), reason.clone()));
+                        failures.push(format!("{peer}: {reason}"));
+                    }
+                }
+            }
+            match witnessed {
+                Some(bag) => bags.push(bag),
+                None if failures.is_empty() => return Err(format!("no storage node serves shard {shard}")),
+                None => {
+                    return Err(format!(
+                        "no valid witness for shard {shard} at block {}: {}",
+                        at.0,
+                        failures.join("; ")
+                    ))
+                }
             }
         }
         Ok(NodeBag::merge(bags))
     }
 
-    /// Mines blocks from submissions until `shutdown` fires.
+    /// Mines blocks from submissions until `shutdown` fires. A block is built while the one
+    /// before it commits; blocks commit in order.
     pub async fn run(self: Arc<Self>, transport: Arc<dyn Transport>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let (to_commit, mut commits) = tokio::sync::mpsc::channel::<Built>(COMMIT_QUEUE);
+        let committer = {
+            let this = Arc::clone(&self);
+            tokio::spawn(async move {
+                while let Some(built) = commits.recv().await {
+                    this.commit(&transport, built).await;
+                }
+            })
+        };
         loop {
             if *shutdown.borrow() {
                 break;
@@ -234,7 +364,14 @@ impl Miner {
                     continue;
                 }
             };
-            self.commit(&transport, built).await;
+            if to_commit.send(built).await.is_err() {
+                tracing::error!(miner = %self.config.id, "the commit task stopped");
+                break;
+            }
+        }
+        drop(to_commit);
+        if let Err(error) = committer.await {
+            tracing::error!(miner = %self.config.id, %error, "the commit task panicked");
         }
         let pending: Vec<Pending> = std::mem::take(&mut *self.inbox.lock());
         for pending in pending {
@@ -265,10 +402,12 @@ impl Miner {
 
     /// Admits what can be executed from the batch and builds the block on the top layer.
     fn build(&self, batch: Vec<Pending>) -> Option<Built> {
-        let head = self.head.lock();
-        let mut top = head.top.clone();
-        let parent = head.header.clone();
-        drop(head);
+        let tip = self.tip.lock();
+        let mut top = tip.top.clone();
+        let parent = tip.header.clone();
+        let mut estimated_bytes = tip.estimated_bytes;
+        let epoch = tip.epoch;
+        drop(tip);
         let current_root = parent.state_root;
 
         // Decode and recover every transfer of the batch in parallel.
@@ -306,11 +445,12 @@ impl Miner {
                 }
             };
             // Witness revision: unchanged subtrees attach by hash; what changed is ours already.
-            let before = top.clone();
-            if let Err(error) = top.apply_bag(&bag) {
-                top = before;
-                self.reject_submission(&from, reply, &format!("node bag refused: {error}"));
-                continue;
+            match top.apply_bag(&bag) {
+                Ok(applied) => estimated_bytes += applied.grown_bytes,
+                Err(error) => {
+                    self.reject_submission(&from, reply, &format!("node bag refused: {error}"));
+                    continue;
+                }
             }
             if witness_root != current_root {
                 self.stats.lock().revised_submissions += 1;
@@ -387,19 +527,11 @@ impl Miner {
                 return None;
             }
         };
+        #[cfg(feature = "fault-injection")]
+        let built = self.misbuild(built);
         let hash = built.block.hash();
         let receipts = &built.outcome.receipts;
         let mut replies = Vec::with_capacity(slots.len());
-        {
-            let mut stats = self.stats.lock();
-            stats.included += receipts.len() as u64;
-            for receipt in receipts {
-                match &receipt.outcome {
-                    Ok(()) => stats.succeeded += 1,
-                    Err(reason) => *stats.failed.entry(reason.name().to_string()).or_default() += 1,
-                }
-            }
-        }
         for (reply, outcomes) in slots {
             let outcomes = outcomes
                 .into_iter()
@@ -431,6 +563,7 @@ impl Miner {
             replies.push((reply, outcomes));
         }
 
+        estimated_bytes += touched.len().saturating_add(1).saturating_mul(WRITE_ALLOWANCE_BYTES);
         let updates = match self.logical_updates(&top, touched) {
             Ok(updates) => updates,
             Err(reason) => {
@@ -438,7 +571,26 @@ impl Miner {
                 return None;
             }
         };
-        Some(Built { block: built.block, hash, top, updates, bag: NodeBag::merge(bags), replies })
+        let estimated_bytes = self.maybe_prune(&mut top, estimated_bytes);
+        let mut tip = self.tip.lock();
+        if tip.epoch != epoch {
+            // The parent was refused while this block was built: it goes too.
+            drop(tip);
+            self.abandon(built.block.header.number, epoch, replies);
+            return None;
+        }
+        *tip = Tip { header: built.block.header.clone(), top: top.clone(), estimated_bytes, epoch };
+        drop(tip);
+        Some(Built {
+            block: built.block,
+            hash,
+            updates,
+            bag: NodeBag::merge(bags),
+            replies,
+            top,
+            estimated_bytes,
+            epoch,
+        })
     }
 
     /// Each touched account's new value, grouped for the storage node serving its shard, and
@@ -470,80 +622,191 @@ impl Miner {
             .map(|(peer, shards)| {
                 let updates =
                     shards.iter().flat_map(|shard| by_shard.get(shard).cloned().unwrap_or_default()).collect();
-                (peer.clone(), BlockUpdates { block: Vec::new(), shard_hashes: shard_hashes.clone(), updates })
+                (peer.clone(), BlockUpdates { header: Vec::new(), shard_hashes: shard_hashes.clone(), updates })
             })
             .collect())
     }
 
-    /// Sends the block to every storage node (retrying until each has logged it) and to the
-    /// other miners, then makes it the head, stores it and answers the submissions.
+    /// Sends the block to every storage node and to the other miners. Once every storage
+    /// node has logged it, it becomes the committed head, is stored and its submissions are
+    /// answered. A storage node that cannot be reached is asked again until it answers; an
+    /// answer refusing the block (or acknowledging another) is final, and the block is
+    /// abandoned (see [`Miner::abandon`]). Other miners' verdicts are logged and recorded.
     async fn commit(&self, transport: &Arc<dyn Transport>, built: Built) {
-        let Built { block, hash, mut top, updates, bag, replies } = built;
-        let encoded = block.encode();
+        let Built { block, hash, updates, bag, replies, top, estimated_bytes, epoch } = built;
         let number = block.header.number;
-        let mut calls = tokio::task::JoinSet::new();
+        if self.tip.lock().epoch != epoch {
+            // Built on a block refused since: never sent anywhere.
+            return self.abandon(number, epoch, replies);
+        }
+        let encoded = block.encode();
+        let header = alloy_rlp::encode(&block.header);
+        // Set by the first refusal: the calls still retrying an unreachable node stop.
+        let refused = Arc::new(AtomicBool::new(false));
+        let mut storage_calls = tokio::task::JoinSet::new();
         for (peer, mut message) in updates {
-            message.block = encoded.clone();
-            let (id, transport) = (self.config.id.clone(), Arc::clone(transport));
-            calls.spawn(async move {
+            message.header = header.clone();
+            let (id, transport, refused) = (self.config.id.clone(), Arc::clone(transport), Arc::clone(&refused));
+            storage_calls.spawn(async move {
                 let mut delay = Duration::from_millis(20);
                 loop {
-                    match transport.call(&id, &peer, request(RequestBody::ApplyBlock(message.clone()))).await {
-                        Ok(_) => return,
+                    let call = transport.call(&id, &peer, request(RequestBody::ApplyBlock(message.clone())));
+                    let reason = match call.await {
+                        Ok(reply) => match acknowledged(reply, number, hash) {
+                            Ok(()) => return None,
+                            Err(reason) => reason,
+                        },
+                        Err(NetError::Refused { reason, .. }) => reason,
                         Err(error) => {
-                            tracing::warn!(miner = %id, peer = %peer, block = number, %error, "storage node has not logged the block; retrying");
+                            if refused.load(Ordering::Acquire) {
+                                return None;
+                            }
+                            tracing::warn!(
+                                miner = %id, peer = %peer, block = number, %error,
+                                "storage node has not logged the block; retrying"
+                            );
                             tokio::time::sleep(delay).await;
                             delay = (delay * 2).min(Duration::from_secs(1));
+                            continue;
                         }
-                    }
+                    };
+                    refused.store(true, Ordering::Release);
+                    return Some((peer, reason));
                 }
             });
         }
         let announcement = proto::BlockAnnouncement { block: encoded.clone(), bag: Some(bag_to_wire(&bag)) };
+        let mut gossip = tokio::task::JoinSet::new();
         for peer in self.config.peers.clone() {
             let message = request(RequestBody::Announce(announcement.clone()));
             let (id, transport) = (self.config.id.clone(), Arc::clone(transport));
-            calls.spawn(async move {
+            gossip.spawn(async move {
                 match transport.call(&id, &peer, message).await {
-                    Ok(reply) => {
-                        if let Some(ResponseBody::Verdict(verdict)) = reply.body {
-                            if !verdict.accepted {
-                                tracing::warn!(miner = %id, peer = %peer, block = number, reason = %verdict.reason, "peer refused the block");
-                            }
-                        }
+                    Ok(reply) => match reply.body {
+                        Some(ResponseBody::Verdict(verdict)) if verdict.accepted => None,
+                        Some(ResponseBody::Verdict(verdict)) => Some((peer, verdict.reason)),
+                        _ => Some((peer, "answered an announcement with something else".to_string())),
+                    },
+                    Err(error) => {
+                        tracing::warn!(miner = %id, peer = %peer, block = number, %error, "gossip failed");
+                        None
                     }
-                    Err(error) => tracing::warn!(miner = %id, peer = %peer, block = number, %error, "gossip failed"),
                 }
             });
         }
-        while calls.join_next().await.is_some() {}
+        let mut refusals = Vec::new();
+        while let Some(joined) = storage_calls.join_next().await {
+            match joined {
+                Ok(None) => {}
+                Ok(Some(refusal)) => refusals.push(refusal),
+                Err(error) => {
+                    // Whether that node logged the block is unknown: do not commit it.
+                    refused.store(true, Ordering::Release);
+                    refusals.push(("a storage node".to_string(), format!("the call to it failed: {error}")));
+                }
+            }
+        }
+        while let Some(joined) = gossip.join_next().await {
+            if let Ok(Some((peer, reason))) = joined {
+                tracing::warn!(
+                    miner = %self.config.id, peer = %peer, block = number, %reason,
+                    "peer refused the block"
+                );
+                self.stats.lock().block_refusals.push((peer, reason));
+            }
+        }
+        if !refusals.is_empty() {
+            for (peer, reason) in &refusals {
+                tracing::warn!(
+                    miner = %self.config.id, peer = %peer, block = number, %reason,
+                    "storage node refused the block; abandoning it"
+                );
+            }
+            self.stats.lock().block_refusals.extend(refusals);
+            return self.abandon(number, epoch, replies);
+        }
         if let Some(store) = self.store.lock().as_mut() {
             if let Err(error) = store.append(number, hash, &encoded) {
                 tracing::error!(miner = %self.config.id, block = number, %error, "storing the block failed");
             }
         }
-        self.maybe_prune(&mut top);
-        *self.head.lock() = Head { header: block.header, hash, top };
-        self.stats.lock().blocks += 1;
+        *self.committed.lock() = Committed { header: block.header, hash, top, estimated_bytes };
+        {
+            let mut stats = self.stats.lock();
+            stats.blocks += 1;
+            for outcome in replies.iter().flat_map(|(_, outcomes)| outcomes).filter(|outcome| outcome.included) {
+                stats.included += 1;
+                if outcome.succeeded {
+                    stats.succeeded += 1;
+                } else {
+                    *stats.failed.entry(outcome.reason.clone()).or_default() += 1;
+                }
+            }
+        }
         for (reply, outcomes) in replies {
             let _ = reply.send(outcomes_reply(Some((number, hash)), outcomes));
         }
     }
 
-    /// Prunes to level r when the top layer is over budget. One walk of the layer per block
-    /// (the estimate encodes every node); a second only after a prune.
-    fn maybe_prune(&self, top: &mut PartialTrie) {
-        let mut bytes = top.memory_bytes();
-        let over_budget = bytes > self.config.top_budget_bytes;
-        let peak = bytes;
-        if over_budget {
-            top.prune_keeping(self.config.retention, &[keccak256(self.config.beneficiary)]);
-            bytes = top.memory_bytes();
+    /// Drops block `number`, built in `epoch`, uncommitted: a storage node refused it or a
+    /// block it builds on. If the tip is still in that epoch it goes back to the committed
+    /// head in a new epoch, so that blocks built on the dropped one (queued or being built)
+    /// are dropped in turn. Its transfers are answered as not included (`block_refused`)
+    /// for their clients to submit them again.
+    fn abandon(&self, number: u64, epoch: u64, replies: Replies) {
+        let committed = self.committed.lock().clone();
+        {
+            let mut tip = self.tip.lock();
+            if tip.epoch == epoch {
+                *tip = Tip {
+                    header: committed.header,
+                    top: committed.top,
+                    estimated_bytes: committed.estimated_bytes,
+                    epoch: epoch + 1,
+                };
+            }
         }
+        let mut dropped = 0u64;
+        for (reply, outcomes) in replies {
+            let outcomes = outcomes
+                .into_iter()
+                .map(|outcome| {
+                    if outcome.included {
+                        dropped += 1;
+                        TxOutcome { included: false, succeeded: false, reason: BLOCK_REFUSED.to_string(), ..outcome }
+                    } else {
+                        outcome
+                    }
+                })
+                .collect();
+            let _ = reply.send(outcomes_reply(None, outcomes));
+        }
+        tracing::warn!(miner = %self.config.id, block = number, transfers = dropped, "block abandoned");
         let mut stats = self.stats.lock();
-        stats.peak_top_bytes = stats.peak_top_bytes.max(peak);
+        stats.abandoned_blocks += 1;
+        *stats.aborted.entry(BLOCK_REFUSED.to_string()).or_default() += dropped;
+    }
+
+    /// Prunes to level r when the top layer is over budget, and returns the new upper bound
+    /// of its memory. The layer is walked (every node encoded) only when `estimated_bytes`
+    /// says it may be over budget, and once more after a prune.
+    fn maybe_prune(&self, top: &mut PartialTrie, estimated_bytes: usize) -> usize {
+        if estimated_bytes <= self.config.top_budget_bytes {
+            return estimated_bytes;
+        }
+        let measured = top.memory_bytes();
+        let over_budget = measured > self.config.top_budget_bytes;
+        let bytes = if over_budget {
+            top.prune_keeping(self.config.retention, &[keccak256(self.config.beneficiary)]);
+            top.memory_bytes()
+        } else {
+            measured
+        };
+        let mut stats = self.stats.lock();
+        stats.peak_top_bytes = stats.peak_top_bytes.max(measured);
         stats.prunes += u64::from(over_budget);
         stats.top_bytes = bytes;
+        bytes
     }
 
     fn reject_submission(&self, from: &str, reply: oneshot::Sender<Response>, reason: &str) {
@@ -556,22 +819,59 @@ impl Miner {
     fn verify_announced(&self, announcement: proto::BlockAnnouncement) -> Result<(), String> {
         let block = decode_block(&announcement.block)?;
         let bag = bag_from_wire(announcement.bag);
-        let mut head = self.head.lock();
-        let views = check_block(&self.config.chain, &head.header, &block, None, ExecMode::Staged, &self.pool)
+        let mut tip = self.tip.lock();
+        let views = check_block(&self.config.chain, &tip.header, &block, None, ExecMode::Staged, &self.pool)
             .map_err(|error| error.to_string())?;
-        let mut top = head.top.clone();
-        top.apply_bag(&bag).map_err(|error| format!("node bag refused: {error}"))?;
+        let mut top = tip.top.clone();
+        let applied = top.apply_bag(&bag).map_err(|error| format!("node bag refused: {error}"))?;
         let verified = execute_block(&self.config.chain, top, &block, views, ExecMode::Staged, &self.pool)
             .map_err(|error| error.to_string())?;
         let mut top = verified.state;
-        self.maybe_prune(&mut top);
+        let written = 2 * block.transactions.len() + 1;
+        let estimated_bytes = self.maybe_prune(
+            &mut top,
+            tip.estimated_bytes + applied.grown_bytes + written.saturating_mul(WRITE_ALLOWANCE_BYTES),
+        );
         let hash = block.hash();
         if let Some(store) = self.store.lock().as_mut() {
             store.append(block.header.number, hash, &announcement.block).map_err(|error| error.to_string())?;
         }
-        *head = Head { header: block.header, hash, top };
+        *self.committed.lock() = Committed { header: block.header.clone(), hash, top: top.clone(), estimated_bytes };
+        *tip = Tip { header: block.header, top, estimated_bytes, epoch: tip.epoch };
         Ok(())
     }
+}
+
+/// A storage node's answer to `ApplyBlock` must acknowledge that very block.
+fn acknowledged(reply: Response, number: u64, hash: B256) -> Result<(), String> {
+    let Some(ResponseBody::BlockAck(ack)) = reply.body else {
+        return Err("answered a block with something other than an acknowledgement".to_string());
+    };
+    match parse_block_id(ack.block.as_ref(), "block")? {
+        Some(acked) if acked == (number, hash) => Ok(()),
+        Some((other, other_hash)) => {
+            Err(format!("acknowledged block {other} ({other_hash}) instead of block {number} ({hash})"))
+        }
+        None => Err(format!("acknowledged no block instead of block {number} ({hash})")),
+    }
+}
+
+/// A storage node's answer to a one-key witness request: a witness for block `at`, about
+/// exactly `key`, verifying against `root`.
+fn check_witness(reply: Response, key: &B256, at: (u64, B256), root: B256) -> Result<NodeBag, String> {
+    let Some(ResponseBody::Witness(witness)) = reply.body else {
+        return Err("answered a witness request with something else".to_string());
+    };
+    let served_at = parse_block_id(witness.at.as_ref(), "at")?;
+    if served_at != Some(at) {
+        return Err(format!("witness is for block {served_at:?}, not the block asked for ({}, {})", at.0, at.1));
+    }
+    let bag = bag_from_wire(witness.bag);
+    if bag.keys != [key.to_vec()] {
+        return Err(format!("witness is about {} keys, not the one asked for ({key})", bag.keys.len()));
+    }
+    bag.verify(root).map_err(|error| format!("witness does not verify against {root}: {error}"))?;
+    Ok(bag)
 }
 
 fn outcomes_reply(block: Option<(u64, B256)>, outcomes: Vec<TxOutcome>) -> Response {

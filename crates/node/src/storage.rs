@@ -20,7 +20,7 @@ use virga_net::{refusal, response, BoxFuture, Handler, Request, RequestBody, Res
 use virga_trie::shard::{Shard, ShardedTrie};
 use virga_trie::Trie;
 
-use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_block, parse_block_id};
+use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_header, parse_block_id};
 use crate::updates_log::{LogError, UpdatesLog};
 
 /// How many blocks below the head a storage node keeps versions for.
@@ -49,6 +49,20 @@ struct Versions {
     head_number: u64,
 }
 
+/// A storage node's deliberate misbehaviour, for the trust tests (feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StorageFault {
+    /// Honest.
+    #[default]
+    None,
+    /// Every witness bag served has one byte flipped in one of its nodes.
+    CorruptWitness,
+    /// Every witness is proved from the parent of the version asked for (when held), while
+    /// the reply claims the block and state root asked for.
+    StaleWitness,
+}
+
 /// Counters for reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StorageStats {
@@ -67,6 +81,8 @@ pub struct StorageNode {
     versions: RwLock<Versions>,
     log: Mutex<Option<UpdatesLog>>,
     stats: Mutex<StorageStats>,
+    #[cfg(feature = "fault-injection")]
+    fault: Mutex<StorageFault>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +133,8 @@ impl StorageNode {
             versions: RwLock::new(versions),
             log: Mutex::new(None),
             stats: Mutex::new(StorageStats::default()),
+            #[cfg(feature = "fault-injection")]
+            fault: Mutex::new(StorageFault::None),
         };
         let mut replayed = 0;
         if let Some(path) = log_path {
@@ -140,6 +158,35 @@ impl StorageNode {
 
     pub fn stats(&self) -> StorageStats {
         *self.stats.lock()
+    }
+
+    /// Makes this node misbehave (or behave again) from its next reply on.
+    #[cfg(feature = "fault-injection")]
+    pub fn set_fault(&self, fault: StorageFault) {
+        tracing::info!(node = %self.id, ?fault, "fault injected");
+        *self.fault.lock() = fault;
+    }
+
+    /// The shards a witness is proved from: the version asked for, or under
+    /// [`StorageFault::StaleWitness`] its parent's when this node still holds it.
+    #[cfg(feature = "fault-injection")]
+    fn shards_to_prove<'a>(&self, versions: &'a Versions, version: &'a Version) -> &'a ShardedTrie {
+        let stale = *self.fault.lock() == StorageFault::StaleWitness && version.header.number > 0;
+        match versions.by_hash.get(&version.header.parent_hash) {
+            Some(parent) if stale => &parent.shards,
+            _ => &version.shards,
+        }
+    }
+
+    /// Under [`StorageFault::CorruptWitness`], flips the last byte of the bag's last node.
+    #[cfg(feature = "fault-injection")]
+    fn corrupt_if_faulty(&self, mut bag: virga_trie::proof::NodeBag) -> virga_trie::proof::NodeBag {
+        if *self.fault.lock() == StorageFault::CorruptWitness {
+            if let Some(byte) = bag.nodes.last_mut().and_then(|node| node.last_mut()) {
+                *byte ^= 0x01;
+            }
+        }
+        bag
     }
 
     /// The head block (highest number applied) and its state root.
@@ -168,8 +215,7 @@ impl StorageNode {
 
     /// Checks and applies a block's updates as a new version (without logging).
     fn accept(&self, updates: &BlockUpdates) -> Result<(u64, B256, bool), String> {
-        let block = decode_block(&updates.block)?;
-        let header = block.header;
+        let header = decode_header(&updates.header)?;
         let hash = header.hash_slow();
         let parent_shards = {
             let versions = self.versions.read();
@@ -294,10 +340,15 @@ impl StorageNode {
         let at = parse_block_id(request.at.as_ref(), "at")?;
         let versions = self.versions.read();
         let (hash, version) = self.version_for(&versions, at)?;
-        let bag = version
-            .shards
+        #[cfg(not(feature = "fault-injection"))]
+        let shards = &version.shards;
+        #[cfg(feature = "fault-injection")]
+        let shards = self.shards_to_prove(&versions, version);
+        let bag = shards
             .try_prove_many(&request.keys, request.compaction as usize)
             .map_err(|error| format!("cannot prove here: {error}"))?;
+        #[cfg(feature = "fault-injection")]
+        let bag = self.corrupt_if_faulty(bag);
         self.stats.lock().witnesses_served += 1;
         let reply = proto::WitnessReply {
             at: Some(block_id(version.header.number, hash)),

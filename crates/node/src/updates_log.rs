@@ -134,7 +134,7 @@ mod tests {
     use super::*;
 
     fn record(n: u8) -> BlockUpdates {
-        BlockUpdates { block: vec![n; 40], shard_hashes: vec![vec![n; 32]], updates: Vec::new() }
+        BlockUpdates { header: vec![n; 40], shard_hashes: vec![vec![n; 32]], updates: Vec::new() }
     }
 
     #[test]

@@ -54,3 +54,13 @@ async fn a_tiny_top_layer_still_commits_everything() {
     config.top_budget_bytes = 0;
     run_and_audit(config).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_two_replicas_per_shard_commits_everything_and_its_replicas_agree() {
+    // The audit replays both replicas' logs of every shard and refuses any disagreement.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = UpConfig::small(dir.path());
+    config.storage_nodes = 8;
+    config.replicas = 2;
+    run_and_audit(config).await;
+}

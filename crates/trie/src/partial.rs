@@ -6,8 +6,8 @@
 //! what it holds (naming the hash node that stops an operation), prunes back to a
 //! retention level, and revises witnesses taken at an older root.
 
+use foldhash::{HashMap, HashSet};
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
 
 use alloy_primitives::{keccak256, B256};
 use virga_core::nibbles::nibble_at;
@@ -40,6 +40,28 @@ pub struct BagApplied {
     /// already holds (or held when the witness was taken), stale upper nodes of a
     /// witness from an older root, or junk. They are ignored, never trusted.
     pub unused: usize,
+    /// How much [`PartialTrie::memory_bytes`] grew by the attached nodes.
+    pub grown_bytes: usize,
+}
+
+/// Hash nodes replaced so far by one bag, and the memory they added.
+#[derive(Default)]
+struct Attached {
+    hashes: HashSet<B256>,
+    grown_bytes: usize,
+}
+
+impl Attached {
+    fn record(&mut self, hash: B256, built: &Node) {
+        self.hashes.insert(hash);
+        // The hash node it replaces was charged its overhead already.
+        self.grown_bytes += subtree_memory(built).saturating_sub(NODE_OVERHEAD_BYTES);
+    }
+
+    fn outcome(self, offered: usize) -> BagApplied {
+        let attached = self.hashes.len();
+        BagApplied { attached, unused: offered - attached, grown_bytes: self.grown_bytes }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,18 +141,18 @@ impl PartialTrie {
 
     /// Replaces hash nodes on the paths of the bag's keys with the bag's nodes whose
     /// keccak equals them. A node is trusted only through that equality, so a bag can
-    /// add knowledge but never change the root.
+    /// add knowledge but never change the root. Works in place (nodes shared with a clone
+    /// are copied once, not per bag); on `Err` the nodes attached before the malformed one
+    /// stay, which changes no hash and no value the trie could already read.
     pub fn apply_bag(&mut self, bag: &NodeBag) -> Result<BagApplied, BagError> {
         let by_hash: HashMap<B256, &[u8]> = bag.nodes.iter().map(|n| (keccak256(n), n.as_slice())).collect();
-        let mut attached = HashSet::new();
-        let mut root = self.root.clone();
-        if let Some(root) = root.as_mut() {
+        let mut attached = Attached::default();
+        if let Some(root) = self.root.as_mut() {
             for key in &bag.keys {
                 resolve_path(root, key, 0, &by_hash, &mut attached)?;
             }
         }
-        self.root = root;
-        Ok(BagApplied { attached: attached.len(), unused: by_hash.len() - attached.len() })
+        Ok(attached.outcome(by_hash.len()))
     }
 
     /// Attaches `nodes` wherever a hash node equal to a node's keccak appears in the trie,
@@ -141,13 +163,13 @@ impl PartialTrie {
     /// count as `unused`; on `Err` the trie is unchanged. Walks every node held.
     pub fn attach_nodes(&mut self, nodes: &[Vec<u8>]) -> Result<BagApplied, BagError> {
         let by_hash: HashMap<B256, &[u8]> = nodes.iter().map(|n| (keccak256(n), n.as_slice())).collect();
-        let mut attached = HashSet::new();
+        let mut attached = Attached::default();
         if let Some(root) = &self.root {
             if let Some(root) = attach_below(root, &by_hash, &mut attached)? {
                 self.root = Some(root);
             }
         }
-        Ok(BagApplied { attached: attached.len(), unused: by_hash.len() - attached.len() })
+        Ok(attached.outcome(by_hash.len()))
     }
 
     /// Witness revision: accepts a bag taken at `witness_root`, possibly older than this
@@ -232,19 +254,7 @@ impl PartialTrie {
     /// has no RLP of its own; its hash lives in the node struct. Nodes shared with other
     /// versions are charged to each, as they would be if this were the only version.
     pub fn memory_bytes(&self) -> usize {
-        let mut total = 0;
-        let mut rlp = Vec::with_capacity(600);
-        if let Some(root) = &self.root {
-            ops::visit_nodes(root, &mut |node| {
-                total += NODE_OVERHEAD_BYTES;
-                if !matches!(node.kind(), Kind::Hash) {
-                    rlp.clear();
-                    node.encode(&mut rlp);
-                    total += rlp.len();
-                }
-            });
-        }
-        total
+        self.root.as_ref().map_or(0, subtree_memory)
     }
 
     /// Hash nodes held: the subtrees this trie knows only by hash.
@@ -257,18 +267,32 @@ impl PartialTrie {
     }
 }
 
+fn subtree_memory(root: &Node) -> usize {
+    let mut total = 0;
+    let mut rlp = Vec::with_capacity(600);
+    ops::visit_nodes(root, &mut |node| {
+        total += NODE_OVERHEAD_BYTES;
+        if !matches!(node.kind(), Kind::Hash) {
+            rlp.clear();
+            node.encode(&mut rlp);
+            total += rlp.len();
+        }
+    });
+    total
+}
+
 fn resolve_path(
     node: &mut Node,
     key: &[u8],
     depth: usize,
     by_hash: &HashMap<B256, &[u8]>,
-    attached: &mut HashSet<B256>,
+    attached: &mut Attached,
 ) -> Result<(), BagError> {
     if let Kind::Hash = node.kind() {
         let hash = node.cached_hash().unwrap_or_default();
         let Some(bytes) = by_hash.get(&hash) else { return Ok(()) };
         *node = build(bytes, Some(hash))?;
-        attached.insert(hash);
+        attached.record(hash, node);
     }
     let key_len = key.len() * 2;
     // Descend only where the key's path continues, copying nodes (their hashes stay valid).
@@ -300,14 +324,14 @@ fn resolve_path(
 fn attach_below(
     node: &Node,
     by_hash: &HashMap<B256, &[u8]>,
-    attached: &mut HashSet<B256>,
+    attached: &mut Attached,
 ) -> Result<Option<Node>, BagError> {
     match node.kind() {
         Kind::Hash => {
             let hash = node.cached_hash().unwrap_or_default();
             let Some(bytes) = by_hash.get(&hash) else { return Ok(None) };
             let built = build(bytes, Some(hash))?;
-            attached.insert(hash);
+            attached.record(hash, &built);
             Ok(Some(attach_below(&built, by_hash, attached)?.unwrap_or(built)))
         }
         Kind::Leaf(_) => Ok(None),
@@ -515,8 +539,10 @@ mod tests {
         nodes.shuffle(&mut StdRng::seed_from_u64(7));
 
         let mut top = PartialTrie::from_root_hash(root);
+        let before = top.memory_bytes();
         let applied = top.attach_nodes(&nodes).unwrap();
-        assert_eq!(applied, BagApplied { attached: genuine, unused: tampered.len() });
+        assert_eq!(applied, BagApplied { attached: genuine, unused: tampered.len(), ..applied });
+        assert_eq!(top.memory_bytes(), before + applied.grown_bytes);
         assert_eq!(top.root_hash(), root);
         let mut pruned = PartialTrie::from(trie.clone());
         pruned.prune(3);
@@ -532,10 +558,12 @@ mod tests {
         }
         // Attaching again finds no hash node to fill with the same nodes.
         let again = top.attach_nodes(&nodes).unwrap();
-        assert_eq!(again, BagApplied { attached: 0, unused: genuine + tampered.len() });
+        assert_eq!(again, BagApplied { attached: 0, unused: genuine + tampered.len(), grown_bytes: 0 });
         // A deeper level attaches below what is there.
+        let before = top.memory_bytes();
         let deeper = top.attach_nodes(&nodes_above(&trie, 3000, 5)).unwrap();
         assert!(deeper.attached > 0);
+        assert_eq!(top.memory_bytes(), before + deeper.grown_bytes);
         assert_eq!(top.root_hash(), root);
     }
 
@@ -569,7 +597,7 @@ mod tests {
         assert_eq!(top.root_hash(), root);
         // Without the bad node the rest attaches, and the bad one's hash stays a hash.
         let applied = top.attach_nodes(&[branch, leaf]).unwrap();
-        assert_eq!(applied, BagApplied { attached: 2, unused: 0 });
+        assert_eq!(applied, BagApplied { attached: 2, unused: 0, ..applied });
         assert_eq!((top.node_count(), top.hash_node_count()), (3, 1));
         assert_eq!(top.root_hash(), root);
         assert!(top.attach_nodes(&[garbage]).is_err());

@@ -1,7 +1,9 @@
 //! Witnesses: single-key proofs in EIP-1186 form, multi-key node bags with every node
 //! once, compaction, and verification against a root.
 
-use std::collections::{HashMap, HashSet};
+// Keys here are keccak hashes or node bytes; a seeded fast hasher is plenty and SipHash
+// showed up in witness checking.
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use alloy_primitives::{keccak256, B256};
 use virga_core::nibbles::nibble_at;
@@ -193,6 +195,28 @@ impl NodeBag {
             }
         })?;
         Ok((values, sizes))
+    }
+
+    /// [`Self::verify_sized`] and [`Self::compact`] in one walk (each node hashed once): a
+    /// client checking full witnesses gets the values, each key's witness size and the bag
+    /// to send.
+    pub fn verify_compact(
+        &self,
+        root: B256,
+        compaction_level: usize,
+    ) -> Result<(ProvenValues, Vec<usize>, NodeBag), ProofError> {
+        let mut sizes = vec![0usize; self.keys.len()];
+        let mut seen = HashSet::new();
+        let mut nodes = Vec::new();
+        let values = self.walk_all(root, true, &mut |key_index, hash, level, node| {
+            if let Some(size) = sizes.get_mut(key_index) {
+                *size += node.len();
+            }
+            if level >= compaction_level && seen.insert(hash) {
+                nodes.push(node.to_vec());
+            }
+        })?;
+        Ok((values, sizes, NodeBag { keys: self.keys.clone(), nodes }))
     }
 
     /// Compacts a complete bag that verifies against `root` to `compaction_level`: the
@@ -425,7 +449,11 @@ mod tests {
                 prop_assert_eq!(&compacted.keys, &proven.keys);
                 prop_assert_eq!(sorted(compacted.nodes.clone()), sorted(proven.nodes.clone()));
                 // The walk mirrors `prove_many`, so even the order agrees.
-                prop_assert_eq!(compacted, proven);
+                prop_assert_eq!(&compacted, &proven);
+                // Verifying and compacting in one walk gives both results unchanged.
+                let (values, sizes, together) = full.verify_compact(root, c).unwrap();
+                prop_assert_eq!((values, sizes), full.verify_sized(root).unwrap());
+                prop_assert_eq!(together, proven);
             }
         }
 

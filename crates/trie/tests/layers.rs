@@ -95,9 +95,11 @@ fn node_bags_fill_the_top_layer_and_updates_match_the_full_trie() {
     assert_eq!(bag.verify(root).unwrap().len(), wanted.len());
 
     let mut partial = PartialTrie::from_root_hash(root);
+    let before = partial.memory_bytes();
     let applied = partial.apply_bag(&bag).unwrap();
     assert_eq!(applied.unused, 0);
     assert_eq!(applied.attached, bag.nodes.len());
+    assert_eq!(partial.memory_bytes(), before + applied.grown_bytes);
     assert_eq!(partial.root_hash(), root);
     for k in &wanted {
         assert_eq!(partial.get(k.as_slice()).unwrap(), trie.get(k.as_slice()));

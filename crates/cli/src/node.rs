@@ -1,0 +1,233 @@
+//! `virga node`: RainBlock's roles as processes of their own over gRPC.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::sync::watch;
+use virga_node::process::{self, ClientJob, ClusterPlan, PlanOptions};
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct NodeArgs {
+    #[command(subcommand)]
+    init: Option<NodeCommand>,
+    /// Which role this process plays.
+    #[arg(long, required = true)]
+    role: Option<Role>,
+    /// The cluster directory written by `virga node init`.
+    #[arg(long, required = true)]
+    dir: Option<PathBuf>,
+    /// This process's id in the plan: storage-i, miner-i; any name for a client.
+    #[arg(long, required = true)]
+    id: Option<String>,
+    /// Client: transfers signed for all clients together (this one submits its share).
+    #[arg(long, default_value_t = 20_000)]
+    transfers: usize,
+    /// Client: this is client `index` of `clients` (clients never share a sender).
+    #[arg(long, default_value_t = 0)]
+    index: usize,
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
+    /// Client: transfers offered per second (default: as fast as they are taken).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Client: longest run in seconds.
+    #[arg(long, default_value_t = 120)]
+    duration: u64,
+    #[arg(long, default_value_t = 250)]
+    batch: usize,
+    #[arg(long, default_value_t = 8)]
+    in_flight: usize,
+    /// Client: also write its report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum NodeCommand {
+    /// Writes a cluster directory: the genesis and the plan every role reads (ids, shards, addresses).
+    Init(InitArgs),
+}
+
+#[derive(Args)]
+struct InitArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long, default_value_t = 100_000)]
+    accounts: usize,
+    /// Shards of the bottom layer (1, 16 or 256).
+    #[arg(long, default_value_t = 16)]
+    shards: usize,
+    #[arg(long, default_value_t = 4)]
+    storage_nodes: usize,
+    /// Storage nodes serving each shard (a client whose witness from one fails its checks
+    /// asks the next).
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// Miners: the first builds blocks, the others verify them.
+    #[arg(long, default_value_t = 1)]
+    miners: usize,
+    #[arg(short = 'r', long = "retention", default_value_t = 4)]
+    retention: usize,
+    #[arg(short = 'c', long = "compaction", default_value_t = 5)]
+    compaction: usize,
+    #[arg(long, default_value_t = 4_000)]
+    block_transfers: usize,
+    #[arg(long, default_value_t = 256)]
+    top_budget_mib: usize,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Host every role listens on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Storage node i listens on base-port + i, miner j after the storage nodes.
+    #[arg(long, default_value_t = 7100)]
+    base_port: u16,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Role {
+    Storage,
+    Miner,
+    Client,
+}
+
+pub fn run(args: &NodeArgs) -> Result<ExitCode> {
+    init_logging();
+    if let Some(NodeCommand::Init(init)) = &args.init {
+        return init_cluster(init);
+    }
+    let (Some(role), Some(dir), Some(id)) = (args.role, args.dir.as_ref(), args.id.as_ref()) else {
+        bail!("virga node needs --role, --dir and --id (or the `init` subcommand)");
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async {
+        match role {
+            Role::Storage => {
+                let (stop, stopped) = watch::channel(false);
+                tokio::spawn(stop_on_signal(stop));
+                let shutdown = async move {
+                    let mut stopped = stopped;
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                };
+                process::run_storage(dir, id, shutdown).await.map_err(anyhow::Error::msg)?;
+                eprintln!("{id}: stopped");
+            }
+            Role::Miner => {
+                let index = id
+                    .strip_prefix("miner-")
+                    .and_then(|index| index.parse().ok())
+                    .with_context(|| format!("a miner's id is miner-<index>, not {id:?}"))?;
+                let (stop, stopped) = watch::channel(false);
+                tokio::spawn(stop_on_signal(stop));
+                let stats = process::run_miner(dir, index, stopped).await.map_err(anyhow::Error::msg)?;
+                eprintln!(
+                    "{id}: stopped after {} blocks, {} transfers included, aborted {:?}",
+                    stats.blocks, stats.included, stats.aborted
+                );
+            }
+            Role::Client => {
+                let job = ClientJob {
+                    id: id.clone(),
+                    index: args.index,
+                    clients: args.clients.max(1),
+                    transfers: args.transfers,
+                    rate: args.rate,
+                    duration: Duration::from_secs(args.duration),
+                    batch: args.batch.max(1),
+                    in_flight: args.in_flight.max(1),
+                };
+                let report = process::run_client(dir, &job, &|committed, offered| {
+                    eprint!("\r{id}: {committed} of {offered} transfers committed   ");
+                })
+                .await
+                .map_err(anyhow::Error::msg)?;
+                eprintln!();
+                println!(
+                    "{id}: committed {} of {} transfers in {:.1} s ({:.0} tx/s); filtered {:?}; retried {:?}; \
+                     witness bytes per tx {:.0} full, {:.0} compacted",
+                    report.committed,
+                    report.offered,
+                    report.seconds,
+                    report.tps,
+                    report.filtered,
+                    report.retried,
+                    report.witness_bytes_full_per_tx,
+                    report.witness_bytes_compact_per_tx
+                );
+                if let Some(path) = &args.json {
+                    std::fs::write(path, serde_json::to_string_pretty(&report)?)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
+                if (report.committed as usize) < report.offered {
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn init_cluster(args: &InitArgs) -> Result<ExitCode> {
+    let options = PlanOptions {
+        accounts: args.accounts,
+        shards: args.shards,
+        storage_nodes: args.storage_nodes,
+        replicas: args.replicas,
+        miners: args.miners,
+        retention: args.retention,
+        compaction: args.compaction,
+        max_block_transfers: args.block_transfers.max(1),
+        top_budget_bytes: args.top_budget_mib << 20,
+        seed: args.seed,
+        host: args.host.clone(),
+        base_port: args.base_port,
+    };
+    let plan = process::init(&args.dir, &options, &|_| {}).map_err(anyhow::Error::msg)?;
+    let dir = args.dir.display();
+    println!("cluster in {dir}: {} accounts, {} shards", plan.accounts, plan.shards);
+    println!("start each role in its own terminal (or with &):");
+    for (id, shards) in &plan.storage_nodes {
+        let address = plan.addresses.get(id).map_or("?", String::as_str);
+        println!("  virga node --role storage --dir {dir} --id {id}    # shards {shards:?} at {address}");
+    }
+    for index in 0..plan.miners {
+        let id = ClusterPlan::miner_id(index);
+        let address = plan.addresses.get(&id).map_or("?", String::as_str);
+        println!("  virga node --role miner --dir {dir} --id {id}    # at {address}");
+    }
+    println!("  virga node --role client --dir {dir} --id client-0 --transfers 20000");
+    println!("then stop the servers (Ctrl-C) and audit: virga verify --dir {dir}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fires `stop` on Ctrl-C or SIGTERM.
+async fn stop_on_signal(stop: watch::Sender<bool>) {
+    let interrupted = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminated = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = interrupted.await;
+                let _ = stop.send(true);
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupted => {}
+            _ = terminated.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupted.await;
+    let _ = stop.send(true);
+}
+
+/// Warnings (refused witnesses, blocks, submissions: with peer and reason) and role
+/// lifecycle events go to stderr.
+fn init_logging() {
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::INFO).try_init();
+}

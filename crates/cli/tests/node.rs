@@ -1,0 +1,128 @@
+//! RainBlock's roles as separate processes over gRPC on loopback (`virga node`), with a
+//! storage node and the miner killed (SIGKILL) and restarted mid-run: every transfer still
+//! commits, and the directory then passes `virga verify` (chain from genesis, every storage
+//! node's log replayed to the head's root).
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
+
+/// A base port with `count` free ports after it (probed; another process could still take
+/// one before the roles bind, which would fail the test loudly, not wrongly).
+fn free_ports(count: u16) -> u16 {
+    for attempt in 0..200u32 {
+        let base = (20_000 + (std::process::id() + attempt * 97) % 40_000) as u16;
+        let all_free = (0..count).all(|offset| TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no {count} consecutive free ports found");
+}
+
+fn role(dir: &Path, role: &str, id: &str) -> Child {
+    let log = File::options().create(true).append(true).open(dir.join(format!("{id}.stderr"))).unwrap();
+    Command::new(VIRGA)
+        .args(["node", "--role", role, "--dir", dir.to_str().unwrap(), "--id", id])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `id`'s stderr says it is serving (its log replayed, or its top layer filled).
+fn wait_ready(dir: &Path, id: &str, times: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(dir.join(format!("{id}.stderr"))).unwrap_or_default();
+        let ready = text.matches(": serving shards at ").count() + text.matches(": mining at ").count();
+        if ready >= times {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{id} did not become ready:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn stop(mut child: Child) {
+    // SIGTERM: servers stop gracefully.
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.wait();
+}
+
+#[test]
+fn a_cluster_of_processes_survives_sigkill_of_a_storage_node_and_the_miner() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("cluster");
+    let base = free_ports(3);
+    let init = Command::new(VIRGA)
+        .args(["node", "init", "--dir", dir.to_str().unwrap(), "--accounts", "3000", "--storage-nodes", "2"])
+        .args(["--block-transfers", "400", "-r", "2", "-c", "3", "--base-port", &base.to_string()])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+
+    let mut storage0 = Some(role(&dir, "storage", "storage-0"));
+    let mut storage1 = role(&dir, "storage", "storage-1");
+    wait_ready(&dir, "storage-0", 1);
+    wait_ready(&dir, "storage-1", 1);
+    let mut miner = role(&dir, "miner", "miner-0");
+    wait_ready(&dir, "miner-0", 1);
+
+    let client_log = File::create(dir.join("client-0.stderr")).unwrap();
+    let client = Command::new(VIRGA)
+        .args(["node", "--role", "client", "--dir", dir.to_str().unwrap(), "--id", "client-0"])
+        .args(["--transfers", "6000", "--rate", "1000", "--in-flight", "4", "--batch", "100", "--duration", "150"])
+        .stdout(Stdio::piped())
+        .stderr(client_log)
+        .spawn()
+        .unwrap();
+
+    // A storage node dies mid-run and comes back from its log; the miner's block waits for it.
+    std::thread::sleep(Duration::from_millis(1500));
+    storage1.kill().unwrap();
+    storage1.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    storage1 = role(&dir, "storage", "storage-1");
+    wait_ready(&dir, "storage-1", 2);
+
+    // Then the miner dies and comes back from its chain, refilling its top layer.
+    std::thread::sleep(Duration::from_millis(1500));
+    miner.kill().unwrap();
+    miner.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    miner = role(&dir, "miner", "miner-0");
+    wait_ready(&dir, "miner-0", 2);
+
+    let output = client.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&output.stdout).to_string();
+    let client_log = std::fs::read_to_string(dir.join("client-0.stderr")).unwrap_or_default();
+    assert!(output.status.success(), "the client did not see every transfer commit: {report}\n{client_log}");
+    assert!(report.contains("committed 6000 of 6000"), "{report}");
+
+    stop(miner);
+    stop(storage1);
+    stop(storage0.take().unwrap());
+
+    let storage1_log = std::fs::read_to_string(dir.join("storage-1.stderr")).unwrap();
+    let replayed_on_restart = storage1_log.lines().filter(|line| line.contains("serving shards")).nth(1).unwrap();
+    assert!(!replayed_on_restart.contains("(0 blocks replayed"), "the restarted node replayed nothing: {storage1_log}");
+
+    let verify = Command::new(VIRGA).args(["verify", "--dir", dir.to_str().unwrap()]).output().unwrap();
+    let verdict = String::from_utf8_lossy(&verify.stdout).to_string() + &String::from_utf8_lossy(&verify.stderr);
+    assert!(verify.status.success(), "{verdict}");
+    assert!(verdict.contains("6000 transactions"), "every transfer is in the chain exactly once: {verdict}");
+    assert!(verdict.contains("agree with the head's root"), "{verdict}");
+}

@@ -1,0 +1,328 @@
+//! RainBlock's roles as separate processes over gRPC (`virga node`).
+//!
+//! `init` writes a cluster directory once: the genesis and a plan naming every storage
+//! node (with its shards), every miner, and the gRPC address of each. Every role process
+//! then reads the plan from the same directory and keeps its own data under it: storage
+//! node `storage-i` its log in `storage-i/`, the first miner the chain in `blocks/` (so
+//! `virga verify --dir` audits the directory as it does one of `virga up`), other miners
+//! theirs in `miner-i/`. A restarted process picks up where its files end: a storage node
+//! replays its log, a miner reopens its chain and refills its top layer from the storage
+//! nodes at its head.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use virga_ledger::chain::read_genesis;
+use virga_net::{Grpc, Transport};
+
+use crate::client::{Client, ClientConfig};
+use crate::cluster::{beneficiary, replicated_layout, write_genesis, CLUSTER_FILE};
+use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
+use crate::storage::{shard_state, StorageNode};
+use crate::workload::{sign_transfers, Accounts, Skew};
+
+/// What every role process of a hand-started cluster reads from `dir/rainblock.json`.
+/// A superset of what `virga up` writes there, so the audit reads both alike.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClusterPlan {
+    pub shards: usize,
+    /// Storage node ids with the shards each serves.
+    pub storage_nodes: Vec<(String, Vec<usize>)>,
+    pub miners: usize,
+    /// `http://host:port` of every storage node and miner, by id.
+    pub addresses: BTreeMap<String, String>,
+    /// Accounts of the genesis state; key `i` is the workload's deterministic key `i`.
+    pub accounts: usize,
+    pub seed: u64,
+    pub retention: usize,
+    pub compaction: usize,
+    pub max_block_transfers: usize,
+    pub top_budget_bytes: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    pub accounts: usize,
+    pub shards: usize,
+    pub storage_nodes: usize,
+    /// Storage nodes serving each shard.
+    pub replicas: usize,
+    pub miners: usize,
+    pub retention: usize,
+    pub compaction: usize,
+    pub max_block_transfers: usize,
+    pub top_budget_bytes: usize,
+    pub seed: u64,
+    pub host: String,
+    /// Storage node i listens on base_port + i, miner j on base_port + storage nodes + j.
+    pub base_port: u16,
+}
+
+impl ClusterPlan {
+    pub fn miner_id(index: usize) -> String {
+        format!("miner-{index}")
+    }
+
+    fn address_of(&self, id: &str) -> Result<SocketAddr, String> {
+        let url = self.addresses.get(id).ok_or_else(|| format!("the plan has no address for {id}"))?;
+        let hostport = url.strip_prefix("http://").unwrap_or(url);
+        hostport.parse().map_err(|error| format!("address {url} of {id}: {error}"))
+    }
+
+    fn transport(&self) -> Arc<dyn Transport> {
+        Arc::new(Grpc::new(self.addresses.iter().map(|(id, address)| (id.clone(), address.clone())).collect()))
+    }
+
+    fn chain_dir(&self, dir: &Path, miner: usize) -> std::path::PathBuf {
+        if miner == 0 {
+            dir.to_path_buf()
+        } else {
+            dir.join(Self::miner_id(miner))
+        }
+    }
+}
+
+/// Writes a new cluster directory: `genesis.json` and the plan.
+pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) -> Result<ClusterPlan, String> {
+    if dir.join(CLUSTER_FILE).exists() || dir.join("genesis.json").exists() {
+        return Err(format!("{} already holds a cluster; pick an empty directory", dir.display()));
+    }
+    std::fs::create_dir_all(dir).map_err(|error| format!("{}: {error}", dir.display()))?;
+    let replicas = options.replicas.max(1);
+    let nodes = options.storage_nodes.clamp(1, options.shards.max(1) * replicas);
+    let miners = options.miners.max(1);
+    let storage_nodes = replicated_layout(nodes, options.shards, replicas);
+    let mut addresses = BTreeMap::new();
+    let ids = storage_nodes.iter().map(|(id, _)| id.clone()).chain((0..miners).map(ClusterPlan::miner_id));
+    for (offset, id) in ids.enumerate() {
+        let port = usize::from(options.base_port) + offset;
+        let port = u16::try_from(port).map_err(|_| format!("port {port} for {id} is out of range"))?;
+        addresses.insert(id, format!("http://{}:{port}", options.host));
+    }
+    let plan = ClusterPlan {
+        shards: options.shards,
+        storage_nodes,
+        miners,
+        addresses,
+        accounts: options.accounts,
+        seed: options.seed,
+        retention: options.retention,
+        compaction: options.compaction,
+        max_block_transfers: options.max_block_transfers,
+        top_budget_bytes: options.top_budget_bytes,
+    };
+    let accounts = Accounts::generate(options.accounts, progress);
+    write_genesis(dir, &accounts.addresses, options.max_block_transfers)?;
+    let text = serde_json::to_string_pretty(&plan).map_err(|error| error.to_string())?;
+    std::fs::write(dir.join(CLUSTER_FILE), text).map_err(|error| format!("writing {CLUSTER_FILE}: {error}"))?;
+    Ok(plan)
+}
+
+pub fn read_plan(dir: &Path) -> Result<ClusterPlan, String> {
+    let path = dir.join(CLUSTER_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+    serde_json::from_str(&text).map_err(|error| {
+        format!("{}: {error} (a directory made by `virga node init`, not by `virga up`?)", path.display())
+    })
+}
+
+/// Serves storage node `id` of the plan in `dir` until `shutdown` completes. Replays its
+/// log first, so a restarted node holds every block it acknowledged.
+pub async fn run_storage(
+    dir: &Path,
+    id: &str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let plan = read_plan(dir)?;
+    let served = plan
+        .storage_nodes
+        .iter()
+        .find(|(node, _)| node == id)
+        .map(|(_, shards)| shards.clone())
+        .ok_or_else(|| format!("the plan has no storage node {id}"))?;
+    let address = plan.address_of(id)?;
+    let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
+    let sharded = shard_state(genesis.state.accounts().as_trie(), plan.shards).map_err(|error| error.to_string())?;
+    drop(genesis.state);
+    let log = dir.join(id).join("updates.log");
+    let (node, replayed) =
+        StorageNode::open(id, served, plan.shards, genesis.config, genesis.header, &sharded, Some(&log))
+            .map_err(|error| format!("{id}: {error}"))?;
+    drop(sharded);
+    let (head, _, _) = node.head();
+    tracing::info!(node = %id, replayed, head, "storage node ready");
+    let listener =
+        tokio::net::TcpListener::bind(address).await.map_err(|error| format!("binding {address}: {error}"))?;
+    let (bound, server) = virga_net::serve(listener, node, shutdown).map_err(|error| error.to_string())?;
+    eprintln!("{id}: serving shards at {bound}, head block {head} ({replayed} blocks replayed from its log)");
+    server.await.map_err(|error| format!("{id}: server failed: {error}"))
+}
+
+/// Runs miner `index` of the plan in `dir` until `shutdown` fires: reopens its chain, fills
+/// its top layer from the storage nodes (waiting for them to come up), then serves and mines.
+pub async fn run_miner(dir: &Path, index: usize, mut shutdown: watch::Receiver<bool>) -> Result<MinerStats, String> {
+    let plan = read_plan(dir)?;
+    if index >= plan.miners {
+        return Err(format!("the plan has {} miner(s); there is no miner {index}", plan.miners));
+    }
+    let id = ClusterPlan::miner_id(index);
+    let address = plan.address_of(&id)?;
+    let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
+    drop(genesis.state);
+    let (store, head) = open_store(&plan.chain_dir(dir, index), &genesis.header)?;
+    let followers: Vec<String> = (1..plan.miners).map(ClusterPlan::miner_id).collect();
+    let config = MinerConfig {
+        id: id.clone(),
+        chain: genesis.config,
+        shard_count: plan.shards,
+        storage_nodes: plan.storage_nodes.clone(),
+        peers: if index == 0 { followers } else { Vec::new() },
+        retention: plan.retention,
+        top_budget_bytes: plan.top_budget_bytes,
+        max_block_transfers: plan.max_block_transfers,
+        beneficiary: beneficiary(0),
+    };
+    let miner = Miner::new(config, head.clone(), Some(store))?;
+    let transport = plan.transport();
+    loop {
+        match miner.warm_up(transport.as_ref()).await {
+            Ok(()) => break,
+            Err(reason) => {
+                tracing::info!(miner = %id, %reason, "storage nodes not ready; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = shutdown.changed() => return Ok(miner.stats()),
+                }
+            }
+        }
+    }
+    let listener =
+        tokio::net::TcpListener::bind(address).await.map_err(|error| format!("binding {address}: {error}"))?;
+    let mut stopped = shutdown.clone();
+    let server_shutdown = async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let (bound, server) =
+        virga_net::serve(listener, Arc::clone(&miner) as _, server_shutdown).map_err(|error| error.to_string())?;
+    let server = tokio::spawn(server);
+    eprintln!("{id}: mining at {bound} on block {} ({})", head.number, head.hash_slow());
+    Arc::clone(&miner).run(transport, shutdown).await;
+    let _ = server.await;
+    Ok(miner.stats())
+}
+
+/// What one client process is to do.
+#[derive(Clone, Debug)]
+pub struct ClientJob {
+    pub id: String,
+    /// This process is client `index` of `clients`; it takes the transfers of the senders
+    /// that fall to it, so clients never share a sender (and its nonce sequence).
+    pub index: usize,
+    pub clients: usize,
+    /// Transfers signed for all clients together (this one takes its share).
+    pub transfers: usize,
+    pub rate: Option<f64>,
+    pub duration: Duration,
+    pub batch: usize,
+    pub in_flight: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientReport {
+    pub id: String,
+    pub offered: usize,
+    pub committed: u64,
+    pub succeeded: u64,
+    pub seconds: f64,
+    pub tps: f64,
+    pub filtered: BTreeMap<String, u64>,
+    pub retried: BTreeMap<String, u64>,
+    pub bad_witnesses: usize,
+    pub witness_bytes_full_per_tx: f64,
+    pub witness_bytes_compact_per_tx: f64,
+}
+
+/// Signs this client's share of the workload and submits it through the plan's miner 0
+/// until all of it commits or the job's duration ends. Transfers are signed from nonce 0,
+/// so a cluster takes one run of each client.
+pub async fn run_client(
+    dir: &Path,
+    job: &ClientJob,
+    progress: &(dyn Fn(u64, usize) + Sync),
+) -> Result<ClientReport, String> {
+    let plan = read_plan(dir)?;
+    let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
+    drop(genesis.state);
+    let exec = genesis.config.exec;
+    let accounts = Accounts::generate(plan.accounts, &|_| {});
+    let clients = job.clients.max(1);
+    let transfers: Vec<_> =
+        sign_transfers(&accounts, job.transfers, exec.chain_id, Skew::default(), plan.seed, &|_| {})
+            .into_iter()
+            .filter(|transfer| usize::from(transfer.sender.0[19]) % clients == job.index)
+            .collect();
+    drop(accounts);
+    let offered = transfers.len();
+    let config = ClientConfig {
+        id: job.id.clone(),
+        miner: ClusterPlan::miner_id(0),
+        storage_nodes: plan.storage_nodes.clone(),
+        shard_count: plan.shards,
+        compaction: plan.compaction,
+        batch: job.batch,
+        in_flight: job.in_flight,
+        exec,
+    };
+    let client = Client::new(config, plan.transport());
+    let stats = client.stats_handle();
+    let (feed, incoming) = mpsc::channel(job.batch.max(1) * job.in_flight.max(1) * 4);
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(client.run(incoming, stopped));
+    let rate = job.rate;
+    let feeder = tokio::spawn(async move {
+        let begun = Instant::now();
+        for (index, transfer) in transfers.into_iter().enumerate() {
+            if let Some(rate) = rate {
+                if let Some(wait) = Duration::from_secs_f64(index as f64 / rate).checked_sub(begun.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            if feed.send(transfer).await.is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let committed = stats().committed;
+        progress(committed, offered);
+        if committed as usize >= offered || started.elapsed() >= job.duration || task.is_finished() {
+            break;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let _ = stop.send(true);
+    feeder.abort();
+    let _ = task.await;
+    let stats = stats();
+    let per_submitted = |total: u64| if stats.submitted == 0 { 0.0 } else { total as f64 / stats.submitted as f64 };
+    Ok(ClientReport {
+        id: job.id.clone(),
+        offered,
+        committed: stats.committed,
+        succeeded: stats.committed_ok,
+        seconds,
+        tps: stats.committed as f64 / seconds.max(1e-9),
+        filtered: stats.filtered.iter().map(|(reason, count)| (reason.clone(), *count)).collect(),
+        retried: stats.retried.iter().map(|(reason, count)| (reason.clone(), *count)).collect(),
+        bad_witnesses: stats.bad_witnesses.len(),
+        witness_bytes_full_per_tx: per_submitted(stats.witness_bytes_full),
+        witness_bytes_compact_per_tx: per_submitted(stats.witness_bytes_compact),
+    })
+}

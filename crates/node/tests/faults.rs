@@ -1,0 +1,282 @@
+#![cfg(feature = "fault-injection")]
+//! Trust tests (feature `fault-injection`): a storage node serving corrupt or stale
+//! witnesses, and a miner announcing blocks with a wrong state root. Each lie is detected,
+//! refused and recorded with the peer that told it and why, and the honest path keeps
+//! committing: every offered transfer commits and the chain passes the cluster audit.
+//!
+//! The roles run in process (`InProc`), built here rather than through `cluster::up` so a
+//! test can make one of them misbehave and watch the others' counters while it runs.
+
+use alloy_primitives::U256;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use virga_ledger::chain::{genesis_json, read_genesis};
+use virga_ledger::exec::ExecConfig;
+use virga_net::{InProc, Transport};
+use virga_node::audit::audit_cluster;
+use virga_node::client::{Client, ClientConfig, ClientStats};
+use virga_node::cluster::{beneficiary, replicated_layout, CLUSTER_FILE};
+use virga_node::miner::{open_store, Miner, MinerConfig, MinerFault, BLOCK_REFUSED};
+use virga_node::storage::{shard_state, StorageFault, StorageNode};
+use virga_node::workload::{sign_transfers, Accounts, Skew, GENESIS_BALANCE};
+
+const ACCOUNTS: usize = 2_000;
+const SHARDS: usize = 16;
+const MAX_BLOCK_TRANSFERS: usize = 2_000;
+
+struct Plan {
+    storage_nodes: usize,
+    replicas: usize,
+    miners: usize,
+    transfers: usize,
+}
+
+type StatsHandle = Box<dyn Fn() -> ClientStats + Send + Sync>;
+
+/// A cluster whose roles are all reachable from the test.
+struct Running {
+    storage: Vec<Arc<StorageNode>>,
+    miners: Vec<Arc<Miner>>,
+    clients: Vec<StatsHandle>,
+    offered: usize,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    fn client_stats(&self) -> Vec<ClientStats> {
+        self.clients.iter().map(|stats| stats()).collect()
+    }
+
+    fn committed(&self) -> u64 {
+        self.client_stats().iter().map(|stats| stats.committed).sum()
+    }
+
+    /// Polls `done` until it holds, failing the test with `what` after `limit`.
+    async fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&Running) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            assert!(
+                started.elapsed() < limit,
+                "timed out waiting for {what}: {} of {} committed, miner {:#?}, storage {:#?}",
+                self.committed(),
+                self.offered,
+                self.miners.iter().map(|miner| miner.stats()).collect::<Vec<_>>(),
+                self.storage.iter().map(|node| node.stats()).collect::<Vec<_>>(),
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn stop(self) -> Vec<ClientStats> {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            task.await.expect("a role's task panicked");
+        }
+        self.clients.iter().map(|stats| stats()).collect()
+    }
+}
+
+/// Writes a cluster directory (genesis, layout) in `dir`, opens every role on one `InProc`
+/// transport, lets `configure` make some of them misbehave, warms the miners up and starts
+/// miner-0 and two clients, which are handed every signed transfer at once.
+async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode>], &[Arc<Miner>])) -> Running {
+    let accounts = Accounts::generate(ACCOUNTS, &|_| {});
+    let chain_id = ExecConfig::default().chain_id;
+    let gas_limit = 21_000 * MAX_BLOCK_TRANSFERS as u64;
+    let json = genesis_json(chain_id, U256::from(16u64), gas_limit, &accounts.addresses, U256::from(GENESIS_BALANCE));
+    std::fs::write(dir.join("genesis.json"), json).unwrap();
+    let layout = replicated_layout(plan.storage_nodes, SHARDS, plan.replicas);
+    let cluster = serde_json::json!({ "shards": SHARDS, "storage_nodes": layout, "miners": plan.miners });
+    std::fs::write(dir.join(CLUSTER_FILE), cluster.to_string()).unwrap();
+    let genesis = read_genesis(dir).unwrap();
+    let sharded = shard_state(genesis.state.accounts().as_trie(), SHARDS).unwrap();
+    let transfers = sign_transfers(&accounts, plan.transfers, chain_id, Skew::default(), 11, &|_| {});
+
+    let inproc = InProc::new();
+    let mut storage = Vec::new();
+    for (id, shards) in &layout {
+        let log = dir.join(id).join("updates.log");
+        let (node, _) = StorageNode::open(
+            id.clone(),
+            shards.clone(),
+            SHARDS,
+            genesis.config,
+            genesis.header.clone(),
+            &sharded,
+            Some(&log),
+        )
+        .unwrap();
+        inproc.register(id.clone(), node.clone());
+        storage.push(node);
+    }
+    let miner_ids: Vec<String> = (0..plan.miners).map(|index| format!("miner-{index}")).collect();
+    let mut miners = Vec::new();
+    for (index, id) in miner_ids.iter().enumerate() {
+        let store_dir = if index == 0 { dir.to_path_buf() } else { dir.join(id) };
+        let (store, head) = open_store(&store_dir, &genesis.header).unwrap();
+        let config = MinerConfig {
+            id: id.clone(),
+            chain: genesis.config,
+            shard_count: SHARDS,
+            storage_nodes: layout.clone(),
+            peers: if index == 0 { miner_ids[1..].to_vec() } else { Vec::new() },
+            retention: 2,
+            top_budget_bytes: 1 << 20,
+            max_block_transfers: MAX_BLOCK_TRANSFERS,
+            beneficiary: beneficiary(0),
+        };
+        let miner = Miner::new(config, head, Some(store)).unwrap();
+        inproc.register(id.clone(), miner.clone());
+        miners.push(miner);
+    }
+    configure(&storage, &miners);
+    let transport: Arc<dyn Transport> = Arc::new(inproc);
+    for miner in &miners {
+        miner.warm_up(transport.as_ref()).await.unwrap();
+    }
+
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = vec![tokio::spawn(Arc::clone(&miners[0]).run(Arc::clone(&transport), stopped.clone()))];
+    let mut clients: Vec<StatsHandle> = Vec::new();
+    let mut feeds = Vec::new();
+    for index in 0..2 {
+        let config = ClientConfig {
+            id: format!("client-{index}"),
+            miner: miner_ids[0].clone(),
+            storage_nodes: layout.clone(),
+            shard_count: SHARDS,
+            compaction: 3,
+            batch: 100,
+            in_flight: 4,
+            exec: genesis.config.exec,
+        };
+        let client = Client::new(config, Arc::clone(&transport));
+        clients.push(Box::new(client.stats_handle()));
+        let (feed, incoming) = mpsc::channel(plan.transfers.max(1));
+        feeds.push(feed);
+        tasks.push(tokio::spawn(client.run(incoming, stopped.clone())));
+    }
+    let offered = transfers.len();
+    for transfer in transfers {
+        // One client per sender keeps each sender's nonces in order.
+        let client = usize::from(transfer.sender.0[19]) % feeds.len();
+        feeds[client].try_send(transfer).unwrap();
+    }
+    Running { storage, miners, clients, offered, stop, tasks }
+}
+
+fn audit(dir: &Path, miner: &Miner, committed: u64) {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let audit = audit_cluster(dir, &pool, &mut |_| {}).unwrap();
+    let (head_number, _, state_root) = miner.head();
+    assert_eq!(audit.chain.head_number, head_number);
+    assert_eq!(audit.chain.state_root, state_root);
+    assert_eq!(audit.chain.transactions, committed);
+}
+
+/// One replica of every shard storage-0 serves lies about its witnesses; its partner
+/// (storage-1 in this layout) does not.
+async fn a_lying_replica_is_named_and_bypassed(fault: StorageFault) {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan { storage_nodes: 8, replicas: 2, miners: 1, transfers: 2_000 };
+    let running = start(dir.path(), &plan, |storage, _| storage[0].set_fault(fault)).await;
+    running
+        .wait_for("every offered transfer to commit", Duration::from_secs(180), |running| {
+            running.committed() as usize >= running.offered
+        })
+        .await;
+    let miner = Arc::clone(&running.miners[0]);
+    let served_by_liar = running.storage[0].stats().witnesses_served;
+    let offered = running.offered as u64;
+    let clients = running.stop().await;
+
+    let committed: u64 = clients.iter().map(|stats| stats.committed).sum();
+    let succeeded: u64 = clients.iter().map(|stats| stats.committed_ok).sum();
+    assert_eq!(committed, offered, "{clients:#?}");
+    assert_eq!(succeeded, committed, "{clients:#?}");
+    let refused: Vec<&(String, String)> = clients.iter().flat_map(|stats| &stats.bad_witnesses).collect();
+    assert!(served_by_liar > 0);
+    assert!(!refused.is_empty(), "{fault:?}: no witness was refused ({clients:#?})");
+    for (peer, reason) in &refused {
+        assert_eq!(peer, "storage-0", "{fault:?}: an honest node's witness was refused: {reason}");
+        assert!(reason.contains("does not verify against"), "{fault:?}: {reason}");
+    }
+    // Every refused witness was fetched again from the other replica: no batch gave up.
+    for stats in &clients {
+        assert!(!stats.retried.contains_key("bad_witness"), "{fault:?}: {:#?}", stats.retried);
+    }
+    audit(dir.path(), &miner, committed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_witnesses_from_one_replica_are_refused_and_fetched_from_another() {
+    a_lying_replica_is_named_and_bypassed(StorageFault::CorruptWitness).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_witnesses_from_one_replica_are_refused_and_fetched_from_another() {
+    a_lying_replica_is_named_and_bypassed(StorageFault::StaleWitness).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_with_a_wrong_root_are_refused_and_the_honest_miner_commits_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan { storage_nodes: 4, replicas: 1, miners: 2, transfers: 1_000 };
+    let running = start(dir.path(), &plan, |_, miners| miners[0].set_fault(MinerFault::WrongRoot)).await;
+    let (producer, follower) = (Arc::clone(&running.miners[0]), Arc::clone(&running.miners[1]));
+
+    // Every storage node and the follower refuse the lying miner's blocks; nothing commits.
+    running
+        .wait_for("the wrong blocks to be refused", Duration::from_secs(60), |running| {
+            running.storage.iter().all(|node| node.stats().blocks_rejected > 0)
+                && running.miners[1].stats().refused_blocks > 0
+        })
+        .await;
+    producer.set_fault(MinerFault::None);
+    let lying = producer.stats();
+    assert!(lying.abandoned_blocks > 0, "{lying:#?}");
+    for node in &running.storage {
+        let reason = lying
+            .block_refusals
+            .iter()
+            .find(|(peer, _)| peer == node.id())
+            .map(|(_, reason)| reason)
+            .unwrap_or_else(|| panic!("no refusal recorded from {}: {lying:#?}", node.id()));
+        assert!(reason.contains("state root"), "{}: {reason}", node.id());
+    }
+    let (_, follower_reason) = lying
+        .block_refusals
+        .iter()
+        .find(|(peer, _)| peer == "miner-1")
+        .unwrap_or_else(|| panic!("no refusal recorded from miner-1: {lying:#?}"));
+    assert!(follower_reason.contains("state root"), "{follower_reason}");
+
+    // Honest again: the refused transfers are resubmitted and everything commits.
+    running
+        .wait_for("every offered transfer to commit", Duration::from_secs(180), |running| {
+            running.committed() as usize >= running.offered
+        })
+        .await;
+    let offered = running.offered as u64;
+    let storage = running.storage.clone();
+    let clients = running.stop().await;
+    let committed: u64 = clients.iter().map(|stats| stats.committed).sum();
+    assert_eq!(committed, offered, "{clients:#?}");
+    let resubmitted: u64 = clients.iter().filter_map(|stats| stats.retried.get(BLOCK_REFUSED)).sum();
+    assert!(resubmitted > 0, "{clients:#?}");
+
+    let (mined, verified) = (producer.stats(), follower.stats());
+    assert!(mined.blocks > 0);
+    assert_eq!(verified.verified_blocks, mined.blocks, "the follower verified every committed block");
+    assert_eq!(follower.head(), producer.head(), "the follower is on the committed chain");
+    for node in &storage {
+        let stats = node.stats();
+        assert_eq!(stats.blocks_applied, mined.blocks, "{}: {stats:?}", node.id());
+        assert!(stats.blocks_rejected > 0, "{}: {stats:?}", node.id());
+    }
+    audit(dir.path(), &producer, committed);
+}
