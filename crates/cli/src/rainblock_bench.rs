@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
-use parking_lot::Mutex;
 use virga_bench::rainblock::{self, Fig8Point, Fig9aPoint, Figure, RainblockResults, SweepConfig, SweepEvent};
-use virga_node::cluster::{Progress, TransportKind};
+use virga_node::cluster::TransportKind;
+
+use crate::up::Bars;
 
 #[derive(Args)]
 pub struct RainblockBenchArgs {
@@ -94,50 +94,6 @@ impl RainblockBenchArgs {
     }
 }
 
-/// One progress bar on stderr for the running point's current phase, cleared when the phase
-/// ends, so the terminal keeps only the table and one line per finished point.
-struct PointBar {
-    label: Mutex<String>,
-    bar: Mutex<Option<ProgressBar>>,
-}
-
-impl PointBar {
-    fn new() -> PointBar {
-        PointBar { label: Mutex::new(String::new()), bar: Mutex::new(None) }
-    }
-}
-
-impl Progress for PointBar {
-    fn phase(&self, name: &str, total: u64) {
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template("{prefix} [{bar:24}] {pos}/{len} {msg} [{elapsed}]")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar.set_prefix(format!("{}: {name}", self.label.lock()));
-        bar.enable_steady_tick(Duration::from_millis(200));
-        if let Some(old) = self.bar.lock().replace(bar) {
-            old.finish_and_clear();
-        }
-    }
-    fn advance(&self, done: u64) {
-        if let Some(bar) = self.bar.lock().as_ref() {
-            bar.inc(done);
-        }
-    }
-    fn set(&self, done: u64, message: String) {
-        if let Some(bar) = self.bar.lock().as_ref() {
-            bar.set_position(done);
-            bar.set_message(message);
-        }
-    }
-    fn finish(&self) {
-        if let Some(bar) = self.bar.lock().take() {
-            bar.finish_and_clear();
-        }
-    }
-}
-
 pub fn bench_rainblock(args: &RainblockBenchArgs) -> Result<ExitCode> {
     let config = args.sweep();
     config.validate(args.fig)?;
@@ -151,7 +107,8 @@ pub fn bench_rainblock(args: &RainblockBenchArgs) -> Result<ExitCode> {
         if config.transport == TransportKind::Grpc { "gRPC on loopback" } else { "in-process" },
         args.out.display()
     );
-    let bar = PointBar::new();
+    // One bar for the running point's phase, cleared when it ends: the terminal keeps the table.
+    let bar = Bars::new(true);
 
     if args.fig.includes_fig8() {
         println!(

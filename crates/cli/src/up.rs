@@ -72,8 +72,26 @@ pub struct UpArgs {
     json: Option<PathBuf>,
 }
 
-struct Bars {
+/// Progress bars on stderr, one per phase. With `clear`, a finished phase's bar is erased
+/// (sweeps keep only their table); `label` prefixes every phase's name.
+pub struct Bars {
     bar: Mutex<Option<ProgressBar>>,
+    pub label: Mutex<String>,
+    clear: bool,
+}
+
+impl Bars {
+    pub fn new(clear: bool) -> Bars {
+        Bars { bar: Mutex::new(None), label: Mutex::new(String::new()), clear }
+    }
+
+    fn end(&self, bar: ProgressBar) {
+        if self.clear {
+            bar.finish_and_clear();
+        } else {
+            bar.finish();
+        }
+    }
 }
 
 impl Progress for Bars {
@@ -83,9 +101,12 @@ impl Progress for Bars {
             ProgressStyle::with_template("{prefix:>44} [{bar:30}] {pos}/{len} {msg} [{elapsed}]")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        bar.set_prefix(name.to_string());
+        let label = self.label.lock();
+        bar.set_prefix(if label.is_empty() { name.to_string() } else { format!("{label}: {name}") });
         bar.enable_steady_tick(Duration::from_millis(200));
-        *self.bar.lock() = Some(bar);
+        if let Some(old) = self.bar.lock().replace(bar) {
+            self.end(old);
+        }
     }
     fn advance(&self, done: u64) {
         if let Some(bar) = self.bar.lock().as_ref() {
@@ -100,7 +121,7 @@ impl Progress for Bars {
     }
     fn finish(&self) {
         if let Some(bar) = self.bar.lock().take() {
-            bar.finish();
+            self.end(bar);
         }
     }
 }
@@ -150,7 +171,7 @@ pub fn run(args: &UpArgs) -> Result<ExitCode> {
         dir.display()
     );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    let bars = Bars { bar: Mutex::new(None) };
+    let bars = Bars::new(false);
     let report = match runtime.block_on(up(config, &bars)) {
         Ok(report) => report,
         Err(error) => {
