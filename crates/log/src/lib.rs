@@ -270,81 +270,7 @@ impl RecordLog {
                 first
             }
         };
-
-        let mut records = Vec::new();
-        let mut repair = None;
-        let mut next_lsn = closed.front().map_or(active.base_lsn, |s| s.base_lsn);
-        let mut active_len = SEGMENT_HEADER_LEN as u64;
-        let last_index = closed.len();
-        for (index, segment) in closed.iter().chain(std::iter::once(&active)).enumerate() {
-            let is_last = index == last_index;
-            if segment.base_lsn != next_lsn {
-                return Err(corrupt(
-                    &segment.path,
-                    0,
-                    format!(
-                        "segment starts at LSN {} but the previous segment ends before LSN \
-                         {next_lsn}; records are missing or duplicated",
-                        segment.base_lsn
-                    ),
-                ));
-            }
-            match scan_segment(segment, options.max_record_bytes)? {
-                Scan::TornHeader { file_len, reason } => {
-                    if !is_last {
-                        return Err(corrupt(&segment.path, 0, format!("{reason}, yet later segments follow it")));
-                    }
-                    // The crash hit while this segment was being created: nothing was ever
-                    // written to it, so start it afresh.
-                    rewrite_segment_header(segment)?;
-                    repair = Some(TailRepair { segment: segment.path.clone(), offset: 0, bytes: file_len, reason });
-                }
-                Scan::Body(body) => {
-                    if let Some(defect) = body.defect {
-                        if !is_last {
-                            return Err(corrupt(
-                                &segment.path,
-                                defect.offset,
-                                format!("{}; later segments follow, so this is not a torn write", defect.reason),
-                            ));
-                        }
-                        // A crash tears only the end of what was being written. Intact
-                        // records after the damage mean acknowledged data was damaged in
-                        // place: cutting there would silently drop it.
-                        if let Some((offset, lsn)) = find_intact_record_after(
-                            &segment.path,
-                            defect.offset,
-                            body.next_lsn,
-                            options.max_record_bytes,
-                        )? {
-                            return Err(corrupt(
-                                &segment.path,
-                                defect.offset,
-                                format!(
-                                    "{}; an intact record (LSN {lsn}) follows at offset {offset}, so this is \
-                                     damage inside the log, not a torn write, and recovery refuses to drop \
-                                     the records after it",
-                                    defect.reason
-                                ),
-                            ));
-                        }
-                        truncate_file(&segment.path, defect.offset)?;
-                        repair = Some(TailRepair {
-                            segment: segment.path.clone(),
-                            offset: defect.offset,
-                            bytes: body.file_len - defect.offset,
-                            reason: defect.reason,
-                        });
-                        active_len = defect.offset;
-                    } else {
-                        active_len = body.file_len;
-                    }
-                    next_lsn = body.next_lsn;
-                    records.extend(body.records);
-                }
-            }
-        }
-
+        let Scanned { records, repair, next_lsn, active_len } = scan_log(&closed, &active, &options, true)?;
         let file =
             OpenOptions::new().append(true).open(&active.path).map_err(io_error("open for appending", &active.path))?;
         // What was read may still sit only in the page cache of a process that crashed, and
@@ -372,6 +298,20 @@ impl RecordLog {
         };
         let recovered = Recovered { records, truncated_bytes, repair, next_lsn, segments: segment_count };
         Ok((log, recovered))
+    }
+
+    /// Reads the log in `dir` without changing anything on disk: the records [`Self::open`]
+    /// would recover, with [`Recovered::truncated_bytes`] and [`Recovered::repair`] telling
+    /// what it would cut from a torn tail. Damage `open` refuses is refused here too. For
+    /// auditors of a log another process may still own.
+    pub fn read(dir: &Path, options: LogOptions) -> Result<Recovered, LogError> {
+        let mut closed = list_segments(dir)?;
+        let Some(active) = closed.pop_back() else {
+            return Ok(Recovered { records: Vec::new(), truncated_bytes: 0, repair: None, next_lsn: 1, segments: 0 });
+        };
+        let Scanned { records, repair, next_lsn, .. } = scan_log(&closed, &active, &options, false)?;
+        let truncated_bytes = repair.as_ref().map_or(0, |r| r.bytes);
+        Ok(Recovered { records, truncated_bytes, repair, next_lsn, segments: closed.len() + 1 })
     }
 
     /// Appends a record and returns its LSN.
@@ -564,6 +504,100 @@ impl Drop for RecordLog {
 }
 
 /// Creates the log directory if it is missing, making its entry in the parent durable.
+/// What scanning a log's segments found.
+struct Scanned {
+    records: Vec<Record>,
+    repair: Option<TailRepair>,
+    next_lsn: u64,
+    /// Valid bytes of the active segment.
+    active_len: u64,
+}
+
+/// Reads every segment, oldest first, refusing damage anywhere but at the end of the last
+/// segment. A torn tail there is cut off the file when `repair_tail`, else only reported.
+fn scan_log(
+    closed: &VecDeque<Segment>,
+    active: &Segment,
+    options: &LogOptions,
+    repair_tail: bool,
+) -> Result<Scanned, LogError> {
+    let mut records = Vec::new();
+    let mut repair = None;
+    let mut next_lsn = closed.front().map_or(active.base_lsn, |s| s.base_lsn);
+    let mut active_len = SEGMENT_HEADER_LEN as u64;
+    let last_index = closed.len();
+    for (index, segment) in closed.iter().chain(std::iter::once(active)).enumerate() {
+        let is_last = index == last_index;
+        if segment.base_lsn != next_lsn {
+            return Err(corrupt(
+                &segment.path,
+                0,
+                format!(
+                    "segment starts at LSN {} but the previous segment ends before LSN \
+                     {next_lsn}; records are missing or duplicated",
+                    segment.base_lsn
+                ),
+            ));
+        }
+        match scan_segment(segment, options.max_record_bytes)? {
+            Scan::TornHeader { file_len, reason } => {
+                if !is_last {
+                    return Err(corrupt(&segment.path, 0, format!("{reason}, yet later segments follow it")));
+                }
+                // The crash hit while this segment was being created: nothing was ever
+                // written to it, so start it afresh.
+                if repair_tail {
+                    rewrite_segment_header(segment)?;
+                }
+                repair = Some(TailRepair { segment: segment.path.clone(), offset: 0, bytes: file_len, reason });
+            }
+            Scan::Body(body) => {
+                if let Some(defect) = body.defect {
+                    if !is_last {
+                        return Err(corrupt(
+                            &segment.path,
+                            defect.offset,
+                            format!("{}; later segments follow, so this is not a torn write", defect.reason),
+                        ));
+                    }
+                    // A crash tears only the end of what was being written. Intact
+                    // records after the damage mean acknowledged data was damaged in
+                    // place: cutting there would silently drop it.
+                    if let Some((offset, lsn)) =
+                        find_intact_record_after(&segment.path, defect.offset, body.next_lsn, options.max_record_bytes)?
+                    {
+                        return Err(corrupt(
+                            &segment.path,
+                            defect.offset,
+                            format!(
+                                "{}; an intact record (LSN {lsn}) follows at offset {offset}, so this is \
+                                 damage inside the log, not a torn write, and recovery refuses to drop \
+                                 the records after it",
+                                defect.reason
+                            ),
+                        ));
+                    }
+                    if repair_tail {
+                        truncate_file(&segment.path, defect.offset)?;
+                    }
+                    repair = Some(TailRepair {
+                        segment: segment.path.clone(),
+                        offset: defect.offset,
+                        bytes: body.file_len - defect.offset,
+                        reason: defect.reason,
+                    });
+                    active_len = defect.offset;
+                } else {
+                    active_len = body.file_len;
+                }
+                next_lsn = body.next_lsn;
+                records.extend(body.records);
+            }
+        }
+    }
+    Ok(Scanned { records, repair, next_lsn, active_len })
+}
+
 fn create_log_dir(dir: &Path) -> Result<(), LogError> {
     if dir.is_dir() {
         return Ok(());

@@ -280,6 +280,33 @@ fn zero_filled_and_garbage_tails_are_truncated() {
 }
 
 #[test]
+fn reading_reports_what_open_would_recover_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = fill(dir.path(), options(120, SyncPolicy::None), 12);
+    assert!(segment_files(dir.path()).len() >= 3);
+    let segment = last_segment(dir.path());
+    let len_before = fs::metadata(&segment).unwrap().len();
+    append_bytes(&segment, b"torn");
+
+    let read = RecordLog::read(dir.path(), buffered()).unwrap();
+    assert_eq!(payloads_of(&read), written);
+    assert_eq!(read.truncated_bytes, 4);
+    assert_eq!(fs::metadata(&segment).unwrap().len(), len_before + 4, "reading cut nothing");
+    let (_, opened) = open(dir.path(), buffered());
+    assert_eq!((payloads_of(&opened), opened.truncated_bytes, opened.next_lsn), (written, 4, read.next_lsn));
+    assert_eq!(fs::metadata(&segment).unwrap().len(), len_before, "opening cut the tail");
+
+    // Damage that opening refuses is refused by reading too.
+    let first = segment_files(dir.path()).remove(0);
+    flip_byte(&first, SEGMENT_HEADER_LEN as u64 + 2, 0xFF);
+    assert!(matches!(RecordLog::read(dir.path(), buffered()), Err(LogError::Corrupt { .. })));
+    // An absent directory is an error, not an empty log; an empty one is an empty log.
+    assert!(RecordLog::read(&dir.path().join("missing"), buffered()).is_err());
+    let empty = tempfile::tempdir().unwrap();
+    assert!(RecordLog::read(empty.path(), buffered()).unwrap().records.is_empty());
+}
+
+#[test]
 fn flipped_byte_in_last_record_is_truncated() {
     let source = tempfile::tempdir().unwrap();
     let written = fill(source.path(), buffered(), 4);

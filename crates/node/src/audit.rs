@@ -10,8 +10,8 @@ use virga_ledger::verify::ExecMode;
 use virga_trie::shard::{Shard, ShardedTrie};
 
 use crate::cluster::CLUSTER_FILE;
-use crate::storage::{prefix_nibbles, shard_state, StorageNode};
-use crate::updates_log;
+use crate::storage::{decode_logged, log_options, log_path, prefix_nibbles, shard_state, StorageNode};
+use virga_log::RecordLog;
 
 #[derive(Deserialize)]
 struct ClusterFile {
@@ -53,12 +53,12 @@ pub fn audit_cluster(
     let mut shard_hashes = vec![None; cluster.shards];
     let mut logged_blocks = 0;
     for (id, served) in &cluster.storage_nodes {
-        let log = dir.join(id).join("updates.log");
-        let replay = if log.exists() {
-            updates_log::read(&log).map_err(|error| format!("{id}: {error}"))?
-        } else {
+        let log = log_path(dir, id);
+        if !log.is_dir() {
             return Err(format!("{id}: no log at {}", log.display()));
-        };
+        }
+        // Read only: a torn tail is left for the node itself to cut when it restarts.
+        let recovered = RecordLog::read(&log, log_options()).map_err(|error| format!("{id}: {error}"))?;
         let (node, _) = StorageNode::open(
             id.clone(),
             served.clone(),
@@ -69,8 +69,9 @@ pub fn audit_cluster(
             None,
         )
         .map_err(|error| format!("{id}: {error}"))?;
-        for record in &replay.records {
-            node.apply_block(record).map_err(|reason| format!("{id}: logged block refused on replay: {reason}"))?;
+        for logged in &recovered.records {
+            let record = decode_logged(logged).map_err(|error| format!("{id}: {error}"))?;
+            node.apply_block(&record).map_err(|reason| format!("{id}: logged block refused on replay: {reason}"))?;
             logged_blocks += 1;
         }
         let hashes = node

@@ -126,13 +126,6 @@ impl Client {
             if *stop.borrow() {
                 break;
             }
-            // Retries first, in their order.
-            {
-                let mut retry = shared.retry.lock();
-                while let Some(transfer) = retry.pop_back() {
-                    waiting.push_front(transfer);
-                }
-            }
             while !closed && waiting.len() < shared.config.batch * 2 {
                 match incoming.try_recv() {
                     Ok(transfer) => waiting.push_back(transfer),
@@ -167,6 +160,15 @@ impl Client {
 /// Up to `batch` transfers whose senders have nothing in flight (others keep their place).
 fn take_batch(shared: &Shared, waiting: &mut VecDeque<UserTransfer>) -> Vec<UserTransfer> {
     let mut busy = shared.busy_senders.lock();
+    // Retries first, in their order, taken under the busy lock: `retry` queues a transfer
+    // before freeing its sender, so a freed sender's retry is always seen here and its later
+    // transfers wait behind it (no nonce gap).
+    {
+        let mut retry = shared.retry.lock();
+        while let Some(transfer) = retry.pop_back() {
+            waiting.push_front(transfer);
+        }
+    }
     let mut batch = Vec::new();
     let mut kept = VecDeque::new();
     let mut blocked: HashSet<Address> = HashSet::new();

@@ -242,7 +242,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
     let mut handlers: Vec<(String, Arc<dyn Handler>)> = Vec::new();
     let mut storage = Vec::new();
     for (id, shards) in &layout {
-        let log = config.dir.join(id).join("updates.log");
+        let log = crate::storage::log_path(&config.dir, id);
         let (node, _) = StorageNode::open(
             id.clone(),
             shards.clone(),

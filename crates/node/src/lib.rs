@@ -4,7 +4,8 @@
 //! layer without I/O. No role trusts another: every witness, bag, block and update is
 //! verified before use.
 //!
-//! - [`storage`]: the storage node ([`storage::StorageNode`]) and its log ([`updates_log`]).
+//! - [`storage`]: the storage node ([`storage::StorageNode`]), its log (virga-log's `RecordLog`)
+//!   and its checkpoints ([`checkpoint`]).
 //! - [`client`]: the prefetching client.
 //! - [`miner`]: the miner (block producer and verifying follower).
 //! - [`workload`]: the Ethereum-like workload.
@@ -13,11 +14,11 @@
 //! - [`audit`]: checks a cluster directory (chain and storage-node logs).
 
 pub mod audit;
+pub mod checkpoint;
 pub mod client;
 pub mod cluster;
 mod codec;
 pub mod miner;
 pub mod process;
 pub mod storage;
-pub mod updates_log;
 pub mod workload;

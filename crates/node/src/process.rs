@@ -149,7 +149,7 @@ pub async fn run_storage(
     let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
     let sharded = shard_state(genesis.state.accounts().as_trie(), plan.shards).map_err(|error| error.to_string())?;
     drop(genesis.state);
-    let log = dir.join(id).join("updates.log");
+    let log = crate::storage::log_path(dir, id);
     let (node, replayed) =
         StorageNode::open(id, served, plan.shards, genesis.config, genesis.header, &sharded, Some(&log))
             .map_err(|error| format!("{id}: {error}"))?;

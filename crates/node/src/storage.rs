@@ -12,7 +12,8 @@ use alloy_consensus::Header;
 use alloy_primitives::B256;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use virga_ledger::verify::{check_header, ChainConfig};
 use virga_net::proto::{self, BlockUpdates};
@@ -20,13 +21,39 @@ use virga_net::{refusal, response, BoxFuture, Handler, Request, RequestBody, Res
 use virga_trie::shard::{Shard, ShardedTrie};
 use virga_trie::Trie;
 
+use crate::checkpoint;
 use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_header, parse_block_id};
-use crate::updates_log::{LogError, UpdatesLog};
+use prost::Message;
+use virga_log::{LogError, LogOptions, RecordLog, SyncPolicy};
+
+/// A storage node's log directory (segments of virga-log) inside its own directory.
+pub const LOG_DIR: &str = "updates";
+
+/// The log of storage node `id` in a cluster directory.
+pub fn log_path(cluster_dir: &Path, id: &str) -> PathBuf {
+    cluster_dir.join(id).join(LOG_DIR)
+}
+
+/// Every accepted block's updates are fsynced before the node acknowledges the block.
+pub fn log_options() -> LogOptions {
+    LogOptions { sync: SyncPolicy::Every, ..LogOptions::default() }
+}
+
+/// A logged record: the `BlockUpdates` as the node accepted it.
+pub fn decode_logged(record: &virga_log::Record) -> Result<BlockUpdates, StorageError> {
+    BlockUpdates::decode(record.payload.as_slice())
+        .map_err(|error| StorageError::Replay(format!("log record {} is not a block's updates: {error}", record.lsn)))
+}
 
 /// How many blocks below the head a storage node keeps versions for.
 pub const DEFAULT_RETAINED_VERSIONS: u64 = 64;
 /// A fork is abandoned (and its versions collected) once the head is this many blocks past it.
 pub const FORK_DEPTH: u64 = 2;
+/// Blocks between checkpoints of a node with a log (0: none).
+pub const DEFAULT_CHECKPOINT_INTERVAL: u64 = 64;
+/// A checkpoint is of the head's ancestor this many blocks down: far below any fork a
+/// restarted miner can start, so the checkpointed block stays canonical.
+pub const CHECKPOINT_LAG: u64 = 8;
 
 /// Nibbles of shard prefix for a shard count (1, 16 or 256).
 pub fn prefix_nibbles(shard_count: usize) -> Option<usize> {
@@ -69,6 +96,10 @@ pub struct StorageStats {
     pub blocks_applied: u64,
     pub blocks_rejected: u64,
     pub witnesses_served: u64,
+    /// Checkpoints written; a restart from one applies only the blocks logged after it.
+    pub checkpoints_written: u64,
+    /// The block of the checkpoint this node was opened from, if any.
+    pub opened_from_checkpoint: Option<u64>,
     pub fork_versions_collected: u64,
 }
 
@@ -79,7 +110,11 @@ pub struct StorageNode {
     config: ChainConfig,
     retained: u64,
     versions: RwLock<Versions>,
-    log: Mutex<Option<UpdatesLog>>,
+    log: Mutex<Option<RecordLog>>,
+    checkpoint_path: Option<PathBuf>,
+    checkpoint_interval: AtomicU64,
+    /// Block number of the newest checkpoint written or loaded.
+    last_checkpoint: AtomicU64,
     stats: Mutex<StorageStats>,
     #[cfg(feature = "fault-injection")]
     fault: Mutex<StorageFault>,
@@ -100,7 +135,9 @@ pub enum StorageError {
 impl StorageNode {
     /// A node serving `served` of `shard_count` shards of `genesis_state` (the node keeps its
     /// shards and only the others' hashes), logging to `log_path` and replaying what the log
-    /// already holds. Returns the node and the number of blocks replayed.
+    /// already holds: from the checkpoint beside the log when there is a sound one (else from
+    /// genesis, with a warning), applying only the blocks logged after it. Returns the node
+    /// and the number of blocks applied from the log.
     pub fn open(
         id: impl Into<String>,
         served: Vec<usize>,
@@ -132,20 +169,97 @@ impl StorageNode {
             retained: DEFAULT_RETAINED_VERSIONS,
             versions: RwLock::new(versions),
             log: Mutex::new(None),
+            checkpoint_path: log_path.map(checkpoint::path_beside),
+            checkpoint_interval: AtomicU64::new(DEFAULT_CHECKPOINT_INTERVAL),
+            last_checkpoint: AtomicU64::new(0),
             stats: Mutex::new(StorageStats::default()),
             #[cfg(feature = "fault-injection")]
             fault: Mutex::new(StorageFault::None),
         };
         let mut replayed = 0;
         if let Some(path) = log_path {
-            let (log, replay) = UpdatesLog::open(path)?;
-            for record in replay.records {
+            let base = node.load_checkpoint();
+            let (log, recovered) = RecordLog::open(path, log_options())?;
+            for logged in recovered.records {
+                let record = decode_logged(&logged)?;
+                if let Some(base) = base {
+                    let header = decode_header(&record.header).map_err(StorageError::Replay)?;
+                    // In the checkpoint already, or on a fork that left the chain below it.
+                    if header.number <= base || !node.versions.read().by_hash.contains_key(&header.parent_hash) {
+                        continue;
+                    }
+                }
                 node.accept(&record).map_err(StorageError::Replay)?;
                 replayed += 1;
             }
             *node.log.lock() = Some(log);
         }
         Ok((Arc::new(node), replayed))
+    }
+
+    /// Makes the checkpoint beside the log the head version, if there is a sound one, and
+    /// returns its block number.
+    fn load_checkpoint(&self) -> Option<u64> {
+        let path = self.checkpoint_path.as_ref().filter(|path| path.exists())?;
+        match checkpoint::read(path, &self.served, self.shard_count) {
+            Ok(loaded) => {
+                let number = loaded.header.number;
+                let mut versions = self.versions.write();
+                versions.by_hash.insert(loaded.hash, Version { header: loaded.header, shards: loaded.shards });
+                versions.head = loaded.hash;
+                versions.head_number = number;
+                self.last_checkpoint.store(number, Ordering::Relaxed);
+                self.stats.lock().opened_from_checkpoint = Some(number);
+                Some(number)
+            }
+            Err(reason) => {
+                tracing::warn!(node = %self.id, %reason, "checkpoint unusable; replaying the whole log");
+                None
+            }
+        }
+    }
+
+    /// Blocks between checkpoints (0 turns them off).
+    pub fn set_checkpoint_interval(&self, blocks: u64) {
+        self.checkpoint_interval.store(blocks, Ordering::Relaxed);
+    }
+
+    /// Writes a checkpoint of the head's ancestor [`CHECKPOINT_LAG`] blocks down (or the
+    /// oldest canonical version held, if fewer) and returns its block number.
+    pub fn checkpoint_now(&self) -> Result<u64, String> {
+        let path = self.checkpoint_path.as_ref().ok_or("this node keeps no log, so no checkpoint")?;
+        let (header, shards) = {
+            let versions = self.versions.read();
+            let mut version = versions.by_hash.get(&versions.head).ok_or("the head version is not held")?;
+            for _ in 0..CHECKPOINT_LAG {
+                match versions.by_hash.get(&version.header.parent_hash) {
+                    Some(parent) => version = parent,
+                    None => break,
+                }
+            }
+            (version.header.clone(), version.shards.clone())
+        };
+        checkpoint::write(path, &header, &shards, &self.served)?;
+        self.last_checkpoint.store(header.number, Ordering::Relaxed);
+        self.stats.lock().checkpoints_written += 1;
+        Ok(header.number)
+    }
+
+    /// A checkpoint once the head is an interval past the last one. Written in line (a few
+    /// MB per node with 16 nodes and 1M accounts); a failure is logged, never refuses a block.
+    fn maybe_checkpoint(&self) {
+        let interval = self.checkpoint_interval.load(Ordering::Relaxed);
+        if interval == 0 || self.checkpoint_path.is_none() {
+            return;
+        }
+        let head = self.versions.read().head_number;
+        let due = self.last_checkpoint.load(Ordering::Relaxed).saturating_add(interval).saturating_add(CHECKPOINT_LAG);
+        if head < due {
+            return;
+        }
+        if let Err(reason) = self.checkpoint_now() {
+            tracing::warn!(node = %self.id, %reason, "checkpoint failed");
+        }
     }
 
     pub fn id(&self) -> &str {
@@ -315,13 +429,15 @@ impl StorageNode {
         };
         if new {
             if let Some(log) = self.log.lock().as_mut() {
-                if let Err(error) = log.append(updates) {
-                    // Not durable, so not acknowledged: forget the version so a retry logs it.
+                if let Err(error) = log.append(&updates.encode_to_vec()) {
+                    // Not durable, so not acknowledged: forget the version. The log refuses
+                    // further appends until the node is restarted (which recovers it).
                     self.versions.write().by_hash.remove(&hash);
                     return Err(format!("logging block {number} failed: {error}"));
                 }
             }
             self.stats.lock().blocks_applied += 1;
+            self.maybe_checkpoint();
         }
         Ok((number, hash))
     }

@@ -64,3 +64,63 @@ async fn a_cluster_with_two_replicas_per_shard_commits_everything_and_its_replic
     config.replicas = 2;
     run_and_audit(config).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_node_reopens_from_its_checkpoint_and_ignores_a_damaged_one() {
+    use virga_node::cluster::storage_layout;
+    use virga_node::storage::{shard_state, StorageNode, CHECKPOINT_LAG};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = UpConfig::small(dir.path());
+    config.storage_nodes = 4;
+    config.max_block_transfers = 100;
+    run_and_audit(config.clone()).await;
+
+    let genesis = virga_ledger::chain::read_genesis(dir.path()).unwrap();
+    let sharded = shard_state(genesis.state.accounts().as_trie(), config.shards).unwrap();
+    let (id, served) = storage_layout(config.storage_nodes, config.shards).remove(1);
+    let log = virga_node::storage::log_path(dir.path(), &id);
+    let open = || {
+        StorageNode::open(
+            &id,
+            served.clone(),
+            config.shards,
+            genesis.config,
+            genesis.header.clone(),
+            &sharded,
+            Some(&log),
+        )
+        .unwrap()
+    };
+
+    // Opened from genesis: every logged block applied (a checkpoint may exist already from
+    // the run; remove it so this open is the baseline).
+    let _ = std::fs::remove_file(virga_node::checkpoint::path_beside(&log));
+    let (full, replayed_all) = open();
+    let (head, head_hash, root) = full.head();
+    assert!(head > CHECKPOINT_LAG + 2, "the run made {head} blocks");
+    assert_eq!(replayed_all, head);
+    let hashes = full.shard_hashes(&head_hash).unwrap();
+    let base = full.checkpoint_now().unwrap();
+    assert_eq!(base, head - CHECKPOINT_LAG);
+    drop(full);
+
+    // From the checkpoint: only the blocks after it are applied, to the same state.
+    let (restored, replayed) = open();
+    assert_eq!(restored.stats().opened_from_checkpoint, Some(base));
+    assert_eq!(replayed, head - base);
+    assert_eq!(restored.head(), (head, head_hash, root));
+    assert_eq!(restored.shard_hashes(&head_hash).unwrap(), hashes);
+    drop(restored);
+
+    // A damaged checkpoint is refused (with a warning) and the whole log replayed instead.
+    let path = virga_node::checkpoint::path_beside(&log);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    let (fallback, replayed) = open();
+    assert_eq!(fallback.stats().opened_from_checkpoint, None);
+    assert_eq!(replayed, head);
+    assert_eq!(fallback.head(), (head, head_hash, root));
+}

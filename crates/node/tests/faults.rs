@@ -99,7 +99,7 @@ async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode
     let inproc = InProc::new();
     let mut storage = Vec::new();
     for (id, shards) in &layout {
-        let log = dir.join(id).join("updates.log");
+        let log = virga_node::storage::log_path(dir, id);
         let (node, _) = StorageNode::open(
             id.clone(),
             shards.clone(),

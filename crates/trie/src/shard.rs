@@ -38,6 +38,9 @@ pub enum ShardError {
     PrefixMismatch { expected: usize, actual: usize },
 }
 
+/// A key and its value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// One vertical subtree: the keys under one prefix of `prefix_nibbles` nibbles.
 #[derive(Clone, Debug)]
 pub struct Shard {
@@ -151,6 +154,23 @@ impl Shard {
 
     pub fn is_empty(&self) -> bool {
         self.root.is_none()
+    }
+
+    /// Every (key, value) pair of the shard in key order (what a checkpoint of it holds).
+    pub fn entries(&self) -> Result<Vec<KeyValue>, ShardError> {
+        self.check_held()?;
+        let mut out = Vec::new();
+        if let Some(root) = &self.root {
+            // The subtree's paths start below the shard's prefix.
+            let mut nibbles: Vec<u8> = (0..self.prefix_nibbles)
+                .map(|i| ((self.index >> (4 * (self.prefix_nibbles - 1 - i))) & 15) as u8)
+                .collect();
+            ops::for_each(root, &mut nibbles, &mut |nibbles, value| {
+                let key = nibbles.chunks(2).map(|pair| pair[0] << 4 | pair.get(1).copied().unwrap_or(0)).collect();
+                out.push((key, value.to_vec()));
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -497,6 +517,24 @@ mod tests {
             assert_eq!(taken.get(&foreign).unwrap(), trie.get(&foreign));
             assert_eq!(taken.try_prove_many(&with_foreign, 1).unwrap(), trie.prove_many(&with_foreign, 1));
         }
+    }
+
+    #[test]
+    fn shard_entries_together_are_the_tries_entries_and_rebuild_each_shard() {
+        let (trie, sharded) = full();
+        let mut all = Vec::new();
+        for shard in sharded.shards() {
+            let entries = shard.entries().unwrap();
+            let mut rebuilt = Shard::new(shard.index(), shard.prefix_nibbles());
+            for (key, value) in &entries {
+                rebuilt.insert(key, value).unwrap();
+            }
+            assert_eq!(rebuilt.subtree_hash(), shard.subtree_hash());
+            all.extend(entries);
+        }
+        assert_eq!(all, trie.entries());
+        let foreign = serving(&sharded, 3);
+        assert_eq!(foreign.shard(4).unwrap().entries().unwrap_err(), ShardError::OnlyHash { index: 4 });
     }
 
     #[test]
