@@ -36,9 +36,12 @@ if [[ "${1:-}" == "--ci" ]]; then
     run log_segment -seed=1 -runs=20000
     run tx_decode -seed=1 -runs=1000000
     run block_decode -seed=1 -runs=500000
+    run storage_checkpoint -seed=1 -runs=300000
+    run peer_request -seed=1 -runs=2000000
 else
-    for name in node_decoder proof_verifier bag_application wal_record log_segment tx_decode block_decode; do
+    for name in node_decoder proof_verifier bag_application wal_record log_segment tx_decode block_decode \
+        storage_checkpoint peer_request; do
         run "$name" -max_total_time="${FUZZ_SECONDS:-60}"
     done
 fi
-echo "fuzz: 7 passed, 0 failed"
+echo "fuzz: 9 passed, 0 failed"

@@ -260,7 +260,7 @@ fn verify_cluster(args: &VerifyArgs, pool: &rayon::ThreadPool) -> Result<ExitCod
         Ok(audit) => {
             let seconds = started.elapsed().as_secs_f64();
             println!(
-                "ok: {} blocks, {} transactions ({} failed with receipts), head {} hash {} state root {}; {} storage nodes replayed {} logged blocks and agree with the head's root; {:.2} s",
+                "ok: {} blocks, {} transactions ({} failed with receipts), head {} hash {} state root {}; {} storage nodes ({} from a checkpoint) replayed {} logged blocks and agree with the head's root; {:.2} s",
                 audit.chain.blocks,
                 audit.chain.transactions,
                 audit.chain.failed_transactions,
@@ -268,6 +268,7 @@ fn verify_cluster(args: &VerifyArgs, pool: &rayon::ThreadPool) -> Result<ExitCod
                 audit.chain.head_hash,
                 audit.chain.state_root,
                 audit.storage_nodes,
+                audit.from_checkpoints,
                 audit.logged_blocks,
                 seconds,
             );

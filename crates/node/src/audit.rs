@@ -1,7 +1,9 @@
 //! Audits a cluster directory written by `virga up`: the miner's chain is verified from
-//! genesis (every header, work, signature and re-executed root), then every storage node's
-//! log is replayed from the genesis state and its shards at the chain's head must assemble,
-//! together, into the head's state root (replicas of a shard must agree on it).
+//! genesis (every header, work, signature and re-executed root), then every storage node is
+//! rebuilt as it would restart — from its newest sound checkpoint, or the genesis state, and
+//! the blocks logged after it, each checked against its header's root — and the nodes'
+//! shards at the chain's head must assemble, together, into the head's state root (replicas
+//! of a shard must agree on it).
 
 use serde::Deserialize;
 use std::path::Path;
@@ -10,8 +12,7 @@ use virga_ledger::verify::ExecMode;
 use virga_trie::shard::{Shard, ShardedTrie};
 
 use crate::cluster::CLUSTER_FILE;
-use crate::storage::{decode_logged, log_options, log_path, prefix_nibbles, shard_state, StorageNode};
-use virga_log::RecordLog;
+use crate::storage::{log_path, prefix_nibbles, shard_state, StorageNode};
 
 #[derive(Deserialize)]
 struct ClusterFile {
@@ -26,6 +27,8 @@ pub struct ClusterAudit {
     pub storage_nodes: usize,
     /// Blocks replayed from the storage nodes' logs, all nodes together.
     pub logged_blocks: u64,
+    /// Storage nodes rebuilt from a checkpoint (the others from the genesis state).
+    pub from_checkpoints: usize,
 }
 
 /// Whether `dir` is a cluster directory.
@@ -52,28 +55,25 @@ pub fn audit_cluster(
 
     let mut shard_hashes = vec![None; cluster.shards];
     let mut logged_blocks = 0;
+    let mut from_checkpoints = 0;
     for (id, served) in &cluster.storage_nodes {
         let log = log_path(dir, id);
         if !log.is_dir() {
             return Err(format!("{id}: no log at {}", log.display()));
         }
         // Read only: a torn tail is left for the node itself to cut when it restarts.
-        let recovered = RecordLog::read(&log, log_options()).map_err(|error| format!("{id}: {error}"))?;
-        let (node, _) = StorageNode::open(
+        let (node, replayed) = StorageNode::open_read_only(
             id.clone(),
             served.clone(),
             cluster.shards,
             genesis.config,
             genesis.header.clone(),
             &sharded,
-            None,
+            &log,
         )
         .map_err(|error| format!("{id}: {error}"))?;
-        for logged in &recovered.records {
-            let record = decode_logged(logged).map_err(|error| format!("{id}: {error}"))?;
-            node.apply_block(&record).map_err(|reason| format!("{id}: logged block refused on replay: {reason}"))?;
-            logged_blocks += 1;
-        }
+        logged_blocks += replayed;
+        from_checkpoints += usize::from(node.stats().opened_from_checkpoint.is_some());
         let hashes = node
             .shard_hashes(&head)
             .ok_or_else(|| format!("{id}: its log does not reach the chain's head, block {head_number} ({head})"))?;
@@ -105,5 +105,10 @@ pub fn audit_cluster(
             verified.summary.state_root
         ));
     }
-    Ok(ClusterAudit { chain: verified.summary, storage_nodes: cluster.storage_nodes.len(), logged_blocks })
+    Ok(ClusterAudit {
+        chain: verified.summary,
+        storage_nodes: cluster.storage_nodes.len(),
+        logged_blocks,
+        from_checkpoints,
+    })
 }

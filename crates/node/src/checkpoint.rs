@@ -1,13 +1,15 @@
-//! A storage node's checkpoint: its served shards at one block, so a restart rebuilds that
+//! A storage node's checkpoints: its served shards at one block, so a restart rebuilds that
 //! version directly and applies only the logged blocks after it.
 //!
 //! File `checkpoint.bin` beside the log: an 8-byte magic, the CRC-32 of the payload, the
 //! payload's length (u64, little endian), then the payload, a protobuf `StorageCheckpoint`
-//! (header, every shard's subtree hash, the served shards' entries). It is written to a
-//! temporary file, fsynced and renamed over the old one, so a crash leaves the old
-//! checkpoint or the new one. Loading checks everything it can: the checksum, each served
-//! shard rebuilt to the hash recorded for it, and all shard hashes assembled to the
-//! header's state root.
+//! (header, every shard's subtree hash, the served shards' entries). A new checkpoint is
+//! written to a temporary file and fsynced; the current one is then renamed to
+//! `checkpoint.prev.bin` and the new one into its place, so a crash at any point leaves at
+//! least one whole checkpoint, and a damaged newest one still has a predecessor (the log is
+//! only ever cut below the older of the two). Loading checks everything it can: the
+//! checksum, each served shard rebuilt to the hash recorded for it, and all shard hashes
+//! assembled to the header's state root.
 
 use alloy_consensus::Header;
 use alloy_primitives::B256;
@@ -21,16 +23,34 @@ use crate::codec::{b256, decode_header};
 use crate::storage::prefix_nibbles;
 
 pub const CHECKPOINT_FILE: &str = "checkpoint.bin";
+/// The checkpoint before the newest one.
+pub const PREVIOUS_FILE: &str = "checkpoint.prev.bin";
+/// A newest checkpoint found damaged is renamed to this, for inspection, so that the next
+/// checkpoint does not rotate it into the place of the sound previous one.
+pub const DAMAGED_FILE: &str = "checkpoint.damaged";
 const MAGIC: &[u8; 8] = b"VRGCKPT1";
-const PREAMBLE: usize = MAGIC.len() + 4 + 8;
+/// Bytes before the payload: magic, checksum, length.
+pub const PREAMBLE: usize = MAGIC.len() + 4 + 8;
 
-/// The checkpoint file kept beside a storage node's log.
+/// The (newest) checkpoint file kept beside a storage node's log.
 pub fn path_beside(log: &Path) -> PathBuf {
     log.with_file_name(CHECKPOINT_FILE)
 }
 
-/// Writes the served shards of `shards` at `header` to `path`, replacing any older checkpoint.
+/// The previous checkpoint, beside the newest one at `path`.
+pub fn previous_of(path: &Path) -> PathBuf {
+    path.with_file_name(PREVIOUS_FILE)
+}
+
+/// Writes the served shards of `shards` at `header` as the newest checkpoint at `path`; the
+/// one it replaces becomes the previous checkpoint.
 pub fn write(path: &Path, header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<(), String> {
+    let bytes = encode(header, shards, served)?;
+    install(path, &bytes)
+}
+
+/// A checkpoint file's bytes.
+pub fn encode(header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<Vec<u8>, String> {
     let mut images = Vec::with_capacity(served.len());
     for &index in served {
         let shard = shards.shard(index).ok_or_else(|| format!("no shard {index}"))?;
@@ -45,19 +65,30 @@ pub fn write(path: &Path, header: &Header, shards: &ShardedTrie, served: &[usize
         shard_hashes: shards.shards().iter().map(|shard| shard.subtree_hash().to_vec()).collect(),
         shards: images,
     };
-    let payload = checkpoint.encode_to_vec();
+    Ok(frame(&checkpoint.encode_to_vec()))
+}
+
+/// A checkpoint file around `payload`: magic, checksum, length, payload.
+pub fn frame(payload: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(PREAMBLE + payload.len());
     bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
     bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(&payload);
+    bytes.extend_from_slice(payload);
+    bytes
+}
 
+/// Puts `bytes` durably at `path`, moving what was there to the previous checkpoint's place.
+fn install(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let temporary = path.with_extension("tmp");
     let failed = |what: &str, error: std::io::Error| format!("{what} {}: {error}", temporary.display());
     let mut file = std::fs::File::create(&temporary).map_err(|error| failed("creating", error))?;
-    file.write_all(&bytes).map_err(|error| failed("writing", error))?;
+    file.write_all(bytes).map_err(|error| failed("writing", error))?;
     file.sync_all().map_err(|error| failed("syncing", error))?;
     drop(file);
+    if path.exists() {
+        std::fs::rename(path, previous_of(path)).map_err(|error| failed("keeping the checkpoint before", error))?;
+    }
     std::fs::rename(&temporary, path).map_err(|error| failed("renaming", error))?;
     if let Some(dir) = path.parent() {
         std::fs::File::open(dir)
@@ -79,6 +110,11 @@ pub struct Loaded {
 /// shards. Every failure names what is wrong; nothing is trusted unchecked.
 pub fn read(path: &Path, served: &[usize], shard_count: usize) -> Result<Loaded, String> {
     let bytes = std::fs::read(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    decode(&bytes, served, shard_count)
+}
+
+/// Checks and decodes a checkpoint file's bytes (see [`read`]).
+pub fn decode(bytes: &[u8], served: &[usize], shard_count: usize) -> Result<Loaded, String> {
     if bytes.len() < PREAMBLE || &bytes[..MAGIC.len()] != MAGIC {
         return Err("not a storage checkpoint (bad magic or too short)".to_string());
     }

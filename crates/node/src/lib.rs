@@ -12,12 +12,14 @@
 //! - [`cluster`]: `virga up`, a whole cluster in one process.
 //! - [`process`]: `virga node`, each role in a process of its own over gRPC.
 //! - [`audit`]: checks a cluster directory (chain and storage-node logs).
+//! - [`fuzzing`]: bodies of the fuzz targets for checkpoints and peer requests.
 
 pub mod audit;
 pub mod checkpoint;
 pub mod client;
 pub mod cluster;
 mod codec;
+pub mod fuzzing;
 pub mod miner;
 pub mod process;
 pub mod storage;

@@ -8,8 +8,9 @@
 //! recovered. The block is built with the ledger's builder on the top layer; its logical
 //! updates and every shard's new hash go to the storage nodes, and the block commits once
 //! all of them have logged it; if one refuses it, the block (and any built on it) is
-//! dropped and its transfers answered `block_refused`. Other miners receive the block with
-//! its bag and verify it from their own top layers. The top layer is pruned to retention
+//! dropped and its transfers answered `block_refused`. Once committed, the block goes with
+//! its bag to the other miners, which verify it from their own top layers (so a follower
+//! never adopts a block the storage nodes refused). The top layer is pruned to retention
 //! level r whenever it outgrows its memory budget.
 
 use alloy_consensus::Header;
@@ -34,7 +35,7 @@ use virga_net::{
 use virga_trie::proof::NodeBag;
 use virga_trie::PartialTrie;
 
-use crate::codec::{b256, bag_from_wire, bag_to_wire, block_id, decode_block, parse_block_id};
+use crate::codec::{b256, bag_from_wire, bag_to_wire, block_id, check_keys, decode_block, parse_block_id};
 use crate::storage::prefix_nibbles;
 
 #[derive(Clone, Debug)]
@@ -71,7 +72,9 @@ pub struct MinerStats {
     pub prunes: u64,
     /// Nodes of the top layer (hash nodes included) when the stats were read.
     pub top_nodes: usize,
+    /// The top layer's memory: its bound after the last prune, measured when the stats are read.
     pub top_bytes: usize,
+    /// The largest measured (at whole prunes and when the stats were read).
     pub peak_top_bytes: usize,
     /// Blocks from other miners verified (follower) and refused.
     pub verified_blocks: u64,
@@ -117,6 +120,7 @@ struct Tip {
     /// An upper bound of `top.memory_bytes()`, so the layer is walked only when it may be
     /// over budget.
     estimated_bytes: usize,
+    unpruned: Unpruned,
     /// Raised each time the tip goes back to the committed head because a block was
     /// refused: a block built in an older epoch descends from the refused one.
     epoch: u64,
@@ -130,6 +134,31 @@ struct Committed {
     hash: B256,
     top: PartialTrie,
     estimated_bytes: usize,
+    unpruned: Unpruned,
+}
+
+/// The keys whose paths in the top layer grew (bags attached, accounts written) since it
+/// was last pruned, so a prune walks only those; `None` when unknown or too many to be
+/// worth it (after a warm-up, or past [`UNPRUNED_PATHS_LIMIT`]): the next prune walks the
+/// whole layer.
+type Unpruned = Option<Vec<B256>>;
+
+/// Past this many recorded paths the next prune walks the whole top layer instead.
+const UNPRUNED_PATHS_LIMIT: usize = 1 << 16;
+
+/// Every this many prunes, the prune walks the whole top layer and measures it: that
+/// removes what pruning along paths leaves (the subtree an insert moves down beside its
+/// path) and brings the memory bound (an allowance per write) back to the truth.
+const WHOLE_PRUNE_EVERY: u64 = 16;
+
+/// Records keys whose paths grew since the last prune.
+fn record_paths(unpruned: &mut Unpruned, keys: impl IntoIterator<Item = B256>) {
+    if let Some(paths) = unpruned {
+        paths.extend(keys);
+        if paths.len() > UNPRUNED_PATHS_LIMIT {
+            *unpruned = None;
+        }
+    }
 }
 
 /// Built blocks waiting for the block before them to commit.
@@ -165,6 +194,7 @@ struct Built {
     /// The top layer after the block, and its memory bound.
     top: PartialTrie,
     estimated_bytes: usize,
+    unpruned: Unpruned,
     /// The tip's epoch the block was built in.
     epoch: u64,
 }
@@ -186,8 +216,14 @@ impl Miner {
             config,
             inbox: Mutex::new(Vec::new()),
             wake: Notify::new(),
-            committed: Mutex::new(Committed { header: header.clone(), hash, top: top.clone(), estimated_bytes }),
-            tip: Mutex::new(Tip { header, top, estimated_bytes, epoch: 0 }),
+            committed: Mutex::new(Committed {
+                header: header.clone(),
+                hash,
+                top: top.clone(),
+                estimated_bytes,
+                unpruned: None,
+            }),
+            tip: Mutex::new(Tip { header, top, estimated_bytes, unpruned: None, epoch: 0 }),
             store: Mutex::new(store),
             stats: Mutex::new(MinerStats::default()),
             pool,
@@ -262,11 +298,14 @@ impl Miner {
         tracing::info!(miner = %self.config.id, attached = attached.attached, "top layer warmed up");
         let bytes = tip.top.memory_bytes();
         tip.estimated_bytes = bytes;
+        // The storage nodes' top nodes may reach below r, off any recorded path.
+        tip.unpruned = None;
         {
             let mut committed = self.committed.lock();
             if committed.hash == hash {
                 committed.top = tip.top.clone();
                 committed.estimated_bytes = bytes;
+                committed.unpruned = None;
             }
         }
         let mut stats = self.stats.lock();
@@ -396,6 +435,19 @@ impl Miner {
         inbox.drain(..count).collect()
     }
 
+    /// Builds a block from the queued submissions and drops it at once, answering them as
+    /// for a refused block: the fuzz target's way through submission decoding and
+    /// verification with no transport. The tip stays where it was.
+    pub(crate) fn build_queued(&self) {
+        let batch = self.take_batch();
+        if batch.is_empty() {
+            return;
+        }
+        if let Some(built) = self.build(batch) {
+            self.abandon(built.block.header.number, built.epoch, built.replies);
+        }
+    }
+
     fn abort(&self, reason: &str, count: u64) {
         *self.stats.lock().aborted.entry(reason.to_string()).or_default() += count;
     }
@@ -406,6 +458,7 @@ impl Miner {
         let mut top = tip.top.clone();
         let parent = tip.header.clone();
         let mut estimated_bytes = tip.estimated_bytes;
+        let mut unpruned = tip.unpruned.clone();
         let epoch = tip.epoch;
         drop(tip);
         let current_root = parent.state_root;
@@ -444,9 +497,17 @@ impl Miner {
                     continue;
                 }
             };
+            // Bags attach along their keys' paths; pruning later walks those paths only.
+            if let Err(reason) = check_keys(&bag.keys) {
+                self.reject_submission(&from, reply, &format!("node bag refused: {reason}"));
+                continue;
+            }
             // Witness revision: unchanged subtrees attach by hash; what changed is ours already.
             match top.apply_bag(&bag) {
-                Ok(applied) => estimated_bytes += applied.grown_bytes,
+                Ok(applied) => {
+                    estimated_bytes += applied.grown_bytes;
+                    record_paths(&mut unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
+                }
                 Err(error) => {
                     self.reject_submission(&from, reply, &format!("node bag refused: {error}"));
                     continue;
@@ -564,6 +625,7 @@ impl Miner {
         }
 
         estimated_bytes += touched.len().saturating_add(1).saturating_mul(WRITE_ALLOWANCE_BYTES);
+        record_paths(&mut unpruned, touched.iter().copied());
         let updates = match self.logical_updates(&top, touched) {
             Ok(updates) => updates,
             Err(reason) => {
@@ -571,7 +633,7 @@ impl Miner {
                 return None;
             }
         };
-        let estimated_bytes = self.maybe_prune(&mut top, estimated_bytes);
+        let estimated_bytes = self.maybe_prune(&mut top, estimated_bytes, &mut unpruned);
         let mut tip = self.tip.lock();
         if tip.epoch != epoch {
             // The parent was refused while this block was built: it goes too.
@@ -579,7 +641,13 @@ impl Miner {
             self.abandon(built.block.header.number, epoch, replies);
             return None;
         }
-        *tip = Tip { header: built.block.header.clone(), top: top.clone(), estimated_bytes, epoch };
+        *tip = Tip {
+            header: built.block.header.clone(),
+            top: top.clone(),
+            estimated_bytes,
+            unpruned: unpruned.clone(),
+            epoch,
+        };
         drop(tip);
         Some(Built {
             block: built.block,
@@ -589,6 +657,7 @@ impl Miner {
             replies,
             top,
             estimated_bytes,
+            unpruned,
             epoch,
         })
     }
@@ -633,7 +702,7 @@ impl Miner {
     /// answer refusing the block (or acknowledging another) is final, and the block is
     /// abandoned (see [`Miner::abandon`]). Other miners' verdicts are logged and recorded.
     async fn commit(&self, transport: &Arc<dyn Transport>, built: Built) {
-        let Built { block, hash, updates, bag, replies, top, estimated_bytes, epoch } = built;
+        let Built { block, hash, updates, bag, replies, top, estimated_bytes, unpruned, epoch } = built;
         let number = block.header.number;
         if self.tip.lock().epoch != epoch {
             // Built on a block refused since: never sent anywhere.
@@ -675,7 +744,80 @@ impl Miner {
                 }
             });
         }
+        // An honest miner gossips a block once it has committed, so a follower never adopts
+        // one that a storage node then refuses; a lying miner does not wait.
         let announcement = proto::BlockAnnouncement { block: encoded.clone(), bag: Some(bag_to_wire(&bag)) };
+        let announces_early = self.announces_before_commit();
+        let early_gossip = announces_early.then(|| self.gossip(transport, number, announcement.clone()));
+        let mut refusals = Vec::new();
+        while let Some(joined) = storage_calls.join_next().await {
+            match joined {
+                Ok(None) => {}
+                Ok(Some(refusal)) => refusals.push(refusal),
+                Err(error) => {
+                    // Whether that node logged the block is unknown: do not commit it.
+                    refused.store(true, Ordering::Release);
+                    refusals.push(("a storage node".to_string(), format!("the call to it failed: {error}")));
+                }
+            }
+        }
+        if let Some(gossip) = early_gossip {
+            self.await_gossip(number, gossip).await;
+        }
+        if !refusals.is_empty() {
+            for (peer, reason) in &refusals {
+                tracing::warn!(
+                    miner = %self.config.id, peer = %peer, block = number, %reason,
+                    "storage node refused the block; abandoning it"
+                );
+            }
+            self.stats.lock().block_refusals.extend(refusals);
+            return self.abandon(number, epoch, replies);
+        }
+        if let Some(store) = self.store.lock().as_mut() {
+            if let Err(error) = store.append(number, hash, &encoded) {
+                tracing::error!(miner = %self.config.id, block = number, %error, "storing the block failed");
+            }
+        }
+        *self.committed.lock() = Committed { header: block.header, hash, top, estimated_bytes, unpruned };
+        {
+            let mut stats = self.stats.lock();
+            stats.blocks += 1;
+            for outcome in replies.iter().flat_map(|(_, outcomes)| outcomes).filter(|outcome| outcome.included) {
+                stats.included += 1;
+                if outcome.succeeded {
+                    stats.succeeded += 1;
+                } else {
+                    *stats.failed.entry(outcome.reason.clone()).or_default() += 1;
+                }
+            }
+        }
+        for (reply, outcomes) in replies {
+            let _ = reply.send(outcomes_reply(Some((number, hash)), outcomes));
+        }
+        if !announces_early {
+            // Awaited before the next block commits, so followers receive blocks in order.
+            let gossip = self.gossip(transport, number, announcement);
+            self.await_gossip(number, gossip).await;
+        }
+    }
+
+    /// Under [`MinerFault::WrongRoot`] blocks are gossiped before the storage nodes answer.
+    fn announces_before_commit(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if *self.fault.lock() == MinerFault::WrongRoot {
+            return true;
+        }
+        false
+    }
+
+    /// Sends block `number` to every peer miner; each call answers with the peer's refusal, if any.
+    fn gossip(
+        &self,
+        transport: &Arc<dyn Transport>,
+        number: u64,
+        announcement: proto::BlockAnnouncement,
+    ) -> tokio::task::JoinSet<Option<(String, String)>> {
         let mut gossip = tokio::task::JoinSet::new();
         for peer in self.config.peers.clone() {
             let message = request(RequestBody::Announce(announcement.clone()));
@@ -694,18 +836,11 @@ impl Miner {
                 }
             });
         }
-        let mut refusals = Vec::new();
-        while let Some(joined) = storage_calls.join_next().await {
-            match joined {
-                Ok(None) => {}
-                Ok(Some(refusal)) => refusals.push(refusal),
-                Err(error) => {
-                    // Whether that node logged the block is unknown: do not commit it.
-                    refused.store(true, Ordering::Release);
-                    refusals.push(("a storage node".to_string(), format!("the call to it failed: {error}")));
-                }
-            }
-        }
+        gossip
+    }
+
+    /// Waits for every peer's verdict on block `number` and records the refusals.
+    async fn await_gossip(&self, number: u64, mut gossip: tokio::task::JoinSet<Option<(String, String)>>) {
         while let Some(joined) = gossip.join_next().await {
             if let Ok(Some((peer, reason))) = joined {
                 tracing::warn!(
@@ -714,37 +849,6 @@ impl Miner {
                 );
                 self.stats.lock().block_refusals.push((peer, reason));
             }
-        }
-        if !refusals.is_empty() {
-            for (peer, reason) in &refusals {
-                tracing::warn!(
-                    miner = %self.config.id, peer = %peer, block = number, %reason,
-                    "storage node refused the block; abandoning it"
-                );
-            }
-            self.stats.lock().block_refusals.extend(refusals);
-            return self.abandon(number, epoch, replies);
-        }
-        if let Some(store) = self.store.lock().as_mut() {
-            if let Err(error) = store.append(number, hash, &encoded) {
-                tracing::error!(miner = %self.config.id, block = number, %error, "storing the block failed");
-            }
-        }
-        *self.committed.lock() = Committed { header: block.header, hash, top, estimated_bytes };
-        {
-            let mut stats = self.stats.lock();
-            stats.blocks += 1;
-            for outcome in replies.iter().flat_map(|(_, outcomes)| outcomes).filter(|outcome| outcome.included) {
-                stats.included += 1;
-                if outcome.succeeded {
-                    stats.succeeded += 1;
-                } else {
-                    *stats.failed.entry(outcome.reason.clone()).or_default() += 1;
-                }
-            }
-        }
-        for (reply, outcomes) in replies {
-            let _ = reply.send(outcomes_reply(Some((number, hash)), outcomes));
         }
     }
 
@@ -762,6 +866,7 @@ impl Miner {
                     header: committed.header,
                     top: committed.top,
                     estimated_bytes: committed.estimated_bytes,
+                    unpruned: committed.unpruned,
                     epoch: epoch + 1,
                 };
             }
@@ -787,25 +892,32 @@ impl Miner {
         *stats.aborted.entry(BLOCK_REFUSED.to_string()).or_default() += dropped;
     }
 
-    /// Prunes to level r when the top layer is over budget, and returns the new upper bound
-    /// of its memory. The layer is walked (every node encoded) only when `estimated_bytes`
-    /// says it may be over budget, and once more after a prune.
-    fn maybe_prune(&self, top: &mut PartialTrie, estimated_bytes: usize) -> usize {
+    /// Prunes to level r when the top layer may be over budget, and returns the new upper
+    /// bound of its memory. The prune walks (and copies) only the paths recorded in
+    /// `unpruned`, except every [`WHOLE_PRUNE_EVERY`] prunes or when they are unknown.
+    fn maybe_prune(&self, top: &mut PartialTrie, estimated_bytes: usize, unpruned: &mut Unpruned) -> usize {
         if estimated_bytes <= self.config.top_budget_bytes {
             return estimated_bytes;
         }
-        let measured = top.memory_bytes();
-        let over_budget = measured > self.config.top_budget_bytes;
-        let bytes = if over_budget {
-            top.prune_keeping(self.config.retention, &[keccak256(self.config.beneficiary)]);
-            top.memory_bytes()
-        } else {
-            measured
+        let prunes = {
+            let mut stats = self.stats.lock();
+            stats.prunes += 1;
+            stats.prunes
         };
-        let mut stats = self.stats.lock();
-        stats.peak_top_bytes = stats.peak_top_bytes.max(measured);
-        stats.prunes += u64::from(over_budget);
-        stats.top_bytes = bytes;
+        let keep = [keccak256(self.config.beneficiary)];
+        let bytes = match unpruned.replace(Vec::new()) {
+            Some(paths) if prunes % WHOLE_PRUNE_EVERY != 0 => {
+                estimated_bytes.saturating_sub(top.prune_paths(self.config.retention, &paths, &keep))
+            }
+            _ => {
+                top.prune_keeping(self.config.retention, &keep);
+                let measured = top.memory_bytes();
+                let mut stats = self.stats.lock();
+                stats.peak_top_bytes = stats.peak_top_bytes.max(measured);
+                measured
+            }
+        };
+        self.stats.lock().top_bytes = bytes;
         bytes
     }
 
@@ -819,11 +931,16 @@ impl Miner {
     fn verify_announced(&self, announcement: proto::BlockAnnouncement) -> Result<(), String> {
         let block = decode_block(&announcement.block)?;
         let bag = bag_from_wire(announcement.bag);
+        check_keys(&bag.keys).map_err(|reason| format!("node bag refused: {reason}"))?;
         let mut tip = self.tip.lock();
         let views = check_block(&self.config.chain, &tip.header, &block, None, ExecMode::Staged, &self.pool)
             .map_err(|error| error.to_string())?;
         let mut top = tip.top.clone();
+        let mut unpruned = tip.unpruned.clone();
         let applied = top.apply_bag(&bag).map_err(|error| format!("node bag refused: {error}"))?;
+        record_paths(&mut unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
+        let written = views.iter().flat_map(|view| [view.sender_key, view.to_key]);
+        record_paths(&mut unpruned, written.chain([keccak256(block.header.beneficiary)]).collect::<Vec<_>>());
         let verified = execute_block(&self.config.chain, top, &block, views, ExecMode::Staged, &self.pool)
             .map_err(|error| error.to_string())?;
         let mut top = verified.state;
@@ -831,13 +948,20 @@ impl Miner {
         let estimated_bytes = self.maybe_prune(
             &mut top,
             tip.estimated_bytes + applied.grown_bytes + written.saturating_mul(WRITE_ALLOWANCE_BYTES),
+            &mut unpruned,
         );
         let hash = block.hash();
         if let Some(store) = self.store.lock().as_mut() {
             store.append(block.header.number, hash, &announcement.block).map_err(|error| error.to_string())?;
         }
-        *self.committed.lock() = Committed { header: block.header.clone(), hash, top: top.clone(), estimated_bytes };
-        *tip = Tip { header: block.header, top, estimated_bytes, epoch: tip.epoch };
+        *self.committed.lock() = Committed {
+            header: block.header.clone(),
+            hash,
+            top: top.clone(),
+            estimated_bytes,
+            unpruned: unpruned.clone(),
+        };
+        *tip = Tip { header: block.header, top, estimated_bytes, unpruned, epoch: tip.epoch };
         Ok(())
     }
 }

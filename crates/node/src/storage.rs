@@ -11,7 +11,7 @@
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,9 +35,13 @@ pub fn log_path(cluster_dir: &Path, id: &str) -> PathBuf {
 }
 
 /// Every accepted block's updates are fsynced before the node acknowledges the block.
+/// Segments are small so that the log can be cut soon after a checkpoint covers it.
 pub fn log_options() -> LogOptions {
-    LogOptions { sync: SyncPolicy::Every, ..LogOptions::default() }
+    LogOptions { sync: SyncPolicy::Every, segment_bytes: LOG_SEGMENT_BYTES, ..LogOptions::default() }
 }
+
+/// Size of a storage log's segment files: the unit in which the log is cut.
+pub const LOG_SEGMENT_BYTES: u64 = 4 << 20;
 
 /// A logged record: the `BlockUpdates` as the node accepted it.
 pub fn decode_logged(record: &virga_log::Record) -> Result<BlockUpdates, StorageError> {
@@ -100,7 +104,33 @@ pub struct StorageStats {
     pub checkpoints_written: u64,
     /// The block of the checkpoint this node was opened from, if any.
     pub opened_from_checkpoint: Option<u64>,
+    /// Log segments deleted because a checkpoint older than the newest covers them.
+    pub log_segments_removed: u64,
     pub fork_versions_collected: u64,
+}
+
+/// A node's log, with the block of each record it still holds (in log order), to know where
+/// it may be cut.
+struct NodeLog {
+    log: RecordLog,
+    blocks: VecDeque<(u64, u64)>,
+}
+
+/// The blocks of the newest checkpoint and the one before it, and the one being written.
+#[derive(Default)]
+struct Checkpoints {
+    newest: Option<u64>,
+    previous: Option<u64>,
+    writing: Option<std::thread::JoinHandle<Result<u64, String>>>,
+}
+
+/// How a node uses its log directory.
+enum LogAccess<'a> {
+    None,
+    /// Recovers it, appends to it, writes checkpoints beside it and cuts it below them.
+    Owned(&'a Path, LogOptions),
+    /// Reads it and its checkpoints, changing nothing (the audit).
+    ReadOnly(&'a Path),
 }
 
 pub struct StorageNode {
@@ -110,11 +140,11 @@ pub struct StorageNode {
     config: ChainConfig,
     retained: u64,
     versions: RwLock<Versions>,
-    log: Mutex<Option<RecordLog>>,
+    log: Mutex<Option<NodeLog>>,
+    /// Where checkpoints are written (None: never).
     checkpoint_path: Option<PathBuf>,
     checkpoint_interval: AtomicU64,
-    /// Block number of the newest checkpoint written or loaded.
-    last_checkpoint: AtomicU64,
+    checkpoints: Mutex<Checkpoints>,
     stats: Mutex<StorageStats>,
     #[cfg(feature = "fault-injection")]
     fault: Mutex<StorageFault>,
@@ -135,9 +165,9 @@ pub enum StorageError {
 impl StorageNode {
     /// A node serving `served` of `shard_count` shards of `genesis_state` (the node keeps its
     /// shards and only the others' hashes), logging to `log_path` and replaying what the log
-    /// already holds: from the checkpoint beside the log when there is a sound one (else from
-    /// genesis, with a warning), applying only the blocks logged after it. Returns the node
-    /// and the number of blocks applied from the log.
+    /// already holds: from the newest sound checkpoint beside the log (a damaged one is
+    /// refused with a warning and set aside), applying only the blocks logged after it.
+    /// Returns the node and the number of blocks applied from the log.
     pub fn open(
         id: impl Into<String>,
         served: Vec<usize>,
@@ -146,6 +176,51 @@ impl StorageNode {
         genesis: Header,
         genesis_state: &ShardedTrie,
         log_path: Option<&Path>,
+    ) -> Result<(Arc<StorageNode>, u64), StorageError> {
+        let access = log_path.map_or(LogAccess::None, |path| LogAccess::Owned(path, log_options()));
+        Self::open_with(id.into(), served, shard_count, config, genesis, genesis_state, access)
+    }
+
+    /// [`Self::open`] with a log of its own, under `options` (tests use small segments).
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_with_log_options(
+        id: impl Into<String>,
+        served: Vec<usize>,
+        shard_count: usize,
+        config: ChainConfig,
+        genesis: Header,
+        genesis_state: &ShardedTrie,
+        log_path: &Path,
+        options: LogOptions,
+    ) -> Result<(Arc<StorageNode>, u64), StorageError> {
+        let access = LogAccess::Owned(log_path, options);
+        Self::open_with(id.into(), served, shard_count, config, genesis, genesis_state, access)
+    }
+
+    /// A node rebuilt from the log at `log_path` and its checkpoints as [`Self::open`] would,
+    /// without changing anything on disk and with no log of its own afterwards: for auditing
+    /// a log that its node may still own.
+    pub fn open_read_only(
+        id: impl Into<String>,
+        served: Vec<usize>,
+        shard_count: usize,
+        config: ChainConfig,
+        genesis: Header,
+        genesis_state: &ShardedTrie,
+        log_path: &Path,
+    ) -> Result<(Arc<StorageNode>, u64), StorageError> {
+        let access = LogAccess::ReadOnly(log_path);
+        Self::open_with(id.into(), served, shard_count, config, genesis, genesis_state, access)
+    }
+
+    fn open_with(
+        id: String,
+        served: Vec<usize>,
+        shard_count: usize,
+        config: ChainConfig,
+        genesis: Header,
+        genesis_state: &ShardedTrie,
+        access: LogAccess<'_>,
     ) -> Result<(Arc<StorageNode>, u64), StorageError> {
         let prefix = prefix_nibbles(shard_count).ok_or(StorageError::ShardCount(shard_count))?;
         if let Some(&bad) = served.iter().find(|&&index| index >= shard_count) {
@@ -162,61 +237,93 @@ impl StorageNode {
             head_number: 0,
         };
         let node = StorageNode {
-            id: id.into(),
+            id,
             served,
             shard_count,
             config,
             retained: DEFAULT_RETAINED_VERSIONS,
             versions: RwLock::new(versions),
             log: Mutex::new(None),
-            checkpoint_path: log_path.map(checkpoint::path_beside),
+            checkpoint_path: match access {
+                LogAccess::Owned(path, _) => Some(checkpoint::path_beside(path)),
+                LogAccess::None | LogAccess::ReadOnly(_) => None,
+            },
             checkpoint_interval: AtomicU64::new(DEFAULT_CHECKPOINT_INTERVAL),
-            last_checkpoint: AtomicU64::new(0),
+            checkpoints: Mutex::new(Checkpoints::default()),
             stats: Mutex::new(StorageStats::default()),
             #[cfg(feature = "fault-injection")]
             fault: Mutex::new(StorageFault::None),
         };
-        let mut replayed = 0;
-        if let Some(path) = log_path {
-            let base = node.load_checkpoint();
-            let (log, recovered) = RecordLog::open(path, log_options())?;
-            for logged in recovered.records {
-                let record = decode_logged(&logged)?;
-                if let Some(base) = base {
-                    let header = decode_header(&record.header).map_err(StorageError::Replay)?;
-                    // In the checkpoint already, or on a fork that left the chain below it.
-                    if header.number <= base || !node.versions.read().by_hash.contains_key(&header.parent_hash) {
-                        continue;
-                    }
-                }
-                node.accept(&record).map_err(StorageError::Replay)?;
-                replayed += 1;
+        let (path, options) = match access {
+            LogAccess::None => return Ok((Arc::new(node), 0)),
+            LogAccess::Owned(path, options) => (path, Some(options)),
+            LogAccess::ReadOnly(path) => (path, None),
+        };
+        let base = node.load_checkpoint(&checkpoint::path_beside(path), options.is_some());
+        let (log, recovered) = match options {
+            Some(options) => {
+                let (log, recovered) = RecordLog::open(path, options)?;
+                (Some(log), recovered)
             }
-            *node.log.lock() = Some(log);
+            None => (None, RecordLog::read(path, log_options())?),
+        };
+        let first_lsn = recovered.records.first().map_or(recovered.next_lsn, |record| record.lsn);
+        if base.is_none() && first_lsn > 1 {
+            return Err(StorageError::Replay(format!(
+                "the log starts at record {first_lsn}: the blocks before it were cut below a checkpoint, \
+                 and no checkpoint beside the log is sound"
+            )));
         }
+        let mut blocks = VecDeque::with_capacity(recovered.records.len());
+        let mut replayed = 0;
+        for logged in recovered.records {
+            let record = decode_logged(&logged)?;
+            let header = decode_header(&record.header).map_err(StorageError::Replay)?;
+            blocks.push_back((header.number, logged.lsn));
+            if let Some(base) = base {
+                // In the checkpoint already, or on a fork that left the chain below it.
+                if header.number <= base || !node.versions.read().by_hash.contains_key(&header.parent_hash) {
+                    continue;
+                }
+            }
+            node.accept(&record).map_err(StorageError::Replay)?;
+            replayed += 1;
+        }
+        *node.log.lock() = log.map(|log| NodeLog { log, blocks });
         Ok((Arc::new(node), replayed))
     }
 
-    /// Makes the checkpoint beside the log the head version, if there is a sound one, and
-    /// returns its block number.
-    fn load_checkpoint(&self) -> Option<u64> {
-        let path = self.checkpoint_path.as_ref().filter(|path| path.exists())?;
-        match checkpoint::read(path, &self.served, self.shard_count) {
-            Ok(loaded) => {
-                let number = loaded.header.number;
-                let mut versions = self.versions.write();
-                versions.by_hash.insert(loaded.hash, Version { header: loaded.header, shards: loaded.shards });
-                versions.head = loaded.hash;
-                versions.head_number = number;
-                self.last_checkpoint.store(number, Ordering::Relaxed);
-                self.stats.lock().opened_from_checkpoint = Some(number);
-                Some(number)
+    /// Makes the newest sound checkpoint beside the log (at `newest`, else the previous one)
+    /// the head version, and returns its block number. A node that owns the log sets a
+    /// damaged newest checkpoint aside, so the next one does not push the sound one out.
+    fn load_checkpoint(&self, newest: &Path, owned: bool) -> Option<u64> {
+        for path in [newest.to_path_buf(), checkpoint::previous_of(newest)] {
+            if !path.exists() {
+                continue;
             }
-            Err(reason) => {
-                tracing::warn!(node = %self.id, %reason, "checkpoint unusable; replaying the whole log");
-                None
+            match checkpoint::read(&path, &self.served, self.shard_count) {
+                Ok(loaded) => {
+                    let number = loaded.header.number;
+                    let mut versions = self.versions.write();
+                    versions.by_hash.insert(loaded.hash, Version { header: loaded.header, shards: loaded.shards });
+                    versions.head = loaded.hash;
+                    versions.head_number = number;
+                    self.checkpoints.lock().newest = Some(number);
+                    self.stats.lock().opened_from_checkpoint = Some(number);
+                    return Some(number);
+                }
+                Err(reason) => {
+                    tracing::warn!(node = %self.id, path = %path.display(), %reason, "checkpoint unusable");
+                    if owned && path == newest {
+                        let aside = newest.with_file_name(checkpoint::DAMAGED_FILE);
+                        if let Err(error) = std::fs::rename(&path, &aside) {
+                            tracing::warn!(node = %self.id, %error, "setting the damaged checkpoint aside failed");
+                        }
+                    }
+                }
             }
         }
+        None
     }
 
     /// Blocks between checkpoints (0 turns them off).
@@ -224,41 +331,109 @@ impl StorageNode {
         self.checkpoint_interval.store(blocks, Ordering::Relaxed);
     }
 
-    /// Writes a checkpoint of the head's ancestor [`CHECKPOINT_LAG`] blocks down (or the
-    /// oldest canonical version held, if fewer) and returns its block number.
+    /// The version a checkpoint is taken of: the head's ancestor [`CHECKPOINT_LAG`] blocks
+    /// down (or the oldest canonical version held, if fewer).
+    fn checkpoint_version(&self) -> Result<(Header, ShardedTrie), String> {
+        let versions = self.versions.read();
+        let mut version = versions.by_hash.get(&versions.head).ok_or("the head version is not held")?;
+        for _ in 0..CHECKPOINT_LAG {
+            match versions.by_hash.get(&version.header.parent_hash) {
+                Some(parent) => version = parent,
+                None => break,
+            }
+        }
+        Ok((version.header.clone(), version.shards.clone()))
+    }
+
+    /// Writes a checkpoint now (after any being written in the background; none if the
+    /// newest is of the same block), cuts the log below the previous one, and returns the
+    /// newest checkpoint's block number.
     pub fn checkpoint_now(&self) -> Result<u64, String> {
         let path = self.checkpoint_path.as_ref().ok_or("this node keeps no log, so no checkpoint")?;
-        let (header, shards) = {
-            let versions = self.versions.read();
-            let mut version = versions.by_hash.get(&versions.head).ok_or("the head version is not held")?;
-            for _ in 0..CHECKPOINT_LAG {
-                match versions.by_hash.get(&version.header.parent_hash) {
-                    Some(parent) => version = parent,
-                    None => break,
-                }
-            }
-            (version.header.clone(), version.shards.clone())
-        };
+        let mut checkpoints = self.checkpoints.lock();
+        if let Some(writing) = checkpoints.writing.take() {
+            self.finish_checkpoint(&mut checkpoints, writing);
+        }
+        let (header, shards) = self.checkpoint_version()?;
+        if checkpoints.newest == Some(header.number) {
+            return Ok(header.number);
+        }
         checkpoint::write(path, &header, &shards, &self.served)?;
-        self.last_checkpoint.store(header.number, Ordering::Relaxed);
-        self.stats.lock().checkpoints_written += 1;
+        self.checkpoint_written(&mut checkpoints, header.number);
         Ok(header.number)
     }
 
-    /// A checkpoint once the head is an interval past the last one. Written in line (a few
-    /// MB per node with 16 nodes and 1M accounts); a failure is logged, never refuses a block.
+    /// Once the head is an interval past the newest checkpoint, starts writing the next one
+    /// on a thread of its own (encoding and fsyncing a few MB stays off the block's
+    /// acknowledgement); a finished one is taken up on a later block. A failure is logged
+    /// and never refuses a block.
     fn maybe_checkpoint(&self) {
         let interval = self.checkpoint_interval.load(Ordering::Relaxed);
-        if interval == 0 || self.checkpoint_path.is_none() {
+        let Some(path) = self.checkpoint_path.clone().filter(|_| interval > 0) else {
             return;
+        };
+        let mut checkpoints = self.checkpoints.lock();
+        match checkpoints.writing.take() {
+            Some(writing) if writing.is_finished() => self.finish_checkpoint(&mut checkpoints, writing),
+            Some(writing) => {
+                checkpoints.writing = Some(writing);
+                return;
+            }
+            None => {}
         }
         let head = self.versions.read().head_number;
-        let due = self.last_checkpoint.load(Ordering::Relaxed).saturating_add(interval).saturating_add(CHECKPOINT_LAG);
+        let due = checkpoints.newest.unwrap_or(0).saturating_add(interval).saturating_add(CHECKPOINT_LAG);
         if head < due {
             return;
         }
-        if let Err(reason) = self.checkpoint_now() {
-            tracing::warn!(node = %self.id, %reason, "checkpoint failed");
+        let (header, shards) = match self.checkpoint_version() {
+            Ok(version) => version,
+            Err(reason) => return tracing::warn!(node = %self.id, %reason, "checkpoint skipped"),
+        };
+        let served = self.served.clone();
+        let spawned = std::thread::Builder::new().name(format!("{}-checkpoint", self.id)).spawn(move || {
+            checkpoint::write(&path, &header, &shards, &served)?;
+            Ok(header.number)
+        });
+        match spawned {
+            Ok(handle) => checkpoints.writing = Some(handle),
+            Err(error) => tracing::warn!(node = %self.id, %error, "starting the checkpoint writer failed"),
+        }
+    }
+
+    /// Takes up a checkpoint written in the background.
+    fn finish_checkpoint(&self, checkpoints: &mut Checkpoints, writing: std::thread::JoinHandle<Result<u64, String>>) {
+        match writing.join() {
+            Ok(Ok(number)) => self.checkpoint_written(checkpoints, number),
+            Ok(Err(reason)) => tracing::warn!(node = %self.id, %reason, "checkpoint failed"),
+            Err(_) => tracing::error!(node = %self.id, "the checkpoint writer panicked"),
+        }
+    }
+
+    /// Checkpoint `number` is the newest: the log is cut below the one before it, which
+    /// stays as the fallback should the newest be found damaged.
+    fn checkpoint_written(&self, checkpoints: &mut Checkpoints, number: u64) {
+        checkpoints.previous = checkpoints.newest.replace(number);
+        self.stats.lock().checkpoints_written += 1;
+        let Some(previous) = checkpoints.previous else { return };
+        let mut guard = self.log.lock();
+        let Some(node_log) = guard.as_mut() else { return };
+        // Every record before the first one above the previous checkpoint is covered by it
+        // (or is of a fork that left the chain below it).
+        let cut = node_log
+            .blocks
+            .iter()
+            .find(|(block, _)| *block > previous)
+            .map_or(node_log.log.next_lsn(), |&(_, lsn)| lsn);
+        match node_log.log.truncate_prefix(cut) {
+            Ok(removed) => {
+                let first = node_log.log.first_lsn();
+                while node_log.blocks.front().is_some_and(|&(_, lsn)| lsn < first) {
+                    node_log.blocks.pop_front();
+                }
+                self.stats.lock().log_segments_removed += removed as u64;
+            }
+            Err(error) => tracing::warn!(node = %self.id, %error, "cutting the log below a checkpoint failed"),
         }
     }
 
@@ -428,12 +603,15 @@ impl StorageNode {
             }
         };
         if new {
-            if let Some(log) = self.log.lock().as_mut() {
-                if let Err(error) = log.append(&updates.encode_to_vec()) {
-                    // Not durable, so not acknowledged: forget the version. The log refuses
-                    // further appends until the node is restarted (which recovers it).
-                    self.versions.write().by_hash.remove(&hash);
-                    return Err(format!("logging block {number} failed: {error}"));
+            if let Some(node_log) = self.log.lock().as_mut() {
+                match node_log.log.append(&updates.encode_to_vec()) {
+                    Ok(lsn) => node_log.blocks.push_back((number, lsn)),
+                    Err(error) => {
+                        // Not durable, so not acknowledged: forget the version. The log refuses
+                        // further appends until the node is restarted (which recovers it).
+                        self.versions.write().by_hash.remove(&hash);
+                        return Err(format!("logging block {number} failed: {error}"));
+                    }
                 }
             }
             self.stats.lock().blocks_applied += 1;
@@ -544,6 +722,16 @@ fn keep_served(state: &ShardedTrie, served: &[usize], prefix: usize) -> Result<S
         })
         .collect::<Result<Vec<_>, StorageError>>()?;
     ShardedTrie::from_shards(shards).map_err(|_| StorageError::ShardCount(state.shard_count()))
+}
+
+impl Drop for StorageNode {
+    /// A checkpoint being written is finished first, so that a node reopened on the same
+    /// directory never races it.
+    fn drop(&mut self) {
+        if let Some(writing) = self.checkpoints.get_mut().writing.take() {
+            let _ = writing.join();
+        }
+    }
 }
 
 impl Handler for StorageNode {

@@ -113,7 +113,8 @@ async fn a_storage_node_reopens_from_its_checkpoint_and_ignores_a_damaged_one() 
     assert_eq!(restored.shard_hashes(&head_hash).unwrap(), hashes);
     drop(restored);
 
-    // A damaged checkpoint is refused (with a warning) and the whole log replayed instead.
+    // A damaged checkpoint is refused (with a warning), set aside, and the previous one
+    // used; with neither (here: the first checkpoint had none before it), the whole log.
     let path = virga_node::checkpoint::path_beside(&log);
     let mut bytes = std::fs::read(&path).unwrap();
     let middle = bytes.len() / 2;
@@ -123,4 +124,104 @@ async fn a_storage_node_reopens_from_its_checkpoint_and_ignores_a_damaged_one() 
     assert_eq!(fallback.stats().opened_from_checkpoint, None);
     assert_eq!(replayed, head);
     assert_eq!(fallback.head(), (head, head_hash, root));
+    assert!(!path.exists() && path.with_file_name(virga_node::checkpoint::DAMAGED_FILE).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_log_is_cut_below_its_checkpoints_and_still_restarts_and_passes_the_audit() {
+    use virga_node::cluster::storage_layout;
+    use virga_node::storage::{decode_logged, log_options, shard_state, StorageNode};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = UpConfig::small(dir.path());
+    config.storage_nodes = 4;
+    config.max_block_transfers = 60;
+    run_and_audit(config.clone()).await;
+
+    // The run's blocks, fed again to a node with small log segments and frequent checkpoints
+    // (written in the background, as in a run).
+    let genesis = virga_ledger::chain::read_genesis(dir.path()).unwrap();
+    let sharded = shard_state(genesis.state.accounts().as_trie(), config.shards).unwrap();
+    let (id, served) = storage_layout(config.storage_nodes, config.shards).remove(2);
+    let run_log = virga_node::storage::log_path(dir.path(), &id);
+    let blocks: Vec<_> = virga_log::RecordLog::read(&run_log, log_options())
+        .unwrap()
+        .records
+        .iter()
+        .map(|record| decode_logged(record).unwrap())
+        .collect();
+    let copy = tempfile::tempdir().unwrap();
+    let log = copy.path().join("updates");
+    let options = virga_log::LogOptions { segment_bytes: 12 << 10, ..log_options() };
+    let open = || {
+        let opened = StorageNode::open_with_log_options(
+            &id,
+            served.clone(),
+            config.shards,
+            genesis.config,
+            genesis.header.clone(),
+            &sharded,
+            &log,
+            options.clone(),
+        );
+        opened.map_err(|error| error.to_string())
+    };
+    let (node, _) = open().unwrap();
+    node.set_checkpoint_interval(4);
+    for block in &blocks {
+        node.apply_block(block).unwrap();
+    }
+    let newest = node.checkpoint_now().unwrap();
+    let (head, head_hash, root) = node.head();
+    assert!(head >= 24, "the run made {head} blocks");
+    let stats = node.stats();
+    assert!(stats.checkpoints_written >= 3, "{stats:?}");
+    assert!(stats.log_segments_removed > 0, "{stats:?}");
+    drop(node);
+    let kept = virga_log::RecordLog::read(&log, log_options()).unwrap().records;
+    assert!(kept[0].lsn > 1, "the log was cut");
+    assert!(kept.len() < blocks.len());
+
+    // Restarts from the newest checkpoint...
+    let (restarted, replayed) = open().unwrap();
+    assert_eq!(restarted.stats().opened_from_checkpoint, Some(newest));
+    assert_eq!(replayed, head - newest);
+    assert_eq!(restarted.head(), (head, head_hash, root));
+    drop(restarted);
+
+    // ...and the audit accepts the cut log in place of the run's.
+    let node_dir = run_log.parent().unwrap();
+    std::fs::remove_dir_all(node_dir).unwrap();
+    copy_tree(copy.path(), node_dir);
+    let audit = audit_cluster(dir.path(), &pool(), &mut |_| {}).unwrap();
+    // (The run's own nodes may have checkpointed too.)
+    assert!(audit.from_checkpoints >= 1, "{audit:?}");
+    assert_eq!(format!("{}", audit.chain.state_root), format!("{root}"));
+
+    // A damaged newest checkpoint: the previous one, and the log kept from it, still reach
+    // the same head.
+    let newest_path = virga_node::checkpoint::path_beside(&log);
+    std::fs::write(&newest_path, b"torn").unwrap();
+    let (fallback, _) = open().unwrap();
+    let previous = fallback.stats().opened_from_checkpoint.unwrap();
+    assert!(previous < newest);
+    assert_eq!(fallback.head(), (head, head_hash, root));
+    drop(fallback);
+
+    // With no sound checkpoint the cut log cannot be replayed: a clear error, not a wrong state.
+    std::fs::write(virga_node::checkpoint::previous_of(&newest_path), b"torn").unwrap();
+    let error = open().err().unwrap();
+    assert!(error.contains("no checkpoint beside the log is sound"), "{error}");
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
 }

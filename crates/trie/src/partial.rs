@@ -209,6 +209,29 @@ impl PartialTrie {
         }
     }
 
+    /// [`PartialTrie::prune_keeping`] along the paths of `paths` (and `keep`) only, and the
+    /// memory it freed (as [`Self::memory_bytes`] counts it). Walks and copies only the nodes
+    /// on those paths and their children, not the whole top layer. When a trie was pruned
+    /// and has since changed only along `paths` (bags attach on their keys' paths, writes of
+    /// existing keys change their paths), the result is exactly that of `prune_keeping`. An
+    /// insert that splits an extension above level r moves the subtree below it deeper,
+    /// beside the path; that subtree's newly deep nodes are left for a whole prune.
+    pub fn prune_paths(&mut self, retention_level: usize, paths: &[B256], keep: &[B256]) -> usize {
+        let nibbles = |key: &B256| -> Vec<u8> { (0..64).map(|i| nibble_at(key.as_slice(), i)).collect() };
+        // The kept paths are walked too: writes on them push nodes beside them.
+        let mut paths: Vec<Vec<u8>> = paths.iter().chain(keep).map(nibbles).collect();
+        paths.sort_unstable();
+        paths.dedup();
+        let keep: Vec<Vec<u8>> = keep.iter().map(nibbles).collect();
+        let mut freed = 0;
+        if let Some(root) = self.root.as_mut() {
+            root.root_hash(&mut Vec::new());
+            let paths: Vec<&[u8]> = paths.iter().map(Vec::as_slice).collect();
+            prune_along(root, 0, retention_level, 0, &paths, &keep, &mut freed);
+        }
+        freed
+    }
+
     /// The hash of the subtree that begins exactly at nibble path `path` (a hash node's own
     /// hash if only that is held), as [`Trie::subtree_hash_at`]; an error names why there is
     /// none (the path ends inside a node's path, leaves the trie, or is only a hash above it).
@@ -449,6 +472,66 @@ fn prune_keeping_below(node: &mut Node, level: usize, retention_level: usize, pa
                     prune_keeping_below(child, level + 1, retention_level, path, keep);
                 }
                 path.pop();
+            }
+        }
+    }
+}
+
+/// `prune_keeping_below` restricted to the paths of `paths` (sorted nibble paths that all
+/// agree with the path to `node`, which is `depth` nibbles long). At a node whose children
+/// are pruned every child is, on a path or not: an insert on a path pushes the node it
+/// splits from down beside the path.
+fn prune_along(
+    node: &mut Node,
+    level: usize,
+    retention_level: usize,
+    depth: usize,
+    paths: &[&[u8]],
+    keep: &[Vec<u8>],
+    freed: &mut usize,
+) {
+    let prune_children = level >= retention_level;
+    // The child at nibble path `prefix`, reached by `paths` (maybe none).
+    let mut visit = |child: &mut Node, prefix: &[u8], paths: &[&[u8]]| {
+        if prune_children && !keep.iter().any(|key| key.starts_with(prefix)) {
+            if let (false, Some(hash)) = (matches!(child.kind(), Kind::Hash), child.cached_hash()) {
+                *freed += subtree_memory(child).saturating_sub(NODE_OVERHEAD_BYTES);
+                *child = Node::hash_node(hash);
+            }
+        } else if !paths.is_empty() {
+            prune_along(child, level + 1, retention_level, prefix.len(), paths, keep, freed);
+        }
+    };
+    let Some(first) = paths.first() else { return };
+    let mut prefix = first[..depth.min(first.len())].to_vec();
+    match node.kind() {
+        Kind::Leaf(_) | Kind::Hash => {}
+        Kind::Extension(data, _) => {
+            prefix.extend((0..nibble_count(data)).map(|i| crate::path::nibble(data, i)));
+            let through: Vec<&[u8]> = paths.iter().copied().filter(|path| path.starts_with(&prefix)).collect();
+            if through.is_empty() && !prune_children {
+                return;
+            }
+            let Kind::Extension(_, child) = node.make_mut_keep_hash() else { return };
+            visit(child, &prefix, &through);
+        }
+        Kind::Branch(_) => {
+            let Kind::Branch(branch) = node.make_mut_keep_hash() else { return };
+            let mut rest = paths;
+            for nibble in 0u8..16 {
+                // Sorted, so the paths through this child are the next run.
+                let skipped = rest.iter().take_while(|path| path.get(depth).is_none_or(|&n| n < nibble)).count();
+                rest = &rest[skipped..];
+                let run = rest.iter().take_while(|path| path.get(depth) == Some(&nibble)).count();
+                let (through, after) = rest.split_at(run);
+                rest = after;
+                if through.is_empty() && !prune_children {
+                    continue;
+                }
+                let Some(child) = branch.child_mut(nibble) else { continue };
+                prefix.push(nibble);
+                visit(child, &prefix, through);
+                prefix.pop();
             }
         }
     }

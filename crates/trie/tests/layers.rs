@@ -251,3 +251,57 @@ fn bag_nodes_with_overlong_paths_are_rejected_not_trusted() {
     assert!(matches!(partial.apply_bag(&bag), Err(virga_trie::partial::BagError::Invalid { .. })));
     assert_eq!(partial.root_hash(), root);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// A miner prunes along the paths its bags and writes touched since the last prune: with
+    /// writes of existing keys the result must be exactly the whole-trie prune; inserts of
+    /// new keys may leave nodes a whole prune removes, never the reverse. The memory it
+    /// reports freed is exact either way.
+    #[test]
+    fn pruning_along_touched_paths_equals_pruning_the_whole_layer(
+        count in 50u32..1500,
+        retention in 0usize..4,
+        attached in prop::collection::btree_set(0u32..1500, 1..40),
+        written in prop::collection::vec((0usize..40, any::<u8>()), 0..20),
+        inserted in prop::collection::vec(1500u32..3000, 0..5),
+        keep_choice in 0usize..40,
+    ) {
+        let trie = full_trie(count);
+        let mut top = PartialTrie::from(trie.clone());
+        top.prune(retention);
+        let attached: Vec<B256> = attached.into_iter().filter(|&i| i < count).map(key).collect();
+        prop_assume!(!attached.is_empty());
+        top.apply_bag(&trie.prove_many(&attached, 0)).unwrap();
+        let mut touched = attached.clone();
+        for (index, byte) in written {
+            let k = attached[index % attached.len()];
+            top.insert(k.as_slice(), &[byte; 12]).unwrap();
+        }
+        let mut new_keys = false;
+        for i in inserted {
+            if top.insert(key(i).as_slice(), &value(i, 1)).is_ok() {
+                touched.push(key(i));
+                new_keys = true;
+            }
+        }
+        let keep = [attached[keep_choice % attached.len()]];
+        let (before_root, before_bytes) = (top.root_hash(), top.memory_bytes());
+
+        let mut whole = top.clone();
+        whole.prune_keeping(retention, &keep);
+        let mut along = top.clone();
+        let freed = along.prune_paths(retention, &touched, &keep);
+        prop_assert_eq!(along.root_hash(), before_root);
+        prop_assert_eq!(before_bytes - freed, along.memory_bytes());
+        prop_assert!(along.get(keep[0].as_slice()).is_ok(), "the kept path stays readable");
+        if new_keys {
+            prop_assert!(along.node_count() >= whole.node_count());
+            along.prune_keeping(retention, &keep);
+        }
+        prop_assert_eq!(along.node_count(), whole.node_count());
+        prop_assert_eq!(along.hash_node_count(), whole.hash_node_count());
+        prop_assert_eq!(along.memory_bytes(), whole.memory_bytes());
+    }
+}
