@@ -12,7 +12,7 @@ use virga_ledger::verify::ExecMode;
 use virga_trie::shard::{Shard, ShardedTrie};
 
 use crate::cluster::CLUSTER_FILE;
-use crate::storage::{log_path, prefix_nibbles, shard_state, StorageNode};
+use crate::storage::{log_path, prefix_nibbles, shard_state, LogAccess, StorageNode};
 
 #[derive(Deserialize)]
 struct ClusterFile {
@@ -62,14 +62,14 @@ pub fn audit_cluster(
             return Err(format!("{id}: no log at {}", log.display()));
         }
         // Read only: a torn tail is left for the node itself to cut when it restarts.
-        let (node, replayed) = StorageNode::open_read_only(
+        let (node, replayed) = StorageNode::open_with(
             id.clone(),
             served.clone(),
             cluster.shards,
             genesis.config,
             genesis.header.clone(),
             &sharded,
-            &log,
+            LogAccess::ReadOnly(&log),
         )
         .map_err(|error| format!("{id}: {error}"))?;
         logged_blocks += replayed;

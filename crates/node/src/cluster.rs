@@ -13,7 +13,7 @@ use virga_net::{Grpc, Handler, InProc, Transport};
 use crate::client::{Client, ClientConfig, ClientStats};
 use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
 use crate::storage::{shard_state, StorageNode};
-use crate::workload::{sign_transfers, Accounts, Skew, GENESIS_BALANCE};
+use crate::workload::{offer, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
 
 /// Marks a directory as a RainBlock cluster's (`virga verify` audits it as one).
 pub const CLUSTER_FILE: &str = "rainblock.json";
@@ -332,24 +332,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         client_tasks.push(tokio::spawn(client.run(incoming, stopped.clone())));
     }
     let offered = transfers.len();
-    let clients = feeds.len();
-    let rate = config.rate;
-    let feeder = tokio::spawn(async move {
-        let begun = Instant::now();
-        for (index, transfer) in transfers.into_iter().enumerate() {
-            if let Some(rate) = rate {
-                let due = Duration::from_secs_f64(index as f64 / rate);
-                if let Some(wait) = due.checked_sub(begun.elapsed()) {
-                    tokio::time::sleep(wait).await;
-                }
-            }
-            // Each sender's transfers go through one client, which keeps their nonce order.
-            let client = usize::from(transfer.sender.0[19]) % clients;
-            if feeds[client].send(transfer).await.is_err() {
-                break;
-            }
-        }
-    });
+    let feeder = tokio::spawn(offer(transfers, config.rate, feeds));
 
     progress.phase("running the workload (transfers committed)", offered as u64);
     let run_started = Instant::now();

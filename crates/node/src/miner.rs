@@ -176,6 +176,8 @@ pub struct Miner {
     committed: Mutex<Committed>,
     store: Mutex<Option<ChainStore>>,
     stats: Mutex<MinerStats>,
+    /// The top layer's size just after the last whole prune (0 before any).
+    pruned_bytes: std::sync::atomic::AtomicUsize,
     pool: rayon::ThreadPool,
     #[cfg(feature = "fault-injection")]
     fault: Mutex<MinerFault>,
@@ -226,6 +228,7 @@ impl Miner {
             tip: Mutex::new(Tip { header, top, estimated_bytes, unpruned: None, epoch: 0 }),
             store: Mutex::new(store),
             stats: Mutex::new(MinerStats::default()),
+            pruned_bytes: std::sync::atomic::AtomicUsize::new(0),
             pool,
             #[cfg(feature = "fault-injection")]
             fault: Mutex::new(MinerFault::None),
@@ -892,12 +895,25 @@ impl Miner {
         *stats.aborted.entry(BLOCK_REFUSED.to_string()).or_default() += dropped;
     }
 
-    /// Prunes to level r when the top layer may be over budget, and returns the new upper
-    /// bound of its memory. The prune walks (and copies) only the paths recorded in
-    /// `unpruned`, except every [`WHOLE_PRUNE_EVERY`] prunes or when they are unknown.
+    /// Prunes to level r when the top layer is over budget, and returns the new upper bound
+    /// of its memory. While a layer pruned to r fits the budget, a bound past it is first
+    /// checked by a walk (the bound counts an allowance per write, so it runs ahead); once
+    /// even the pruned layer is over budget, a prune is certain and the walk is skipped.
+    /// The prune walks (and copies) only the paths recorded in `unpruned`, except every
+    /// [`WHOLE_PRUNE_EVERY`] prunes or when they are unknown.
     fn maybe_prune(&self, top: &mut PartialTrie, estimated_bytes: usize, unpruned: &mut Unpruned) -> usize {
-        if estimated_bytes <= self.config.top_budget_bytes {
+        let budget = self.config.top_budget_bytes;
+        if estimated_bytes <= budget {
             return estimated_bytes;
+        }
+        if self.pruned_bytes.load(Ordering::Relaxed) <= budget {
+            let measured = top.memory_bytes();
+            let mut stats = self.stats.lock();
+            stats.peak_top_bytes = stats.peak_top_bytes.max(measured);
+            if measured <= budget {
+                stats.top_bytes = measured;
+                return measured;
+            }
         }
         let prunes = {
             let mut stats = self.stats.lock();
@@ -912,6 +928,7 @@ impl Miner {
             _ => {
                 top.prune_keeping(self.config.retention, &keep);
                 let measured = top.memory_bytes();
+                self.pruned_bytes.store(measured, Ordering::Relaxed);
                 let mut stats = self.stats.lock();
                 stats.peak_top_bytes = stats.peak_top_bytes.max(measured);
                 measured

@@ -24,7 +24,7 @@ use crate::client::{Client, ClientConfig};
 use crate::cluster::{beneficiary, replicated_layout, write_genesis, CLUSTER_FILE};
 use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
 use crate::storage::{shard_state, StorageNode};
-use crate::workload::{sign_transfers, Accounts, Skew};
+use crate::workload::{offer, sign_transfers, Accounts, Skew};
 
 /// What every role process of a hand-started cluster reads from `dir/rainblock.json`.
 /// A superset of what `virga up` writes there, so the audit reads both alike.
@@ -283,20 +283,7 @@ pub async fn run_client(
     let (feed, incoming) = mpsc::channel(job.batch.max(1) * job.in_flight.max(1) * 4);
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(client.run(incoming, stopped));
-    let rate = job.rate;
-    let feeder = tokio::spawn(async move {
-        let begun = Instant::now();
-        for (index, transfer) in transfers.into_iter().enumerate() {
-            if let Some(rate) = rate {
-                if let Some(wait) = Duration::from_secs_f64(index as f64 / rate).checked_sub(begun.elapsed()) {
-                    tokio::time::sleep(wait).await;
-                }
-            }
-            if feed.send(transfer).await.is_err() {
-                break;
-            }
-        }
-    });
+    let feeder = tokio::spawn(offer(transfers, job.rate, vec![feed]));
     let started = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;

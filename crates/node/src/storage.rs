@@ -125,7 +125,7 @@ struct Checkpoints {
 }
 
 /// How a node uses its log directory.
-enum LogAccess<'a> {
+pub enum LogAccess<'a> {
     None,
     /// Recovers it, appends to it, writes checkpoints beside it and cuts it below them.
     Owned(&'a Path, LogOptions),
@@ -178,43 +178,14 @@ impl StorageNode {
         log_path: Option<&Path>,
     ) -> Result<(Arc<StorageNode>, u64), StorageError> {
         let access = log_path.map_or(LogAccess::None, |path| LogAccess::Owned(path, log_options()));
-        Self::open_with(id.into(), served, shard_count, config, genesis, genesis_state, access)
+        Self::open_with(id, served, shard_count, config, genesis, genesis_state, access)
     }
 
-    /// [`Self::open`] with a log of its own, under `options` (tests use small segments).
-    #[allow(clippy::too_many_arguments)]
-    pub fn open_with_log_options(
+    /// [`Self::open`] with the log used as `access` says: owned with other options (tests use
+    /// small segments), or read only, changing nothing on disk and keeping no log
+    /// afterwards (the audit of a log its node may still own).
+    pub fn open_with(
         id: impl Into<String>,
-        served: Vec<usize>,
-        shard_count: usize,
-        config: ChainConfig,
-        genesis: Header,
-        genesis_state: &ShardedTrie,
-        log_path: &Path,
-        options: LogOptions,
-    ) -> Result<(Arc<StorageNode>, u64), StorageError> {
-        let access = LogAccess::Owned(log_path, options);
-        Self::open_with(id.into(), served, shard_count, config, genesis, genesis_state, access)
-    }
-
-    /// A node rebuilt from the log at `log_path` and its checkpoints as [`Self::open`] would,
-    /// without changing anything on disk and with no log of its own afterwards: for auditing
-    /// a log that its node may still own.
-    pub fn open_read_only(
-        id: impl Into<String>,
-        served: Vec<usize>,
-        shard_count: usize,
-        config: ChainConfig,
-        genesis: Header,
-        genesis_state: &ShardedTrie,
-        log_path: &Path,
-    ) -> Result<(Arc<StorageNode>, u64), StorageError> {
-        let access = LogAccess::ReadOnly(log_path);
-        Self::open_with(id.into(), served, shard_count, config, genesis, genesis_state, access)
-    }
-
-    fn open_with(
-        id: String,
         served: Vec<usize>,
         shard_count: usize,
         config: ChainConfig,
@@ -237,7 +208,7 @@ impl StorageNode {
             head_number: 0,
         };
         let node = StorageNode {
-            id,
+            id: id.into(),
             served,
             shard_count,
             config,

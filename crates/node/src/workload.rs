@@ -8,6 +8,30 @@ use virga_ledger::tx::{SignedTransfer, SigningKey};
 
 use crate::client::UserTransfer;
 
+/// Offers `transfers` to the clients behind `feeds`, at `rate` per second (as fast as they
+/// take them when `None`). Each sender's transfers all go to one client, which keeps their
+/// nonce order. Ends when every transfer is offered or the clients stop taking them.
+pub async fn offer(
+    transfers: Vec<UserTransfer>,
+    rate: Option<f64>,
+    feeds: Vec<tokio::sync::mpsc::Sender<UserTransfer>>,
+) {
+    let begun = std::time::Instant::now();
+    for (index, transfer) in transfers.into_iter().enumerate() {
+        if let Some(rate) = rate {
+            let due = std::time::Duration::from_secs_f64(index as f64 / rate);
+            if let Some(wait) = due.checked_sub(begun.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
+        let client = usize::from(transfer.sender.0[19]) % feeds.len().max(1);
+        let Some(feed) = feeds.get(client) else { return };
+        if feed.send(transfer).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Gas price of every generated transfer (the fee is 21,000 × this).
 pub const GAS_PRICE: u128 = 1;
 /// Each account's genesis balance: enough for any run's transfers and fees.

@@ -2,9 +2,11 @@
 //! on loopback. Every offered transfer commits, the chain passes the audit (re-executed from
 //! genesis), and the storage nodes' logs assemble to the chain's final root.
 
+use std::sync::Arc;
 use std::time::Duration;
 use virga_node::audit::audit_cluster;
 use virga_node::cluster::{up, Quiet, TransportKind, UpConfig};
+use virga_node::storage::{LogAccess, StorageNode};
 
 fn pool() -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap()
@@ -65,33 +67,57 @@ async fn a_cluster_with_two_replicas_per_shard_commits_everything_and_its_replic
     run_and_audit(config).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_storage_node_reopens_from_its_checkpoint_and_ignores_a_damaged_one() {
-    use virga_node::cluster::storage_layout;
-    use virga_node::storage::{shard_state, StorageNode, CHECKPOINT_LAG};
+/// A finished small run with 4 storage nodes: what reopening one of its nodes needs.
+struct Ran {
+    dir: tempfile::TempDir,
+    config: UpConfig,
+    genesis: virga_ledger::chain::ChainGenesis,
+    sharded: virga_trie::ShardedTrie,
+}
 
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = UpConfig::small(dir.path());
-    config.storage_nodes = 4;
-    config.max_block_transfers = 100;
-    run_and_audit(config.clone()).await;
+impl Ran {
+    async fn new(max_block_transfers: usize) -> Ran {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = UpConfig::small(dir.path());
+        config.storage_nodes = 4;
+        config.max_block_transfers = max_block_transfers;
+        run_and_audit(config.clone()).await;
+        let genesis = virga_ledger::chain::read_genesis(dir.path()).unwrap();
+        let sharded = virga_node::storage::shard_state(genesis.state.accounts().as_trie(), config.shards).unwrap();
+        Ran { dir, config, genesis, sharded }
+    }
 
-    let genesis = virga_ledger::chain::read_genesis(dir.path()).unwrap();
-    let sharded = shard_state(genesis.state.accounts().as_trie(), config.shards).unwrap();
-    let (id, served) = storage_layout(config.storage_nodes, config.shards).remove(1);
-    let log = virga_node::storage::log_path(dir.path(), &id);
-    let open = || {
-        StorageNode::open(
-            &id,
-            served.clone(),
-            config.shards,
+    /// Storage node `index`: its id, shards and log directory in the run.
+    fn node(&self, index: usize) -> (String, Vec<usize>, std::path::PathBuf) {
+        let (id, served) =
+            virga_node::cluster::storage_layout(self.config.storage_nodes, self.config.shards).remove(index);
+        let log = virga_node::storage::log_path(self.dir.path(), &id);
+        (id, served, log)
+    }
+
+    /// Opens storage node `id` serving `served` on the log at `log`, used as `access` says.
+    fn open(&self, id: &str, served: &[usize], access: LogAccess<'_>) -> Result<(Arc<StorageNode>, u64), String> {
+        let genesis = &self.genesis;
+        StorageNode::open_with(
+            id,
+            served.to_vec(),
+            self.config.shards,
             genesis.config,
             genesis.header.clone(),
-            &sharded,
-            Some(&log),
+            &self.sharded,
+            access,
         )
-        .unwrap()
-    };
+        .map_err(|error| error.to_string())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_node_reopens_from_its_checkpoint_and_ignores_a_damaged_one() {
+    use virga_node::storage::{log_options, CHECKPOINT_LAG};
+
+    let ran = Ran::new(100).await;
+    let (id, served, log) = ran.node(1);
+    let open = || ran.open(&id, &served, LogAccess::Owned(&log, log_options())).unwrap();
 
     // Opened from genesis: every logged block applied (a checkpoint may exist already from
     // the run; remove it so this open is the baseline).
@@ -129,21 +155,12 @@ async fn a_storage_node_reopens_from_its_checkpoint_and_ignores_a_damaged_one() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storage_log_is_cut_below_its_checkpoints_and_still_restarts_and_passes_the_audit() {
-    use virga_node::cluster::storage_layout;
-    use virga_node::storage::{decode_logged, log_options, shard_state, StorageNode};
-
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = UpConfig::small(dir.path());
-    config.storage_nodes = 4;
-    config.max_block_transfers = 60;
-    run_and_audit(config.clone()).await;
+    use virga_node::storage::{decode_logged, log_options};
 
     // The run's blocks, fed again to a node with small log segments and frequent checkpoints
     // (written in the background, as in a run).
-    let genesis = virga_ledger::chain::read_genesis(dir.path()).unwrap();
-    let sharded = shard_state(genesis.state.accounts().as_trie(), config.shards).unwrap();
-    let (id, served) = storage_layout(config.storage_nodes, config.shards).remove(2);
-    let run_log = virga_node::storage::log_path(dir.path(), &id);
+    let ran = Ran::new(60).await;
+    let (id, served, run_log) = ran.node(2);
     let blocks: Vec<_> = virga_log::RecordLog::read(&run_log, log_options())
         .unwrap()
         .records
@@ -153,19 +170,7 @@ async fn a_storage_log_is_cut_below_its_checkpoints_and_still_restarts_and_passe
     let copy = tempfile::tempdir().unwrap();
     let log = copy.path().join("updates");
     let options = virga_log::LogOptions { segment_bytes: 12 << 10, ..log_options() };
-    let open = || {
-        let opened = StorageNode::open_with_log_options(
-            &id,
-            served.clone(),
-            config.shards,
-            genesis.config,
-            genesis.header.clone(),
-            &sharded,
-            &log,
-            options.clone(),
-        );
-        opened.map_err(|error| error.to_string())
-    };
+    let open = || ran.open(&id, &served, LogAccess::Owned(&log, options.clone()));
     let (node, _) = open().unwrap();
     node.set_checkpoint_interval(4);
     for block in &blocks {
@@ -193,7 +198,7 @@ async fn a_storage_log_is_cut_below_its_checkpoints_and_still_restarts_and_passe
     let node_dir = run_log.parent().unwrap();
     std::fs::remove_dir_all(node_dir).unwrap();
     copy_tree(copy.path(), node_dir);
-    let audit = audit_cluster(dir.path(), &pool(), &mut |_| {}).unwrap();
+    let audit = audit_cluster(ran.dir.path(), &pool(), &mut |_| {}).unwrap();
     // (The run's own nodes may have checkpointed too.)
     assert!(audit.from_checkpoints >= 1, "{audit:?}");
     assert_eq!(format!("{}", audit.chain.state_root), format!("{root}"));
