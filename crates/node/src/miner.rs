@@ -957,7 +957,7 @@ impl Miner {
         let applied = top.apply_bag(&bag).map_err(|error| format!("node bag refused: {error}"))?;
         record_paths(&mut unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
         let written = views.iter().flat_map(|view| [view.sender_key, view.to_key]);
-        record_paths(&mut unpruned, written.chain([keccak256(block.header.beneficiary)]).collect::<Vec<_>>());
+        record_paths(&mut unpruned, written.chain([keccak256(block.header.beneficiary)]));
         let verified = execute_block(&self.config.chain, top, &block, views, ExecMode::Staged, &self.pool)
             .map_err(|error| error.to_string())?;
         let mut top = verified.state;
