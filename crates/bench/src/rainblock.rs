@@ -427,6 +427,34 @@ fn run_cluster(
     Ok(report)
 }
 
+/// One point of a sweep: its label, and the cluster's N, r and client count.
+struct PlannedPoint {
+    label: String,
+    accounts: usize,
+    retention: usize,
+    clients: usize,
+}
+
+/// Runs a cluster per planned point, in order, telling `on_event` as each starts and ends.
+fn run_points<P>(
+    config: &SweepConfig,
+    plan: Vec<PlannedPoint>,
+    point_of: fn(&UpReport) -> Result<P>,
+    progress: &dyn Progress,
+    on_event: &mut dyn FnMut(SweepEvent<'_, P>),
+) -> Result<Vec<P>> {
+    let total = plan.len();
+    let mut points = Vec::with_capacity(total);
+    for (index, planned) in plan.into_iter().enumerate() {
+        on_event(SweepEvent::Starting { index, total, label: &planned.label });
+        let report = run_cluster(config, planned.accounts, planned.retention, planned.clients, progress)?;
+        let point = point_of(&report)?;
+        on_event(SweepEvent::Finished { index, total, point: &point });
+        points.push(point);
+    }
+    Ok(points)
+}
+
 /// Fig. 8: one cluster per account count and retention level (in that order).
 pub fn fig8(
     config: &SweepConfig,
@@ -434,23 +462,20 @@ pub fn fig8(
     on_event: &mut dyn FnMut(SweepEvent<'_, Fig8Point>),
 ) -> Result<Vec<Fig8Point>> {
     config.validate(Figure::Fig8)?;
-    let plan: Vec<(usize, usize)> =
-        config.accounts.iter().flat_map(|&n| config.retention.iter().map(move |&r| (n, r))).collect();
-    let total = plan.len();
-    let mut points = Vec::with_capacity(total);
-    for (index, (accounts, retention)) in plan.into_iter().enumerate() {
-        let label = format!(
-            "N={accounts} r={retention} c={} clients={}",
-            config.compaction_for(retention),
-            config.fig8_clients
-        );
-        on_event(SweepEvent::Starting { index, total, label: &label });
-        let report = run_cluster(config, accounts, retention, config.fig8_clients, progress)?;
-        let point = Fig8Point::from_report(&report)?;
-        on_event(SweepEvent::Finished { index, total, point: &point });
-        points.push(point);
-    }
-    Ok(points)
+    let clients = config.fig8_clients;
+    let plan = config
+        .accounts
+        .iter()
+        .flat_map(|&accounts| {
+            config.retention.iter().map(move |&retention| PlannedPoint {
+                label: format!("N={accounts} r={retention} c={} clients={clients}", config.compaction_for(retention)),
+                accounts,
+                retention,
+                clients,
+            })
+        })
+        .collect();
+    run_points(config, plan, Fig8Point::from_report, progress, on_event)
 }
 
 /// Fig. 9a: one cluster per client count and retention level (in that order), at one N.
@@ -461,19 +486,19 @@ pub fn fig9a(
 ) -> Result<Vec<Fig9aPoint>> {
     config.validate(Figure::Fig9a)?;
     let accounts = config.fig9a_accounts()?;
-    let plan: Vec<(usize, usize)> =
-        config.clients.iter().flat_map(|&clients| config.retention.iter().map(move |&r| (clients, r))).collect();
-    let total = plan.len();
-    let mut points = Vec::with_capacity(total);
-    for (index, (clients, retention)) in plan.into_iter().enumerate() {
-        let label = format!("N={accounts} clients={clients} r={retention} c={}", config.compaction_for(retention));
-        on_event(SweepEvent::Starting { index, total, label: &label });
-        let report = run_cluster(config, accounts, retention, clients, progress)?;
-        let point = Fig9aPoint::from_report(&report)?;
-        on_event(SweepEvent::Finished { index, total, point: &point });
-        points.push(point);
-    }
-    Ok(points)
+    let plan = config
+        .clients
+        .iter()
+        .flat_map(|&clients| {
+            config.retention.iter().map(move |&retention| PlannedPoint {
+                label: format!("N={accounts} clients={clients} r={retention} c={}", config.compaction_for(retention)),
+                accounts,
+                retention,
+                clients,
+            })
+        })
+        .collect();
+    run_points(config, plan, Fig9aPoint::from_report, progress, on_event)
 }
 
 /// The machine a sweep ran on.
