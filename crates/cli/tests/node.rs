@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use virga_log::RecordLog;
 
 const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
 
@@ -44,6 +45,22 @@ fn wait_ready(dir: &Path, id: &str, times: usize) {
             return;
         }
         assert!(Instant::now() < deadline, "{id} did not become ready:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until storage node `id` has logged at least `blocks` blocks: read-only, so a
+/// torn record being written now is not counted. (A fixed sleep was not enough on a slow
+/// machine: the node was killed before the first block reached it.)
+fn wait_logged(dir: &Path, id: &str, blocks: usize) {
+    let log = virga_node::storage::log_path(dir, id);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let logged = RecordLog::read(&log, virga_node::storage::log_options()).map_or(0, |read| read.records.len());
+        if logged >= blocks {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{id} logged {logged} of {blocks} blocks in time");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -91,7 +108,7 @@ fn a_cluster_of_processes_survives_sigkill_of_a_storage_node_and_the_miner() {
         .unwrap();
 
     // A storage node dies mid-run and comes back from its log; the miner's block waits for it.
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_logged(&dir, "storage-1", 2);
     storage1.kill().unwrap();
     storage1.wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));
