@@ -11,6 +11,7 @@ mod kv;
 mod ledger;
 mod node;
 mod rainblock_bench;
+mod shape;
 mod up;
 
 // mimalloc keeps small node allocations tight (no per-block header) and is the

@@ -1,5 +1,6 @@
 //! `virga node`: RainBlock's roles as processes of their own over gRPC.
 
+use crate::shape::ClusterShape;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -53,32 +54,17 @@ enum NodeCommand {
 
 #[derive(Args)]
 struct InitArgs {
+    /// The cluster directory to write (must not hold a cluster yet).
     #[arg(long)]
     dir: PathBuf,
+    /// Accounts in the genesis state.
     #[arg(long, default_value_t = 100_000)]
     accounts: usize,
-    /// Shards of the bottom layer (1, 16 or 256).
-    #[arg(long, default_value_t = 16)]
-    shards: usize,
+    /// Storage nodes (shards are dealt out round-robin), one process each.
     #[arg(long, default_value_t = 4)]
     storage_nodes: usize,
-    /// Storage nodes serving each shard (a client whose witness from one fails its checks
-    /// asks the next).
-    #[arg(long, default_value_t = 1)]
-    replicas: usize,
-    /// Miners: the first builds blocks, the others verify them.
-    #[arg(long, default_value_t = 1)]
-    miners: usize,
-    #[arg(short = 'r', long = "retention", default_value_t = 4)]
-    retention: usize,
-    #[arg(short = 'c', long = "compaction", default_value_t = 5)]
-    compaction: usize,
-    #[arg(long, default_value_t = 4_000)]
-    block_transfers: usize,
-    #[arg(long, default_value_t = 256)]
-    top_budget_mib: usize,
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
+    #[command(flatten)]
+    shape: ClusterShape,
     /// Host every role listens on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -173,15 +159,15 @@ pub fn run(args: &NodeArgs) -> Result<ExitCode> {
 fn init_cluster(args: &InitArgs) -> Result<ExitCode> {
     let options = PlanOptions {
         accounts: args.accounts,
-        shards: args.shards,
+        shards: args.shape.shards,
         storage_nodes: args.storage_nodes,
-        replicas: args.replicas,
-        miners: args.miners,
-        retention: args.retention,
-        compaction: args.compaction,
-        max_block_transfers: args.block_transfers.max(1),
-        top_budget_bytes: args.top_budget_mib << 20,
-        seed: args.seed,
+        replicas: args.shape.replicas,
+        miners: args.shape.miners,
+        retention: args.shape.retention,
+        compaction: args.shape.compaction,
+        max_block_transfers: args.shape.max_block_transfers(),
+        top_budget_bytes: args.shape.top_budget_bytes(),
+        seed: args.shape.seed,
         host: args.host.clone(),
         base_port: args.base_port,
     };

@@ -1,5 +1,6 @@
 //! `virga up`: RainBlock's cluster on the embedded default, with a progress bar and a report.
 
+use crate::shape::ClusterShape;
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -18,29 +19,14 @@ pub struct UpArgs {
     /// Accounts in the genesis state.
     #[arg(long, default_value_t = 1_000_000)]
     accounts: usize,
-    /// Shards of the bottom layer (1, 16 or 256).
-    #[arg(long, default_value_t = 16)]
-    shards: usize,
     /// Storage nodes (shards are dealt out round-robin).
     #[arg(long, default_value_t = 16)]
     storage_nodes: usize,
-    /// Storage nodes serving each shard: with 2 or more, a client refused a witness by one
-    /// node asks another.
-    #[arg(long, default_value_t = 1)]
-    replicas: usize,
     /// Prefetching clients.
     #[arg(long, default_value_t = 4)]
     clients: usize,
-    /// Miners: the first builds blocks, the others verify them from their own top layers.
-    #[arg(long, default_value_t = 1)]
-    miners: usize,
-    /// Retention level r: trie levels the miners keep when they prune their top layer.
-    #[arg(short = 'r', long = "retention", default_value_t = 4)]
-    retention: usize,
-    /// Compaction level c: witness nodes above this trie level are not sent. Up to r + 1: the
-    /// miner keeps levels 0..=r, so the default sends accounts' leaves (and rare deeper nodes) only.
-    #[arg(short = 'c', long = "compaction", default_value_t = 5)]
-    compaction: usize,
+    #[command(flatten)]
+    shape: ClusterShape,
     /// Longest run, in seconds (the run also ends when every signed transfer has committed).
     #[arg(long, default_value_t = 30)]
     duration: u64,
@@ -56,17 +42,9 @@ pub struct UpArgs {
     /// Submissions each client keeps in flight.
     #[arg(long, default_value_t = 4)]
     in_flight: usize,
-    /// Transfers per block at most.
-    #[arg(long, default_value_t = 4_000)]
-    block_transfers: usize,
-    /// Memory budget of a miner's top layer, in MiB; beyond it the miner prunes to level r.
-    #[arg(long, default_value_t = 256)]
-    top_budget_mib: usize,
     /// `inproc` (one process, in-process calls) or `grpc` (every role behind a gRPC server on loopback).
     #[arg(long, default_value = "inproc")]
     transport: TransportKind,
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -139,34 +117,34 @@ pub fn run(args: &UpArgs) -> Result<ExitCode> {
     let config = UpConfig {
         dir: dir.clone(),
         accounts: args.accounts,
-        shards: args.shards,
+        shards: args.shape.shards,
         storage_nodes: args.storage_nodes,
-        replicas: args.replicas,
+        replicas: args.shape.replicas,
         clients: args.clients,
-        miners: args.miners,
-        retention: args.retention,
-        compaction: args.compaction,
+        miners: args.shape.miners,
+        retention: args.shape.retention,
+        compaction: args.shape.compaction,
         duration: Duration::from_secs(args.duration),
         transfers: args.transfers,
         rate: args.rate,
         batch: args.batch.max(1),
         in_flight: args.in_flight.max(1),
-        top_budget_bytes: args.top_budget_mib << 20,
-        max_block_transfers: args.block_transfers.max(1),
+        top_budget_bytes: args.shape.top_budget_bytes(),
+        max_block_transfers: args.shape.max_block_transfers(),
         transport: args.transport,
-        seed: args.seed,
+        seed: args.shape.seed,
     };
-    let (nodes, replicas) = storage_counts(args.storage_nodes, args.shards, args.replicas);
+    let (nodes, replicas) = storage_counts(args.storage_nodes, args.shape.shards, args.shape.replicas);
     eprintln!(
         "virga up: {} accounts, {} shards on {} storage nodes ({} per shard), {} miner(s), {} clients, r={} c={}, transport {}, data in {}",
         args.accounts,
-        args.shards,
+        args.shape.shards,
         nodes,
         replicas,
-        args.miners,
+        args.shape.miners,
         args.clients,
-        args.retention,
-        args.compaction,
+        args.shape.retention,
+        args.shape.compaction,
         if args.transport == TransportKind::Grpc { "gRPC on loopback" } else { "in-process" },
         dir.display()
     );
