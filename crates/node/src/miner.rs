@@ -447,7 +447,7 @@ impl Miner {
             return;
         }
         if let Some(built) = self.build(batch) {
-            self.abandon(built.block.header.number, built.epoch, built.replies);
+            self.abandon(built.block.header.number, built.epoch, built.replies, Vec::new());
         }
     }
 
@@ -641,7 +641,7 @@ impl Miner {
         if tip.epoch != epoch {
             // The parent was refused while this block was built: it goes too.
             drop(tip);
-            self.abandon(built.block.header.number, epoch, replies);
+            self.abandon(built.block.header.number, epoch, replies, Vec::new());
             return None;
         }
         *tip = Tip {
@@ -709,7 +709,7 @@ impl Miner {
         let number = block.header.number;
         if self.tip.lock().epoch != epoch {
             // Built on a block refused since: never sent anywhere.
-            return self.abandon(number, epoch, replies);
+            return self.abandon(number, epoch, replies, Vec::new());
         }
         let encoded = block.encode();
         let header = alloy_rlp::encode(&block.header);
@@ -774,8 +774,7 @@ impl Miner {
                     "storage node refused the block; abandoning it"
                 );
             }
-            self.stats.lock().block_refusals.extend(refusals);
-            return self.abandon(number, epoch, replies);
+            return self.abandon(number, epoch, replies, refusals);
         }
         if let Some(store) = self.store.lock().as_mut() {
             if let Err(error) = store.append(number, hash, &encoded) {
@@ -860,7 +859,18 @@ impl Miner {
     /// head in a new epoch, so that blocks built on the dropped one (queued or being built)
     /// are dropped in turn. Its transfers are answered as not included (`block_refused`)
     /// for their clients to submit them again.
-    fn abandon(&self, number: u64, epoch: u64, replies: Replies) {
+    ///
+    /// The refusals that caused it (if any) are recorded with the abandonment, under one
+    /// lock and before any client hears of it, so that stats never show one without the other.
+    fn abandon(&self, number: u64, epoch: u64, replies: Replies, refusals: Vec<(String, String)>) {
+        let dropped = replies.iter().flat_map(|(_, outcomes)| outcomes).filter(|outcome| outcome.included).count();
+        {
+            let mut stats = self.stats.lock();
+            stats.block_refusals.extend(refusals);
+            stats.abandoned_blocks += 1;
+            *stats.aborted.entry(BLOCK_REFUSED.to_string()).or_default() += dropped as u64;
+        }
+        tracing::warn!(miner = %self.config.id, block = number, transfers = dropped, "block abandoned");
         let committed = self.committed.lock().clone();
         {
             let mut tip = self.tip.lock();
@@ -874,13 +884,11 @@ impl Miner {
                 };
             }
         }
-        let mut dropped = 0u64;
         for (reply, outcomes) in replies {
             let outcomes = outcomes
                 .into_iter()
                 .map(|outcome| {
                     if outcome.included {
-                        dropped += 1;
                         TxOutcome { included: false, succeeded: false, reason: BLOCK_REFUSED.to_string(), ..outcome }
                     } else {
                         outcome
@@ -889,10 +897,6 @@ impl Miner {
                 .collect();
             let _ = reply.send(outcomes_reply(None, outcomes));
         }
-        tracing::warn!(miner = %self.config.id, block = number, transfers = dropped, "block abandoned");
-        let mut stats = self.stats.lock();
-        stats.abandoned_blocks += 1;
-        *stats.aborted.entry(BLOCK_REFUSED.to_string()).or_default() += dropped;
     }
 
     /// Prunes to level r when the top layer is over budget, and returns the new upper bound

@@ -230,10 +230,13 @@ async fn blocks_with_a_wrong_root_are_refused_and_the_honest_miner_commits_again
     let (producer, follower) = (Arc::clone(&running.miners[0]), Arc::clone(&running.miners[1]));
 
     // Every storage node and the follower refuse the lying miner's blocks; nothing commits.
+    // The producer records the refusals when it abandons the block, after its peers have
+    // counted them, so its own stats are waited for too.
     running
         .wait_for("the wrong blocks to be refused", Duration::from_secs(60), |running| {
             running.storage.iter().all(|node| node.stats().blocks_rejected > 0)
                 && running.miners[1].stats().refused_blocks > 0
+                && running.miners[0].stats().abandoned_blocks > 0
         })
         .await;
     producer.set_fault(MinerFault::None);
