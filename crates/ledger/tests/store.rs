@@ -1,6 +1,6 @@
 //! The chain store through its public API: round trips across segments and reopen, the
-//! indexes, torn tails, damaged records, a crash property test, and real crashes of a child
-//! process killed with SIGKILL while it appends.
+//! indexes, torn tails, damaged records and a crash property test. Real crashes (a child
+//! killed with SIGKILL while it appends) are in `crash.rs`, a binary of its own.
 
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -437,102 +437,4 @@ proptest! {
         prop_assert_eq!((recovery.blocks, recovery.truncated_bytes), (kept + 1, 0));
         prop_assert_eq!(store.get_by_number(kept).unwrap(), Some(b"after the crash".to_vec()));
     }
-}
-
-const ROUNDS: usize = 16;
-const CRASH_CHILD_ENV: &str = "VIRGA_STORE_CRASH_CHILD";
-const CRASH_SALT: u64 = 0x5EED;
-
-fn crash_options() -> StoreOptions {
-    // Blocks up to 20 KB span several pages, so a kill can land inside a write; 64 KiB
-    // segments make kills land around segment creation too.
-    StoreOptions { sync: SyncPolicy::Every, segment_bytes: 64 << 10 }
-}
-
-fn crash_payload(number: u64) -> Vec<u8> {
-    let len = 1 + usize::from(u16::from_le_bytes([block_hash(number, 1)[0], block_hash(number, 1)[1]])) % 20_000;
-    block_bytes(number, CRASH_SALT, len)
-}
-
-/// The child half of `sigkill_loses_no_acknowledged_block`: does nothing unless started by
-/// it. Appends blocks with an fsync each and prints `acked=N` once block `N` is durable.
-#[test]
-fn sigkill_child() {
-    let Some(dir) = std::env::var_os(CRASH_CHILD_ENV) else { return };
-    let (mut store, _) = ChainStore::open(Path::new(&dir), crash_options()).unwrap();
-    let mut out = std::io::stdout().lock();
-    let start = store.len();
-    for n in start..start + 100_000 {
-        store.append(n, block_hash(n, CRASH_SALT), &crash_payload(n)).unwrap();
-        writeln!(out, "acked={n}").unwrap();
-        out.flush().unwrap();
-    }
-}
-
-/// Kills a child process with SIGKILL while it appends, several times over the same store:
-/// every block the child reported durable is read back with identical bytes, nothing
-/// half-written is ever returned, and before repair the read-only scan finds at most a torn
-/// tail.
-#[test]
-fn sigkill_loses_no_acknowledged_block() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let mut rng = StdRng::seed_from_u64(6);
-    let mut acked: Option<u64> = None;
-    let (mut torn_tails, mut repairs) = (0, 0);
-    for round in 0..ROUNDS {
-        let kill_after = rng.random_range(1..60);
-        let mut child = Command::new(&exe)
-            .args(["sigkill_child", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CRASH_CHILD_ENV, dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut seen = 0;
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        while seen < kill_after {
-            let Some(line) = lines.next() else { break };
-            let line = line.unwrap();
-            // libtest may print its own text on the same line before the child's output.
-            if let Some(at) = line.find("acked=") {
-                let n: u64 = line[at + "acked=".len()..].trim().parse().unwrap();
-                assert!(acked.is_none_or(|a| n > a), "acks go up");
-                acked = Some(n);
-                seen += 1;
-            }
-        }
-        // Vary where in the following appends the kill lands.
-        std::thread::sleep(Duration::from_micros(rng.random_range(0..500)));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        if seen < kill_after {
-            let mut stderr = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-            panic!("round {round}: the child stopped after {seen} acks: {stderr}");
-        }
-        let acked = acked.unwrap();
-
-        let (scanned, error) = scan_all(dir.path());
-        match error {
-            None => {}
-            Some(StoreError::TornTail { .. }) => torn_tails += 1,
-            Some(other) => panic!("round {round}: {other}"),
-        }
-        assert!(scanned.len() as u64 > acked, "round {round}: scan found {} blocks, {acked} acked", scanned.len());
-
-        let (store, recovery) = ChainStore::open(dir.path(), crash_options()).unwrap();
-        assert!(store.len() > acked, "round {round}: {} blocks kept, block {acked} was acked", store.len());
-        assert_eq!(store.len(), scanned.len() as u64, "round {round}: open keeps what scan found intact");
-        // A kill between creating a segment file and writing its header leaves a repair
-        // that removes nothing: the header is rewritten.
-        assert!(recovery.truncated_bytes == 0 || recovery.repair.is_some());
-        repairs += usize::from(recovery.repair.is_some());
-        for block in store.iter() {
-            let block = block.unwrap();
-            assert_eq!(block.hash, block_hash(block.number, CRASH_SALT), "round {round}");
-            assert!(block.payload == crash_payload(block.number), "round {round}: block {} differs", block.number);
-        }
-    }
-    eprintln!("sigkill: {ROUNDS} kills, {torn_tails} left a torn tail, {repairs} repaired on open");
 }
