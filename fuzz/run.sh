@@ -5,6 +5,7 @@
 #
 #   fuzz/run.sh                 # each target for 60 seconds, random seed
 #   fuzz/run.sh --ci            # fixed seed and run counts: the same inputs every time
+#   fuzz/run.sh --build         # only build the targets
 set -euo pipefail
 cd "$(dirname "$0")"
 target_dir="${FUZZ_TARGET_DIR:-target}"
@@ -14,6 +15,9 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
  -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
 # An explicit --target keeps the instrumentation off build scripts and proc macros.
 cargo build --release --target "$triple" --target-dir "$target_dir"
+if [[ "${1:-}" == "--build" ]]; then
+    exit 0
+fi
 
 run() {
     local name=$1; shift

@@ -3,6 +3,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/virga.proto");
     let descriptors = protox::compile(["proto/virga.proto"], ["proto"])?;
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(descriptors)?;
+    let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
+    tonic_prost_build::configure().build_client(grpc).build_server(grpc).compile_fds(descriptors)?;
     Ok(())
 }

@@ -116,13 +116,19 @@ fn run_and_kill(dir: &Path, rng: &mut impl Rng) -> u64 {
     last
 }
 
+/// Kill rounds of the SIGKILL test: 3 in the default suite; a soak sets
+/// `VIRGA_KILL_ROUNDS` (see docs/testing.md).
+fn kill_rounds() -> u32 {
+    std::env::var("VIRGA_KILL_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(3)
+}
+
 #[test]
 fn sigkill_during_group_commit_loses_no_acknowledged_transfer() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("kv");
     let mut rng = rand::rngs::SmallRng::seed_from_u64(0x5eed);
     let mut committed_before = 0;
-    for round in 0..8 {
+    for round in 0..kill_rounds() {
         let acknowledged = run_and_kill(&data, &mut rng);
         assert!(acknowledged > 0, "round {round}: nothing was acknowledged");
         let report = audit(&data).unwrap_or_else(|e| panic!("round {round}: {e}"));

@@ -3,10 +3,8 @@
 //! killed with SIGKILL while it appends) are in `crash.rs`, a binary of its own.
 
 use std::fs::{self, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use alloy_primitives::{keccak256, B256};
 use proptest::prelude::*;

@@ -14,9 +14,10 @@
 
 pub mod proto {
     #![allow(clippy::all)]
-    tonic::include_proto!("virga.v1");
+    include!(concat!(env!("OUT_DIR"), "/virga.v1.rs"));
 }
 
+#[cfg(feature = "grpc")]
 mod grpc;
 mod inproc;
 mod stats;
@@ -24,6 +25,7 @@ mod stats;
 use std::future::Future;
 use std::pin::Pin;
 
+#[cfg(feature = "grpc")]
 pub use grpc::{serve, Grpc};
 pub use inproc::InProc;
 pub use proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use virga_ledger::chain::{genesis_json, read_genesis};
-use virga_net::{Grpc, Handler, InProc, Transport};
+#[cfg(feature = "grpc")]
+use virga_net::Grpc;
+use virga_net::{Handler, InProc, Transport};
 
 use crate::client::{Client, ClientConfig, ClientStats};
 use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
@@ -285,6 +287,12 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
             }
             Arc::new(inproc)
         }
+        #[cfg(not(feature = "grpc"))]
+        TransportKind::Grpc => {
+            drop(servers_stopped);
+            return Err("this build of virga-node has no gRPC transport (feature `grpc`)".into());
+        }
+        #[cfg(feature = "grpc")]
         TransportKind::Grpc => {
             let mut addresses = HashMap::new();
             for (id, handler) in handlers {

@@ -21,6 +21,7 @@ pub mod cluster;
 mod codec;
 pub mod fuzzing;
 pub mod miner;
+#[cfg(feature = "grpc")]
 pub mod process;
 pub mod storage;
 pub mod workload;

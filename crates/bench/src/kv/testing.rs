@@ -357,47 +357,4 @@ mod tests {
         assert_eq!(session.run(true, &mut |tx| tx.put(b"d", b"4")), Err(WRITE_IN_READ_ONLY));
         assert_eq!(backend.state().len(), 2);
     }
-
-    /// Rough cost of drawing and running each workload's transactions against the oracle;
-    /// run with `--ignored --nocapture`. The oracle's `BTreeMap` dominates the second number.
-    #[test]
-    #[ignore]
-    fn throughput() {
-        use crate::kv::{retwis, smallbank, transfer, ycsb};
-        use rand::rngs::SmallRng;
-        use rand::SeedableRng;
-        use std::time::Instant;
-
-        fn measure<W: KvWorkload>(workload: W) {
-            let mut oracle = Oracle::loaded(&workload);
-            let mut rng = SmallRng::seed_from_u64(1);
-            let txns = 200_000;
-            let start = Instant::now();
-            for _ in 0..txns {
-                std::hint::black_box(workload.next_txn(0, &mut rng));
-            }
-            let draw = start.elapsed().as_nanos() as f64 / txns as f64;
-            let start = Instant::now();
-            for _ in 0..txns {
-                let txn = workload.next_txn(0, &mut rng);
-                oracle.execute(&workload, &txn).expect("oracle never aborts");
-            }
-            let run = start.elapsed().as_secs_f64();
-            println!(
-                "{:>9}: next_txn {draw:6.0} ns; next_txn+execute+commit {:8.0} txn/s ({:.2} us/txn)",
-                workload.name(),
-                txns as f64 / run,
-                run * 1e6 / txns as f64
-            );
-        }
-
-        let records = 100_000;
-        for mix in ycsb::YcsbMix::ALL {
-            let config = ycsb::YcsbConfig { records, ..Default::default() };
-            measure(ycsb::YcsbWorkload::new(mix, config).unwrap());
-        }
-        measure(smallbank::SmallBankWorkload::new(Default::default()).unwrap());
-        measure(retwis::RetwisWorkload::new(retwis::RetwisConfig { keys: records, ..Default::default() }).unwrap());
-        measure(transfer::TransferWorkload::new(Default::default()).unwrap());
-    }
 }

@@ -366,23 +366,4 @@ mod tests {
         assert!(Zipf::new(10, f64::NAN).is_err());
         assert!(Zipf::new(10, f64::INFINITY).is_err());
     }
-
-    /// Rough per-draw cost; run with `--ignored --nocapture` (meaningful only with optimizations).
-    #[test]
-    #[ignore]
-    fn speed() {
-        let mut rng = SmallRng::seed_from_u64(1);
-        for s in [0.0, 0.5, 0.99, 1.5, 2.0] {
-            for zipf in [Zipf::new(1_000_000, s).unwrap(), Zipf::scrambled(1_000_000, s).unwrap()] {
-                let draws = 5_000_000;
-                let start = std::time::Instant::now();
-                let mut acc = 0u64;
-                for _ in 0..draws {
-                    acc = acc.wrapping_add(zipf.sample(&mut rng));
-                }
-                let ns = start.elapsed().as_nanos() as f64 / draws as f64;
-                println!("s={s} scrambled={}: {ns:.1} ns/draw ({acc})", zipf.is_scrambled());
-            }
-        }
-    }
 }
