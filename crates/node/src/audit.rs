@@ -11,11 +11,13 @@ use virga_ledger::chain::{read_genesis, stored_blocks, verify_blocks, AuditSumma
 use virga_ledger::verify::ExecMode;
 use virga_trie::shard::{Shard, ShardedTrie};
 
-use crate::cluster::CLUSTER_FILE;
+use crate::cluster::{check_cluster_format, cluster_format_v1, CLUSTER_FILE};
 use crate::storage::{log_path, prefix_nibbles, shard_state, LogAccess, StorageNode};
 
 #[derive(Deserialize)]
 struct ClusterFile {
+    #[serde(default = "cluster_format_v1")]
+    format: u32,
     shards: usize,
     storage_nodes: Vec<(String, Vec<usize>)>,
 }
@@ -44,6 +46,7 @@ pub fn audit_cluster(
     let path = dir.join(CLUSTER_FILE);
     let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
     let cluster: ClusterFile = serde_json::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+    check_cluster_format(&path, cluster.format)?;
     let prefix = prefix_nibbles(cluster.shards)
         .ok_or_else(|| format!("{}: shard count {} is not 1, 16 or 256", path.display(), cluster.shards))?;
     let genesis = read_genesis(dir).map_err(|error| error.to_string())?;

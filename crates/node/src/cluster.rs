@@ -20,6 +20,27 @@ use crate::workload::{offer, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
 /// Marks a directory as a RainBlock cluster's (`virga verify` audits it as one).
 pub const CLUSTER_FILE: &str = "rainblock.json";
 
+/// Format of [`CLUSTER_FILE`] this build writes and reads. Files written before the field
+/// existed have this layout and no `format`, so a missing field reads as 1.
+pub const CLUSTER_FORMAT: u32 = 1;
+
+pub(crate) fn cluster_format_v1() -> u32 {
+    1
+}
+
+/// Refuses a cluster file of a format this build does not read, naming both versions.
+pub fn check_cluster_format(path: &Path, format: u32) -> Result<(), String> {
+    if format == CLUSTER_FORMAT {
+        return Ok(());
+    }
+    let age = if format < CLUSTER_FORMAT { "an older" } else { "a newer" };
+    Err(format!(
+        "{}: cluster file format {format} was written by {age} Virga; this build reads format \
+         {CLUSTER_FORMAT}. Start the cluster afresh in a new directory",
+        path.display()
+    ))
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TransportKind {
     InProc,
@@ -221,6 +242,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
     write_genesis(&config.dir, &accounts.addresses, config.max_block_transfers)?;
     let layout = replicated_layout(nodes, config.shards, replicas);
     let cluster = serde_json::json!({
+        "format": CLUSTER_FORMAT,
         "shards": config.shards,
         "replicas": replicas,
         "storage_nodes": layout,

@@ -21,7 +21,10 @@ use virga_ledger::chain::read_genesis;
 use virga_net::{Grpc, Transport};
 
 use crate::client::{Client, ClientConfig};
-use crate::cluster::{beneficiary, replicated_layout, write_genesis, CLUSTER_FILE};
+use crate::cluster::{
+    beneficiary, check_cluster_format, cluster_format_v1, replicated_layout, write_genesis, CLUSTER_FILE,
+    CLUSTER_FORMAT,
+};
 use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
 use crate::storage::{shard_state, StorageNode};
 use crate::workload::{offer, sign_transfers, Accounts, Skew};
@@ -30,6 +33,9 @@ use crate::workload::{offer, sign_transfers, Accounts, Skew};
 /// A superset of what `virga up` writes there, so the audit reads both alike.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ClusterPlan {
+    /// [`crate::cluster::CLUSTER_FORMAT`].
+    #[serde(default = "cluster_format_v1")]
+    pub format: u32,
     pub shards: usize,
     /// Storage node ids with the shards each serves.
     pub storage_nodes: Vec<(String, Vec<usize>)>,
@@ -105,6 +111,7 @@ pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) 
         addresses.insert(id, format!("http://{}:{port}", options.host));
     }
     let plan = ClusterPlan {
+        format: CLUSTER_FORMAT,
         shards: options.shards,
         storage_nodes,
         miners,
@@ -126,9 +133,11 @@ pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) 
 pub fn read_plan(dir: &Path) -> Result<ClusterPlan, String> {
     let path = dir.join(CLUSTER_FILE);
     let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
-    serde_json::from_str(&text).map_err(|error| {
+    let plan: ClusterPlan = serde_json::from_str(&text).map_err(|error| {
         format!("{}: {error} (a directory made by `virga node init`, not by `virga up`?)", path.display())
-    })
+    })?;
+    check_cluster_format(&path, plan.format)?;
+    Ok(plan)
 }
 
 /// Serves storage node `id` of the plan in `dir` until `shutdown` completes. Replays its
@@ -312,4 +321,33 @@ pub async fn run_client(
         witness_bytes_full_per_tx: per_submitted(stats.witness_bytes_full),
         witness_bytes_compact_per_tx: per_submitted(stats.witness_bytes_compact),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_text(format: Option<u32>) -> String {
+        let mut plan = serde_json::json!({
+            "shards": 16, "storage_nodes": [["storage-0", [0]]], "miners": 1,
+            "addresses": {}, "accounts": 10, "seed": 1, "retention": 4, "compaction": 5,
+            "max_block_transfers": 100, "top_budget_bytes": 0,
+        });
+        if let Some(format) = format {
+            plan["format"] = format.into();
+        }
+        plan.to_string()
+    }
+
+    #[test]
+    fn a_plan_of_another_format_is_refused_and_one_without_the_field_reads_as_format_1() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CLUSTER_FILE), plan_text(None)).unwrap();
+        assert_eq!(read_plan(dir.path()).unwrap().format, 1);
+        std::fs::write(dir.path().join(CLUSTER_FILE), plan_text(Some(CLUSTER_FORMAT))).unwrap();
+        assert!(read_plan(dir.path()).is_ok());
+        std::fs::write(dir.path().join(CLUSTER_FILE), plan_text(Some(2))).unwrap();
+        let error = read_plan(dir.path()).unwrap_err();
+        assert!(error.contains("format 2 was written by a newer Virga"), "{error}");
+    }
 }
