@@ -305,7 +305,7 @@ pub fn run_single(
     let proofs = config.proofs.max(1) as f64;
     Ok(ImplReport {
         implementation: name.to_string(),
-        root: virga_core::to_hex(&root),
+        root: virga_core::hex::encode_prefixed(root),
         results,
         bytes_per_account,
         proof_bytes_mean: proof_bytes as f64 / proofs,

@@ -34,13 +34,13 @@ pub struct KvBenchArgs {
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
     /// Concurrency control: occ or 2pl.
-    #[arg(long, default_value = "occ")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ConcurrencyControl::Occ)]
     pub cc: ConcurrencyControl,
     /// Timestamps: clock (per-client skewed clocks), hlc or dst.
-    #[arg(long, default_value = "clock")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = TimestampScheme::Clock)]
     pub timestamps: TimestampScheme,
     /// Skew of each client's clock: none, ptp (~53 µs) or ntp (~1.5 ms).
-    #[arg(long, default_value = "none")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = SkewProfile::None)]
     pub clock_skew: SkewProfile,
     /// Keep the data durably in this directory (resumes the data already there).
     #[arg(long)]

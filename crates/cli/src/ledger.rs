@@ -22,7 +22,7 @@ pub struct ScheduleArgs {
     #[arg(long)]
     input: PathBuf,
     /// `arrival` (vanilla Fabric) or `fabricpp` (reordering and early abort).
-    #[arg(long, default_value = "fabricpp")]
+    #[arg(long, value_enum, default_value_t = Scheduler::FabricPlusPlus)]
     scheduler: Scheduler,
     /// Turns Fabric++'s early-abort rules off (reordering only).
     #[arg(long)]

@@ -90,6 +90,7 @@ struct TrieBenchArgs {
     /// Number of accounts in the state.
     #[arg(long, default_value_t = 1_000_000)]
     accounts: usize,
+    /// Random lookups of existing accounts (0 skips them).
     #[arg(long, default_value_t = 1_000_000)]
     gets: usize,
     #[arg(long, default_value_t = 100)]
@@ -147,7 +148,7 @@ fn main() -> ExitCode {
 
 fn state_root(path: &std::path::Path) -> anyhow::Result<ExitCode> {
     let genesis = virga_trie::genesis::Genesis::from_file(path)?;
-    println!("{}", virga_core::to_hex(genesis.state_root().as_slice()));
+    println!("{}", virga_core::hex::encode_prefixed(genesis.state_root()));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -29,6 +29,7 @@ pub struct NodeArgs {
     /// Client: this is client `index` of `clients` (clients never share a sender).
     #[arg(long, default_value_t = 0)]
     index: usize,
+    /// Client: clients in the cluster.
     #[arg(long, default_value_t = 1)]
     clients: usize,
     /// Client: transfers offered per second (default: as fast as they are taken).
@@ -37,8 +38,10 @@ pub struct NodeArgs {
     /// Client: longest run in seconds.
     #[arg(long, default_value_t = 120)]
     duration: u64,
+    /// Client: transfers per submission.
     #[arg(long, default_value_t = 250)]
     batch: usize,
+    /// Client: submissions kept in flight.
     #[arg(long, default_value_t = 8)]
     in_flight: usize,
     /// Client: also write its report as JSON to this file.

@@ -28,7 +28,7 @@ pub struct RainblockBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     clients: Vec<usize>,
     /// Which figure: 8, 9a or all.
-    #[arg(long, default_value = "all")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = Figure::All)]
     fig: Figure,
     /// Clients of every Fig. 8 point.
     #[arg(long, default_value_t = 4)]
@@ -67,7 +67,7 @@ pub struct RainblockBenchArgs {
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// `inproc` (in-process calls) or `grpc` (every role behind a gRPC server on loopback).
-    #[arg(long, default_value = "inproc")]
+    #[arg(long, value_enum, default_value_t = TransportKind::InProc)]
     transport: TransportKind,
 }
 

@@ -43,7 +43,7 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 4)]
     in_flight: usize,
     /// `inproc` (one process, in-process calls) or `grpc` (every role behind a gRPC server on loopback).
-    #[arg(long, default_value = "inproc")]
+    #[arg(long, value_enum, default_value_t = TransportKind::InProc)]
     transport: TransportKind,
     /// Also write the report as JSON to this file.
     #[arg(long)]

@@ -19,20 +19,10 @@ use crate::workload::{offer, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
 pub const CLUSTER_FILE: &str = "rainblock.json";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum TransportKind {
     InProc,
     Grpc,
-}
-
-impl std::str::FromStr for TransportKind {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "inproc" => Ok(TransportKind::InProc),
-            "grpc" => Ok(TransportKind::Grpc),
-            other => Err(format!("unknown transport {other:?} (inproc or grpc)")),
-        }
-    }
 }
 
 #[derive(Clone, Debug)]
