@@ -203,6 +203,9 @@ pub fn run_single(
     release_free_memory: &dyn Fn(),
 ) -> anyhow::Result<ImplReport> {
     let config = config.scaled_for(name);
+    if config.accounts == 0 {
+        bail!("a trie benchmark needs at least one account");
+    }
     let workload = Workload::generate(config.accounts, config.seed);
     let mut rng = StdRng::seed_from_u64(config.seed ^ 0x5eed);
     let hidden = |bar: ProgressBar| if show_progress { bar } else { ProgressBar::hidden() };
@@ -585,4 +588,15 @@ pub fn build_virga(workload: &Workload) -> SecureTrie {
         workload.addresses.iter().zip(&workload.accounts).map(|(a, account)| (a, account.rlp())).collect(),
     );
     trie
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_accounts_is_an_error_not_a_panic() {
+        let error = run_single("virga", &TrieBenchConfig::new(0), false, &|| {}).unwrap_err();
+        assert!(error.to_string().contains("at least one account"), "{error}");
+    }
 }

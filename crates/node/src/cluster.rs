@@ -194,6 +194,13 @@ pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usi
 /// Runs a cluster with a fresh state in `config.dir` (which must not hold one).
 pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, String> {
     let started = Instant::now();
+    // The workload draws a receiver other than the sender, and every client takes a share.
+    if config.accounts < 2 {
+        return Err(format!("{} accounts: a transfer needs at least 2", config.accounts));
+    }
+    if config.clients == 0 {
+        return Err("a cluster needs at least one client".to_owned());
+    }
     if config.dir.join(CLUSTER_FILE).exists() || config.dir.join("genesis.json").exists() {
         return Err(format!("{} already holds a chain; pick an empty directory", config.dir.display()));
     }
