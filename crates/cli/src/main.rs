@@ -206,7 +206,7 @@ fn bench_trie(args: &TrieBenchArgs) -> anyhow::Result<ExitCode> {
     let workload = trie::Workload::generate(config.accounts, config.seed);
     let virga = trie::build_virga(&workload);
     let bags = trie::node_bag_experiment(&virga, &workload, args.transfers, config.seed);
-    let report = trie::TrieBenchReport::assemble(config.accounts, args.runs, reports, bags, trie::measure_keccak());
+    let report = trie::TrieBenchReport::assemble(config.accounts, args.runs, reports, bags, trie::measure_keccak())?;
     print!("{}", report.render());
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report.to_json())?)

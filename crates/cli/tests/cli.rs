@@ -120,11 +120,9 @@ fn bench_trie_writes_the_promised_json() {
     assert!(report["bytes_per_account"]["virga"].as_f64().is_some());
     assert_eq!(report["runs"], 2);
     assert!(report["keccak"]["address_ns"].as_f64().unwrap() > 0.0);
-    // Every implementation measured built the same state.
-    let roots = report["roots"].as_object().unwrap();
-    let ethereum_roots: Vec<_> =
-        roots.iter().filter(|(name, _)| name.as_str() != "trie_db").map(|(_, r)| r.clone()).collect();
-    assert!(ethereum_roots.windows(2).all(|w| w[0] == w[1]), "{roots:?}");
+    // Every implementation measured built the same state (the benchmark refuses otherwise).
+    let roots: Vec<_> = report["roots"].as_object().unwrap().values().collect();
+    assert!(!roots.is_empty() && roots.windows(2).all(|w| w[0] == w[1]), "{roots:?}");
 }
 
 /// Each case: a command line with one option out of range, and the option it must name.
