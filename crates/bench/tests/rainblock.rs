@@ -165,7 +165,6 @@ fn sweeps_that_cannot_run_are_refused_with_a_reason() {
     assert!(config.validate(rainblock::Figure::Fig8).is_err());
     config.fig9a_accounts = Some(2_000);
     assert!(config.validate(rainblock::Figure::Fig9a).is_ok());
-
 }
 
 /// The names `--fig` takes (clap derives the parser from them).

@@ -11,11 +11,11 @@
 //! - `code` must carry its `0x` prefix (or be `""`); alloy would take bare hex.
 //! - A document without an `alloc` object is refused (alloy would read it as empty).
 //!
-//! What alloy itself enforces: an account is an object with a `balance`, no field besides
-//! `balance`, `nonce`, `code`, `storage` and `secretKey`, each at most once; storage keys and
+//! What alloy itself enforces: an account is an object with a `balance` and no field besides
+//! `balance`, `nonce`, `code`, `storage` and `secretKey` (names match exactly); storage keys and
 //! values are hex of at most 32 bytes with an even number of digits, left-padded (`"0x01"` is
-//! slot 1). Keys of `alloc` are 40 hex digits with or without `0x`. When one address appears
-//! twice, the later entry wins.
+//! slot 1). Keys of `alloc` are 40 hex digits with or without `0x`. When one address, or one
+//! field of an account, appears twice, the later one wins, as in go-ethereum.
 //!
 //! The state root depends on `alloc` only: [`Genesis::alloc_from_file`] reads nothing else, so a
 //! header field that geth tooling writes oddly (`"timestamp": "0x"` in the Ethereum test suite)

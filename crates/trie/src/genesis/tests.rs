@@ -96,6 +96,7 @@ fn later_duplicates_win() {
     let storage = a.storage.as_ref().unwrap();
     assert_eq!(storage.len(), 1);
     assert_eq!(storage[&word(1)], word(8));
+    assert_eq!(account(r#"{"balance": "1", "balance": "2"}"#).unwrap().balance, U256::from(2));
 }
 
 #[test]
