@@ -37,9 +37,12 @@ pub const FIG9A_FILE: &str = "fig9a-throughput.svg";
 
 /// Which figures a sweep runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Figure {
+    #[cfg_attr(feature = "clap", value(name = "8", alias = "fig8"))]
     Fig8,
+    #[cfg_attr(feature = "clap", value(name = "9a", alias = "fig9a"))]
     Fig9a,
     All,
 }
@@ -51,18 +54,6 @@ impl Figure {
 
     pub fn includes_fig9a(self) -> bool {
         matches!(self, Figure::Fig9a | Figure::All)
-    }
-}
-
-impl std::str::FromStr for Figure {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text.trim().to_ascii_lowercase().trim_start_matches("fig") {
-            "8" => Ok(Figure::Fig8),
-            "9a" => Ok(Figure::Fig9a),
-            "all" => Ok(Figure::All),
-            _ => Err(format!("unknown figure {text:?} (8, 9a or all)")),
-        }
     }
 }
 

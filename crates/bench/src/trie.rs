@@ -203,6 +203,9 @@ pub fn run_single(
     release_free_memory: &dyn Fn(),
 ) -> anyhow::Result<ImplReport> {
     let config = config.scaled_for(name);
+    if config.accounts == 0 {
+        bail!("a trie benchmark needs at least one account");
+    }
     let workload = Workload::generate(config.accounts, config.seed);
     let mut rng = StdRng::seed_from_u64(config.seed ^ 0x5eed);
     let hidden = |bar: ProgressBar| if show_progress { bar } else { ProgressBar::hidden() };
@@ -305,7 +308,7 @@ pub fn run_single(
     let proofs = config.proofs.max(1) as f64;
     Ok(ImplReport {
         implementation: name.to_string(),
-        root: virga_core::to_hex(&root),
+        root: virga_core::hex::encode_prefixed(root),
         results,
         bytes_per_account,
         proof_bytes_mean: proof_bytes as f64 / proofs,
@@ -434,7 +437,19 @@ impl TrieBenchReport {
         reports: Vec<ImplReport>,
         node_bags: NodeBagReport,
         keccak: KeccakCost,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
+        // Implementations that disagree on the root did different work: no rate is comparable.
+        if let Some(first) = reports.first() {
+            if let Some(other) = reports.iter().find(|r| r.root != first.root) {
+                bail!(
+                    "roots differ, so the implementations did not build the same trie: {} {} against {} {}",
+                    first.implementation,
+                    first.root,
+                    other.implementation,
+                    other.root
+                );
+            }
+        }
         let mut report = Self {
             accounts,
             runs,
@@ -452,7 +467,7 @@ impl TrieBenchReport {
             report.roots.insert(implementation.implementation.clone(), implementation.root);
             report.results.extend(implementation.results);
         }
-        report
+        Ok(report)
     }
 
     fn rate(&self, implementation: &str, op: &str) -> Option<f64> {
@@ -585,4 +600,43 @@ pub fn build_virga(workload: &Workload) -> SecureTrie {
         workload.addresses.iter().zip(&workload.accounts).map(|(a, account)| (a, account.rlp())).collect(),
     );
     trie
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(implementation: &str, root: &str) -> ImplReport {
+        ImplReport {
+            implementation: implementation.to_string(),
+            root: root.to_string(),
+            results: vec![measured(implementation, "insert", 10, Duration::from_millis(1))],
+            bytes_per_account: 100.0,
+            proof_bytes_mean: 500.0,
+            proof_nodes_mean: 4.0,
+        }
+    }
+
+    fn assemble(reports: Vec<ImplReport>) -> anyhow::Result<TrieBenchReport> {
+        let bags =
+            NodeBagReport { transfers: 0, full_witness_bytes: 0, node_bag_bytes: 0, compacted_bytes: BTreeMap::new() };
+        TrieBenchReport::assemble(10, 1, reports, bags, KeccakCost { address_ns: 1.0, branch_node_ns: 1.0 })
+    }
+
+    #[test]
+    fn a_report_needs_every_root_equal() {
+        let same = assemble(vec![report("virga", "0xbd5c"), report("trie_db", "0xbd5c")]).unwrap();
+        assert_eq!(same.roots.len(), 2);
+        let error =
+            assemble(vec![report("virga", "0xbd5c"), report("eth_trie", "0xbd5c"), report("trie_db", "0x6ca1")])
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("roots differ") && error.contains("trie_db 0x6ca1"), "{error}");
+    }
+
+    #[test]
+    fn no_accounts_is_an_error_not_a_panic() {
+        let error = run_single("virga", &TrieBenchConfig::new(0), false, &|| {}).unwrap_err();
+        assert!(error.to_string().contains("at least one account"), "{error}");
+    }
 }

@@ -165,8 +165,15 @@ fn sweeps_that_cannot_run_are_refused_with_a_reason() {
     assert!(config.validate(rainblock::Figure::Fig8).is_err());
     config.fig9a_accounts = Some(2_000);
     assert!(config.validate(rainblock::Figure::Fig9a).is_ok());
+}
 
-    assert_eq!("9a".parse::<rainblock::Figure>(), Ok(rainblock::Figure::Fig9a));
-    assert_eq!("fig8".parse::<rainblock::Figure>(), Ok(rainblock::Figure::Fig8));
-    assert!("7".parse::<rainblock::Figure>().is_err());
+/// The names `--fig` takes (clap derives the parser from them).
+#[cfg(feature = "clap")]
+#[test]
+fn figure_names() {
+    use clap::ValueEnum;
+    assert_eq!(rainblock::Figure::from_str("9a", true), Ok(rainblock::Figure::Fig9a));
+    assert_eq!(rainblock::Figure::from_str("Fig8", true), Ok(rainblock::Figure::Fig8));
+    assert_eq!(rainblock::Figure::from_str("all", true), Ok(rainblock::Figure::All));
+    assert!(rainblock::Figure::from_str("7", true).is_err());
 }

@@ -16,13 +16,13 @@ use virga_trie::{verify_proof, SecureTrie};
 #[derive(Args)]
 pub struct DemoArgs {
     /// Accounts in the state.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::limits::count(2))]
     accounts: usize,
     /// Blocks of transfers to process.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = crate::limits::count(1))]
     blocks: usize,
     /// Transfers per block.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 1_000, value_parser = crate::limits::count(1))]
     transfers: usize,
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -40,7 +40,6 @@ fn bar(total: u64, label: &str) -> ProgressBar {
 }
 
 pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(args.accounts >= 2, "--accounts must be at least 2");
     println!(
         "Virga demo: DSM-Tree state of {} Ethereum accounts, {} blocks of {} transfers",
         args.accounts, args.blocks, args.transfers

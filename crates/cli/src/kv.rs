@@ -28,19 +28,19 @@ pub struct KvBenchArgs {
     #[arg(long, default_value = "smallbank")]
     pub workload: String,
     /// Worker threads; each is one client with its own clock.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::limits::count(1))]
     pub threads: usize,
     /// Measured seconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = crate::limits::positive)]
     pub duration: f64,
     /// Concurrency control: occ or 2pl.
-    #[arg(long, default_value = "occ")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ConcurrencyControl::Occ)]
     pub cc: ConcurrencyControl,
     /// Timestamps: clock (per-client skewed clocks), hlc or dst.
-    #[arg(long, default_value = "clock")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = TimestampScheme::Clock)]
     pub timestamps: TimestampScheme,
     /// Skew of each client's clock: none, ptp (~53 µs) or ntp (~1.5 ms).
-    #[arg(long, default_value = "none")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = SkewProfile::None)]
     pub clock_skew: SkewProfile,
     /// Keep the data durably in this directory (resumes the data already there).
     #[arg(long)]
@@ -50,18 +50,18 @@ pub struct KvBenchArgs {
     pub sync: SyncMode,
     /// Size of the key space: YCSB records, Retwis keys, SmallBank customers or transfer
     /// accounts (default: the workload's own).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::count_u64(1))]
     pub keys: Option<u64>,
     /// Zipf exponent of key choice (default: the workload's own).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::non_negative)]
     pub zipf: Option<f64>,
     /// YCSB operations per transaction.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::count(1))]
     pub ops_per_txn: Option<usize>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Repeats each measurement (Virga's and every peer's) and reports the median run.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::limits::count(1))]
     pub runs: usize,
     /// Also run RocksDB's OptimisticTransactionDB and TransactionDB on the same workload,
     /// threads and durability (needs the `rocksdb` feature).
@@ -78,16 +78,16 @@ pub struct KvBenchArgs {
 #[derive(Args, Clone, Debug)]
 pub struct ClockSweepArgs {
     /// Zipf exponents (contention levels) to sweep, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "0.2,0.6,0.8,1.0,1.2,1.4")]
+    #[arg(long, value_delimiter = ',', default_value = "0.2,0.6,0.8,1.0,1.2,1.4", value_parser = crate::limits::non_negative)]
     pub zipf: Vec<f64>,
     /// Worker threads; each is a client with its own skewed clock.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::limits::count(1))]
     pub threads: usize,
     /// Measured seconds per point.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = crate::limits::positive)]
     pub duration: f64,
     /// Retwis keys.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::limits::count_u64(1))]
     pub keys: u64,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,

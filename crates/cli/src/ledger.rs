@@ -22,7 +22,7 @@ pub struct ScheduleArgs {
     #[arg(long)]
     input: PathBuf,
     /// `arrival` (vanilla Fabric) or `fabricpp` (reordering and early abort).
-    #[arg(long, default_value = "fabricpp")]
+    #[arg(long, value_enum, default_value_t = Scheduler::FabricPlusPlus)]
     scheduler: Scheduler,
     /// Turns Fabric++'s early-abort rules off (reordering only).
     #[arg(long)]
@@ -173,7 +173,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     serial: bool,
     /// Threads for signature recovery and staged execution.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::limits::count(1))]
     threads: usize,
     /// Open the chain first, as a node restarting after a crash does: drop a torn tail (never
     /// a complete block) and bring the state store up to the last block. Without it the audit
@@ -291,40 +291,40 @@ pub struct LedgerBenchArgs {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Funded accounts of the chain.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = crate::limits::count(2))]
     accounts: usize,
     /// Blocks of the chain.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = crate::limits::count(1))]
     blocks: usize,
     /// Transfers per block of the chain.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = 1_000, value_parser = crate::limits::count(1))]
     block_size: usize,
     /// Proof-of-work difficulty (expected hashes per block).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = crate::limits::count_u64(1))]
     difficulty: u64,
     /// Threads of the parallel verifier.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::limits::count(1))]
     threads: usize,
     /// Audits per mode (medians reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::limits::count(1))]
     runs: usize,
     /// Transactions per block in the scheduling microbenchmarks.
-    #[arg(long, default_value_t = 1_024)]
+    #[arg(long, default_value_t = 1_024, value_parser = crate::limits::count(1))]
     schedule_block: usize,
     /// Schedules per microbenchmark input (median reported).
-    #[arg(long, default_value_t = 51)]
+    #[arg(long, default_value_t = 51, value_parser = crate::limits::count(1))]
     repetitions: usize,
     /// SmallBank customers in the Fabric sweep.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::limits::count_u64(2))]
     users: u64,
     /// Blocks per point of the Fabric sweep.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::limits::count(1))]
     sweep_blocks: usize,
     /// Zipf exponents of the sweep (comma-separated; default 0 to 2.0 in steps of 0.2).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::limits::non_negative)]
     zipfs: Vec<f64>,
     /// Write probabilities of the sweep (comma-separated; default 0.05,0.5,0.95).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::limits::probability)]
     write_probabilities: Vec<f64>,
     /// Writes all results as JSON.
     #[arg(long)]

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 mod demo;
 mod kv;
 mod ledger;
+mod limits;
 mod node;
 mod rainblock_bench;
 mod shape;
@@ -36,7 +37,7 @@ enum Command {
     Node(node::NodeArgs),
     /// Builds a realistic account state in the DSM-Tree and reports throughput, memory and witness sizes.
     Demo(demo::DemoArgs),
-    /// Prints the state root of a geth-style genesis file's `alloc`.
+    /// Prints the state root of a geth-style genesis file's `alloc` (other fields are not read).
     StateRoot {
         /// Path to genesis.json.
         genesis: PathBuf,
@@ -88,8 +89,9 @@ enum BenchCommand {
 #[derive(Args)]
 struct TrieBenchArgs {
     /// Number of accounts in the state.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::limits::count(1))]
     accounts: usize,
+    /// Random lookups of existing accounts (0 skips them).
     #[arg(long, default_value_t = 1_000_000)]
     gets: usize,
     #[arg(long, default_value_t = 100)]
@@ -107,7 +109,7 @@ struct TrieBenchArgs {
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Runs of each implementation (each in a fresh process); rates are their medians.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::limits::count(1))]
     runs: usize,
     /// Writes the results as JSON.
     #[arg(long)]
@@ -146,8 +148,9 @@ fn main() -> ExitCode {
 }
 
 fn state_root(path: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let genesis = virga_trie::genesis::Genesis::from_file(path)?;
-    println!("{}", virga_core::to_hex(genesis.state_root().as_slice()));
+    // Only `alloc` is read: the header fields do not enter the state root.
+    let alloc = virga_trie::genesis::Genesis::alloc_from_file(path)?;
+    println!("{}", virga_core::hex::encode_prefixed(virga_trie::account::alloc_state(&alloc).root()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -203,7 +206,7 @@ fn bench_trie(args: &TrieBenchArgs) -> anyhow::Result<ExitCode> {
     let workload = trie::Workload::generate(config.accounts, config.seed);
     let virga = trie::build_virga(&workload);
     let bags = trie::node_bag_experiment(&virga, &workload, args.transfers, config.seed);
-    let report = trie::TrieBenchReport::assemble(config.accounts, args.runs, reports, bags, trie::measure_keccak());
+    let report = trie::TrieBenchReport::assemble(config.accounts, args.runs, reports, bags, trie::measure_keccak())?;
     print!("{}", report.render());
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report.to_json())?)

@@ -24,22 +24,25 @@ pub struct NodeArgs {
     #[arg(long, required = true)]
     id: Option<String>,
     /// Client: transfers signed for all clients together (this one submits its share).
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, value_parser = crate::limits::count(1))]
     transfers: usize,
     /// Client: this is client `index` of `clients` (clients never share a sender).
     #[arg(long, default_value_t = 0)]
     index: usize,
-    #[arg(long, default_value_t = 1)]
+    /// Client: clients in the cluster.
+    #[arg(long, default_value_t = 1, value_parser = crate::limits::count(1))]
     clients: usize,
     /// Client: transfers offered per second (default: as fast as they are taken).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::positive)]
     rate: Option<f64>,
     /// Client: longest run in seconds.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, value_parser = crate::limits::count_u64(1))]
     duration: u64,
-    #[arg(long, default_value_t = 250)]
+    /// Client: transfers per submission.
+    #[arg(long, default_value_t = 250, value_parser = crate::limits::count(1))]
     batch: usize,
-    #[arg(long, default_value_t = 8)]
+    /// Client: submissions kept in flight.
+    #[arg(long, default_value_t = 8, value_parser = crate::limits::count(1))]
     in_flight: usize,
     /// Client: also write its report as JSON to this file.
     #[arg(long)]
@@ -58,10 +61,10 @@ struct InitArgs {
     #[arg(long)]
     dir: PathBuf,
     /// Accounts in the genesis state.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::limits::count(2))]
     accounts: usize,
     /// Storage nodes (shards are dealt out round-robin), one process each.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::limits::count(1))]
     storage_nodes: usize,
     #[command(flatten)]
     shape: ClusterShape,
@@ -69,7 +72,7 @@ struct InitArgs {
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// Storage node i listens on base-port + i, miner j after the storage nodes.
-    #[arg(long, default_value_t = 7100)]
+    #[arg(long, default_value_t = 7100, value_parser = clap::value_parser!(u16).range(1..))]
     base_port: u16,
 }
 
@@ -88,6 +91,11 @@ pub fn run(args: &NodeArgs) -> Result<ExitCode> {
     let (Some(role), Some(dir), Some(id)) = (args.role, args.dir.as_ref(), args.id.as_ref()) else {
         bail!("virga node needs --role, --dir and --id (or the `init` subcommand)");
     };
+    if args.index >= args.clients {
+        // A usage error like clap's own: this client would own no sender.
+        eprintln!("error: --index {} must be below --clients {}", args.index, args.clients);
+        return Ok(ExitCode::from(2));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
         match role {
@@ -118,12 +126,12 @@ pub fn run(args: &NodeArgs) -> Result<ExitCode> {
                 let job = ClientJob {
                     id: id.clone(),
                     index: args.index,
-                    clients: args.clients.max(1),
+                    clients: args.clients,
                     transfers: args.transfers,
                     rate: args.rate,
                     duration: Duration::from_secs(args.duration),
-                    batch: args.batch.max(1),
-                    in_flight: args.in_flight.max(1),
+                    batch: args.batch,
+                    in_flight: args.in_flight,
                 };
                 let report = process::run_client(dir, &job, &|committed, offered| {
                     eprint!("\r{id}: {committed} of {offered} transfers committed   ");

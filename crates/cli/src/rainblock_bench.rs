@@ -16,46 +16,46 @@ use crate::up::Bars;
 #[derive(Args)]
 pub struct RainblockBenchArgs {
     /// Account counts N (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000", value_parser = crate::limits::count(2))]
     accounts: Vec<usize>,
     /// Retention levels r of the miner's top layer (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5", value_parser = crate::limits::trie_level())]
     retention: Vec<usize>,
     /// Compaction level c of every point (default: c = r + 1 at each point, the most a miner keeping levels 0..=r allows).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::trie_level())]
     compaction: Option<usize>,
     /// Client counts of Fig. 9a (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8", value_parser = crate::limits::count(1))]
     clients: Vec<usize>,
     /// Which figure: 8, 9a or all.
-    #[arg(long, default_value = "all")]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = Figure::All)]
     fig: Figure,
     /// Clients of every Fig. 8 point.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::limits::count(1))]
     fig8_clients: usize,
     /// N of Fig. 9a (default: the largest of --accounts).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::count(2))]
     fig9a_accounts: Option<usize>,
     /// Longest run of each point, in seconds (a point also ends once all its transfers commit).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::limits::count_u64(1))]
     duration: u64,
     /// Transfers the users sign before each point's run.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::limits::count(1))]
     transfers: usize,
     /// Shards of the bottom layer (1, 16 or 256).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::limits::shards)]
     shards: usize,
     /// Storage nodes (shards are dealt out round-robin).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::limits::count(1))]
     storage_nodes: usize,
     /// Transfers per client submission.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, value_parser = crate::limits::count(1))]
     batch: usize,
     /// Submissions each client keeps in flight.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::limits::count(1))]
     in_flight: usize,
     /// Transfers per block at most.
-    #[arg(long, default_value_t = 4_000)]
+    #[arg(long, default_value_t = 4_000, value_parser = crate::limits::count(1))]
     block_transfers: usize,
     /// Memory budget of the miner's top layer in MiB; beyond it the miner prunes to level r
     /// (0: after every block, so the cache is exactly r levels).
@@ -67,7 +67,7 @@ pub struct RainblockBenchArgs {
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// `inproc` (in-process calls) or `grpc` (every role behind a gRPC server on loopback).
-    #[arg(long, default_value = "inproc")]
+    #[arg(long, value_enum, default_value_t = TransportKind::InProc)]
     transport: TransportKind,
 }
 

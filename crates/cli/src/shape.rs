@@ -6,24 +6,24 @@ use clap::Args;
 #[derive(Args)]
 pub struct ClusterShape {
     /// Shards of the bottom layer (1, 16 or 256).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::limits::shards)]
     pub shards: usize,
     /// Storage nodes serving each shard: with 2 or more, a client refused a witness by one
     /// node asks another.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::limits::count(1))]
     pub replicas: usize,
     /// Miners: the first builds blocks, the others verify them from their own top layers.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::limits::count(1))]
     pub miners: usize,
     /// Retention level r: trie levels the miners keep when they prune their top layer.
-    #[arg(short = 'r', long = "retention", default_value_t = 4)]
+    #[arg(short = 'r', long = "retention", default_value_t = 4, value_parser = crate::limits::trie_level())]
     pub retention: usize,
     /// Compaction level c: witness nodes above this trie level are not sent. Up to r + 1: the
     /// miner keeps levels 0..=r, so the default sends accounts' leaves (and rare deeper nodes) only.
-    #[arg(short = 'c', long = "compaction", default_value_t = 5)]
+    #[arg(short = 'c', long = "compaction", default_value_t = 5, value_parser = crate::limits::trie_level())]
     pub compaction: usize,
     /// Transfers per block at most.
-    #[arg(long, default_value_t = 4_000)]
+    #[arg(long, default_value_t = 4_000, value_parser = crate::limits::count(1))]
     pub block_transfers: usize,
     /// Memory budget of a miner's top layer, in MiB; beyond it the miner prunes to level r.
     #[arg(long, default_value_t = 256)]
@@ -35,7 +35,7 @@ pub struct ClusterShape {
 
 impl ClusterShape {
     pub fn max_block_transfers(&self) -> usize {
-        self.block_transfers.max(1)
+        self.block_transfers
     }
 
     pub fn top_budget_bytes(&self) -> usize {

@@ -17,33 +17,33 @@ pub struct UpArgs {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Accounts in the genesis state.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::limits::count(2))]
     accounts: usize,
     /// Storage nodes (shards are dealt out round-robin).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::limits::count(1))]
     storage_nodes: usize,
     /// Prefetching clients.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::limits::count(1))]
     clients: usize,
     #[command(flatten)]
     shape: ClusterShape,
     /// Longest run, in seconds (the run also ends when every signed transfer has committed).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = crate::limits::count_u64(1))]
     duration: u64,
     /// Transfers the users sign before the run.
-    #[arg(long, default_value_t = 300_000)]
+    #[arg(long, default_value_t = 300_000, value_parser = crate::limits::count(1))]
     transfers: usize,
     /// Transfers offered per second (default: as fast as the clients take them).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::limits::positive)]
     rate: Option<f64>,
     /// Transfers per client submission.
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, value_parser = crate::limits::count(1))]
     batch: usize,
     /// Submissions each client keeps in flight.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::limits::count(1))]
     in_flight: usize,
     /// `inproc` (one process, in-process calls) or `grpc` (every role behind a gRPC server on loopback).
-    #[arg(long, default_value = "inproc")]
+    #[arg(long, value_enum, default_value_t = TransportKind::InProc)]
     transport: TransportKind,
     /// Also write the report as JSON to this file.
     #[arg(long)]
@@ -127,8 +127,8 @@ pub fn run(args: &UpArgs) -> Result<ExitCode> {
         duration: Duration::from_secs(args.duration),
         transfers: args.transfers,
         rate: args.rate,
-        batch: args.batch.max(1),
-        in_flight: args.in_flight.max(1),
+        batch: args.batch,
+        in_flight: args.in_flight,
         top_budget_bytes: args.shape.top_budget_bytes(),
         max_block_transfers: args.shape.max_block_transfers(),
         transport: args.transport,

@@ -48,6 +48,11 @@ fn every_workload_runs_and_writes_the_promised_json() {
         let abort_rate = report["abort_rate"].as_f64().unwrap();
         assert!((0.0..1.0).contains(&abort_rate), "{workload}: {report}");
         assert!(report["p50_us"].as_f64().unwrap() <= report["p99_us"].as_f64().unwrap());
+        // The names the options were given by are the names the report prints.
+        for pair in extra.chunks(2).filter(|pair| pair[0] != "--keys") {
+            let field = pair[0].trim_start_matches("--").replace('-', "_");
+            assert_eq!(report["config"][&field], pair[1], "{workload}: {report}");
+        }
     }
 }
 

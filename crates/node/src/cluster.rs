@@ -42,20 +42,10 @@ pub fn check_cluster_format(path: &Path, format: u32) -> Result<(), String> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum TransportKind {
     InProc,
     Grpc,
-}
-
-impl std::str::FromStr for TransportKind {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "inproc" => Ok(TransportKind::InProc),
-            "grpc" => Ok(TransportKind::Grpc),
-            other => Err(format!("unknown transport {other:?} (inproc or grpc)")),
-        }
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -227,6 +217,13 @@ pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usi
 /// Runs a cluster with a fresh state in `config.dir` (which must not hold one).
 pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, String> {
     let started = Instant::now();
+    // The workload draws a receiver other than the sender, and every client takes a share.
+    if config.accounts < 2 {
+        return Err(format!("{} accounts: a transfer needs at least 2", config.accounts));
+    }
+    if config.clients == 0 {
+        return Err("a cluster needs at least one client".to_owned());
+    }
     if config.dir.join(CLUSTER_FILE).exists() || config.dir.join("genesis.json").exists() {
         return Err(format!("{} already holds a chain; pick an empty directory", config.dir.display()));
     }

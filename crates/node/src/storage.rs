@@ -516,7 +516,7 @@ impl StorageNode {
             if !self.served.contains(&index) {
                 return Err(format!(
                     "update for key {} of shard {index}, not served here",
-                    virga_core::to_hex(&update.key)
+                    virga_core::hex::encode_prefixed(&update.key)
                 ));
             }
             let position = match touched.iter().position(|shard| shard.index() == index) {

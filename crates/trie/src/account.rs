@@ -167,41 +167,44 @@ impl StateTrie {
 }
 
 impl crate::genesis::Genesis {
-    /// The world state the genesis `alloc` describes: each account's storage trie (zero
-    /// values are not stored), its code, then the account itself.
+    /// The world state the genesis `alloc` describes; see [`alloc_state`].
     pub fn state(&self) -> StateTrie {
-        let mut state = StateTrie::new();
-        // One bulk build instead of an insert per account: genesis files hold up to millions.
-        let mut accounts: Vec<(Address, Vec<u8>)> = Vec::with_capacity(self.alloc.len());
-        for (address, genesis_account) in &self.alloc {
-            let code_hash = state.insert_code(&genesis_account.code);
-            let mut account = Account {
-                nonce: genesis_account.nonce,
-                balance: genesis_account.balance,
-                code_hash,
-                storage_root: EMPTY_ROOT,
-            };
-            if genesis_account.storage.values().any(|v| !v.is_zero()) {
-                let mut storage = SecureTrie::new();
-                for (slot, value) in &genesis_account.storage {
-                    let value = U256::from_be_bytes(value.0);
-                    if !value.is_zero() {
-                        storage.insert(slot.as_slice(), &storage_value_rlp(value));
-                    }
-                }
-                account.storage_root = storage.root_hash();
-                state.storage.insert(*address, storage);
-            }
-            accounts.push((*address, account.rlp()));
-        }
-        state.accounts.insert_many(accounts);
-        state
+        alloc_state(&self.alloc)
     }
 
     /// The state root of the genesis `alloc`, as in the genesis block header.
     pub fn state_root(&self) -> B256 {
         self.state().root()
     }
+}
+
+/// The world state a genesis `alloc` describes: each account's storage trie (zero values are
+/// not stored), its code, then the account itself.
+pub fn alloc_state(alloc: &crate::genesis::Alloc) -> StateTrie {
+    let mut state = StateTrie::new();
+    // One bulk build instead of an insert per account: genesis files hold up to millions.
+    let mut accounts: Vec<(Address, Vec<u8>)> = Vec::with_capacity(alloc.len());
+    for (address, genesis_account) in alloc {
+        let code_hash = state.insert_code(genesis_account.code.as_ref().map_or(&[][..], |code| code.as_ref()));
+        let mut account = Account {
+            nonce: genesis_account.nonce.unwrap_or_default(),
+            balance: genesis_account.balance,
+            code_hash,
+            storage_root: EMPTY_ROOT,
+        };
+        let mut slots = genesis_account.storage_slots().filter(|(_, value)| !value.is_zero()).peekable();
+        if slots.peek().is_some() {
+            let mut storage = SecureTrie::new();
+            for (slot, value) in slots {
+                storage.insert(slot.as_slice(), &storage_value_rlp(value));
+            }
+            account.storage_root = storage.root_hash();
+            state.storage.insert(*address, storage);
+        }
+        accounts.push((*address, account.rlp()));
+    }
+    state.accounts.insert_many(accounts);
+    state
 }
 
 #[cfg(test)]

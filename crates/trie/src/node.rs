@@ -294,7 +294,7 @@ impl std::fmt::Debug for Node {
         match self.kind() {
             Kind::Leaf(data) => {
                 let stored = &data[packed_len(data)..];
-                write!(f, "Leaf({:?}, {})", path::unpack(data), virga_core::to_hex(&value::load(stored)))
+                write!(f, "Leaf({:?}, {})", path::unpack(data), virga_core::hex::encode_prefixed(value::load(stored)))
             }
             Kind::Extension(p, child) => write!(f, "Ext({:?}, {:?})", path::unpack(p), child),
             Kind::Branch(b) => {

@@ -182,7 +182,7 @@ impl PartialTrie {
         for key in &bag.keys {
             if let Err(stopped) = self.get(key) {
                 *self = before;
-                return Err(RevisionError::SubtreeChanged { key: virga_core::to_hex(key), stopped });
+                return Err(RevisionError::SubtreeChanged { key: virga_core::hex::encode_prefixed(key), stopped });
             }
         }
         Ok(Revision { applied, root_matched: witness_root == self.root_hash() })

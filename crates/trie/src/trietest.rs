@@ -124,7 +124,7 @@ fn optional_text(value: &Value) -> Result<Option<Vec<u8>>, String> {
 /// `0x…` is hex, anything else is the UTF-8 bytes of the string.
 fn decode_text(text: &str) -> Result<Vec<u8>, String> {
     let bytes = if text.starts_with("0x") {
-        virga_core::parse_hex(text).map_err(|e| e.to_string())?
+        virga_core::hex::decode(text).map_err(|e| e.to_string())?
     } else {
         text.as_bytes().to_vec()
     };

@@ -11,7 +11,7 @@ fn real_genesis_files_give_their_published_state_roots() {
     assert!(roots.len() >= 5);
     for (file, root) in roots {
         let genesis = virga_trie::genesis::Genesis::from_file(&dir.join(&file)).unwrap();
-        let actual = virga_core::to_hex(genesis.state_root().as_slice());
+        let actual = virga_core::hex::encode_prefixed(genesis.state_root());
         assert_eq!(actual, root.as_str().unwrap(), "{file}");
     }
 }

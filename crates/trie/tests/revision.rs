@@ -203,7 +203,7 @@ fn check_revision(case: &Case, witness: &NodeBag, r: usize, readable: &[bool]) -
         Err(RevisionError::SubtreeChanged { key, .. }) => {
             prop_assert!(!accept, "rejected for {}, but the oracle says every key is readable", key);
             let first = readable.iter().position(|&r| !r).unwrap();
-            prop_assert_eq!(key, virga_core::to_hex(&case.proven[first]));
+            prop_assert_eq!(key, virga_core::hex::encode_prefixed(&case.proven[first]));
             prop_assert_eq!(top.root_hash(), r1);
             prop_assert_eq!(top.node_count(), nodes_before);
         }

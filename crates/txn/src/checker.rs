@@ -11,6 +11,7 @@ use std::fmt;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use virga_core::hex;
 use virga_storage::{Timestamp, TxnId};
 
 /// Writer id of the versions present before the history started (the initial load).
@@ -120,20 +121,18 @@ impl fmt::Display for Violation {
             Violation::Cycle { edges } => {
                 write!(f, "dependency cycle through {} transactions:", edges.len())?;
                 for edge in edges {
-                    write!(f, " T{} -{:?}[{}]-> T{};", edge.from, edge.kind, hex(&edge.key), edge.to)?;
+                    write!(f, " T{} -{:?}[{}]-> T{};", edge.from, edge.kind, hex::encode(&edge.key), edge.to)?;
                 }
                 Ok(())
             }
             Violation::UnknownWriter { reader, key, writer } => {
-                write!(f, "T{reader} read key {} from T{writer}, which never committed", hex(key))
+                write!(f, "T{reader} read key {} from T{writer}, which never committed", hex::encode(key))
             }
-            Violation::DuplicateVersion { key, ts } => write!(f, "two versions of key {} at timestamp {ts}", hex(key)),
+            Violation::DuplicateVersion { key, ts } => {
+                write!(f, "two versions of key {} at timestamp {ts}", hex::encode(key))
+            }
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Summary of an accepted history.

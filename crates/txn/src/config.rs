@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use virga_core::clock::SkewProfile;
@@ -14,6 +13,7 @@ use crate::checker::HistoryRecorder;
 
 /// How read-write transactions are kept serializable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum ConcurrencyControl {
     /// Optimistic: buffer writes, validate at commit with per-key `latestRead` /
     /// `prepared` / `latestCommitted` state (MILANA Algorithm 1).
@@ -21,11 +21,13 @@ pub enum ConcurrencyControl {
     Occ,
     /// Two-phase locking, no-wait: a transaction that meets a held lock aborts at once, so
     /// no deadlock can form. The comparison baseline.
+    #[cfg_attr(feature = "clap", value(name = "2pl"))]
     TwoPhaseLocking,
 }
 
 /// Where commit and snapshot timestamps come from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum TimestampScheme {
     /// Each client's own loosely synchronized physical clock (MILANA). Skew between clients
     /// costs aborts, never correctness.
@@ -77,44 +79,12 @@ pub struct EngineConfig {
     pub skip_read_validation: bool,
 }
 
-/// A name on the command line did not match any variant.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} `{given}` (expected one of: {expected})")]
-pub struct ParseChoiceError {
-    what: &'static str,
-    given: String,
-    expected: &'static str,
-}
-
-impl FromStr for ConcurrencyControl {
-    type Err = ParseChoiceError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "occ" => Ok(ConcurrencyControl::Occ),
-            "2pl" => Ok(ConcurrencyControl::TwoPhaseLocking),
-            _ => Err(ParseChoiceError { what: "concurrency control", given: s.into(), expected: "occ, 2pl" }),
-        }
-    }
-}
-
 impl fmt::Display for ConcurrencyControl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ConcurrencyControl::Occ => "occ",
             ConcurrencyControl::TwoPhaseLocking => "2pl",
         })
-    }
-}
-
-impl FromStr for TimestampScheme {
-    type Err = ParseChoiceError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "clock" => Ok(TimestampScheme::Clock),
-            "hlc" => Ok(TimestampScheme::Hlc),
-            "dst" => Ok(TimestampScheme::Dst),
-            _ => Err(ParseChoiceError { what: "timestamp scheme", given: s.into(), expected: "clock, hlc, dst" }),
-        }
     }
 }
 

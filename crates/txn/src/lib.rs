@@ -40,7 +40,7 @@ mod txn;
 pub mod wal;
 
 pub use abort::{Abort, AbortReason};
-pub use config::{ConcurrencyControl, Durability, EngineConfig, ParseChoiceError, TimestampScheme};
+pub use config::{ConcurrencyControl, Durability, EngineConfig, TimestampScheme};
 pub use engine::{CommitInfo, Engine, EngineError, Recovery, Session, TxnStats, MAX_SESSIONS};
 pub use txn::Txn;
 pub use virga_core::clock::SkewProfile;

@@ -157,11 +157,8 @@ fn stale_readers_do_not_set_the_newest_version() {
 
 #[test]
 fn names_parse_and_print() {
-    for scheduler in Scheduler::ALL {
-        assert_eq!(scheduler.to_string().parse::<Scheduler>(), Ok(scheduler));
-    }
-    assert_eq!("fabricpp".parse(), Ok(Scheduler::FabricPlusPlus));
-    assert!("fifo".parse::<Scheduler>().unwrap_err().to_string().contains("arrival, fabricpp"));
+    let names: Vec<String> = Scheduler::ALL.iter().map(Scheduler::to_string).collect();
+    assert_eq!(names, ["arrival", "fabricpp"]);
     let names: Vec<_> = [
         AbortCause::StaleRead { read: 0, version: Version::new(1, 0), snapshot: 0 },
         AbortCause::VersionMismatch { read: 0, version: Version::new(1, 0), newer: Version::new(2, 0) },

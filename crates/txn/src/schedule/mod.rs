@@ -55,7 +55,6 @@ mod graph;
 use std::collections::HashSet;
 use std::fmt;
 use std::hash::Hash;
-use std::str::FromStr;
 
 use graph::{Cycles, Graph, Interned, Johnson, Rows, SubGraph, Tarjan};
 
@@ -110,10 +109,12 @@ impl<K> TxAccess<K> {
 
 /// Which in-block scheduler to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Scheduler {
     /// Vanilla Fabric: keep the order of arrival; validation rejects what it must.
     Arrival,
     /// Fabric++: early abort, then cycle breaking and reordering (Algorithm 1).
+    #[cfg_attr(feature = "clap", value(name = "fabricpp", alias = "fabric++"))]
     FabricPlusPlus,
 }
 
@@ -133,22 +134,6 @@ impl Scheduler {
 impl fmt::Display for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-/// A scheduler name did not match `arrival` or `fabricpp`.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown scheduler `{0}` (expected one of: arrival, fabricpp)")]
-pub struct ParseSchedulerError(String);
-
-impl FromStr for Scheduler {
-    type Err = ParseSchedulerError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "arrival" => Ok(Scheduler::Arrival),
-            "fabricpp" | "fabric++" => Ok(Scheduler::FabricPlusPlus),
-            _ => Err(ParseSchedulerError(s.into())),
-        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! | adapter | crate | state root | how a root is computed |
 //! | --- | --- | --- | --- |
 //! | [`EthTriePeer`] | `eth_trie` | Ethereum's | incremental: commit of the dirty paths |
-//! | [`TrieDbPeer`] | `trie-db` | its own codec (not Ethereum's) | incremental: commit of the dirty paths |
+//! | [`TrieDbPeer`] | `trie-db` | Ethereum's ([`EthereumLayout`]) | incremental: commit of the dirty paths |
 //! | [`HashBuilderPeer`] | `alloy-trie` | Ethereum's | full rebuild over all sorted leaves |
 
 use std::collections::BTreeMap;
@@ -20,12 +20,14 @@ use eth_trie::{EthTrie, MemoryDB as EthMemoryDb, Trie as _};
 use hash_db::{AsHashDB, HashDB, Hasher, Prefix};
 use keccak_hasher::KeccakHasher;
 use memory_db::{HashKey, MemoryDB};
-use reference_trie::ExtensionLayout;
 use self_cell::{self_cell, MutBorrow};
 use trie_db::recorder::Recorder;
 use trie_db::{DBValue, Trie as _, TrieDBBuilder, TrieDBMut, TrieDBMutBuilder, TrieMut as _};
 
 use crate::trie_impl::BenchTrie;
+
+mod ethereum_layout;
+pub use ethereum_layout::{EthereumLayout, EthereumNodeCodec, NodeDecodeError};
 
 // ---------------------------------------------------------------------------------------
 // eth_trie
@@ -98,9 +100,8 @@ impl BenchTrie for EthTriePeer {
 // trie-db
 // ---------------------------------------------------------------------------------------
 
-/// trie-db's layout for this peer: keccak-256 node hashing, hexary, with extension nodes
-/// (`reference_trie::ExtensionLayout`, whose node codec is parity's reference codec).
-type Layout = ExtensionLayout;
+/// trie-db's layout for this peer: Ethereum's node encoding and keccak-256.
+type Layout = EthereumLayout;
 type NodeHash = <KeccakHasher as Hasher>::Out;
 
 /// memory-db's map of node hash → (encoded node, reference count).
@@ -112,8 +113,15 @@ type NodeMap = MemoryDB<KeccakHasher, HashKey<KeccakHasher>, DBValue>;
 /// until someone calls `purge()` (a scan of the whole map). `TrieDBMut` removes every node
 /// it replaces at commit time, so routing `remove` to `remove_and_purge` frees replaced
 /// nodes incrementally, at commit, like `eth_trie`'s light mode.
-#[derive(Default)]
 struct PruningNodeDb(NodeMap);
+
+impl Default for PruningNodeDb {
+    /// memory-db's own default takes `0x00`, parity's codec's empty node, for the empty trie;
+    /// Ethereum's is `0x80`, whose hash is the empty root a fresh `TrieDBMut` starts from.
+    fn default() -> Self {
+        Self(NodeMap::new(<EthereumNodeCodec as trie_db::NodeCodec>::empty_node()))
+    }
+}
 
 impl HashDB<KeccakHasher, DBValue> for PruningNodeDb {
     fn get(&self, key: &NodeHash, prefix: Prefix) -> Option<DBValue> {
@@ -166,14 +174,9 @@ self_cell!(
     }
 );
 
-/// Parity's `trie-db` 0.32 (`TrieDBMut` over `memory-db` 0.34, keccak-256, hexary with
-/// extension nodes via `reference_trie::ExtensionLayout`).
-///
-/// **Its root is not Ethereum's state root.** The node codec is parity's reference codec,
-/// not Ethereum's RLP, so the same accounts give a different (but equally deterministic)
-/// root, and its proofs are that codec's nodes, not EIP-1186 RLP. The trie's shape (keys,
-/// branches, extensions, keccak-256 node hashes) is an Ethereum trie's; the node encodings,
-/// and so the exact bytes hashed, differ.
+/// Parity's `trie-db` 0.32 (`TrieDBMut` over `memory-db` 0.34) with Ethereum's node codec
+/// ([`EthereumLayout`]): its roots are Ethereum's state roots and its proofs EIP-1186 proofs,
+/// so it hashes and encodes exactly what the other tries do.
 ///
 /// One `TrieDBMut` stays open for the adapter's whole life, so inserts accumulate in its
 /// in-memory node storage and [`BenchTrie::root`] commits them, as a client would use it.
@@ -203,7 +206,7 @@ impl TrieDbPeer {
             TrieDBMutBuilder::<Layout>::new(db, root).build()
         });
         let mut peer = Self { cell, last_root: NodeHash::default() };
-        // The empty trie's root (the hash of the codec's empty node); commits nothing.
+        // The empty trie's root (keccak-256 of RLP's empty string); commits nothing.
         peer.root();
         peer
     }
@@ -393,12 +396,16 @@ mod tests {
 
     #[test]
     fn ethereum_compatible_roots_agree() {
-        let data = accounts(7, ACCOUNTS);
+        let data = accounts(7, 3_000);
         let mut eth = build(EthTriePeer::new(), &data);
+        let mut db = build(TrieDbPeer::new(), &data);
         let mut hb = build(HashBuilderPeer::new(), &data);
-        let root = eth.root();
-        assert_eq!(root, hb.root());
+        let mut virga = build(crate::trie::VirgaTrie::default(), &data);
+        let root = hb.root();
         assert_ne!(B256::from(root), EMPTY_ROOT_HASH);
+        assert_eq!(eth.root(), root, "eth_trie");
+        assert_eq!(db.root(), root, "trie_db");
+        assert_eq!(virga.root(), root, "virga");
     }
 
     #[test]
@@ -406,9 +413,8 @@ mod tests {
         assert_eq!(B256::from(EthTriePeer::new().root()), EMPTY_ROOT_HASH);
         assert_eq!(B256::from(HashBuilderPeer::new().root()), EMPTY_ROOT_HASH);
         let mut db = TrieDbPeer::new();
-        let empty = db.root();
+        assert_eq!(B256::from(db.root()), EMPTY_ROOT_HASH);
         assert_eq!(db.get(&absent_address()), 0);
-        assert_eq!(empty, TrieDbPeer::new().root());
     }
 
     fn check_gets<T: BenchTrie>(trie: &mut T, data: &[([u8; 20], Vec<u8>)]) {
@@ -477,20 +483,29 @@ mod tests {
     }
 
     #[test]
-    fn trie_db_root_is_order_independent_and_proofs_are_non_empty() {
-        let data = accounts(23, ACCOUNTS);
-        let mut forward = build(TrieDbPeer::new(), &data);
-        let mut reversed_data = data.clone();
-        reversed_data.reverse();
-        let mut reversed = build(TrieDbPeer::new(), &reversed_data);
-        let root = forward.root();
-        assert_eq!(root, reversed.root());
-        assert_ne!(root, TrieDbPeer::new().root());
-        for (address, _) in &data {
-            let proof = forward.prove(address);
-            assert!(!proof.is_empty());
-            // The codec is not Ethereum's, but nodes are still keccak-hashed.
-            assert_eq!(<KeccakHasher as Hasher>::hash(&proof[0]), root);
+    fn trie_db_proofs_verify_as_eip_1186() {
+        let data = accounts(23, 3_000);
+        let mut db = build(TrieDbPeer::new(), &data);
+        check_ethereum_proofs(&mut db, &data);
+        // Virga's verifier accepts the same proofs.
+        let root = B256::from(db.root());
+        for (address, rlp) in data.iter().step_by(7) {
+            let proof = db.prove(address);
+            let proven = virga_trie::proof::verify_proof(root, keccak256(address).as_slice(), &proof).unwrap();
+            assert_eq!(proven.as_ref(), Some(rlp));
+        }
+    }
+
+    /// Same nodes as alloy-trie's, node for node: the codec is Ethereum's encoding, not one
+    /// that merely hashes consistently.
+    #[test]
+    fn trie_db_and_hash_builder_prove_with_the_same_nodes() {
+        let data = accounts(37, 300);
+        let mut db = build(TrieDbPeer::new(), &data);
+        let mut hb = build(HashBuilderPeer::new(), &data);
+        assert_eq!(db.root(), hb.root());
+        for (address, _) in data.iter().step_by(3) {
+            assert_eq!(db.prove(address), hb.prove(address));
         }
     }
 

@@ -1,0 +1,52 @@
+//! Ranges of the numeric options. clap checks them while parsing, so a value out of range
+//! stops the command before it does anything, with a message naming the option and the
+//! allowed range, and exit status 2 (a usage error, as for an unknown option).
+
+use clap::builder::RangedU64ValueParser;
+
+/// A count of at least `min`.
+pub fn count(min: u64) -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(min..)
+}
+
+/// A count of at least `min`, as `u64`.
+pub fn count_u64(min: u64) -> RangedU64ValueParser<u64> {
+    RangedU64ValueParser::new().range(min..)
+}
+
+/// A trie level: a key path has 64 nibbles.
+pub fn trie_level() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(0..=64)
+}
+
+/// The shard counts the bottom layer supports.
+pub fn shards(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(shards @ (1 | 16 | 256)) => Ok(shards),
+        _ => Err("the bottom layer is split into 1, 16 or 256 shards".to_owned()),
+    }
+}
+
+/// A finite number above zero (seconds, rates).
+pub fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
+        _ => Err("must be a number above 0".to_owned()),
+    }
+}
+
+/// A finite number of at least zero (Zipf exponents).
+pub fn non_negative(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
+        _ => Err("must be a number of at least 0".to_owned()),
+    }
+}
+
+/// A probability.
+pub fn probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if (0.0..=1.0).contains(&value) => Ok(value),
+        _ => Err("must be a number from 0 to 1".to_owned()),
+    }
+}
