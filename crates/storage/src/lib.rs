@@ -14,5 +14,7 @@
 #![warn(missing_docs)]
 
 mod mvcc;
+mod store;
 
-pub use mvcc::{GcStats, KeyInner, KeyState, MvStore, Prepared, Timestamp, TxnId, Version};
+pub use mvcc::{KeyInner, KeyState, MvStore, Prepared, Timestamp, TxnId, Version};
+pub use store::{GcStats, InstallRefused, Newest, ReadAt, StoreReport, VersionedStore};

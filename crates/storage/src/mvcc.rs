@@ -12,6 +12,8 @@ use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
+use crate::store::{GcStats, InstallRefused, Newest, ReadAt, StoreReport, VersionedStore};
+
 /// Identifies a transaction (unique per engine run; 0 is the initial load).
 pub type TxnId = u64;
 
@@ -147,15 +149,6 @@ impl KeyState {
     pub fn lock(&self) -> MutexGuard<'_, KeyInner> {
         self.inner.lock()
     }
-}
-
-/// What a garbage-collection pass did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GcStats {
-    /// Keys visited.
-    pub keys: u64,
-    /// Versions dropped.
-    pub versions_dropped: u64,
 }
 
 type Hasher = foldhash::fast::RandomState;
@@ -341,6 +334,71 @@ impl MvStore {
         let mut n = 0;
         self.for_each(|state| n += state.lock().versions.len() as u64);
         n
+    }
+}
+
+impl VersionedStore for MvStore {
+    type Entry = Arc<KeyState>;
+
+    fn entry(&self, key: &[u8]) -> Arc<KeyState> {
+        self.key_or_insert(key)
+    }
+
+    fn find(&self, key: &[u8]) -> Option<Arc<KeyState>> {
+        self.key(key)
+    }
+
+    fn read_at(&self, entry: &Arc<KeyState>, ts: Timestamp) -> ReadAt {
+        let inner = entry.lock();
+        ReadAt { visible: inner.visible_at(ts).cloned(), newest: inner.latest_ts() }
+    }
+
+    fn newest(&self, entry: &Arc<KeyState>) -> Newest {
+        let inner = entry.lock();
+        Newest { ts: inner.latest_ts(), live: !inner.is_absent() }
+    }
+
+    fn install(&self, entry: &Arc<KeyState>, version: Version, watermark: Timestamp) -> Result<(), InstallRefused> {
+        let mut inner = entry.lock();
+        match inner.install(version, watermark) {
+            Ok(dropped) => {
+                drop(inner);
+                self.note_dropped(dropped as u64);
+                Ok(())
+            }
+            Err(refused) => Err(InstallRefused { attempted: refused.ts, newest: inner.latest_ts() }),
+        }
+    }
+
+    fn reset(&self, entry: &Arc<KeyState>, version: Version) {
+        let mut inner = entry.lock();
+        inner.versions.clear();
+        inner.versions.push(version);
+    }
+
+    fn visit_range(
+        &self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        visit: &mut dyn FnMut(&Bytes, &Arc<KeyState>) -> bool,
+    ) {
+        self.for_each_in(start, end, |state| visit(state.key(), state));
+    }
+
+    fn gc(&self, watermark: Timestamp) -> GcStats {
+        MvStore::gc(self, watermark)
+    }
+
+    fn report(&self) -> StoreReport {
+        let mut report = StoreReport { versions_dropped: self.versions_dropped(), ..StoreReport::default() };
+        self.for_each(|state| {
+            let inner = state.lock();
+            report.keys += 1;
+            report.versions += inner.versions.len() as u64;
+            report.bytes += state.key().len() as u64
+                + inner.versions.iter().map(|v| v.value.as_ref().map_or(0, |b| b.len() as u64)).sum::<u64>();
+        });
+        report
     }
 }
 
