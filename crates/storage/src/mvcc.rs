@@ -116,16 +116,26 @@ impl Chain {
     }
 }
 
-/// A key and its latch-protected version chain.
+/// A key, its latch-protected version chain, and the attachment of the layer above.
 #[derive(Debug)]
-pub struct KeyState {
+pub struct KeyState<A = ()> {
     key: Bytes,
     chain: Mutex<Chain>,
+    attached: A,
 }
 
-impl KeyState {
-    fn new(key: Bytes) -> KeyState {
-        KeyState { key, chain: Mutex::new(Chain::default()) }
+impl<A: Default> KeyState<A> {
+    fn new(key: Bytes) -> KeyState<A> {
+        KeyState { key, chain: Mutex::new(Chain::default()), attached: A::default() }
+    }
+}
+
+impl<A> KeyState<A> {
+    /// What the layer above keeps with this key (created with the entry, never read by the
+    /// store). `virga-txn` keeps its concurrency-control state here, in the same allocation
+    /// as the versions, so a transaction finds both with one lookup and one pointer.
+    pub fn attached(&self) -> &A {
+        &self.attached
     }
 
     /// The key.
@@ -142,26 +152,36 @@ impl KeyState {
 /// The multi-version store. Point lookups go through a concurrent hash index; range scans
 /// through an ordered skip list holding the same entries. Entries are never removed, so an
 /// `Arc<KeyState>` obtained once stays the key's state for the life of the store.
-pub struct MvStore {
-    index: DashMap<InlineKey, Arc<KeyState>, KeyHasher>,
-    ordered: SkipMap<Bytes, Arc<KeyState>>,
+///
+/// Each entry carries an attachment `A` (default `()`), an opaque per-key value the layer
+/// above may keep next to the versions; the store only creates it (`A::default()`).
+pub struct MvStore<A = ()> {
+    index: DashMap<InlineKey, Arc<KeyState<A>>, KeyHasher>,
+    ordered: SkipMap<Bytes, Arc<KeyState<A>>>,
 }
 
-impl Default for MvStore {
+impl<A: Default + Send + Sync + 'static> Default for MvStore<A> {
     fn default() -> Self {
-        MvStore::new()
+        MvStore::with_attachments()
     }
 }
 
-impl fmt::Debug for MvStore {
+impl<A: Default + Send + Sync + 'static> fmt::Debug for MvStore<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MvStore").field("keys", &self.len()).finish()
     }
 }
 
 impl MvStore {
-    /// An empty store.
+    /// An empty store without attachments.
     pub fn new() -> MvStore {
+        MvStore::with_attachments()
+    }
+}
+
+impl<A: Default + Send + Sync + 'static> MvStore<A> {
+    /// An empty store whose entries each carry an `A`.
+    pub fn with_attachments() -> MvStore<A> {
         MvStore { index: DashMap::with_hasher_and_shard_amount(KeyHasher::default(), 256), ordered: SkipMap::new() }
     }
 
@@ -176,12 +196,23 @@ impl MvStore {
     }
 
     /// The state of `key`, if it has an entry.
-    pub fn key(&self, key: &[u8]) -> Option<Arc<KeyState>> {
+    pub fn key(&self, key: &[u8]) -> Option<Arc<KeyState<A>>> {
         self.index.get(&InlineKey::new(key)).map(|entry| Arc::clone(entry.value()))
     }
 
+    /// Runs `use_key` on `key`'s state (created empty when missing) while the index holds
+    /// it, without taking a counted reference: the cheapest way to use a key once.
+    /// `use_key` must be short and must not touch the index.
+    #[inline]
+    pub fn with_key<R>(&self, key: &[u8], use_key: impl FnOnce(&Arc<KeyState<A>>) -> R) -> R {
+        if let Some(entry) = self.index.get(&InlineKey::new(key)) {
+            return use_key(entry.value());
+        }
+        use_key(&self.key_or_insert(key))
+    }
+
     /// The state of `key`, created empty when missing.
-    pub fn key_or_insert(&self, key: &[u8]) -> Arc<KeyState> {
+    pub fn key_or_insert(&self, key: &[u8]) -> Arc<KeyState<A>> {
         if let Some(state) = self.key(key) {
             return state;
         }
@@ -197,7 +228,12 @@ impl MvStore {
     }
 
     /// Calls `visit` on every key entry in `(start, end)` in key order until it returns false.
-    pub fn for_each_in(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, mut visit: impl FnMut(&Arc<KeyState>) -> bool) {
+    pub fn for_each_in(
+        &self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        mut visit: impl FnMut(&Arc<KeyState<A>>) -> bool,
+    ) {
         let range = (start.map(Bytes::copy_from_slice), end.map(Bytes::copy_from_slice));
         for entry in self.ordered.range(range) {
             if !visit(entry.value()) {
@@ -207,38 +243,38 @@ impl MvStore {
     }
 
     /// Calls `visit` on every key entry in key order.
-    pub fn for_each(&self, mut visit: impl FnMut(&Arc<KeyState>)) {
+    pub fn for_each(&self, mut visit: impl FnMut(&Arc<KeyState<A>>)) {
         for entry in self.ordered.iter() {
             visit(entry.value());
         }
     }
 }
 
-impl VersionedStore for MvStore {
-    type Entry = Arc<KeyState>;
+impl<A: Default + Send + Sync + 'static> VersionedStore for MvStore<A> {
+    type Entry = Arc<KeyState<A>>;
 
-    fn entry(&self, key: &[u8]) -> Arc<KeyState> {
+    fn entry(&self, key: &[u8]) -> Arc<KeyState<A>> {
         self.key_or_insert(key)
     }
 
-    fn find(&self, key: &[u8]) -> Option<Arc<KeyState>> {
+    fn find(&self, key: &[u8]) -> Option<Arc<KeyState<A>>> {
         self.key(key)
     }
 
     #[inline]
-    fn read_at(&self, entry: &Arc<KeyState>, ts: Timestamp) -> ReadAt {
+    fn read_at(&self, entry: &Arc<KeyState<A>>, ts: Timestamp) -> ReadAt {
         let chain = entry.lock();
         ReadAt { visible: chain.visible_at(ts).cloned(), newest: chain.latest_ts() }
     }
 
     #[inline]
-    fn newest(&self, entry: &Arc<KeyState>) -> Newest {
+    fn newest(&self, entry: &Arc<KeyState<A>>) -> Newest {
         let chain = entry.lock();
         Newest { ts: chain.latest_ts(), live: !chain.is_absent() }
     }
 
     #[inline]
-    fn install(&self, entry: &Arc<KeyState>, version: Version, watermark: Timestamp) -> Result<(), InstallRefused> {
+    fn install(&self, entry: &Arc<KeyState<A>>, version: Version, watermark: Timestamp) -> Result<(), InstallRefused> {
         let mut chain = entry.lock();
         match chain.install(version, watermark) {
             Ok(_) => Ok(()),
@@ -246,7 +282,7 @@ impl VersionedStore for MvStore {
         }
     }
 
-    fn reset(&self, entry: &Arc<KeyState>, version: Version) {
+    fn reset(&self, entry: &Arc<KeyState<A>>, version: Version) {
         let mut chain = entry.lock();
         chain.versions.clear();
         chain.versions.push(version);
@@ -256,7 +292,7 @@ impl VersionedStore for MvStore {
         &self,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
-        visit: &mut dyn FnMut(&Bytes, &Arc<KeyState>) -> bool,
+        visit: &mut dyn FnMut(&Bytes, &Arc<KeyState<A>>) -> bool,
     ) {
         self.for_each_in(start, end, |state| visit(state.key(), state));
     }

@@ -1,4 +1,4 @@
-//! Concurrency-control state per key, kept beside the store rather than in it: MILANA's
+//! Concurrency-control state per key, kept by the engine rather than the store: MILANA's
 //! `latestRead` (DST's tuple timestamp), the writer holding the key between validation and
 //! install (OCC's prepared mark, 2PL's exclusive lock), and 2PL's shared-lock count.
 //!
@@ -14,7 +14,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard};
-use virga_storage::{InlineKey, KeyHasher, Timestamp, TxnId, VersionedStore};
+use std::ops::Bound;
+
+use virga_storage::{
+    GcStats, InlineKey, InstallRefused, KeyHasher, KeyState, MvStore, Newest, ReadAt, StoreReport, Timestamp, TxnId,
+    Version, VersionedStore,
+};
 
 use crate::abort::AbortReason;
 
@@ -47,83 +52,149 @@ impl CcState {
     }
 }
 
-/// A key, its store entry and its latch-protected concurrency-control state.
-pub(crate) struct KeyCc<E> {
-    key: Bytes,
-    /// The store's handle on the key, so reads, validation and installs skip the lookup.
-    pub(crate) entry: E,
+/// One key's latch-protected concurrency-control state. Opaque outside this crate; stores
+/// hold it for the engine ([`TxnStore`]).
+#[derive(Debug, Default)]
+pub struct KeyCc {
     state: Mutex<CcState>,
 }
 
-impl<E> KeyCc<E> {
-    pub(crate) fn key(&self) -> &Bytes {
-        &self.key
-    }
-
+impl KeyCc {
     /// Takes the key's latch. Hold it only for a few instructions: never across I/O.
     pub(crate) fn lock(&self) -> MutexGuard<'_, CcState> {
         self.state.lock()
     }
 }
 
-/// Every key's concurrency-control state, created on first use. Entries are never removed,
-/// so an `Arc<KeyCc>` obtained once is the key's state for the life of the engine.
-pub(crate) struct CcTable<E> {
-    index: DashMap<InlineKey, Arc<KeyCc<E>>, KeyHasher>,
+/// A [`VersionedStore`] whose entries carry the engine's per-key concurrency-control state,
+/// so that a transaction finds a key's versions and its state with one lookup.
+///
+/// [`DefaultStore`] keeps the state in the store entry's attachment, in the same
+/// allocation as the versions. Any other store gets it from [`SideTable`], which keeps the
+/// state in a table of its own beside the store.
+pub trait TxnStore: VersionedStore {
+    /// The key an entry is for.
+    fn key_of(entry: &Self::Entry) -> &Bytes;
+    /// The concurrency-control state of an entry's key.
+    fn cc_of(entry: &Self::Entry) -> &KeyCc;
+    /// Runs `use_entry` on `key`'s entry (created when missing). Stores may avoid taking a
+    /// counted reference.
+    #[inline]
+    fn with_entry<R>(&self, key: &[u8], use_entry: impl FnOnce(&Self::Entry) -> R) -> R {
+        use_entry(&self.entry(key))
+    }
 }
 
-impl<E: Clone> CcTable<E> {
-    pub(crate) fn new() -> CcTable<E> {
-        CcTable { index: DashMap::with_hasher_and_shard_amount(KeyHasher::default(), 256) }
-    }
+/// The engine's default store: the in-memory multi-version store, each entry carrying its
+/// key's concurrency-control state.
+pub type DefaultStore = MvStore<KeyCc>;
 
-    /// The state of `key` if it has any.
-    pub(crate) fn find(&self, key: &[u8]) -> Option<Arc<KeyCc<E>>> {
-        self.index.get(&InlineKey::new(key)).map(|cc| Arc::clone(cc.value()))
-    }
-
-    /// The state of `key`, created (with its store entry) when missing.
+impl TxnStore for MvStore<KeyCc> {
     #[inline]
-    pub(crate) fn get<S: VersionedStore<Entry = E>>(&self, store: &S, key: &[u8]) -> Arc<KeyCc<E>> {
-        match self.find(key) {
-            Some(cc) => cc,
-            None => self.insert(key, || store.entry(key)),
-        }
+    fn key_of(entry: &Arc<KeyState<KeyCc>>) -> &Bytes {
+        entry.key()
     }
 
-    /// The state of `key`, whose store entry the caller already has (a range scan).
-    pub(crate) fn get_with_entry(&self, key: &Bytes, entry: &E) -> Arc<KeyCc<E>> {
-        match self.find(key) {
-            Some(cc) => cc,
-            None => self.insert(key, || entry.clone()),
-        }
-    }
-
-    /// Runs `use_key` on `key`'s state (created when missing) while the index holds it,
-    /// without taking a counted reference: the cheapest way to use a key once. `use_key`
-    /// must be short and must not touch this table.
     #[inline]
-    pub(crate) fn with<S: VersionedStore<Entry = E>, R>(
-        &self,
-        store: &S,
-        key: &[u8],
-        use_key: impl FnOnce(&KeyCc<E>) -> R,
-    ) -> R {
-        if let Some(cc) = self.index.get(&InlineKey::new(key)) {
-            return use_key(cc.value());
-        }
-        use_key(&self.get(store, key))
+    fn cc_of(entry: &Arc<KeyState<KeyCc>>) -> &KeyCc {
+        entry.attached()
     }
 
-    #[cold]
-    fn insert(&self, key: &[u8], entry: impl FnOnce() -> E) -> Arc<KeyCc<E>> {
+    #[inline]
+    fn with_entry<R>(&self, key: &[u8], use_entry: impl FnOnce(&Arc<KeyState<KeyCc>>) -> R) -> R {
+        self.with_key(key, use_entry)
+    }
+}
+
+/// Runs any [`VersionedStore`] under the engine: keeps each key's concurrency-control
+/// state in a hash table beside the store, created on first use and never removed, paired
+/// with the store's entry for the key.
+pub struct SideTable<S: VersionedStore> {
+    store: S,
+    index: DashMap<InlineKey, Arc<Paired<S::Entry>>, KeyHasher>,
+}
+
+/// A store entry paired with its key's concurrency-control state, in a [`SideTable`].
+pub struct Paired<E> {
+    key: Bytes,
+    entry: E,
+    cc: KeyCc,
+}
+
+impl<S: VersionedStore> SideTable<S> {
+    /// Wraps `store`.
+    pub fn new(store: S) -> SideTable<S> {
+        SideTable { store, index: DashMap::with_hasher_and_shard_amount(KeyHasher::default(), 256) }
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    fn pair(&self, key: &[u8], entry: impl FnOnce() -> S::Entry) -> Arc<Paired<S::Entry>> {
+        if let Some(pair) = self.index.get(&InlineKey::new(key)) {
+            return Arc::clone(pair.value());
+        }
         // The store entry is made before the index shard is locked: concurrent creators get
         // the same store entry anyway, and the store is never entered under a shard lock.
         let entry = entry();
-        let cc = self.index.entry(InlineKey::new(key)).or_insert_with(|| {
-            Arc::new(KeyCc { key: Bytes::copy_from_slice(key), entry, state: Mutex::new(CcState::default()) })
-        });
-        Arc::clone(cc.value())
+        let pair = self
+            .index
+            .entry(InlineKey::new(key))
+            .or_insert_with(|| Arc::new(Paired { key: Bytes::copy_from_slice(key), entry, cc: KeyCc::default() }));
+        Arc::clone(pair.value())
+    }
+}
+
+impl<S: VersionedStore> VersionedStore for SideTable<S> {
+    type Entry = Arc<Paired<S::Entry>>;
+
+    fn entry(&self, key: &[u8]) -> Self::Entry {
+        self.pair(key, || self.store.entry(key))
+    }
+
+    fn find(&self, key: &[u8]) -> Option<Self::Entry> {
+        let entry = self.store.find(key)?;
+        Some(self.pair(key, || entry))
+    }
+
+    fn read_at(&self, entry: &Self::Entry, ts: Timestamp) -> ReadAt {
+        self.store.read_at(&entry.entry, ts)
+    }
+
+    fn newest(&self, entry: &Self::Entry) -> Newest {
+        self.store.newest(&entry.entry)
+    }
+
+    fn install(&self, entry: &Self::Entry, version: Version, watermark: Timestamp) -> Result<(), InstallRefused> {
+        self.store.install(&entry.entry, version, watermark)
+    }
+
+    fn reset(&self, entry: &Self::Entry, version: Version) {
+        self.store.reset(&entry.entry, version)
+    }
+
+    fn visit_range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, visit: &mut dyn FnMut(&Bytes, &Self::Entry) -> bool) {
+        self.store.visit_range(start, end, &mut |key, entry| visit(key, &self.pair(key, || entry.clone())));
+    }
+
+    fn gc(&self, watermark: Timestamp) -> GcStats {
+        self.store.gc(watermark)
+    }
+
+    fn report(&self) -> StoreReport {
+        self.store.report()
+    }
+}
+
+impl<S: VersionedStore> TxnStore for SideTable<S> {
+    fn key_of(entry: &Self::Entry) -> &Bytes {
+        &entry.key
+    }
+
+    fn cc_of(entry: &Self::Entry) -> &KeyCc {
+        &entry.cc
     }
 }
 
@@ -138,7 +209,7 @@ const DEPENDENT_READ_WAIT: Duration = Duration::from_secs(1);
 /// [`PREPARED_WAIT`]. A prepared writer under OCC is inside its commit (log append and
 /// install), so waiting briefly is cheaper than an abort and a retry; the reader holds no
 /// key itself while it waits, so no wait cycle can form.
-pub(crate) fn lock_unprepared<E>(key: &KeyCc<E>, me: TxnId) -> MutexGuard<'_, CcState> {
+pub(crate) fn lock_unprepared(key: &KeyCc, me: TxnId) -> MutexGuard<'_, CcState> {
     let state = key.lock();
     if !state.held_by_other(me) {
         return state;
@@ -164,11 +235,7 @@ pub(crate) fn lock_unprepared<E>(key: &KeyCc<E>, me: TxnId) -> MutexGuard<'_, Cc
 /// participant waiting for its coordinator) it may hold the key much longer, so the wait is
 /// bounded by [`DEPENDENT_READ_WAIT`] (then the reader aborts with `read-prepared` rather
 /// than hang on a stalled writer).
-pub(crate) fn dependent_read<E, R>(
-    key: &KeyCc<E>,
-    read_ts: Timestamp,
-    read: impl FnOnce(&KeyCc<E>) -> R,
-) -> Result<R, AbortReason> {
+pub(crate) fn dependent_read<R>(key: &KeyCc, read_ts: Timestamp, read: impl FnOnce() -> R) -> Result<R, AbortReason> {
     let mut spins = 0u32;
     let started = Instant::now();
     loop {
@@ -176,7 +243,7 @@ pub(crate) fn dependent_read<E, R>(
             let mut state = key.lock();
             state.latest_read = state.latest_read.max(read_ts);
             if state.prepared.is_none() {
-                return Ok(read(key));
+                return Ok(read());
             }
         }
         if started.elapsed() >= DEPENDENT_READ_WAIT {

@@ -14,10 +14,10 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use virga_storage::{Timestamp, Version, VersionedStore};
+use virga_storage::{Timestamp, Version};
 
 use crate::abort::{Abort, AbortReason};
-use crate::cc::Prepared;
+use crate::cc::{Prepared, TxnStore};
 use crate::checker::TxnRecord;
 use crate::config::{ConcurrencyControl, TimestampScheme};
 use crate::engine::{bytes_of, CommitInfo};
@@ -45,7 +45,7 @@ pub enum Decision {
     Abort,
 }
 
-impl<S: VersionedStore> Txn<'_, S> {
+impl<S: TxnStore> Txn<'_, S> {
     /// Validates and commits: [`Txn::prepare`] then [`Txn::decide`]. On `Err` nothing of
     /// the transaction remains.
     pub fn commit(mut self) -> Result<CommitInfo, Abort> {
@@ -107,8 +107,8 @@ impl<S: VersionedStore> Txn<'_, S> {
                 self.session.record_history(|| TxnRecord {
                     id: info.txn,
                     commit_ts: info.ts,
-                    reads: reads.iter().map(|r| (r.key.key().clone(), r.writer)).collect(),
-                    writes: writes.iter().map(|w| w.key.key().clone()).collect(),
+                    reads: reads.iter().map(|r| (S::key_of(&r.entry).clone(), r.writer)).collect(),
+                    writes: writes.iter().map(|w| S::key_of(&w.entry).clone()).collect(),
                 });
                 Ok(info)
             }
@@ -157,11 +157,11 @@ impl<S: VersionedStore> Txn<'_, S> {
         let mut tuple_time = 0u64;
         let mut inserts = false;
         for write in &mut self.writes {
-            let mut state = write.key.lock();
+            let mut state = S::cc_of(&write.entry).lock();
             if state.held_by_other(id) {
                 return Err(AbortReason::WritePrepared);
             }
-            let newest = store.newest(&write.key.entry);
+            let newest = store.newest(&write.entry);
             if scheme != TimestampScheme::Dst {
                 if state.latest_read >= commit {
                     return Err(AbortReason::WriteAfterRead);
@@ -195,11 +195,11 @@ impl<S: VersionedStore> Txn<'_, S> {
         if !skip_reads {
             let store = &self.session.engine.store;
             for read in &self.reads {
-                let mut state = read.key.lock();
+                let mut state = S::cc_of(&read.entry).lock();
                 if state.held_by_other(id) {
                     return Err(AbortReason::ReadPrepared);
                 }
-                if store.newest(&read.key.entry).ts != read.ts {
+                if store.newest(&read.entry).ts != read.ts {
                     return Err(AbortReason::ReadStale);
                 }
                 // In the same latch hold as the check: a writer below `commit` that
@@ -219,8 +219,8 @@ impl<S: VersionedStore> Txn<'_, S> {
         let mut floor = 0u64;
         let mut inserts = false;
         for write in &self.writes {
-            let state = write.key.lock();
-            let newest = store.newest(&write.key.entry);
+            let state = S::cc_of(&write.entry).lock();
+            let newest = store.newest(&write.entry);
             floor = floor.max(newest.ts.time);
             inserts |= !newest.live;
             if scheme == TimestampScheme::Dst {
@@ -246,7 +246,7 @@ impl<S: VersionedStore> Txn<'_, S> {
         if self.scans.is_empty() {
             return Ok(());
         }
-        let own = |key: &Bytes| self.writes.iter().any(|w| w.key.key() == key);
+        let own = |key: &Bytes| self.writes.iter().any(|w| S::key_of(&w.entry) == key);
         let engine = &self.session.engine;
         engine.scan_guard.fetch_max(commit.time, Ordering::SeqCst);
         for scan in &self.scans {
@@ -254,20 +254,12 @@ impl<S: VersionedStore> Txn<'_, S> {
             let mut conflict = false;
             let (start, end) = (scan.start.as_ref().map(|b| b.as_ref()), scan.end.as_ref().map(|b| b.as_ref()));
             engine.store.visit_range(start, end, &mut |key, entry| {
-                // A key without concurrency-control state has never been prepared, and
-                // nothing installs on a key without preparing it first.
-                let is_live = match engine.cc.find(key) {
-                    Some(cc) => {
-                        let state = cc.lock();
-                        if state.held_by_other(self.id) {
-                            conflict = true;
-                            return false;
-                        }
-                        engine.store.newest(&cc.entry).live
-                    }
-                    None => engine.store.newest(entry).live,
-                };
-                if is_live && !own(key) {
+                let state = S::cc_of(entry).lock();
+                if state.held_by_other(self.id) {
+                    conflict = true;
+                    return false;
+                }
+                if engine.store.newest(entry).live && !own(key) {
                     live.push(key.clone());
                 }
                 true
@@ -294,7 +286,7 @@ impl<S: VersionedStore> Txn<'_, S> {
                     record,
                     self.id,
                     commit,
-                    self.writes.iter().map(|w| (w.key.key().as_ref(), bytes_of(w.value.as_ref()))),
+                    self.writes.iter().map(|w| (S::key_of(&w.entry).as_ref(), bytes_of(w.value.as_ref()))),
                 );
                 match log.append(record) {
                     Ok(n) => {
@@ -314,9 +306,9 @@ impl<S: VersionedStore> Txn<'_, S> {
         for write in &mut self.writes {
             // Installed under the key's latch: validation, which reads the newest version
             // under the same latch, sees the key either prepared or installed.
-            let mut state = write.key.lock();
+            let mut state = S::cc_of(&write.entry).lock();
             let version = Version { ts: commit, writer: self.id, value: write.value.take() };
-            let installed = engine.store.install(&write.key.entry, version, watermark);
+            let installed = engine.store.install(&write.entry, version, watermark);
             // Validation guarantees the order; a refusal is a concurrency-control bug.
             debug_assert!(installed.is_ok(), "install out of timestamp order: {installed:?}");
             state.prepared = None;
@@ -336,7 +328,7 @@ impl<S: VersionedStore> Txn<'_, S> {
     pub(crate) fn release_shared(&mut self, commit: Option<Timestamp>) {
         for read in &mut self.reads {
             if read.locked {
-                let mut state = read.key.lock();
+                let mut state = S::cc_of(&read.entry).lock();
                 state.readers -= 1;
                 if let Some(commit) = commit {
                     state.latest_read = state.latest_read.max(commit);
@@ -358,7 +350,7 @@ impl<S: VersionedStore> Txn<'_, S> {
             self.prepared = None;
             for write in &mut self.writes {
                 if write.held {
-                    let mut state = write.key.lock();
+                    let mut state = S::cc_of(&write.entry).lock();
                     if state.prepared.is_some_and(|p| p.owner == self.id) {
                         state.prepared = None;
                     }

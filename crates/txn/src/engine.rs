@@ -10,10 +10,10 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use virga_core::clock::{Clock, HybridClock};
 use virga_log::{GroupLog, GroupLogOptions, LogError};
-use virga_storage::{MvStore, Timestamp, TxnId, Version, VersionedStore};
+use virga_storage::{Timestamp, TxnId, Version, VersionedStore};
 
 use crate::abort::AbortReason;
-use crate::cc::CcTable;
+use crate::cc::{DefaultStore, TxnStore};
 use crate::checker::INITIAL_WRITER;
 use crate::clocks::{ClockSource, SkewedClocks};
 use crate::config::{Durability, EngineConfig, TimestampScheme};
@@ -113,13 +113,13 @@ struct Registry {
     next_client: u32,
 }
 
-/// The transactional key-value engine over a [`VersionedStore`] (by default the in-memory
-/// [`MvStore`]). Share it as `Arc<Engine>`; each worker thread opens its own [`Session`].
-pub struct Engine<S: VersionedStore = MvStore> {
+/// The transactional key-value engine over a [`TxnStore`] (by default [`DefaultStore`], the
+/// in-memory multi-version store; any [`VersionedStore`] through
+/// [`SideTable`](crate::SideTable)). Share it as `Arc<Engine>`; each worker thread opens its
+/// own [`Session`].
+pub struct Engine<S: TxnStore = DefaultStore> {
     pub(crate) config: EngineConfig,
     pub(crate) store: S,
-    /// Concurrency-control state of every key transactions have touched.
-    pub(crate) cc: CcTable<S::Entry>,
     clocks: Arc<dyn ClockSource>,
     pub(crate) log: Option<GroupLog>,
     slots: Box<[Slot]>,
@@ -138,23 +138,23 @@ pub struct Engine<S: VersionedStore = MvStore> {
     stats: Mutex<TxnStats>,
 }
 
-impl<S: VersionedStore> std::fmt::Debug for Engine<S> {
+impl<S: TxnStore> std::fmt::Debug for Engine<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").field("config", &self.config).finish_non_exhaustive()
     }
 }
 
-impl Engine<MvStore> {
+impl Engine<DefaultStore> {
     /// Opens an engine on a new in-memory store, with each client's clock skewed from the
     /// system clock per `config.clock_skew`; with a log, recovers every committed
     /// transaction from it first.
     pub fn open(config: EngineConfig) -> Result<(Arc<Engine>, Recovery), EngineError> {
         let clocks = Arc::new(SkewedClocks::system(config.clock_skew, config.seed));
-        Engine::open_with(config, MvStore::new(), clocks)
+        Engine::open_with(config, DefaultStore::with_attachments(), clocks)
     }
 }
 
-impl<S: VersionedStore> Engine<S> {
+impl<S: TxnStore> Engine<S> {
     /// Opens an engine on `store`, reading each client's time from a clock `clocks` builds
     /// (`config.clock_skew` is then not consulted); with a log, recovers every committed
     /// transaction from it into `store` first.
@@ -190,7 +190,6 @@ impl<S: VersionedStore> Engine<S> {
         let engine = Engine {
             config,
             store,
-            cc: CcTable::new(),
             clocks,
             log,
             slots: (0..MAX_SESSIONS).map(|_| Slot(AtomicU64::new(FREE_SLOT))).collect(),
@@ -412,7 +411,7 @@ impl SessionClock {
 
 /// One client of the engine: its clock, its identity, its counters. A session runs one
 /// transaction at a time; open one per thread.
-pub struct Session<S: VersionedStore = MvStore> {
+pub struct Session<S: TxnStore = DefaultStore> {
     pub(crate) engine: Arc<Engine<S>>,
     pub(crate) client: u32,
     slot: usize,
@@ -427,13 +426,13 @@ pub struct Session<S: VersionedStore = MvStore> {
     pub(crate) buffers: crate::txn::TxnBuffers<S::Entry>,
 }
 
-impl<S: VersionedStore> std::fmt::Debug for Session<S> {
+impl<S: TxnStore> std::fmt::Debug for Session<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session").field("client", &self.client).field("stats", &self.stats).finish()
     }
 }
 
-impl<S: VersionedStore> Session<S> {
+impl<S: TxnStore> Session<S> {
     /// Starts a read-write transaction.
     pub fn begin(&mut self) -> Txn<'_, S> {
         Txn::begin(self, false)
@@ -509,7 +508,7 @@ impl<S: VersionedStore> Session<S> {
     }
 }
 
-impl<S: VersionedStore> Drop for Session<S> {
+impl<S: TxnStore> Drop for Session<S> {
     fn drop(&mut self) {
         self.engine.stats.lock().merge(&self.stats);
         self.engine.release_slot(self.slot);

@@ -1,7 +1,8 @@
 //! Virga's transactions on one node.
 //!
-//! An [`Engine`] runs on a [`VersionedStore`] (by default the in-memory [`MvStore`]) with
-//! its own per-key concurrency-control state beside it, the clocks it is given
+//! An [`Engine`] runs on a [`VersionedStore`] (by default [`DefaultStore`], the in-memory
+//! [`MvStore`] carrying each key's concurrency-control state next to its versions; any
+//! other store through [`SideTable`]), the clocks it is given
 //! ([`ClockSource`]) and, when durable, a group-commit write-ahead log
 //! ([`virga_log::GroupLog`]). Each worker opens a [`Session`] (a client with its own clock)
 //! and runs [`Txn`]s on it:
@@ -47,6 +48,7 @@ mod txn;
 pub mod wal;
 
 pub use abort::{Abort, AbortReason};
+pub use cc::{DefaultStore, KeyCc, Paired, SideTable, TxnStore};
 pub use clocks::{ClockSource, SkewedClocks};
 pub use commit::{Decision, Vote};
 pub use config::{ConcurrencyControl, Durability, EngineConfig, ParseChoiceError, TimestampScheme};

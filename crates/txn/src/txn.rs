@@ -6,10 +6,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use virga_storage::{MvStore, Timestamp, TxnId, Version, VersionedStore};
+use virga_storage::{Timestamp, TxnId, Version};
 
 use crate::abort::{Abort, AbortReason};
-use crate::cc::{dependent_read, lock_unprepared, KeyCc, Prepared};
+use crate::cc::{dependent_read, lock_unprepared, DefaultStore, Prepared, TxnStore};
 use crate::config::{ConcurrencyControl, TimestampScheme};
 use crate::engine::Session;
 
@@ -31,7 +31,7 @@ pub(crate) enum ReadMode {
 }
 
 pub(crate) struct ReadEntry<E> {
-    pub(crate) key: Arc<KeyCc<E>>,
+    pub(crate) entry: E,
     pub(crate) ts: Timestamp,
     pub(crate) writer: TxnId,
     value: Option<Bytes>,
@@ -40,7 +40,7 @@ pub(crate) struct ReadEntry<E> {
 }
 
 pub(crate) struct WriteEntry<E> {
-    pub(crate) key: Arc<KeyCc<E>>,
+    pub(crate) entry: E,
     pub(crate) value: Option<Bytes>,
     /// Holds the key's prepared mark (OCC after prepare; 2PL from the first write).
     pub(crate) held: bool,
@@ -68,7 +68,7 @@ pub(crate) struct ScanEntry {
 }
 
 /// A transaction in progress. Dropping it without committing aborts it.
-pub struct Txn<'s, S: VersionedStore = MvStore> {
+pub struct Txn<'s, S: TxnStore = DefaultStore> {
     pub(crate) session: &'s mut Session<S>,
     pub(crate) id: TxnId,
     pub(crate) mode: ReadMode,
@@ -86,7 +86,7 @@ pub struct Txn<'s, S: VersionedStore = MvStore> {
     pub(crate) aborted: Option<AbortReason>,
 }
 
-impl<'s, S: VersionedStore> Txn<'s, S> {
+impl<'s, S: TxnStore> Txn<'s, S> {
     pub(crate) fn begin(session: &'s mut Session<S>, read_only: bool) -> Txn<'s, S> {
         let config = &session.engine.config;
         let mode = match (read_only, config.timestamps, config.cc) {
@@ -134,18 +134,17 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
     /// concurrency control allows.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Bytes>, Abort> {
         self.check_open()?;
-        if let Some(write) = self.writes.iter().find(|w| w.key.key().as_ref() == key) {
+        if let Some(write) = self.writes.iter().find(|w| S::key_of(&w.entry).as_ref() == key) {
             return Ok(write.value.clone());
         }
-        if let Some(read) = self.reads.iter().find(|r| r.key.key().as_ref() == key) {
+        if let Some(read) = self.reads.iter().find(|r| S::key_of(&r.entry).as_ref() == key) {
             return Ok(read.value.clone());
         }
         if self.mode == ReadMode::Snapshot && self.session.engine.config.history.is_none() {
             return Ok(self.snapshot_read(key));
         }
-        let engine = &*self.session.engine;
-        let cc = engine.cc.get(&engine.store, key);
-        self.read_key(cc).map_err(|reason| self.fail(reason))
+        let entry = self.session.engine.store.entry(key);
+        self.read_key(entry).map_err(|reason| self.fail(reason))
     }
 
     /// MILANA's read-only read, done in place in the index: nothing needs the key again (a
@@ -155,11 +154,11 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
         let (begin, id) = (self.begin, self.id);
         let engine = &*self.session.engine;
         let mut saw_prepared = false;
-        let value = engine.cc.with(&engine.store, key, |cc| {
-            let mut state = lock_unprepared(cc, id);
+        let value = engine.store.with_entry(key, |entry| {
+            let mut state = lock_unprepared(S::cc_of(entry), id);
             state.latest_read = state.latest_read.max(begin);
             saw_prepared = state.prepared.is_some_and(|p| p.ts <= begin);
-            engine.store.read_at(&cc.entry, begin).visible.and_then(|v| v.value)
+            engine.store.read_at(entry, begin).visible.and_then(|v| v.value)
         });
         self.saw_prepared |= saw_prepared;
         value
@@ -204,34 +203,32 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
         if self.read_only {
             return Err(self.fail(AbortReason::WriteInReadOnly));
         }
-        if let Some(write) = self.writes.iter_mut().find(|w| w.key.key().as_ref() == key) {
+        if let Some(write) = self.writes.iter_mut().find(|w| S::key_of(&w.entry).as_ref() == key) {
             write.value = value;
             return Ok(());
         }
         // A key read first (the usual read-modify-write) needs no second index lookup.
-        let cc = match self.reads.iter().find(|r| r.key.key().as_ref() == key) {
-            Some(read) => Arc::clone(&read.key),
-            None => {
-                let engine = &*self.session.engine;
-                engine.cc.get(&engine.store, key)
-            }
+        let entry = match self.reads.iter().find(|r| S::key_of(&r.entry).as_ref() == key) {
+            Some(read) => read.entry.clone(),
+            None => self.session.engine.store.entry(key),
         };
         let held = if self.mode == ReadMode::Locking {
-            if let Err(reason) = self.lock_exclusive(&cc) {
+            if let Err(reason) = self.lock_exclusive(&entry) {
                 return Err(self.fail(reason));
             }
             true
         } else {
             false
         };
-        self.writes.push(WriteEntry { key: cc, value, held });
+        self.writes.push(WriteEntry { entry, value, held });
         Ok(())
     }
 
     /// Two-phase locking: the exclusive lock is the key's prepared mark, taken only when no
     /// other transaction holds a shared or exclusive lock.
-    fn lock_exclusive(&mut self, cc: &Arc<KeyCc<S::Entry>>) -> Result<(), AbortReason> {
-        let own_shared = self.reads.iter().any(|r| r.locked && Arc::ptr_eq(&r.key, cc));
+    fn lock_exclusive(&mut self, entry: &S::Entry) -> Result<(), AbortReason> {
+        let cc = S::cc_of(entry);
+        let own_shared = self.reads.iter().any(|r| r.locked && std::ptr::eq(S::cc_of(&r.entry), cc));
         let mut state = cc.lock();
         if state.prepared.is_some() || state.readers > u32::from(own_shared) {
             return Err(AbortReason::LockConflict);
@@ -243,27 +240,28 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
     /// Reads one key per the transaction's mode and records the read. The store is read
     /// under the key's concurrency-control latch, so the version read and the state checked
     /// belong together.
-    fn read_key(&mut self, cc: Arc<KeyCc<S::Entry>>) -> Result<Option<Bytes>, AbortReason> {
+    fn read_key(&mut self, entry: S::Entry) -> Result<Option<Bytes>, AbortReason> {
         let (begin, id) = (self.begin, self.id);
         let store = &self.session.engine.store;
+        let cc = S::cc_of(&entry);
         let mut locked = false;
         let version = match self.mode {
             ReadMode::Snapshot => {
-                let mut state = lock_unprepared(&cc, id);
+                let mut state = lock_unprepared(cc, id);
                 state.latest_read = state.latest_read.max(begin);
                 if state.prepared.is_some_and(|p| p.ts <= begin) {
                     self.saw_prepared = true;
                 }
-                store.read_at(&cc.entry, begin).visible
+                store.read_at(&entry, begin).visible
             }
-            ReadMode::DependentRead => dependent_read(&cc, begin, |cc| store.read_at(&cc.entry, begin).visible)?,
+            ReadMode::DependentRead => dependent_read(cc, begin, || store.read_at(&entry, begin).visible)?,
             ReadMode::SnapshotForWrite => {
-                let mut state = lock_unprepared(&cc, id);
+                let mut state = lock_unprepared(cc, id);
                 state.latest_read = state.latest_read.max(begin);
                 if state.prepared.is_some_and(|p| p.owner != id && p.ts <= begin) {
                     return Err(AbortReason::ReadPrepared);
                 }
-                let read = store.read_at(&cc.entry, begin);
+                let read = store.read_at(&entry, begin);
                 // A newer version already exists: validation could only fail, so stop now.
                 if read.newest > read.visible.as_ref().map_or(Timestamp::ZERO, |v| v.ts) {
                     return Err(AbortReason::ReadStale);
@@ -271,11 +269,11 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
                 read.visible
             }
             ReadMode::Latest => {
-                let state = lock_unprepared(&cc, id);
+                let state = lock_unprepared(cc, id);
                 if state.held_by_other(id) {
                     return Err(AbortReason::ReadPrepared);
                 }
-                store.read_at(&cc.entry, Timestamp::MAX).visible
+                store.read_at(&entry, Timestamp::MAX).visible
             }
             ReadMode::Locking => {
                 let mut state = cc.lock();
@@ -284,7 +282,7 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
                 }
                 state.readers += 1;
                 locked = true;
-                store.read_at(&cc.entry, Timestamp::MAX).visible
+                store.read_at(&entry, Timestamp::MAX).visible
             }
         };
         let (ts, writer, value) = match version {
@@ -294,7 +292,7 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
         if self.session.engine.config.timestamps == TimestampScheme::Hlc {
             self.session.clock.observe(ts.time);
         }
-        self.reads.push(ReadEntry { key: cc, ts, writer, value: value.clone(), locked });
+        self.reads.push(ReadEntry { entry, ts, writer, value: value.clone(), locked });
         Ok(value)
     }
 
@@ -317,12 +315,12 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
         let mut failure = None;
         engine.store.visit_range(start, end, &mut |key, entry| {
             // Keys this transaction already touched answer from its own sets.
-            let value = if let Some(w) = self.writes.iter().find(|w| w.key.key() == key) {
+            let value = if let Some(w) = self.writes.iter().find(|w| S::key_of(&w.entry) == key) {
                 w.value.clone()
-            } else if let Some(r) = self.reads.iter().find(|r| r.key.key() == key) {
+            } else if let Some(r) = self.reads.iter().find(|r| S::key_of(&r.entry) == key) {
                 r.value.clone()
             } else {
-                match self.read_key(engine.cc.get_with_entry(key, entry)) {
+                match self.read_key(entry.clone()) {
                     Ok(value) => value,
                     Err(reason) => {
                         failure = Some(reason);
@@ -348,7 +346,7 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
             };
             let keys = found
                 .iter()
-                .filter(|(k, _)| !self.writes.iter().any(|w| w.key.key() == k))
+                .filter(|(k, _)| !self.writes.iter().any(|w| S::key_of(&w.entry) == k))
                 .map(|(k, _)| k.clone())
                 .collect();
             self.scans.push(ScanEntry { start: start.map(Bytes::copy_from_slice), end: covered_end, keys });
@@ -357,7 +355,7 @@ impl<'s, S: VersionedStore> Txn<'s, S> {
     }
 }
 
-impl<S: VersionedStore> Drop for Txn<'_, S> {
+impl<S: TxnStore> Drop for Txn<'_, S> {
     fn drop(&mut self) {
         if !self.finished {
             self.fail(AbortReason::User);

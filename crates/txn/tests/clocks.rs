@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use virga_core::clock::ManualClock;
-use virga_txn::{Engine, EngineConfig, MvStore, SkewProfile, SkewedClocks, TimestampScheme};
+use virga_txn::{DefaultStore, Engine, EngineConfig, SkewProfile, SkewedClocks, TimestampScheme};
 
 #[test]
 fn timestamps_come_from_the_injected_clock() {
     let time = ManualClock::new(5_000);
     let clocks = Arc::new(SkewedClocks::with_base(time.clone(), SkewProfile::None, 0));
-    let (engine, _) = Engine::open_with(EngineConfig::default(), MvStore::new(), clocks).unwrap();
+    let (engine, _) = Engine::open_with(EngineConfig::default(), DefaultStore::default(), clocks).unwrap();
     let mut session = engine.session().unwrap();
 
     let mut txn = session.begin();
@@ -28,7 +28,7 @@ fn a_skew_profile_offsets_each_client_from_the_shared_base() {
     let time = ManualClock::new(1_000_000_000_000);
     let clocks = Arc::new(SkewedClocks::with_base(time.clone(), SkewProfile::Ntp, 3));
     let config = EngineConfig { timestamps: TimestampScheme::Clock, ..EngineConfig::default() };
-    let (engine, _) = Engine::open_with(config, MvStore::new(), clocks).unwrap();
+    let (engine, _) = Engine::open_with(config, DefaultStore::default(), clocks).unwrap();
     let mut a = engine.session().unwrap();
     let mut b = engine.session().unwrap();
     let (ta, tb) = (a.begin().begin_ts().time, b.begin().begin_ts().time);

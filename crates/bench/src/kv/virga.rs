@@ -1,21 +1,22 @@
-//! Virga's transactional engine as a [`KvBackend`], over any [`VersionedStore`]: a storage
-//! engine behind that trait runs every workload through Virga's concurrency control
-//! without an adapter of its own.
+//! Virga's transactional engine as a [`KvBackend`], over any [`TxnStore`]: the default
+//! in-memory store, or any storage engine behind `VersionedStore` wrapped in a
+//! [`SideTable`](virga_txn::SideTable), runs every workload through Virga's concurrency
+//! control without an adapter of its own.
 
 use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use virga_txn::{Engine, MvStore, Session, Txn, VersionedStore};
+use virga_txn::{DefaultStore, Engine, Session, Txn, TxnStore};
 
 use super::{Ack, KvBackend, KvSession, KvTx, TxAbort};
 
 /// An [`Engine`] under test, on store `S`.
-pub struct VirgaBackend<S: VersionedStore = MvStore> {
+pub struct VirgaBackend<S: TxnStore = DefaultStore> {
     engine: Arc<Engine<S>>,
 }
 
-impl<S: VersionedStore> VirgaBackend<S> {
+impl<S: TxnStore> VirgaBackend<S> {
     /// Wraps an open engine.
     pub fn new(engine: Arc<Engine<S>>) -> VirgaBackend<S> {
         VirgaBackend { engine }
@@ -27,10 +28,7 @@ impl<S: VersionedStore> VirgaBackend<S> {
     }
 }
 
-impl<S: VersionedStore + 'static> KvBackend for VirgaBackend<S>
-where
-    S::Entry: 'static,
-{
+impl<S: TxnStore> KvBackend for VirgaBackend<S> {
     type Session = VirgaSession<S>;
 
     fn name(&self) -> String {
@@ -51,24 +49,24 @@ where
 }
 
 /// One worker's [`Session`].
-pub struct VirgaSession<S: VersionedStore = MvStore> {
+pub struct VirgaSession<S: TxnStore = DefaultStore> {
     session: Session<S>,
 }
 
-impl<S: VersionedStore> VirgaSession<S> {
+impl<S: TxnStore> VirgaSession<S> {
     /// The underlying session (for its abort counts).
     pub fn session(&self) -> &Session<S> {
         &self.session
     }
 }
 
-struct TxAdapter<'a, 's, S: VersionedStore>(&'a mut Txn<'s, S>);
+struct TxAdapter<'a, 's, S: TxnStore>(&'a mut Txn<'s, S>);
 
 fn abort(e: virga_txn::Abort) -> TxAbort {
     TxAbort { reason: e.reason.name() }
 }
 
-impl<S: VersionedStore> KvTx for TxAdapter<'_, '_, S> {
+impl<S: TxnStore> KvTx for TxAdapter<'_, '_, S> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Bytes>, TxAbort> {
         self.0.get(key).map_err(abort)
     }
@@ -86,7 +84,7 @@ impl<S: VersionedStore> KvTx for TxAdapter<'_, '_, S> {
     }
 }
 
-impl<S: VersionedStore> KvSession for VirgaSession<S> {
+impl<S: TxnStore> KvSession for VirgaSession<S> {
     fn run(
         &mut self,
         read_only: bool,
@@ -113,8 +111,8 @@ mod tests {
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
     use virga_core::clock::SkewProfile;
-    use virga_storage::{GcStats, InstallRefused, Newest, ReadAt, StoreReport, Version};
-    use virga_txn::{EngineConfig, SkewedClocks, Timestamp, TimestampScheme};
+    use virga_storage::{GcStats, InstallRefused, MvStore, Newest, ReadAt, StoreReport, Version, VersionedStore};
+    use virga_txn::{EngineConfig, SideTable, SkewedClocks, Timestamp, TimestampScheme};
 
     use super::*;
     use crate::kv::runner;
@@ -165,7 +163,8 @@ mod tests {
         }
     }
 
-    /// One session runs SmallBank over the counting store: nothing runs concurrently and
+    /// One session runs SmallBank over the counting store (its concurrency-control state in
+    /// a side table, as for any store): nothing runs concurrently and
     /// hybrid clocks order each transaction after the previous one, so every transaction
     /// commits, the store ends up as the oracle's map, and every write went through it.
     #[test]
@@ -174,7 +173,8 @@ mod tests {
         let workload = SmallBankWorkload::new(config).unwrap();
         let clocks = Arc::new(SkewedClocks::system(SkewProfile::None, 0));
         let engine_config = EngineConfig { timestamps: TimestampScheme::Hlc, ..EngineConfig::default() };
-        let (engine, _) = Engine::open_with(engine_config, CountingStore::default(), clocks).unwrap();
+        let store = SideTable::new(CountingStore::default());
+        let (engine, _) = Engine::open_with(engine_config, store, clocks).unwrap();
         let backend = VirgaBackend::new(engine);
         runner::load(&workload, &backend).unwrap();
         let mut oracle = Oracle::loaded(&workload);
@@ -191,7 +191,7 @@ mod tests {
         }
         assert!(writes > 0, "the mix wrote nothing");
         let store = backend.engine().store();
-        assert_eq!(store.installs.load(Ordering::Relaxed), writes as u64);
+        assert_eq!(store.store().installs.load(Ordering::Relaxed), writes as u64);
         assert_eq!(store.report().keys, oracle.len() as u64);
         for (key, value) in oracle.iter() {
             assert_eq!(store.get_at(key, Timestamp::MAX).as_deref(), Some(value), "{key:?}");
