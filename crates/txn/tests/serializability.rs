@@ -8,7 +8,10 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use virga_txn::checker::{check, HistoryRecorder, Violation};
-use virga_txn::{AbortReason, ConcurrencyControl, Engine, EngineConfig, SkewProfile, TimestampScheme, VersionedStore};
+use virga_txn::{
+    AbortReason, ConcurrencyControl, Engine, EngineConfig, MvStore, SideTable, SkewProfile, SkewedClocks,
+    TimestampScheme, TxnStore, VersionedStore,
+};
 
 const THREADS: usize = 4;
 
@@ -30,10 +33,21 @@ const SEQUENTIAL: u64 = 50;
 
 /// Runs a random mix on `hot` keys (plus inserts and deletes) and returns commits and the
 /// recorded history's verdict.
-fn run_mix(mut config: EngineConfig, hot: u64, txns_per_thread: usize, seed: u64) -> (u64, Result<usize, Violation>) {
+fn run_mix(config: EngineConfig, hot: u64, txns_per_thread: usize, seed: u64) -> (u64, Result<usize, Violation>) {
+    run_mix_on(config, hot, txns_per_thread, seed, |config| Engine::open(config).unwrap().0)
+}
+
+/// [`run_mix`] on the engine `open` builds from the configuration.
+fn run_mix_on<S: TxnStore + 'static>(
+    mut config: EngineConfig,
+    hot: u64,
+    txns_per_thread: usize,
+    seed: u64,
+    open: impl FnOnce(EngineConfig) -> Arc<Engine<S>>,
+) -> (u64, Result<usize, Violation>) {
     let history = Arc::new(HistoryRecorder::new());
     config.history = Some(Arc::clone(&history));
-    let (engine, _) = Engine::open(config).unwrap();
+    let engine = open(config);
     engine.load((0..hot).map(|i| (key(i), i.to_le_bytes().to_vec()))).unwrap();
     let mut session = engine.session().unwrap();
     for n in 0..SEQUENTIAL {
@@ -99,16 +113,40 @@ fn run_mix(mut config: EngineConfig, hot: u64, txns_per_thread: usize, seed: u64
 
 fn assert_serializable(cc: ConcurrencyControl, timestamps: TimestampScheme, skew: SkewProfile) {
     for seed in 0..3 {
-        let (commits, verdict) = run_mix(config(cc, timestamps, skew), 12, 2_000, seed);
-        match verdict {
-            Ok(checked) => {
-                // How many concurrent transactions commit depends on scheduling; that every
-                // commit is in the history, and the history is serializable, does not.
-                assert_eq!(checked as u64, commits, "every commit is in the history");
-                assert!(commits >= SEQUENTIAL, "{cc}/{timestamps}: only {commits} commits");
-            }
-            Err(violation) => panic!("{cc}/{timestamps}/{skew} seed {seed}: {violation}"),
+        assert_verdict(cc, timestamps, skew, seed, run_mix(config(cc, timestamps, skew), 12, 2_000, seed));
+    }
+}
+
+fn assert_verdict(
+    cc: ConcurrencyControl,
+    timestamps: TimestampScheme,
+    skew: SkewProfile,
+    seed: u64,
+    (commits, verdict): (u64, Result<usize, Violation>),
+) {
+    match verdict {
+        Ok(checked) => {
+            // How many concurrent transactions commit depends on scheduling; that every
+            // commit is in the history, and the history is serializable, does not.
+            assert_eq!(checked as u64, commits, "every commit is in the history");
+            assert!(commits >= SEQUENTIAL, "{cc}/{timestamps}: only {commits} commits");
         }
+        Err(violation) => panic!("{cc}/{timestamps}/{skew} seed {seed}: {violation}"),
+    }
+}
+
+/// Any `VersionedStore` runs under the engine through a side table of concurrency-control
+/// state; the same mixes stay serializable on it.
+#[test]
+fn a_store_with_a_side_table_is_serializable() {
+    for cc in [ConcurrencyControl::Occ, ConcurrencyControl::TwoPhaseLocking] {
+        let (timestamps, skew) = (TimestampScheme::Clock, SkewProfile::Ntp);
+        let open = |config: EngineConfig| {
+            let clocks = Arc::new(SkewedClocks::system(config.clock_skew, config.seed));
+            Engine::open_with(config, SideTable::new(MvStore::new()), clocks).unwrap().0
+        };
+        let outcome = run_mix_on(config(cc, timestamps, skew), 12, 2_000, 1, open);
+        assert_verdict(cc, timestamps, skew, 1, outcome);
     }
 }
 
