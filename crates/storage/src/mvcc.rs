@@ -57,17 +57,22 @@ pub struct Version {
     pub value: Option<Bytes>,
 }
 
-/// One key's versions, newest (largest timestamp) first, protected by the key's latch.
+/// One key's versions, newest (largest timestamp) first, and the attachment of the layer
+/// above, protected by the key's latch.
 #[derive(Debug, Default)]
-pub struct Chain {
+pub struct Chain<A = ()> {
     /// Committed versions, newest first.
     pub versions: SmallVec<[Version; 2]>,
     /// Versions garbage collection dropped from this key while installing: counted here,
     /// under the latch already held, rather than in a counter every writer would share.
     dropped: u64,
+    /// What the layer above keeps with this key (created with the entry, never read by the
+    /// store). `virga-txn` keeps its concurrency-control state here, under the same latch
+    /// as the versions, so checking it against the newest version takes one latch.
+    pub attached: A,
 }
 
-impl Chain {
+impl<A> Chain<A> {
     /// The newest committed version.
     pub fn latest(&self) -> Option<&Version> {
         self.versions.first()
@@ -116,35 +121,27 @@ impl Chain {
     }
 }
 
-/// A key, its latch-protected version chain, and the attachment of the layer above.
+/// A key and its latch-protected version chain (with the attachment of the layer above).
 #[derive(Debug)]
 pub struct KeyState<A = ()> {
     key: Bytes,
-    chain: Mutex<Chain>,
-    attached: A,
+    chain: Mutex<Chain<A>>,
 }
 
 impl<A: Default> KeyState<A> {
     fn new(key: Bytes) -> KeyState<A> {
-        KeyState { key, chain: Mutex::new(Chain::default()), attached: A::default() }
+        KeyState { key, chain: Mutex::new(Chain::default()) }
     }
 }
 
 impl<A> KeyState<A> {
-    /// What the layer above keeps with this key (created with the entry, never read by the
-    /// store). `virga-txn` keeps its concurrency-control state here, in the same allocation
-    /// as the versions, so a transaction finds both with one lookup and one pointer.
-    pub fn attached(&self) -> &A {
-        &self.attached
-    }
-
     /// The key.
     pub fn key(&self) -> &Bytes {
         &self.key
     }
 
     /// Takes the key's latch. Hold it only for a few instructions: never across I/O.
-    pub fn lock(&self) -> MutexGuard<'_, Chain> {
+    pub fn lock(&self) -> MutexGuard<'_, Chain<A>> {
         self.chain.lock()
     }
 }

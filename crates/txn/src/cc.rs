@@ -1,12 +1,12 @@
-//! Concurrency-control state per key, kept by the engine rather than the store: MILANA's
-//! `latestRead` (DST's tuple timestamp), the writer holding the key between validation and
-//! install (OCC's prepared mark, 2PL's exclusive lock), and 2PL's shared-lock count.
+//! Concurrency-control state per key, defined and used by the engine rather than the
+//! store: MILANA's `latestRead` (DST's tuple timestamp), the writer holding the key between
+//! validation and install (OCC's prepared mark, 2PL's exclusive lock), and 2PL's shared-lock
+//! count.
 //!
-//! Each key's state has its own latch, and every change to the key's versions is made with
-//! that latch held (install happens under it), so reading the store's newest version while
-//! holding the latch is atomic with respect to installs: validation and the raise of
-//! `latestRead` happen in one critical section, as MILANA requires. Latches are always taken
-//! in the order concurrency-control latch, then store latch; the store never calls back.
+//! Every access to a key's state goes through its latch ([`TxnStore::lock`]), and every
+//! install happens with the latch held, so reading the newest version under the latch is
+//! atomic with respect to installs: validation and the raise of `latestRead` happen in one
+//! critical section, as MILANA requires.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,8 +17,8 @@ use parking_lot::{Mutex, MutexGuard};
 use std::ops::Bound;
 
 use virga_storage::{
-    GcStats, InlineKey, InstallRefused, KeyHasher, KeyState, MvStore, Newest, ReadAt, StoreReport, Timestamp, TxnId,
-    Version, VersionedStore,
+    Chain, GcStats, InlineKey, InstallRefused, KeyHasher, KeyState, MvStore, Newest, ReadAt, StoreReport, Timestamp,
+    TxnId, Version, VersionedStore,
 };
 
 use crate::abort::AbortReason;
@@ -33,9 +33,10 @@ pub(crate) struct Prepared {
     pub(crate) ts: Timestamp,
 }
 
-/// One key's concurrency-control state.
+/// One key's concurrency-control state. Opaque outside this crate; stores keep it for the
+/// engine ([`TxnStore`]).
 #[derive(Debug, Default)]
-pub(crate) struct CcState {
+pub struct CcState {
     /// The largest timestamp at which any transaction read this key (MILANA's
     /// `ts_latestRead`; with DST, the read part of the tuple timestamp).
     pub(crate) latest_read: Timestamp,
@@ -52,31 +53,39 @@ impl CcState {
     }
 }
 
-/// One key's latch-protected concurrency-control state. Opaque outside this crate; stores
-/// hold it for the engine ([`TxnStore`]).
-#[derive(Debug, Default)]
-pub struct KeyCc {
-    state: Mutex<CcState>,
+/// A key's latch, held: its concurrency-control state and its versions, consistent with
+/// each other until the guard is dropped. Every install happens through one, so validation
+/// that reads the newest version through one sees the key either still prepared or
+/// already installed.
+pub trait LockedKey {
+    /// The key's concurrency-control state.
+    fn cc(&self) -> &CcState;
+    /// The key's concurrency-control state, to change.
+    fn cc_mut(&mut self) -> &mut CcState;
+    /// As [`VersionedStore::read_at`].
+    fn read_at(&self, ts: Timestamp) -> ReadAt;
+    /// As [`VersionedStore::newest`].
+    fn newest(&self) -> Newest;
+    /// As [`VersionedStore::install`].
+    fn install(&mut self, version: Version, watermark: Timestamp) -> Result<(), InstallRefused>;
 }
 
-impl KeyCc {
-    /// Takes the key's latch. Hold it only for a few instructions: never across I/O.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, CcState> {
-        self.state.lock()
-    }
-}
-
-/// A [`VersionedStore`] whose entries carry the engine's per-key concurrency-control state,
-/// so that a transaction finds a key's versions and its state with one lookup.
+/// A [`VersionedStore`] that keeps the engine's per-key concurrency-control state and
+/// latches it together with the key's versions.
 ///
-/// [`DefaultStore`] keeps the state in the store entry's attachment, in the same
-/// allocation as the versions. Any other store gets it from [`SideTable`], which keeps the
-/// state in a table of its own beside the store.
+/// [`DefaultStore`] keeps the state in the store entry's attachment, under the same latch
+/// as the versions (one lookup and one latch per key access, as fast as a store that knew
+/// about transactions). Any other store gets it from [`SideTable`], which keeps the state
+/// in a latched table of its own beside the store.
 pub trait TxnStore: VersionedStore {
+    /// The guard of a key's latch.
+    type Locked<'a>: LockedKey
+    where
+        Self: 'a;
     /// The key an entry is for.
     fn key_of(entry: &Self::Entry) -> &Bytes;
-    /// The concurrency-control state of an entry's key.
-    fn cc_of(entry: &Self::Entry) -> &KeyCc;
+    /// Takes the entry's key's latch. Hold it only for a few instructions: never across I/O.
+    fn lock<'a>(&'a self, entry: &'a Self::Entry) -> Self::Locked<'a>;
     /// Runs `use_entry` on `key`'s entry (created when missing). Stores may avoid taking a
     /// counted reference.
     #[inline]
@@ -85,30 +94,62 @@ pub trait TxnStore: VersionedStore {
     }
 }
 
-/// The engine's default store: the in-memory multi-version store, each entry carrying its
-/// key's concurrency-control state.
-pub type DefaultStore = MvStore<KeyCc>;
+/// The engine's default store: the in-memory multi-version store, each key's
+/// concurrency-control state attached to its versions.
+pub type DefaultStore = MvStore<CcState>;
 
-impl TxnStore for MvStore<KeyCc> {
+impl LockedKey for MutexGuard<'_, Chain<CcState>> {
     #[inline]
-    fn key_of(entry: &Arc<KeyState<KeyCc>>) -> &Bytes {
+    fn cc(&self) -> &CcState {
+        &self.attached
+    }
+
+    #[inline]
+    fn cc_mut(&mut self) -> &mut CcState {
+        &mut self.attached
+    }
+
+    #[inline]
+    fn read_at(&self, ts: Timestamp) -> ReadAt {
+        ReadAt { visible: self.visible_at(ts).cloned(), newest: self.latest_ts() }
+    }
+
+    #[inline]
+    fn newest(&self) -> Newest {
+        Newest { ts: self.latest_ts(), live: !self.is_absent() }
+    }
+
+    #[inline]
+    fn install(&mut self, version: Version, watermark: Timestamp) -> Result<(), InstallRefused> {
+        match Chain::install(self, version, watermark) {
+            Ok(_) => Ok(()),
+            Err(refused) => Err(InstallRefused { attempted: refused.ts, newest: self.latest_ts() }),
+        }
+    }
+}
+
+impl TxnStore for DefaultStore {
+    type Locked<'a> = MutexGuard<'a, Chain<CcState>>;
+
+    #[inline]
+    fn key_of(entry: &Arc<KeyState<CcState>>) -> &Bytes {
         entry.key()
     }
 
     #[inline]
-    fn cc_of(entry: &Arc<KeyState<KeyCc>>) -> &KeyCc {
-        entry.attached()
+    fn lock<'a>(&'a self, entry: &'a Arc<KeyState<CcState>>) -> MutexGuard<'a, Chain<CcState>> {
+        entry.lock()
     }
 
     #[inline]
-    fn with_entry<R>(&self, key: &[u8], use_entry: impl FnOnce(&Arc<KeyState<KeyCc>>) -> R) -> R {
+    fn with_entry<R>(&self, key: &[u8], use_entry: impl FnOnce(&Arc<KeyState<CcState>>) -> R) -> R {
         self.with_key(key, use_entry)
     }
 }
 
 /// Runs any [`VersionedStore`] under the engine: keeps each key's concurrency-control
 /// state in a hash table beside the store, created on first use and never removed, paired
-/// with the store's entry for the key.
+/// with the store's entry for the key. The state's latch is taken before the store's.
 pub struct SideTable<S: VersionedStore> {
     store: S,
     index: DashMap<InlineKey, Arc<Paired<S::Entry>>, KeyHasher>,
@@ -118,7 +159,36 @@ pub struct SideTable<S: VersionedStore> {
 pub struct Paired<E> {
     key: Bytes,
     entry: E,
-    cc: KeyCc,
+    cc: Mutex<CcState>,
+}
+
+/// A [`SideTable`] key's latch, held.
+pub struct SideLocked<'a, S: VersionedStore> {
+    state: MutexGuard<'a, CcState>,
+    store: &'a S,
+    entry: &'a S::Entry,
+}
+
+impl<S: VersionedStore> LockedKey for SideLocked<'_, S> {
+    fn cc(&self) -> &CcState {
+        &self.state
+    }
+
+    fn cc_mut(&mut self) -> &mut CcState {
+        &mut self.state
+    }
+
+    fn read_at(&self, ts: Timestamp) -> ReadAt {
+        self.store.read_at(self.entry, ts)
+    }
+
+    fn newest(&self) -> Newest {
+        self.store.newest(self.entry)
+    }
+
+    fn install(&mut self, version: Version, watermark: Timestamp) -> Result<(), InstallRefused> {
+        self.store.install(self.entry, version, watermark)
+    }
 }
 
 impl<S: VersionedStore> SideTable<S> {
@@ -139,10 +209,9 @@ impl<S: VersionedStore> SideTable<S> {
         // The store entry is made before the index shard is locked: concurrent creators get
         // the same store entry anyway, and the store is never entered under a shard lock.
         let entry = entry();
-        let pair = self
-            .index
-            .entry(InlineKey::new(key))
-            .or_insert_with(|| Arc::new(Paired { key: Bytes::copy_from_slice(key), entry, cc: KeyCc::default() }));
+        let pair = self.index.entry(InlineKey::new(key)).or_insert_with(|| {
+            Arc::new(Paired { key: Bytes::copy_from_slice(key), entry, cc: Mutex::new(CcState::default()) })
+        });
         Arc::clone(pair.value())
     }
 }
@@ -189,12 +258,17 @@ impl<S: VersionedStore> VersionedStore for SideTable<S> {
 }
 
 impl<S: VersionedStore> TxnStore for SideTable<S> {
+    type Locked<'a>
+        = SideLocked<'a, S>
+    where
+        S: 'a;
+
     fn key_of(entry: &Self::Entry) -> &Bytes {
         &entry.key
     }
 
-    fn cc_of(entry: &Self::Entry) -> &KeyCc {
-        &entry.cc
+    fn lock<'a>(&'a self, entry: &'a Self::Entry) -> SideLocked<'a, S> {
+        SideLocked { state: entry.cc.lock(), store: &self.store, entry: &entry.entry }
     }
 }
 
@@ -209,41 +283,47 @@ const DEPENDENT_READ_WAIT: Duration = Duration::from_secs(1);
 /// [`PREPARED_WAIT`]. A prepared writer under OCC is inside its commit (log append and
 /// install), so waiting briefly is cheaper than an abort and a retry; the reader holds no
 /// key itself while it waits, so no wait cycle can form.
-pub(crate) fn lock_unprepared(key: &KeyCc, me: TxnId) -> MutexGuard<'_, CcState> {
-    let state = key.lock();
-    if !state.held_by_other(me) {
-        return state;
+pub(crate) fn lock_unprepared<'a, S: TxnStore>(store: &'a S, entry: &'a S::Entry, me: TxnId) -> S::Locked<'a> {
+    let locked = store.lock(entry);
+    if !locked.cc().held_by_other(me) {
+        return locked;
     }
-    drop(state);
+    drop(locked);
     let started = Instant::now();
     let mut spins = 0u32;
     loop {
         backoff(&mut spins);
-        let state = key.lock();
-        if !state.held_by_other(me) || started.elapsed() >= PREPARED_WAIT {
-            return state;
+        let locked = store.lock(entry);
+        if !locked.cc().held_by_other(me) || started.elapsed() >= PREPARED_WAIT {
+            return locked;
         }
     }
 }
 
 /// DST's `DEP_READ`: raises the tuple timestamp to `read_ts` and, once no writer holds the
-/// tuple, runs `read` under the latch. It waits whenever the tuple is held (not only when
-/// its timestamp is at or below the reader's, as printed): the printed rule lets a reader
-/// skip a writer whose commit timestamp will still be below the read timestamp.
+/// tuple, reads the newest version at or below `read_ts`. It waits whenever the tuple is
+/// held (not only when its timestamp is at or below the reader's, as printed): the printed
+/// rule lets a reader skip a writer whose commit timestamp will still be below the read
+/// timestamp.
 ///
 /// Under OCC a holder is inside its commit and lets go within microseconds; under 2PL (or a
 /// participant waiting for its coordinator) it may hold the key much longer, so the wait is
 /// bounded by [`DEPENDENT_READ_WAIT`] (then the reader aborts with `read-prepared` rather
 /// than hang on a stalled writer).
-pub(crate) fn dependent_read<R>(key: &KeyCc, read_ts: Timestamp, read: impl FnOnce() -> R) -> Result<R, AbortReason> {
+pub(crate) fn dependent_read<S: TxnStore>(
+    store: &S,
+    entry: &S::Entry,
+    read_ts: Timestamp,
+) -> Result<Option<Version>, AbortReason> {
     let mut spins = 0u32;
     let started = Instant::now();
     loop {
         {
-            let mut state = key.lock();
+            let mut locked = store.lock(entry);
+            let state = locked.cc_mut();
             state.latest_read = state.latest_read.max(read_ts);
             if state.prepared.is_none() {
-                return Ok(read());
+                return Ok(locked.read_at(read_ts).visible);
             }
         }
         if started.elapsed() >= DEPENDENT_READ_WAIT {

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use virga_storage::{Timestamp, Version};
 
 use crate::abort::{Abort, AbortReason};
-use crate::cc::{Prepared, TxnStore};
+use crate::cc::{LockedKey, Prepared, TxnStore};
 use crate::checker::TxnRecord;
 use crate::config::{ConcurrencyControl, TimestampScheme};
 use crate::engine::{bytes_of, CommitInfo};
@@ -157,11 +157,12 @@ impl<S: TxnStore> Txn<'_, S> {
         let mut tuple_time = 0u64;
         let mut inserts = false;
         for write in &mut self.writes {
-            let mut state = S::cc_of(&write.entry).lock();
+            let mut key = store.lock(&write.entry);
+            let newest = key.newest();
+            let state = key.cc_mut();
             if state.held_by_other(id) {
                 return Err(AbortReason::WritePrepared);
             }
-            let newest = store.newest(&write.entry);
             if scheme != TimestampScheme::Dst {
                 if state.latest_read >= commit {
                     return Err(AbortReason::WriteAfterRead);
@@ -195,13 +196,14 @@ impl<S: TxnStore> Txn<'_, S> {
         if !skip_reads {
             let store = &self.session.engine.store;
             for read in &self.reads {
-                let mut state = S::cc_of(&read.entry).lock();
-                if state.held_by_other(id) {
+                let mut key = store.lock(&read.entry);
+                if key.cc().held_by_other(id) {
                     return Err(AbortReason::ReadPrepared);
                 }
-                if store.newest(&read.entry).ts != read.ts {
+                if key.newest().ts != read.ts {
                     return Err(AbortReason::ReadStale);
                 }
+                let state = key.cc_mut();
                 // In the same latch hold as the check: a writer below `commit` that
                 // validates after this point sees it and aborts.
                 state.latest_read = state.latest_read.max(commit);
@@ -219,12 +221,12 @@ impl<S: TxnStore> Txn<'_, S> {
         let mut floor = 0u64;
         let mut inserts = false;
         for write in &self.writes {
-            let state = S::cc_of(&write.entry).lock();
-            let newest = store.newest(&write.entry);
+            let key = store.lock(&write.entry);
+            let newest = key.newest();
             floor = floor.max(newest.ts.time);
             inserts |= !newest.live;
             if scheme == TimestampScheme::Dst {
-                floor = floor.max(state.latest_read.time);
+                floor = floor.max(key.cc().latest_read.time);
             }
         }
         for read in &self.reads {
@@ -254,12 +256,12 @@ impl<S: TxnStore> Txn<'_, S> {
             let mut conflict = false;
             let (start, end) = (scan.start.as_ref().map(|b| b.as_ref()), scan.end.as_ref().map(|b| b.as_ref()));
             engine.store.visit_range(start, end, &mut |key, entry| {
-                let state = S::cc_of(entry).lock();
-                if state.held_by_other(self.id) {
+                let locked = engine.store.lock(entry);
+                if locked.cc().held_by_other(self.id) {
                     conflict = true;
                     return false;
                 }
-                if engine.store.newest(entry).live && !own(key) {
+                if locked.newest().live && !own(key) {
                     live.push(key.clone());
                 }
                 true
@@ -306,12 +308,12 @@ impl<S: TxnStore> Txn<'_, S> {
         for write in &mut self.writes {
             // Installed under the key's latch: validation, which reads the newest version
             // under the same latch, sees the key either prepared or installed.
-            let mut state = S::cc_of(&write.entry).lock();
+            let mut key = engine.store.lock(&write.entry);
             let version = Version { ts: commit, writer: self.id, value: write.value.take() };
-            let installed = engine.store.install(&write.entry, version, watermark);
+            let installed = key.install(version, watermark);
             // Validation guarantees the order; a refusal is a concurrency-control bug.
             debug_assert!(installed.is_ok(), "install out of timestamp order: {installed:?}");
-            state.prepared = None;
+            key.cc_mut().prepared = None;
             write.held = false;
         }
         if lsn.is_none() && engine.log.is_some() {
@@ -326,9 +328,11 @@ impl<S: TxnStore> Txn<'_, S> {
     }
 
     pub(crate) fn release_shared(&mut self, commit: Option<Timestamp>) {
+        let store = &self.session.engine.store;
         for read in &mut self.reads {
             if read.locked {
-                let mut state = S::cc_of(&read.entry).lock();
+                let mut key = store.lock(&read.entry);
+                let state = key.cc_mut();
                 state.readers -= 1;
                 if let Some(commit) = commit {
                     state.latest_read = state.latest_read.max(commit);
@@ -348,9 +352,11 @@ impl<S: TxnStore> Txn<'_, S> {
             self.finished = true;
             self.aborted = Some(reason);
             self.prepared = None;
+            let store = &self.session.engine.store;
             for write in &mut self.writes {
                 if write.held {
-                    let mut state = S::cc_of(&write.entry).lock();
+                    let mut key = store.lock(&write.entry);
+                    let state = key.cc_mut();
                     if state.prepared.is_some_and(|p| p.owner == self.id) {
                         state.prepared = None;
                     }

@@ -48,7 +48,7 @@ mod txn;
 pub mod wal;
 
 pub use abort::{Abort, AbortReason};
-pub use cc::{DefaultStore, KeyCc, Paired, SideTable, TxnStore};
+pub use cc::{CcState, DefaultStore, LockedKey, Paired, SideLocked, SideTable, TxnStore};
 pub use clocks::{ClockSource, SkewedClocks};
 pub use commit::{Decision, Vote};
 pub use config::{ConcurrencyControl, Durability, EngineConfig, ParseChoiceError, TimestampScheme};

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use virga_storage::{Timestamp, TxnId, Version};
 
 use crate::abort::{Abort, AbortReason};
-use crate::cc::{dependent_read, lock_unprepared, DefaultStore, Prepared, TxnStore};
+use crate::cc::{dependent_read, lock_unprepared, DefaultStore, LockedKey, Prepared, TxnStore};
 use crate::config::{ConcurrencyControl, TimestampScheme};
 use crate::engine::Session;
 
@@ -155,10 +155,11 @@ impl<'s, S: TxnStore> Txn<'s, S> {
         let engine = &*self.session.engine;
         let mut saw_prepared = false;
         let value = engine.store.with_entry(key, |entry| {
-            let mut state = lock_unprepared(S::cc_of(entry), id);
+            let mut locked = lock_unprepared(&engine.store, entry, id);
+            let state = locked.cc_mut();
             state.latest_read = state.latest_read.max(begin);
             saw_prepared = state.prepared.is_some_and(|p| p.ts <= begin);
-            engine.store.read_at(entry, begin).visible.and_then(|v| v.value)
+            locked.read_at(begin).visible.and_then(|v| v.value)
         });
         self.saw_prepared |= saw_prepared;
         value
@@ -227,9 +228,10 @@ impl<'s, S: TxnStore> Txn<'s, S> {
     /// Two-phase locking: the exclusive lock is the key's prepared mark, taken only when no
     /// other transaction holds a shared or exclusive lock.
     fn lock_exclusive(&mut self, entry: &S::Entry) -> Result<(), AbortReason> {
-        let cc = S::cc_of(entry);
-        let own_shared = self.reads.iter().any(|r| r.locked && std::ptr::eq(S::cc_of(&r.entry), cc));
-        let mut state = cc.lock();
+        let key = S::key_of(entry);
+        let own_shared = self.reads.iter().any(|r| r.locked && S::key_of(&r.entry) == key);
+        let mut locked = self.session.engine.store.lock(entry);
+        let state = locked.cc_mut();
         if state.prepared.is_some() || state.readers > u32::from(own_shared) {
             return Err(AbortReason::LockConflict);
         }
@@ -243,25 +245,26 @@ impl<'s, S: TxnStore> Txn<'s, S> {
     fn read_key(&mut self, entry: S::Entry) -> Result<Option<Bytes>, AbortReason> {
         let (begin, id) = (self.begin, self.id);
         let store = &self.session.engine.store;
-        let cc = S::cc_of(&entry);
         let mut locked = false;
         let version = match self.mode {
             ReadMode::Snapshot => {
-                let mut state = lock_unprepared(cc, id);
+                let mut key = lock_unprepared(store, &entry, id);
+                let state = key.cc_mut();
                 state.latest_read = state.latest_read.max(begin);
                 if state.prepared.is_some_and(|p| p.ts <= begin) {
                     self.saw_prepared = true;
                 }
-                store.read_at(&entry, begin).visible
+                key.read_at(begin).visible
             }
-            ReadMode::DependentRead => dependent_read(cc, begin, || store.read_at(&entry, begin).visible)?,
+            ReadMode::DependentRead => dependent_read(store, &entry, begin)?,
             ReadMode::SnapshotForWrite => {
-                let mut state = lock_unprepared(cc, id);
+                let mut key = lock_unprepared(store, &entry, id);
+                let state = key.cc_mut();
                 state.latest_read = state.latest_read.max(begin);
                 if state.prepared.is_some_and(|p| p.owner != id && p.ts <= begin) {
                     return Err(AbortReason::ReadPrepared);
                 }
-                let read = store.read_at(&entry, begin);
+                let read = key.read_at(begin);
                 // A newer version already exists: validation could only fail, so stop now.
                 if read.newest > read.visible.as_ref().map_or(Timestamp::ZERO, |v| v.ts) {
                     return Err(AbortReason::ReadStale);
@@ -269,20 +272,20 @@ impl<'s, S: TxnStore> Txn<'s, S> {
                 read.visible
             }
             ReadMode::Latest => {
-                let state = lock_unprepared(cc, id);
-                if state.held_by_other(id) {
+                let key = lock_unprepared(store, &entry, id);
+                if key.cc().held_by_other(id) {
                     return Err(AbortReason::ReadPrepared);
                 }
-                store.read_at(&entry, Timestamp::MAX).visible
+                key.read_at(Timestamp::MAX).visible
             }
             ReadMode::Locking => {
-                let mut state = cc.lock();
-                if state.held_by_other(id) {
+                let mut key = store.lock(&entry);
+                if key.cc().held_by_other(id) {
                     return Err(AbortReason::LockConflict);
                 }
-                state.readers += 1;
+                key.cc_mut().readers += 1;
                 locked = true;
-                store.read_at(&entry, Timestamp::MAX).visible
+                key.read_at(Timestamp::MAX).visible
             }
         };
         let (ts, writer, value) = match version {
