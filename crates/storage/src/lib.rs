@@ -6,13 +6,17 @@
 //! above the watermark plus the youngest one at or below it, which is all any live snapshot
 //! can still read.
 //!
-//! The store also keeps the per-key concurrency-control state of the engine above it
-//! ([`KeyState`]: latest read timestamp, the prepared writer, shared-lock count), because
-//! validation must see that state and the version chain under one latch.
+//! Every store implements [`VersionedStore`]: versions of keys at timestamps, and nothing
+//! about transactions. Concurrency-control state (read timestamps, prepared writers, locks)
+//! lives in `virga-txn`, above the trait.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod key;
 mod mvcc;
+mod store;
 
-pub use mvcc::{GcStats, KeyInner, KeyState, MvStore, Prepared, Timestamp, TxnId, Version};
+pub use key::{InlineKey, KeyHasher};
+pub use mvcc::{Chain, KeyState, MvStore, Timestamp, TxnId, Version};
+pub use store::{GcStats, InstallRefused, Newest, ReadAt, StoreReport, VersionedStore};

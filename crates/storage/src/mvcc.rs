@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,6 +10,9 @@ use crossbeam_skiplist::SkipMap;
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
+
+use crate::key::{InlineKey, KeyHasher};
+use crate::store::{GcStats, InstallRefused, Newest, ReadAt, StoreReport, VersionedStore};
 
 /// Identifies a transaction (unique per engine run; 0 is the initial load).
 pub type TxnId = u64;
@@ -55,31 +57,22 @@ pub struct Version {
     pub value: Option<Bytes>,
 }
 
-/// A writer that holds a key between validation and installation (OCC's prepared mark) or
-/// for its whole life (two-phase locking's exclusive lock).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prepared {
-    /// The holder.
-    pub owner: TxnId,
-    /// Its commit timestamp when already chosen, [`Timestamp::MAX`] when not yet.
-    pub ts: Timestamp,
-}
-
-/// Everything about one key, protected by the key's latch.
+/// One key's versions, newest (largest timestamp) first, and the attachment of the layer
+/// above, protected by the key's latch.
 #[derive(Debug, Default)]
-pub struct KeyInner {
-    /// Committed versions, newest (largest timestamp) first.
+pub struct Chain<A = ()> {
+    /// Committed versions, newest first.
     pub versions: SmallVec<[Version; 2]>,
-    /// The largest timestamp at which any transaction read this key (MILANA's
-    /// `ts_latestRead`; with DST, the read part of the tuple timestamp).
-    pub latest_read: Timestamp,
-    /// The writer currently holding the key, if any.
-    pub prepared: Option<Prepared>,
-    /// Number of shared (read) locks held under two-phase locking.
-    pub readers: u32,
+    /// Versions garbage collection dropped from this key while installing: counted here,
+    /// under the latch already held, rather than in a counter every writer would share.
+    dropped: u64,
+    /// What the layer above keeps with this key (created with the entry, never read by the
+    /// store). `virga-txn` keeps its concurrency-control state here, under the same latch
+    /// as the versions, so checking it against the newest version takes one latch.
+    pub attached: A,
 }
 
-impl KeyInner {
+impl<A> Chain<A> {
     /// The newest committed version.
     pub fn latest(&self) -> Option<&Version> {
         self.versions.first()
@@ -101,14 +94,16 @@ impl KeyInner {
     }
 
     /// Adds `version` as the newest one and collects versions no reader at or above
-    /// `watermark` can see. The caller guarantees `version.ts > self.latest_ts()` (the
-    /// concurrency control's job); a violation is refused rather than corrupting the order.
+    /// `watermark` can see. A version not newer than the newest is refused (handed back)
+    /// rather than corrupting the order.
     pub fn install(&mut self, version: Version, watermark: Timestamp) -> Result<usize, Version> {
         if !self.versions.is_empty() && version.ts <= self.latest_ts() {
             return Err(version);
         }
         self.versions.insert(0, version);
-        Ok(self.collect(watermark))
+        let dropped = self.collect(watermark);
+        self.dropped += dropped as u64;
+        Ok(dropped)
     }
 
     /// Drops every version older than the youngest one at or below `watermark`; returns how
@@ -126,95 +121,68 @@ impl KeyInner {
     }
 }
 
-/// A key and its latch-protected state.
+/// A key and its latch-protected version chain (with the attachment of the layer above).
 #[derive(Debug)]
-pub struct KeyState {
+pub struct KeyState<A = ()> {
     key: Bytes,
-    inner: Mutex<KeyInner>,
+    chain: Mutex<Chain<A>>,
 }
 
-impl KeyState {
-    fn new(key: Bytes) -> KeyState {
-        KeyState { key, inner: Mutex::new(KeyInner::default()) }
+impl<A: Default> KeyState<A> {
+    fn new(key: Bytes) -> KeyState<A> {
+        KeyState { key, chain: Mutex::new(Chain::default()) }
     }
+}
 
+impl<A> KeyState<A> {
     /// The key.
     pub fn key(&self) -> &Bytes {
         &self.key
     }
 
     /// Takes the key's latch. Hold it only for a few instructions: never across I/O.
-    pub fn lock(&self) -> MutexGuard<'_, KeyInner> {
-        self.inner.lock()
-    }
-}
-
-/// What a garbage-collection pass did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GcStats {
-    /// Keys visited.
-    pub keys: u64,
-    /// Versions dropped.
-    pub versions_dropped: u64,
-}
-
-type Hasher = foldhash::fast::RandomState;
-
-/// Keys as the hash index stores and compares them. Keys up to 24 bytes are held inline,
-/// zero-padded, so probing compares three words instead of chasing a pointer and calling
-/// `memcmp` (the index lookup is most of a short transaction's time).
-#[derive(Clone, PartialEq, Eq, Hash)]
-enum IndexKey {
-    Inline { len: u8, bytes: [u8; INLINE_KEY] },
-    Heap(Box<[u8]>),
-}
-
-const INLINE_KEY: usize = 24;
-
-impl IndexKey {
-    fn new(key: &[u8]) -> IndexKey {
-        if key.len() <= INLINE_KEY {
-            let mut bytes = [0; INLINE_KEY];
-            bytes[..key.len()].copy_from_slice(key);
-            IndexKey::Inline { len: key.len() as u8, bytes }
-        } else {
-            IndexKey::Heap(key.into())
-        }
+    pub fn lock(&self) -> MutexGuard<'_, Chain<A>> {
+        self.chain.lock()
     }
 }
 
 /// The multi-version store. Point lookups go through a concurrent hash index; range scans
 /// through an ordered skip list holding the same entries. Entries are never removed, so an
 /// `Arc<KeyState>` obtained once stays the key's state for the life of the store.
-pub struct MvStore {
-    index: DashMap<IndexKey, Arc<KeyState>, Hasher>,
-    ordered: SkipMap<Bytes, Arc<KeyState>>,
-    versions_dropped: AtomicU64,
+///
+/// Each entry carries an attachment `A` (default `()`), an opaque per-key value the layer
+/// above may keep next to the versions; the store only creates it (`A::default()`).
+pub struct MvStore<A = ()> {
+    index: DashMap<InlineKey, Arc<KeyState<A>>, KeyHasher>,
+    ordered: SkipMap<Bytes, Arc<KeyState<A>>>,
 }
 
-impl Default for MvStore {
+impl<A: Default + Send + Sync + 'static> Default for MvStore<A> {
     fn default() -> Self {
-        MvStore::new()
+        MvStore::with_attachments()
     }
 }
 
-impl fmt::Debug for MvStore {
+impl<A: Default + Send + Sync + 'static> fmt::Debug for MvStore<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MvStore").field("keys", &self.len()).finish()
     }
 }
 
 impl MvStore {
-    /// An empty store.
+    /// An empty store without attachments.
     pub fn new() -> MvStore {
-        MvStore {
-            index: DashMap::with_hasher_and_shard_amount(Hasher::default(), 256),
-            ordered: SkipMap::new(),
-            versions_dropped: AtomicU64::new(0),
-        }
+        MvStore::with_attachments()
+    }
+}
+
+impl<A: Default + Send + Sync + 'static> MvStore<A> {
+    /// An empty store whose entries each carry an `A`.
+    pub fn with_attachments() -> MvStore<A> {
+        MvStore { index: DashMap::with_hasher_and_shard_amount(KeyHasher::default(), 256), ordered: SkipMap::new() }
     }
 
-    /// Number of keys with an entry (including deleted ones and ones only ever read).
+    /// Number of keys with an entry (including deleted ones and ones only ever looked up).
     pub fn len(&self) -> usize {
         self.ordered.len()
     }
@@ -225,23 +193,23 @@ impl MvStore {
     }
 
     /// The state of `key`, if it has an entry.
-    pub fn key(&self, key: &[u8]) -> Option<Arc<KeyState>> {
-        self.index.get(&IndexKey::new(key)).map(|entry| Arc::clone(entry.value()))
+    pub fn key(&self, key: &[u8]) -> Option<Arc<KeyState<A>>> {
+        self.index.get(&InlineKey::new(key)).map(|entry| Arc::clone(entry.value()))
     }
 
-    /// Runs `read` on `key`'s state (created empty when missing) while the index holds it,
-    /// without taking a counted reference: the cheapest way to read a key once. `read` must
-    /// be short and must not touch the index.
-    pub fn with_key<R>(&self, key: &[u8], read: impl FnOnce(&KeyState) -> R) -> R {
-        if let Some(entry) = self.index.get(&IndexKey::new(key)) {
-            return read(entry.value());
+    /// Runs `use_key` on `key`'s state (created empty when missing) while the index holds
+    /// it, without taking a counted reference: the cheapest way to use a key once.
+    /// `use_key` must be short and must not touch the index.
+    #[inline]
+    pub fn with_key<R>(&self, key: &[u8], use_key: impl FnOnce(&Arc<KeyState<A>>) -> R) -> R {
+        if let Some(entry) = self.index.get(&InlineKey::new(key)) {
+            return use_key(entry.value());
         }
-        read(&self.key_or_insert(key))
+        use_key(&self.key_or_insert(key))
     }
 
-    /// The state of `key`, created empty when missing (a reader of a missing key needs the
-    /// entry to record its read, so that a later insert can be validated against it).
-    pub fn key_or_insert(&self, key: &[u8]) -> Arc<KeyState> {
+    /// The state of `key`, created empty when missing.
+    pub fn key_or_insert(&self, key: &[u8]) -> Arc<KeyState<A>> {
         if let Some(state) = self.key(key) {
             return state;
         }
@@ -253,51 +221,16 @@ impl MvStore {
             .ordered
             .get_or_insert_with(Bytes::copy_from_slice(key), || Arc::new(KeyState::new(Bytes::copy_from_slice(key))));
         let state = Arc::clone(ordered.value());
-        Arc::clone(self.index.entry(IndexKey::new(key)).or_insert(state).value())
-    }
-
-    /// Installs `value` for `key` at `ts` outside any transaction (initial load, recovery).
-    /// Refused when `key` already has a version at or after `ts`.
-    pub fn put_version(&self, key: &[u8], ts: Timestamp, writer: TxnId, value: Option<Bytes>) -> Result<(), Version> {
-        let state = self.key_or_insert(key);
-        let mut inner = state.lock();
-        inner.install(Version { ts, writer, value }, Timestamp::ZERO).map(|_| ())
-    }
-
-    /// Overwrites `key`'s history with a single version (recovery: only the final value of
-    /// each key matters once no snapshot predates the restart).
-    pub fn set_only_version(&self, key: &[u8], version: Version) {
-        let state = self.key_or_insert(key);
-        let mut inner = state.lock();
-        inner.versions.clear();
-        inner.versions.push(version);
-    }
-
-    /// The value of `key` as of `ts`: the youngest version with timestamp `<= ts`, `None` if
-    /// there is none or it is a delete.
-    pub fn get_at(&self, key: &[u8], ts: Timestamp) -> Option<Bytes> {
-        let state = self.key(key)?;
-        let inner = state.lock();
-        inner.visible_at(ts).and_then(|v| v.value.clone())
-    }
-
-    /// Live pairs with keys in `(start, end)` as of `ts`, in key order, at most `limit`.
-    pub fn scan_at(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, ts: Timestamp, limit: usize) -> Vec<(Bytes, Bytes)> {
-        let mut out = Vec::new();
-        self.for_each_in(start, end, |state| {
-            if out.len() >= limit {
-                return false;
-            }
-            if let Some(value) = state.lock().visible_at(ts).and_then(|v| v.value.clone()) {
-                out.push((state.key().clone(), value));
-            }
-            out.len() < limit
-        });
-        out
+        Arc::clone(self.index.entry(InlineKey::new(key)).or_insert(state).value())
     }
 
     /// Calls `visit` on every key entry in `(start, end)` in key order until it returns false.
-    pub fn for_each_in(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, mut visit: impl FnMut(&Arc<KeyState>) -> bool) {
+    pub fn for_each_in(
+        &self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        mut visit: impl FnMut(&Arc<KeyState<A>>) -> bool,
+    ) {
         let range = (start.map(Bytes::copy_from_slice), end.map(Bytes::copy_from_slice));
         for entry in self.ordered.range(range) {
             if !visit(entry.value()) {
@@ -307,40 +240,83 @@ impl MvStore {
     }
 
     /// Calls `visit` on every key entry in key order.
-    pub fn for_each(&self, mut visit: impl FnMut(&Arc<KeyState>)) {
+    pub fn for_each(&self, mut visit: impl FnMut(&Arc<KeyState<A>>)) {
         for entry in self.ordered.iter() {
             visit(entry.value());
         }
     }
+}
 
-    /// Drops, on every key, the versions no reader at or above `watermark` can see.
-    pub fn gc(&self, watermark: Timestamp) -> GcStats {
-        let mut stats = GcStats::default();
-        for entry in self.ordered.iter() {
-            stats.keys += 1;
-            stats.versions_dropped += entry.value().lock().collect(watermark) as u64;
+impl<A: Default + Send + Sync + 'static> VersionedStore for MvStore<A> {
+    type Entry = Arc<KeyState<A>>;
+
+    fn entry(&self, key: &[u8]) -> Arc<KeyState<A>> {
+        self.key_or_insert(key)
+    }
+
+    fn find(&self, key: &[u8]) -> Option<Arc<KeyState<A>>> {
+        self.key(key)
+    }
+
+    #[inline]
+    fn read_at(&self, entry: &Arc<KeyState<A>>, ts: Timestamp) -> ReadAt {
+        let chain = entry.lock();
+        ReadAt { visible: chain.visible_at(ts).cloned(), newest: chain.latest_ts() }
+    }
+
+    #[inline]
+    fn newest(&self, entry: &Arc<KeyState<A>>) -> Newest {
+        let chain = entry.lock();
+        Newest { ts: chain.latest_ts(), live: !chain.is_absent() }
+    }
+
+    #[inline]
+    fn install(&self, entry: &Arc<KeyState<A>>, version: Version, watermark: Timestamp) -> Result<(), InstallRefused> {
+        let mut chain = entry.lock();
+        match chain.install(version, watermark) {
+            Ok(_) => Ok(()),
+            Err(refused) => Err(InstallRefused { attempted: refused.ts, newest: chain.latest_ts() }),
         }
-        self.note_dropped(stats.versions_dropped);
+    }
+
+    fn reset(&self, entry: &Arc<KeyState<A>>, version: Version) {
+        let mut chain = entry.lock();
+        chain.versions.clear();
+        chain.versions.push(version);
+    }
+
+    fn visit_range(
+        &self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        visit: &mut dyn FnMut(&Bytes, &Arc<KeyState<A>>) -> bool,
+    ) {
+        self.for_each_in(start, end, |state| visit(state.key(), state));
+    }
+
+    fn gc(&self, watermark: Timestamp) -> GcStats {
+        let mut stats = GcStats::default();
+        self.for_each(|state| {
+            let mut chain = state.lock();
+            let dropped = chain.collect(watermark);
+            chain.dropped += dropped as u64;
+            stats.keys += 1;
+            stats.versions_dropped += dropped as u64;
+        });
         stats
     }
 
-    /// Counts versions dropped by collections done under key latches elsewhere.
-    pub fn note_dropped(&self, versions: u64) {
-        if versions > 0 {
-            self.versions_dropped.fetch_add(versions, Ordering::Relaxed);
-        }
-    }
-
-    /// Versions dropped by garbage collection so far.
-    pub fn versions_dropped(&self) -> u64 {
-        self.versions_dropped.load(Ordering::Relaxed)
-    }
-
-    /// Total number of versions held (walks every key).
-    pub fn version_count(&self) -> u64 {
-        let mut n = 0;
-        self.for_each(|state| n += state.lock().versions.len() as u64);
-        n
+    fn report(&self) -> StoreReport {
+        let mut report = StoreReport::default();
+        self.for_each(|state| {
+            let chain = state.lock();
+            report.keys += 1;
+            report.versions += chain.versions.len() as u64;
+            report.versions_dropped += chain.dropped;
+            report.bytes += state.key().len() as u64
+                + chain.versions.iter().map(|v| v.value.as_ref().map_or(0, |b| b.len() as u64)).sum::<u64>();
+        });
+        report
     }
 }
 
@@ -361,9 +337,9 @@ mod tests {
     #[test]
     fn reads_see_the_youngest_version_at_or_below_their_timestamp() {
         let store = MvStore::new();
-        store.put_version(b"k", ts(10), 1, val(1)).unwrap();
-        store.put_version(b"k", ts(20), 2, None).unwrap();
-        store.put_version(b"k", ts(30), 3, val(3)).unwrap();
+        store.put(b"k", Version { ts: ts(10), writer: 1, value: val(1) }).unwrap();
+        store.put(b"k", Version { ts: ts(20), writer: 2, value: None }).unwrap();
+        store.put(b"k", Version { ts: ts(30), writer: 3, value: val(3) }).unwrap();
         assert_eq!(store.get_at(b"k", ts(9)), None);
         assert_eq!(store.get_at(b"k", ts(10)), val(1));
         assert_eq!(store.get_at(b"k", ts(25)), None, "a delete hides older versions");
@@ -376,9 +352,9 @@ mod tests {
     #[test]
     fn out_of_order_install_is_refused() {
         let store = MvStore::new();
-        store.put_version(b"k", ts(10), 1, val(1)).unwrap();
-        assert!(store.put_version(b"k", ts(10), 2, val(2)).is_err());
-        assert!(store.put_version(b"k", ts(5), 2, val(2)).is_err());
+        store.put(b"k", Version { ts: ts(10), writer: 1, value: val(1) }).unwrap();
+        assert!(store.put(b"k", Version { ts: ts(10), writer: 2, value: val(2) }).is_err());
+        assert!(store.put(b"k", Version { ts: ts(5), writer: 2, value: val(2) }).is_err());
         assert_eq!(store.get_at(b"k", Timestamp::MAX), val(1));
     }
 
@@ -386,10 +362,10 @@ mod tests {
     fn scans_return_live_pairs_in_key_order_at_the_timestamp() {
         let store = MvStore::new();
         for k in 0u8..10 {
-            store.put_version(&[k], ts(10), 1, val(k as u64)).unwrap();
+            store.put(&[k], Version { ts: ts(10), writer: 1, value: val(k as u64) }).unwrap();
         }
-        store.put_version(&[3], ts(20), 2, None).unwrap();
-        store.put_version(&[4], ts(20), 2, val(44)).unwrap();
+        store.put(&[3], Version { ts: ts(20), writer: 2, value: None }).unwrap();
+        store.put(&[4], Version { ts: ts(20), writer: 2, value: val(44) }).unwrap();
         let keys = |pairs: Vec<(Bytes, Bytes)>| pairs.into_iter().map(|(k, _)| k[0]).collect::<Vec<_>>();
         assert_eq!(keys(store.scan_at(Bound::Included(&[2]), Bound::Excluded(&[6]), ts(15), 100)), [2, 3, 4, 5]);
         assert_eq!(keys(store.scan_at(Bound::Included(&[2]), Bound::Excluded(&[6]), ts(25), 100)), [2, 4, 5]);
@@ -446,7 +422,7 @@ mod tests {
             let mut oracle: BTreeMap<(usize, u64), Option<u64>> = BTreeMap::new();
             for (k, history) in histories.iter().enumerate() {
                 for &(time, value) in history {
-                    store.put_version(&[k as u8], ts(time), time, value.and_then(val)).unwrap();
+                    store.put(&[k as u8], Version { ts: ts(time), writer: time, value: value.and_then(val) }).unwrap();
                     oracle.insert((k, time), value);
                 }
             }

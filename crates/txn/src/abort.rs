@@ -29,13 +29,16 @@ pub enum AbortReason {
     WriteInReadOnly,
     /// The application aborted.
     User,
+    /// A two-phase-commit coordinator decided to abort a prepared transaction (another
+    /// participant voted no).
+    Coordinator,
     /// The write-ahead log failed; the engine refuses further commits.
     LogFailed,
 }
 
 impl AbortReason {
     /// Every reason, in the order reports list them.
-    pub const ALL: [AbortReason; 11] = [
+    pub const ALL: [AbortReason; 12] = [
         AbortReason::ReadStale,
         AbortReason::ReadPrepared,
         AbortReason::WriteAfterRead,
@@ -46,6 +49,7 @@ impl AbortReason {
         AbortReason::Phantom,
         AbortReason::WriteInReadOnly,
         AbortReason::User,
+        AbortReason::Coordinator,
         AbortReason::LogFailed,
     ];
 
@@ -62,6 +66,7 @@ impl AbortReason {
             AbortReason::Phantom => "phantom",
             AbortReason::WriteInReadOnly => "write-in-read-only",
             AbortReason::User => "user",
+            AbortReason::Coordinator => "coordinator",
             AbortReason::LogFailed => "log-failed",
         }
     }

@@ -1,5 +1,5 @@
-//! Engine configuration: the concurrency control, the timestamp scheme, the clocks, and
-//! durability. Variants a seed compares are plain values, so two engines configured
+//! Engine configuration: the concurrency control, the timestamp scheme, the clocks' skew
+//! profile, and durability. Variants a seed compares are plain values, so two engines configured
 //! differently can run side by side in one process.
 
 use std::fmt;
@@ -64,9 +64,11 @@ pub struct EngineConfig {
     pub cc: ConcurrencyControl,
     /// Timestamp scheme.
     pub timestamps: TimestampScheme,
-    /// Skew of each client's physical clock against true time.
+    /// Skew of each client's physical clock against true time: the profile
+    /// [`crate::Engine::open`] builds its [`crate::SkewedClocks`] with.
+    /// [`crate::Engine::open_with`] takes its clocks ready-made and ignores it.
     pub clock_skew: SkewProfile,
-    /// Seeds the clock models, so runs are repeatable.
+    /// Seeds the clock models [`crate::Engine::open`] builds, so runs are repeatable.
     pub seed: u64,
     /// Durability.
     pub durability: Durability,

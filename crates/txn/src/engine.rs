@@ -1,5 +1,6 @@
-//! The engine: the multi-version store, the optional write-ahead log, the registry of
-//! sessions (clients) that defines the garbage-collection watermark, and abort accounting.
+//! The engine: a versioned store with the concurrency-control state beside it, the
+//! optional write-ahead log, the clocks, the registry of sessions (clients) that defines the
+//! garbage-collection watermark, and abort accounting.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -7,12 +8,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use virga_core::clock::{HybridClock, SkewedClock};
+use virga_core::clock::{Clock, HybridClock};
 use virga_log::{GroupLog, GroupLogOptions, LogError};
-use virga_storage::{MvStore, Timestamp, TxnId, Version};
+use virga_storage::{Timestamp, TxnId, Version, VersionedStore};
 
 use crate::abort::AbortReason;
+use crate::cc::{DefaultStore, TxnStore};
 use crate::checker::INITIAL_WRITER;
+use crate::clocks::{ClockSource, SkewedClocks};
 use crate::config::{Durability, EngineConfig, TimestampScheme};
 use crate::txn::Txn;
 use crate::wal::{self, LogRecord};
@@ -110,11 +113,14 @@ struct Registry {
     next_client: u32,
 }
 
-/// The transactional key-value engine. Share it as `Arc<Engine>`; each worker thread opens
-/// its own [`Session`].
-pub struct Engine {
+/// The transactional key-value engine over a [`TxnStore`] (by default [`DefaultStore`], the
+/// in-memory multi-version store; any [`VersionedStore`] through
+/// [`SideTable`](crate::SideTable)). Share it as `Arc<Engine>`; each worker thread opens its
+/// own [`Session`].
+pub struct Engine<S: TxnStore = DefaultStore> {
     pub(crate) config: EngineConfig,
-    pub(crate) store: MvStore,
+    pub(crate) store: S,
+    clocks: Arc<dyn ClockSource>,
     pub(crate) log: Option<GroupLog>,
     slots: Box<[Slot]>,
     registry: Mutex<Registry>,
@@ -132,16 +138,31 @@ pub struct Engine {
     stats: Mutex<TxnStats>,
 }
 
-impl std::fmt::Debug for Engine {
+impl<S: TxnStore> std::fmt::Debug for Engine<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("config", &self.config).field("keys", &self.store.len()).finish()
+        f.debug_struct("Engine").field("config", &self.config).finish_non_exhaustive()
     }
 }
 
-impl Engine {
-    /// Opens an engine; with a log, recovers every committed transaction from it first.
+impl Engine<DefaultStore> {
+    /// Opens an engine on a new in-memory store, with each client's clock skewed from the
+    /// system clock per `config.clock_skew`; with a log, recovers every committed
+    /// transaction from it first.
     pub fn open(config: EngineConfig) -> Result<(Arc<Engine>, Recovery), EngineError> {
-        let store = MvStore::new();
+        let clocks = Arc::new(SkewedClocks::system(config.clock_skew, config.seed));
+        Engine::open_with(config, DefaultStore::with_attachments(), clocks)
+    }
+}
+
+impl<S: TxnStore> Engine<S> {
+    /// Opens an engine on `store`, reading each client's time from a clock `clocks` builds
+    /// (`config.clock_skew` is then not consulted); with a log, recovers every committed
+    /// transaction from it into `store` first.
+    pub fn open_with(
+        config: EngineConfig,
+        store: S,
+        clocks: Arc<dyn ClockSource>,
+    ) -> Result<(Arc<Engine<S>>, Recovery), EngineError> {
         let mut recovery = Recovery::default();
         let log = match &config.durability {
             Durability::Off => None,
@@ -169,6 +190,7 @@ impl Engine {
         let engine = Engine {
             config,
             store,
+            clocks,
             log,
             slots: (0..MAX_SESSIONS).map(|_| Slot(AtomicU64::new(FREE_SLOT))).collect(),
             registry: Mutex::new(Registry { next_client: 1 }),
@@ -188,8 +210,8 @@ impl Engine {
         &self.config
     }
 
-    /// The multi-version store underneath.
-    pub fn store(&self) -> &MvStore {
+    /// The versioned store underneath.
+    pub fn store(&self) -> &S {
         &self.store
     }
 
@@ -207,10 +229,8 @@ impl Engine {
                 log.append(&record).map_err(|source| self.log_error(source))?;
             }
             for (key, value) in batch.drain(..) {
-                self.store.set_only_version(
-                    &key,
-                    Version { ts: Timestamp::ZERO, writer: crate::checker::INITIAL_WRITER, value: Some(value.into()) },
-                );
+                let version = Version { ts: Timestamp::ZERO, writer: INITIAL_WRITER, value: Some(value.into()) };
+                self.store.reset(&self.store.entry(&key), version);
             }
             Ok(())
         };
@@ -229,19 +249,16 @@ impl Engine {
     }
 
     /// Opens a session: one client with its own clock, for one thread at a time.
-    pub fn session(self: &Arc<Engine>) -> Result<Session, EngineError> {
+    pub fn session(self: &Arc<Self>) -> Result<Session<S>, EngineError> {
         let mut registry = self.registry.lock();
         let slot = self.slots.iter().position(|s| s.0.load(Ordering::Relaxed) == FREE_SLOT);
         let slot = slot.ok_or(EngineError::TooManySessions)?;
         let client = registry.next_client;
         registry.next_client = registry.next_client.wrapping_add(1).max(1);
-        let seed = self.config.seed;
-        let skew = self.config.clock_skew;
+        let physical = self.clocks.clock(client);
         let mut clock = match self.config.timestamps {
-            TimestampScheme::Clock => SessionClock::Physical(SkewedClock::new(skew, client as u64, seed)),
-            TimestampScheme::Hlc | TimestampScheme::Dst => {
-                SessionClock::Hybrid(HybridClock::new(SkewedClock::new(skew, client as u64, seed)))
-            }
+            TimestampScheme::Clock => SessionClock::Physical(physical),
+            TimestampScheme::Hlc | TimestampScheme::Dst => SessionClock::Hybrid(HybridClock::new(physical)),
         };
         // Registered under the registry latch, so no watermark computed after this point can
         // pass the session's first snapshot.
@@ -349,34 +366,35 @@ impl Engine {
 /// Applies one recovered record. Only each key's final value matters after a restart (no
 /// snapshot predates it), so every recovered version gets timestamp zero and new commits
 /// order after it whatever the timestamp scheme.
-fn replay(store: &MvStore, record: LogRecord, recovery: &mut Recovery) {
+fn replay<S: VersionedStore>(store: &S, record: LogRecord, recovery: &mut Recovery) {
     match record {
         LogRecord::Load { pairs } => {
             recovery.loaded_pairs += pairs.len() as u64;
             for (key, value) in pairs {
-                store.set_only_version(&key, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value) });
+                let version = Version { ts: Timestamp::ZERO, writer: INITIAL_WRITER, value: Some(value) };
+                store.reset(&store.entry(&key), version);
             }
         }
         LogRecord::Commit { writes, .. } => {
             recovery.committed += 1;
             // Transaction ids restart with the engine: recovered versions count as initial.
             for (key, value) in writes {
-                store.set_only_version(&key, Version { ts: Timestamp::ZERO, writer: INITIAL_WRITER, value });
+                store.reset(&store.entry(&key), Version { ts: Timestamp::ZERO, writer: INITIAL_WRITER, value });
             }
         }
     }
 }
 
-/// A client's clock: a skewed physical clock, or a hybrid clock on top of one.
+/// A client's clock: a physical clock from the engine's [`ClockSource`], or a hybrid clock
+/// on top of one.
 pub(crate) enum SessionClock {
-    Physical(SkewedClock),
-    Hybrid(HybridClock<SkewedClock>),
+    Physical(Box<dyn Clock>),
+    Hybrid(HybridClock<Box<dyn Clock>>),
 }
 
 impl SessionClock {
     /// The next time; strictly increasing for hybrid clocks, non-decreasing for physical.
     pub(crate) fn now(&mut self) -> u64 {
-        use virga_core::clock::Clock;
         match self {
             SessionClock::Physical(clock) => clock.now_ns(),
             SessionClock::Hybrid(clock) => clock.now(),
@@ -393,8 +411,8 @@ impl SessionClock {
 
 /// One client of the engine: its clock, its identity, its counters. A session runs one
 /// transaction at a time; open one per thread.
-pub struct Session {
-    pub(crate) engine: Arc<Engine>,
+pub struct Session<S: TxnStore = DefaultStore> {
+    pub(crate) engine: Arc<Engine<S>>,
     pub(crate) client: u32,
     slot: usize,
     pub(crate) clock: SessionClock,
@@ -405,30 +423,30 @@ pub struct Session {
     /// Reused buffer for encoding log records.
     pub(crate) record: Vec<u8>,
     /// Reused read, write and scan sets.
-    pub(crate) buffers: crate::txn::TxnBuffers,
+    pub(crate) buffers: crate::txn::TxnBuffers<S::Entry>,
 }
 
-impl std::fmt::Debug for Session {
+impl<S: TxnStore> std::fmt::Debug for Session<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session").field("client", &self.client).field("stats", &self.stats).finish()
     }
 }
 
-impl Session {
+impl<S: TxnStore> Session<S> {
     /// Starts a read-write transaction.
-    pub fn begin(&mut self) -> Txn<'_> {
+    pub fn begin(&mut self) -> Txn<'_, S> {
         Txn::begin(self, false)
     }
 
     /// Starts a read-only transaction: it reads a snapshot and validates locally, writing
     /// nothing to shared state (MILANA), or reads at the client's `LocalTS` and never aborts
     /// (DST).
-    pub fn begin_read_only(&mut self) -> Txn<'_> {
+    pub fn begin_read_only(&mut self) -> Txn<'_, S> {
         Txn::begin(self, true)
     }
 
     /// The engine.
-    pub fn engine(&self) -> &Arc<Engine> {
+    pub fn engine(&self) -> &Arc<Engine<S>> {
         &self.engine
     }
 
@@ -488,13 +506,9 @@ impl Session {
             history.record(record());
         }
     }
-
-    pub(crate) fn watermark(&self) -> Timestamp {
-        self.engine.watermark()
-    }
 }
 
-impl Drop for Session {
+impl<S: TxnStore> Drop for Session<S> {
     fn drop(&mut self) {
         self.engine.stats.lock().merge(&self.stats);
         self.engine.release_slot(self.slot);

@@ -1,8 +1,11 @@
 //! Virga's transactions on one node.
 //!
-//! An [`Engine`] holds the multi-version store ([`virga_storage::MvStore`]) and, when
-//! durable, a group-commit write-ahead log ([`virga_log::GroupLog`]). Each worker opens a
-//! [`Session`] (a client with its own clock) and runs [`Txn`]s on it:
+//! An [`Engine`] runs on a [`VersionedStore`] (by default [`DefaultStore`], the in-memory
+//! [`MvStore`] carrying each key's concurrency-control state next to its versions; any
+//! other store through [`SideTable`]), the clocks it is given
+//! ([`ClockSource`]) and, when durable, a group-commit write-ahead log
+//! ([`virga_log::GroupLog`]). Each worker opens a [`Session`] (a client with its own clock)
+//! and runs [`Txn`]s on it:
 //!
 //! - read-write transactions under OCC with MILANA's validation, or under no-wait two-phase
 //!   locking ([`ConcurrencyControl`]);
@@ -11,7 +14,9 @@
 //! - timestamps from skewed per-client clocks, hybrid logical clocks, or DST's decentralized
 //!   scalar timestamps ([`TimestampScheme`]).
 //!
-//! Every abort carries an [`AbortReason`]. The [`checker`] verifies recorded histories.
+//! Commit is [`Txn::prepare`] (a [`Vote`]) then [`Txn::decide`] (a [`Decision`]), run back
+//! to back by [`Txn::commit`] and separately by a two-phase-commit participant. Every abort
+//! carries an [`AbortReason`]. The [`checker`] verifies recorded histories.
 //!
 //! ```
 //! use virga_txn::{Engine, EngineConfig};
@@ -32,7 +37,10 @@
 #![warn(missing_docs)]
 
 mod abort;
+mod cc;
 pub mod checker;
+mod clocks;
+mod commit;
 mod config;
 mod engine;
 pub mod schedule;
@@ -40,9 +48,12 @@ mod txn;
 pub mod wal;
 
 pub use abort::{Abort, AbortReason};
+pub use cc::{CcState, DefaultStore, LockedKey, Paired, SideLocked, SideTable, TxnStore};
+pub use clocks::{ClockSource, SkewedClocks};
+pub use commit::{Decision, Vote};
 pub use config::{ConcurrencyControl, Durability, EngineConfig, TimestampScheme};
 pub use engine::{CommitInfo, Engine, EngineError, Recovery, Session, TxnStats, MAX_SESSIONS};
 pub use txn::Txn;
 pub use virga_core::clock::SkewProfile;
 pub use virga_log::SyncMode;
-pub use virga_storage::{Timestamp, TxnId};
+pub use virga_storage::{MvStore, Timestamp, TxnId, VersionedStore};

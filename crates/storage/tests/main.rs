@@ -1,0 +1,3 @@
+//! The crate's integration tests, linked into one binary.
+
+mod model;
