@@ -4,10 +4,12 @@
 //! Everything here is pure (no I/O, no threads) except [`clock`], which reads the system time.
 
 pub mod clock;
+pub mod device;
 pub mod nibbles;
 
 pub use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 pub use clock::{Clock, HybridClock, ManualClock, SkewProfile, SkewedClock, SystemClock};
+pub use device::{Device, FaultPlan, FaultyStorage, FileStorage, MemStorage, Storage};
 pub use nibbles::Nibbles;
 
 /// keccak-256 of the empty string: the code hash of an account without code.
