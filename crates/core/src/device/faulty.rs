@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -94,7 +94,7 @@ impl FaultPlan {
         self.flips.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn check_sync(&self, what: &PathBuf) -> io::Result<()> {
+    fn check_sync(&self, what: &Path) -> io::Result<()> {
         self.syncs.fetch_add(1, Ordering::SeqCst);
         let allowed = self
             .syncs_left
@@ -126,7 +126,7 @@ impl FaultPlan {
     }
 }
 
-fn disk_full(path: &PathBuf) -> io::Error {
+fn disk_full(path: &Path) -> io::Error {
     io::Error::new(io::ErrorKind::StorageFull, format!("injected full disk writing {}", path.display()))
 }
 
