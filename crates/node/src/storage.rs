@@ -24,7 +24,7 @@ use virga_trie::Trie;
 use crate::checkpoint;
 use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_header, parse_block_id};
 use prost::Message;
-use virga_log::{LogError, LogOptions, RecordLog, SyncPolicy};
+use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
 
 /// A storage node's log directory (segments of virga-log) inside its own directory.
 pub const LOG_DIR: &str = "updates";
@@ -45,8 +45,20 @@ pub const LOG_SEGMENT_BYTES: u64 = 4 << 20;
 
 /// A logged record: the `BlockUpdates` as the node accepted it.
 pub fn decode_logged(record: &virga_log::Record) -> Result<BlockUpdates, StorageError> {
-    BlockUpdates::decode(record.payload.as_slice())
-        .map_err(|error| StorageError::Replay(format!("log record {} is not a block's updates: {error}", record.lsn)))
+    decode_logged_payload(record.lsn, &record.payload)
+}
+
+/// The payload of log record `lsn` as the `BlockUpdates` the node accepted.
+pub fn decode_logged_payload(lsn: u64, payload: &[u8]) -> Result<BlockUpdates, StorageError> {
+    BlockUpdates::decode(payload)
+        .map_err(|error| StorageError::Replay(format!("log record {lsn} is not a block's updates: {error}")))
+}
+
+fn log_cut_below_missing_checkpoint(first_lsn: u64) -> StorageError {
+    StorageError::Replay(format!(
+        "the log starts at record {first_lsn}: the blocks before it were cut below a checkpoint, and no \
+         checkpoint beside the log is sound"
+    ))
 }
 
 /// How many blocks below the head a storage node keeps versions for.
@@ -231,37 +243,54 @@ impl StorageNode {
             LogAccess::ReadOnly(path) => (path, None),
         };
         let base = node.load_checkpoint(&checkpoint::path_beside(path), options.is_some());
-        let (log, recovered) = match options {
-            Some(options) => {
-                let (log, recovered) = RecordLog::open(path, options)?;
-                (Some(log), recovered)
-            }
-            None => (None, RecordLog::read(path, log_options())?),
+        let (options, mode) = match options {
+            Some(options) => (options, OpenMode::Repair),
+            None => (log_options(), OpenMode::ReadOnly),
         };
-        let first_lsn = recovered.records.first().map_or(recovered.next_lsn, |record| record.lsn);
-        if base.is_none() && first_lsn > 1 {
-            return Err(StorageError::Replay(format!(
-                "the log starts at record {first_lsn}: the blocks before it were cut below a checkpoint, \
-                 and no checkpoint beside the log is sound"
-            )));
-        }
-        let mut blocks = VecDeque::with_capacity(recovered.records.len());
+        // Blocks are replayed as the log's index is built, one record at a time.
+        let mut blocks = VecDeque::new();
         let mut replayed = 0;
-        for logged in recovered.records {
-            let record = decode_logged(&logged)?;
-            let header = decode_header(&record.header).map_err(StorageError::Replay)?;
-            blocks.push_back((header.number, logged.lsn));
-            if let Some(base) = base {
-                // In the checkpoint already, or on a fork that left the chain below it.
-                if header.number <= base || !node.versions.read().by_hash.contains_key(&header.parent_hash) {
-                    continue;
-                }
+        let mut failure = None;
+        let (log, recovered) = RecordLog::open_with(path, options, mode, |lsn, payload| {
+            if failure.is_some() {
+                return;
             }
-            node.accept(&record).map_err(StorageError::Replay)?;
-            replayed += 1;
+            if blocks.is_empty() && base.is_none() && lsn > 1 {
+                failure = Some(log_cut_below_missing_checkpoint(lsn));
+                return;
+            }
+            match node.replay_logged(base, lsn, payload) {
+                Ok((number, applied)) => {
+                    blocks.push_back((number, lsn));
+                    replayed += u64::from(applied);
+                }
+                Err(error) => failure = Some(error),
+            }
+        })?;
+        if let Some(error) = failure {
+            return Err(error);
         }
+        if base.is_none() && recovered.first_lsn > 1 {
+            return Err(log_cut_below_missing_checkpoint(recovered.first_lsn));
+        }
+        let log = (mode == OpenMode::Repair).then_some(log);
         *node.log.lock() = log.map(|log| NodeLog { log, blocks });
         Ok((Arc::new(node), replayed))
+    }
+
+    /// Replays one logged block on top of the checkpoint at block `base` (if any); returns
+    /// the block's number and whether it was applied (it is skipped when the checkpoint
+    /// holds it already, or when it lies on a fork that left the chain below the checkpoint).
+    fn replay_logged(&self, base: Option<u64>, lsn: u64, payload: &[u8]) -> Result<(u64, bool), StorageError> {
+        let record = decode_logged_payload(lsn, payload)?;
+        let header = decode_header(&record.header).map_err(StorageError::Replay)?;
+        if let Some(base) = base {
+            if header.number <= base || !self.versions.read().by_hash.contains_key(&header.parent_hash) {
+                return Ok((header.number, false));
+            }
+        }
+        self.accept(&record).map_err(StorageError::Replay)?;
+        Ok((header.number, true))
     }
 
     /// Makes the newest sound checkpoint beside the log (at `newest`, else the previous one)

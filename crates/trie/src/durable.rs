@@ -24,7 +24,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use alloy_primitives::B256;
-use virga_log::{LogError, LogOptions, RecordLog, SyncPolicy};
+use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
 
 use crate::versions::Update;
 use crate::Trie;
@@ -102,24 +102,19 @@ impl DurableTrie {
         }
         let mut log_options = options.log.clone();
         log_options.sync = options.sync;
-        let (log, recovered) = RecordLog::open(&dir.join(LOG_DIR), log_options)?;
         let mut replayed = 0;
-        for record in &recovered.records {
-            let (record_version, root, updates) =
-                decode_record(&record.payload).map_err(|what| DurableError::CorruptRecord { lsn: record.lsn, what })?;
-            if record_version <= version {
-                continue;
-            }
-            if record_version != version + 1 {
-                return Err(DurableError::VersionGap { lsn: record.lsn, expected: version + 1, found: record_version });
-            }
-            apply(&mut trie, &updates);
-            let actual = trie.root_hash();
-            if actual != root {
-                return Err(DurableError::RootMismatch { version: record_version, expected: root, actual });
-            }
-            version = record_version;
-            replayed += 1;
+        let mut replay_error = None;
+        let (log, recovered) =
+            RecordLog::open_with(&dir.join(LOG_DIR), log_options, OpenMode::Repair, |lsn, payload| {
+                if replay_error.is_none() {
+                    match replay(&mut trie, &mut version, lsn, payload) {
+                        Ok(applied) => replayed += u64::from(applied),
+                        Err(error) => replay_error = Some(error),
+                    }
+                }
+            })?;
+        if let Some(error) = replay_error {
+            return Err(error);
         }
         let report = RecoveryReport {
             checkpoint_version,
@@ -184,6 +179,26 @@ impl DurableTrie {
         self.last_checkpoint = self.version;
         Ok(path)
     }
+}
+
+/// Replays one log record onto `trie` at `version`; returns whether it was applied (records
+/// at or below the checkpoint's version are skipped).
+fn replay(trie: &mut Trie, version: &mut u64, lsn: u64, payload: &[u8]) -> Result<bool, DurableError> {
+    let (record_version, root, updates) =
+        decode_record(payload).map_err(|what| DurableError::CorruptRecord { lsn, what })?;
+    if record_version <= *version {
+        return Ok(false);
+    }
+    if record_version != *version + 1 {
+        return Err(DurableError::VersionGap { lsn, expected: *version + 1, found: record_version });
+    }
+    apply(trie, &updates);
+    let actual = trie.root_hash();
+    if actual != root {
+        return Err(DurableError::RootMismatch { version: record_version, expected: root, actual });
+    }
+    *version = record_version;
+    Ok(true)
 }
 
 fn apply(trie: &mut Trie, updates: &[Update]) {

@@ -159,3 +159,78 @@ pub(crate) fn check_name(name: &str) -> io::Result<()> {
 
 /// A shareable handle on a storage.
 pub type SharedStorage = Arc<dyn Storage>;
+
+/// Something that names a [`Storage`]: a directory path (a [`FileStorage`]) or a storage
+/// itself. Lets APIs take `dir.path()` and `Arc<dyn Storage>` alike.
+pub trait IntoStorage {
+    /// How to name the storage in messages, before it is opened.
+    fn location(&self) -> PathBuf;
+
+    /// The storage. With `create`, a missing directory is created (durably) first; without
+    /// it, nothing on disk is touched.
+    fn into_storage(self, create: bool) -> io::Result<Arc<dyn Storage>>;
+}
+
+impl IntoStorage for &std::path::Path {
+    fn location(&self) -> PathBuf {
+        self.to_path_buf()
+    }
+
+    fn into_storage(self, create: bool) -> io::Result<Arc<dyn Storage>> {
+        if create {
+            Ok(Arc::new(FileStorage::create_dir_all(self)?))
+        } else {
+            Ok(Arc::new(FileStorage::new(self)))
+        }
+    }
+}
+
+impl IntoStorage for &PathBuf {
+    fn location(&self) -> PathBuf {
+        (*self).clone()
+    }
+
+    fn into_storage(self, create: bool) -> io::Result<Arc<dyn Storage>> {
+        self.as_path().into_storage(create)
+    }
+}
+
+impl IntoStorage for PathBuf {
+    fn location(&self) -> PathBuf {
+        self.clone()
+    }
+
+    fn into_storage(self, create: bool) -> io::Result<Arc<dyn Storage>> {
+        self.as_path().into_storage(create)
+    }
+}
+
+impl IntoStorage for Arc<dyn Storage> {
+    fn location(&self) -> PathBuf {
+        Storage::location(&**self)
+    }
+
+    fn into_storage(self, _create: bool) -> io::Result<Arc<dyn Storage>> {
+        Ok(self)
+    }
+}
+
+impl IntoStorage for &Arc<dyn Storage> {
+    fn location(&self) -> PathBuf {
+        Storage::location(&***self)
+    }
+
+    fn into_storage(self, _create: bool) -> io::Result<Arc<dyn Storage>> {
+        Ok(Arc::clone(self))
+    }
+}
+
+impl<S: Storage + Clone + 'static> IntoStorage for &S {
+    fn location(&self) -> PathBuf {
+        Storage::location(*self)
+    }
+
+    fn into_storage(self, _create: bool) -> io::Result<Arc<dyn Storage>> {
+        Ok(Arc::new(self.clone()))
+    }
+}
