@@ -109,6 +109,9 @@ impl Storage for CrashPoint {
     fn sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
         self.inner.sub(name)
     }
+    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        self.inner.open_sub(name)
+    }
     fn path_of(&self, name: &str) -> PathBuf {
         self.inner.path_of(name)
     }

@@ -185,6 +185,10 @@ impl Storage for FaultyStorage {
         Ok(Arc::new(FaultyStorage { inner: self.inner.sub(name)?, plan: Arc::clone(&self.plan) }))
     }
 
+    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        Ok(Arc::new(FaultyStorage { inner: self.inner.open_sub(name)?, plan: Arc::clone(&self.plan) }))
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         self.inner.path_of(name)
     }

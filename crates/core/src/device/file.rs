@@ -99,6 +99,15 @@ impl Storage for FileStorage {
         Ok(Arc::new(self.sub_dir(name)?))
     }
 
+    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        check_name(name)?;
+        let dir = self.dir.join(name);
+        if !dir.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no directory {}", dir.display())));
+        }
+        Ok(Arc::new(FileStorage { dir }))
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }

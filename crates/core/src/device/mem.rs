@@ -181,6 +181,11 @@ impl MemStorage {
         result
     }
 
+    fn nested(&self, name: &str) -> io::Result<String> {
+        check_name(name)?;
+        Ok(if self.namespace.is_empty() { name.to_string() } else { format!("{}/{name}", self.namespace) })
+    }
+
     fn device(&self, id: u64, name: &str) -> Arc<dyn Device> {
         Arc::new(MemDevice { state: Arc::clone(&self.state), id, path: self.path_of(name) })
     }
@@ -301,9 +306,16 @@ impl Storage for MemStorage {
     }
 
     fn sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
-        check_name(name)?;
-        let path = if self.namespace.is_empty() { name.to_string() } else { format!("{}/{name}", self.namespace) };
+        let path = self.nested(name)?;
         self.lock().namespaces.entry(path.clone()).or_default();
+        Ok(Arc::new(MemStorage { state: Arc::clone(&self.state), namespace: path }))
+    }
+
+    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        let path = self.nested(name)?;
+        if !self.lock().namespaces.contains_key(&path) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no namespace mem:/{path}")));
+        }
         Ok(Arc::new(MemStorage { state: Arc::clone(&self.state), namespace: path }))
     }
 

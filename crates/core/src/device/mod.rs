@@ -115,6 +115,10 @@ pub trait Storage: Send + Sync + Debug {
     /// The nested namespace `name`, created (durably) if missing.
     fn sub(&self, name: &str) -> io::Result<Arc<dyn Storage>>;
 
+    /// The nested namespace `name` if it exists ([`io::ErrorKind::NotFound`] otherwise);
+    /// creates nothing, for readers that must not change what they read.
+    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>>;
+
     /// How to name object `name` in messages: a real path for files, `mem:/a/b` for memory.
     fn path_of(&self, name: &str) -> PathBuf;
 
@@ -145,6 +149,51 @@ pub trait Storage: Send + Sync + Debug {
         drop(device);
         self.rename(&temporary, name)?;
         self.sync_dir()
+    }
+}
+
+/// Buffers writes to a [`Device`] and appends them in large pieces: streaming a file (a
+/// checkpoint, a snapshot) without one device call per small write.
+#[derive(Debug)]
+pub struct DeviceWriter {
+    device: Arc<dyn Device>,
+    buf: Vec<u8>,
+    capacity: usize,
+}
+
+impl DeviceWriter {
+    /// Appends to `device` in pieces of about `capacity` bytes.
+    pub fn new(device: Arc<dyn Device>, capacity: usize) -> DeviceWriter {
+        DeviceWriter { device, buf: Vec::with_capacity(capacity), capacity }
+    }
+
+    /// Appends what is buffered, syncs the device, and returns it.
+    pub fn finish(mut self) -> io::Result<Arc<dyn Device>> {
+        io::Write::flush(&mut self)?;
+        self.device.sync()?;
+        Ok(Arc::clone(&self.device))
+    }
+}
+
+impl io::Write for DeviceWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + data.len() > self.capacity {
+            self.flush()?;
+        }
+        if data.len() >= self.capacity {
+            self.device.append(data)?;
+        } else {
+            self.buf.extend_from_slice(data);
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.device.append(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
     }
 }
 

@@ -34,9 +34,17 @@ fn storage_semantics(storage: &dyn Storage) {
     storage.rename("b", "a").unwrap();
     assert_eq!(storage.open("a").unwrap().read_all().unwrap(), b"bee", "rename replaces");
     assert!(!storage.exists("b").unwrap());
+    assert_eq!(storage.open_sub("nested").unwrap_err().kind(), io::ErrorKind::NotFound);
     let sub = storage.sub("nested").unwrap();
     sub.create("inner").unwrap();
     assert_eq!(storage.sub("nested").unwrap().list().unwrap(), vec!["inner".to_string()]);
+    assert_eq!(storage.open_sub("nested").unwrap().list().unwrap(), vec!["inner".to_string()]);
+    let mut writer = DeviceWriter::new(storage.create("streamed").unwrap(), 4);
+    for piece in [&b"ab"[..], b"cde", b"fghijk", b"l"] {
+        io::Write::write_all(&mut writer, piece).unwrap();
+    }
+    assert_eq!(writer.finish().unwrap().read_all().unwrap(), b"abcdefghijkl");
+    storage.remove("streamed").unwrap();
     let mut names = storage.list().unwrap();
     names.sort();
     assert_eq!(names, vec!["a".to_string()], "nested namespaces are not objects");
