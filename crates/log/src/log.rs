@@ -25,6 +25,9 @@ pub struct RecordLog {
     /// Every segment, oldest first; the last one is appended to. Closed segments are durable
     /// and never written again. Empty only for a read-only log with no segment.
     segments: VecDeque<IndexedSegment>,
+    /// Offsets of the last segment's records (its `offsets` stay empty until it is closed):
+    /// kept apart so an append pushes to a vector without going through the deque.
+    active_records: Vec<u64>,
     writable: bool,
     /// Bytes of the last segment handed to the device.
     file_len: u64,
@@ -135,11 +138,14 @@ impl RecordLog {
             repair: scanned.tail.map(|t| t.repair),
             segments: scanned.segments.len(),
         };
+        let mut segments: VecDeque<IndexedSegment> = scanned.segments.into();
+        let active_records = segments.back_mut().map(|s| std::mem::take(&mut s.offsets)).unwrap_or_default();
         let log = RecordLog {
             location: storage.location(),
             storage,
             options,
-            segments: scanned.segments.into(),
+            segments,
+            active_records,
             writable,
             file_len: scanned.last_len,
             durable_len: scanned.last_len,
@@ -207,12 +213,12 @@ impl RecordLog {
         };
         let record_len = (RECORD_HEADER_LEN + payload.len()) as u64;
         let active_len = self.file_len + self.buf.len() as u64;
-        if !self.active().records.is_empty() && active_len + record_len > self.options.segment_bytes {
+        if !self.active_records.is_empty() && active_len + record_len > self.options.segment_bytes {
             self.rotate().map_err(|e| self.poison(e))?;
         }
 
         let offset = self.file_len + self.buf.len() as u64;
-        self.active_mut().records.push(RecordPos { offset, payload_len });
+        self.active_records.push(offset);
         encode_record(&mut self.buf, lsn, payload_len, payload);
         self.next_lsn = following;
 
@@ -347,7 +353,7 @@ impl RecordLog {
     /// segment carries it in its name and header.
     pub fn truncate_prefix(&mut self, before_lsn: u64) -> Result<usize, LogError> {
         self.check_writable()?;
-        if !self.active().records.is_empty() && self.next_lsn <= before_lsn {
+        if !self.active_records.is_empty() && self.next_lsn <= before_lsn {
             self.rotate().map_err(|e| self.poison(e))?;
         }
         let mut removed = 0;
@@ -375,17 +381,19 @@ impl RecordLog {
         self.segments.back().expect("a writable log always has a segment")
     }
 
-    fn active_mut(&mut self) -> &mut IndexedSegment {
-        self.segments.back_mut().expect("a writable log always has a segment")
-    }
-
     fn find(&self, lsn: u64) -> Option<(&IndexedSegment, RecordPos)> {
         if lsn < self.first_lsn() || lsn >= self.next_lsn {
             return None;
         }
         let index = self.segments.partition_point(|s| s.segment.base_lsn <= lsn).checked_sub(1)?;
         let segment = &self.segments[index];
-        let pos = *segment.records.get((lsn - segment.segment.base_lsn) as usize)?;
+        let record = (lsn - segment.segment.base_lsn) as usize;
+        let pos = if index + 1 == self.segments.len() {
+            let end = self.file_len + self.buf.len() as u64;
+            IndexedSegment::position(&self.active_records, end, record)?
+        } else {
+            IndexedSegment::position(&segment.offsets, segment.end, record)?
+        };
         Some((segment, pos))
     }
 
@@ -471,7 +479,16 @@ impl RecordLog {
     fn rotate(&mut self) -> Result<(), LogError> {
         self.sync_active()?;
         let (segment, device) = create_segment(&*self.storage, self.next_lsn)?;
-        self.segments.push_back(IndexedSegment { segment, device, records: Vec::new() });
+        // The next segment likely holds about as many records as this one.
+        let expected = self.active_records.len();
+        let closed = std::mem::replace(&mut self.active_records, Vec::with_capacity(expected));
+        let end = self.file_len;
+        if let Some(last) = self.segments.back_mut() {
+            last.offsets = closed;
+            last.end = end;
+        }
+        let end = SEGMENT_HEADER_LEN as u64;
+        self.segments.push_back(IndexedSegment { segment, device, offsets: Vec::new(), end });
         self.file_len = SEGMENT_HEADER_LEN as u64;
         self.durable_len = self.file_len;
         Ok(())

@@ -32,13 +32,27 @@ pub(crate) struct RecordPos {
     pub payload_len: u32,
 }
 
-/// A segment, its open device, and the position of each of its records (the record at index
-/// `i` has LSN `base_lsn + i`).
+/// A segment, its open device, and where each of its records starts (the record at index
+/// `i` has LSN `base_lsn + i`; it ends where the next one starts, the last one at `end`).
+/// Eight bytes per record: lengths follow from the offsets.
 #[derive(Debug)]
 pub(crate) struct IndexedSegment {
     pub segment: Segment,
     pub device: Arc<dyn Device>,
-    pub records: Vec<RecordPos>,
+    pub offsets: Vec<u64>,
+    /// Offset just past the last valid record.
+    pub end: u64,
+}
+
+impl IndexedSegment {
+    /// Position of the record at `index` among `offsets` (the segment's, or the active
+    /// segment's kept by the log), whose records end at `end`.
+    pub fn position(offsets: &[u64], end: u64, index: usize) -> Option<RecordPos> {
+        let offset = *offsets.get(index)?;
+        let next = offsets.get(index + 1).copied().unwrap_or(end);
+        let payload_len = u32::try_from(next - offset - RECORD_HEADER_LEN as u64).ok()?;
+        Some(RecordPos { offset, payload_len })
+    }
 }
 
 /// How a torn tail must be repaired.
@@ -121,8 +135,9 @@ pub(crate) fn scan_log(
             return Err(corrupt(segment.path, 0, Some(next_lsn), reason));
         }
         let device = storage.open(&segment.name).map_err(io_error("open", segment.path.clone()))?;
-        let mut records = Vec::new();
-        match scan_segment(&segment, &*device, max_record_bytes, &mut records, visit)? {
+        let mut offsets = Vec::new();
+        let mut end = SEGMENT_HEADER_LEN as u64;
+        match scan_segment(&segment, &*device, max_record_bytes, &mut offsets, visit)? {
             Scan::TornHeader { file_len, reason } => {
                 if !is_last {
                     return Err(corrupt(
@@ -136,7 +151,8 @@ pub(crate) fn scan_log(
                 let repair = TailRepair { segment: segment.path.clone(), offset: 0, bytes: file_len, reason };
                 scanned.tail = Some(Tail { repair, kind: TailKind::Header });
             }
-            Scan::Body { next_lsn, file_len, defect } => {
+            Scan::Body { next_lsn, file_len, valid_end, defect } => {
+                end = valid_end;
                 scanned.last_len = file_len;
                 if let Some(defect) = defect {
                     if !is_last {
@@ -160,7 +176,7 @@ pub(crate) fn scan_log(
                 scanned.next_lsn = next_lsn;
             }
         }
-        scanned.segments.push(IndexedSegment { segment, device, records });
+        scanned.segments.push(IndexedSegment { segment, device, offsets, end });
     }
     Ok(scanned)
 }
@@ -174,6 +190,8 @@ enum Scan {
         /// LSN following the last valid record.
         next_lsn: u64,
         file_len: u64,
+        /// Offset just past the last valid record.
+        valid_end: u64,
         /// First invalid data, if any; everything before it is valid.
         defect: Option<Defect>,
     },
@@ -289,7 +307,7 @@ impl SeqReader<'_> {
     }
 }
 
-/// Reads and validates one segment, appending each valid record's position to `records` and
+/// Reads and validates one segment, appending each valid record's offset to `offsets` and
 /// showing its payload to `visit`.
 ///
 /// Problems that an interrupted append can cause (a short or zero-filled header, a length
@@ -301,7 +319,7 @@ fn scan_segment(
     segment: &Segment,
     device: &dyn Device,
     max_record_bytes: u32,
-    records: &mut Vec<RecordPos>,
+    offsets: &mut Vec<u64>,
     visit: &mut dyn FnMut(u64, &[u8]),
 ) -> Result<Scan, LogError> {
     let path = &segment.path;
@@ -395,9 +413,9 @@ fn scan_segment(
             return fail("record uses the last possible LSN".to_string());
         };
         visit(header.lsn, &payload);
-        records.push(RecordPos { offset, payload_len: header.payload_len });
+        offsets.push(offset);
         expected_lsn = following;
         offset += RECORD_HEADER_LEN as u64 + u64::from(header.payload_len);
     };
-    Ok(Scan::Body { next_lsn: expected_lsn, file_len, defect })
+    Ok(Scan::Body { next_lsn: expected_lsn, file_len, valid_end: offset, defect })
 }

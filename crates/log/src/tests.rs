@@ -827,3 +827,40 @@ proptest! {
         run_ops(segment_bytes, sync, ops);
     }
 }
+
+#[test]
+fn segments_and_records_of_another_format_version_are_refused_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    fill(dir.path(), buffered(), 3);
+    let segment = last_segment(dir.path());
+    let original = fs::read(&segment).unwrap();
+
+    // A segment header of version 0, intact otherwise: an older format.
+    let mut older = original.clone();
+    older[8..10].copy_from_slice(&0u16.to_le_bytes());
+    let crc = crc32fast::hash(&older[0..20]);
+    older[20..24].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&segment, &older).unwrap();
+    for result in
+        [RecordLog::recover(dir.path(), buffered()).map(|_| ()), RecordLog::scan(dir.path(), &buffered()).map(|_| ())]
+    {
+        let error = result.unwrap_err();
+        assert!(matches!(error, LogError::UnsupportedFormat { found: 0, supported: 1, .. }), "{error}");
+        assert!(error.to_string().contains("older"), "{error}");
+    }
+    assert_eq!(fs::read(&segment).unwrap(), older, "nothing was repaired");
+
+    // A record of version 0 with a valid checksum.
+    let mut record = original;
+    let at = SEGMENT_HEADER_LEN;
+    record[at + 1] = 0;
+    let mut header = [0u8; RECORD_HEADER_LEN];
+    header.copy_from_slice(&record[at..at + RECORD_HEADER_LEN]);
+    let len = u32::from_le_bytes(header[4..8].try_into().unwrap()) as usize;
+    let crc = format::record_checksum(&header, &record[at + RECORD_HEADER_LEN..at + RECORD_HEADER_LEN + len]);
+    record[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&segment, &record).unwrap();
+    let (_, offset, reason) = expect_corrupt(try_open(dir.path(), buffered()));
+    assert_eq!(offset, SEGMENT_HEADER_LEN as u64);
+    assert!(reason.contains("format version 0, older"), "{reason}");
+}
