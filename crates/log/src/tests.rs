@@ -864,3 +864,50 @@ fn segments_and_records_of_another_format_version_are_refused_saying_so() {
     assert_eq!(offset, SEGMENT_HEADER_LEN as u64);
     assert!(reason.contains("format version 0, older"), "{reason}");
 }
+
+#[test]
+fn records_read_back_by_lsn_from_the_buffer_and_from_every_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), options(150, SyncPolicy::None));
+    let payloads: Vec<Vec<u8>> = (0..30).map(payload).collect();
+    for (i, p) in payloads.iter().enumerate() {
+        let lsn = log.append(p).unwrap();
+        // Still in the write buffer, or already in a closed segment: readable either way.
+        assert_eq!(log.read(lsn).unwrap(), *p, "LSN {lsn} right after its append");
+        assert_eq!(log.read(i as u64 / 2 + 1).unwrap(), payloads[i / 2]);
+    }
+    assert!(log.segment_count() > 3);
+    let location = log.location(7).unwrap();
+    assert_eq!(location.payload_len as usize, payloads[6].len());
+    // LSN 7 lies in a closed segment, on disk where the location says.
+    let bytes = fs::read(dir.path().join(&location.segment)).unwrap();
+    let start = location.offset as usize + RECORD_HEADER_LEN;
+    assert_eq!(&bytes[start..start + payloads[6].len()], &payloads[6][..]);
+    assert_eq!(log.read_prefix(9, 3).unwrap(), payloads[8][..3.min(payloads[8].len())]);
+    assert_eq!(log.read_prefix(9, 1000).unwrap(), payloads[8]);
+    let tail: Vec<Record> = log.records(25).collect::<Result<_, _>>().unwrap();
+    assert_eq!(tail.iter().map(|r| r.lsn).collect::<Vec<_>>(), (25..=30).collect::<Vec<_>>());
+    assert!(matches!(log.read(31), Err(LogError::NoSuchRecord { lsn: 31, first: 1, next: 31, .. })));
+    assert!(matches!(log.read(0), Err(LogError::NoSuchRecord { .. })));
+    log.sync().unwrap();
+    let removed = log.truncate_prefix(20).unwrap();
+    assert!(removed > 0);
+    assert!(log.location(1).is_none());
+    assert_eq!(log.records(1).next().unwrap().unwrap().lsn, log.first_lsn());
+    assert_eq!(log.read(30).unwrap(), payloads[29]);
+}
+
+#[test]
+fn a_read_only_log_refuses_writes_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("never");
+    assert!(RecordLog::open_with(&missing, buffered(), OpenMode::ReadOnly, |_, _| {}).is_err());
+    assert!(!missing.exists());
+    fill(dir.path(), buffered(), 4);
+    let (mut log, recovered) = RecordLog::open_with(dir.path(), buffered(), OpenMode::ReadOnly, |_, _| {}).unwrap();
+    assert_eq!(recovered.record_count, 4);
+    assert!(matches!(log.append(b"x"), Err(LogError::ReadOnly { .. })));
+    assert!(matches!(log.sync(), Err(LogError::ReadOnly { .. })));
+    assert!(matches!(log.truncate_prefix(3), Err(LogError::ReadOnly { .. })));
+    assert_eq!(log.read(4).unwrap(), payload(3));
+}
