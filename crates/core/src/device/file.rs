@@ -57,9 +57,12 @@ impl Storage for FileStorage {
     fn open(&self, name: &str) -> io::Result<Arc<dyn Device>> {
         check_name(name)?;
         let path = self.dir.join(name);
-        // Read-only media (or permissions) still allow reading a log for verification.
+        // Read-only media (or permissions) still allow reading a log for verification;
+        // writes through such a device then fail.
         let file = match OpenOptions::new().read(true).write(true).open(&path) {
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => File::open(&path)?,
+            Err(e) if matches!(e.kind(), io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem) => {
+                File::open(&path)?
+            }
             other => other?,
         };
         Ok(Arc::new(FileDevice::new(file)?))

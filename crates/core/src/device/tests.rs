@@ -308,3 +308,14 @@ fn short_reads_are_completed_by_read_exact_at() {
     device.read_exact_at(&mut buf, 0).unwrap();
     assert_eq!(&buf, b"abcdefgh");
 }
+
+#[test]
+fn a_file_without_write_permission_still_opens_for_reading() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileStorage::create_dir_all(dir.path()).unwrap();
+    storage.create("sealed").unwrap().append(b"kept").unwrap();
+    let path = storage.path_of("sealed");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    assert_eq!(storage.open("sealed").unwrap().read_all().unwrap(), b"kept");
+}
