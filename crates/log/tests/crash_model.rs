@@ -5,118 +5,29 @@
 //! surface as named errors, never as silent loss.
 
 use std::io;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use proptest::prelude::*;
-use virga_core::device::{Device, FaultPlan, FaultyStorage, MemStorage, Storage};
+use virga_core::device::{CrashPoint, FaultPlan, FaultyStorage, MemStorage, Storage};
 use virga_log::{
     GroupLog, GroupLogOptions, LogError, LogOptions, OpenMode, Record, RecordLog, SyncMode, SyncPolicy, Verdict,
 };
 
-/// Passes everything through to a [`MemStorage`], and copies it (durable and volatile
-/// state) just before the `crash_at`-th mutating operation: the moment the crash hits.
-#[derive(Debug)]
-struct CrashPoint {
-    inner: MemStorage,
-    shared: Arc<CrashState>,
-}
+/// What the test knew before each step of a run: how many storage operations had happened,
+/// and (for the step starting then) what was acknowledged and below which LSN records may
+/// be removed. A crash inside a step must keep what was known before it.
+#[derive(Default)]
+struct Steps(Vec<(u64, u64, u64)>);
 
-#[derive(Debug, Default)]
-struct CrashState {
-    operations: AtomicU64,
-    crash_at: u64,
-    /// Set by the test before each log call: LSNs up to this one were acknowledged durable.
-    acknowledged: AtomicU64,
-    /// Set by the test before each log call: records below this LSN may have been removed.
-    removable_below: AtomicU64,
-    /// The storage at the crash, and `acknowledged` / `removable_below` at that moment.
-    crashed: Mutex<Option<(MemStorage, u64, u64)>>,
-}
+impl Steps {
+    fn note(&mut self, operations: u64, acknowledged: u64, removable_below: u64) {
+        self.0.push((operations, acknowledged, removable_below));
+    }
 
-impl CrashState {
-    fn tick(&self, storage: &MemStorage) {
-        if self.operations.fetch_add(1, Ordering::SeqCst) + 1 == self.crash_at {
-            let acknowledged = self.acknowledged.load(Ordering::SeqCst);
-            let removable = self.removable_below.load(Ordering::SeqCst);
-            *self.crashed.lock().unwrap() = Some((storage.snapshot(), acknowledged, removable));
-        }
-    }
-}
-
-#[derive(Debug)]
-struct CrashPointDevice {
-    inner: Arc<dyn Device>,
-    storage: MemStorage,
-    shared: Arc<CrashState>,
-}
-
-impl Device for CrashPointDevice {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
-        self.shared.tick(&self.storage);
-        self.inner.write_at(data, offset)
-    }
-    fn append(&self, data: &[u8]) -> io::Result<u64> {
-        self.shared.tick(&self.storage);
-        self.inner.append(data)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.shared.tick(&self.storage);
-        self.inner.sync()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn truncate(&self, len: u64) -> io::Result<()> {
-        self.shared.tick(&self.storage);
-        self.inner.truncate(len)
-    }
-}
-
-impl CrashPoint {
-    fn wrap(&self, device: Arc<dyn Device>) -> Arc<dyn Device> {
-        Arc::new(CrashPointDevice { inner: device, storage: self.inner.clone(), shared: Arc::clone(&self.shared) })
-    }
-}
-
-impl Storage for CrashPoint {
-    fn create(&self, name: &str) -> io::Result<Arc<dyn Device>> {
-        self.shared.tick(&self.inner);
-        Ok(self.wrap(self.inner.create(name)?))
-    }
-    fn open(&self, name: &str) -> io::Result<Arc<dyn Device>> {
-        Ok(self.wrap(self.inner.open(name)?))
-    }
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.shared.tick(&self.inner);
-        self.inner.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        self.shared.tick(&self.inner);
-        self.inner.rename(from, to)
-    }
-    fn sync_dir(&self) -> io::Result<()> {
-        self.shared.tick(&self.inner);
-        self.inner.sync_dir()
-    }
-    fn sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
-        self.inner.sub(name)
-    }
-    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
-        self.inner.open_sub(name)
-    }
-    fn path_of(&self, name: &str) -> PathBuf {
-        self.inner.path_of(name)
-    }
-    fn location(&self) -> PathBuf {
-        Storage::location(&self.inner)
+    /// Acknowledged and removable-below at a crash just before operation `crash_at`.
+    fn at(&self, crash_at: u64) -> (u64, u64) {
+        let step = self.0.iter().rev().find(|(operations, _, _)| *operations < crash_at);
+        step.map_or((0, 1), |&(_, acknowledged, removable)| (acknowledged, removable))
     }
 }
 
@@ -176,38 +87,31 @@ fn segment_bytes() -> impl Strategy<Value = u64> {
     prop_oneof![Just(3000u64), Just(700)]
 }
 
-/// Counts the mutating storage operations a run makes, so that a crash point can be picked
-/// among them.
-fn count_operations(run: impl FnOnce(u64) -> Arc<CrashState>) -> u64 {
-    run(0).operations.load(Ordering::SeqCst)
-}
-
 fn run_record_log(sync: SyncPolicy, segment_bytes: u64, ops: &[Op], pick: u64, seed: u64) {
-    let total = count_operations(|never| run_record_log_at(sync, segment_bytes, ops, never, None));
+    let total = run_record_log_at(sync, segment_bytes, ops, 0, None);
     run_record_log_at(sync, segment_bytes, ops, 1 + pick % total.max(1), Some(seed));
 }
 
 fn run_group_log(mode: SyncMode, segment_bytes: u64, ops: &[Op], pick: u64, seed: u64) {
     // The flusher makes the count vary a little from run to run; any point is a valid one.
-    let total = count_operations(|never| run_group_log_at(mode, segment_bytes, ops, never, None));
+    let total = run_group_log_at(mode, segment_bytes, ops, 0, None);
     run_group_log_at(mode, segment_bytes, ops, 1 + pick % total.max(1), Some(seed));
 }
 
-/// Runs `ops`, crashing at the `crash_at`-th storage operation (or after the last one), and
-/// checks recovery when `seed` is given. Returns the crash point's counters.
-fn run_record_log_at(
-    sync: SyncPolicy,
-    segment_bytes: u64,
-    ops: &[Op],
-    crash_at: u64,
-    seed: Option<u64>,
-) -> Arc<CrashState> {
+/// Runs `ops`, crashing just before storage operation `crash_at` (0: after the last one),
+/// and checks recovery when `seed` is given. Returns how many operations the run made.
+fn run_record_log_at(sync: SyncPolicy, segment_bytes: u64, ops: &[Op], crash_at: u64, seed: Option<u64>) -> u64 {
     let memory = MemStorage::new();
-    let shared = Arc::new(CrashState { crash_at, ..CrashState::default() });
-    let storage: Arc<dyn Storage> = Arc::new(CrashPoint { inner: memory.clone(), shared: Arc::clone(&shared) });
-    let (mut log, _) = RecordLog::recover(&storage, LogOptions { segment_bytes, ..options(sync) }).unwrap();
+    let crash_point = CrashPoint::new(memory.clone(), crash_at);
+    let (mut log, _) = RecordLog::recover(&crash_point, LogOptions { segment_bytes, ..options(sync) }).unwrap();
     let mut appended = Vec::new();
+    let mut steps = Steps::default();
+    let mut removable = 1;
     for op in ops {
+        if let Op::TruncatePrefix(ahead) = op {
+            removable = removable.max(log.first_lsn() + u64::from(*ahead));
+        }
+        steps.note(crash_point.operations(), log.durable_lsn(), removable);
         match op {
             Op::Append(payload) => {
                 appended.push(payload.clone());
@@ -215,35 +119,27 @@ fn run_record_log_at(
             }
             Op::Sync => assert_eq!(log.sync().unwrap(), appended.len() as u64),
             Op::TruncatePrefix(ahead) => {
-                let before = log.first_lsn() + u64::from(*ahead);
-                shared.removable_below.fetch_max(before, Ordering::SeqCst);
-                log.truncate_prefix(before).unwrap();
+                log.truncate_prefix(log.first_lsn() + u64::from(*ahead)).unwrap();
             }
         }
-        shared.acknowledged.store(log.durable_lsn(), Ordering::SeqCst);
     }
-    // A crash after the last operation: what it finds as it is.
+    let operations = crash_point.operations();
+    steps.note(operations, log.durable_lsn(), removable);
+    // The process dies: nothing more reaches the storage.
     std::mem::forget(log);
-    let at_end =
-        (memory.snapshot(), shared.acknowledged.load(Ordering::SeqCst), shared.removable_below.load(Ordering::SeqCst));
-    let (state, acknowledged, removable) = shared.crashed.lock().unwrap().take().unwrap_or(at_end);
     if let Some(seed) = seed {
+        let state = crash_point.state_at_crash().unwrap_or_else(|| memory.snapshot());
+        let (acknowledged, removable) =
+            steps.at(if crash_point.state_at_crash().is_some() { crash_at } else { u64::MAX });
         check_recovery(&state.crash(seed), &appended, acknowledged, removable);
         check_recovery(&state.crash_losing_unsynced(), &appended, acknowledged, removable);
     }
-    shared
+    operations
 }
 
-fn run_group_log_at(
-    mode: SyncMode,
-    segment_bytes: u64,
-    ops: &[Op],
-    crash_at: u64,
-    seed: Option<u64>,
-) -> Arc<CrashState> {
+fn run_group_log_at(mode: SyncMode, segment_bytes: u64, ops: &[Op], crash_at: u64, seed: Option<u64>) -> u64 {
     let memory = MemStorage::new();
-    let shared = Arc::new(CrashState { crash_at, ..CrashState::default() });
-    let storage: Arc<dyn Storage> = Arc::new(CrashPoint { inner: memory.clone(), shared: Arc::clone(&shared) });
+    let crash_point = CrashPoint::new(memory.clone(), crash_at);
     let group_options = GroupLogOptions {
         sync: mode,
         segment_bytes,
@@ -251,12 +147,20 @@ fn run_group_log_at(
         write_buffer_bytes: 300,
         ..GroupLogOptions::default()
     };
-    let (log, _) = GroupLog::recover(&storage, group_options).unwrap();
+    let (log, _) = GroupLog::recover(&crash_point, group_options).unwrap();
     let mut appended = Vec::new();
     // In `None` mode durability is off and `durable_lsn` says nothing: only `sync` counts.
+    // The flusher makes records durable behind the test's back; what it had reported before
+    // a step is acknowledged during it.
     let durable = |log: &GroupLog, synced: u64| if mode == SyncMode::None { synced } else { log.durable_lsn() };
     let mut synced = 0;
+    let mut steps = Steps::default();
+    let mut removable = 1;
     for op in ops {
+        if let Op::TruncatePrefix(ahead) = op {
+            removable = removable.max(log.first_lsn().unwrap() + u64::from(*ahead));
+        }
+        steps.note(crash_point.operations(), durable(&log, synced), removable);
         match op {
             Op::Append(payload) => {
                 appended.push(payload.clone());
@@ -267,26 +171,23 @@ fn run_group_log_at(
                 assert_eq!(synced, appended.len() as u64);
             }
             Op::TruncatePrefix(ahead) => {
-                let before = log.first_lsn().unwrap() + u64::from(*ahead);
-                shared.removable_below.fetch_max(before, Ordering::SeqCst);
-                log.truncate_prefix(before).unwrap();
+                log.truncate_prefix(log.first_lsn().unwrap() + u64::from(*ahead)).unwrap();
             }
         }
-        // The flusher makes records durable behind the test's back; what it reported is
-        // acknowledged from here on.
-        shared.acknowledged.fetch_max(durable(&log, synced), Ordering::SeqCst);
     }
     let acknowledged_at_end = durable(&log, synced);
     let at_end = memory.snapshot();
+    let operations = crash_point.operations();
     drop(log);
-    let acknowledged_at_end = acknowledged_at_end.max(shared.acknowledged.load(Ordering::SeqCst));
-    let removable = shared.removable_below.load(Ordering::SeqCst);
-    let (state, acknowledged, removable) =
-        shared.crashed.lock().unwrap().take().unwrap_or((at_end, acknowledged_at_end, removable));
     if let Some(seed) = seed {
+        let (state, (acknowledged, removable)) = match crash_point.state_at_crash() {
+            // A crash point the flusher reached after the test's last step counts as the end.
+            Some(state) if crash_at <= operations => (state, steps.at(crash_at)),
+            _ => (at_end, (acknowledged_at_end, removable)),
+        };
         check_recovery(&state.crash(seed), &appended, acknowledged, removable);
     }
-    shared
+    operations
 }
 
 proptest! {

@@ -455,6 +455,8 @@ fn newest_checkpoint(storage: &dyn Storage) -> Result<Option<(u64, Trie)>, Durab
 mod tests {
     use std::fs;
 
+    use virga_core::device::CrashPoint;
+
     use super::*;
 
     #[test]
@@ -535,6 +537,41 @@ mod tests {
                 let (recovered, _) = DurableTrie::open(&state.crash(seed + u64::from(v) * 100), options.clone())
                     .unwrap_or_else(|e| panic!("version {}: seed {seed}: {e}", v + 1));
                 assert!(recovered.version() >= synced, "synced {synced}, recovered {}", recovered.version());
+                assert_eq!(recovered.trie().root_hash(), roots[recovered.version() as usize]);
+            }
+        }
+    }
+
+    /// Commits versions (each durable when `commit` returns), with checkpoints; returns the
+    /// roots by version, and per commit the storage operations before it and the version
+    /// acknowledged by then.
+    fn commit_versions(storage: &CrashPoint) -> (Vec<B256>, Vec<(u64, u64)>) {
+        let options = DurableOptions { checkpoint_every: 3, ..Default::default() };
+        let (mut trie, _) = DurableTrie::open(storage, options).unwrap();
+        let mut roots = vec![trie.trie().root_hash()];
+        let mut steps = Vec::new();
+        for v in 0..10u8 {
+            steps.push((storage.operations(), trie.version()));
+            roots.push(trie.commit(&[(vec![v % 4; 32], Some(vec![v; 60]))]).unwrap().1);
+        }
+        steps.push((storage.operations(), trie.version()));
+        (roots, steps)
+    }
+
+    #[test]
+    fn a_crash_at_any_storage_operation_keeps_every_acknowledged_version() {
+        let (_, steps) = commit_versions(&CrashPoint::new(MemStorage::new(), 0));
+        let total = steps.last().unwrap().0;
+        for crash_at in 1..=total {
+            let crash_point = CrashPoint::new(MemStorage::new(), crash_at);
+            let (roots, steps) = commit_versions(&crash_point);
+            let acknowledged = steps.iter().rev().find(|(operations, _)| *operations < crash_at).map_or(0, |s| s.1);
+            let state = crash_point.state_at_crash().unwrap();
+            for seed in 0..3 {
+                let options = DurableOptions { checkpoint_every: 3, ..Default::default() };
+                let (recovered, _) = DurableTrie::open(&state.crash(seed), options)
+                    .unwrap_or_else(|e| panic!("crash before operation {crash_at}, seed {seed}: {e}"));
+                assert!(recovered.version() >= acknowledged, "operation {crash_at}: lost version {acknowledged}");
                 assert_eq!(recovered.trie().root_hash(), roots[recovered.version() as usize]);
             }
         }

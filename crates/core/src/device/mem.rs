@@ -181,6 +181,22 @@ impl MemStorage {
         result
     }
 
+    /// As [`Storage::sub`], keeping the concrete type.
+    pub fn sub_mem(&self, name: &str) -> io::Result<MemStorage> {
+        let path = self.nested(name)?;
+        self.lock().namespaces.entry(path.clone()).or_default();
+        Ok(MemStorage { state: Arc::clone(&self.state), namespace: path })
+    }
+
+    /// As [`Storage::open_sub`], keeping the concrete type.
+    pub fn open_sub_mem(&self, name: &str) -> io::Result<MemStorage> {
+        let path = self.nested(name)?;
+        if !self.lock().namespaces.contains_key(&path) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no namespace mem:/{path}")));
+        }
+        Ok(MemStorage { state: Arc::clone(&self.state), namespace: path })
+    }
+
     fn nested(&self, name: &str) -> io::Result<String> {
         check_name(name)?;
         Ok(if self.namespace.is_empty() { name.to_string() } else { format!("{}/{name}", self.namespace) })
@@ -306,17 +322,11 @@ impl Storage for MemStorage {
     }
 
     fn sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
-        let path = self.nested(name)?;
-        self.lock().namespaces.entry(path.clone()).or_default();
-        Ok(Arc::new(MemStorage { state: Arc::clone(&self.state), namespace: path }))
+        Ok(Arc::new(self.sub_mem(name)?))
     }
 
     fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
-        let path = self.nested(name)?;
-        if !self.lock().namespaces.contains_key(&path) {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no namespace mem:/{path}")));
-        }
-        Ok(Arc::new(MemStorage { state: Arc::clone(&self.state), namespace: path }))
+        Ok(Arc::new(self.open_sub_mem(name)?))
     }
 
     fn path_of(&self, name: &str) -> PathBuf {

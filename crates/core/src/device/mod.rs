@@ -13,6 +13,7 @@
 //! Errors at this layer are plain [`std::io::Error`]s; callers name the object with
 //! [`Storage::path_of`] in their own errors.
 
+mod crash_point;
 mod faulty;
 mod file;
 mod mem;
@@ -24,6 +25,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use crash_point::CrashPoint;
 pub use faulty::{FaultPlan, FaultyStorage};
 pub use file::{FileDevice, FileStorage};
 pub use mem::{MemStorage, CRASH_BLOCK_BYTES};

@@ -319,3 +319,24 @@ fn a_file_without_write_permission_still_opens_for_reading() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
     assert_eq!(storage.open("sealed").unwrap().read_all().unwrap(), b"kept");
 }
+
+#[test]
+fn crash_point_snapshots_just_before_the_chosen_operation() {
+    let memory = MemStorage::new();
+    let storage = CrashPoint::new(memory.clone(), 4);
+    let device = storage.create("f").unwrap(); // 1
+    device.append(b"one").unwrap(); // 2
+    device.sync().unwrap(); // 3
+    let nested = storage.sub("inner").unwrap();
+    assert!(storage.state_at_crash().is_none());
+    nested.create("g").unwrap(); // 4: the snapshot is taken before it
+    device.append(b"two").unwrap(); // 5
+    assert_eq!(storage.operations(), 5);
+    let state = storage.state_at_crash().unwrap();
+    assert_eq!(state.open("f").unwrap().read_all().unwrap(), b"one");
+    assert!(!state.sub("inner").unwrap().exists("g").unwrap());
+    assert_eq!(memory.open("f").unwrap().read_all().unwrap(), b"onetwo", "the run itself goes on");
+    // Its creation was never made durable by a directory sync.
+    assert!(!state.crash_losing_unsynced().exists("f").unwrap());
+    assert!(CrashPoint::new(MemStorage::new(), 0).state_at_crash().is_none());
+}
