@@ -8,7 +8,6 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use virga_log::RecordLog;
 
 const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
 
@@ -56,7 +55,7 @@ fn wait_logged(dir: &Path, id: &str, blocks: usize) {
     let log = virga_node::storage::log_path(dir, id);
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let logged = RecordLog::read(&log, virga_node::storage::log_options()).map_or(0, |read| read.records.len());
+        let logged = virga_log::read_all(&log, virga_node::storage::log_options()).map_or(0, |read| read.len());
         if logged >= blocks {
             return;
         }

@@ -4,6 +4,7 @@
 //! Everything here is pure (no I/O, no threads) except [`clock`], which reads the system time.
 
 pub mod clock;
+pub mod device;
 pub mod nibbles;
 
 /// Hex encoding and decoding (`hex::encode_prefixed`, `hex::decode`), re-exported so every crate
@@ -11,6 +12,7 @@ pub mod nibbles;
 pub use alloy_primitives::hex;
 pub use alloy_primitives::{keccak256, Address, Bytes, B256, U256};
 pub use clock::{Clock, HybridClock, ManualClock, SkewProfile, SkewedClock, SystemClock};
+pub use device::{Device, FaultPlan, FaultyStorage, FileStorage, MemStorage, Storage};
 pub use nibbles::Nibbles;
 
 /// keccak-256 of the empty string: the code hash of an account without code.

@@ -503,24 +503,6 @@ fn rebuild_state_dir(state_dir: &Path, options: &ChainOptions) -> Result<Durable
     Ok(DurableTrie::open(state_dir, state_options(options))?.0)
 }
 
-fn copy_dir(from: &Path, to: &Path) -> Result<(), ChainError> {
-    for entry in std::fs::read_dir(from).map_err(io_error(from))? {
-        let entry = entry.map_err(io_error(from))?;
-        let source = entry.path();
-        let target = to.join(entry.file_name());
-        let file_type = entry.file_type().map_err(io_error(&source))?;
-        if file_type.is_dir() {
-            std::fs::create_dir_all(&target).map_err(io_error(&target))?;
-            copy_dir(&source, &target)?;
-        } else if file_type.is_file() {
-            std::fs::copy(&source, &target).map_err(io_error(&source))?;
-        }
-        // Anything else (a symbolic link, a device) is no part of a state store; leaving it out
-        // makes recovery of the copy fail if the store needed it.
-    }
-    Ok(())
-}
-
 fn load_block(store: &ChainStore, number: u64) -> Result<Block, ChainError> {
     let bytes = store.get_by_number(number)?.ok_or(ChainError::Missing(number))?;
     Block::decode(&bytes).map_err(|source| ChainError::Decode { number, source })
@@ -691,16 +673,13 @@ fn execute_checked(
     Ok(VerifiedChain { summary, state_roots })
 }
 
-/// Recovers a copy of the state store and returns its block and root. Recovery repairs what
-/// it opens (drops a torn tail, removes unfinished checkpoints); an audit must change
-/// nothing, hence the copy.
-fn recover_state_copy(state_dir: &Path) -> Result<(u64, B256), ChainError> {
+/// Reads the state store without changing it (a torn log tail is reported, not cut;
+/// unfinished checkpoints are left alone) and returns its block and root.
+fn read_state_store(state_dir: &Path) -> Result<(u64, B256), ChainError> {
     if !state_dir.exists() {
         return Err(ChainError::EmptyState(state_dir.to_path_buf()));
     }
-    let copy = tempfile::tempdir().map_err(io_error(state_dir))?;
-    copy_dir(state_dir, copy.path())?;
-    let (state_store, recovery) = DurableTrie::open(copy.path(), DurableOptions::default())?;
+    let (state_store, recovery) = DurableTrie::open_read_only(state_dir, DurableOptions::default())?;
     if recovery.truncated_log_bytes > 0 {
         return Err(ChainError::StateTail { bytes: recovery.truncated_log_bytes, version: state_store.version() });
     }
@@ -727,10 +706,10 @@ pub fn audit(
     let state_dir = dir.join(STATE_DIR);
     let (verified, state_store) = match mode {
         ExecMode::Serial => {
-            (verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress), recover_state_copy(&state_dir))
+            (verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress), read_state_store(&state_dir))
         }
         ExecMode::Staged => std::thread::scope(|scope| {
-            let state_store = scope.spawn(|| recover_state_copy(&state_dir));
+            let state_store = scope.spawn(|| read_state_store(&state_dir));
             let verified = verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress);
             let state_store = state_store.join().unwrap_or_else(|_| Err(ChainError::EmptyState(state_dir.clone())));
             (verified, state_store)

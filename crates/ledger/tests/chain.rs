@@ -154,6 +154,29 @@ fn bad_blocks_are_refused_with_the_block_and_the_reason() {
 }
 
 #[test]
+fn the_audit_reports_a_torn_state_log_tail_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = keys(4);
+    let mut chain = new_chain(dir.path(), &keys, ChainOptions::default());
+    build(&mut chain, &keys, 3, 5);
+    chain.sync().unwrap();
+    drop(chain);
+    let wal = dir.path().join("state/wal");
+    let segment = std::fs::read_dir(&wal).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes.extend_from_slice(&[0xB5, 1, 0]);
+    std::fs::write(&segment, &bytes).unwrap();
+    let unfinished = dir.path().join("state/checkpoint-00000000000000000099.ckpt.tmp");
+    std::fs::write(&unfinished, b"half").unwrap();
+    let audited = audit(dir.path(), ExecMode::Serial, &pool(), &mut |_| {});
+    assert!(matches!(audited, Err(ChainError::StateTail { bytes: 3, .. })), "{audited:?}");
+    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "the audit read the state store in place, cutting nothing");
+    assert!(unfinished.exists());
+    drop(Chain::open(dir.path(), ChainOptions::default(), &pool()).expect("reopens"));
+    audit(dir.path(), ExecMode::Serial, &pool(), &mut |_| {}).expect("sound after the repair");
+}
+
+#[test]
 fn a_damaged_state_store_is_rebuilt_on_open_and_reported_by_the_audit() {
     let dir = tempfile::tempdir().unwrap();
     let keys = keys(6);

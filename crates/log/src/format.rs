@@ -97,14 +97,22 @@ pub fn decode_segment_header_with(magic: &[u8; 8], header: &[u8; SEGMENT_HEADER_
     }
     let version = u16::from_le_bytes([header[8], header[9]]);
     if version != SEGMENT_FORMAT_VERSION {
+        let age = if version < SEGMENT_FORMAT_VERSION { "older" } else { "newer" };
         return Err(format!(
-            "unsupported segment format version {version} (this build reads version {SEGMENT_FORMAT_VERSION})"
+            "segment written by format version {version}, {age} than this build's version {SEGMENT_FORMAT_VERSION}"
         ));
     }
     if header[10..12] != [0, 0] {
         return Err("reserved bytes of the segment header are not zero".to_string());
     }
     Ok(le_u64(header, 12))
+}
+
+/// The format version of a header whose magic and checksum are intact, else `None` (then
+/// the header is simply invalid, as after an interrupted write).
+pub(crate) fn segment_header_version(header: &[u8; SEGMENT_HEADER_LEN]) -> Option<u16> {
+    let intact = header[0..8] == SEGMENT_MAGIC && le_u32(header, 20) == crc32fast::hash(&header[0..20]);
+    intact.then(|| u16::from_le_bytes([header[8], header[9]]))
 }
 
 /// Appends one framed record to `out`.

@@ -23,15 +23,17 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+use virga_core::device::IntoStorage;
 
 use crate::{
-    LogError, LogOptions, RecordLog, Recovered, SyncPolicy, DEFAULT_MAX_RECORD_BYTES, DEFAULT_SEGMENT_BYTES,
-    DEFAULT_WRITE_BUFFER_BYTES,
+    LogError, LogOptions, OpenMode, RecordLocation, RecordLog, Recovered, SyncPolicy, DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_SEGMENT_BYTES, DEFAULT_WRITE_BUFFER_BYTES,
 };
 
 /// Default for [`GroupLogOptions::max_staged_bytes`]: 64 MiB.
@@ -300,6 +302,8 @@ pub struct GroupLog {
 
 struct Shared {
     dir: PathBuf,
+    /// Opened with [`OpenMode::ReadOnly`]: appends are refused.
+    read_only: bool,
     mode: SyncMode,
     max_record_bytes: u32,
     group_delay: Duration,
@@ -381,16 +385,36 @@ impl fmt::Debug for GroupLog {
 }
 
 impl GroupLog {
-    /// Opens (creating if needed) the log in `dir`, recovers it as [`RecordLog::open`] does,
-    /// and starts the background flusher (except in [`SyncMode::Every`], which needs none).
-    /// Every recovered record is durable, so [`durable_lsn`](GroupLog::durable_lsn) starts at
-    /// the last recovered LSN.
-    pub fn open(dir: &Path, options: GroupLogOptions) -> Result<(GroupLog, Recovered), LogError> {
-        let (log, recovered) = RecordLog::open(dir, options.log_options())?;
+    /// Opens (creating if needed) the log at `at` (a directory or a storage) as
+    /// [`RecordLog::open`] does, refusing a torn tail, and starts the background flusher
+    /// (except in [`SyncMode::Every`], which needs none).
+    pub fn open(at: impl IntoStorage, options: GroupLogOptions) -> Result<(GroupLog, Recovered), LogError> {
+        GroupLog::open_with(at, options, OpenMode::Strict, |_, _| {})
+    }
+
+    /// As [`open`](GroupLog::open), cutting a torn tail first (as [`RecordLog::recover`]):
+    /// what a process restarting after a crash wants.
+    pub fn recover(at: impl IntoStorage, options: GroupLogOptions) -> Result<(GroupLog, Recovered), LogError> {
+        GroupLog::open_with(at, options, OpenMode::Repair, |_, _| {})
+    }
+
+    /// Opens the log as [`RecordLog::open_with`] does (showing each record's payload to
+    /// `visit` while indexing) and starts the flusher. Every indexed record is durable, so
+    /// [`durable_lsn`](GroupLog::durable_lsn) starts at the last one. A log opened in
+    /// [`OpenMode::ReadOnly`] refuses appends.
+    pub fn open_with(
+        at: impl IntoStorage,
+        options: GroupLogOptions,
+        mode: OpenMode,
+        visit: impl FnMut(u64, &[u8]),
+    ) -> Result<(GroupLog, Recovered), LogError> {
+        let (log, recovered) = RecordLog::open_with(at, options.log_options(), mode, visit)?;
+        let dir = log.dir().to_path_buf();
         let next_lsn = log.next_lsn();
         let last_lsn = next_lsn.saturating_sub(1);
         let shared = Arc::new(Shared {
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
+            read_only: mode == OpenMode::ReadOnly,
             mode: options.sync,
             max_record_bytes: options.max_record_bytes,
             group_delay: options.group_delay,
@@ -424,11 +448,7 @@ impl GroupLog {
                 let handle = thread::Builder::new()
                     .name("virga-log-flusher".to_string())
                     .spawn(move || run_flusher(&for_thread))
-                    .map_err(|source| LogError::Io {
-                        op: "start the flusher thread for",
-                        path: dir.to_path_buf(),
-                        source,
-                    })?;
+                    .map_err(|source| LogError::Io { op: "start the flusher thread for", path: dir, source })?;
                 Some(handle)
             }
         };
@@ -540,6 +560,28 @@ impl GroupLog {
         writer.log.truncate_prefix(before_lsn)
     }
 
+    /// The payload of record `lsn`, as [`RecordLog::read`]. Records still staged (appended
+    /// but not yet handed to the record log by the flusher or [`sync`](GroupLog::sync)) are
+    /// not readable yet: [`LogError::NoSuchRecord`].
+    pub fn read(&self, lsn: u64) -> Result<Vec<u8>, LogError> {
+        self.shared.lock_writer()?.log.read(lsn)
+    }
+
+    /// The first `len` bytes of record `lsn`'s payload, as [`RecordLog::read_prefix`].
+    pub fn read_prefix(&self, lsn: u64, len: usize) -> Result<Vec<u8>, LogError> {
+        self.shared.lock_writer()?.log.read_prefix(lsn, len)
+    }
+
+    /// Where record `lsn` lies, as [`RecordLog::location`].
+    pub fn location(&self, lsn: u64) -> Result<Option<RecordLocation>, LogError> {
+        Ok(self.shared.lock_writer()?.log.location(lsn))
+    }
+
+    /// Lowest LSN the log still holds.
+    pub fn first_lsn(&self) -> Result<u64, LogError> {
+        Ok(self.shared.lock_writer()?.log.first_lsn())
+    }
+
     /// Counters since the log was opened.
     pub fn stats(&self) -> GroupLogStats {
         let shared = &*self.shared;
@@ -594,6 +636,9 @@ impl Drop for GroupLog {
 
 impl Shared {
     fn check_len(&self, len: usize) -> Result<(), LogError> {
+        if self.read_only {
+            return Err(LogError::ReadOnly { dir: self.dir.clone() });
+        }
         let max = self.max_record_bytes;
         match u32::try_from(len) {
             Ok(len) if len <= max => Ok(()),
@@ -632,7 +677,7 @@ impl Shared {
     /// fsync or segment creation failed and what reached the disk is unknown.
     fn fail_if_fatal(&self, error: LogError) -> LogError {
         match error {
-            LogError::RecordTooLarge { .. } | LogError::LsnExhausted { .. } => error,
+            LogError::RecordTooLarge { .. } | LogError::LsnExhausted { .. } | LogError::ReadOnly { .. } => error,
             _ => self.fail(error),
         }
     }

@@ -24,8 +24,31 @@ fn payload(i: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
 }
 
-fn open(dir: &Path, options: LogOptions) -> (RecordLog, Recovered) {
-    match RecordLog::open(dir, options) {
+/// What opening found, with the records the visitor saw.
+struct Opened {
+    records: Vec<Record>,
+    truncated_bytes: u64,
+    repair: Option<TailRepair>,
+    next_lsn: u64,
+    segments: usize,
+}
+
+/// Opens in [`OpenMode::Repair`], collecting the records through the visitor and checking
+/// that reading them back through the index gives the same.
+fn try_open(dir: &Path, options: LogOptions) -> Result<(RecordLog, Opened), LogError> {
+    let mut records = Vec::new();
+    let (log, recovered) = RecordLog::open_with(dir, options, OpenMode::Repair, |lsn, payload| {
+        records.push(Record { lsn, payload: payload.to_vec() })
+    })?;
+    let read_back: Vec<Record> = log.records(0).collect::<Result<_, _>>().unwrap();
+    assert_eq!(read_back, records, "the index reads back what the scan saw");
+    assert_eq!(recovered.record_count, records.len() as u64);
+    let Recovered { truncated_bytes, repair, next_lsn, segments, .. } = recovered;
+    Ok((log, Opened { records, truncated_bytes, repair, next_lsn, segments }))
+}
+
+fn open(dir: &Path, options: LogOptions) -> (RecordLog, Opened) {
+    match try_open(dir, options) {
         Ok(opened) => opened,
         Err(e) => panic!("open {}: {e}", dir.display()),
     }
@@ -42,7 +65,7 @@ fn fill(dir: &Path, options: LogOptions, count: usize) -> Vec<Vec<u8>> {
     payloads
 }
 
-fn payloads_of(recovered: &Recovered) -> Vec<Vec<u8>> {
+fn payloads_of(recovered: &Opened) -> Vec<Vec<u8>> {
     recovered.records.iter().map(|r| r.payload.clone()).collect()
 }
 
@@ -100,9 +123,9 @@ fn append_bytes(path: &Path, extra: &[u8]) {
     file.write_all(extra).unwrap();
 }
 
-fn expect_corrupt(result: Result<(RecordLog, Recovered), LogError>) -> (PathBuf, u64, String) {
+fn expect_corrupt(result: Result<(RecordLog, Opened), LogError>) -> (PathBuf, u64, String) {
     match result {
-        Err(LogError::Corrupt { segment, offset, reason }) => (segment, offset, reason),
+        Err(LogError::Corrupt { segment, offset, reason, .. }) => (segment, offset, reason),
         Err(other) => panic!("expected a Corrupt error, got: {other}"),
         Ok((_, recovered)) => panic!("expected a Corrupt error, recovery returned {} records", recovered.records.len()),
     }
@@ -288,22 +311,41 @@ fn reading_reports_what_open_would_recover_and_changes_nothing() {
     let len_before = fs::metadata(&segment).unwrap().len();
     append_bytes(&segment, b"torn");
 
-    let read = RecordLog::read(dir.path(), buffered()).unwrap();
-    assert_eq!(payloads_of(&read), written);
-    assert_eq!(read.truncated_bytes, 4);
+    let read = read_all(dir.path(), buffered()).unwrap();
+    assert_eq!(read.iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), written);
+    let report = RecordLog::scan(dir.path(), &buffered()).unwrap();
+    assert!(matches!(&report.verdict, Verdict::TornTail(tail) if tail.bytes == 4 && tail.segment == segment));
+    let (read_only, recovered) = RecordLog::open_with(dir.path(), buffered(), OpenMode::ReadOnly, |_, _| {}).unwrap();
+    assert_eq!((recovered.truncated_bytes, recovered.repair.as_ref().map(|r| r.bytes)), (0, Some(4)));
+    assert_eq!(read_only.read(12).unwrap(), written[11]);
+    assert!(matches!(read_only.records(1).count(), 12));
+    drop(read_only);
     assert_eq!(fs::metadata(&segment).unwrap().len(), len_before + 4, "reading cut nothing");
+    let strict = RecordLog::open(dir.path(), buffered());
+    assert!(matches!(&strict, Err(LogError::TornTail { tail }) if tail.offset == len_before), "{strict:?}");
+    assert!(strict.unwrap_err().to_string().contains("repair"));
+    assert_eq!(fs::metadata(&segment).unwrap().len(), len_before + 4, "a refused open cut nothing");
     let (_, opened) = open(dir.path(), buffered());
-    assert_eq!((payloads_of(&opened), opened.truncated_bytes, opened.next_lsn), (written, 4, read.next_lsn));
+    assert_eq!((payloads_of(&opened), opened.truncated_bytes, opened.next_lsn), (written, 4, report.next_lsn));
     assert_eq!(fs::metadata(&segment).unwrap().len(), len_before, "opening cut the tail");
+    assert_eq!(RecordLog::scan(dir.path(), &buffered()).unwrap().verdict, Verdict::Clean);
 
-    // Damage that opening refuses is refused by reading too.
+    // Damage that opening refuses is reported by scanning, and refused by reading.
     let first = segment_files(dir.path()).remove(0);
     flip_byte(&first, SEGMENT_HEADER_LEN as u64 + 2, 0xFF);
-    assert!(matches!(RecordLog::read(dir.path(), buffered()), Err(LogError::Corrupt { .. })));
+    assert!(matches!(read_all(dir.path(), buffered()), Err(LogError::Corrupt { .. })));
+    match RecordLog::scan(dir.path(), &buffered()).unwrap().verdict {
+        Verdict::Damaged(damage) => {
+            assert_eq!((damage.segment, damage.offset, damage.lsn), (first, SEGMENT_HEADER_LEN as u64, Some(1)))
+        }
+        other => panic!("expected damage, got {other:?}"),
+    }
+    assert!(matches!(RecordLog::repair(dir.path(), &buffered()), Err(LogError::Corrupt { .. })));
     // An absent directory is an error, not an empty log; an empty one is an empty log.
-    assert!(RecordLog::read(&dir.path().join("missing"), buffered()).is_err());
+    assert!(read_all(dir.path().join("missing"), buffered()).is_err());
+    assert!(!dir.path().join("missing").exists(), "reading created nothing");
     let empty = tempfile::tempdir().unwrap();
-    assert!(RecordLog::read(empty.path(), buffered()).unwrap().records.is_empty());
+    assert!(read_all(empty.path(), buffered()).unwrap().is_empty());
 }
 
 #[test]
@@ -341,7 +383,7 @@ fn flipped_byte_before_intact_records_of_the_last_segment_is_corruption() {
         let dir = copy_dir(source.path());
         let segment = dir.path().join(&segment_name);
         flip_byte(&segment, offset, 0xFF);
-        let (path, _, reason) = expect_corrupt(RecordLog::open(dir.path(), buffered()));
+        let (path, _, reason) = expect_corrupt(try_open(dir.path(), buffered()));
         assert_eq!(path, segment, "flip at {offset}");
         assert!(reason.contains("not a torn write"), "flip at {offset}: {reason}");
         assert_eq!(fs::metadata(&segment).unwrap().len(), bounds[bounds.len() - 1], "nothing was cut");
@@ -365,7 +407,7 @@ fn flipped_byte_in_earlier_segment_is_corruption() {
         let path = dir.path().join(name);
         flip_byte(&path, target, 0x20);
 
-        let result = RecordLog::open(dir.path(), options(120, SyncPolicy::None));
+        let result = try_open(dir.path(), options(120, SyncPolicy::None));
         let (segment, offset, reason) = expect_corrupt(result);
         assert_eq!(segment, path);
         assert_eq!(offset, record_start);
@@ -380,9 +422,11 @@ fn corruption_error_names_file_and_offset() {
     let error = LogError::Corrupt {
         segment: PathBuf::from("/wal/00000000000000000007.seg"),
         offset: 4242,
+        lsn: Some(77),
         reason: "record checksum mismatch".to_string(),
     };
     let message = error.to_string();
+    assert!(message.contains("LSN 77"), "{message}");
     assert!(message.contains("/wal/00000000000000000007.seg"), "{message}");
     assert!(message.contains("4242"), "{message}");
     assert!(message.contains("checksum"), "{message}");
@@ -432,7 +476,7 @@ fn huge_length_is_corruption() {
     let dir = copy_dir(source.path());
     let first = dir.path().join(files[0].file_name().unwrap());
     forge_length(&first, SEGMENT_HEADER_LEN as u64, u32::MAX);
-    let (segment, offset, reason) = expect_corrupt(RecordLog::open(dir.path(), opts));
+    let (segment, offset, reason) = expect_corrupt(try_open(dir.path(), opts));
     assert_eq!((segment, offset), (first, SEGMENT_HEADER_LEN as u64));
     assert!(reason.contains("maximum"), "{reason}");
 }
@@ -446,7 +490,7 @@ fn checksummed_record_with_wrong_lsn_is_corruption_even_at_the_tail() {
     let mut forged = Vec::new();
     format::encode_record(&mut forged, 9, 2, b"hi");
     append_bytes(&segment, &forged);
-    let (path, at, reason) = expect_corrupt(RecordLog::open(dir.path(), buffered()));
+    let (path, at, reason) = expect_corrupt(try_open(dir.path(), buffered()));
     assert_eq!((path, at), (segment, offset));
     assert!(reason.contains("LSN 9"), "{reason}");
 }
@@ -457,7 +501,7 @@ fn missing_middle_segment_is_corruption() {
     fill(dir.path(), options(120, SyncPolicy::None), 12);
     let files = segment_files(dir.path());
     fs::remove_file(&files[1]).unwrap();
-    let (segment, offset, reason) = expect_corrupt(RecordLog::open(dir.path(), buffered()));
+    let (segment, offset, reason) = expect_corrupt(try_open(dir.path(), buffered()));
     assert_eq!((segment, offset), (files[2].clone(), 0));
     assert!(reason.contains("missing"), "{reason}");
 }
@@ -469,7 +513,7 @@ fn renamed_segment_is_corruption() {
     let from = last_segment(dir.path());
     let to = dir.path().join(segment_file_name(5));
     fs::rename(&from, &to).unwrap();
-    let (segment, _, reason) = expect_corrupt(RecordLog::open(dir.path(), buffered()));
+    let (segment, _, reason) = expect_corrupt(try_open(dir.path(), buffered()));
     assert_eq!(segment, to);
     assert!(reason.contains("file name"), "{reason}");
 }
@@ -509,7 +553,7 @@ fn bad_segment_header_with_data_after_it_is_corruption() {
     fill(dir.path(), buffered(), 3);
     let segment = last_segment(dir.path());
     flip_byte(&segment, 2, 0x40);
-    let (path, offset, reason) = expect_corrupt(RecordLog::open(dir.path(), buffered()));
+    let (path, offset, reason) = expect_corrupt(try_open(dir.path(), buffered()));
     assert_eq!((path, offset), (segment, 0));
     assert!(reason.contains("magic"), "{reason}");
 }
@@ -526,7 +570,7 @@ fn unrelated_files_are_ignored_and_bad_segment_names_rejected() {
 
     let overflow = dir.path().join("99999999999999999999.seg");
     fs::write(&overflow, b"").unwrap();
-    let (segment, _, _) = expect_corrupt(RecordLog::open(dir.path(), buffered()));
+    let (segment, _, _) = expect_corrupt(try_open(dir.path(), buffered()));
     assert_eq!(segment, overflow);
 }
 
@@ -671,7 +715,7 @@ impl Oracle {
     }
 
     /// Checks what recovery returned and adopts it.
-    fn check_recovered(&mut self, log: &RecordLog, recovered: &Recovered, crashed: bool) {
+    fn check_recovered(&mut self, log: &RecordLog, recovered: &Opened, crashed: bool) {
         let dir = log.dir().to_path_buf();
         assert_eq!(log.first_lsn(), self.base);
         let got = &recovered.records;
@@ -782,4 +826,88 @@ proptest! {
         let sync = if every { SyncPolicy::Every } else { SyncPolicy::None };
         run_ops(segment_bytes, sync, ops);
     }
+}
+
+#[test]
+fn segments_and_records_of_another_format_version_are_refused_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    fill(dir.path(), buffered(), 3);
+    let segment = last_segment(dir.path());
+    let original = fs::read(&segment).unwrap();
+
+    // A segment header of version 0, intact otherwise: an older format.
+    let mut older = original.clone();
+    older[8..10].copy_from_slice(&0u16.to_le_bytes());
+    let crc = crc32fast::hash(&older[0..20]);
+    older[20..24].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&segment, &older).unwrap();
+    for result in
+        [RecordLog::recover(dir.path(), buffered()).map(|_| ()), RecordLog::scan(dir.path(), &buffered()).map(|_| ())]
+    {
+        let error = result.unwrap_err();
+        assert!(matches!(error, LogError::UnsupportedFormat { found: 0, supported: 1, .. }), "{error}");
+        assert!(error.to_string().contains("older"), "{error}");
+    }
+    assert_eq!(fs::read(&segment).unwrap(), older, "nothing was repaired");
+
+    // A record of version 0 with a valid checksum.
+    let mut record = original;
+    let at = SEGMENT_HEADER_LEN;
+    record[at + 1] = 0;
+    let mut header = [0u8; RECORD_HEADER_LEN];
+    header.copy_from_slice(&record[at..at + RECORD_HEADER_LEN]);
+    let len = u32::from_le_bytes(header[4..8].try_into().unwrap()) as usize;
+    let crc = format::record_checksum(&header, &record[at + RECORD_HEADER_LEN..at + RECORD_HEADER_LEN + len]);
+    record[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&segment, &record).unwrap();
+    let (_, offset, reason) = expect_corrupt(try_open(dir.path(), buffered()));
+    assert_eq!(offset, SEGMENT_HEADER_LEN as u64);
+    assert!(reason.contains("format version 0, older"), "{reason}");
+}
+
+#[test]
+fn records_read_back_by_lsn_from_the_buffer_and_from_every_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(dir.path(), options(150, SyncPolicy::None));
+    let payloads: Vec<Vec<u8>> = (0..30).map(payload).collect();
+    for (i, p) in payloads.iter().enumerate() {
+        let lsn = log.append(p).unwrap();
+        // Still in the write buffer, or already in a closed segment: readable either way.
+        assert_eq!(log.read(lsn).unwrap(), *p, "LSN {lsn} right after its append");
+        assert_eq!(log.read(i as u64 / 2 + 1).unwrap(), payloads[i / 2]);
+    }
+    assert!(log.segment_count() > 3);
+    let location = log.location(7).unwrap();
+    assert_eq!(location.payload_len as usize, payloads[6].len());
+    // LSN 7 lies in a closed segment, on disk where the location says.
+    let bytes = fs::read(dir.path().join(&location.segment)).unwrap();
+    let start = location.offset as usize + RECORD_HEADER_LEN;
+    assert_eq!(&bytes[start..start + payloads[6].len()], &payloads[6][..]);
+    assert_eq!(log.read_prefix(9, 3).unwrap(), payloads[8][..3.min(payloads[8].len())]);
+    assert_eq!(log.read_prefix(9, 1000).unwrap(), payloads[8]);
+    let tail: Vec<Record> = log.records(25).collect::<Result<_, _>>().unwrap();
+    assert_eq!(tail.iter().map(|r| r.lsn).collect::<Vec<_>>(), (25..=30).collect::<Vec<_>>());
+    assert!(matches!(log.read(31), Err(LogError::NoSuchRecord { lsn: 31, first: 1, next: 31, .. })));
+    assert!(matches!(log.read(0), Err(LogError::NoSuchRecord { .. })));
+    log.sync().unwrap();
+    let removed = log.truncate_prefix(20).unwrap();
+    assert!(removed > 0);
+    assert!(log.location(1).is_none());
+    assert_eq!(log.records(1).next().unwrap().unwrap().lsn, log.first_lsn());
+    assert_eq!(log.read(30).unwrap(), payloads[29]);
+}
+
+#[test]
+fn a_read_only_log_refuses_writes_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("never");
+    assert!(RecordLog::open_with(&missing, buffered(), OpenMode::ReadOnly, |_, _| {}).is_err());
+    assert!(!missing.exists());
+    fill(dir.path(), buffered(), 4);
+    let (mut log, recovered) = RecordLog::open_with(dir.path(), buffered(), OpenMode::ReadOnly, |_, _| {}).unwrap();
+    assert_eq!(recovered.record_count, 4);
+    assert!(matches!(log.append(b"x"), Err(LogError::ReadOnly { .. })));
+    assert!(matches!(log.sync(), Err(LogError::ReadOnly { .. })));
+    assert!(matches!(log.truncate_prefix(3), Err(LogError::ReadOnly { .. })));
+    assert_eq!(log.read(4).unwrap(), payload(3));
 }

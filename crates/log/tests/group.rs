@@ -11,16 +11,31 @@ use std::thread;
 use std::time::Duration;
 
 use virga_log::{
-    segment_file_name, GroupLog, GroupLogOptions, LogError, Recovered, SyncMode, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    segment_file_name, GroupLog, GroupLogOptions, LogError, OpenMode, Record, Recovered, SyncMode, TailRepair,
+    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 
 fn options(sync: SyncMode) -> GroupLogOptions {
     GroupLogOptions { sync, ..GroupLogOptions::default() }
 }
 
-fn open(dir: &Path, options: GroupLogOptions) -> (GroupLog, Recovered) {
-    match GroupLog::open(dir, options) {
-        Ok(opened) => opened,
+/// What opening found, with the records the visitor saw.
+struct Opened {
+    records: Vec<Record>,
+    truncated_bytes: u64,
+    repair: Option<TailRepair>,
+    segments: usize,
+}
+
+/// Opens as a restarting process does (repairing a torn tail), collecting every record.
+fn open(dir: &Path, options: GroupLogOptions) -> (GroupLog, Opened) {
+    let mut records = Vec::new();
+    let visit = |lsn, payload: &[u8]| records.push(Record { lsn, payload: payload.to_vec() });
+    match GroupLog::open_with(dir, options, OpenMode::Repair, visit) {
+        Ok((log, recovered)) => {
+            let Recovered { truncated_bytes, repair, segments, .. } = recovered;
+            (log, Opened { records, truncated_bytes, repair, segments })
+        }
         Err(e) => panic!("open {}: {e}", dir.display()),
     }
 }
@@ -66,7 +81,7 @@ fn append_concurrently(log: &Arc<GroupLog>, threads: usize, per_thread: usize, w
     all
 }
 
-fn assert_recovered(recovered: &Recovered, expected: &BTreeMap<u64, Vec<u8>>) {
+fn assert_recovered(recovered: &Opened, expected: &BTreeMap<u64, Vec<u8>>) {
     assert_eq!(recovered.records.len(), expected.len());
     for (record, (lsn, bytes)) in recovered.records.iter().zip(expected) {
         assert_eq!(record.lsn, *lsn);
@@ -140,8 +155,12 @@ fn group_commit_shares_fsyncs_between_waiting_committers() {
     let stats = log.stats();
     eprintln!("waiting committers: {stats:?}, {:.2} records per fsync", stats.records_per_fsync());
     assert_eq!(stats.flushed, records.len() as u64);
+    // What group commit guarantees whatever the thread timing: every waited-for record is
+    // durable, and no fsync was spent without a record to make durable. How many records
+    // shared an fsync depends on scheduling; the group delay test below forces sharing.
+    assert!(log.durable_lsn() >= *records.keys().last().unwrap());
     assert!(stats.fsyncs > 0);
-    assert!(stats.fsyncs < stats.flushed, "no fsync was shared: {stats:?}");
+    assert!(stats.fsyncs <= stats.flushed, "{stats:?}");
     close(log);
 }
 
@@ -153,20 +172,29 @@ fn group_commit_without_waiting_needs_few_fsyncs() {
     let stats = log.stats();
     eprintln!("pipelined appenders: {stats:?}, {:.2} records per fsync", stats.records_per_fsync());
     assert_eq!(stats.flushed, records.len() as u64);
-    assert!(stats.fsyncs * 10 <= stats.flushed, "expected far fewer fsyncs than records: {stats:?}");
-    close(log);
+    // Batching depends on scheduling; what is guaranteed is that no fsync went without a
+    // record, and that closing makes every record durable.
+    assert!(stats.fsyncs <= stats.flushed, "{stats:?}");
+    let last = log.last_lsn();
+    assert_eq!(close(log), last);
 }
 
 #[test]
 fn group_delay_gathers_more_records_per_fsync() {
     let dir = tempfile::tempdir().unwrap();
-    let options = GroupLogOptions { group_delay: Duration::from_millis(5), ..options(SyncMode::Group) };
-    let log = Arc::new(open(dir.path(), options).0);
-    append_concurrently(&log, 4, 40, true);
+    // The flusher sits out a long delay after noticing the first record, so every record
+    // appended meanwhile is still staged when `sync` takes the batch: one fsync for all,
+    // whatever the scheduling.
+    let options = GroupLogOptions { group_delay: Duration::from_secs(60), ..options(SyncMode::Group) };
+    let (log, _) = open(dir.path(), options);
+    for i in 0..100 {
+        log.append(&payload(0, i)).unwrap();
+    }
+    assert_eq!(log.sync().unwrap(), 100);
     let stats = log.stats();
-    eprintln!("group delay 5 ms: {stats:?}, {:.2} records per fsync", stats.records_per_fsync());
-    assert!(stats.records_per_fsync() >= 2.0, "{stats:?}");
-    close(log);
+    assert_eq!((stats.flushed, stats.fsyncs, stats.largest_batch), (100, 1, 100), "{stats:?}");
+    // Closing cuts the delay short and spends no fsync on an empty batch.
+    assert_eq!(log.close().unwrap(), 100);
 }
 
 #[test]

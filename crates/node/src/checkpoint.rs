@@ -1,7 +1,8 @@
 //! A storage node's checkpoints: its served shards at one block, so a restart rebuilds that
 //! version directly and applies only the logged blocks after it.
 //!
-//! File `checkpoint.bin` beside the log: an 8-byte magic, the CRC-32 of the payload, the
+//! Object `checkpoint.bin` in the storage that holds the log (for files: beside the log's
+//! directory): an 8-byte magic, the CRC-32 of the payload, the
 //! payload's length (u64, little endian), then the payload, a protobuf `StorageCheckpoint`
 //! (header, every shard's subtree hash, the served shards' entries). A new checkpoint is
 //! written to a temporary file and fsynced; the current one is then renamed to
@@ -14,8 +15,8 @@
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use prost::Message;
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use virga_core::device::Storage;
 use virga_net::proto::{KeyUpdate, ShardEntries, StorageCheckpoint};
 use virga_trie::shard::{Shard, ShardedTrie};
 
@@ -44,12 +45,13 @@ pub fn previous_of(path: &Path) -> PathBuf {
 
 /// Writes the served shards of `shards` at `header` as the newest checkpoint at `path`; the
 /// one it replaces becomes the previous checkpoint.
-pub fn write(path: &Path, header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<(), String> {
+/// Writes the checkpoint of `header` into `storage`, keeping the one it replaces as
+/// [`PREVIOUS_FILE`].
+pub fn write(storage: &dyn Storage, header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<(), String> {
     let bytes = encode(header, shards, served)?;
-    install(path, &bytes)
+    install(storage, &bytes)
 }
 
-/// A checkpoint file's bytes.
 pub fn encode(header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<Vec<u8>, String> {
     let mut images = Vec::with_capacity(served.len());
     for &index in served {
@@ -79,26 +81,29 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 }
 
 /// Puts `bytes` durably at `path`, moving what was there to the previous checkpoint's place.
-fn install(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let temporary = path.with_extension("tmp");
-    let failed = |what: &str, error: std::io::Error| format!("{what} {}: {error}", temporary.display());
-    let mut file = std::fs::File::create(&temporary).map_err(|error| failed("creating", error))?;
-    file.write_all(bytes).map_err(|error| failed("writing", error))?;
-    file.sync_all().map_err(|error| failed("syncing", error))?;
-    drop(file);
-    if path.exists() {
-        std::fs::rename(path, previous_of(path)).map_err(|error| failed("keeping the checkpoint before", error))?;
+fn install(storage: &dyn Storage, bytes: &[u8]) -> Result<(), String> {
+    let temporary = format!("{CHECKPOINT_FILE}.tmp");
+    let failed =
+        |what: &str, name: &str, error: std::io::Error| format!("{what} {}: {error}", storage.path_of(name).display());
+    match storage.remove(&temporary) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(failed("removing", &temporary, error));
+        }
+        _ => {}
     }
-    std::fs::rename(&temporary, path).map_err(|error| failed("renaming", error))?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(|error| failed("syncing the directory of", error))?;
+    let device = storage.create(&temporary).map_err(|error| failed("creating", &temporary, error))?;
+    device.write_at(bytes, 0).map_err(|error| failed("writing", &temporary, error))?;
+    device.sync().map_err(|error| failed("syncing", &temporary, error))?;
+    drop(device);
+    if storage.exists(CHECKPOINT_FILE).map_err(|error| failed("looking for", CHECKPOINT_FILE, error))? {
+        storage
+            .rename(CHECKPOINT_FILE, PREVIOUS_FILE)
+            .map_err(|error| failed("keeping the checkpoint before", CHECKPOINT_FILE, error))?;
     }
-    Ok(())
+    storage.rename(&temporary, CHECKPOINT_FILE).map_err(|error| failed("renaming", &temporary, error))?;
+    storage.sync_dir().map_err(|error| failed("syncing the directory of", CHECKPOINT_FILE, error))
 }
 
-/// A version rebuilt from a checkpoint.
 #[derive(Debug)]
 pub struct Loaded {
     pub header: Header,
@@ -108,8 +113,11 @@ pub struct Loaded {
 
 /// Reads and checks the checkpoint at `path` for a node serving `served` of `shard_count`
 /// shards. Every failure names what is wrong; nothing is trusted unchecked.
-pub fn read(path: &Path, served: &[usize], shard_count: usize) -> Result<Loaded, String> {
-    let bytes = std::fs::read(path).map_err(|error| format!("{}: {error}", path.display()))?;
+pub fn read(storage: &dyn Storage, name: &str, served: &[usize], shard_count: usize) -> Result<Loaded, String> {
+    let bytes = storage
+        .open(name)
+        .and_then(|device| device.read_all())
+        .map_err(|error| format!("{}: {error}", storage.path_of(name).display()))?;
     decode(&bytes, served, shard_count)
 }
 
@@ -170,30 +178,85 @@ mod tests {
 
     #[test]
     fn a_file_that_is_not_a_whole_checkpoint_is_refused_with_the_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(CHECKPOINT_FILE);
+        let storage = virga_core::device::MemStorage::new();
         let mut sharded = ShardedTrie::new(16).unwrap();
         for i in 0..200u8 {
             sharded.insert(alloy_primitives::keccak256([i]).as_slice(), &[i + 1; 40]).unwrap();
         }
         let header = Header { state_root: sharded.root_hash(), number: 5, ..Header::default() };
-        write(&path, &header, &sharded, &[1, 2]).unwrap();
-        let loaded = read(&path, &[1, 2], 16).unwrap();
+        write(&storage, &header, &sharded, &[1, 2]).unwrap();
+        let loaded = read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap();
         assert_eq!((loaded.header.number, loaded.hash), (5, header.hash_slow()));
         assert_eq!(loaded.shards.root_hash(), sharded.root_hash());
         assert!(loaded.shards.shard(3).unwrap().is_known_by_hash());
+        assert!(!storage.exists(PREVIOUS_FILE).unwrap());
 
-        let whole = std::fs::read(&path).unwrap();
-        std::fs::write(&path, &whole[..whole.len() - 1]).unwrap();
-        assert!(read(&path, &[1, 2], 16).unwrap_err().contains("preamble says"));
-        std::fs::write(&path, b"not a checkpoint at all").unwrap();
-        assert!(read(&path, &[1, 2], 16).unwrap_err().contains("bad magic"));
+        let whole = storage.open(CHECKPOINT_FILE).unwrap().read_all().unwrap();
+        let put = |bytes: &[u8]| {
+            let device = storage.open(CHECKPOINT_FILE).unwrap();
+            device.truncate(0).unwrap();
+            device.write_at(bytes, 0).unwrap();
+        };
+        put(&whole[..whole.len() - 1]);
+        assert!(read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap_err().contains("preamble says"));
+        put(b"not a checkpoint at all");
+        assert!(read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap_err().contains("bad magic"));
         // Whole, but for a node serving a shard it does not hold.
-        std::fs::write(&path, &whole).unwrap();
-        assert!(read(&path, &[1, 2, 3], 16).unwrap_err().contains("served shard 3 is missing"));
-        // Whole, but the recorded shard hashes do not give the header's root.
+        put(&whole);
+        assert!(read(&storage, CHECKPOINT_FILE, &[1, 2, 3], 16).unwrap_err().contains("served shard 3 is missing"));
+        // Whole, but the recorded shard hashes do not give the header's root; the sound one
+        // before it is kept as the previous checkpoint.
         let lying = Header { state_root: B256::repeat_byte(9), ..header };
-        write(&path, &lying, &sharded, &[1, 2]).unwrap();
-        assert!(read(&path, &[1, 2], 16).unwrap_err().contains("give state root"));
+        write(&storage, &lying, &sharded, &[1, 2]).unwrap();
+        assert!(read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap_err().contains("give state root"));
+        assert_eq!(read(&storage, PREVIOUS_FILE, &[1, 2], 16).unwrap().header.number, 5);
+        // Both are durable: a crash now keeps them.
+        let crashed = storage.crash(7);
+        assert!(read(&crashed, PREVIOUS_FILE, &[1, 2], 16).is_ok());
+        assert!(crashed.exists(CHECKPOINT_FILE).unwrap());
+        let missing = read(&storage, "absent", &[1, 2], 16).unwrap_err();
+        assert!(missing.contains("mem:/absent"), "{missing}");
+    }
+
+    /// Writes checkpoints of blocks 1, 2 and 3 into `storage`; returns the operation count
+    /// when each was installed.
+    fn write_three(storage: &virga_core::device::CrashPoint) -> Vec<u64> {
+        let mut installed = Vec::new();
+        let mut sharded = ShardedTrie::new(16).unwrap();
+        for i in 0..200u8 {
+            sharded.insert(alloy_primitives::keccak256([i]).as_slice(), &[i + 1; 40]).unwrap();
+        }
+        for number in 1..=3u64 {
+            sharded.insert(alloy_primitives::keccak256([number as u8]).as_slice(), &[number as u8; 20]).unwrap();
+            let header = Header { state_root: sharded.root_hash(), number, ..Header::default() };
+            write(storage, &header, &sharded, &[1, 2]).unwrap();
+            installed.push(storage.operations());
+        }
+        installed
+    }
+
+    #[test]
+    fn a_crash_at_any_operation_of_installing_a_checkpoint_leaves_a_whole_one() {
+        use virga_core::device::{CrashPoint, MemStorage};
+        let total = write_three(&CrashPoint::new(MemStorage::new(), 0))[2];
+        for crash_at in 1..=total {
+            let storage = CrashPoint::new(MemStorage::new(), crash_at);
+            let installed = write_three(&storage);
+            // Blocks whose checkpoint was installed (write returned) before the crash.
+            let newest_installed = installed.iter().filter(|&&at| at < crash_at).count() as u64;
+            let state = storage.state_at_crash().unwrap();
+            for seed in 0..4 {
+                let crashed = state.crash(seed);
+                let sound: Vec<u64> = [CHECKPOINT_FILE, PREVIOUS_FILE]
+                    .into_iter()
+                    .filter_map(|name| read(&crashed, name, &[1, 2], 16).ok())
+                    .map(|loaded| loaded.header.number)
+                    .collect();
+                // An installed checkpoint (or a newer one) is always there; before the first
+                // was installed there may be none.
+                let newest = sound.iter().copied().max().unwrap_or(0);
+                assert!(newest >= newest_installed, "operation {crash_at}, seed {seed}: {sound:?}");
+            }
+        }
     }
 }

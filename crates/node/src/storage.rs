@@ -24,7 +24,8 @@ use virga_trie::Trie;
 use crate::checkpoint;
 use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_header, parse_block_id};
 use prost::Message;
-use virga_log::{LogError, LogOptions, RecordLog, SyncPolicy};
+use virga_core::device::{FileStorage, SharedStorage, Storage};
+use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
 
 /// A storage node's log directory (segments of virga-log) inside its own directory.
 pub const LOG_DIR: &str = "updates";
@@ -45,8 +46,37 @@ pub const LOG_SEGMENT_BYTES: u64 = 4 << 20;
 
 /// A logged record: the `BlockUpdates` as the node accepted it.
 pub fn decode_logged(record: &virga_log::Record) -> Result<BlockUpdates, StorageError> {
-    BlockUpdates::decode(record.payload.as_slice())
-        .map_err(|error| StorageError::Replay(format!("log record {} is not a block's updates: {error}", record.lsn)))
+    decode_logged_payload(record.lsn, &record.payload)
+}
+
+/// The payload of log record `lsn` as the `BlockUpdates` the node accepted.
+pub fn decode_logged_payload(lsn: u64, payload: &[u8]) -> Result<BlockUpdates, StorageError> {
+    BlockUpdates::decode(payload)
+        .map_err(|error| StorageError::Replay(format!("log record {lsn} is not a block's updates: {error}")))
+}
+
+/// The storage holding a node's log at `path` and its checkpoints (the log's parent
+/// directory), and the log's own storage. A node that owns the log creates what is missing;
+/// a reader creates nothing.
+fn storage_of_log(path: &Path, owned: bool) -> Result<(SharedStorage, SharedStorage), StorageError> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let failed = |source: std::io::Error| {
+        StorageError::Log(LogError::Io { op: "open the storage of", path: path.to_path_buf(), source })
+    };
+    if owned {
+        let node_storage = FileStorage::create_dir_all(parent).map_err(failed)?;
+        let log_storage = FileStorage::create_dir_all(path).map_err(failed)?;
+        Ok((Arc::new(node_storage), Arc::new(log_storage)))
+    } else {
+        Ok((Arc::new(FileStorage::new(parent)), Arc::new(FileStorage::new(path))))
+    }
+}
+
+fn log_cut_below_missing_checkpoint(first_lsn: u64) -> StorageError {
+    StorageError::Replay(format!(
+        "the log starts at record {first_lsn}: the blocks before it were cut below a checkpoint, and no \
+         checkpoint beside the log is sound"
+    ))
 }
 
 /// How many blocks below the head a storage node keeps versions for.
@@ -142,7 +172,8 @@ pub struct StorageNode {
     versions: RwLock<Versions>,
     log: Mutex<Option<NodeLog>>,
     /// Where checkpoints are written (None: never).
-    checkpoint_path: Option<PathBuf>,
+    /// Where checkpoints go: the storage holding the log (for files, its parent directory).
+    checkpoint_storage: Option<Arc<dyn Storage>>,
     checkpoint_interval: AtomicU64,
     checkpoints: Mutex<Checkpoints>,
     stats: Mutex<StorageStats>,
@@ -215,10 +246,7 @@ impl StorageNode {
             retained: DEFAULT_RETAINED_VERSIONS,
             versions: RwLock::new(versions),
             log: Mutex::new(None),
-            checkpoint_path: match access {
-                LogAccess::Owned(path, _) => Some(checkpoint::path_beside(path)),
-                LogAccess::None | LogAccess::ReadOnly(_) => None,
-            },
+            checkpoint_storage: None,
             checkpoint_interval: AtomicU64::new(DEFAULT_CHECKPOINT_INTERVAL),
             checkpoints: Mutex::new(Checkpoints::default()),
             stats: Mutex::new(StorageStats::default()),
@@ -230,49 +258,77 @@ impl StorageNode {
             LogAccess::Owned(path, options) => (path, Some(options)),
             LogAccess::ReadOnly(path) => (path, None),
         };
-        let base = node.load_checkpoint(&checkpoint::path_beside(path), options.is_some());
-        let (log, recovered) = match options {
-            Some(options) => {
-                let (log, recovered) = RecordLog::open(path, options)?;
-                (Some(log), recovered)
-            }
-            None => (None, RecordLog::read(path, log_options())?),
+        let owned = options.is_some();
+        let (node_storage, log_storage) = storage_of_log(path, owned)?;
+        let mut node = node;
+        if owned {
+            node.checkpoint_storage = Some(Arc::clone(&node_storage));
+        }
+        let base = node.load_checkpoint(&*node_storage, owned);
+        let (options, mode) = match options {
+            Some(options) => (options, OpenMode::Repair),
+            None => (log_options(), OpenMode::ReadOnly),
         };
-        let first_lsn = recovered.records.first().map_or(recovered.next_lsn, |record| record.lsn);
-        if base.is_none() && first_lsn > 1 {
-            return Err(StorageError::Replay(format!(
-                "the log starts at record {first_lsn}: the blocks before it were cut below a checkpoint, \
-                 and no checkpoint beside the log is sound"
-            )));
-        }
-        let mut blocks = VecDeque::with_capacity(recovered.records.len());
+        // Blocks are replayed as the log's index is built, one record at a time.
+        let mut blocks = VecDeque::new();
         let mut replayed = 0;
-        for logged in recovered.records {
-            let record = decode_logged(&logged)?;
-            let header = decode_header(&record.header).map_err(StorageError::Replay)?;
-            blocks.push_back((header.number, logged.lsn));
-            if let Some(base) = base {
-                // In the checkpoint already, or on a fork that left the chain below it.
-                if header.number <= base || !node.versions.read().by_hash.contains_key(&header.parent_hash) {
-                    continue;
-                }
+        let mut failure = None;
+        let (log, recovered) = RecordLog::open_with(log_storage, options, mode, |lsn, payload| {
+            if failure.is_some() {
+                return;
             }
-            node.accept(&record).map_err(StorageError::Replay)?;
-            replayed += 1;
+            if blocks.is_empty() && base.is_none() && lsn > 1 {
+                failure = Some(log_cut_below_missing_checkpoint(lsn));
+                return;
+            }
+            match node.replay_logged(base, lsn, payload) {
+                Ok((number, applied)) => {
+                    blocks.push_back((number, lsn));
+                    replayed += u64::from(applied);
+                }
+                Err(error) => failure = Some(error),
+            }
+        })?;
+        if let Some(error) = failure {
+            return Err(error);
         }
+        if base.is_none() && recovered.first_lsn > 1 {
+            return Err(log_cut_below_missing_checkpoint(recovered.first_lsn));
+        }
+        let log = (mode == OpenMode::Repair).then_some(log);
         *node.log.lock() = log.map(|log| NodeLog { log, blocks });
         Ok((Arc::new(node), replayed))
+    }
+
+    /// Replays one logged block on top of the checkpoint at block `base` (if any); returns
+    /// the block's number and whether it was applied (it is skipped when the checkpoint
+    /// holds it already, or when it lies on a fork that left the chain below the checkpoint).
+    fn replay_logged(&self, base: Option<u64>, lsn: u64, payload: &[u8]) -> Result<(u64, bool), StorageError> {
+        let record = decode_logged_payload(lsn, payload)?;
+        let header = decode_header(&record.header).map_err(StorageError::Replay)?;
+        if let Some(base) = base {
+            if header.number <= base || !self.versions.read().by_hash.contains_key(&header.parent_hash) {
+                return Ok((header.number, false));
+            }
+        }
+        self.accept(&record).map_err(StorageError::Replay)?;
+        Ok((header.number, true))
     }
 
     /// Makes the newest sound checkpoint beside the log (at `newest`, else the previous one)
     /// the head version, and returns its block number. A node that owns the log sets a
     /// damaged newest checkpoint aside, so the next one does not push the sound one out.
-    fn load_checkpoint(&self, newest: &Path, owned: bool) -> Option<u64> {
-        for path in [newest.to_path_buf(), checkpoint::previous_of(newest)] {
-            if !path.exists() {
-                continue;
+    fn load_checkpoint(&self, storage: &dyn Storage, owned: bool) -> Option<u64> {
+        for name in [checkpoint::CHECKPOINT_FILE, checkpoint::PREVIOUS_FILE] {
+            match storage.exists(name) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(error) => {
+                    tracing::warn!(node = %self.id, path = %storage.path_of(name).display(), %error, "checkpoint unreadable");
+                    continue;
+                }
             }
-            match checkpoint::read(&path, &self.served, self.shard_count) {
+            match checkpoint::read(storage, name, &self.served, self.shard_count) {
                 Ok(loaded) => {
                     let number = loaded.header.number;
                     let mut versions = self.versions.write();
@@ -284,10 +340,9 @@ impl StorageNode {
                     return Some(number);
                 }
                 Err(reason) => {
-                    tracing::warn!(node = %self.id, path = %path.display(), %reason, "checkpoint unusable");
-                    if owned && path == newest {
-                        let aside = newest.with_file_name(checkpoint::DAMAGED_FILE);
-                        if let Err(error) = std::fs::rename(&path, &aside) {
+                    tracing::warn!(node = %self.id, path = %storage.path_of(name).display(), %reason, "checkpoint unusable");
+                    if owned && name == checkpoint::CHECKPOINT_FILE {
+                        if let Err(error) = storage.rename(name, checkpoint::DAMAGED_FILE) {
                             tracing::warn!(node = %self.id, %error, "setting the damaged checkpoint aside failed");
                         }
                     }
@@ -320,7 +375,7 @@ impl StorageNode {
     /// newest is of the same block), cuts the log below the previous one, and returns the
     /// newest checkpoint's block number.
     pub fn checkpoint_now(&self) -> Result<u64, String> {
-        let path = self.checkpoint_path.as_ref().ok_or("this node keeps no log, so no checkpoint")?;
+        let storage = self.checkpoint_storage.as_ref().ok_or("this node keeps no log, so no checkpoint")?;
         let mut checkpoints = self.checkpoints.lock();
         if let Some(writing) = checkpoints.writing.take() {
             self.finish_checkpoint(&mut checkpoints, writing);
@@ -329,7 +384,7 @@ impl StorageNode {
         if checkpoints.newest == Some(header.number) {
             return Ok(header.number);
         }
-        checkpoint::write(path, &header, &shards, &self.served)?;
+        checkpoint::write(&**storage, &header, &shards, &self.served)?;
         self.checkpoint_written(&mut checkpoints, header.number);
         Ok(header.number)
     }
@@ -340,7 +395,7 @@ impl StorageNode {
     /// and never refuses a block.
     fn maybe_checkpoint(&self) {
         let interval = self.checkpoint_interval.load(Ordering::Relaxed);
-        let Some(path) = self.checkpoint_path.clone().filter(|_| interval > 0) else {
+        let Some(storage) = self.checkpoint_storage.clone().filter(|_| interval > 0) else {
             return;
         };
         let mut checkpoints = self.checkpoints.lock();
@@ -363,7 +418,7 @@ impl StorageNode {
         };
         let served = self.served.clone();
         let spawned = std::thread::Builder::new().name(format!("{}-checkpoint", self.id)).spawn(move || {
-            checkpoint::write(&path, &header, &shards, &served)?;
+            checkpoint::write(&*storage, &header, &shards, &served)?;
             Ok(header.number)
         });
         match spawned {

@@ -161,9 +161,8 @@ async fn a_storage_log_is_cut_below_its_checkpoints_and_still_restarts_and_passe
     // (written in the background, as in a run).
     let ran = Ran::new(60).await;
     let (id, served, run_log) = ran.node(2);
-    let blocks: Vec<_> = virga_log::RecordLog::read(&run_log, log_options())
+    let blocks: Vec<_> = virga_log::read_all(&run_log, log_options())
         .unwrap()
-        .records
         .iter()
         .map(|record| decode_logged(record).unwrap())
         .collect();
@@ -183,7 +182,7 @@ async fn a_storage_log_is_cut_below_its_checkpoints_and_still_restarts_and_passe
     assert!(stats.checkpoints_written >= 3, "{stats:?}");
     assert!(stats.log_segments_removed > 0, "{stats:?}");
     drop(node);
-    let kept = virga_log::RecordLog::read(&log, log_options()).unwrap().records;
+    let kept = virga_log::read_all(&log, log_options()).unwrap();
     assert!(kept[0].lsn > 1, "the log was cut");
     assert!(kept.len() < blocks.len());
 

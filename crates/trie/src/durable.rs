@@ -1,5 +1,7 @@
 //! Persistence of the DSM-Tree: a write-ahead log of logical updates, one record per
-//! version, plus periodic checkpoints of the whole key-value content.
+//! version, plus periodic checkpoints of the whole key-value content, both in one
+//! [`Storage`] (a directory, or memory for crash tests): checkpoint objects at its top and
+//! the log in its nested namespace `wal`.
 //!
 //! The trie itself is only ever in memory; the log and checkpoints exist to rebuild it
 //! after a crash. Each log record carries the root its updates produce, so replay
@@ -19,12 +21,13 @@
 //! | … | per entry: key length (u32), key, value length (u32), value |
 //! | 4 | crc32 of everything before it |
 
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use alloy_primitives::B256;
-use virga_log::{LogError, LogOptions, RecordLog, SyncPolicy};
+use virga_core::device::{DeviceWriter, IntoStorage, MemStorage, Storage};
+use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
 
 use crate::versions::Update;
 use crate::Trie;
@@ -49,10 +52,12 @@ pub enum DurableError {
     RootMismatch { version: u64, expected: B256, actual: B256 },
     #[error("version {version} is committed and durable, but the checkpoint after it failed: {source}")]
     CheckpointAfterCommit { version: u64, source: Box<DurableError> },
+    #[error("the trie in {} was opened read-only", .dir.display())]
+    ReadOnly { dir: PathBuf },
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> DurableError + '_ {
-    move |source| DurableError::Io { path: path.to_path_buf(), source }
+fn io_error(path: PathBuf) -> impl FnOnce(io::Error) -> DurableError {
+    move |source| DurableError::Io { path, source }
 }
 
 #[derive(Debug, Clone)]
@@ -75,12 +80,15 @@ impl Default for DurableOptions {
 pub struct RecoveryReport {
     pub checkpoint_version: Option<u64>,
     pub replayed_versions: u64,
+    /// Bytes of the log's torn tail: cut by [`DurableTrie::open`], left in place (and not
+    /// replayed) by [`DurableTrie::open_read_only`].
     pub truncated_log_bytes: u64,
 }
 
 /// A trie whose versions survive crashes.
 pub struct DurableTrie {
-    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    read_only: bool,
     trie: Trie,
     version: u64,
     log: RecordLog,
@@ -89,45 +97,70 @@ pub struct DurableTrie {
 }
 
 impl DurableTrie {
-    /// Opens (or creates) the trie stored in `dir`, recovering the newest durable version.
-    pub fn open(dir: &Path, options: DurableOptions) -> Result<(Self, RecoveryReport), DurableError> {
-        fs::create_dir_all(dir).map_err(io_error(dir))?;
-        remove_unfinished_checkpoints(dir)?;
+    /// Opens (or creates) the trie stored at `at` (a directory or a [`Storage`]), recovering
+    /// the newest durable version: unfinished checkpoints are removed and a torn log tail is
+    /// cut.
+    pub fn open(at: impl IntoStorage, options: DurableOptions) -> Result<(Self, RecoveryReport), DurableError> {
+        let location = at.location();
+        let storage = at.into_storage(true).map_err(io_error(location))?;
+        remove_unfinished_checkpoints(&*storage)?;
+        let log_storage = storage.sub(LOG_DIR).map_err(io_error(storage.path_of(LOG_DIR)))?;
+        DurableTrie::load(storage, log_storage, options, OpenMode::Repair)
+    }
+
+    /// Opens the trie stored at `at` without changing anything on disk, for audits: the
+    /// log is read up to a torn tail (reported in [`RecoveryReport::truncated_log_bytes`]),
+    /// unfinished checkpoints are ignored, and every write fails with
+    /// [`DurableError::ReadOnly`]. A missing directory is an error.
+    pub fn open_read_only(
+        at: impl IntoStorage,
+        options: DurableOptions,
+    ) -> Result<(Self, RecoveryReport), DurableError> {
+        let location = at.location();
+        let storage = at.into_storage(false).map_err(io_error(location))?;
+        let log_storage: Arc<dyn Storage> = match storage.open_sub(LOG_DIR) {
+            Ok(log_storage) => log_storage,
+            // Never written to: an empty log.
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Arc::new(MemStorage::new()),
+            Err(error) => return Err(io_error(storage.path_of(LOG_DIR))(error)),
+        };
+        DurableTrie::load(storage, log_storage, options, OpenMode::ReadOnly)
+    }
+
+    fn load(
+        storage: Arc<dyn Storage>,
+        log_storage: Arc<dyn Storage>,
+        options: DurableOptions,
+        mode: OpenMode,
+    ) -> Result<(Self, RecoveryReport), DurableError> {
         let (mut trie, mut version) = (Trie::new(), 0);
         let mut checkpoint_version = None;
-        if let Some((loaded_version, loaded)) = newest_checkpoint(dir)? {
+        if let Some((loaded_version, loaded)) = newest_checkpoint(&*storage)? {
             trie = loaded;
             version = loaded_version;
             checkpoint_version = Some(loaded_version);
         }
         let mut log_options = options.log.clone();
         log_options.sync = options.sync;
-        let (log, recovered) = RecordLog::open(&dir.join(LOG_DIR), log_options)?;
         let mut replayed = 0;
-        for record in &recovered.records {
-            let (record_version, root, updates) =
-                decode_record(&record.payload).map_err(|what| DurableError::CorruptRecord { lsn: record.lsn, what })?;
-            if record_version <= version {
-                continue;
+        let mut replay_error = None;
+        let (log, recovered) = RecordLog::open_with(log_storage, log_options, mode, |lsn, payload| {
+            if replay_error.is_none() {
+                match replay(&mut trie, &mut version, lsn, payload) {
+                    Ok(applied) => replayed += u64::from(applied),
+                    Err(error) => replay_error = Some(error),
+                }
             }
-            if record_version != version + 1 {
-                return Err(DurableError::VersionGap { lsn: record.lsn, expected: version + 1, found: record_version });
-            }
-            apply(&mut trie, &updates);
-            let actual = trie.root_hash();
-            if actual != root {
-                return Err(DurableError::RootMismatch { version: record_version, expected: root, actual });
-            }
-            version = record_version;
-            replayed += 1;
+        })?;
+        if let Some(error) = replay_error {
+            return Err(error);
         }
-        let report = RecoveryReport {
-            checkpoint_version,
-            replayed_versions: replayed,
-            truncated_log_bytes: recovered.truncated_bytes,
-        };
+        let torn_bytes = recovered.repair.as_ref().map_or(0, |tail| tail.bytes);
+        let report =
+            RecoveryReport { checkpoint_version, replayed_versions: replayed, truncated_log_bytes: torn_bytes };
         let last_checkpoint = checkpoint_version.unwrap_or(0);
-        Ok((Self { dir: dir.to_path_buf(), trie, version, log, options, last_checkpoint }, report))
+        let read_only = mode == OpenMode::ReadOnly;
+        Ok((Self { storage, read_only, trie, version, log, options, last_checkpoint }, report))
     }
 
     pub fn trie(&self) -> &Trie {
@@ -151,6 +184,7 @@ impl DurableTrie {
     /// records the updates and `next`'s root; recovery replays the updates and refuses a root
     /// that differs, so a `next` that does not match its updates cannot go unnoticed.
     pub fn commit_applied(&mut self, next: Trie, updates: &[Update]) -> Result<(u64, B256), DurableError> {
+        self.check_writable()?;
         let root = next.root_hash();
         let version = self.version + 1;
         self.log.append(&encode_record(version, root, updates))?;
@@ -173,17 +207,46 @@ impl DurableTrie {
     /// log records it covers. The checkpoint is durable (renamed into place and the
     /// directory synced) before anything it replaces is deleted.
     pub fn checkpoint(&mut self) -> Result<PathBuf, DurableError> {
+        self.check_writable()?;
         self.log.sync()?;
-        let path = write_checkpoint(&self.dir, self.version, &self.trie)?;
+        let path = write_checkpoint(&*self.storage, self.version, &self.trie)?;
         self.log.truncate_prefix(self.log.next_lsn())?;
-        for (old_version, old_path) in list_checkpoints(&self.dir)? {
+        for (old_version, old_name) in list_checkpoints(&*self.storage)? {
             if old_version < self.version {
-                fs::remove_file(&old_path).map_err(io_error(&old_path))?;
+                self.storage.remove(&old_name).map_err(io_error(self.storage.path_of(&old_name)))?;
             }
         }
+        self.storage.sync_dir().map_err(io_error(self.storage.location()))?;
         self.last_checkpoint = self.version;
         Ok(path)
     }
+
+    fn check_writable(&self) -> Result<(), DurableError> {
+        if self.read_only {
+            return Err(DurableError::ReadOnly { dir: self.storage.location() });
+        }
+        Ok(())
+    }
+}
+
+/// Replays one log record onto `trie` at `version`; returns whether it was applied (records
+/// at or below the checkpoint's version are skipped).
+fn replay(trie: &mut Trie, version: &mut u64, lsn: u64, payload: &[u8]) -> Result<bool, DurableError> {
+    let (record_version, root, updates) =
+        decode_record(payload).map_err(|what| DurableError::CorruptRecord { lsn, what })?;
+    if record_version <= *version {
+        return Ok(false);
+    }
+    if record_version != *version + 1 {
+        return Err(DurableError::VersionGap { lsn, expected: *version + 1, found: record_version });
+    }
+    apply(trie, &updates);
+    let actual = trie.root_hash();
+    if actual != root {
+        return Err(DurableError::RootMismatch { version: record_version, expected: root, actual });
+    }
+    *version = record_version;
+    Ok(true)
 }
 
 fn apply(trie: &mut Trie, updates: &[Update]) {
@@ -280,15 +343,13 @@ fn checkpoint_name(version: u64) -> String {
     format!("checkpoint-{version:020}.ckpt")
 }
 
-fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>, DurableError> {
+/// Checkpoint objects, oldest first, by version.
+fn list_checkpoints(storage: &dyn Storage) -> Result<Vec<(u64, String)>, DurableError> {
     let mut found = Vec::new();
-    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
-        let entry = entry.map_err(io_error(dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in storage.list().map_err(io_error(storage.location()))? {
         if let Some(version) = name.strip_prefix("checkpoint-").and_then(|r| r.strip_suffix(".ckpt")) {
             if let Ok(version) = version.parse::<u64>() {
-                found.push((version, entry.path()));
+                found.push((version, name));
             }
         }
     }
@@ -296,30 +357,28 @@ fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>, DurableError> {
     Ok(found)
 }
 
-/// Deletes checkpoint files a crash left half-written (never renamed into place).
-fn remove_unfinished_checkpoints(dir: &Path) -> Result<(), DurableError> {
-    for entry in fs::read_dir(dir).map_err(io_error(dir))? {
-        let path = entry.map_err(io_error(dir))?.path();
-        let unfinished = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("checkpoint-") && n.ends_with(".ckpt.tmp"));
-        if unfinished {
-            fs::remove_file(&path).map_err(io_error(&path))?;
+/// Deletes checkpoint objects a crash left half-written (never renamed into place).
+fn remove_unfinished_checkpoints(storage: &dyn Storage) -> Result<(), DurableError> {
+    for name in storage.list().map_err(io_error(storage.location()))? {
+        if name.starts_with("checkpoint-") && name.ends_with(".ckpt.tmp") {
+            storage.remove(&name).map_err(io_error(storage.path_of(&name)))?;
         }
     }
     Ok(())
 }
 
-fn write_checkpoint(dir: &Path, version: u64, trie: &Trie) -> Result<PathBuf, DurableError> {
-    let path = dir.join(checkpoint_name(version));
-    let temporary = dir.join(format!("{}.tmp", checkpoint_name(version)));
-    let file = File::create(&temporary).map_err(io_error(&temporary))?;
-    let mut writer = BufWriter::with_capacity(1 << 20, file);
+/// Writes the checkpoint of `version` under a temporary name, syncs it, renames it into
+/// place and syncs the directory; returns how the storage names it.
+fn write_checkpoint(storage: &dyn Storage, version: u64, trie: &Trie) -> Result<PathBuf, DurableError> {
+    let name = checkpoint_name(version);
+    let temporary = format!("{name}.tmp");
+    let temporary_path = storage.path_of(&temporary);
+    let device = storage.create(&temporary).map_err(io_error(temporary_path.clone()))?;
+    let mut writer = DeviceWriter::new(device, 1 << 20);
     let mut hasher = crc32fast::Hasher::new();
     let mut write = |bytes: &[u8]| -> Result<(), DurableError> {
         hasher.update(bytes);
-        writer.write_all(bytes).map_err(io_error(&temporary))
+        writer.write_all(bytes).map_err(io_error(temporary_path.clone()))
     };
     let entries = trie.entries();
     write(CHECKPOINT_MAGIC)?;
@@ -334,17 +393,18 @@ fn write_checkpoint(dir: &Path, version: u64, trie: &Trie) -> Result<PathBuf, Du
         write(value)?;
     }
     let checksum = hasher.finalize();
-    writer.write_all(&checksum.to_le_bytes()).map_err(io_error(&temporary))?;
-    let file = writer.into_inner().map_err(|e| DurableError::Io { path: temporary.clone(), source: e.into_error() })?;
-    file.sync_all().map_err(io_error(&temporary))?;
-    fs::rename(&temporary, &path).map_err(io_error(&path))?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))?;
+    writer.write_all(&checksum.to_le_bytes()).map_err(io_error(temporary_path.clone()))?;
+    writer.finish().map_err(io_error(temporary_path))?;
+    let path = storage.path_of(&name);
+    storage.rename(&temporary, &name).map_err(io_error(path.clone()))?;
+    storage.sync_dir().map_err(io_error(storage.location()))?;
     Ok(path)
 }
 
-fn read_checkpoint(path: &Path) -> Result<(u64, Trie), DurableError> {
-    let corrupt = |what: String| DurableError::CorruptCheckpoint { path: path.to_path_buf(), what };
-    let bytes = fs::read(path).map_err(io_error(path))?;
+fn read_checkpoint(storage: &dyn Storage, name: &str) -> Result<(u64, Trie), DurableError> {
+    let path = storage.path_of(name);
+    let corrupt = |what: String| DurableError::CorruptCheckpoint { path: path.clone(), what };
+    let bytes = storage.open(name).and_then(|device| device.read_all()).map_err(io_error(path.clone()))?;
     if bytes.len() < 4 {
         return Err(corrupt("shorter than its checksum".into()));
     }
@@ -386,13 +446,17 @@ fn read_checkpoint(path: &Path) -> Result<(u64, Trie), DurableError> {
 /// The newest checkpoint, read and checked. A corrupt one is an error, not skipped: it
 /// was made durable before the log it covers was deleted, so falling back to an older
 /// state would silently lose versions.
-fn newest_checkpoint(dir: &Path) -> Result<Option<(u64, Trie)>, DurableError> {
-    let Some((_, path)) = list_checkpoints(dir)?.pop() else { return Ok(None) };
-    read_checkpoint(&path).map(Some)
+fn newest_checkpoint(storage: &dyn Storage) -> Result<Option<(u64, Trie)>, DurableError> {
+    let Some((_, name)) = list_checkpoints(storage)?.pop() else { return Ok(None) };
+    read_checkpoint(storage, &name).map(Some)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
+    use virga_core::device::CrashPoint;
+
     use super::*;
 
     #[test]
@@ -422,6 +486,94 @@ mod tests {
                 assert!(what.contains("checksum"), "{what}");
             }
             other => panic!("expected a corrupt-checkpoint error, got {:?}", other.map(|(t, _)| t.version())),
+        }
+    }
+
+    #[test]
+    fn read_only_open_changes_nothing_and_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = DurableOptions { checkpoint_every: 3, ..Default::default() };
+        let (mut trie, _) = DurableTrie::open(dir.path(), options.clone()).unwrap();
+        for v in 0..5u8 {
+            trie.commit(&[(vec![v; 32], Some(vec![v; 8]))]).unwrap();
+        }
+        let root = trie.trie().root_hash();
+        drop(trie);
+        // A torn append and an unfinished checkpoint, as a crash leaves them.
+        let wal = dir.path().join(LOG_DIR);
+        let segment = fs::read_dir(&wal).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+        let mut bytes = fs::read(&segment).unwrap();
+        bytes.extend_from_slice(&[0xB5, 1, 0, 0, 9]);
+        fs::write(&segment, &bytes).unwrap();
+        let unfinished = dir.path().join(format!("{}.tmp", checkpoint_name(9)));
+        fs::write(&unfinished, b"half").unwrap();
+
+        let (mut reader, report) = DurableTrie::open_read_only(dir.path(), options.clone()).unwrap();
+        assert_eq!((reader.version(), reader.trie().root_hash()), (5, root));
+        assert_eq!((report.checkpoint_version, report.replayed_versions, report.truncated_log_bytes), (Some(3), 2, 5));
+        assert!(matches!(reader.commit(&[(vec![9; 32], None)]), Err(DurableError::ReadOnly { .. })));
+        assert!(matches!(reader.checkpoint(), Err(DurableError::ReadOnly { .. })));
+        assert_eq!(fs::read(&segment).unwrap(), bytes, "the torn tail is still there");
+        assert!(unfinished.exists());
+        assert!(DurableTrie::open_read_only(dir.path().join("missing"), options.clone()).is_err());
+        assert!(!dir.path().join("missing").exists());
+
+        let (trie, report) = DurableTrie::open(dir.path(), options).unwrap();
+        assert_eq!((trie.version(), report.truncated_log_bytes), (5, 5));
+        assert!(!unfinished.exists());
+    }
+
+    #[test]
+    fn crashes_of_the_memory_device_keep_every_synced_version() {
+        let memory = MemStorage::new();
+        let options = DurableOptions { checkpoint_every: 4, sync: SyncPolicy::None, ..Default::default() };
+        let (mut trie, _) = DurableTrie::open(&memory, options.clone()).unwrap();
+        let mut roots = vec![trie.trie().root_hash()];
+        for v in 0..30u8 {
+            roots.push(trie.commit(&[(vec![v % 7; 32], Some(vec![v; 50]))]).unwrap().1);
+            let synced = if v % 3 == 0 { trie.sync().unwrap() } else { 0 };
+            let state = memory.snapshot();
+            for seed in 0..8 {
+                let (recovered, _) = DurableTrie::open(&state.crash(seed + u64::from(v) * 100), options.clone())
+                    .unwrap_or_else(|e| panic!("version {}: seed {seed}: {e}", v + 1));
+                assert!(recovered.version() >= synced, "synced {synced}, recovered {}", recovered.version());
+                assert_eq!(recovered.trie().root_hash(), roots[recovered.version() as usize]);
+            }
+        }
+    }
+
+    /// Commits versions (each durable when `commit` returns), with checkpoints; returns the
+    /// roots by version, and per commit the storage operations before it and the version
+    /// acknowledged by then.
+    fn commit_versions(storage: &CrashPoint) -> (Vec<B256>, Vec<(u64, u64)>) {
+        let options = DurableOptions { checkpoint_every: 3, ..Default::default() };
+        let (mut trie, _) = DurableTrie::open(storage, options).unwrap();
+        let mut roots = vec![trie.trie().root_hash()];
+        let mut steps = Vec::new();
+        for v in 0..10u8 {
+            steps.push((storage.operations(), trie.version()));
+            roots.push(trie.commit(&[(vec![v % 4; 32], Some(vec![v; 60]))]).unwrap().1);
+        }
+        steps.push((storage.operations(), trie.version()));
+        (roots, steps)
+    }
+
+    #[test]
+    fn a_crash_at_any_storage_operation_keeps_every_acknowledged_version() {
+        let (_, steps) = commit_versions(&CrashPoint::new(MemStorage::new(), 0));
+        let total = steps.last().unwrap().0;
+        for crash_at in 1..=total {
+            let crash_point = CrashPoint::new(MemStorage::new(), crash_at);
+            let (roots, steps) = commit_versions(&crash_point);
+            let acknowledged = steps.iter().rev().find(|(operations, _)| *operations < crash_at).map_or(0, |s| s.1);
+            let state = crash_point.state_at_crash().unwrap();
+            for seed in 0..3 {
+                let options = DurableOptions { checkpoint_every: 3, ..Default::default() };
+                let (recovered, _) = DurableTrie::open(&state.crash(seed), options)
+                    .unwrap_or_else(|e| panic!("crash before operation {crash_at}, seed {seed}: {e}"));
+                assert!(recovered.version() >= acknowledged, "operation {crash_at}: lost version {acknowledged}");
+                assert_eq!(recovered.trie().root_hash(), roots[recovered.version() as usize]);
+            }
         }
     }
 

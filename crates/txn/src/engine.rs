@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use virga_core::clock::{Clock, HybridClock};
-use virga_log::{GroupLog, GroupLogOptions, LogError};
+use virga_log::{GroupLog, GroupLogOptions, LogError, OpenMode};
 use virga_storage::{Timestamp, TxnId, Version, VersionedStore};
 
 use crate::abort::AbortReason;
@@ -168,17 +168,22 @@ impl<S: TxnStore> Engine<S> {
             Durability::Off => None,
             Durability::Log { dir, sync } => {
                 let options = GroupLogOptions { sync: *sync, ..GroupLogOptions::default() };
-                let (log, recovered) =
-                    GroupLog::open(dir, options).map_err(|source| EngineError::Log { dir: dir.clone(), source })?;
-                recovery.truncated_bytes = recovered.truncated_bytes;
-                for record in &recovered.records {
-                    let decoded = wal::decode(&record.payload).map_err(|why| EngineError::BadRecord {
-                        dir: dir.clone(),
-                        lsn: record.lsn,
-                        why,
-                    })?;
-                    replay(&store, decoded, &mut recovery);
+                // Each record is replayed as the log's index is built, without keeping it.
+                let mut bad_record = None;
+                let (log, recovered) = GroupLog::open_with(dir, options, OpenMode::Repair, |lsn, payload| {
+                    if bad_record.is_some() {
+                        return;
+                    }
+                    match wal::decode(payload) {
+                        Ok(decoded) => replay(&store, decoded, &mut recovery),
+                        Err(why) => bad_record = Some(EngineError::BadRecord { dir: dir.clone(), lsn, why }),
+                    }
+                })
+                .map_err(|source| EngineError::Log { dir: dir.clone(), source })?;
+                if let Some(error) = bad_record {
+                    return Err(error);
                 }
+                recovery.truncated_bytes = recovered.truncated_bytes;
                 Some(log)
             }
         };
