@@ -335,7 +335,9 @@ fn a_flipped_bit_on_read_names_the_block() {
     let at = store.location(3).unwrap();
     plan.flip_bits_on_read(&at.file, at.offset + RECORD_HEADER_LEN as u64 + 9, 0x10);
     match store.get_by_number(3) {
-        Err(StoreError::Corrupt { file, offset, block: 3, .. }) => assert_eq!((file, offset), (at.file.clone(), at.offset)),
+        Err(StoreError::Corrupt { file, offset, block: 3, .. }) => {
+            assert_eq!((file, offset), (at.file.clone(), at.offset))
+        }
         other => panic!("expected damage to block 3, got {other:?}"),
     }
     assert_eq!(store.get_by_number(4).unwrap(), Some(block_bytes(4, 100)), "other blocks read fine");
