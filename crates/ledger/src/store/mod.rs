@@ -448,9 +448,7 @@ impl ChainStore {
     pub fn read_block(&self, number: u64) -> Result<Option<StoredBlock>, StoreError> {
         let Some(indexed_hash) = self.hash_of(number) else { return Ok(None) };
         let lsn = number + 1;
-        let at = self.log.location(lsn).expect("the log indexes every block of the chain index");
-        let file = self.log.storage().path_of(&at.segment);
-        let mut payload = self.log.read(lsn).map_err(|e| StoreError::from_read(e, number, file.clone(), at.offset))?;
+        let mut payload = self.log.read(lsn).map_err(|e| self.read_error(e, number))?;
         let damage = match format::decode_prefix(&payload) {
             Err(damage) => Some(damage),
             Ok((found, _)) if found != number => Some(Damage::WrongNumber { found, expected: number }),
@@ -458,10 +456,21 @@ impl ChainStore {
             Ok(_) => None,
         };
         if let Some(damage) = damage {
-            return Err(StoreError::Corrupt { file, offset: at.offset, block: number, damage });
+            let (file, offset) = self.place_of(number);
+            return Err(StoreError::Corrupt { file, offset, block: number, damage });
         }
         payload.drain(..PREFIX_LEN);
         Ok(Some(StoredBlock { number, hash: indexed_hash, payload }))
+    }
+
+    /// The segment file and offset of block `number`'s record, for messages.
+    fn place_of(&self, number: u64) -> (PathBuf, u64) {
+        place_of(&self.log, number)
+    }
+
+    fn read_error(&self, error: LogError, number: u64) -> StoreError {
+        let (file, offset) = self.place_of(number);
+        StoreError::from_read(error, number, file, offset)
     }
 
     /// Every block in number order, read one at a time. The iterator ends after the first
@@ -499,6 +508,15 @@ impl ChainStore {
     /// The options the store was opened with.
     pub fn options(&self) -> &StoreOptions {
         &self.options
+    }
+}
+
+/// The segment file and offset of block `number`'s record in `log`, for messages (the
+/// storage's location if the log does not hold it).
+pub(crate) fn place_of(log: &RecordLog, number: u64) -> (PathBuf, u64) {
+    match lsn_of(number).and_then(|lsn| log.location(lsn)) {
+        Some(at) => (log.storage().path_of(&at.segment), at.offset),
+        None => (log.storage().location(), 0),
     }
 }
 

@@ -11,7 +11,7 @@ use virga_log::RecordLog;
 
 use super::format::{decode_prefix, number_at, segment_file_name, PREFIX_LEN};
 use super::view::{open_intact_prefix, Ending};
-use super::{log_options, refuse_older_format, Damage, StoreError, StoreOptions, StoredBlock};
+use super::{log_options, place_of, refuse_older_format, Damage, StoreError, StoreOptions, StoredBlock};
 
 /// The chain's rules for the records of its log, checked one record at a time: block `n`
 /// lies at LSN `n + 1`, carries number `n` in its prefix, and a hash no earlier block has.
@@ -150,9 +150,10 @@ impl Scan {
                 Ending::Damaged(error) => Err(StoreError::from_log(error, number)),
             };
         }
-        let at = log.location(lsn).expect("the log indexes every LSN below next_lsn");
-        let file = log.storage().path_of(&at.segment);
-        let mut payload = log.read(lsn).map_err(|e| StoreError::from_read(e, number, file, at.offset))?;
+        let mut payload = log.read(lsn).map_err(|e| {
+            let (file, offset) = place_of(log, number);
+            StoreError::from_read(e, number, file, offset)
+        })?;
         self.index.visit(lsn, &payload);
         if let Some(error) = self.index.violation_error(log) {
             return Err(error);
