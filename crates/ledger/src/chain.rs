@@ -279,7 +279,7 @@ impl Chain {
     ) -> Result<(Chain, OpenReport), ChainError> {
         let genesis = read_genesis(dir)?;
         let genesis_hash = genesis.header.hash_slow();
-        let (mut store, recovery) = ChainStore::open(&dir.join(BLOCKS_DIR), options.store.clone())?;
+        let (mut store, recovery) = ChainStore::open(dir.join(BLOCKS_DIR), options.store.clone())?;
         match store.hash_of(0) {
             None => {
                 let block = Block { header: genesis.header.clone(), transactions: Vec::new() };
@@ -560,7 +560,7 @@ fn check_in_order<'a>(
 
 /// The blocks of the chain in `dir`, decoded, with the hashes they were stored under.
 pub fn stored_blocks(dir: &Path) -> impl Iterator<Item = Result<(B256, Block), ChainError>> {
-    crate::store::scan(&dir.join(BLOCKS_DIR)).map(|record| {
+    crate::store::scan(dir.join(BLOCKS_DIR)).map(|record| {
         let record = record?;
         let number = record.number;
         let block = Block::decode(&record.payload).map_err(|source| ChainError::Decode { number, source })?;

@@ -3,4 +3,5 @@
 
 mod chain;
 mod store;
+mod store_device;
 mod vectors;

@@ -1029,7 +1029,7 @@ fn outcomes_reply(block: Option<(u64, B256)>, outcomes: Vec<TxOutcome>) -> Respo
 /// Opens (creating) the miner's block store in `dir/blocks`, storing the genesis block first.
 pub fn open_store(dir: &Path, genesis: &Header) -> Result<(ChainStore, Header), String> {
     let (mut store, _) =
-        ChainStore::open(&dir.join("blocks"), StoreOptions::default()).map_err(|error| error.to_string())?;
+        ChainStore::open(dir.join("blocks"), StoreOptions::default()).map_err(|error| error.to_string())?;
     let genesis_hash = genesis.hash_slow();
     match store.hash_of(0) {
         None => {
