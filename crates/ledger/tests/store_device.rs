@@ -120,6 +120,9 @@ impl Storage for Crashing {
     fn sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
         self.memory.sub(name)
     }
+    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        self.memory.open_sub(name)
+    }
     fn path_of(&self, name: &str) -> PathBuf {
         self.memory.path_of(name)
     }

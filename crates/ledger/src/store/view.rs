@@ -115,6 +115,10 @@ impl Storage for IntactPrefix {
         Err(read_only())
     }
 
+    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        Err(io::Error::new(io::ErrorKind::NotFound, format!("a chain store holds no namespace {name}")))
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         self.inner.path_of(name)
     }
