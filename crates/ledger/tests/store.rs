@@ -453,3 +453,32 @@ proptest! {
         prop_assert_eq!(store.get_by_number(kept).unwrap(), Some(b"after the crash".to_vec()));
     }
 }
+
+/// A chain directory whose blocks were written by the older chain-store format (`.blk`
+/// segments, magic `VIRGACHN`) is refused by `Chain::open` and by the audit with an error
+/// that says so, and nothing is written into it.
+#[test]
+fn a_chain_of_the_older_store_format_is_refused_by_open_and_audit() {
+    use alloy_primitives::{Address, U256};
+    use virga_ledger::chain::{audit, genesis_json, Chain, ChainError, ChainOptions};
+    use virga_ledger::verify::ExecMode;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let genesis = genesis_json(1337, U256::from(16u64), 30_000_000, &[Address::repeat_byte(1)], U256::from(1u64));
+    drop(Chain::create(dir.path(), &genesis, ChainOptions::default(), &pool).unwrap());
+    let blocks = dir.path().join("blocks");
+    for file in segment_files(&blocks) {
+        fs::remove_file(file).unwrap();
+    }
+    let older = blocks.join("00000000000000000000.blk");
+    fs::write(&older, virga_log::encode_segment_header_with(b"VIRGACHN", 0)).unwrap();
+
+    let Err(error) = Chain::open(dir.path(), ChainOptions::default(), &pool) else { panic!("an older store opened") };
+    assert!(matches!(&error, ChainError::Store(StoreError::OlderFormat { file }) if *file == older), "{error}");
+    assert!(error.to_string().contains("older chain-store format"), "{error}");
+    let error = audit(dir.path(), ExecMode::Serial, &pool, &mut |_| {}).unwrap_err();
+    assert!(error.to_string().contains("older chain-store format"), "{error}");
+    let names: Vec<_> = fs::read_dir(&blocks).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["00000000000000000000.blk"]);
+}
