@@ -246,6 +246,34 @@ fn a_built_chain_verifies_and_every_flipped_byte_is_caught() {
     assert!(flips >= 40, "only {flips} flips");
 }
 
+/// Damage inside the state store's log (not a torn tail) is named by the chain's own file,
+/// the block from which the state is lost, and the remedy; `--repair` then rebuilds the
+/// state store from the blocks, and the chain verifies again.
+#[test]
+fn a_damaged_state_store_is_named_by_its_own_file_and_block_and_repair_rebuilds_it() {
+    let root = tempfile::tempdir().unwrap();
+    let chain = root.path().join("chain");
+    build_chain(&chain);
+    let wal = chain.join("state").join("wal");
+    let segment = files_under(&wal).pop().unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let output = verify(&chain, &[]);
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{}", text(&output.stdout));
+    assert!(stderr.contains(&segment.display().to_string()), "names the chain's own file: {stderr}");
+    assert!(stderr.contains("damaged from the state of block "), "names the block: {stderr}");
+    assert!(stderr.contains("--repair` rebuilds the state store"), "names the remedy: {stderr}");
+
+    let repaired = verify(&chain, &["--repair"]);
+    assert!(repaired.status.success(), "{}", text(&repaired.stderr));
+    let again = verify(&chain, &[]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+}
+
 #[test]
 fn a_build_killed_with_sigkill_keeps_every_acknowledged_block() {
     let root = tempfile::tempdir().unwrap();

@@ -76,6 +76,14 @@ pub enum ChainError {
     Threads(String),
     #[error("state store in {0} is empty")]
     EmptyState(PathBuf),
+    #[error(
+        "state store in {}{}: {source}. The blocks are what counts: `virga verify --dir {} --repair` \
+         rebuilds the state store from them",
+        .dir.display(),
+        .block.map(|b| format!(" is damaged from the state of block {b} on")).unwrap_or_else(|| " is damaged".into()),
+        .chain.display()
+    )]
+    StateDamaged { dir: PathBuf, chain: PathBuf, block: Option<u64>, source: DurableError },
     #[error("block {0} is not in the chain")]
     Missing(u64),
     #[error("the state is damaged: {0}")]
@@ -679,7 +687,13 @@ fn read_state_store(state_dir: &Path) -> Result<(u64, B256), ChainError> {
     if !state_dir.exists() {
         return Err(ChainError::EmptyState(state_dir.to_path_buf()));
     }
-    let (state_store, recovery) = DurableTrie::open_read_only(state_dir, DurableOptions::default())?;
+    let (state_store, recovery) =
+        DurableTrie::open_read_only(state_dir, DurableOptions::default()).map_err(|source| {
+            // Version v of the state store is the state after block v - 1.
+            let block = source.version().map(|version| version.saturating_sub(1));
+            let chain = state_dir.parent().unwrap_or(state_dir).to_path_buf();
+            ChainError::StateDamaged { dir: state_dir.to_path_buf(), chain, block, source }
+        })?;
     if recovery.truncated_log_bytes > 0 {
         return Err(ChainError::StateTail { bytes: recovery.truncated_log_bytes, version: state_store.version() });
     }

@@ -54,6 +54,23 @@ pub enum DurableError {
     CheckpointAfterCommit { version: u64, source: Box<DurableError> },
     #[error("the trie in {} was opened read-only", .dir.display())]
     ReadOnly { dir: PathBuf },
+    /// The log is damaged inside (not a torn tail): versions from `first_lost` on cannot be
+    /// replayed. Versions before it were read intact.
+    #[error("version {first_lost} and later cannot be read: {source}")]
+    DamagedLog { first_lost: u64, source: LogError },
+}
+
+impl DurableError {
+    /// The first version the damage or inconsistency makes unreadable, where it is known.
+    pub fn version(&self) -> Option<u64> {
+        match self {
+            DurableError::DamagedLog { first_lost: version, .. }
+            | DurableError::RootMismatch { version, .. }
+            | DurableError::VersionGap { expected: version, .. }
+            | DurableError::CheckpointAfterCommit { version, .. } => Some(*version),
+            _ => None,
+        }
+    }
 }
 
 fn io_error(path: PathBuf) -> impl FnOnce(io::Error) -> DurableError {
@@ -144,14 +161,22 @@ impl DurableTrie {
         log_options.sync = options.sync;
         let mut replayed = 0;
         let mut replay_error = None;
-        let (log, recovered) = RecordLog::open_with(log_storage, log_options, mode, |lsn, payload| {
+        let opened = RecordLog::open_with(log_storage, log_options, mode, |lsn, payload| {
             if replay_error.is_none() {
                 match replay(&mut trie, &mut version, lsn, payload) {
                     Ok(applied) => replayed += u64::from(applied),
                     Err(error) => replay_error = Some(error),
                 }
             }
-        })?;
+        });
+        let (log, recovered) = match opened {
+            Ok(opened) => opened,
+            // Every record before the damage was replayed, so the damage holds the next version.
+            Err(source @ LogError::Corrupt { .. }) => {
+                return Err(DurableError::DamagedLog { first_lost: version + 1, source })
+            }
+            Err(other) => return Err(other.into()),
+        };
         if let Some(error) = replay_error {
             return Err(error);
         }
