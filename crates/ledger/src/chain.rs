@@ -83,7 +83,7 @@ pub enum ChainError {
         .block.map(|b| format!(" is damaged from the state of block {b} on")).unwrap_or_else(|| " is damaged".into()),
         .chain.display()
     )]
-    StateDamaged { dir: PathBuf, chain: PathBuf, block: Option<u64>, source: DurableError },
+    StateDamaged { dir: PathBuf, chain: PathBuf, block: Option<u64>, source: Box<DurableError> },
     #[error("block {0} is not in the chain")]
     Missing(u64),
     #[error("the state is damaged: {0}")]
@@ -692,7 +692,7 @@ fn read_state_store(state_dir: &Path) -> Result<(u64, B256), ChainError> {
             // Version v of the state store is the state after block v - 1.
             let block = source.version().map(|version| version.saturating_sub(1));
             let chain = state_dir.parent().unwrap_or(state_dir).to_path_buf();
-            ChainError::StateDamaged { dir: state_dir.to_path_buf(), chain, block, source }
+            ChainError::StateDamaged { dir: state_dir.to_path_buf(), chain, block, source: Box::new(source) }
         })?;
     if recovery.truncated_log_bytes > 0 {
         return Err(ChainError::StateTail { bytes: recovery.truncated_log_bytes, version: state_store.version() });
