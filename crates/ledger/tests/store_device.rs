@@ -5,13 +5,11 @@
 //! a full disk and flipped bits surface as named errors and lose nothing acknowledged.
 
 use std::io;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use alloy_primitives::{keccak256, B256};
 use proptest::prelude::*;
-use virga_core::device::{Device, FaultPlan, FaultyStorage, MemStorage, Storage};
+use virga_core::device::{CrashPoint, FaultPlan, FaultyStorage, MemStorage, Storage};
 use virga_ledger::store::{scan, ChainStore, StoreError, StoreOptions, SyncPolicy, RECORD_HEADER_LEN};
 
 fn block_hash(number: u64) -> B256 {
@@ -26,109 +24,6 @@ fn block_bytes(number: u64, len: usize) -> Vec<u8> {
 /// Blocks the store reports durable: its durable head's number plus one.
 fn durable_blocks(store: &ChainStore) -> u64 {
     store.durable_head().map_or(0, |(n, _)| n + 1)
-}
-
-// ---------------------------------------------------------------------------------------
-// A storage that copies itself just before its `crash_at`-th mutating operation.
-
-#[derive(Debug, Default)]
-struct Moment {
-    operations: AtomicU64,
-    crash_at: u64,
-    /// Kept up to date by the test: blocks acknowledged durable so far.
-    acknowledged: AtomicU64,
-    /// The storage at the crash, with `acknowledged` at that moment.
-    taken: Mutex<Option<(MemStorage, u64)>>,
-}
-
-impl Moment {
-    fn tick(&self, memory: &MemStorage) {
-        if self.operations.fetch_add(1, Ordering::SeqCst) + 1 == self.crash_at {
-            let acknowledged = self.acknowledged.load(Ordering::SeqCst);
-            *self.taken.lock().unwrap() = Some((memory.snapshot(), acknowledged));
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Crashing {
-    memory: MemStorage,
-    moment: Arc<Moment>,
-}
-
-#[derive(Debug)]
-struct CrashingDevice {
-    inner: Arc<dyn Device>,
-    memory: MemStorage,
-    moment: Arc<Moment>,
-}
-
-impl Device for CrashingDevice {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
-        self.moment.tick(&self.memory);
-        self.inner.write_at(data, offset)
-    }
-    fn append(&self, data: &[u8]) -> io::Result<u64> {
-        self.moment.tick(&self.memory);
-        self.inner.append(data)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.moment.tick(&self.memory);
-        self.inner.sync()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn truncate(&self, len: u64) -> io::Result<()> {
-        self.moment.tick(&self.memory);
-        self.inner.truncate(len)
-    }
-}
-
-impl Crashing {
-    fn device(&self, inner: Arc<dyn Device>) -> Arc<dyn Device> {
-        Arc::new(CrashingDevice { inner, memory: self.memory.clone(), moment: Arc::clone(&self.moment) })
-    }
-}
-
-impl Storage for Crashing {
-    fn create(&self, name: &str) -> io::Result<Arc<dyn Device>> {
-        self.moment.tick(&self.memory);
-        Ok(self.device(self.memory.create(name)?))
-    }
-    fn open(&self, name: &str) -> io::Result<Arc<dyn Device>> {
-        Ok(self.device(self.memory.open(name)?))
-    }
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.memory.list()
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.moment.tick(&self.memory);
-        self.memory.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        self.moment.tick(&self.memory);
-        self.memory.rename(from, to)
-    }
-    fn sync_dir(&self) -> io::Result<()> {
-        self.moment.tick(&self.memory);
-        self.memory.sync_dir()
-    }
-    fn sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
-        self.memory.sub(name)
-    }
-    fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
-        self.memory.open_sub(name)
-    }
-    fn path_of(&self, name: &str) -> PathBuf {
-        self.memory.path_of(name)
-    }
-    fn location(&self) -> PathBuf {
-        Storage::location(&self.memory)
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -150,10 +45,12 @@ fn policies() -> impl Strategy<Value = SyncPolicy> {
 /// durable then, the lengths of the blocks appended, and how many operations the run made.
 fn run(options: &StoreOptions, ops: &[Op], crash_at: u64) -> (MemStorage, u64, Vec<usize>, u64) {
     let memory = MemStorage::new();
-    let moment = Arc::new(Moment { crash_at, ..Moment::default() });
-    let storage: Arc<dyn Storage> = Arc::new(Crashing { memory: memory.clone(), moment: Arc::clone(&moment) });
+    let point = CrashPoint::new(memory.clone(), crash_at);
+    let storage: Arc<dyn Storage> = Arc::new(point.clone());
     let (mut store, _) = ChainStore::open(&storage, options.clone()).unwrap();
     let mut appended = Vec::new();
+    // After each step: the storage operations made so far and the blocks acknowledged durable.
+    let mut acknowledged_after = vec![(point.operations(), 0)];
     for op in ops {
         match op {
             Op::Append(len) => {
@@ -163,12 +60,20 @@ fn run(options: &StoreOptions, ops: &[Op], crash_at: u64) -> (MemStorage, u64, V
             }
             Op::Sync => store.sync().unwrap(),
         }
-        moment.acknowledged.store(durable_blocks(&store), Ordering::SeqCst);
+        acknowledged_after.push((point.operations(), durable_blocks(&store)));
     }
     drop(store);
-    let at_end = (memory.snapshot(), moment.acknowledged.load(Ordering::SeqCst));
-    let (state, acknowledged) = moment.taken.lock().unwrap().take().unwrap_or(at_end);
-    (state, acknowledged, appended, moment.operations.load(Ordering::SeqCst))
+    let operations = point.operations();
+    let (state, acknowledged) = match point.state_at_crash() {
+        // The crash came just before operation `crash_at`: a step acknowledged what it did
+        // only if all of its operations came before that.
+        Some(state) => {
+            let before = acknowledged_after.iter().filter(|(ops, _)| *ops < crash_at);
+            (state, before.map(|(_, acked)| *acked).max().unwrap_or(0))
+        }
+        None => (memory.snapshot(), acknowledged_after.last().map_or(0, |(_, acked)| *acked)),
+    };
+    (state, acknowledged, appended, operations)
 }
 
 /// Opens the crashed storage as a restarting node does and checks it holds exactly a prefix
