@@ -123,6 +123,16 @@ pub fn read(storage: &dyn Storage, name: &str, served: &[usize], shard_count: us
 
 /// Checks and decodes a checkpoint file's bytes (see [`read`]).
 pub fn decode(bytes: &[u8], served: &[usize], shard_count: usize) -> Result<Loaded, String> {
+    // The magic's last byte is the format version: `VRGCKPT` followed by another one is a
+    // checkpoint this build does not read, named as such rather than as garbage.
+    let family = &MAGIC[..MAGIC.len() - 1];
+    if bytes.len() >= MAGIC.len() && bytes.starts_with(family) && bytes[MAGIC.len() - 1] != MAGIC[MAGIC.len() - 1] {
+        return Err(format!(
+            "storage checkpoint of format {:?}; this build reads format {:?}",
+            char::from(bytes[MAGIC.len() - 1]),
+            char::from(MAGIC[MAGIC.len() - 1])
+        ));
+    }
     if bytes.len() < PREAMBLE || &bytes[..MAGIC.len()] != MAGIC {
         return Err("not a storage checkpoint (bad magic or too short)".to_string());
     }
@@ -201,6 +211,9 @@ mod tests {
         assert!(read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap_err().contains("preamble says"));
         put(b"not a checkpoint at all");
         assert!(read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap_err().contains("bad magic"));
+        let mut newer = whole.clone();
+        newer[MAGIC.len() - 1] = b'2';
+        assert!(decode(&newer, &[1, 2], 16).unwrap_err().contains("format '2'; this build reads format '1'"));
         // Whole, but for a node serving a shard it does not hold.
         put(&whole);
         assert!(read(&storage, CHECKPOINT_FILE, &[1, 2, 3], 16).unwrap_err().contains("served shard 3 is missing"));
