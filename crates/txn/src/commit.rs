@@ -60,12 +60,22 @@ impl<S: TxnStore> Txn<'_, S> {
     /// abort (or vote [`Vote::Abort`]) instead of waiting. A no vote has already aborted
     /// the transaction. Preparing again returns the same vote; after a yes vote, reads and
     /// writes are refused.
+    ///
+    /// The prepared state lives in memory only: nothing is logged before `decide`, so a
+    /// participant restarted between its yes vote and the decision has forgotten the
+    /// transaction. A two-phase-commit participant that must honour its vote across a crash
+    /// needs a logged prepare record (the distributed-transactions work adds it). An engine
+    /// whose log has failed votes no, since it could not log the commit.
     pub fn prepare(&mut self) -> Vote {
         if let Some(reason) = self.aborted {
             return Vote::Abort(reason);
         }
         if let Some(ts) = self.prepared {
             return Vote::Commit { ts };
+        }
+        if !self.read_only && self.session.engine.log_failed() {
+            self.fail(AbortReason::LogFailed);
+            return Vote::Abort(AbortReason::LogFailed);
         }
         let result = if self.read_only {
             self.prepare_read_only()
@@ -367,5 +377,25 @@ impl<S: TxnStore> Txn<'_, S> {
             self.session.count_abort(reason);
         }
         Abort { reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Engine, EngineConfig};
+
+    #[test]
+    fn an_engine_whose_log_failed_votes_no_and_holds_nothing() {
+        let (engine, _) = Engine::open(EngineConfig::default()).unwrap();
+        let mut session = engine.session().unwrap();
+        engine.note_log_failure();
+        let mut txn = session.begin();
+        txn.put(b"k", b"v".to_vec()).unwrap();
+        assert_eq!(txn.prepare(), Vote::Abort(AbortReason::LogFailed));
+        drop(txn);
+        // Nothing was held or installed: a read-only transaction sees no version of the key.
+        let mut reader = session.begin_read_only();
+        assert_eq!(reader.get(b"k").unwrap(), None);
     }
 }

@@ -87,10 +87,11 @@ fn list_items(data: &[u8]) -> Result<Vec<Item>, NodeDecodeError> {
         let start = data.len() - rest.len();
         let item = Header::decode(&mut rest)?;
         let payload_start = data.len() - rest.len();
-        let payload = payload_start..payload_start + item.payload_length;
-        if payload.end > data.len() {
-            return Err(invalid("an item runs past the node"));
-        }
+        let end = payload_start
+            .checked_add(item.payload_length)
+            .filter(|&end| end <= data.len())
+            .ok_or_else(|| invalid("an item runs past the node"))?;
+        let payload = payload_start..end;
         rest = &data[payload.end..];
         items.push(Item { list: item.list, whole: start..payload.end, payload });
     }
