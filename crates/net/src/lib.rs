@@ -17,9 +17,11 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/virga.v1.rs"));
 }
 
+pub mod driver;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod inproc;
+pub mod role;
 mod stats;
 
 use std::future::Future;
@@ -47,6 +49,54 @@ pub enum NetError {
     Refused { peer: String, reason: String },
     #[error("peer {peer} sent an empty or unexpected response")]
     BadResponse { peer: String },
+    #[error("peer {peer} did not answer within {after:?}")]
+    DeadlineExceeded { peer: String, after: std::time::Duration },
+}
+
+/// RainBlock's messages (storage nodes, miners, prefetching clients) as a [`role::Protocol`].
+#[derive(Clone, Copy, Debug)]
+pub struct Rainblock;
+
+impl role::Protocol for Rainblock {
+    type Request = Request;
+    type Response = Response;
+
+    fn request_kind(request: &Request) -> &'static str {
+        match &request.body {
+            Some(RequestBody::Witness(_)) => "witness",
+            Some(RequestBody::Top(_)) => "top",
+            Some(RequestBody::ApplyBlock(_)) => "apply_block",
+            Some(RequestBody::Head(_)) => "head",
+            Some(RequestBody::Submit(_)) => "submit",
+            Some(RequestBody::Announce(_)) => "announce",
+            None => "empty",
+        }
+    }
+
+    fn response_kind(response: &Response) -> &'static str {
+        match &response.body {
+            Some(ResponseBody::Witness(_)) => "witness",
+            Some(ResponseBody::Top(_)) => "top",
+            Some(ResponseBody::BlockAck(_)) => "block_ack",
+            Some(ResponseBody::Head(_)) => "head",
+            Some(ResponseBody::Submitted(_)) => "submitted",
+            Some(ResponseBody::Verdict(_)) => "verdict",
+            Some(ResponseBody::Error(_)) => "error",
+            None => "empty",
+        }
+    }
+
+    fn request_bytes(request: &Request) -> usize {
+        prost::Message::encoded_len(request)
+    }
+
+    fn response_bytes(response: &Response) -> usize {
+        prost::Message::encoded_len(response)
+    }
+
+    fn check(peer: &str, response: Response) -> Result<Response, NetError> {
+        check_response(peer, response)
+    }
 }
 
 /// Serves requests addressed to one peer.

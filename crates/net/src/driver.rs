@@ -1,0 +1,222 @@
+//! The tokio driver: a thin loop that runs one role's core over a [`Transport`].
+//!
+//! Requests reach the core through the [`Handler`] the driver hands out; the core's calls
+//! go out on the transport, each bounded by its deadline; timers are tokio sleeps; device
+//! operations run on the driver's [`IoExecutor`], in the loop (so a core that waits for
+//! its log before acknowledging gets exactly that). A step that computes for long (a
+//! miner building a block) runs in `block_in_place`, so the runtime's other tasks move on.
+
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::role::{CallId, Command, Event, IoExecutor, Nanos, Role};
+use crate::{refusal, BoxFuture, Handler, NetError, Rainblock, Request, Response, Transport};
+
+enum Inbound<R: Role<Protocol = Rainblock>> {
+    Request { from: String, request: Request, reply: oneshot::Sender<Response> },
+    Response { call: CallId, result: Result<Response, NetError> },
+    Timer(crate::role::TimerId),
+    Input(R::Input),
+}
+
+/// The reading of the system clock as a core sees it.
+pub fn system_now() -> Nanos {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_nanos() as u64)
+}
+
+/// A role's mailbox, made before the role runs so that its handler can be registered with
+/// the transport first.
+pub struct Mailbox<R: Role<Protocol = Rainblock>> {
+    sender: mpsc::UnboundedSender<Inbound<R>>,
+    receiver: mpsc::UnboundedReceiver<Inbound<R>>,
+}
+
+impl<R: Role<Protocol = Rainblock>> Default for Mailbox<R> {
+    fn default() -> Self {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        Mailbox { sender, receiver }
+    }
+}
+
+struct MailboxHandler<R: Role<Protocol = Rainblock>> {
+    sender: mpsc::UnboundedSender<Inbound<R>>,
+}
+
+impl<R: Role<Protocol = Rainblock>> Handler for MailboxHandler<R> {
+    fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.sender.send(Inbound::Request { from, request, reply });
+        Box::pin(async move {
+            if sent.is_err() {
+                return refusal("the role has stopped");
+            }
+            answer.await.unwrap_or_else(|_| refusal("the role stopped before answering"))
+        })
+    }
+}
+
+impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What the transport calls for requests to this role.
+    pub fn handler(&self) -> Arc<dyn Handler> {
+        Arc::new(MailboxHandler { sender: self.sender.clone() })
+    }
+
+    /// Runs `core` as peer `id` until `shutdown` turns true.
+    pub fn run<X: IoExecutor<R>>(
+        self,
+        id: impl Into<String>,
+        core: R,
+        transport: Arc<dyn Transport>,
+        io: X,
+        shutdown: watch::Receiver<bool>,
+    ) -> Running<R> {
+        let core = Arc::new(Mutex::new(core));
+        let driver = Driver {
+            id: id.into(),
+            core: Arc::clone(&core),
+            transport,
+            io,
+            sender: self.sender.clone(),
+            replies: HashMap::new(),
+            next_incoming: 0,
+            ready: VecDeque::new(),
+            commands: Vec::new(),
+        };
+        let task = tokio::spawn(driver.run(self.receiver, shutdown));
+        Running { core, sender: self.sender, task }
+    }
+}
+
+/// A running role: its core (for reports) and a way to hand it input.
+pub struct Running<R: Role<Protocol = Rainblock>> {
+    core: Arc<Mutex<R>>,
+    sender: mpsc::UnboundedSender<Inbound<R>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<R: Role<Protocol = Rainblock>> Running<R> {
+    /// Reads the core between two steps.
+    pub fn with_core<T>(&self, read: impl FnOnce(&R) -> T) -> T {
+        read(&self.core.lock())
+    }
+
+    /// Hands the core work from its user; false once the role has stopped.
+    pub fn input(&self, input: R::Input) -> bool {
+        self.sender.send(Inbound::Input(input)).is_ok()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Waits for the loop to end (after shutdown).
+    pub async fn join(self) -> Arc<Mutex<R>> {
+        if let Err(error) = self.task.await {
+            tracing::error!(%error, "a role's driver panicked");
+        }
+        self.core
+    }
+}
+
+struct Driver<R: Role<Protocol = Rainblock>, X> {
+    id: String,
+    core: Arc<Mutex<R>>,
+    transport: Arc<dyn Transport>,
+    io: X,
+    sender: mpsc::UnboundedSender<Inbound<R>>,
+    /// Answer channels of the requests the core has not answered yet.
+    replies: HashMap<CallId, oneshot::Sender<Response>>,
+    next_incoming: u64,
+    /// Events produced inside the loop (device completions), handled before the next message.
+    ready: VecDeque<Event<Rainblock, R::IoDone, R::Input>>,
+    commands: Vec<Command<Rainblock, R::Io>>,
+}
+
+impl<R: Role<Protocol = Rainblock>, X: IoExecutor<R>> Driver<R, X> {
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Inbound<R>>, mut shutdown: watch::Receiver<bool>) {
+        self.ready.push_back(Event::Start);
+        loop {
+            while let Some(event) = self.ready.pop_front() {
+                self.step(event);
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+            let inbound = tokio::select! {
+                inbound = inbox.recv() => inbound,
+                _ = shutdown.changed() => continue,
+            };
+            let Some(inbound) = inbound else { break };
+            let event = match inbound {
+                Inbound::Request { from, request, reply } => {
+                    let call = CallId(self.next_incoming);
+                    self.next_incoming += 1;
+                    self.replies.insert(call, reply);
+                    Event::Request { from, call, request }
+                }
+                Inbound::Response { call, result } => Event::Response { call, result },
+                Inbound::Timer(timer) => Event::Timer(timer),
+                Inbound::Input(input) => Event::Input(input),
+            };
+            self.ready.push_back(event);
+        }
+        // Requests still unanswered are refused as their senders drop.
+    }
+
+    fn step(&mut self, event: Event<Rainblock, R::IoDone, R::Input>) {
+        let now = system_now();
+        let core = Arc::clone(&self.core);
+        let commands = &mut self.commands;
+        let step = || core.lock().step(now, event, commands);
+        if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            tokio::task::block_in_place(step);
+        } else {
+            step();
+        }
+        let commands = std::mem::take(&mut self.commands);
+        for command in commands {
+            self.execute(command);
+        }
+    }
+
+    fn execute(&mut self, command: Command<Rainblock, R::Io>) {
+        match command {
+            Command::Call { to, call, request, deadline } => {
+                let (transport, sender, from) = (Arc::clone(&self.transport), self.sender.clone(), self.id.clone());
+                tokio::spawn(async move {
+                    let result = match tokio::time::timeout(deadline, transport.call(&from, &to, request)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(NetError::DeadlineExceeded { peer: to, after: deadline }),
+                    };
+                    let _ = sender.send(Inbound::Response { call, result });
+                });
+            }
+            Command::Reply { call, response, .. } => {
+                if let Some(reply) = self.replies.remove(&call) {
+                    let _ = reply.send(response);
+                }
+            }
+            Command::SetTimer { timer, after } => {
+                let sender = self.sender.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = sender.send(Inbound::Timer(timer));
+                });
+            }
+            Command::Io { io, op } => {
+                let result = self.io.execute(op);
+                self.ready.push_back(Event::IoDone { io, result });
+            }
+        }
+    }
+}
+
+/// The longest a driver waits for a peer by default: a hung peer costs a call this long.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
