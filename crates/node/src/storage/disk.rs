@@ -1,0 +1,42 @@
+//! The storage node's device: its log and its checkpoints, on any `Storage` (files for a
+//! real node, memory devices in the simulator).
+
+use std::sync::Arc;
+use virga_core::device::Storage;
+use virga_log::RecordLog;
+
+use super::core::{StorageCore, StorageIo, StorageIoDone};
+use crate::checkpoint;
+use virga_net::role::IoExecutor;
+
+/// Carries out a storage core's device operations.
+pub struct StorageDisk {
+    log: RecordLog,
+    /// Where checkpoints go: the storage holding the log (for files, its parent directory).
+    checkpoints: Arc<dyn Storage>,
+}
+
+impl StorageDisk {
+    pub fn new(log: RecordLog, checkpoints: Arc<dyn Storage>) -> StorageDisk {
+        StorageDisk { log, checkpoints }
+    }
+}
+
+impl IoExecutor<StorageCore> for StorageDisk {
+    fn execute(&mut self, op: StorageIo) -> StorageIoDone {
+        match op {
+            StorageIo::Append { record } => {
+                StorageIoDone::Appended(self.log.append(&record).map_err(|error| error.to_string()))
+            }
+            StorageIo::WriteCheckpoint { header, shards, served } => StorageIoDone::CheckpointWritten(
+                checkpoint::write(&*self.checkpoints, &header, &shards, &served).map(|()| header.number),
+            ),
+            StorageIo::CutLog { below } => StorageIoDone::LogCut(
+                self.log
+                    .truncate_prefix(below)
+                    .map(|removed| (removed, self.log.first_lsn()))
+                    .map_err(|e| e.to_string()),
+            ),
+        }
+    }
+}
