@@ -77,7 +77,18 @@ impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
         io: X,
         shutdown: watch::Receiver<bool>,
     ) -> Running<R> {
-        let core = Arc::new(Mutex::new(core));
+        self.run_shared(id, Arc::new(Mutex::new(core)), transport, io, shutdown)
+    }
+
+    /// [`Self::run`] with a core its owner keeps a handle to.
+    pub fn run_shared<X: IoExecutor<R>>(
+        self,
+        id: impl Into<String>,
+        core: Arc<Mutex<R>>,
+        transport: Arc<dyn Transport>,
+        io: X,
+        shutdown: watch::Receiver<bool>,
+    ) -> Running<R> {
         let driver = Driver {
             id: id.into(),
             core: Arc::clone(&core),

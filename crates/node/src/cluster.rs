@@ -331,7 +331,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         }
     };
     for miner in &miners {
-        miner.warm_up(transport.as_ref()).await?;
+        miner.warm_up(Arc::clone(&transport)).await?;
     }
     let setup_seconds = started.elapsed().as_secs_f64();
 

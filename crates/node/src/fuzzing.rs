@@ -14,8 +14,10 @@ use virga_net::{Handler, Request};
 use virga_trie::shard::ShardedTrie;
 
 use crate::checkpoint;
-use crate::miner::{Miner, MinerConfig};
+use crate::miner::{execution_pool, ChainDisk, MinerConfig, MinerCore};
 use crate::storage::StorageNode;
+use parking_lot::Mutex;
+use virga_net::role::{CallId, Command, Event, IoExecutor, Role};
 
 const SHARDS: usize = 16;
 /// The shards the fuzzed storage node serves (the others it knows by hash).
@@ -70,7 +72,7 @@ pub fn sample_checkpoint() -> Vec<u8> {
 
 struct Peers {
     storage: Arc<StorageNode>,
-    miner: Arc<Miner>,
+    miner: Mutex<MinerCore>,
 }
 
 /// A storage node and a miner on the sample state, with proof of work so easy (difficulty
@@ -94,8 +96,9 @@ fn peers() -> &'static Peers {
             max_block_transfers: 64,
             beneficiary: Address::with_last_byte(7),
         };
-        let miner = Miner::new(config, genesis, None).unwrap_or_else(|error| unreachable!("{error}"));
-        Peers { storage, miner }
+        let pool = execution_pool(1).unwrap_or_else(|error| unreachable!("{error}"));
+        let miner = MinerCore::new(config, genesis, pool).unwrap_or_else(|error| unreachable!("{error}"));
+        Peers { storage, miner: Mutex::new(miner) }
     })
 }
 
@@ -107,9 +110,27 @@ pub fn peer_request(data: &[u8]) {
     let peers = peers();
     answer(peers.storage.handle("fuzz".to_string(), request.clone()));
     // A submission is answered once its block is built: queue it, build, then collect.
-    let reply = peers.miner.handle("fuzz".to_string(), request);
-    peers.miner.build_queued();
-    answer(reply);
+    let mut miner = peers.miner.lock();
+    let mut commands = Vec::new();
+    let call = CallId(0);
+    miner.step(0, Event::Request { from: "fuzz".to_string(), call, request }, &mut commands);
+    miner.build_queued(&mut commands);
+    let mut disk = ChainDisk { store: None };
+    let mut answered = false;
+    while let Some(command) = commands.pop() {
+        match command {
+            Command::Reply { call: replied, response, .. } if replied == call => {
+                assert!(response.body.is_some(), "a request answered with an empty response");
+                answered = true;
+            }
+            Command::Io { io, op } => {
+                let result = disk.execute(op);
+                miner.step(0, Event::IoDone { io, result }, &mut commands);
+            }
+            _ => {}
+        }
+    }
+    assert!(answered, "a request to the fuzzed miner was not answered");
 }
 
 /// Polls a reply that must be ready (no reply here waits on I/O).

@@ -199,7 +199,7 @@ pub async fn run_miner(dir: &Path, index: usize, mut shutdown: watch::Receiver<b
     let miner = Miner::new(config, head.clone(), Some(store))?;
     let transport = plan.transport();
     loop {
-        match miner.warm_up(transport.as_ref()).await {
+        match miner.warm_up(Arc::clone(&transport)).await {
             Ok(()) => break,
             Err(reason) => {
                 tracing::info!(miner = %id, %reason, "storage nodes not ready; retrying");

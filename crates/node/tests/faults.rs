@@ -136,7 +136,7 @@ async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode
     configure(&storage, &miners);
     let transport: Arc<dyn Transport> = Arc::new(inproc);
     for miner in &miners {
-        miner.warm_up(transport.as_ref()).await.unwrap();
+        miner.warm_up(Arc::clone(&transport)).await.unwrap();
     }
 
     let (stop, stopped) = watch::channel(false);

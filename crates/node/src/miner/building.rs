@@ -1,0 +1,310 @@
+//! Admission and block building: a batch of submissions becomes a block on the tip.
+//!
+//! A bag's nodes attach to the top layer only where they hash to a hash node it holds (so a
+//! bag cannot change what the miner believes), which also revises witnesses taken at an
+//! older root. A transfer whose accounts still cannot be read aborts as `stale_witness`;
+//! every signature is recovered.
+
+use alloy_primitives::{keccak256, Address, B256};
+use std::collections::{HashMap, HashSet};
+use virga_ledger::builder::build_block;
+use virga_ledger::exec::AccountState;
+use virga_ledger::tx::{RecoveredTransfer, SignedTransfer};
+use virga_ledger::verify::max_transfers;
+use virga_net::proto::{BlockUpdates, KeyUpdate, TxOutcome};
+use virga_net::role::{Command, Nanos};
+use virga_net::Rainblock;
+use virga_trie::proof::NodeBag;
+use virga_trie::PartialTrie;
+
+use super::top_layer::{record_paths, Layer, WRITE_ALLOWANCE_BYTES};
+use super::{refuse_submission, Built, MinerCore, MinerIo, Pending, Replies};
+use crate::codec::{b256, bag_from_wire, check_keys};
+use crate::storage::prefix_nibbles;
+
+/// A transfer's place in the block being built (its index among the admitted), or why it was left out.
+type AdmissionSlot = (B256, Result<usize, String>);
+
+/// The admitted transfers of a batch, each submission's slots, and the bags used.
+struct Admitted {
+    transfers: Vec<RecoveredTransfer>,
+    slots: Vec<(String, virga_net::role::CallId, Vec<AdmissionSlot>)>,
+    bags: Vec<NodeBag>,
+}
+
+impl MinerCore {
+    /// Submissions for the next block, up to the block's transfer bound.
+    pub(crate) fn take_batch(&mut self) -> Vec<Pending> {
+        let limit = self.config.max_block_transfers.min(max_transfers(self.config.chain.gas_limit)).max(1);
+        let (mut taken, mut count) = (0, 0);
+        for pending in &self.inbox {
+            let size = pending.submission.transactions.len();
+            if count > 0 && taken + size > limit {
+                break;
+            }
+            taken += size;
+            count += 1;
+        }
+        self.inbox.drain(..count).collect()
+    }
+
+    fn abort(&mut self, reason: &str, count: u64) {
+        *self.stats.aborted.entry(reason.to_string()).or_default() += count;
+    }
+
+    /// Decodes and recovers every transfer of the batch, in parallel.
+    fn recover_batch(&self, batch: &[Pending]) -> Vec<Vec<Result<RecoveredTransfer, String>>> {
+        self.pool.install(|| {
+            use rayon::prelude::*;
+            batch
+                .par_iter()
+                .map(|pending| {
+                    pending
+                        .submission
+                        .transactions
+                        .par_iter()
+                        .with_min_len(8)
+                        .map(|bytes| {
+                            let tx = SignedTransfer::decode(bytes).map_err(|_| "malformed_transaction".to_string())?;
+                            RecoveredTransfer::recover(tx).map_err(|_| "bad_signature".to_string())
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+    }
+
+    /// Attaches the batch's bags to `layer` and admits each transfer whose accounts it can read.
+    fn admit(
+        &mut self,
+        batch: Vec<Pending>,
+        layer: &mut Layer,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) -> Admitted {
+        let decoded = self.recover_batch(&batch);
+        let current_root = layer.header.state_root;
+        let mut admitted = Admitted { transfers: Vec::new(), slots: Vec::new(), bags: Vec::new() };
+        let mut blocked_senders: HashSet<Address> = HashSet::new();
+        for (pending, transfers) in batch.into_iter().zip(decoded) {
+            let Pending { from, call, submission } = pending;
+            let bag = bag_from_wire(submission.bag);
+            let witness_root = match b256(&submission.witness_root, "witness_root") {
+                Ok(root) => root,
+                Err(reason) => {
+                    refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, out);
+                    continue;
+                }
+            };
+            // Bags attach along their keys' paths; pruning later walks those paths only.
+            if let Err(reason) = check_keys(&bag.keys) {
+                let reason = format!("node bag refused: {reason}");
+                refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, out);
+                continue;
+            }
+            // Witness revision: unchanged subtrees attach by hash; what changed is ours already.
+            match self.attach_bag(&mut layer.top, &bag) {
+                Ok(grown) => {
+                    layer.estimated_bytes += grown;
+                    record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
+                }
+                Err(error) => {
+                    let reason = format!("node bag refused: {error}");
+                    refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, out);
+                    continue;
+                }
+            }
+            if witness_root != current_root {
+                self.stats.revised_submissions += 1;
+            }
+            let mut outcomes = Vec::with_capacity(transfers.len());
+            let mut used_bag = false;
+            for (bytes, transfer) in submission.transactions.iter().zip(transfers) {
+                let transfer = match transfer {
+                    Ok(transfer) => transfer,
+                    Err(reason) => {
+                        self.abort(&reason, 1);
+                        outcomes.push((keccak256(bytes), Err(reason)));
+                        continue;
+                    }
+                };
+                let (sender, to) = (transfer.sender, transfer.tx.to());
+                let reason = if blocked_senders.contains(&sender) {
+                    Some("earlier_transfer_aborted")
+                } else if layer.top.read_account(&keccak256(sender)).is_err()
+                    || layer.top.read_account(&keccak256(to)).is_err()
+                {
+                    Some("stale_witness")
+                } else {
+                    None
+                };
+                match reason {
+                    Some(reason) => {
+                        // Later transfers of this sender would fail on their nonce: hold them back too.
+                        blocked_senders.insert(sender);
+                        self.abort(reason, 1);
+                        outcomes.push((transfer.tx.hash(), Err(reason.to_string())));
+                    }
+                    None => {
+                        used_bag = true;
+                        outcomes.push((transfer.tx.hash(), Ok(admitted.transfers.len())));
+                        admitted.transfers.push(transfer);
+                    }
+                }
+            }
+            if used_bag {
+                admitted.bags.push(bag);
+            }
+            admitted.slots.push((from, call, outcomes));
+        }
+        admitted
+    }
+
+    /// Admits what can be executed from the batch and builds the block on the tip.
+    pub(crate) fn build(
+        &mut self,
+        now: Nanos,
+        batch: Vec<Pending>,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) -> Option<Built> {
+        let mut layer = self.layer.tip.clone();
+        let epoch = self.layer.epoch;
+        let parent = layer.header.clone();
+        let Admitted { transfers, slots, bags } = self.admit(batch, &mut layer, out);
+        let touched: Vec<B256> =
+            transfers.iter().flat_map(|transfer| [keccak256(transfer.sender), keccak256(transfer.tx.to())]).collect();
+        let timestamp = now / 1_000_000_000;
+        let chain = self.config.chain;
+        let built = match build_block(
+            &chain,
+            &parent,
+            &mut layer.top,
+            transfers,
+            self.config.beneficiary,
+            timestamp,
+            &self.pool,
+        ) {
+            Ok(built) => built,
+            Err(error) => {
+                // Every account was checked readable, so this is a bug; nothing is committed.
+                tracing::error!(miner = %self.config.id, %error, "building the block failed");
+                for (to, call, outcomes) in slots {
+                    let outcomes = outcomes
+                        .into_iter()
+                        .map(|(tx_hash, _)| left_out(tx_hash, "block_build_failed".to_string()))
+                        .collect();
+                    out.push(Command::Reply { to, call, response: super::outcomes_reply(None, outcomes) });
+                }
+                return None;
+            }
+        };
+        let built = self.misbuild(built);
+        let hash = built.block.hash();
+        let replies = outcomes_of(slots, &built.outcome.receipts);
+        layer.estimated_bytes += touched.len().saturating_add(1).saturating_mul(WRITE_ALLOWANCE_BYTES);
+        record_paths(&mut layer.unpruned, touched.iter().copied());
+        let updates = match self.logical_updates(&layer.top, touched) {
+            Ok(updates) => updates,
+            Err(reason) => {
+                tracing::error!(miner = %self.config.id, %reason, "collecting updates failed");
+                return None;
+            }
+        };
+        let (budget, retention, beneficiary) =
+            (self.config.top_budget_bytes, self.config.retention, self.config.beneficiary);
+        layer.estimated_bytes = self.layer.maybe_prune(
+            &mut layer.top,
+            layer.estimated_bytes,
+            &mut layer.unpruned,
+            budget,
+            retention,
+            beneficiary,
+            &mut self.stats,
+        );
+        layer.header = built.block.header.clone();
+        self.layer.tip = layer.clone();
+        Some(Built { block: built.block, hash, updates, bag: NodeBag::merge(bags), replies, layer, epoch })
+    }
+
+    /// Attaches a bag's nodes where they hash to hash nodes the layer holds; returns the
+    /// bytes the layer grew by. (The broken variant that skips this check is a test fault.)
+    pub(crate) fn attach_bag(&self, top: &mut PartialTrie, bag: &NodeBag) -> Result<usize, String> {
+        top.apply_bag(bag).map(|applied| applied.grown_bytes).map_err(|error| error.to_string())
+    }
+
+    /// Each touched account's new value, grouped for the storage node serving its shard, and
+    /// every shard's new subtree hash.
+    pub(crate) fn logical_updates(
+        &self,
+        top: &PartialTrie,
+        mut keys: Vec<B256>,
+    ) -> Result<Vec<(String, BlockUpdates)>, String> {
+        let prefix = prefix_nibbles(self.config.shard_count).unwrap_or(0);
+        keys.push(keccak256(self.config.beneficiary));
+        keys.sort_unstable();
+        keys.dedup();
+        let mut by_shard: HashMap<usize, Vec<KeyUpdate>> = HashMap::new();
+        for key in keys {
+            let value = top.get(key.as_slice()).map_err(|stopped| format!("written account not held: {stopped}"))?;
+            let shard = virga_trie::shard::shard_of(key.as_slice(), prefix).map_err(|error| error.to_string())?;
+            by_shard
+                .entry(shard)
+                .or_default()
+                .push(KeyUpdate { key: key.to_vec(), value: value.map(|v| v.into_owned()).unwrap_or_default() });
+        }
+        let shard_hashes = (0..self.config.shard_count)
+            .map(|index| {
+                let path: Vec<u8> = (0..prefix).map(|i| ((index >> (4 * (prefix - 1 - i))) & 15) as u8).collect();
+                top.subtree_hash_at(&path).map(|hash| hash.to_vec()).map_err(|error| format!("shard {index}: {error}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self
+            .config
+            .storage_nodes
+            .iter()
+            .map(|(peer, shards)| {
+                let updates =
+                    shards.iter().flat_map(|shard| by_shard.get(shard).cloned().unwrap_or_default()).collect();
+                (peer.clone(), BlockUpdates { header: Vec::new(), shard_hashes: shard_hashes.clone(), updates })
+            })
+            .collect())
+    }
+}
+
+fn left_out(tx_hash: B256, reason: String) -> TxOutcome {
+    TxOutcome { tx_hash: tx_hash.to_vec(), included: false, succeeded: false, reason }
+}
+
+/// Each submission's outcomes from the block's receipts.
+fn outcomes_of(
+    slots: Vec<(String, virga_net::role::CallId, Vec<AdmissionSlot>)>,
+    receipts: &[virga_ledger::exec::Receipt],
+) -> Replies {
+    slots
+        .into_iter()
+        .map(|(to, call, outcomes)| {
+            let outcomes = outcomes
+                .into_iter()
+                .map(|(tx_hash, slot)| match slot {
+                    Ok(index) => match receipts.get(index).map(|receipt| &receipt.outcome) {
+                        Some(Ok(())) => TxOutcome {
+                            tx_hash: tx_hash.to_vec(),
+                            included: true,
+                            succeeded: true,
+                            reason: String::new(),
+                        },
+                        Some(Err(reason)) => TxOutcome {
+                            tx_hash: tx_hash.to_vec(),
+                            included: true,
+                            succeeded: false,
+                            reason: reason.name().to_string(),
+                        },
+                        // Left out by the builder's gas bound: the client resubmits it.
+                        None => left_out(tx_hash, "block_full".to_string()),
+                    },
+                    Err(reason) => left_out(tx_hash, reason),
+                })
+                .collect();
+            (to, call, outcomes)
+        })
+        .collect()
+}

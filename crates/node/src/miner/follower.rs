@@ -1,0 +1,110 @@
+//! A follower: blocks announced by another miner are verified from this miner's own top
+//! layer and the block's bag (re-executed, never trusted), stored, then adopted.
+
+use alloy_primitives::{keccak256, B256};
+use virga_ledger::verify::{check_block, execute_block, ExecMode};
+use virga_net::proto;
+use virga_net::role::{CallId, Command};
+use virga_net::Rainblock;
+
+use super::top_layer::{record_paths, Layer, WRITE_ALLOWANCE_BYTES};
+use super::{MinerCore, MinerIo, StoreFor};
+use crate::codec::{bag_from_wire, check_keys, decode_block};
+
+impl MinerCore {
+    /// A block from another miner: verified, then stored; the verdict goes back once it is.
+    pub(crate) fn announced(
+        &mut self,
+        from: String,
+        call: CallId,
+        announcement: proto::BlockAnnouncement,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) {
+        let encoded = announcement.block.clone();
+        match self.verify_announced(announcement) {
+            Ok((number, hash, layer)) => {
+                self.layer.committed = layer.clone();
+                self.layer.committed_hash = hash;
+                self.layer.tip = layer;
+                let io = self.ids.io();
+                self.stores.insert(io, StoreFor::Followed { from, call });
+                out.push(Command::Io { io, op: MinerIo::Store { number, hash, block: encoded } });
+            }
+            Err(reason) => {
+                tracing::warn!(miner = %self.config.id, peer = %from, %reason, "announced block refused");
+                self.stats.refused_blocks += 1;
+                let verdict = proto::Verdict { accepted: false, reason };
+                out.push(Command::Reply { to: from, call, response: verdict_response(verdict) });
+            }
+        }
+    }
+
+    /// The followed block is stored (or storing it failed: the verdict says so).
+    pub(crate) fn followed_stored(
+        &mut self,
+        from: String,
+        call: CallId,
+        result: Result<(), String>,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) {
+        let verdict = match result {
+            Ok(()) => {
+                self.stats.verified_blocks += 1;
+                proto::Verdict { accepted: true, reason: String::new() }
+            }
+            Err(reason) => proto::Verdict { accepted: false, reason: format!("storing the block failed: {reason}") },
+        };
+        out.push(Command::Reply { to: from, call, response: verdict_response(verdict) });
+    }
+
+    /// Checks the block on the tip and re-executes it on the top layer with its bag attached.
+    fn verify_announced(&mut self, announcement: proto::BlockAnnouncement) -> Result<(u64, B256, Layer), String> {
+        let block = decode_block(&announcement.block)?;
+        let bag = bag_from_wire(announcement.bag);
+        check_keys(&bag.keys).map_err(|reason| format!("node bag refused: {reason}"))?;
+        let chain = self.config.chain;
+        let views = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Staged, &self.pool)
+            .map_err(|error| error.to_string())?;
+        let mut layer = self.layer.tip.clone();
+        let grown = self.attach_bag(&mut layer.top, &bag).map_err(|error| format!("node bag refused: {error}"))?;
+        record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
+        let written = views.iter().flat_map(|view| [view.sender_key, view.to_key]);
+        record_paths(&mut layer.unpruned, written.chain([keccak256(block.header.beneficiary)]));
+        let verified = if self.skips_block_check() {
+            None
+        } else {
+            let top = std::mem::replace(&mut layer.top, virga_trie::PartialTrie::from_root_hash(B256::ZERO));
+            Some(
+                execute_block(&chain, top, &block, views, ExecMode::Staged, &self.pool)
+                    .map_err(|error| error.to_string())?,
+            )
+        };
+        if let Some(verified) = verified {
+            layer.top = verified.state;
+        } else {
+            // The broken variant adopts the announced root without executing anything.
+            layer.top = virga_trie::PartialTrie::from_root_hash(block.header.state_root);
+        }
+        let written = 2 * block.transactions.len() + 1;
+        let estimated = layer.estimated_bytes + grown + written.saturating_mul(WRITE_ALLOWANCE_BYTES);
+        let (budget, retention, beneficiary) =
+            (self.config.top_budget_bytes, self.config.retention, self.config.beneficiary);
+        layer.estimated_bytes = self.layer.maybe_prune(
+            &mut layer.top,
+            estimated,
+            &mut layer.unpruned,
+            budget,
+            retention,
+            beneficiary,
+            &mut self.stats,
+        );
+        let hash = block.hash();
+        let number = block.header.number;
+        layer.header = block.header;
+        Ok((number, hash, layer))
+    }
+}
+
+fn verdict_response(verdict: proto::Verdict) -> virga_net::Response {
+    virga_net::response(virga_net::ResponseBody::Verdict(verdict))
+}

@@ -1,0 +1,484 @@
+//! RainBlock's miner: executes against its private top layer with no state I/O.
+//!
+//! The miner is a core ([`MinerCore`]: events in, commands out) split along its concerns:
+//! [`warm_up`] fills the top layer, [`building`] admits submissions and builds blocks,
+//! [`commit`] sends blocks to the storage nodes and commits them in order, [`follower`]
+//! verifies blocks other miners announce, and [`top_layer`] keeps the tip, the committed
+//! head and pruning. [`driver::Miner`] runs the core in this process. The top layer is pruned
+//! to retention level r whenever it outgrows its memory budget.
+
+mod building;
+mod commit;
+pub mod driver;
+mod follower;
+mod top_layer;
+pub mod warm_up;
+
+pub use driver::Miner;
+
+use alloy_consensus::Header;
+use alloy_primitives::{Address, B256};
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use virga_ledger::block::Block;
+use virga_ledger::store::{ChainStore, StoreOptions};
+use virga_ledger::verify::ChainConfig;
+use virga_net::proto::{self, BlockUpdates, Submission, TxOutcome};
+use virga_net::role::{CallId, Command, Event, Ids, IoExecutor, IoId, Nanos, Role, TimerId};
+use virga_net::{refusal, response, Rainblock, RequestBody, Response, ResponseBody};
+use virga_trie::proof::NodeBag;
+
+use crate::codec::{block_id, decode_block};
+use crate::storage::prefix_nibbles;
+use commit::Committing;
+use top_layer::{Layer, TopLayer};
+use warm_up::WarmUp;
+
+#[derive(Clone, Debug)]
+pub struct MinerConfig {
+    pub id: String,
+    pub chain: ChainConfig,
+    pub shard_count: usize,
+    /// Storage nodes by peer id, with the shards each serves.
+    pub storage_nodes: Vec<(String, Vec<usize>)>,
+    /// Other miners that verify this miner's blocks.
+    pub peers: Vec<String>,
+    /// Retention level r: the top layer keeps trie levels 0..=r when pruned.
+    pub retention: usize,
+    /// The top layer is pruned once its estimated memory exceeds this.
+    pub top_budget_bytes: usize,
+    /// Transfers per block at most (also bounded by the gas limit).
+    pub max_block_transfers: usize,
+    pub beneficiary: Address,
+}
+
+/// Why transfers did not make it into a block, and other counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MinerStats {
+    pub blocks: u64,
+    pub included: u64,
+    pub succeeded: u64,
+    /// Transfers left out, by reason (`stale_witness`, `bad_signature`, …).
+    pub aborted: HashMap<String, u64>,
+    /// Receipts of failed transfers, by reason.
+    pub failed: HashMap<String, u64>,
+    /// Submissions whose witness was taken at an older root than the miner's.
+    pub revised_submissions: u64,
+    pub rejected_submissions: u64,
+    pub prunes: u64,
+    /// Nodes of the top layer (hash nodes included) when the stats were read.
+    pub top_nodes: usize,
+    /// The top layer's memory: its bound after the last prune, measured when the stats are read.
+    pub top_bytes: usize,
+    /// The largest measured (at whole prunes and when the stats were read).
+    pub peak_top_bytes: usize,
+    /// Blocks from other miners verified (follower) and refused.
+    pub verified_blocks: u64,
+    pub refused_blocks: u64,
+    /// This miner's blocks dropped uncommitted: refused by a storage node, or built on one
+    /// that was. Their transfers count in `aborted` as `block_refused`.
+    pub abandoned_blocks: u64,
+    /// Refusals of this miner's blocks: the storage node or follower miner, and its reason.
+    pub block_refusals: Vec<(String, String)>,
+    /// Witnesses from storage nodes refused while warming up: the node, and why.
+    pub bad_witnesses: Vec<(String, String)>,
+}
+
+/// A miner's deliberate misbehaviour, for the trust tests (feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MinerFault {
+    /// Honest.
+    #[default]
+    None,
+    /// Every block built announces a state root with one byte flipped; its work is then
+    /// done again, so the header is otherwise valid.
+    WrongRoot,
+    /// A broken follower: announced blocks are adopted without being re-executed (the
+    /// simulator's checks must catch it once a lying miner announces a wrong root).
+    SkipBlockCheck,
+}
+
+/// Why a transfer of a dropped block was not included: its client submits it again.
+pub const BLOCK_REFUSED: &str = "block_refused";
+
+/// Built blocks waiting for the block before them to commit.
+const COMMIT_QUEUE: usize = 1;
+
+/// The longest the miner waits for a peer's answer; an unreachable storage node is then
+/// asked again.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+pub(crate) struct Pending {
+    from: String,
+    call: CallId,
+    submission: Submission,
+}
+
+/// Each submission's caller and call, with the outcomes of its transfers.
+pub(crate) type Replies = Vec<(String, CallId, Vec<TxOutcome>)>;
+
+/// A built block ready to commit.
+pub(crate) struct Built {
+    block: Block,
+    hash: B256,
+    updates: Vec<(String, BlockUpdates)>,
+    bag: NodeBag,
+    replies: Replies,
+    /// The top layer after the block.
+    layer: Layer,
+    /// The tip's epoch the block was built in.
+    epoch: u64,
+}
+
+/// What each call of the miner is for.
+enum Outstanding {
+    Top { round: u64 },
+    BeneficiaryWitness { round: u64, peer: String },
+    ApplyBlock { peer: String, number: u64, next_delay: Duration },
+    Gossip { peer: String, number: u64 },
+}
+
+enum TimerPurpose {
+    RetryBlock { peer: String, number: u64, delay: Duration },
+    RetryWarmUp,
+}
+
+/// What a block being stored is for.
+enum StoreFor {
+    Committed,
+    Followed { from: String, call: CallId },
+}
+
+/// The miner's one device operation: storing a committed block in its chain store.
+#[derive(Debug)]
+pub enum MinerIo {
+    Store { number: u64, hash: B256, block: Vec<u8> },
+}
+
+pub struct MinerCore {
+    config: MinerConfig,
+    pool: Arc<rayon::ThreadPool>,
+    deadline: Duration,
+    ids: Ids,
+    layer: TopLayer,
+    warm: WarmUp,
+    inbox: VecDeque<Pending>,
+    /// Built blocks waiting for the committing one.
+    queued: VecDeque<Built>,
+    committing: Option<Committing>,
+    calls: HashMap<CallId, Outstanding>,
+    timers: HashMap<TimerId, TimerPurpose>,
+    stores: HashMap<IoId, StoreFor>,
+    stats: MinerStats,
+    /// The clock reading of the latest event: the timestamp of a block built on a completion.
+    last_now: Nanos,
+    #[cfg(feature = "fault-injection")]
+    fault: MinerFault,
+}
+
+/// Why a miner cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum MinerError {
+    #[error("shard count {0} is not 1, 16 or 256")]
+    ShardCount(usize),
+    #[error("the execution thread pool: {0}")]
+    Pool(String),
+    #[error("the block store: {0}")]
+    Store(String),
+    #[error("warming up: {0}")]
+    WarmUp(String),
+}
+
+impl From<MinerError> for String {
+    fn from(error: MinerError) -> String {
+        error.to_string()
+    }
+}
+
+/// A thread pool for the miner's parallel execution (`threads` 0: one per core).
+pub fn execution_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, MinerError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|index| format!("miner-exec-{index}"))
+        .build()
+        .map(Arc::new)
+        .map_err(|error| MinerError::Pool(error.to_string()))
+}
+
+impl MinerCore {
+    /// A miner whose committed head is `header`, with an empty top layer; it warms up when
+    /// it starts.
+    pub fn new(config: MinerConfig, header: Header, pool: Arc<rayon::ThreadPool>) -> Result<MinerCore, MinerError> {
+        prefix_nibbles(config.shard_count).ok_or(MinerError::ShardCount(config.shard_count))?;
+        Ok(MinerCore {
+            config,
+            pool,
+            deadline: CALL_DEADLINE,
+            ids: Ids::default(),
+            layer: TopLayer::new(header),
+            warm: WarmUp::default(),
+            inbox: VecDeque::new(),
+            queued: VecDeque::new(),
+            committing: None,
+            calls: HashMap::new(),
+            timers: HashMap::new(),
+            stores: HashMap::new(),
+            stats: MinerStats::default(),
+            last_now: 0,
+            #[cfg(feature = "fault-injection")]
+            fault: MinerFault::None,
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    /// The deadline of every call the miner makes.
+    pub fn set_deadline(&mut self, deadline: Duration) {
+        self.deadline = deadline;
+    }
+
+    /// Makes this miner misbehave (or behave again) from the next block it builds on.
+    #[cfg(feature = "fault-injection")]
+    pub fn set_fault(&mut self, fault: MinerFault) {
+        tracing::info!(miner = %self.config.id, ?fault, "fault injected");
+        self.fault = fault;
+    }
+
+    /// Counters, with the top layer's size measured now.
+    pub fn stats(&self) -> MinerStats {
+        let top = &self.layer.tip.top;
+        let (top_nodes, top_bytes) = (top.node_count(), top.memory_bytes());
+        MinerStats {
+            top_nodes,
+            top_bytes,
+            peak_top_bytes: self.stats.peak_top_bytes.max(top_bytes),
+            ..self.stats.clone()
+        }
+    }
+
+    /// The committed head: number, hash and state root.
+    pub fn head(&self) -> (u64, B256, B256) {
+        self.layer.head()
+    }
+
+    /// Whether the top layer is warm (the miner builds blocks only then), and why the last
+    /// warm-up round failed, if it did.
+    pub fn warm_up_state(&self) -> (bool, Option<(u64, &str)>) {
+        (self.warm.done, self.warm.last_failure.as_ref().map(|(round, reason)| (*round, reason.as_str())))
+    }
+
+    /// Nothing queued, being built or committed.
+    pub fn is_idle(&self) -> bool {
+        self.inbox.is_empty() && self.queued.is_empty() && self.committing.is_none()
+    }
+
+    /// Builds blocks from the inbox while the commit queue has room, and starts the next commit.
+    fn pump_at(&mut self, now: Nanos, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        if !self.warm.done {
+            return;
+        }
+        while !self.inbox.is_empty() && self.queued.len() < COMMIT_QUEUE {
+            let batch = self.take_batch();
+            if let Some(built) = self.build(now, batch, out) {
+                self.queued.push_back(built);
+            }
+        }
+        self.start_next_commit(out);
+    }
+
+    /// [`Self::pump_at`] from a completion, where no clock reading is at hand: the next
+    /// block's timestamp comes from the previous step's reading.
+    fn pump(&mut self, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        self.pump_at(self.last_now, out);
+    }
+
+    #[cfg(feature = "fault-injection")]
+    fn misbuild(&self, mut built: virga_ledger::builder::Built) -> virga_ledger::builder::Built {
+        if self.fault == MinerFault::WrongRoot {
+            let header = &mut built.block.header;
+            header.state_root.0[31] ^= 0x01;
+            virga_ledger::pow::mine(header, 0);
+        }
+        built
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    fn misbuild(&self, built: virga_ledger::builder::Built) -> virga_ledger::builder::Built {
+        built
+    }
+
+    /// Under [`MinerFault::WrongRoot`] blocks are gossiped before the storage nodes answer.
+    fn announces_before_commit(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if self.fault == MinerFault::WrongRoot {
+            return true;
+        }
+        false
+    }
+
+    fn skips_block_check(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if self.fault == MinerFault::SkipBlockCheck {
+            return true;
+        }
+        false
+    }
+
+    /// Builds a block from the queued submissions and drops it at once, answering them as
+    /// for a refused block: the fuzz target's way through submission decoding and
+    /// verification with no transport. The tip stays where it was.
+    pub(crate) fn build_queued(&mut self, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        let batch = self.take_batch();
+        if batch.is_empty() {
+            return;
+        }
+        if let Some(built) = self.build(self.last_now, batch, out) {
+            self.abandon(built.block.header.number, built.epoch, built.replies, Vec::new(), out);
+        }
+    }
+
+    fn request(
+        &mut self,
+        from: String,
+        call: CallId,
+        body: Option<RequestBody>,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) {
+        match body {
+            Some(RequestBody::Submit(submission)) => {
+                self.inbox.push_back(Pending { from, call, submission });
+                self.pump(out);
+            }
+            Some(RequestBody::Head(_)) => {
+                let (number, hash, root) = self.head();
+                let head = proto::HeadReply { head: Some(block_id(number, hash)), state_root: root.to_vec() };
+                out.push(Command::Reply { to: from, call, response: response(ResponseBody::Head(head)) });
+            }
+            Some(RequestBody::Announce(announcement)) => self.announced(from, call, announcement, out),
+            _ => out.push(Command::Reply {
+                to: from,
+                call,
+                response: refusal("miners serve submit, head and announce requests"),
+            }),
+        }
+    }
+
+    fn response(
+        &mut self,
+        call: CallId,
+        result: Result<Response, virga_net::NetError>,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) {
+        match self.calls.remove(&call) {
+            Some(Outstanding::Top { round }) => self.top_answered(round, result, out),
+            Some(Outstanding::BeneficiaryWitness { round, peer }) => self.witness_answered(round, peer, result, out),
+            Some(Outstanding::ApplyBlock { peer, number, next_delay }) => {
+                self.block_answered(peer, number, next_delay, result, out)
+            }
+            Some(Outstanding::Gossip { peer, number }) => self.gossip_answered(peer, number, result, out),
+            None => {}
+        }
+    }
+}
+
+impl Role for MinerCore {
+    type Protocol = Rainblock;
+    type Io = MinerIo;
+    type IoDone = Result<(), String>;
+    type Input = std::convert::Infallible;
+
+    fn step(
+        &mut self,
+        now: Nanos,
+        event: Event<Rainblock, Result<(), String>, std::convert::Infallible>,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) {
+        self.last_now = now;
+        match event {
+            Event::Start => self.start_warm_up(out),
+            Event::Request { from, call, request } => self.request(from, call, request.body, out),
+            Event::Response { call, result } => self.response(call, result, out),
+            Event::Timer(timer) => match self.timers.remove(&timer) {
+                Some(TimerPurpose::RetryBlock { peer, number, delay }) => self.retry_block(peer, number, delay, out),
+                Some(TimerPurpose::RetryWarmUp) => self.start_warm_up(out),
+                None => {}
+            },
+            Event::IoDone { io, result } => match self.stores.remove(&io) {
+                Some(StoreFor::Committed) => self.stored(result, out),
+                Some(StoreFor::Followed { from, call }) => self.followed_stored(from, call, result, out),
+                None => {}
+            },
+            Event::Input(never) => match never {},
+        }
+    }
+}
+
+/// A submission refused whole (a malformed bag or root): its caller hears why.
+pub(crate) fn refuse_submission(
+    miner: &str,
+    stats: &mut MinerStats,
+    from: String,
+    call: CallId,
+    reason: &str,
+    out: &mut Vec<Command<Rainblock, MinerIo>>,
+) {
+    tracing::warn!(%miner, peer = %from, %reason, "submission refused");
+    stats.rejected_submissions += 1;
+    out.push(Command::Reply { to: from, call, response: refusal(reason.to_string()) });
+}
+
+pub(crate) fn outcomes_reply(block: Option<(u64, B256)>, outcomes: Vec<TxOutcome>) -> Response {
+    response(ResponseBody::Submitted(proto::SubmissionReply {
+        block: block.map(|(number, hash)| block_id(number, hash)),
+        outcomes,
+    }))
+}
+
+/// The miner's device: its chain store (none in tests that keep no chain).
+pub struct ChainDisk {
+    pub store: Option<ChainStore>,
+}
+
+impl IoExecutor<MinerCore> for ChainDisk {
+    fn execute(&mut self, op: MinerIo) -> Result<(), String> {
+        let MinerIo::Store { number, hash, block } = op;
+        match self.store.as_mut() {
+            Some(store) => store.append(number, hash, &block).map_err(|error| error.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Opens (creating) the miner's block store in `dir/blocks`, storing the genesis block first.
+pub fn open_store(dir: &Path, genesis: &Header) -> Result<(ChainStore, Header), String> {
+    let (mut store, _) =
+        ChainStore::open(dir.join("blocks"), StoreOptions::default()).map_err(|error| error.to_string())?;
+    let genesis_hash = genesis.hash_slow();
+    match store.hash_of(0) {
+        None => {
+            let block = Block { header: genesis.clone(), transactions: Vec::new() };
+            store.append(0, genesis_hash, &block.encode()).map_err(|error| error.to_string())?;
+        }
+        Some(stored) if stored != genesis_hash => {
+            return Err(format!("stored genesis {stored} is not this genesis {genesis_hash}"))
+        }
+        Some(_) => {}
+    }
+    let head = match store.head() {
+        Some((number, _)) if number > 0 => {
+            let bytes = store
+                .get_by_number(number)
+                .map_err(|error| error.to_string())?
+                .ok_or_else(|| format!("block {number} is indexed but not readable"))?;
+            decode_block(&bytes)?.header
+        }
+        _ => genesis.clone(),
+    };
+    Ok((store, head))
+}

@@ -1,0 +1,136 @@
+//! The miner's top layer: the tip it builds on, the committed head it falls back to, and
+//! pruning to retention level r when the layer outgrows its memory budget.
+
+use alloy_consensus::Header;
+use alloy_primitives::{keccak256, Address, B256};
+use virga_trie::PartialTrie;
+
+use super::MinerStats;
+
+/// The keys whose paths in the top layer grew (bags attached, accounts written) since it
+/// was last pruned, so a prune walks only those; `None` when unknown or too many to be
+/// worth it (after a warm-up, or past [`UNPRUNED_PATHS_LIMIT`]): the next prune walks the
+/// whole layer.
+pub(crate) type Unpruned = Option<Vec<B256>>;
+
+/// Past this many recorded paths the next prune walks the whole top layer instead.
+const UNPRUNED_PATHS_LIMIT: usize = 1 << 16;
+
+/// Every this many prunes, the prune walks the whole top layer and measures it: that
+/// removes what pruning along paths leaves (the subtree an insert moves down beside its
+/// path) and brings the memory bound (an allowance per write) back to the truth.
+const WHOLE_PRUNE_EVERY: u64 = 16;
+
+/// What one written account may add to the top layer at most: a new leaf and the branch
+/// that splits the slot it lands in, each with its struct.
+pub(crate) const WRITE_ALLOWANCE_BYTES: usize = 1024;
+
+/// Records keys whose paths grew since the last prune.
+pub(crate) fn record_paths(unpruned: &mut Unpruned, keys: impl IntoIterator<Item = B256>) {
+    if let Some(paths) = unpruned {
+        paths.extend(keys);
+        if paths.len() > UNPRUNED_PATHS_LIMIT {
+            *unpruned = None;
+        }
+    }
+}
+
+/// A block's header with the top layer after it.
+#[derive(Clone)]
+pub(crate) struct Layer {
+    pub(crate) header: Header,
+    pub(crate) top: PartialTrie,
+    /// An upper bound of `top.memory_bytes()`, so the layer is walked only when it may be
+    /// over budget.
+    pub(crate) estimated_bytes: usize,
+    pub(crate) unpruned: Unpruned,
+}
+
+impl Layer {
+    pub(crate) fn of_root(header: Header) -> Layer {
+        let top = PartialTrie::from_root_hash(header.state_root);
+        let estimated_bytes = top.memory_bytes();
+        Layer { header, top, estimated_bytes, unpruned: None }
+    }
+}
+
+/// The tip (what the next block builds on; blocks are built ahead of their commit) and the
+/// committed head (the newest block every storage node has logged: what clients take
+/// witnesses at, and where the tip returns when a block is refused).
+pub(crate) struct TopLayer {
+    pub(crate) tip: Layer,
+    /// Raised each time the tip goes back to the committed head because a block was
+    /// refused: a block built in an older epoch descends from the refused one.
+    pub(crate) epoch: u64,
+    pub(crate) committed: Layer,
+    pub(crate) committed_hash: B256,
+    /// The layer's size just after the last whole prune (0 before any).
+    pruned_bytes: usize,
+}
+
+impl TopLayer {
+    pub(crate) fn new(header: Header) -> TopLayer {
+        let hash = header.hash_slow();
+        let layer = Layer::of_root(header);
+        TopLayer { tip: layer.clone(), epoch: 0, committed: layer, committed_hash: hash, pruned_bytes: 0 }
+    }
+
+    /// The committed head: number, hash and state root.
+    pub(crate) fn head(&self) -> (u64, B256, B256) {
+        (self.committed.header.number, self.committed_hash, self.committed.header.state_root)
+    }
+
+    /// The tip goes back to the committed head in a new epoch, if it is still in `epoch`.
+    pub(crate) fn fall_back(&mut self, epoch: u64) {
+        if self.epoch == epoch {
+            self.tip = self.committed.clone();
+            self.epoch = epoch + 1;
+        }
+    }
+
+    /// Prunes to level `retention` when the layer is over `budget`, and returns the new
+    /// upper bound of its memory. While a layer pruned to r fits the budget, a bound past it
+    /// is first checked by a walk (the bound counts an allowance per write, so it runs
+    /// ahead); once even the pruned layer is over budget, a prune is certain and the walk is
+    /// skipped. The prune walks (and copies) only the paths recorded in `unpruned`, except
+    /// every [`WHOLE_PRUNE_EVERY`] prunes or when they are unknown.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn maybe_prune(
+        &mut self,
+        top: &mut PartialTrie,
+        estimated_bytes: usize,
+        unpruned: &mut Unpruned,
+        budget: usize,
+        retention: usize,
+        beneficiary: Address,
+        stats: &mut MinerStats,
+    ) -> usize {
+        if estimated_bytes <= budget {
+            return estimated_bytes;
+        }
+        if self.pruned_bytes <= budget {
+            let measured = top.memory_bytes();
+            stats.peak_top_bytes = stats.peak_top_bytes.max(measured);
+            if measured <= budget {
+                stats.top_bytes = measured;
+                return measured;
+            }
+        }
+        stats.prunes += 1;
+        let keep = [keccak256(beneficiary)];
+        let bytes = match unpruned.replace(Vec::new()) {
+            Some(paths) if stats.prunes % WHOLE_PRUNE_EVERY != 0 => {
+                estimated_bytes.saturating_sub(top.prune_paths(retention, &paths, &keep))
+            }
+            _ => {
+                top.prune_keeping(retention, &keep);
+                let measured = top.memory_bytes();
+                self.pruned_bytes = measured;
+                stats.peak_top_bytes = stats.peak_top_bytes.max(measured);
+                measured
+            }
+        };
+        stats.top_bytes = bytes;
+        bytes
+    }
+}

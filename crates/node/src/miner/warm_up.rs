@@ -1,0 +1,198 @@
+//! Warming up: the top layer is filled with levels 0..=r from the storage nodes (checked by
+//! hash against the head's root) and the path of the beneficiary, which every block
+//! credits. A round that fails (a node unreachable, a witness refused) is tried again after
+//! [`WARM_UP_RETRY`]; the miner builds nothing until a round succeeds.
+
+use alloy_primitives::{keccak256, B256};
+use std::time::Duration;
+use virga_net::proto;
+use virga_net::role::Command;
+use virga_net::{request, NetError, Rainblock, RequestBody, Response, ResponseBody};
+use virga_trie::proof::NodeBag;
+
+use super::{MinerCore, MinerIo, Outstanding, TimerPurpose};
+use crate::codec::{bag_from_wire, block_id, parse_block_id};
+use crate::storage::prefix_nibbles;
+
+/// The pause before a failed warm-up round is tried again.
+pub const WARM_UP_RETRY: Duration = Duration::from_millis(200);
+
+/// One warm-up round's progress.
+#[derive(Default)]
+pub(crate) struct WarmUp {
+    pub(crate) round: u64,
+    pub(crate) done: bool,
+    tops_awaited: usize,
+    nodes: Vec<Vec<u8>>,
+    /// The beneficiary's witness, once one verified.
+    witness: Option<NodeBag>,
+    /// The replicas of the beneficiary's shard asked so far this round.
+    witness_asked: usize,
+    failed: bool,
+    /// The last round that failed, and why.
+    pub(crate) last_failure: Option<(u64, String)>,
+}
+
+impl MinerCore {
+    /// Starts a warm-up round at the committed head.
+    pub(crate) fn start_warm_up(&mut self, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        let round = self.warm.round + 1;
+        let last_failure = self.warm.last_failure.take();
+        self.warm = WarmUp { round, last_failure, ..WarmUp::default() };
+        let (number, hash, _) = self.layer.head();
+        let levels = self.config.retention.saturating_add(1).min(64) as u32;
+        for (peer, _) in self.config.storage_nodes.clone() {
+            let call = self.ids.call();
+            self.calls.insert(call, Outstanding::Top { round });
+            self.warm.tops_awaited += 1;
+            let top = proto::TopRequest { levels, at: Some(block_id(number, hash)) };
+            out.push(Command::Call {
+                to: peer,
+                call,
+                request: request(RequestBody::Top(top)),
+                deadline: self.deadline,
+            });
+        }
+        self.ask_beneficiary_witness(out);
+    }
+
+    /// Asks the next replica of the beneficiary's shard for its witness.
+    fn ask_beneficiary_witness(&mut self, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        let (number, hash, _) = self.layer.head();
+        let key = keccak256(self.config.beneficiary);
+        let prefix = prefix_nibbles(self.config.shard_count).unwrap_or(0);
+        let shard = virga_trie::shard::shard_of(key.as_slice(), prefix).unwrap_or(0);
+        let replicas: Vec<String> = self
+            .config
+            .storage_nodes
+            .iter()
+            .filter(|(_, shards)| shards.contains(&shard))
+            .map(|(peer, _)| peer.clone())
+            .collect();
+        let Some(peer) = replicas.get(self.warm.witness_asked).cloned() else {
+            return self.warm_up_failed(format!("no storage node left to ask for shard {shard}"), out);
+        };
+        self.warm.witness_asked += 1;
+        let call = self.ids.call();
+        self.calls.insert(call, Outstanding::BeneficiaryWitness { round: self.warm.round, peer: peer.clone() });
+        let witness =
+            proto::WitnessRequest { keys: vec![key.to_vec()], compaction: 0, at: Some(block_id(number, hash)) };
+        out.push(Command::Call {
+            to: peer,
+            call,
+            request: request(RequestBody::Witness(witness)),
+            deadline: self.deadline,
+        });
+    }
+
+    pub(crate) fn top_answered(
+        &mut self,
+        round: u64,
+        result: Result<Response, NetError>,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) {
+        if round != self.warm.round || self.warm.done {
+            return;
+        }
+        self.warm.tops_awaited -= 1;
+        match result.map(|reply| reply.body) {
+            Ok(Some(ResponseBody::Top(top))) => self.warm.nodes.extend(top.nodes),
+            Ok(_) => {
+                return self.warm_up_failed("a storage node answered a top request with something else".into(), out)
+            }
+            Err(error) => return self.warm_up_failed(format!("top layer: {error}"), out),
+        }
+        self.warm_up_progress(out);
+    }
+
+    pub(crate) fn witness_answered(
+        &mut self,
+        round: u64,
+        peer: String,
+        result: Result<Response, NetError>,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) {
+        if round != self.warm.round || self.warm.done {
+            return;
+        }
+        let (number, hash, root) = self.layer.head();
+        let key = keccak256(self.config.beneficiary);
+        let checked = result
+            .map_err(|error| error.to_string())
+            .and_then(|reply| check_witness(reply, &key, (number, hash), root));
+        match checked {
+            Ok(bag) => {
+                self.warm.witness = Some(bag);
+                self.warm_up_progress(out);
+            }
+            Err(reason) => {
+                tracing::warn!(miner = %self.config.id, peer = %peer, %reason, "witness refused");
+                self.stats.bad_witnesses.push((peer, reason));
+                self.ask_beneficiary_witness(out);
+            }
+        }
+    }
+
+    fn warm_up_failed(&mut self, reason: String, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        if self.warm.failed {
+            return;
+        }
+        tracing::warn!(miner = %self.config.id, %reason, "warm-up failed; trying again");
+        self.warm.failed = true;
+        self.warm.last_failure = Some((self.warm.round, reason));
+        let timer = self.ids.timer();
+        self.timers.insert(timer, TimerPurpose::RetryWarmUp);
+        out.push(Command::SetTimer { timer, after: WARM_UP_RETRY });
+    }
+
+    fn warm_up_progress(&mut self, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        if self.warm.failed || self.warm.tops_awaited > 0 || self.warm.witness.is_none() {
+            return;
+        }
+        let root = self.layer.head().2;
+        let nodes = std::mem::take(&mut self.warm.nodes);
+        let witness = self.warm.witness.take().unwrap_or_default();
+        let mut top = self.layer.committed.top.clone();
+        let attached = match top.attach_nodes(&nodes) {
+            Ok(attached) => attached,
+            Err(error) => return self.warm_up_failed(format!("top-layer nodes: {error}"), out),
+        };
+        if let Err(error) = top.apply_bag(&witness) {
+            return self.warm_up_failed(format!("beneficiary witness: {error}"), out);
+        }
+        if top.root_hash() != root {
+            return self.warm_up_failed("the top layer's root changed while warming up".to_string(), out);
+        }
+        tracing::info!(miner = %self.config.id, attached = attached.attached, "top layer warmed up");
+        let bytes = top.memory_bytes();
+        // The storage nodes' top nodes may reach below r, off any recorded path.
+        for layer in [&mut self.layer.committed, &mut self.layer.tip] {
+            layer.top = top.clone();
+            layer.estimated_bytes = bytes;
+            layer.unpruned = None;
+        }
+        self.stats.top_bytes = bytes;
+        self.stats.peak_top_bytes = self.stats.peak_top_bytes.max(bytes);
+        self.warm.done = true;
+        self.warm.last_failure = None;
+        self.pump(out);
+    }
+}
+
+/// A storage node's answer to a one-key witness request: a witness for block `at`, about
+/// exactly `key`, verifying against `root`.
+fn check_witness(reply: Response, key: &B256, at: (u64, B256), root: B256) -> Result<NodeBag, String> {
+    let Some(ResponseBody::Witness(witness)) = reply.body else {
+        return Err("answered a witness request with something else".to_string());
+    };
+    let served_at = parse_block_id(witness.at.as_ref(), "at")?;
+    if served_at != Some(at) {
+        return Err(format!("witness is for block {served_at:?}, not the block asked for ({}, {})", at.0, at.1));
+    }
+    let bag = bag_from_wire(witness.bag);
+    if bag.keys != [key.to_vec()] {
+        return Err(format!("witness is about {} keys, not the one asked for ({key})", bag.keys.len()));
+    }
+    bag.verify(root).map_err(|error| format!("witness does not verify against {root}: {error}"))?;
+    Ok(bag)
+}
