@@ -19,9 +19,12 @@ pub mod checkpoint;
 pub mod client;
 pub mod cluster;
 mod codec;
+#[cfg(test)]
+mod core_tests;
 pub mod fuzzing;
 pub mod miner;
 #[cfg(feature = "grpc")]
 pub mod process;
 pub mod storage;
+pub mod testkit;
 pub mod workload;

@@ -205,7 +205,20 @@ impl MinerCore {
         let updates = match self.logical_updates(&layer.top, touched) {
             Ok(updates) => updates,
             Err(reason) => {
+                // The tip stays where it was; the block's submissions are answered as left out.
                 tracing::error!(miner = %self.config.id, %reason, "collecting updates failed");
+                for (to, call, outcomes) in replies {
+                    let outcomes = outcomes
+                        .into_iter()
+                        .map(|outcome| TxOutcome {
+                            included: false,
+                            succeeded: false,
+                            reason: "block_build_failed".to_string(),
+                            ..outcome
+                        })
+                        .collect();
+                    out.push(Command::Reply { to, call, response: super::outcomes_reply(None, outcomes) });
+                }
                 return None;
             }
         };

@@ -277,7 +277,7 @@ impl StorageCore {
             Err(reason) => {
                 // Not durable, so not acknowledged: the version goes. The log refuses further
                 // appends until the node restarts (which recovers it).
-                self.versions.by_hash.remove(&hash);
+                self.versions.forget(&hash);
                 let refused = BlockRefusal::LogFailed { number, reason };
                 tracing::error!(node = %self.id, %refused, "block not logged");
                 for (to, call) in waiters {

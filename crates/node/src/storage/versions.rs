@@ -76,6 +76,15 @@ impl Versions {
         self.by_hash.insert(hash, Version { header, shards });
     }
 
+    /// Forgets a version that never became durable; the head goes back to its parent.
+    pub(crate) fn forget(&mut self, hash: &B256) {
+        let Some(version) = self.by_hash.remove(hash) else { return };
+        if self.head == *hash {
+            self.head = version.header.parent_hash;
+            self.head_number = version.header.number.saturating_sub(1);
+        }
+    }
+
     pub(crate) fn head(&self) -> (u64, B256, B256) {
         let root = self.by_hash.get(&self.head).map_or(B256::ZERO, |version| version.header.state_root);
         (self.head_number, self.head, root)

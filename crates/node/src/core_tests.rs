@@ -1,0 +1,384 @@
+//! The storage node's and the miner's cores, driven event by event; the tests assert on the
+//! commands they emit.
+
+use alloy_primitives::{keccak256, U256};
+use std::sync::Arc;
+use std::time::Duration;
+use virga_core::device::MemStorage;
+use virga_ledger::tx::SignedTransfer;
+use virga_net::proto::{self, Submission};
+use virga_net::role::{CallId, Command, Event, IoExecutor, Protocol, Role};
+use virga_net::{request, NetError, Rainblock, Request, RequestBody, Response, ResponseBody};
+use virga_trie::proof::NodeBag;
+
+use crate::codec::{bag_from_wire, bag_to_wire, block_id};
+use crate::miner::{execution_pool, MinerCore, MinerIo, BLOCK_REFUSED};
+use crate::storage::{
+    log_options, open_core, NodeStorage, StorageCore, StorageDisk, StorageIo, StorageIoDone, CHECKPOINT_LAG,
+};
+use crate::testkit::{Fixture, Shape};
+use crate::workload::GAS_PRICE;
+
+type MinerCommand = Command<Rainblock, MinerIo>;
+type StorageCommand = Command<Rainblock, StorageIo>;
+
+fn fixture() -> Fixture {
+    Fixture::new(Shape { accounts: 200, shards: 16, storage_nodes: 2, replicas: 1, max_block_transfers: 64 }).unwrap()
+}
+
+fn storage_core(fixture: &Fixture, id: &str) -> StorageCore {
+    open_core(id, fixture.served(id).unwrap(), fixture.header.clone(), &fixture.sharded, NodeStorage::None)
+        .unwrap()
+        .core
+}
+
+fn miner(fixture: &Fixture, top_budget_bytes: usize) -> MinerCore {
+    let config = fixture.miner_config(0, 0, 2, top_budget_bytes);
+    MinerCore::new(config, fixture.header.clone(), execution_pool(1).unwrap()).unwrap()
+}
+
+/// The calls among `commands`: callee, call id and request.
+fn calls(commands: &[MinerCommand]) -> Vec<(String, CallId, Request)> {
+    commands
+        .iter()
+        .filter_map(|command| match command {
+            Command::Call { to, call, request, .. } => Some((to.clone(), *call, request.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn replies(commands: &[MinerCommand]) -> Vec<(CallId, Response)> {
+    commands
+        .iter()
+        .filter_map(|command| match command {
+            Command::Reply { call, response, .. } => Some((*call, response.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Serves a call from the storage node it names (they keep no log, so each answers at once).
+fn serve(nodes: &mut [(String, StorageCore)], to: &str, request: Request) -> Response {
+    let (_, node) = nodes.iter_mut().find(|(id, _)| id == to).unwrap();
+    let mut out: Vec<StorageCommand> = Vec::new();
+    node.step(0, Event::Request { from: "miner-0".into(), call: CallId(0), request }, &mut out);
+    match out.pop() {
+        Some(Command::Reply { response, .. }) => response,
+        other => panic!("the storage node answered with {other:?}"),
+    }
+}
+
+/// Steps the miner with the answer to each of its calls, as long as it makes calls.
+fn answer_calls(
+    miner: &mut MinerCore,
+    nodes: &mut [(String, StorageCore)],
+    mut commands: Vec<MinerCommand>,
+) -> Vec<MinerCommand> {
+    let mut rest = Vec::new();
+    while !commands.is_empty() {
+        let mut next = Vec::new();
+        for command in commands {
+            match command {
+                Command::Call { to, call, request, .. } => {
+                    let result = Rainblock::check(&to, serve(nodes, &to, request));
+                    miner.step(1_000_000_000, Event::Response { call, result }, &mut next);
+                }
+                other => rest.push(other),
+            }
+        }
+        commands = next;
+    }
+    rest
+}
+
+struct Net {
+    fixture: Fixture,
+    nodes: Vec<(String, StorageCore)>,
+    miner: MinerCore,
+}
+
+/// A warm miner and its storage nodes at genesis.
+fn warm_net(top_budget_bytes: usize) -> Net {
+    let fixture = fixture();
+    let mut nodes: Vec<(String, StorageCore)> =
+        fixture.layout.iter().map(|(id, _)| (id.clone(), storage_core(&fixture, id))).collect();
+    let mut miner = miner(&fixture, top_budget_bytes);
+    let mut out = Vec::new();
+    miner.step(1_000_000_000, Event::Start, &mut out);
+    let asked = calls(&out);
+    let tops = asked.iter().filter(|(_, _, r)| matches!(r.body, Some(RequestBody::Top(_)))).count();
+    assert_eq!(tops, 2, "a top request to each storage node: {asked:?}");
+    assert!(asked.iter().any(|(_, _, r)| matches!(r.body, Some(RequestBody::Witness(_)))));
+    assert!(!miner.warm_up_state().0);
+    answer_calls(&mut miner, &mut nodes, out);
+    assert!(miner.warm_up_state().0, "warm once every top and the witness are in");
+    Net { fixture, nodes, miner }
+}
+
+/// A submission of `count` transfers from account `sender` (nonces from `first_nonce`) to the
+/// next account, with its witness from the storage nodes at the miner's head.
+fn submission(net: &mut Net, sender: usize, first_nonce: u64, count: u64) -> Submission {
+    let accounts = &net.fixture.accounts;
+    let to = (sender + 1) % accounts.addresses.len();
+    let transactions = (first_nonce..first_nonce + count)
+        .map(|nonce| {
+            let chain_id = net.fixture.config.exec.chain_id;
+            let tx = SignedTransfer::sign(
+                &accounts.keys[sender],
+                nonce,
+                accounts.addresses[to],
+                U256::from(1u64),
+                GAS_PRICE,
+                virga_ledger::exec::TRANSFER_GAS,
+                Some(chain_id),
+            );
+            tx.encode()
+        })
+        .collect();
+    let (number, hash, root) = net.miner.head();
+    let keys = [keccak256(accounts.addresses[sender]), keccak256(accounts.addresses[to])];
+    let mut bags = Vec::new();
+    for (id, node) in &mut net.nodes {
+        let _ = id;
+        let keys: Vec<Vec<u8>> =
+            keys.iter().filter(|key| node.served().contains(&(key[0] as usize >> 4))).map(|key| key.to_vec()).collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let witness = proto::WitnessRequest { keys, compaction: 0, at: Some(block_id(number, hash)) };
+        bags.push(bag_from_wire(node.witness(&witness).unwrap().bag));
+    }
+    Submission {
+        transactions,
+        bag: Some(bag_to_wire(&NodeBag::merge(bags))),
+        witness_at: Some(block_id(number, hash)),
+        witness_root: root.to_vec(),
+    }
+}
+
+fn submit(miner: &mut MinerCore, call: u64, submission: Submission) -> Vec<MinerCommand> {
+    let mut out = Vec::new();
+    let request = request(RequestBody::Submit(submission));
+    miner.step(2_000_000_000, Event::Request { from: "client-0".into(), call: CallId(call), request }, &mut out);
+    out
+}
+
+fn outcomes(response: &Response) -> Vec<proto::TxOutcome> {
+    match &response.body {
+        Some(ResponseBody::Submitted(submitted)) => submitted.outcomes.clone(),
+        other => panic!("not a submission reply: {other:?}"),
+    }
+}
+
+#[test]
+fn a_block_is_answered_only_after_every_storage_node_logged_it_and_it_is_stored() {
+    let mut net = warm_net(1 << 20);
+    let submission = submission(&mut net, 0, 0, 3);
+    let out = submit(&mut net.miner, 7, submission);
+    let sent = calls(&out);
+    assert_eq!(sent.len(), 2, "the block goes to both storage nodes: {out:?}");
+    assert!(sent.iter().all(|(_, _, r)| matches!(r.body, Some(RequestBody::ApplyBlock(_)))));
+    assert!(replies(&out).is_empty(), "no answer before the storage nodes log the block");
+    let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
+    let Some(Command::Io { io, op: MinerIo::Store { number, .. } }) = rest.first() else {
+        panic!("the acknowledged block is stored first: {rest:?}")
+    };
+    assert_eq!(*number, 1);
+    assert!(replies(&rest).is_empty(), "no answer before the block is stored");
+    assert_eq!(net.miner.head().0, 0);
+    let mut out = Vec::new();
+    net.miner.step(3_000_000_000, Event::IoDone { io: *io, result: Ok(()) }, &mut out);
+    let answered = replies(&out);
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].0, CallId(7));
+    let outcomes = outcomes(&answered[0].1);
+    assert_eq!(outcomes.len(), 3);
+    assert!(outcomes.iter().all(|o| o.included && o.succeeded), "{outcomes:?}");
+    assert_eq!(net.miner.head().0, 1);
+    assert_eq!(net.nodes[0].1.head().2, net.miner.head().2, "the storage node is at the miner's root");
+}
+
+#[test]
+fn a_refused_block_is_abandoned_with_the_block_built_on_it_and_the_tip_returns_in_a_new_epoch() {
+    let mut net = warm_net(1 << 20);
+    let first = submission(&mut net, 0, 0, 1);
+    let second = submission(&mut net, 2, 0, 1);
+    let out = submit(&mut net.miner, 1, first);
+    let block_one = calls(&out);
+    // The second block is built on the first while the first commits.
+    let out_two = submit(&mut net.miner, 2, second);
+    assert!(calls(&out_two).is_empty(), "block 2 waits for block 1 to commit: {out_two:?}");
+    let mut out = Vec::new();
+    let (_, call, _) = &block_one[0];
+    net.miner.step(
+        0,
+        Event::Response {
+            call: *call,
+            result: Err(NetError::Refused { peer: "storage-0".into(), reason: "no".into() }),
+        },
+        &mut out,
+    );
+    let (_, call, request) = &block_one[1];
+    let result = Rainblock::check("storage-1", serve(&mut net.nodes, "storage-1", request.clone()));
+    net.miner.step(0, Event::Response { call: *call, result }, &mut out);
+    let answered = replies(&out);
+    assert_eq!(answered.len(), 2, "both blocks' submissions are answered: {out:?}");
+    for (_, response) in &answered {
+        let outcomes = outcomes(response);
+        assert!(outcomes.iter().all(|o| !o.included && o.reason == BLOCK_REFUSED), "{outcomes:?}");
+    }
+    let stats = net.miner.stats();
+    assert_eq!(stats.abandoned_blocks, 2);
+    assert_eq!(stats.block_refusals, vec![("storage-0".to_string(), "no".to_string())]);
+    assert_eq!(net.miner.head().0, 0);
+    assert!(net.miner.is_idle());
+    // The next block builds on the committed head again: block 1 once more.
+    let again = submission(&mut net, 0, 0, 1);
+    let out = submit(&mut net.miner, 3, again);
+    let Some((_, _, Request { body: Some(RequestBody::ApplyBlock(updates)) })) = calls(&out).into_iter().next() else {
+        panic!("{out:?}")
+    };
+    let header = crate::codec::decode_header(&updates.header).unwrap();
+    assert_eq!(header.number, 1);
+    assert_eq!(header.parent_hash, net.fixture.header.hash_slow());
+}
+
+#[test]
+fn an_unreachable_storage_node_is_asked_again_with_a_doubling_back_off() {
+    let mut net = warm_net(1 << 20);
+    let submission = submission(&mut net, 0, 0, 1);
+    let out = submit(&mut net.miner, 1, submission);
+    let (peer, call, _) = calls(&out)[0].clone();
+    let mut delays = Vec::new();
+    let mut call = call;
+    for _ in 0..3 {
+        let mut out = Vec::new();
+        let result = Err(NetError::DeadlineExceeded { peer: peer.clone(), after: Duration::from_secs(10) });
+        net.miner.step(0, Event::Response { call, result }, &mut out);
+        let Some(Command::SetTimer { timer, after }) = out.pop() else { panic!("a retry timer: {out:?}") };
+        delays.push(after);
+        let mut out = Vec::new();
+        net.miner.step(0, Event::Timer(timer), &mut out);
+        let again = calls(&out);
+        assert_eq!(again.len(), 1, "{out:?}");
+        assert_eq!(again[0].0, peer, "the same storage node is asked again");
+        call = again[0].1;
+    }
+    assert_eq!(delays, [Duration::from_millis(20), Duration::from_millis(40), Duration::from_millis(80)]);
+    assert_eq!(net.miner.head().0, 0, "nothing commits while a storage node has not logged the block");
+}
+
+#[test]
+fn a_top_layer_over_budget_is_pruned_after_each_block() {
+    let mut net = warm_net(0);
+    for nonce in 0..3 {
+        let submission = submission(&mut net, 0, nonce, 1);
+        let out = submit(&mut net.miner, nonce, submission);
+        let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
+        let Some(Command::Io { io, .. }) = rest.first() else { panic!("{rest:?}") };
+        let mut out = Vec::new();
+        net.miner.step(0, Event::IoDone { io: *io, result: Ok(()) }, &mut out);
+    }
+    let stats = net.miner.stats();
+    assert_eq!(net.miner.head().0, 3);
+    assert!(stats.prunes >= 3, "{stats:?}");
+}
+
+fn logged_storage_core(fixture: &Fixture, storage: Arc<MemStorage>) -> (StorageCore, StorageDisk) {
+    let storage = NodeStorage::on(storage, log_options()).unwrap();
+    let opened =
+        open_core("storage-0", fixture.served("storage-0").unwrap(), fixture.header.clone(), &fixture.sharded, storage)
+            .unwrap();
+    (opened.core, opened.disk.unwrap())
+}
+
+/// Block 1's updates for storage-0, made by a miner.
+fn block_one_updates() -> (Fixture, Request) {
+    let mut net = warm_net(1 << 20);
+    let submission = submission(&mut net, 0, 0, 2);
+    let out = submit(&mut net.miner, 1, submission);
+    let (_, _, request) = calls(&out).into_iter().find(|(to, _, _)| to == "storage-0").unwrap();
+    (net.fixture, request)
+}
+
+#[test]
+fn a_storage_node_acknowledges_a_block_only_once_its_log_record_is_durable() {
+    let (fixture, block) = block_one_updates();
+    let (mut core, mut disk) = logged_storage_core(&fixture, Arc::new(MemStorage::new()));
+    let mut out = Vec::new();
+    core.step(0, Event::Request { from: "miner-0".into(), call: CallId(1), request: block.clone() }, &mut out);
+    // A duplicate while the record is being written waits for the same record.
+    core.step(0, Event::Request { from: "miner-0".into(), call: CallId(2), request: block }, &mut out);
+    assert_eq!(out.len(), 1, "one append and no acknowledgement yet: {out:?}");
+    let Some(Command::Io { io, op: op @ StorageIo::Append { .. } }) = out.pop() else { panic!() };
+    let result = disk.execute(op);
+    assert!(matches!(result, StorageIoDone::Appended(Ok(1))), "{result:?}");
+    core.step(0, Event::IoDone { io, result }, &mut out);
+    let acked: Vec<CallId> = out
+        .iter()
+        .filter_map(|command| match command {
+            Command::Reply { call, response: Response { body: Some(ResponseBody::BlockAck(_)) }, .. } => Some(*call),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acked, [CallId(1), CallId(2)]);
+    assert_eq!(core.stats().blocks_applied, 1);
+}
+
+#[test]
+fn a_failed_append_refuses_the_block_and_forgets_its_version() {
+    let (fixture, block) = block_one_updates();
+    let (mut core, _disk) = logged_storage_core(&fixture, Arc::new(MemStorage::new()));
+    let mut out = Vec::new();
+    core.step(0, Event::Request { from: "miner-0".into(), call: CallId(1), request: block }, &mut out);
+    let Some(Command::Io { io, .. }) = out.pop() else { panic!() };
+    core.step(0, Event::IoDone { io, result: StorageIoDone::Appended(Err("disk full".into())) }, &mut out);
+    match out.pop() {
+        Some(Command::Reply { response: Response { body: Some(ResponseBody::Error(reason)) }, .. }) => {
+            assert!(reason.contains("disk full"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(core.head().0, 0, "the unlogged block is not the head");
+    assert_eq!(core.version_count(), 1);
+}
+
+#[test]
+fn a_checkpoint_is_asked_for_every_interval_and_the_log_is_cut_below_the_previous_one() {
+    let fixture = fixture();
+    let (mut core, _) = logged_storage_core(&fixture, Arc::new(MemStorage::new()));
+    core.set_checkpoint_interval(1);
+    // Logged blocks are fed to the core as its device would complete them.
+    let mut net = warm_net(1 << 20);
+    let mut asked = Vec::new();
+    for nonce in 0..(CHECKPOINT_LAG + 4) {
+        let submission = submission(&mut net, 0, nonce, 1);
+        let out = submit(&mut net.miner, nonce, submission);
+        let (_, _, request) = calls(&out).into_iter().find(|(to, _, _)| to == "storage-0").unwrap();
+        let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
+        let Some(Command::Io { io, .. }) = rest.first() else { panic!("{rest:?}") };
+        net.miner.step(0, Event::IoDone { io: *io, result: Ok(()) }, &mut Vec::new());
+        let mut out = Vec::new();
+        core.step(0, Event::Request { from: "miner-0".into(), call: CallId(nonce), request }, &mut out);
+        let Some(Command::Io { io, .. }) = out.pop() else { panic!() };
+        core.step(0, Event::IoDone { io, result: StorageIoDone::Appended(Ok(nonce + 1)) }, &mut out);
+        for command in out {
+            if let Command::Io { io, op: StorageIo::WriteCheckpoint { header, .. } } = command {
+                asked.push(header.number);
+                let mut cut = Vec::new();
+                core.step(
+                    0,
+                    Event::IoDone { io, result: StorageIoDone::CheckpointWritten(Ok(header.number)) },
+                    &mut cut,
+                );
+                if let Some(Command::Io { op: StorageIo::CutLog { below }, .. }) = cut.pop() {
+                    assert!(below > 1, "the cut keeps the records above the previous checkpoint");
+                }
+            }
+        }
+    }
+    assert!(!asked.is_empty(), "checkpoints were asked for");
+    assert!(asked.windows(2).all(|pair| pair[0] < pair[1]), "{asked:?}");
+    assert!(asked.iter().all(|&number| number + CHECKPOINT_LAG <= CHECKPOINT_LAG + 4), "{asked:?}");
+}
