@@ -231,3 +231,88 @@ impl<R: Role<Protocol = Rainblock>, X: IoExecutor<R>> Driver<R, X> {
 
 /// The longest a driver waits for a peer by default: a hung peer costs a call this long.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::role::{Command, Event, Role, TimerId};
+    use crate::{request, response, InProc, RequestBody, ResponseBody};
+
+    /// Calls `peer` with a short deadline when it starts and keeps what came back; answers
+    /// head requests; sets a timer on input and counts its firings.
+    #[derive(Default)]
+    struct Probe {
+        peer: String,
+        results: Vec<Result<Response, NetError>>,
+        fired: Vec<TimerId>,
+    }
+
+    impl Role for Probe {
+        type Protocol = Rainblock;
+        type Io = std::convert::Infallible;
+        type IoDone = std::convert::Infallible;
+        type Input = u64;
+
+        fn step(
+            &mut self,
+            _now: Nanos,
+            event: Event<Rainblock, Self::IoDone, u64>,
+            out: &mut Vec<Command<Rainblock, Self::Io>>,
+        ) {
+            match event {
+                Event::Start => out.push(Command::Call {
+                    to: self.peer.clone(),
+                    call: CallId(1),
+                    request: request(RequestBody::Head(crate::proto::HeadRequest {})),
+                    deadline: Duration::from_millis(50),
+                }),
+                Event::Response { result, .. } => self.results.push(result),
+                Event::Request { from, call, .. } => out.push(Command::Reply {
+                    to: from,
+                    call,
+                    response: response(ResponseBody::Head(crate::proto::HeadReply::default())),
+                }),
+                Event::Input(timer) => {
+                    out.push(Command::SetTimer { timer: TimerId(timer), after: Duration::from_millis(1) })
+                }
+                Event::Timer(timer) => self.fired.push(timer),
+                Event::IoDone { result, .. } => match result {},
+            }
+        }
+    }
+
+    /// A peer that never answers.
+    struct Hung;
+
+    impl Handler for Hung {
+        fn handle(&self, _: String, _: Request) -> BoxFuture<Response> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_to_a_hung_peer_ends_at_its_deadline_and_the_role_keeps_serving() {
+        let transport = InProc::new();
+        transport.register("hung", Arc::new(Hung));
+        let mailbox = Mailbox::<Probe>::new();
+        transport.register("probe", mailbox.handler());
+        let (stop, stopped) = watch::channel(false);
+        let probe = Probe { peer: "hung".into(), ..Probe::default() };
+        let running = mailbox.run("probe", probe, Arc::new(Arc::clone(&transport)), crate::role::NoIo, stopped);
+        // The role answers others while its own call hangs.
+        let answer = Transport::call(&transport, "other", "probe", request(RequestBody::Head(Default::default())));
+        assert!(matches!(answer.await.map(|r| r.body), Ok(Some(ResponseBody::Head(_)))));
+        assert!(running.input(7));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        running.with_core(|probe| {
+            assert!(
+                matches!(probe.results.as_slice(), [Err(NetError::DeadlineExceeded { peer, .. })] if peer == "hung"),
+                "{:?}",
+                probe.results
+            );
+            assert_eq!(probe.fired, [TimerId(7)]);
+        });
+        let _ = stop.send(true);
+        running.join().await;
+    }
+}

@@ -59,13 +59,14 @@ impl Transport for Arc<Grpc> {
         Box::pin(async move {
             let mut client = this.client(&to)?;
             let request_bytes = request.encoded_len();
+            let kind = <crate::Rainblock as crate::role::Protocol>::request_kind(&request);
             let envelope = Envelope { from: from.clone(), request: Some(request) };
             let response = client
                 .call(envelope)
                 .await
                 .map_err(|status| NetError::Unreachable { peer: to.clone(), reason: status.message().to_string() })?
                 .into_inner();
-            this.stats.record(&from, &to, request_bytes, response.encoded_len());
+            this.stats.record(&from, &to, kind, request_bytes, response.encoded_len());
             check_response(&to, response)
         })
     }

@@ -40,8 +40,9 @@ impl Transport for Arc<InProc> {
                 return Err(NetError::Unreachable { peer: to, reason: "not running".to_string() });
             };
             let request_bytes = request.encoded_len();
+            let kind = <crate::Rainblock as crate::role::Protocol>::request_kind(&request);
             let response = handler.handle(from.clone(), request).await;
-            this.stats.record(&from, &to, request_bytes, response.encoded_len());
+            this.stats.record(&from, &to, kind, request_bytes, response.encoded_len());
             check_response(&to, response)
         })
     }

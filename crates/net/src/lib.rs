@@ -31,7 +31,7 @@ use std::pin::Pin;
 pub use grpc::{serve, Grpc};
 pub use inproc::InProc;
 pub use proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
-pub use stats::{NetStats, RoleTraffic};
+pub use stats::{KindTraffic, NetStats, RoleTraffic};
 
 /// Largest message either transport accepts (a submission's node bag or a cold miner's top
 /// layer can be tens of megabytes).

@@ -14,41 +14,84 @@ pub struct RoleTraffic {
     pub bytes_received: u64,
 }
 
-/// Counters shared by every call of one transport.
+/// Calls of one message kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindTraffic {
+    pub calls: u64,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    peers: BTreeMap<String, RoleTraffic>,
+    kinds: BTreeMap<&'static str, KindTraffic>,
+}
+
+/// Counters shared by every call of one transport: per peer, and per request kind (the
+/// protocol's typed kind, e.g. `witness` or `apply_block`).
 #[derive(Debug, Default)]
 pub struct NetStats {
-    roles: Mutex<BTreeMap<String, RoleTraffic>>,
+    counters: Mutex<Counters>,
 }
 
 impl NetStats {
-    /// Counts one completed round trip: `request_bytes` from `caller`'s role to `callee`'s,
-    /// and `response_bytes` back.
-    pub fn record(&self, caller: &str, callee: &str, request_bytes: usize, response_bytes: usize) {
-        let mut roles = self.roles.lock();
-        let from = roles.entry(crate::role_of(caller).to_string()).or_default();
+    /// Counts one completed round trip of kind `kind`: `request_bytes` from `caller` to
+    /// `callee`, and `response_bytes` back.
+    pub fn record(&self, caller: &str, callee: &str, kind: &'static str, request_bytes: usize, response_bytes: usize) {
+        let mut counters = self.counters.lock();
+        let from = counters.peers.entry(caller.to_string()).or_default();
         from.round_trips += 1;
         from.messages_sent += 1;
         from.bytes_sent += request_bytes as u64;
         from.bytes_received += response_bytes as u64;
-        let to = roles.entry(crate::role_of(callee).to_string()).or_default();
+        let to = counters.peers.entry(callee.to_string()).or_default();
         to.messages_sent += 1;
         to.bytes_sent += response_bytes as u64;
         to.bytes_received += request_bytes as u64;
+        let kind = counters.kinds.entry(kind).or_default();
+        kind.calls += 1;
+        kind.request_bytes += request_bytes as u64;
+        kind.response_bytes += response_bytes as u64;
     }
 
-    /// A copy of the counters, by role.
+    /// A copy of the counters, per peer.
+    pub fn peers(&self) -> BTreeMap<String, RoleTraffic> {
+        self.counters.lock().peers.clone()
+    }
+
+    /// A copy of the counters, per request kind.
+    pub fn kinds(&self) -> BTreeMap<&'static str, KindTraffic> {
+        self.counters.lock().kinds.clone()
+    }
+
+    /// The per-peer counters summed per role, `role_of` naming each peer's role.
+    pub fn by_role(&self, role_of: impl Fn(&str) -> String) -> BTreeMap<String, RoleTraffic> {
+        let mut roles: BTreeMap<String, RoleTraffic> = BTreeMap::new();
+        for (peer, traffic) in &self.counters.lock().peers {
+            let role = roles.entry(role_of(peer)).or_default();
+            role.round_trips += traffic.round_trips;
+            role.messages_sent += traffic.messages_sent;
+            role.bytes_sent += traffic.bytes_sent;
+            role.bytes_received += traffic.bytes_received;
+        }
+        roles
+    }
+
+    /// The counters per role, a role being a peer id's part before its first `-`
+    /// (`storage-3` → `storage`), as Virga names its peers.
     pub fn snapshot(&self) -> BTreeMap<String, RoleTraffic> {
-        self.roles.lock().clone()
+        self.by_role(|peer| crate::role_of(peer).to_string())
     }
 
-    /// Messages of every role together.
+    /// Messages of every peer together.
     pub fn total_messages(&self) -> u64 {
-        self.roles.lock().values().map(|traffic| traffic.messages_sent).sum()
+        self.counters.lock().peers.values().map(|traffic| traffic.messages_sent).sum()
     }
 
-    /// Bytes of every role together (each byte counted once, by its sender).
+    /// Bytes of every peer together (each byte counted once, by its sender).
     pub fn total_bytes(&self) -> u64 {
-        self.roles.lock().values().map(|traffic| traffic.bytes_sent).sum()
+        self.counters.lock().peers.values().map(|traffic| traffic.bytes_sent).sum()
     }
 }
 
@@ -59,8 +102,8 @@ mod tests {
     #[test]
     fn a_round_trip_counts_two_messages_and_both_directions() {
         let stats = NetStats::default();
-        stats.record("client-0", "storage-3", 100, 900);
-        stats.record("client-1", "miner-0", 50, 10);
+        stats.record("client-0", "storage-3", "witness", 100, 900);
+        stats.record("client-1", "miner-0", "submit", 50, 10);
         let roles = stats.snapshot();
         assert_eq!(
             roles["client"],
@@ -71,6 +114,8 @@ mod tests {
             RoleTraffic { round_trips: 0, messages_sent: 1, bytes_sent: 900, bytes_received: 100 }
         );
         assert_eq!(stats.total_messages(), 4);
+        assert_eq!(stats.peers()["storage-3"].bytes_sent, 900);
+        assert_eq!(stats.kinds()["witness"], KindTraffic { calls: 1, request_bytes: 100, response_bytes: 900 });
         assert_eq!(stats.total_bytes(), 1060);
     }
 }
