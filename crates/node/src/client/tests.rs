@@ -11,6 +11,8 @@ use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, Role, TimerId};
 use virga_net::{response, NetError, RequestBody, Response, ResponseBody};
 
+use proptest::prelude::*;
+
 use super::*;
 use crate::cluster::{replicated_layout, write_genesis};
 use crate::codec::{bag_from_wire, block_id};
@@ -499,4 +501,138 @@ fn check_witness_refuses_another_block_other_keys_and_a_tampered_node() {
     let error = check_witness(honest, &served, (number, hash), B256::repeat_byte(7), 3).unwrap_err();
     assert!(matches!(error, WitnessError::DoesNotVerify { .. }), "{error}");
     assert!(error.is_bad_witness());
+}
+
+/// How the test's peers answer one outstanding call or fire one timer.
+#[derive(Clone, Copy, Debug)]
+enum Turn {
+    Honest,
+    /// No answer within the deadline.
+    Late,
+    /// A refusal, or for a witness a tampered bag, or for a submission every transfer left
+    /// out with `block_refused`.
+    Refuse,
+}
+
+fn turn() -> impl Strategy<Value = (usize, Turn)> {
+    (any::<usize>(), prop_oneof![3 => Just(Turn::Honest), 1 => Just(Turn::Late), 1 => Just(Turn::Refuse)])
+}
+
+/// The test's miner and storage nodes: answers one of the core's outstanding calls (or
+/// fires a timer) as `turn` says, checking what the core sends.
+struct Peers {
+    outstanding: Vec<Sent>,
+    /// Transfers the miner has included: never submitted again.
+    included: HashSet<B256>,
+    /// First transfers of the senders that have a second one.
+    followed: HashSet<B256>,
+}
+
+impl Peers {
+    fn play(&mut self, world: &mut World, pick: usize, turn: Turn) -> Result<(), TestCaseError> {
+        let sent = self.outstanding.remove(pick % self.outstanding.len());
+        let more = match sent {
+            Sent::Timer(timer, _) => world.step(Event::Timer(timer)),
+            Sent::Head(call) => match turn {
+                Turn::Honest => world.respond(call, Ok(world.head_reply())),
+                Turn::Late => world.respond(call, Err(deadline_exceeded(MINER))),
+                Turn::Refuse => {
+                    world.respond(call, Err(NetError::Unreachable { peer: MINER.into(), reason: "".into() }))
+                }
+            },
+            Sent::Witness { call, peer, request } => match turn {
+                Turn::Honest => {
+                    let reply = world.witness_reply(&peer, &request);
+                    world.respond(call, Ok(reply))
+                }
+                Turn::Late => world.respond(call, Err(deadline_exceeded(&peer))),
+                Turn::Refuse => {
+                    let mut lie = world.nodes[&peer].witness(&request).unwrap();
+                    lie.bag.as_mut().unwrap().nodes.push(vec![0xc0]);
+                    world.respond(call, Ok(response(ResponseBody::Witness(lie))))
+                }
+            },
+            Sent::Submit(call, submission) => {
+                let hashes = decoded(&submission);
+                match turn {
+                    Turn::Honest => {
+                        for hash in &hashes {
+                            prop_assert!(self.included.insert(*hash), "{hash} submitted after its inclusion");
+                        }
+                        world.respond(call, Ok(submitted(vec![(true, ""); hashes.len()])))
+                    }
+                    Turn::Late => world.respond(call, Err(deadline_exceeded(MINER))),
+                    Turn::Refuse => world.respond(call, Ok(submitted(vec![(false, "block_refused"); hashes.len()]))),
+                }
+            }
+        };
+        self.outstanding.extend(more);
+        self.check(world)
+    }
+
+    fn check(&self, world: &World) -> Result<(), TestCaseError> {
+        let core = &world.core;
+        prop_assert!(core.batches_in_flight() <= core.config().in_flight);
+        let heads_and_timers = self.outstanding.iter().filter(|sent| matches!(sent, Sent::Head(_) | Sent::Timer(..)));
+        let submissions: Vec<&Submission> = self
+            .outstanding
+            .iter()
+            .filter_map(|sent| if let Sent::Submit(_, submission) = sent { Some(submission) } else { None })
+            .collect();
+        prop_assert!(heads_and_timers.count() + submissions.len() <= core.config().in_flight);
+        let mut senders = HashSet::new();
+        for submission in submissions {
+            for bytes in &submission.transactions {
+                let tx = SignedTransfer::decode(bytes).unwrap();
+                prop_assert!(senders.insert(tx.recover_sender().unwrap()), "a sender has two transfers in flight");
+                prop_assert_eq!(tx.nonce(), 0, "a second transfer was submitted");
+            }
+        }
+        // A second transfer is filtered only once its sender's first has committed.
+        let filtered: u64 = core.stats().filtered.values().sum();
+        let ready = self.followed.intersection(&self.included).count() as u64;
+        prop_assert!(filtered <= ready, "a second transfer went before its sender's first committed");
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Whatever the peers do for a while (late, refusing, lying, leaving transfers out),
+    /// the client keeps its bounds, and once they are honest every first transfer commits
+    /// exactly once and every second one, which can only fail at the genesis state the
+    /// witnesses show, is filtered after its sender's first committed.
+    #[test]
+    fn the_client_keeps_its_bounds_and_commits_everything_whatever_the_peers_do(
+        turns in prop::collection::vec(turn(), 0..150),
+        batch in 1usize..5,
+        in_flight in 1usize..4,
+        senders in 1usize..10,
+        seconds in 0usize..4,
+    ) {
+        let mut world = world(batch, in_flight, 2);
+        let mut transfers: Vec<UserTransfer> = (0..senders).map(|i| world.transfer(i, (i + 5) % ACCOUNTS, 0)).collect();
+        let followed = transfers[..seconds.min(senders)].iter().map(|t| t.tx.hash()).collect();
+        transfers.extend((0..seconds.min(senders)).map(|i| world.transfer(i, (i + 6) % ACCOUNTS, 1)));
+        let mut peers = Peers { outstanding: world.input(transfers), included: HashSet::new(), followed };
+        for (pick, turn) in turns {
+            if peers.outstanding.is_empty() {
+                break;
+            }
+            peers.play(&mut world, pick, turn)?;
+        }
+        let mut steps = 0;
+        while !peers.outstanding.is_empty() {
+            peers.play(&mut world, 0, Turn::Honest)?;
+            steps += 1;
+            prop_assert!(steps < 10_000, "the client does not settle");
+        }
+        prop_assert!(world.core.is_idle());
+        let stats = world.core.stats();
+        prop_assert_eq!(peers.included.len(), senders);
+        prop_assert_eq!(stats.committed as usize, senders);
+        let filtered = stats.filtered.get("nonce_mismatch").copied().unwrap_or(0);
+        prop_assert_eq!(filtered as usize, seconds.min(senders), "{:?}", stats);
+    }
 }
