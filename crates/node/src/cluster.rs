@@ -6,13 +6,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use virga_ledger::chain::{genesis_json, read_genesis};
+use virga_net::driver::{Mailbox, Running};
+use virga_net::role::NoIo;
 #[cfg(feature = "grpc")]
 use virga_net::Grpc;
 use virga_net::{Handler, InProc, Transport};
 
-use crate::client::{Client, ClientConfig, ClientStats};
+use crate::client::{ClientConfig, ClientCore, ClientStats, DEFAULT_BACK_OFF, DEFAULT_CALL_DEADLINE};
 use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
 use crate::storage::{shard_state, StorageNode};
 use crate::workload::{offer, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
@@ -338,9 +340,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
     // The run.
     let (stop, stopped) = watch::channel(false);
     let miner_task = tokio::spawn(Arc::clone(&miners[0]).run(Arc::clone(&transport), stopped.clone()));
-    let mut client_tasks = Vec::new();
-    let mut client_stats = Vec::new();
-    let mut feeds = Vec::new();
+    let mut clients = Vec::new();
     for index in 0..config.clients.max(1) {
         let client_config = ClientConfig {
             id: format!("client-{index}"),
@@ -351,46 +351,54 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
             batch: config.batch,
             in_flight: config.in_flight,
             exec: genesis.config.exec,
+            deadline: DEFAULT_CALL_DEADLINE,
+            back_off: DEFAULT_BACK_OFF,
         };
-        let client = Client::new(client_config, Arc::clone(&transport));
-        client_stats.push(client.stats_handle());
-        let (feed, incoming) = mpsc::channel(config.batch * config.in_flight * 4);
-        feeds.push(feed);
-        client_tasks.push(tokio::spawn(client.run(incoming, stopped.clone())));
+        let id = client_config.id.clone();
+        clients.push(Mailbox::new().run(
+            id,
+            ClientCore::new(client_config),
+            Arc::clone(&transport),
+            NoIo,
+            stopped.clone(),
+        ));
     }
     let offered = transfers.len();
-    let feeder = tokio::spawn(offer(transfers, config.rate, feeds));
 
     progress.phase("running the workload (transfers committed)", offered as u64);
     let run_started = Instant::now();
     let cpu_at_start = process_cpu_seconds();
-    let committed_now = || client_stats.iter().map(|stats| stats().committed).sum::<u64>();
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let committed = committed_now();
-        let elapsed = run_started.elapsed();
-        let (head, _, _) = miners[0].head();
-        progress
-            .set(committed, format!("block {head}, {:.0} tx/s", committed as f64 / elapsed.as_secs_f64().max(1e-9)));
-        if committed as usize >= offered
-            || elapsed >= config.duration
-            || client_tasks.iter().all(|task| task.is_finished())
-        {
-            break;
+    let feeding = offer(transfers, config.rate, clients.len(), |client, share| clients[client].input(share));
+    let watching = async {
+        let mut ticks = tokio::time::interval(Duration::from_millis(200));
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let committed: u64 = clients.iter().map(|client| client.with_core(ClientCore::committed)).sum();
+            let elapsed = run_started.elapsed();
+            let (head, _, _) = miners[0].head();
+            progress.set(
+                committed,
+                format!("block {head}, {:.0} tx/s", committed as f64 / elapsed.as_secs_f64().max(1e-9)),
+            );
+            if committed as usize >= offered || elapsed >= config.duration {
+                return;
+            }
         }
-    }
+    };
+    run_clients(&clients, feeding, watching).await;
     let run_seconds = run_started.elapsed().as_secs_f64();
     let run_cpu_seconds = cpu_at_start.zip(process_cpu_seconds()).map(|(start, end)| end - start);
     progress.finish();
     let _ = stop.send(true);
-    feeder.abort();
-    for task in client_tasks {
-        let _ = task.await;
+    let mut client_stats = Vec::new();
+    for client in clients {
+        client_stats.push(client.join().await.lock().stats());
     }
     let _ = miner_task.await;
     let _ = stop_servers.send(true);
 
-    let clients: Vec<ClientStats> = client_stats.iter().map(|stats| stats()).collect();
+    let clients: Vec<ClientStats> = client_stats;
     let miner: MinerStats = miners[0].stats();
     let committed: u64 = clients.iter().map(|stats| stats.committed).sum();
     let succeeded: u64 = clients.iter().map(|stats| stats.committed_ok).sum();
@@ -447,6 +455,36 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         follower_blocks_refused: followers.iter().map(|miner| miner.stats().refused_blocks).sum(),
         fork_versions_collected: storage.iter().map(|node| node.stats().fork_versions_collected).sum(),
     })
+}
+
+/// Runs `clients` until `watching` ends (it decides when enough is done), all of them
+/// stopped, or the feed has closed and every transfer handed over is taken and settled:
+/// each client idle, having accepted all it was handed.
+pub async fn run_clients(
+    clients: &[Running<ClientCore>],
+    feeding: impl std::future::Future<Output = usize>,
+    watching: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(feeding, watching);
+    let mut handed = None;
+    let mut checks = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tokio::select! {
+            () = &mut watching => return,
+            count = &mut feeding, if handed.is_none() => handed = Some(count as u64),
+            _ = checks.tick() => {}
+        }
+        if clients.iter().all(Running::is_finished) {
+            return;
+        }
+        let settled = |handed: u64| {
+            let accepted: u64 = clients.iter().map(|client| client.with_core(ClientCore::accepted)).sum();
+            accepted == handed && clients.iter().all(|client| client.with_core(ClientCore::is_idle))
+        };
+        if handed.is_some_and(settled) {
+            return;
+        }
+    }
 }
 
 /// User plus system CPU seconds of this process so far, from `/proc/self/stat` (fields 14

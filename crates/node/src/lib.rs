@@ -6,7 +6,8 @@
 //!
 //! - [`storage`]: the storage node ([`storage::StorageNode`]), its log (virga-log's `RecordLog`)
 //!   and its checkpoints ([`checkpoint`]).
-//! - [`client`]: the prefetching client.
+//! - [`client`]: the prefetching client, a sans-I/O core ([`client::ClientCore`]) run by
+//!   `virga_net::driver`.
 //! - [`miner`]: the miner (block producer and verifying follower).
 //! - [`workload`]: the Ethereum-like workload.
 //! - [`cluster`]: `virga up`, a whole cluster in one process.

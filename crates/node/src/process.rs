@@ -16,13 +16,15 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use virga_ledger::chain::read_genesis;
+use virga_net::driver::Mailbox;
+use virga_net::role::NoIo;
 use virga_net::{Grpc, Transport};
 
-use crate::client::{Client, ClientConfig};
+use crate::client::{ClientConfig, ClientCore, DEFAULT_BACK_OFF, DEFAULT_CALL_DEADLINE};
 use crate::cluster::{
-    beneficiary, check_cluster_format, cluster_format_v1, replicated_layout, write_genesis, CLUSTER_FILE,
+    beneficiary, check_cluster_format, cluster_format_v1, replicated_layout, run_clients, write_genesis, CLUSTER_FILE,
     CLUSTER_FORMAT,
 };
 use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
@@ -286,27 +288,31 @@ pub async fn run_client(
         batch: job.batch,
         in_flight: job.in_flight,
         exec,
+        deadline: DEFAULT_CALL_DEADLINE,
+        back_off: DEFAULT_BACK_OFF,
     };
-    let client = Client::new(config, plan.transport());
-    let stats = client.stats_handle();
-    let (feed, incoming) = mpsc::channel(job.batch.max(1) * job.in_flight.max(1) * 4);
     let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(client.run(incoming, stopped));
-    let feeder = tokio::spawn(offer(transfers, job.rate, vec![feed]));
+    let client = Mailbox::new().run(job.id.clone(), ClientCore::new(config), plan.transport(), NoIo, stopped);
+    let clients = [client];
     let started = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let committed = stats().committed;
-        progress(committed, offered);
-        if committed as usize >= offered || started.elapsed() >= job.duration || task.is_finished() {
-            break;
+    let feeding = offer(transfers, job.rate, 1, |_, share| clients[0].input(share));
+    let watching = async {
+        let mut ticks = tokio::time::interval(Duration::from_millis(200));
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let committed = clients[0].with_core(ClientCore::committed);
+            progress(committed, offered);
+            if committed as usize >= offered || started.elapsed() >= job.duration {
+                return;
+            }
         }
-    }
+    };
+    run_clients(&clients, feeding, watching).await;
     let seconds = started.elapsed().as_secs_f64();
     let _ = stop.send(true);
-    feeder.abort();
-    let _ = task.await;
-    let stats = stats();
+    let [client] = clients;
+    let stats = client.join().await.lock().stats();
     let per_submitted = |total: u64| if stats.submitted == 0 { 0.0 } else { total as f64 / stats.submitted as f64 };
     Ok(ClientReport {
         id: job.id.clone(),

@@ -8,28 +8,50 @@ use virga_ledger::tx::{SignedTransfer, SigningKey};
 
 use crate::client::UserTransfer;
 
-/// Offers `transfers` to the clients behind `feeds`, at `rate` per second (as fast as they
-/// take them when `None`). Each sender's transfers all go to one client, which keeps their
-/// nonce order. Ends when every transfer is offered or the clients stop taking them.
+/// Offers `transfers` to `clients` clients at `rate` per second (all at once when `None`),
+/// handing client `i` its due transfers with `deliver(i, transfers)`. Each sender's
+/// transfers all go to one client, which keeps their nonce order. Ends when every transfer
+/// is offered or a client stops taking them (`deliver` returns false); returns how many
+/// were handed over.
 pub async fn offer(
     transfers: Vec<UserTransfer>,
     rate: Option<f64>,
-    feeds: Vec<tokio::sync::mpsc::Sender<UserTransfer>>,
-) {
+    clients: usize,
+    mut deliver: impl FnMut(usize, Vec<UserTransfer>) -> bool,
+) -> usize {
+    let clients = clients.max(1);
     let begun = std::time::Instant::now();
-    for (index, transfer) in transfers.into_iter().enumerate() {
-        if let Some(rate) = rate {
-            let due = std::time::Duration::from_secs_f64(index as f64 / rate);
-            if let Some(wait) = due.checked_sub(begun.elapsed()) {
-                tokio::time::sleep(wait).await;
-            }
+    let total = transfers.len();
+    let mut transfers = transfers.into_iter();
+    let mut handed = 0;
+    loop {
+        // Transfer i is due i / rate seconds after the start.
+        let due = match rate {
+            Some(rate) if rate > 0.0 => total.min((begun.elapsed().as_secs_f64() * rate) as usize + 1),
+            _ => total,
+        };
+        let mut shares: Vec<Vec<UserTransfer>> = vec![Vec::new(); clients];
+        for transfer in transfers.by_ref().take(due.saturating_sub(handed)) {
+            shares[client_of(&transfer, clients)].push(transfer);
         }
-        let client = usize::from(transfer.sender.0[19]) % feeds.len().max(1);
-        let Some(feed) = feeds.get(client) else { return };
-        if feed.send(transfer).await.is_err() {
-            return;
+        for (client, share) in shares.into_iter().enumerate().filter(|(_, share)| !share.is_empty()) {
+            let count = share.len();
+            if !deliver(client, share) {
+                return handed;
+            }
+            handed += count;
+        }
+        let Some(rate) = rate.filter(|_| handed < total) else { return handed };
+        let next_due = std::time::Duration::from_secs_f64(handed as f64 / rate);
+        if let Some(wait) = next_due.checked_sub(begun.elapsed()) {
+            tokio::time::sleep(wait).await;
         }
     }
+}
+
+/// The client of `clients` that submits `transfer`: one per sender.
+pub fn client_of(transfer: &UserTransfer, clients: usize) -> usize {
+    usize::from(transfer.sender.0[19]) % clients.max(1)
 }
 
 /// Gas price of every generated transfer (the fee is 21,000 × this).

@@ -11,17 +11,21 @@ use alloy_primitives::U256;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use virga_ledger::chain::{genesis_json, read_genesis};
 use virga_ledger::exec::ExecConfig;
+use virga_net::driver::{Mailbox, Running as RunningRole};
+use virga_net::role::NoIo;
 use virga_net::{InProc, Transport};
 use virga_node::audit::audit_cluster;
-use virga_node::client::{Client, ClientConfig, ClientStats};
+use virga_node::client::{
+    ClientConfig, ClientCore, ClientStats, WitnessError, DEFAULT_BACK_OFF, DEFAULT_CALL_DEADLINE,
+};
 use virga_node::cluster::{beneficiary, replicated_layout, CLUSTER_FILE};
 use virga_node::miner::{open_store, Miner, MinerConfig, MinerFault, BLOCK_REFUSED};
 use virga_node::storage::{shard_state, StorageFault, StorageNode};
-use virga_node::workload::{sign_transfers, Accounts, Skew, GENESIS_BALANCE};
+use virga_node::workload::{client_of, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
 
 const ACCOUNTS: usize = 2_000;
 const SHARDS: usize = 16;
@@ -34,13 +38,11 @@ struct Plan {
     transfers: usize,
 }
 
-type StatsHandle = Box<dyn Fn() -> ClientStats + Send + Sync>;
-
 /// A cluster whose roles are all reachable from the test.
 struct Running {
     storage: Vec<Arc<StorageNode>>,
     miners: Vec<Arc<Miner>>,
-    clients: Vec<StatsHandle>,
+    clients: Vec<RunningRole<ClientCore>>,
     offered: usize,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -48,7 +50,7 @@ struct Running {
 
 impl Running {
     fn client_stats(&self) -> Vec<ClientStats> {
-        self.clients.iter().map(|stats| stats()).collect()
+        self.clients.iter().map(|client| client.with_core(ClientCore::stats)).collect()
     }
 
     fn committed(&self) -> u64 {
@@ -76,7 +78,11 @@ impl Running {
         for task in self.tasks {
             task.await.expect("a role's task panicked");
         }
-        self.clients.iter().map(|stats| stats()).collect()
+        let mut stats = Vec::new();
+        for client in self.clients {
+            stats.push(client.join().await.lock().stats());
+        }
+        stats
     }
 }
 
@@ -140,9 +146,8 @@ async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode
     }
 
     let (stop, stopped) = watch::channel(false);
-    let mut tasks = vec![tokio::spawn(Arc::clone(&miners[0]).run(Arc::clone(&transport), stopped.clone()))];
-    let mut clients: Vec<StatsHandle> = Vec::new();
-    let mut feeds = Vec::new();
+    let tasks = vec![tokio::spawn(Arc::clone(&miners[0]).run(Arc::clone(&transport), stopped.clone()))];
+    let mut clients = Vec::new();
     for index in 0..2 {
         let config = ClientConfig {
             id: format!("client-{index}"),
@@ -153,18 +158,20 @@ async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode
             batch: 100,
             in_flight: 4,
             exec: genesis.config.exec,
+            deadline: DEFAULT_CALL_DEADLINE,
+            back_off: DEFAULT_BACK_OFF,
         };
-        let client = Client::new(config, Arc::clone(&transport));
-        clients.push(Box::new(client.stats_handle()));
-        let (feed, incoming) = mpsc::channel(plan.transfers.max(1));
-        feeds.push(feed);
-        tasks.push(tokio::spawn(client.run(incoming, stopped.clone())));
+        let id = config.id.clone();
+        clients.push(Mailbox::new().run(id, ClientCore::new(config), Arc::clone(&transport), NoIo, stopped.clone()));
     }
     let offered = transfers.len();
+    // One client per sender keeps each sender's nonces in order.
+    let mut shares = vec![Vec::new(); clients.len()];
     for transfer in transfers {
-        // One client per sender keeps each sender's nonces in order.
-        let client = usize::from(transfer.sender.0[19]) % feeds.len();
-        feeds[client].try_send(transfer).unwrap();
+        shares[client_of(&transfer, clients.len())].push(transfer);
+    }
+    for (client, share) in clients.iter().zip(shares) {
+        assert!(client.input(share));
     }
     Running { storage, miners, clients, offered, stop, tasks }
 }
@@ -198,12 +205,12 @@ async fn a_lying_replica_is_named_and_bypassed(fault: StorageFault) {
     let succeeded: u64 = clients.iter().map(|stats| stats.committed_ok).sum();
     assert_eq!(committed, offered, "{clients:#?}");
     assert_eq!(succeeded, committed, "{clients:#?}");
-    let refused: Vec<&(String, String)> = clients.iter().flat_map(|stats| &stats.bad_witnesses).collect();
+    let refused: Vec<&(String, WitnessError)> = clients.iter().flat_map(|stats| &stats.bad_witnesses).collect();
     assert!(served_by_liar > 0);
     assert!(!refused.is_empty(), "{fault:?}: no witness was refused ({clients:#?})");
     for (peer, reason) in &refused {
         assert_eq!(peer, "storage-0", "{fault:?}: an honest node's witness was refused: {reason}");
-        assert!(reason.contains("does not verify against"), "{fault:?}: {reason}");
+        assert!(matches!(reason, WitnessError::DoesNotVerify { .. }), "{fault:?}: {reason}");
     }
     // Every refused witness was fetched again from the other replica: no batch gave up.
     for stats in &clients {

@@ -1,0 +1,502 @@
+//! RainBlock's prefetching client as a sans-I/O core ([`ClientCore`]): pre-executes
+//! transfers against the storage nodes, fetches and verifies their witnesses, bags them, and
+//! submits transfers plus bag to the miner. A driver (`virga_net::driver`, or the simulator)
+//! carries out its calls and timers and hands it its user's transfers as input.
+//!
+//! Each batch of up to `batch` transfers moves through its own state machine, keyed by the
+//! calls it made: it asks the miner for its committed head, fetches the witnesses of its
+//! accounts at that head from the storage nodes, and awaits the miner's answer to its
+//! submission. At most `in_flight` batches are under way at once.
+//!
+//! A batch's witnesses are fetched at the miner's committed head, each storage node's bag
+//! verified against that head's state root. A shard served by several storage nodes is
+//! asked of each in turn, fetch after fetch; a refused, unavailable or bad witness is asked
+//! again of the shard's next replica. The client then pre-executes the batch on the
+//! witnessed accounts (and its own earlier transfers in the batch) and drops transfers that
+//! would certainly fail, saying why. The surviving witnesses are merged into one bag with
+//! every node once and the nodes above compaction level c left out. A sender has at most
+//! one transfer in flight, so an abort never leaves a nonce gap behind it; aborted
+//! transfers are retried with fresh witnesses, before any transfer that arrived after them.
+//! A batch that cannot reach the miner, or cannot get its witnesses, waits `back_off` (a
+//! timer) before its transfers are retried.
+
+mod prepare;
+mod queue;
+#[cfg(test)]
+mod tests;
+mod witness;
+
+use alloy_primitives::{keccak256, Address, B256};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+use virga_ledger::exec::ExecConfig;
+use virga_ledger::tx::SignedTransfer;
+use virga_net::proto::{self, Submission};
+use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
+use virga_net::{refusal, request, NetError, Rainblock, RequestBody, ResponseBody};
+
+use crate::codec::{b256, bag_to_wire, block_id, parse_block_id};
+use crate::storage::prefix_nibbles;
+use queue::SenderQueues;
+pub use witness::{check_witness, WitnessError};
+use witness::{Answered, WitnessFetch};
+
+/// A user's transfer: signed, with the sender it claims (a hint for prefetching only; the
+/// miner recovers the real sender from the signature).
+#[derive(Clone, Debug)]
+pub struct UserTransfer {
+    pub tx: SignedTransfer,
+    pub sender: Address,
+}
+
+/// The longest a client waits for any answer by default; no answer by then counts as an
+/// unreachable peer.
+pub const DEFAULT_CALL_DEADLINE: Duration = virga_net::driver::DEFAULT_DEADLINE;
+/// How long a batch that could not reach a role waits before its transfers are retried,
+/// so retries do not spin.
+pub const DEFAULT_BACK_OFF: Duration = Duration::from_millis(50);
+
+/// Retry reasons of the client's own (the miner's reasons, such as `block_refused`, are
+/// recorded as it gives them).
+pub const MINER_UNREACHABLE: &str = "miner_unreachable";
+pub const BAD_WITNESS: &str = "bad_witness";
+pub const SUBMISSION_FAILED: &str = "submission_failed";
+pub const UNANSWERED: &str = "unanswered";
+pub const COMPACTION_FAILED: &str = "compaction_failed";
+/// Filter reason of a transfer whose accounts the witnesses did not give.
+pub const UNREADABLE_ACCOUNT: &str = "unreadable_account";
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub id: String,
+    pub miner: String,
+    pub storage_nodes: Vec<(String, Vec<usize>)>,
+    pub shard_count: usize,
+    /// Compaction level c: bag nodes above this trie level are left out.
+    pub compaction: usize,
+    /// Transfers per submission.
+    pub batch: usize,
+    /// Batches under way (head, witnesses, submission) at once.
+    pub in_flight: usize,
+    pub exec: ExecConfig,
+    /// Every call's deadline.
+    pub deadline: Duration,
+    /// Wait before retrying a batch that could not reach a role.
+    pub back_off: Duration,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Transfers handed to the client.
+    pub accepted: u64,
+    pub submitted: u64,
+    pub committed: u64,
+    pub committed_ok: u64,
+    /// Of `committed`: transfers whose answer was lost (the miner failed first) and that a
+    /// later pre-execution found committed by their sender's nonce; their receipts are not
+    /// known here, so they are not in `committed_ok`.
+    pub confirmed_late: u64,
+    pub submissions: u64,
+    /// Transfers dropped before submission because they would certainly fail, by reason.
+    pub filtered: HashMap<String, u64>,
+    /// Transfers the miner left out (or whose batch failed) and this client retried, by reason.
+    pub retried: HashMap<String, u64>,
+    /// Witnesses refused, by storage node and reason.
+    pub bad_witnesses: Vec<(String, WitnessError)>,
+    /// Bytes of each submitted transfer's own full witnesses (every node of both accounts'
+    /// proofs, nothing shared).
+    pub witness_bytes_full: u64,
+    /// Bytes of the compacted, bagged witnesses actually sent.
+    pub witness_bytes_compact: u64,
+}
+
+/// Why the miner's head could not be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    #[error("miner unavailable: {0}")]
+    Unavailable(NetError),
+    #[error("the miner answered a head request with something else")]
+    UnexpectedReply,
+    #[error("the miner sent no head")]
+    NoHead,
+    #[error("the miner's head is malformed: {0}")]
+    Malformed(String),
+}
+
+/// What a step of the core asks its driver to do.
+type Commands = Vec<Command<Rainblock, std::convert::Infallible>>;
+
+/// The miner's committed head: its number, hash and state root.
+type Head = (u64, B256, B256);
+
+/// Where a batch stands.
+#[derive(Debug)]
+enum Stage {
+    AwaitingHead {
+        call: CallId,
+    },
+    AwaitingWitnesses(Box<WitnessFetch>),
+    AwaitingSubmission {
+        call: CallId,
+    },
+    /// Waiting for `timer` before the transfers are retried for `reason`; `uncertain` when
+    /// the miner may have included them.
+    BackingOff {
+        timer: TimerId,
+        reason: &'static str,
+        uncertain: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Batch {
+    /// One per sender; after pre-execution, only the transfers submitted.
+    transfers: Vec<UserTransfer>,
+    stage: Stage,
+}
+
+/// The prefetching client's core: a [`Role`] with no I/O of its own.
+#[derive(Debug)]
+pub struct ClientCore {
+    config: ClientConfig,
+    prefix_nibbles: usize,
+    ids: Ids,
+    stats: ClientStats,
+    queues: SenderQueues,
+    batches: BTreeMap<u64, Batch>,
+    next_batch: u64,
+    /// The batch each outstanding call belongs to.
+    calls: HashMap<CallId, u64>,
+    timers: HashMap<TimerId, u64>,
+    /// Transfers submitted to a miner that failed before answering (by hash).
+    uncertain: HashSet<B256>,
+    /// Witness fetches so far: picks which replica of a shard is asked first.
+    witness_fetches: usize,
+}
+
+impl Role for ClientCore {
+    type Protocol = Rainblock;
+    type Io = std::convert::Infallible;
+    type IoDone = std::convert::Infallible;
+    type Input = Vec<UserTransfer>;
+
+    fn step(
+        &mut self,
+        _now: Nanos,
+        event: Event<Rainblock, Self::IoDone, Self::Input>,
+        out: &mut Vec<Command<Rainblock, Self::Io>>,
+    ) {
+        match event {
+            Event::Start => {}
+            Event::Input(transfers) => {
+                self.stats.accepted += transfers.len() as u64;
+                for transfer in transfers {
+                    self.queues.push(transfer);
+                }
+            }
+            Event::Response { call, result } => {
+                if let Some(batch) = self.calls.remove(&call) {
+                    self.on_response(batch, call, result, out);
+                }
+            }
+            Event::Timer(timer) => {
+                if let Some(batch) = self.timers.remove(&timer) {
+                    self.on_back_off_end(batch, timer);
+                }
+            }
+            Event::Request { from, call, .. } => {
+                out.push(Command::Reply { to: from, call, response: refusal("a client serves no requests") });
+            }
+            Event::IoDone { result, .. } => match result {},
+        }
+        self.start_batches(out);
+    }
+}
+
+impl ClientCore {
+    pub fn new(config: ClientConfig) -> ClientCore {
+        ClientCore {
+            prefix_nibbles: prefix_nibbles(config.shard_count).unwrap_or(0),
+            config,
+            ids: Ids::default(),
+            stats: ClientStats::default(),
+            queues: SenderQueues::default(),
+            batches: BTreeMap::new(),
+            next_batch: 0,
+            calls: HashMap::new(),
+            timers: HashMap::new(),
+            uncertain: HashSet::new(),
+            witness_fetches: 0,
+        }
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        self.stats.clone()
+    }
+
+    /// Transfers handed to the client so far.
+    pub fn accepted(&self) -> u64 {
+        self.stats.accepted
+    }
+
+    /// Transfers known committed so far.
+    pub fn committed(&self) -> u64 {
+        self.stats.committed
+    }
+
+    /// Nothing waiting, under way or to be retried.
+    pub fn is_idle(&self) -> bool {
+        self.batches.is_empty() && self.queues.waiting() == 0
+    }
+
+    /// Batches under way (each awaiting the miner's head, witnesses, the miner's answer, or
+    /// the end of a back-off).
+    pub fn batches_in_flight(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Transfers waiting for a batch.
+    pub fn waiting(&self) -> usize {
+        self.queues.waiting()
+    }
+
+    fn call(&mut self, batch: u64, to: &str, body: RequestBody, out: &mut Commands) -> CallId {
+        let call = self.ids.call();
+        self.calls.insert(call, batch);
+        out.push(Command::Call { to: to.to_string(), call, request: request(body), deadline: self.config.deadline });
+        call
+    }
+
+    /// Starts batches while fewer than `in_flight` are under way and transfers can go.
+    fn start_batches(&mut self, out: &mut Commands) {
+        while self.batches.len() < self.config.in_flight.max(1) {
+            let transfers = self.queues.take(self.config.batch.max(1));
+            if transfers.is_empty() {
+                return;
+            }
+            let id = self.next_batch;
+            self.next_batch += 1;
+            let miner = self.config.miner.clone();
+            let call = self.call(id, &miner, RequestBody::Head(proto::HeadRequest {}), out);
+            self.batches.insert(id, Batch { transfers, stage: Stage::AwaitingHead { call } });
+        }
+    }
+
+    fn on_response(&mut self, id: u64, call: CallId, result: Result<proto::Response, NetError>, out: &mut Commands) {
+        let Some(mut batch) = self.batches.remove(&id) else { return };
+        match batch.stage {
+            Stage::AwaitingHead { call: expected } if expected == call => match parse_head(result) {
+                Ok(head) => self.fetch_witnesses(id, batch.transfers, head, out),
+                Err(error) => {
+                    tracing::warn!(client = %self.config.id, %error, "miner head unavailable");
+                    self.back_off(id, batch.transfers, MINER_UNREACHABLE, false, out);
+                }
+            },
+            Stage::AwaitingWitnesses(mut fetch) => {
+                match fetch.answer(call, result, self.config.compaction) {
+                    None | Some(Answered::Verified) => {}
+                    Some(Answered::Failed { peer, error }) => {
+                        if error.is_bad_witness() {
+                            tracing::warn!(client = %self.config.id, peer = %peer, %error, "witness refused");
+                            self.stats.bad_witnesses.push((peer.clone(), error.clone()));
+                        } else {
+                            tracing::warn!(client = %self.config.id, peer = %peer, %error, "witness unavailable");
+                        }
+                        if let Some(gave_up) = fetch.exhausted(&peer, &error) {
+                            tracing::warn!(client = %self.config.id, error = %gave_up, "witness fetch failed");
+                            for call in fetch.calls() {
+                                self.calls.remove(&call);
+                            }
+                            return self.back_off(id, batch.transfers, BAD_WITNESS, false, out);
+                        }
+                        self.send_witness_calls(id, &mut fetch, out);
+                    }
+                }
+                if fetch.is_complete() {
+                    self.submit(id, batch.transfers, *fetch, out);
+                } else {
+                    batch.stage = Stage::AwaitingWitnesses(fetch);
+                    self.batches.insert(id, batch);
+                }
+            }
+            Stage::AwaitingSubmission { call: expected } if expected == call => {
+                self.on_submitted(id, batch.transfers, result, out);
+            }
+            stage => {
+                // An answer the batch no longer waits for (its fetch gave up, say).
+                batch.stage = stage;
+                self.batches.insert(id, batch);
+            }
+        }
+    }
+
+    fn fetch_witnesses(
+        &mut self,
+        id: u64,
+        transfers: Vec<UserTransfer>,
+        (number, hash, root): Head,
+        out: &mut Commands,
+    ) {
+        let mut keys: Vec<B256> = transfers.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let turn = self.witness_fetches;
+        self.witness_fetches += 1;
+        let fetch =
+            WitnessFetch::new(&keys, (number, hash), root, turn, &self.config.storage_nodes, self.prefix_nibbles);
+        match fetch {
+            Ok(mut fetch) => {
+                self.send_witness_calls(id, &mut fetch, out);
+                self.batches.insert(id, Batch { transfers, stage: Stage::AwaitingWitnesses(Box::new(fetch)) });
+            }
+            Err(error) => {
+                tracing::warn!(client = %self.config.id, %error, "witness fetch failed");
+                self.back_off(id, transfers, BAD_WITNESS, false, out);
+            }
+        }
+    }
+
+    fn send_witness_calls(&mut self, id: u64, fetch: &mut WitnessFetch, out: &mut Commands) {
+        for call in fetch.dispatch(&mut self.ids) {
+            self.calls.insert(call.call, id);
+            out.push(Command::Call {
+                to: call.peer,
+                call: call.call,
+                request: request(RequestBody::Witness(call.request)),
+                deadline: self.config.deadline,
+            });
+        }
+    }
+}
+
+impl ClientCore {
+    /// Pre-executes a batch whose witnesses are all in, and submits what survives.
+    fn submit(&mut self, id: u64, transfers: Vec<UserTransfer>, fetch: WitnessFetch, out: &mut Commands) {
+        let WitnessFetch { at: (number, hash), root, witnesses, .. } = fetch;
+        let done = prepare::pre_execute(&self.config.exec, transfers, &witnesses.values, &mut self.uncertain);
+        self.stats.committed += done.confirmed_late.len() as u64;
+        self.stats.confirmed_late += done.confirmed_late.len() as u64;
+        for transfer in &done.confirmed_late {
+            self.queues.release(transfer.sender);
+        }
+        for (transfer, reason) in &done.filtered {
+            *self.stats.filtered.entry((*reason).to_string()).or_default() += 1;
+            self.queues.release(transfer.sender);
+        }
+        let kept = done.kept;
+        if kept.is_empty() {
+            return;
+        }
+        let some_filtered = !done.filtered.is_empty();
+        let bag = match prepare::bag_of(&kept, some_filtered, witnesses, root, self.config.compaction) {
+            Ok(bag) => bag,
+            Err(error) => {
+                tracing::error!(client = %self.config.id, %error, "compacting a verified bag failed");
+                return self.retry(kept, COMPACTION_FAILED);
+            }
+        };
+        self.stats.submitted += kept.len() as u64;
+        self.stats.submissions += 1;
+        self.stats.witness_bytes_full += done.full_bytes;
+        self.stats.witness_bytes_compact += bag.node_bytes() as u64;
+        let submission = Submission {
+            transactions: kept.iter().map(|t| t.tx.encode()).collect(),
+            bag: Some(bag_to_wire(&bag)),
+            witness_at: Some(block_id(number, hash)),
+            witness_root: root.to_vec(),
+        };
+        let miner = self.config.miner.clone();
+        let call = self.call(id, &miner, RequestBody::Submit(submission), out);
+        self.batches.insert(id, Batch { transfers: kept, stage: Stage::AwaitingSubmission { call } });
+    }
+
+    /// The miner's answer to a submission: one outcome per transfer, in order.
+    fn on_submitted(
+        &mut self,
+        id: u64,
+        kept: Vec<UserTransfer>,
+        result: Result<proto::Response, NetError>,
+        out: &mut Commands,
+    ) {
+        let outcomes = match result {
+            Ok(reply) => match reply.body {
+                Some(ResponseBody::Submitted(submitted)) => submitted.outcomes,
+                _ => Vec::new(),
+            },
+            Err(error) => {
+                tracing::warn!(client = %self.config.id, %error, "submission failed");
+                return self.back_off(id, kept, SUBMISSION_FAILED, true, out);
+            }
+        };
+        if outcomes.len() != kept.len() {
+            tracing::warn!(client = %self.config.id, "the miner answered for {} of {} transfers", outcomes.len(), kept.len());
+            self.mark_uncertain(&kept);
+            return self.retry(kept, UNANSWERED);
+        }
+        for (transfer, outcome) in kept.into_iter().zip(outcomes) {
+            if outcome.included {
+                self.stats.committed += 1;
+                self.stats.committed_ok += u64::from(outcome.succeeded);
+                self.queues.release(transfer.sender);
+            } else {
+                *self.stats.retried.entry(outcome.reason).or_default() += 1;
+                self.queues.requeue(transfer);
+            }
+        }
+    }
+
+    /// Holds a failed batch's transfers (and their senders) until `back_off` has passed.
+    fn back_off(
+        &mut self,
+        id: u64,
+        transfers: Vec<UserTransfer>,
+        reason: &'static str,
+        uncertain: bool,
+        out: &mut Commands,
+    ) {
+        let timer = self.ids.timer();
+        self.timers.insert(timer, id);
+        out.push(Command::SetTimer { timer, after: self.config.back_off });
+        self.batches.insert(id, Batch { transfers, stage: Stage::BackingOff { timer, reason, uncertain } });
+    }
+
+    fn on_back_off_end(&mut self, id: u64, fired: TimerId) {
+        let Some(batch) = self.batches.remove(&id) else { return };
+        let Stage::BackingOff { timer, reason, uncertain } = batch.stage else {
+            unreachable!("batch {id} had a timer while {:?}", batch.stage)
+        };
+        assert_eq!(timer, fired, "batch {id} backs off on another timer");
+        if uncertain {
+            self.mark_uncertain(&batch.transfers);
+        }
+        self.retry(batch.transfers, reason);
+    }
+
+    fn mark_uncertain(&mut self, transfers: &[UserTransfer]) {
+        self.uncertain.extend(transfers.iter().map(|transfer| transfer.tx.hash()));
+    }
+
+    /// Queues transfers again, ahead of their senders' later ones, counting them under `reason`.
+    fn retry(&mut self, transfers: Vec<UserTransfer>, reason: &str) {
+        *self.stats.retried.entry(reason.to_string()).or_default() += transfers.len() as u64;
+        for transfer in transfers {
+            self.queues.requeue(transfer);
+        }
+    }
+}
+
+/// The committed head in the miner's answer.
+fn parse_head(result: Result<proto::Response, NetError>) -> Result<Head, HeadError> {
+    let reply = result.map_err(HeadError::Unavailable)?;
+    let Some(ResponseBody::Head(head)) = reply.body else {
+        return Err(HeadError::UnexpectedReply);
+    };
+    let (number, hash) =
+        parse_block_id(head.head.as_ref(), "head").map_err(HeadError::Malformed)?.ok_or(HeadError::NoHead)?;
+    let root = b256(&head.state_root, "state_root").map_err(HeadError::Malformed)?;
+    Ok((number, hash, root))
+}

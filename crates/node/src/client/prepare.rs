@@ -1,0 +1,97 @@
+//! Pre-execution of a batch on its witnessed accounts, and the bag sent with it.
+
+use alloy_primitives::{keccak256, B256};
+use std::collections::{HashMap, HashSet};
+use virga_ledger::exec::{apply_transfer, ExecConfig, TransferView};
+use virga_trie::account::Account;
+use virga_trie::proof::{NodeBag, ProofError};
+
+use super::witness::Witnesses;
+use super::{UserTransfer, UNREADABLE_ACCOUNT};
+
+/// A batch after pre-execution.
+#[derive(Debug, Default)]
+pub(super) struct PreExecuted {
+    /// To submit.
+    pub(super) kept: Vec<UserTransfer>,
+    /// Dropped because they would certainly fail, with the reason.
+    pub(super) filtered: Vec<(UserTransfer, &'static str)>,
+    /// Submitted before to a miner that failed before answering, and found committed now.
+    pub(super) confirmed_late: Vec<UserTransfer>,
+    /// Bytes of the kept transfers' own full witnesses.
+    pub(super) full_bytes: u64,
+}
+
+/// Pre-executes `batch` on the witnessed accounts, each transfer seeing the batch's earlier
+/// ones. A transfer in `uncertain` whose sender's nonce has moved past it committed (only
+/// it has that sender and nonce); it leaves `uncertain`.
+pub(super) fn pre_execute(
+    exec: &ExecConfig,
+    batch: Vec<UserTransfer>,
+    values: &HashMap<B256, (Option<Vec<u8>>, usize)>,
+    uncertain: &mut HashSet<B256>,
+) -> PreExecuted {
+    let mut accounts: HashMap<B256, Account> = HashMap::new();
+    let mut done = PreExecuted { kept: Vec::with_capacity(batch.len()), ..PreExecuted::default() };
+    for transfer in batch {
+        let view = TransferView::of(&transfer.tx, transfer.sender);
+        let load = |key: &B256| -> Option<Account> {
+            if let Some(account) = accounts.get(key) {
+                return Some(*account);
+            }
+            match values.get(key)? {
+                (Some(bytes), _) => Account::decode_rlp(bytes).ok(),
+                (None, _) => Some(Account::default()),
+            }
+        };
+        let (Some(sender), Some(recipient)) = (load(&view.sender_key), load(&view.to_key)) else {
+            done.filtered.push((transfer, UNREADABLE_ACCOUNT));
+            continue;
+        };
+        if sender.nonce > transfer.tx.nonce() && uncertain.remove(&transfer.tx.hash()) {
+            done.confirmed_late.push(transfer);
+            continue;
+        }
+        match apply_transfer(exec, &view, &sender, &recipient) {
+            Ok(effect) => {
+                accounts.insert(effect.sender.0, effect.sender.1);
+                if let Some((key, account)) = effect.recipient {
+                    accounts.insert(key, account);
+                }
+                done.full_bytes += [view.sender_key, view.to_key]
+                    .iter()
+                    .map(|key| values.get(key).map_or(0, |(_, size)| *size as u64))
+                    .sum::<u64>();
+                done.kept.push(transfer);
+            }
+            Err(reason) => done.filtered.push((transfer, reason.name())),
+        }
+    }
+    done
+}
+
+/// One bag for the kept transfers, each node once, nodes above `compaction` left out. When
+/// some of the batch was dropped, the verified bags are narrowed to the kept transfers'
+/// accounts and compacted again.
+pub(super) fn bag_of(
+    kept: &[UserTransfer],
+    some_dropped: bool,
+    witnesses: Witnesses,
+    root: B256,
+    compaction: usize,
+) -> Result<NodeBag, ProofError> {
+    if !some_dropped {
+        return Ok(NodeBag::merge(witnesses.compact));
+    }
+    let full = NodeBag::merge(witnesses.full);
+    let kept_keys: HashSet<B256> = kept.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
+    let narrowed = NodeBag {
+        keys: full
+            .keys
+            .into_iter()
+            .filter(|key| B256::try_from(key.as_slice()).is_ok_and(|key| kept_keys.contains(&key)))
+            .collect(),
+        nodes: full.nodes,
+    };
+    narrowed.compact(root, compaction)
+}
