@@ -6,6 +6,7 @@ use alloy_consensus::Header;
 use alloy_primitives::U256;
 use virga_ledger::chain::{chain_config, genesis_header, genesis_json};
 use virga_ledger::verify::ChainConfig;
+use virga_trie::account::StateTrie;
 use virga_trie::genesis::Genesis;
 use virga_trie::shard::ShardedTrie;
 
@@ -34,6 +35,8 @@ pub struct Fixture {
     pub shape: Shape,
     pub config: ChainConfig,
     pub header: Header,
+    /// The genesis state, whole (for replays).
+    pub state: StateTrie,
     pub sharded: ShardedTrie,
     pub accounts: Accounts,
     /// Storage node ids with the shards each serves.
@@ -56,7 +59,7 @@ impl Fixture {
         let header = genesis_header(&genesis, state.root());
         let sharded = shard_state(state.accounts().as_trie(), shape.shards).map_err(|error| error.to_string())?;
         let layout = replicated_layout(shape.storage_nodes, shape.shards, shape.replicas);
-        Ok(Fixture { shape, config, header, sharded, accounts, layout })
+        Ok(Fixture { shape, config, header, state, sharded, accounts, layout })
     }
 
     /// What storage node `id` serves.

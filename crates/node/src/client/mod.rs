@@ -172,6 +172,19 @@ pub struct ClientCore {
     uncertain: HashSet<B256>,
     /// Witness fetches so far: picks which replica of a shard is asked first.
     witness_fetches: usize,
+    /// What the client told its user, per transfer, when asked to keep it (the simulator's
+    /// checks): the block each committed transfer was acknowledged in, and why each
+    /// refused one was.
+    outcomes: Option<UserOutcomes>,
+}
+
+/// What a client told its user about each transfer.
+#[derive(Clone, Debug, Default)]
+pub struct UserOutcomes {
+    /// Transfer hash, and the number and hash of the block the miner said holds it.
+    pub acknowledged: Vec<(B256, u64, B256)>,
+    /// Transfer hash, and why it will not be submitted.
+    pub refused: Vec<(B256, String)>,
 }
 
 impl Role for ClientCore {
@@ -227,7 +240,18 @@ impl ClientCore {
             timers: HashMap::new(),
             uncertain: HashSet::new(),
             witness_fetches: 0,
+            outcomes: None,
         }
+    }
+
+    /// Keeps every transfer's outcome from now on (see [`Self::outcomes`]).
+    pub fn keep_outcomes(&mut self) {
+        self.outcomes.get_or_insert_with(UserOutcomes::default);
+    }
+
+    /// The outcomes kept since [`Self::keep_outcomes`].
+    pub fn outcomes(&self) -> Option<&UserOutcomes> {
+        self.outcomes.as_ref()
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -385,6 +409,9 @@ impl ClientCore {
         }
         for (transfer, reason) in &done.filtered {
             *self.stats.filtered.entry((*reason).to_string()).or_default() += 1;
+            if let Some(outcomes) = self.outcomes.as_mut() {
+                outcomes.refused.push((transfer.tx.hash(), (*reason).to_string()));
+            }
             self.queues.release(transfer.sender);
         }
         let kept = done.kept;
@@ -422,10 +449,12 @@ impl ClientCore {
         result: Result<proto::Response, NetError>,
         out: &mut Commands,
     ) {
-        let outcomes = match result {
+        let (block, outcomes) = match result {
             Ok(reply) => match reply.body {
-                Some(ResponseBody::Submitted(submitted)) => submitted.outcomes,
-                _ => Vec::new(),
+                Some(ResponseBody::Submitted(submitted)) => {
+                    (parse_block_id(submitted.block.as_ref(), "block").ok().flatten(), submitted.outcomes)
+                }
+                _ => (None, Vec::new()),
             },
             Err(error) => {
                 tracing::warn!(client = %self.config.id, %error, "submission failed");
@@ -439,6 +468,9 @@ impl ClientCore {
         }
         for (transfer, outcome) in kept.into_iter().zip(outcomes) {
             if outcome.included {
+                if let (Some(outcomes), Some((number, hash))) = (self.outcomes.as_mut(), block) {
+                    outcomes.acknowledged.push((transfer.tx.hash(), number, hash));
+                }
                 self.stats.committed += 1;
                 self.stats.committed_ok += u64::from(outcome.succeeded);
                 self.queues.release(transfer.sender);

@@ -253,13 +253,16 @@ impl StorageCore {
         }
         let io = self.ids.io();
         out.push(Command::Io { io, op: StorageIo::Append { record: updates.encode_to_vec() } });
-        let mut waiters = vec![(from, call)];
+        let waiters = vec![(from, call)];
         #[cfg(feature = "fault-injection")]
-        if self.fault == StorageFault::AckBeforeLog {
-            for (to, call) in waiters.drain(..) {
+        let waiters = if self.fault == StorageFault::AckBeforeLog {
+            for (to, call) in waiters {
                 out.push(Command::Reply { to, call, response: ack(number, hash) });
             }
-        }
+            Vec::new()
+        } else {
+            waiters
+        };
         self.logging.insert(io, Logging { number, hash, waiters });
     }
 

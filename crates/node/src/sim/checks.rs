@@ -1,0 +1,232 @@
+//! What every simulated run must show, checked once it has settled:
+//!
+//! 1. the chain verifies (re-executed from genesis, every block's root and receipts);
+//! 2. every storage node holds the chain's head, its served shards hashing as a serial
+//!    replay's, and still does after a crash of every node at the end (nothing acknowledged
+//!    was only in memory);
+//! 3. no block acknowledged to a client is lost: each acknowledged transfer is in the
+//!    chain, in the block it was acknowledged in;
+//! 4. no wrong root is accepted: every miner's committed head is a block of the chain;
+//! 5. every transfer offered is committed or refused with a reason.
+
+use alloy_primitives::B256;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use virga_core::device::Storage;
+use virga_ledger::block::Block;
+use virga_ledger::store::{ChainStore, StoreOptions};
+use virga_ledger::verify::{verify_block, ExecMode};
+use virga_sim::Sim;
+
+use super::node::RainblockNode;
+use super::run::Disks;
+use crate::client::UserTransfer;
+use crate::storage::{log_options, open_core, shard_state, NodeStorage};
+use crate::testkit::Fixture;
+
+/// What the users were told, gathered as the run goes (a crashed client forgets).
+#[derive(Default)]
+pub struct UserView {
+    /// Per client, how many acknowledgements and refusals of its current incarnation were seen.
+    seen: HashMap<String, (usize, usize)>,
+    /// Transfer hash → (block number, block hash) it was acknowledged in.
+    pub acknowledged: HashMap<B256, (u64, B256)>,
+    /// Transfer hash → why it was refused.
+    pub refused: HashMap<B256, String>,
+}
+
+fn client<'a>(sim: &'a Sim<RainblockNode>, id: &str) -> Option<&'a crate::client::ClientCore> {
+    match sim.core(id) {
+        Some(RainblockNode::Client(core)) => Some(core),
+        _ => None,
+    }
+}
+
+impl UserView {
+    /// Takes in what the clients have told their users since the last look.
+    pub fn observe(&mut self, sim: &Sim<RainblockNode>, clients: &[String]) {
+        for id in clients {
+            let Some(outcomes) = client(sim, id).and_then(|core| core.outcomes()) else { continue };
+            let seen = self.seen.entry(id.clone()).or_default();
+            if outcomes.acknowledged.len() < seen.0 || outcomes.refused.len() < seen.1 {
+                *seen = (0, 0); // a new incarnation
+            }
+            for (tx, number, hash) in &outcomes.acknowledged[seen.0..] {
+                self.acknowledged.insert(*tx, (*number, *hash));
+            }
+            for (tx, reason) in &outcomes.refused[seen.1..] {
+                self.refused.insert(*tx, reason.clone());
+            }
+            *seen = (outcomes.acknowledged.len(), outcomes.refused.len());
+        }
+    }
+
+    /// Every client is up and idle with each of its transfers answered one way or another.
+    pub fn settled(&self, sim: &Sim<RainblockNode>, clients: &[String], offered: &[Vec<UserTransfer>]) -> bool {
+        clients.iter().zip(offered).all(|(id, transfers)| {
+            client(sim, id).is_some_and(|core| core.is_idle() && core.accepted() > 0)
+                && transfers.iter().all(|t| {
+                    let hash = t.tx.hash();
+                    self.acknowledged.contains_key(&hash) || self.refused.contains_key(&hash)
+                })
+        })
+    }
+
+    /// Why the run has not settled, for the failure report.
+    pub fn unsettled(&self, sim: &Sim<RainblockNode>, clients: &[String], offered: &[Vec<UserTransfer>]) -> String {
+        let open: usize = offered
+            .iter()
+            .flatten()
+            .filter(|t| !self.acknowledged.contains_key(&t.tx.hash()) && !self.refused.contains_key(&t.tx.hash()))
+            .count();
+        let idle: Vec<String> = clients
+            .iter()
+            .map(|id| format!("{id} {}", client(sim, id).map_or("down".to_string(), |c| format!("idle={}", c.is_idle()))))
+            .collect();
+        let miner = match sim.core("miner-0") {
+            Some(RainblockNode::Miner(core)) => {
+                let (warm, failure) = core.warm_up_state();
+                format!("miner-0 head {} warm={warm} last warm-up failure {failure:?}", core.head().0)
+            }
+            _ => "miner-0 down".to_string(),
+        };
+        format!("{open} transfers unanswered; {}; {miner}", idle.join(", "))
+    }
+}
+
+pub struct Checked {
+    pub problems: Vec<String>,
+    pub committed: usize,
+    pub blocks: u64,
+}
+
+/// Runs every check on a settled run.
+#[allow(clippy::too_many_arguments)]
+pub fn check(
+    fixture: &Fixture,
+    sim: &mut Sim<RainblockNode>,
+    disks: &Disks,
+    view: &UserView,
+    offered: &[UserTransfer],
+    storage_ids: &[String],
+    miner_ids: &[String],
+    seed: u64,
+) -> Checked {
+    let mut problems = Vec::new();
+    let chain = match replay_chain(fixture, disks) {
+        Ok(chain) => chain,
+        Err(problem) => {
+            return Checked { problems: vec![problem], committed: 0, blocks: 0 };
+        }
+    };
+    let head = chain.hashes.len() as u64 - 1;
+    let head_hash = chain.hashes[head as usize];
+    let expected_shards = match shard_state(chain.state.accounts().as_trie(), fixture.shape.shards) {
+        Ok(shards) => shards,
+        Err(error) => return Checked { problems: vec![format!("sharding the replayed state: {error}")], committed: 0, blocks: head },
+    };
+    // 2. Storage nodes, live and after a crash.
+    for id in storage_ids {
+        let served = fixture.served(id).map(|served| served.shards).unwrap_or_default();
+        let expected: Vec<(usize, B256)> =
+            served.iter().filter_map(|&i| expected_shards.shard(i).map(|s| (i, s.subtree_hash()))).collect();
+        match sim.core(id) {
+            Some(RainblockNode::Storage(core)) => match core.shard_hashes(&head_hash) {
+                Some(hashes) if hashes == expected => {}
+                Some(hashes) => problems.push(format!("{id}'s shards at the head differ from a serial replay: {hashes:?}")),
+                None => problems.push(format!("{id} does not hold the chain's head, block {head} ({head_hash})")),
+            },
+            _ => problems.push(format!("{id} is down at the end")),
+        }
+        let crashed = disks.borrow().get(id.as_str()).map(|storage| storage.crash(seed ^ 0xc4a5));
+        let Some(crashed) = crashed else { continue };
+        let storage: Arc<dyn Storage> = Arc::new(crashed);
+        let reopened = NodeStorage::on(storage, log_options()).map_err(|e| e.to_string()).and_then(|storage| {
+            let served = fixture.served(id).ok_or("not a storage node")?;
+            open_core(id.clone(), served, fixture.header.clone(), &fixture.sharded, storage).map_err(|e| e.to_string())
+        });
+        match reopened {
+            Ok(opened) if opened.core.shard_hashes(&head_hash).as_ref() == Some(&expected) => {}
+            Ok(_) => problems.push(format!(
+                "{id} loses the chain's head, block {head}, in a crash: a block acknowledged to the miner was not durable"
+            )),
+            Err(error) => problems.push(format!("{id} does not recover after a crash: {error}")),
+        }
+    }
+    // 3. Acknowledged transfers are in the chain where they were acknowledged.
+    for (tx, (number, hash)) in &view.acknowledged {
+        match chain.transfers.get(tx) {
+            Some(&at) if at == *number && chain.hashes.get(at as usize) == Some(hash) => {}
+            Some(&at) => problems.push(format!("transfer {tx} was acknowledged in block {number} ({hash}) but is in block {at}")),
+            None => problems.push(format!("transfer {tx} was acknowledged in block {number} ({hash}) and is not in the chain")),
+        }
+    }
+    // 4. Every miner's head is a block of the chain.
+    for id in miner_ids {
+        if let Some(RainblockNode::Miner(core)) = sim.core(id) {
+            let (number, hash, root) = core.head();
+            if chain.hashes.get(number as usize) != Some(&hash) || chain.roots.get(number as usize) != Some(&root) {
+                problems.push(format!("{id} accepted block {number} ({hash}, root {root}), which is not the chain's"));
+            }
+        }
+    }
+    // 5. Every offered transfer committed or refused with a reason.
+    let mut committed = 0;
+    for transfer in offered {
+        let hash = transfer.tx.hash();
+        if chain.transfers.contains_key(&hash) {
+            committed += 1;
+        } else if !view.refused.contains_key(&hash) {
+            problems.push(format!("transfer {hash} was neither committed nor refused"));
+        }
+    }
+    let unique: HashSet<B256> = offered.iter().map(|t| t.tx.hash()).collect();
+    if unique.len() != offered.len() {
+        problems.push("the workload offered a transfer twice".to_string());
+    }
+    Checked { problems, committed, blocks: head }
+}
+
+/// The producing miner's chain, replayed serially from genesis.
+struct Replayed {
+    hashes: Vec<B256>,
+    roots: Vec<B256>,
+    /// Transfer hash → block number.
+    transfers: HashMap<B256, u64>,
+    state: virga_trie::account::StateTrie,
+}
+
+/// 1. The chain verifies: every block on its parent, re-executed.
+fn replay_chain(fixture: &Fixture, disks: &Disks) -> Result<Replayed, String> {
+    let storage: Arc<dyn Storage> = Arc::new(disks.borrow().get("miner-0").cloned().ok_or("miner-0 has no disk")?);
+    let (store, _) = ChainStore::open_read_only(storage, StoreOptions::default())
+        .map_err(|error| format!("the chain store does not open: {error}"))?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().map_err(|error| error.to_string())?;
+    let mut parent = fixture.header.clone();
+    let mut state = fixture.state.clone();
+    let mut replayed = Replayed {
+        hashes: vec![parent.hash_slow()],
+        roots: vec![parent.state_root],
+        transfers: HashMap::new(),
+        state: fixture.state.clone(),
+    };
+    let head = store.head().map_or(0, |(number, _)| number);
+    for number in 1..=head {
+        let bytes = store
+            .get_by_number(number)
+            .map_err(|error| format!("block {number}: {error}"))?
+            .ok_or_else(|| format!("block {number} is missing from the chain"))?;
+        let block = Block::decode(&bytes).map_err(|error| format!("block {number} does not decode: {error}"))?;
+        let verified = verify_block(&fixture.config, &parent, &state, &block, None, ExecMode::Serial, &pool)
+            .map_err(|error| format!("the chain does not verify at block {number}: {error}"))?;
+        state = verified.state;
+        for tx in &block.transactions {
+            replayed.transfers.insert(tx.hash(), number);
+        }
+        replayed.hashes.push(block.hash());
+        replayed.roots.push(block.header.state_root);
+        parent = block.header;
+    }
+    replayed.state = state;
+    Ok(replayed)
+}

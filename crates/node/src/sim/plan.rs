@@ -1,0 +1,160 @@
+//! What one simulated run is: its seed, its length, which faults it injects and when, and
+//! (for the tests that prove the checks work) which deliberately broken variant it runs.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+
+/// Which kinds of fault a run injects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Faults {
+    /// Lost, duplicated and slow messages, and partitions.
+    pub network: bool,
+    /// Crashes and restarts of any node (its memory device keeping what a crash keeps).
+    pub crashes: bool,
+    /// Storage replicas serving corrupt or stale witnesses.
+    pub lying_storage: bool,
+    /// The producing miner announcing blocks with a wrong state root for a while.
+    pub lying_miner: bool,
+    /// Skewed node clocks (NTP-like).
+    pub clocks: bool,
+}
+
+impl Faults {
+    pub const NONE: Faults =
+        Faults { network: false, crashes: false, lying_storage: false, lying_miner: false, clocks: false };
+    pub const ALL: Faults = Faults { network: true, crashes: true, lying_storage: true, lying_miner: true, clocks: true };
+
+    /// Parses a comma-separated list (`all`, `none`, `network`, `crashes`, `lying-storage`,
+    /// `lying-miner`, `clocks`).
+    pub fn parse(text: &str) -> Result<Faults, String> {
+        let mut faults = Faults::NONE;
+        for name in text.split(',').map(str::trim).filter(|name| !name.is_empty()) {
+            match name {
+                "all" => faults = Faults::ALL,
+                "none" => faults = Faults::NONE,
+                "network" => faults.network = true,
+                "crashes" => faults.crashes = true,
+                "lying-storage" => faults.lying_storage = true,
+                "lying-miner" => faults.lying_miner = true,
+                "clocks" => faults.clocks = true,
+                other => {
+                    return Err(format!(
+                        "unknown fault `{other}`: use all, none, network, crashes, lying-storage, lying-miner or clocks"
+                    ))
+                }
+            }
+        }
+        Ok(faults)
+    }
+}
+
+/// How long a run is: the default test suite runs short seeds, the soak full ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Length {
+    Short,
+    Full,
+}
+
+impl Length {
+    /// Transfers offered.
+    pub fn transfers(self) -> usize {
+        match self {
+            Length::Short => 60,
+            Length::Full => 400,
+        }
+    }
+
+    /// Faults stop at this virtual time.
+    pub fn faults_until(self) -> Duration {
+        match self {
+            Length::Short => Duration::from_secs(2),
+            Length::Full => Duration::from_secs(6),
+        }
+    }
+}
+
+/// After the faults stop, the run must settle (every transfer committed or refused, every
+/// role idle) within this much virtual time.
+pub const QUIESCENCE_BOUND: Duration = Duration::from_secs(60);
+
+/// A deliberately broken variant, which the checks must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Broken {
+    /// A follower miner adopts announced blocks without re-executing them.
+    MinerSkipsBlockCheck,
+    /// Storage nodes acknowledge a block before its log record is durable.
+    StorageAcksBeforeLog,
+}
+
+/// One crash: `node` goes down at `at` and comes back at `back`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Crash {
+    pub node: String,
+    pub at: Duration,
+    pub back: Duration,
+}
+
+/// The faults of one seed, drawn from it.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    pub drop_probability: f64,
+    pub duplicate_probability: f64,
+    pub latency_max: Duration,
+    /// Windows in which one node is cut from all others.
+    pub partitions: Vec<(Duration, Duration, String)>,
+    pub crashes: Vec<Crash>,
+    /// The storage replica that lies until the faults stop, and how.
+    pub lying_storage: Option<(String, bool)>,
+    /// The window in which the producing miner lies.
+    pub lying_miner: Option<(Duration, Duration)>,
+}
+
+impl Schedule {
+    /// Draws the faults of `seed` among `nodes`, all before `until`.
+    pub fn draw(seed: u64, faults: Faults, nodes: &[String], storage: &[String], until: Duration) -> Schedule {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
+        let window = |rng: &mut StdRng, longest: Duration| {
+            let start = rng.random_range(0..until.as_nanos() as u64);
+            let length = rng.random_range(1..=longest.as_nanos() as u64);
+            (Duration::from_nanos(start), Duration::from_nanos((start + length).min(until.as_nanos() as u64)))
+        };
+        let mut schedule = Schedule {
+            drop_probability: 0.0,
+            duplicate_probability: 0.0,
+            latency_max: Duration::from_micros(500),
+            partitions: Vec::new(),
+            crashes: Vec::new(),
+            lying_storage: None,
+            lying_miner: None,
+        };
+        if faults.network {
+            schedule.drop_probability = rng.random_range(0.0..0.05);
+            schedule.duplicate_probability = rng.random_range(0.0..0.05);
+            schedule.latency_max = Duration::from_micros(rng.random_range(500..5_000));
+            for _ in 0..rng.random_range(0..3) {
+                let (start, end) = window(&mut rng, Duration::from_millis(800));
+                let node = nodes[rng.random_range(0..nodes.len())].clone();
+                schedule.partitions.push((start, end, node));
+            }
+        }
+        if faults.crashes {
+            for _ in 0..rng.random_range(1..4) {
+                let (at, back) = window(&mut rng, Duration::from_millis(600));
+                let node = nodes[rng.random_range(0..nodes.len())].clone();
+                let overlaps = schedule.crashes.iter().any(|c| c.node == node && c.at <= back && at <= c.back);
+                if !overlaps {
+                    schedule.crashes.push(Crash { node, at, back });
+                }
+            }
+        }
+        if faults.lying_storage && !storage.is_empty() {
+            let node = storage[rng.random_range(0..storage.len())].clone();
+            schedule.lying_storage = Some((node, rng.random_bool(0.5)));
+        }
+        if faults.lying_miner {
+            schedule.lying_miner = Some(window(&mut rng, Duration::from_millis(500)));
+        }
+        schedule
+    }
+}

@@ -1,0 +1,304 @@
+//! One simulated RainBlock run: the network built from an in-memory genesis, the seed's
+//! faults injected until they stop, then the run settled and checked.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use virga_core::clock::SkewProfile;
+use virga_core::device::{MemStorage, Storage};
+use virga_ledger::store::{ChainStore, StoreOptions};
+use virga_net::role::IoExecutor;
+use virga_sim::{NetConfig, Partition, Sim, SimConfig, Stop};
+
+use super::checks::{check, UserView};
+use super::node::{NodeDisk, RainblockNode};
+use super::plan::{Broken, Faults, Length, Schedule, QUIESCENCE_BOUND};
+use crate::client::{ClientConfig, ClientCore, UserTransfer};
+use crate::miner::{execution_pool, ChainDisk, MinerCore};
+use crate::storage::{log_options, open_core, NodeStorage};
+use crate::testkit::{Fixture, Shape};
+use crate::workload::{sign_transfers, Skew};
+
+/// What a run is asked to do.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    pub seed: u64,
+    pub faults: Faults,
+    pub length: Length,
+    pub broken: Option<Broken>,
+}
+
+/// What a run found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunOutcome {
+    pub seed: u64,
+    /// Every invariant a check found broken (empty: the run passed).
+    pub problems: Vec<String>,
+    pub events: u64,
+    pub virtual_ms: u64,
+    pub offered: usize,
+    pub committed: usize,
+    pub blocks: u64,
+    pub crashes: usize,
+    pub trace_digest: String,
+}
+
+const MINERS: usize = 2;
+const CLIENTS: usize = 2;
+/// A bound on events, so that a protocol that livelocks still ends.
+const MAX_EVENTS: u64 = 3_000_000;
+/// Every call's deadline in the simulation.
+const DEADLINE: Duration = Duration::from_secs(2);
+
+fn shape() -> Shape {
+    Shape { accounts: 200, shards: 16, storage_nodes: 4, replicas: 2, max_block_transfers: 64 }
+}
+
+/// The fixture every run starts from (it costs key derivation, so it is built once).
+fn fixture() -> Arc<Fixture> {
+    thread_local! {
+        static FIXTURE: RefCell<Option<Arc<Fixture>>> = const { RefCell::new(None) };
+    }
+    FIXTURE.with(|cell| {
+        cell.borrow_mut()
+            .get_or_insert_with(|| Arc::new(Fixture::new(shape()).unwrap_or_else(|error| unreachable!("{error}"))))
+            .clone()
+    })
+}
+
+/// The durable state of every node, kept across crashes.
+type Disks = Rc<RefCell<HashMap<String, MemStorage>>>;
+
+fn client_config(fixture: &Fixture, index: usize) -> ClientConfig {
+    ClientConfig {
+        id: format!("client-{index}"),
+        miner: "miner-0".to_string(),
+        storage_nodes: fixture.layout.clone(),
+        shard_count: fixture.shape.shards,
+        compaction: 2,
+        batch: 10,
+        in_flight: 2,
+        exec: fixture.config.exec,
+        deadline: DEADLINE,
+        back_off: Duration::from_millis(50),
+    }
+}
+
+/// Builds (or, after a crash, rebuilds from its durable state) node `id`.
+fn open_node(fixture: &Fixture, disks: &Disks, id: &str, broken: Option<Broken>) -> (RainblockNode, Box<dyn IoExecutor<RainblockNode>>) {
+    let storage: Arc<dyn Storage> = Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
+    let failed = |what: &str, error: String| -> ! { unreachable!("{id}: {what}: {error}") };
+    if let Some(served) = fixture.served(id) {
+        let node_storage = NodeStorage::on(storage, log_options()).unwrap_or_else(|e| failed("storage", e.to_string()));
+        let opened = open_core(id, served, fixture.header.clone(), &fixture.sharded, node_storage)
+            .unwrap_or_else(|error| failed("recovery", error.to_string()));
+        #[allow(unused_mut)]
+        let mut core = opened.core;
+        core.set_checkpoint_interval(16);
+        #[cfg(feature = "fault-injection")]
+        if broken == Some(Broken::StorageAcksBeforeLog) {
+            core.set_fault(crate::storage::StorageFault::AckBeforeLog);
+        }
+        let disk = opened.disk.unwrap_or_else(|| failed("storage", "no disk".into()));
+        return (RainblockNode::Storage(core), Box::new(NodeDisk::Storage(disk)));
+    }
+    if let Some(index) = id.strip_prefix("miner-").and_then(|index| index.parse::<usize>().ok()) {
+        let options = StoreOptions { sync: virga_log::SyncPolicy::Every, ..StoreOptions::default() };
+        let (store, head) = crate::miner::open_store_on(storage, options, &fixture.header)
+            .unwrap_or_else(|error| failed("chain store", error));
+        let config = fixture.miner_config(index, MINERS - 1, 2, 1 << 20);
+        let pool = execution_pool(1).unwrap_or_else(|error| failed("pool", error.to_string()));
+        #[allow(unused_mut)]
+        let mut core = MinerCore::new(config, head, pool).unwrap_or_else(|error| failed("miner", error.to_string()));
+        core.set_deadline(DEADLINE);
+        #[cfg(feature = "fault-injection")]
+        if broken == Some(Broken::MinerSkipsBlockCheck) && index > 0 {
+            core.set_fault(crate::miner::MinerFault::SkipBlockCheck);
+        }
+        return (RainblockNode::Miner(Box::new(core)), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store) })));
+    }
+    let index = id.strip_prefix("client-").and_then(|index| index.parse::<usize>().ok()).unwrap_or(0);
+    let mut core = ClientCore::new(client_config(fixture, index));
+    core.keep_outcomes();
+    let _ = broken;
+    (RainblockNode::Client(Box::new(core)), Box::new(NoDisk))
+}
+
+/// Clients have no device.
+struct NoDisk;
+
+impl IoExecutor<RainblockNode> for NoDisk {
+    fn execute(&mut self, op: super::node::NodeIo) -> super::node::NodeIoDone {
+        super::node::NodeIoDone::Miner(Err(format!("{op:?} asked of a client")))
+    }
+}
+
+fn ns(duration: Duration) -> u64 {
+    duration.as_nanos() as u64
+}
+
+/// Runs one seed and checks it.
+pub fn run_seed(options: RunOptions) -> RunOutcome {
+    let fixture = fixture();
+    let storage_ids: Vec<String> = fixture.layout.iter().map(|(id, _)| id.clone()).collect();
+    let miner_ids: Vec<String> = (0..MINERS).map(|index| format!("miner-{index}")).collect();
+    let client_ids: Vec<String> = (0..CLIENTS).map(|index| format!("client-{index}")).collect();
+    let all: Vec<String> = storage_ids.iter().chain(&miner_ids).chain(&client_ids).cloned().collect();
+    let until = options.length.faults_until();
+    let schedule = Schedule::draw(options.seed, options.faults, &all, &storage_ids, until);
+
+    let net = NetConfig {
+        latency_max: schedule.latency_max,
+        drop_probability: schedule.drop_probability,
+        duplicate_probability: schedule.duplicate_probability,
+        partitions: schedule
+            .partitions
+            .iter()
+            .map(|(start, end, node)| Partition {
+                start_ns: ns(*start),
+                end_ns: ns(*end),
+                side_a: vec![node.clone()],
+                side_b: all.iter().filter(|other| *other != node).cloned().collect(),
+            })
+            .collect(),
+        ..NetConfig::default()
+    };
+    let config = SimConfig {
+        seed: options.seed,
+        net,
+        device_latency: Duration::from_micros(200),
+        clock_profile: if options.faults.clocks { SkewProfile::Ntp } else { SkewProfile::None },
+        max_events: Some(MAX_EVENTS),
+    };
+    let mut sim: Sim<RainblockNode> = match Sim::new(config) {
+        Ok(sim) => sim,
+        Err(error) => return failed_to_start(options.seed, error.to_string()),
+    };
+    let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
+    for id in &all {
+        let (core, io) = open_node(&fixture, &disks, id, options.broken);
+        if let Err(error) = sim.add_node(id.clone(), core, io) {
+            return failed_to_start(options.seed, error.to_string());
+        }
+    }
+    {
+        let (fixture, disks, broken) = (Arc::clone(&fixture), Rc::clone(&disks), options.broken);
+        sim.set_factory(move |id| open_node(&fixture, &disks, id, broken));
+        let disks = Rc::clone(&disks);
+        sim.set_on_crash(move |id, rng| {
+            let mut disks = disks.borrow_mut();
+            if let Some(storage) = disks.get_mut(id) {
+                *storage = storage.crash_with(rng);
+            }
+        });
+    }
+
+    // The users' transfers, split between the clients by sender (a sender's nonces stay
+    // with one client).
+    let transfers = sign_transfers(
+        &fixture.accounts,
+        options.length.transfers(),
+        fixture.config.exec.chain_id,
+        Skew::default(),
+        options.seed,
+        &|_| {},
+    );
+    let mut per_client: Vec<Vec<UserTransfer>> = vec![Vec::new(); CLIENTS];
+    for transfer in &transfers {
+        let index = fixture.accounts.addresses.iter().position(|a| *a == transfer.sender).unwrap_or(0) % CLIENTS;
+        per_client[index].push(transfer.clone());
+    }
+    for (id, transfers) in client_ids.iter().zip(&per_client) {
+        let _ = sim.input_at(ns(Duration::from_millis(1)), id, transfers.clone());
+    }
+    for crash in &schedule.crashes {
+        let _ = sim.crash_at(ns(crash.at), &crash.node);
+        let _ = sim.restart_at(ns(crash.back), &crash.node);
+        // A restarted client has lost its queue: its user offers every transfer again.
+        if let Some(index) = client_ids.iter().position(|id| *id == crash.node) {
+            let _ = sim.input_at(ns(crash.back) + 1, &crash.node, per_client[index].clone());
+        }
+    }
+
+    let mut view = UserView::default();
+    let mut run = |sim: &mut Sim<RainblockNode>, view: &mut UserView, until: u64, settle: bool| {
+        sim.run_while(until, |sim| {
+            view.observe(sim, &client_ids);
+            !(settle && view.settled(sim, &client_ids, &per_client))
+        })
+    };
+    // Faults: lying roles from the start of their windows, then honest again.
+    set_lying_storage(&mut sim, &schedule, true);
+    if let Some((start, end)) = schedule.lying_miner {
+        run(&mut sim, &mut view, ns(start), false);
+        set_lying_miner(&mut sim, true);
+        run(&mut sim, &mut view, ns(end), false);
+        set_lying_miner(&mut sim, false);
+    }
+    run(&mut sim, &mut view, ns(until), false);
+    set_lying_storage(&mut sim, &schedule, false);
+    sim.set_net_faults(0.0, 0.0);
+    let stop = run(&mut sim, &mut view, ns(until + QUIESCENCE_BOUND), true);
+
+    let mut problems = Vec::new();
+    match stop {
+        Stop::Predicate => {}
+        other => problems.push(format!(
+            "the run did not settle within {QUIESCENCE_BOUND:?} after the faults stopped ({other:?}): {}",
+            view.unsettled(&sim, &client_ids, &per_client)
+        )),
+    }
+    let checked = check(&fixture, &mut sim, &disks, &view, &transfers, &storage_ids, &miner_ids, options.seed);
+    problems.extend(checked.problems);
+    RunOutcome {
+        seed: options.seed,
+        problems,
+        events: sim.stats().events,
+        virtual_ms: sim.now() / 1_000_000,
+        offered: transfers.len(),
+        committed: checked.committed,
+        blocks: checked.blocks,
+        crashes: schedule.crashes.len(),
+        trace_digest: format!("{:016x}", sim.trace_digest()),
+    }
+}
+
+fn failed_to_start(seed: u64, problem: String) -> RunOutcome {
+    RunOutcome {
+        seed,
+        problems: vec![format!("the simulation could not start: {problem}")],
+        events: 0,
+        virtual_ms: 0,
+        offered: 0,
+        committed: 0,
+        blocks: 0,
+        crashes: 0,
+        trace_digest: String::new(),
+    }
+}
+
+#[allow(unused_variables)]
+fn set_lying_storage(sim: &mut Sim<RainblockNode>, schedule: &Schedule, lying: bool) {
+    #[cfg(feature = "fault-injection")]
+    if let Some((node, corrupt)) = &schedule.lying_storage {
+        use crate::storage::StorageFault;
+        let fault = match (lying, corrupt) {
+            (false, _) => StorageFault::None,
+            (true, true) => StorageFault::CorruptWitness,
+            (true, false) => StorageFault::StaleWitness,
+        };
+        if let Some(RainblockNode::Storage(core)) = sim.core_mut(node) {
+            core.set_fault(fault);
+        }
+    }
+}
+
+#[allow(unused_variables)]
+fn set_lying_miner(sim: &mut Sim<RainblockNode>, lying: bool) {
+    #[cfg(feature = "fault-injection")]
+    if let Some(RainblockNode::Miner(core)) = sim.core_mut("miner-0") {
+        core.set_fault(if lying { crate::miner::MinerFault::WrongRoot } else { crate::miner::MinerFault::None });
+    }
+}
