@@ -138,6 +138,7 @@ struct CallRecord {
     generation: u32,
     /// False once the call has had its one response.
     open: bool,
+    caller: u32,
     callee: u32,
     call: CallId,
     deadline: Duration,
@@ -333,6 +334,11 @@ impl<R: Role> Sim<R> {
         let payload = Payload::Input(input);
         self.schedule(at, Scheduled { node, incarnation: ANY_INCARNATION, deferred: false, payload });
         Ok(())
+    }
+
+    /// Hands `input` to node `id` now, after the events already due now.
+    pub fn input(&mut self, id: &str, input: R::Input) -> Result<(), SimError> {
+        self.input_at(self.now, id, input)
     }
 
     /// Crashes node `id` at virtual time `at` (nothing happens if it is down then).
@@ -533,6 +539,19 @@ impl<R: Role> Sim<R> {
         entry.incarnation += 1;
         entry.incoming.clear();
         entry.busy_until = self.now;
+        // The node's open calls die with it (crashes are rare enough for a scan); their
+        // deadlines, still queued, will find their slots moved on.
+        let dying: Vec<CallRef> = self
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, record)| record.open && record.caller == node)
+            .map(|(index, record)| CallRef { index: index as u32, generation: record.generation })
+            .collect();
+        for call in dying {
+            self.close_call(call);
+        }
+        let entry = &mut self.nodes[node as usize];
         self.stats.crashes += 1;
         self.digest.record(self.now, node, Kind::Crash, None);
         if let Some(hook) = self.on_crash.as_mut() {
