@@ -14,6 +14,8 @@
 //! on the node's clock.
 //!
 //! [`Command::Call`]: virga_net::role::Command::Call
+//! [`Event::Start`]: virga_net::role::Event::Start
+//! [`Event::Response`]: virga_net::role::Event::Response
 //! [`Protocol::check`]: virga_net::role::Protocol::check
 
 mod bench;
@@ -207,7 +209,7 @@ pub struct Sim<R: Role> {
     /// Calls still waiting for their one response.
     open_calls: usize,
     nodes: Vec<Node<R>>,
-    index: HashMap<String, u32>,
+    index: FixedHashMap<String, u32>,
     calls: Vec<CallRecord>,
     free_calls: Vec<u32>,
     network: Network,
@@ -244,7 +246,7 @@ impl<R: Role> Sim<R> {
             pending_work: 0,
             open_calls: 0,
             nodes: Vec::new(),
-            index: HashMap::new(),
+            index: FixedHashMap::default(),
             calls: Vec::new(),
             free_calls: Vec::new(),
             network: Network::new(config.net.clone(), StdRng::seed_from_u64(stream_seed(seed, NETWORK_STREAM))),
