@@ -13,6 +13,22 @@
 //! deadline has passed, whichever comes first; `now` is nanoseconds since the Unix epoch
 //! on the node's clock.
 //!
+//! ```
+//! use virga_net::role::NoIo;
+//! use virga_sim::{NullCore, Sim, SimConfig};
+//!
+//! let run = |seed| {
+//!     let mut sim = Sim::new(SimConfig { seed, ..SimConfig::default() }).unwrap();
+//!     sim.add_node("a", NullCore::new(vec!["b".into()], 1), Box::new(NoIo)).unwrap();
+//!     sim.add_node("b", NullCore::new(vec!["a".into()], 1), Box::new(NoIo)).unwrap();
+//!     sim.run_until(10_000_000); // 10 ms of virtual time
+//!     assert!(sim.core("a").unwrap().responses > 0);
+//!     sim.trace_digest()
+//! };
+//! assert_eq!(run(7), run(7));
+//! assert_ne!(run(7), run(8));
+//! ```
+//!
 //! [`Command::Call`]: virga_net::role::Command::Call
 //! [`Event::Start`]: virga_net::role::Event::Start
 //! [`Event::Response`]: virga_net::role::Event::Response
