@@ -54,12 +54,8 @@ impl<R: Role> Sim<R> {
     fn discard(&mut self, scheduled: Scheduled<R>) {
         match scheduled.payload {
             Payload::Request { .. } | Payload::Reply { .. } => self.stats.lost_to_crash += 1,
-            // The caller's incarnation is gone; the call's slot is free again.
-            Payload::Deadline { call } => {
-                if self.calls[call.index as usize].generation == call.generation {
-                    self.close_call(call);
-                }
-            }
+            // The crash closed the call already.
+            Payload::Deadline { .. } => {}
             Payload::Input(_) => self.stats.inputs_lost += 1,
             _ => self.stats.stale_events += 1,
         }
@@ -196,7 +192,7 @@ impl<R: Role> Sim<R> {
             self.schedule(time, Scheduled { node, incarnation, deferred: false, payload });
             return;
         };
-        let record = CallRecord { generation: 0, open: true, callee, call, deadline };
+        let record = CallRecord { generation: 0, open: true, caller: node, callee, call, deadline };
         let reference = self.open_call(record);
         let at = time.saturating_add(duration_ns(deadline));
         let payload = Payload::Deadline { call: reference };
@@ -269,7 +265,7 @@ impl<R: Role> Sim<R> {
 
     /// The call has had its response: its slot goes to the next call, and whatever still
     /// refers to it (the deadline, a duplicate reply) finds another generation there.
-    fn close_call(&mut self, call: CallRef) {
+    pub(crate) fn close_call(&mut self, call: CallRef) {
         self.open_calls -= 1;
         let slot = &mut self.calls[call.index as usize];
         slot.open = false;

@@ -13,7 +13,25 @@
 //! deadline has passed, whichever comes first; `now` is nanoseconds since the Unix epoch
 //! on the node's clock.
 //!
+//! ```
+//! use virga_net::role::NoIo;
+//! use virga_sim::{NullCore, Sim, SimConfig};
+//!
+//! let run = |seed| {
+//!     let mut sim = Sim::new(SimConfig { seed, ..SimConfig::default() }).unwrap();
+//!     sim.add_node("a", NullCore::new(vec!["b".into()], 1), Box::new(NoIo)).unwrap();
+//!     sim.add_node("b", NullCore::new(vec!["a".into()], 1), Box::new(NoIo)).unwrap();
+//!     sim.run_until(10_000_000); // 10 ms of virtual time
+//!     assert!(sim.core("a").unwrap().responses > 0);
+//!     sim.trace_digest()
+//! };
+//! assert_eq!(run(7), run(7));
+//! assert_ne!(run(7), run(8));
+//! ```
+//!
 //! [`Command::Call`]: virga_net::role::Command::Call
+//! [`Event::Start`]: virga_net::role::Event::Start
+//! [`Event::Response`]: virga_net::role::Event::Response
 //! [`Protocol::check`]: virga_net::role::Protocol::check
 
 mod bench;
@@ -138,6 +156,7 @@ struct CallRecord {
     generation: u32,
     /// False once the call has had its one response.
     open: bool,
+    caller: u32,
     callee: u32,
     call: CallId,
     deadline: Duration,
@@ -206,7 +225,7 @@ pub struct Sim<R: Role> {
     /// Calls still waiting for their one response.
     open_calls: usize,
     nodes: Vec<Node<R>>,
-    index: HashMap<String, u32>,
+    index: FixedHashMap<String, u32>,
     calls: Vec<CallRecord>,
     free_calls: Vec<u32>,
     network: Network,
@@ -243,7 +262,7 @@ impl<R: Role> Sim<R> {
             pending_work: 0,
             open_calls: 0,
             nodes: Vec::new(),
-            index: HashMap::new(),
+            index: FixedHashMap::default(),
             calls: Vec::new(),
             free_calls: Vec::new(),
             network: Network::new(config.net.clone(), StdRng::seed_from_u64(stream_seed(seed, NETWORK_STREAM))),
@@ -333,6 +352,11 @@ impl<R: Role> Sim<R> {
         let payload = Payload::Input(input);
         self.schedule(at, Scheduled { node, incarnation: ANY_INCARNATION, deferred: false, payload });
         Ok(())
+    }
+
+    /// Hands `input` to node `id` now, after the events already due now.
+    pub fn input(&mut self, id: &str, input: R::Input) -> Result<(), SimError> {
+        self.input_at(self.now, id, input)
     }
 
     /// Crashes node `id` at virtual time `at` (nothing happens if it is down then).
@@ -533,6 +557,19 @@ impl<R: Role> Sim<R> {
         entry.incarnation += 1;
         entry.incoming.clear();
         entry.busy_until = self.now;
+        // The node's open calls die with it (crashes are rare enough for a scan); their
+        // deadlines, still queued, will find their slots moved on.
+        let dying: Vec<CallRef> = self
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, record)| record.open && record.caller == node)
+            .map(|(index, record)| CallRef { index: index as u32, generation: record.generation })
+            .collect();
+        for call in dying {
+            self.close_call(call);
+        }
+        let entry = &mut self.nodes[node as usize];
         self.stats.crashes += 1;
         self.digest.record(self.now, node, Kind::Crash, None);
         if let Some(hook) = self.on_crash.as_mut() {

@@ -148,3 +148,19 @@ fn the_run_bounds_stop_where_they_say() {
     assert_eq!(sim.run_while(u64::MAX, |sim| sim.stats().events < handled + 1), Stop::Predicate);
     assert_eq!(sim.stats().events, handled + 1);
 }
+
+#[test]
+fn a_crashed_callers_calls_close_with_it() {
+    let (mut sim, log) = sim_with(SimConfig::default(), &["a", "b"]);
+    sim.core_mut("b").unwrap().answers = false;
+    sim.input_at(MS, "a", call("b", 50)).unwrap();
+    sim.crash_at(2 * MS, "a").unwrap();
+    // Nothing waits for the call any more: the run is quiet long before its deadline.
+    assert_eq!(sim.run_until_quiet(u64::MAX), Stop::Quiet);
+    assert_eq!(sim.now(), 2 * MS);
+    sim.restart("a").unwrap();
+    sim.run_until(100 * MS);
+    let a_seen = seen_by(&entries(&log), "a");
+    assert!(a_seen.iter().all(|(_, _, seen)| !matches!(seen, Seen::Response { .. })), "{a_seen:?}");
+    assert_eq!(sim.stats().deadlines_exceeded, 0);
+}

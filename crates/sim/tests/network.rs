@@ -179,3 +179,27 @@ fn latencies_reorder_messages_within_their_range() {
     let order: Vec<_> = answers.iter().map(|(_, call, _)| call.0).collect();
     assert!(order.windows(2).any(|pair| pair[0] > pair[1]), "no reordering in {order:?}");
 }
+
+#[test]
+fn a_wan_link_has_its_latency_and_queues_by_bandwidth() {
+    use virga_sim::LinkConfig;
+    let mut config = fixed_latency(Duration::from_micros(100));
+    // 100 kB/s: a 100-byte request takes 1 ms to send, a 40-byte reply 0.4 ms.
+    config.net.links = vec![LinkConfig {
+        a: "a".into(),
+        b: "b".into(),
+        latency: Some(Duration::from_millis(10)),
+        bandwidth: Some(100_000),
+    }];
+    let (mut sim, log) = sim_with(config, &["a", "b", "c"]);
+    sim.input_at(0, "a", call("b", 100)).unwrap();
+    sim.input_at(0, "a", call("b", 100)).unwrap();
+    sim.input_at(0, "a", call("c", 100)).unwrap();
+    sim.run_until(100 * MS);
+    let log = entries(&log);
+    let arrived: Vec<_> = requests(&log, "b").iter().map(|(time, _, _)| *time).collect();
+    assert_eq!(arrived, [11 * MS, 12 * MS]);
+    let answered: Vec<_> = responses(&log, "a").iter().map(|(time, call, _)| (*time, call.0)).collect();
+    // a→c is an ordinary link: 100 µs each way.
+    assert_eq!(answered, [(200_000, 2), (21 * MS + 400_000, 0), (22 * MS + 400_000, 1)]);
+}
