@@ -26,6 +26,7 @@ pub mod fuzzing;
 pub mod miner;
 #[cfg(feature = "grpc")]
 pub mod process;
+pub mod sim;
 pub mod storage;
 pub mod testkit;
 pub mod workload;

@@ -3,3 +3,4 @@
 
 mod cluster;
 mod faults;
+mod sim;

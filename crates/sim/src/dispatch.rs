@@ -121,7 +121,11 @@ impl<R: Role> Sim<R> {
                 (Event::Response { call, result: Err(error) }, Kind::ResponseError, None)
             }
             Payload::Timer(timer) => (Event::Timer(timer), Kind::Timer, None),
-            Payload::IoDone { io, result } => (Event::IoDone { io, result }, Kind::IoDone, None),
+            Payload::Io { io, op } => {
+                let live = self.nodes[node as usize].live.as_mut()?;
+                let result = live.io.execute(op);
+                (Event::IoDone { io, result }, Kind::IoDone, None)
+            }
             Payload::Input(input) => (Event::Input(input), Kind::Input, None),
             Payload::Crash | Payload::Restart => unreachable!("control events are handled before"),
         })
@@ -176,9 +180,7 @@ impl<R: Role> Sim<R> {
             Command::Io { io, op } => {
                 let entry = &mut self.nodes[node as usize];
                 let latency = duration_ns(self.config.device_latency).saturating_add(self.cost.io_cost(&entry.id, &op));
-                let live = entry.live.as_mut().expect("only live nodes emit commands");
-                let result = live.io.execute(op);
-                let payload = Payload::IoDone { io, result };
+                let payload = Payload::Io { io, op };
                 self.schedule(time.saturating_add(latency), Scheduled { node, incarnation, deferred: false, payload });
             }
         }

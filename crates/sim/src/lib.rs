@@ -178,12 +178,31 @@ struct Incoming {
 
 enum Payload<R: Role> {
     Start,
-    Request { call: CallRef, from: u32, from_incarnation: u32, request: Request<R> },
-    Reply { call: CallRef, from: u32, response: Response<R> },
-    Deadline { call: CallRef },
-    Failed { call: CallId, error: NetError },
+    Request {
+        call: CallRef,
+        from: u32,
+        from_incarnation: u32,
+        request: Request<R>,
+    },
+    Reply {
+        call: CallRef,
+        from: u32,
+        response: Response<R>,
+    },
+    Deadline {
+        call: CallRef,
+    },
+    Failed {
+        call: CallId,
+        error: NetError,
+    },
     Timer(TimerId),
-    IoDone { io: IoId, result: R::IoDone },
+    /// A device operation, carried out when it completes: a crash before then loses it, as
+    /// a write not yet on the device is lost.
+    Io {
+        io: IoId,
+        op: R::Io,
+    },
     Input(R::Input),
     Crash,
     Restart,
@@ -467,6 +486,17 @@ impl<R: Role> Sim<R> {
     }
 
     /// Virtual time: nanoseconds since the simulation began.
+    /// Changes the chance of losing and of duplicating messages from now on (a harness
+    /// ends its fault phase with zeros).
+    pub fn set_net_faults(&mut self, drop_probability: f64, duplicate_probability: f64) -> Result<(), SimError> {
+        let mut config = self.network.config().clone();
+        config.drop_probability = drop_probability;
+        config.duplicate_probability = duplicate_probability;
+        config.validate()?;
+        self.network.set_probabilities(drop_probability, duplicate_probability);
+        Ok(())
+    }
+
     pub fn now(&self) -> u64 {
         self.now
     }

@@ -219,6 +219,15 @@ impl Network {
         }
     }
 
+    pub(crate) fn config(&self) -> &NetConfig {
+        &self.config
+    }
+
+    pub(crate) fn set_probabilities(&mut self, drop_probability: f64, duplicate_probability: f64) {
+        self.config.drop_probability = drop_probability;
+        self.config.duplicate_probability = duplicate_probability;
+    }
+
     /// Whether a partition separates `from` and `to` at virtual time `time`.
     pub(crate) fn is_cut(&self, from: u32, to: u32, time: u64) -> bool {
         self.cuts.iter().any(|cut| {

@@ -185,6 +185,9 @@ pub struct UserOutcomes {
     pub acknowledged: Vec<(B256, u64, B256)>,
     /// Transfer hash, and why it will not be submitted.
     pub refused: Vec<(B256, String)>,
+    /// Transfers whose answer was lost and that a later pre-execution found committed (by
+    /// their sender's nonce), in a block the client does not know.
+    pub confirmed_late: Vec<B256>,
 }
 
 impl Role for ClientCore {
@@ -405,6 +408,9 @@ impl ClientCore {
         self.stats.committed += done.confirmed_late.len() as u64;
         self.stats.confirmed_late += done.confirmed_late.len() as u64;
         for transfer in &done.confirmed_late {
+            if let Some(outcomes) = self.outcomes.as_mut() {
+                outcomes.confirmed_late.push(transfer.tx.hash());
+            }
             self.queues.release(transfer.sender);
         }
         for (transfer, reason) in &done.filtered {

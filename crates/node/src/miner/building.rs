@@ -22,6 +22,9 @@ use super::{refuse_submission, Built, MinerCore, MinerIo, Pending, Replies};
 use crate::codec::{b256, bag_from_wire, check_keys};
 use crate::storage::prefix_nibbles;
 
+/// Why a transfer whose nonce its sender has used already is left out.
+pub const NONCE_USED: &str = "nonce_used";
+
 /// A transfer's place in the block being built (its index among the admitted), or why it was left out.
 type AdmissionSlot = (B256, Result<usize, String>);
 
@@ -85,6 +88,8 @@ impl MinerCore {
         let current_root = layer.header.state_root;
         let mut admitted = Admitted { transfers: Vec::new(), slots: Vec::new(), bags: Vec::new() };
         let mut blocked_senders: HashSet<Address> = HashSet::new();
+        // Each admitted sender's next nonce, so a transfer is never admitted twice in a batch.
+        let mut next_nonces: HashMap<Address, u64> = HashMap::new();
         for (pending, transfers) in batch.into_iter().zip(decoded) {
             let Pending { from, call, submission } = pending;
             let bag = bag_from_wire(submission.bag);
@@ -128,12 +133,19 @@ impl MinerCore {
                     }
                 };
                 let (sender, to) = (transfer.sender, transfer.tx.to());
+                let sender_account = layer.top.read_account(&keccak256(sender));
                 let reason = if blocked_senders.contains(&sender) {
                     Some("earlier_transfer_aborted")
-                } else if layer.top.read_account(&keccak256(sender)).is_err()
-                    || layer.top.read_account(&keccak256(to)).is_err()
-                {
+                } else if sender_account.is_err() || layer.top.read_account(&keccak256(to)).is_err() {
                     Some("stale_witness")
+                } else if transfer.tx.nonce()
+                    < next_nonces
+                        .get(&sender)
+                        .copied()
+                        .unwrap_or_else(|| sender_account.ok().flatten().map_or(0, |account| account.nonce))
+                {
+                    // Already in a block or this batch (a duplicated or retried submission): never twice.
+                    Some(NONCE_USED)
                 } else {
                     None
                 };
@@ -145,6 +157,7 @@ impl MinerCore {
                         outcomes.push((transfer.tx.hash(), Err(reason.to_string())));
                     }
                     None => {
+                        next_nonces.insert(sender, transfer.tx.nonce().saturating_add(1));
                         used_bag = true;
                         outcomes.push((transfer.tx.hash(), Ok(admitted.transfers.len())));
                         admitted.transfers.push(transfer);

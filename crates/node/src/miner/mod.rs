@@ -14,6 +14,7 @@ mod follower;
 mod top_layer;
 pub mod warm_up;
 
+pub use building::NONCE_USED;
 pub use driver::Miner;
 
 use alloy_consensus::Header;
@@ -457,8 +458,18 @@ impl IoExecutor<MinerCore> for ChainDisk {
 
 /// Opens (creating) the miner's block store in `dir/blocks`, storing the genesis block first.
 pub fn open_store(dir: &Path, genesis: &Header) -> Result<(ChainStore, Header), String> {
-    let (mut store, _) =
-        ChainStore::open(dir.join("blocks"), StoreOptions::default()).map_err(|error| error.to_string())?;
+    let storage = virga_core::device::FileStorage::create_dir_all(dir.join("blocks"))
+        .map_err(|error| format!("{}: {error}", dir.join("blocks").display()))?;
+    open_store_on(Arc::new(storage), StoreOptions::default(), genesis)
+}
+
+/// [`open_store`] on any storage (memory devices in the simulator).
+pub fn open_store_on(
+    storage: Arc<dyn virga_core::device::Storage>,
+    options: StoreOptions,
+    genesis: &Header,
+) -> Result<(ChainStore, Header), String> {
+    let (mut store, _) = ChainStore::open(storage, options).map_err(|error| error.to_string())?;
     let genesis_hash = genesis.hash_slow();
     match store.hash_of(0) {
         None => {

@@ -27,8 +27,11 @@ use crate::testkit::Fixture;
 /// What the users were told, gathered as the run goes (a crashed client forgets).
 #[derive(Default)]
 pub struct UserView {
-    /// Per client, how many acknowledgements and refusals of its current incarnation were seen.
-    seen: HashMap<String, (usize, usize)>,
+    /// Per client, how many acknowledgements, refusals and late confirmations of its
+    /// current incarnation were seen.
+    seen: HashMap<String, (usize, usize, usize)>,
+    /// Transfers found committed after their answer was lost (block unknown).
+    pub confirmed_late: HashSet<B256>,
     /// Transfer hash → (block number, block hash) it was acknowledged in.
     pub acknowledged: HashMap<B256, (u64, B256)>,
     /// Transfer hash → why it was refused.
@@ -48,40 +51,43 @@ impl UserView {
         for id in clients {
             let Some(outcomes) = client(sim, id).and_then(|core| core.outcomes()) else { continue };
             let seen = self.seen.entry(id.clone()).or_default();
-            if outcomes.acknowledged.len() < seen.0 || outcomes.refused.len() < seen.1 {
-                *seen = (0, 0); // a new incarnation
+            if outcomes.acknowledged.len() < seen.0
+                || outcomes.refused.len() < seen.1
+                || outcomes.confirmed_late.len() < seen.2
+            {
+                *seen = (0, 0, 0); // a new incarnation
             }
+            self.confirmed_late.extend(outcomes.confirmed_late[seen.2..].iter().copied());
             for (tx, number, hash) in &outcomes.acknowledged[seen.0..] {
                 self.acknowledged.insert(*tx, (*number, *hash));
             }
             for (tx, reason) in &outcomes.refused[seen.1..] {
                 self.refused.insert(*tx, reason.clone());
             }
-            *seen = (outcomes.acknowledged.len(), outcomes.refused.len());
+            *seen = (outcomes.acknowledged.len(), outcomes.refused.len(), outcomes.confirmed_late.len());
         }
+    }
+
+    fn answered(&self, hash: &B256) -> bool {
+        self.acknowledged.contains_key(hash) || self.refused.contains_key(hash) || self.confirmed_late.contains(hash)
     }
 
     /// Every client is up and idle with each of its transfers answered one way or another.
     pub fn settled(&self, sim: &Sim<RainblockNode>, clients: &[String], offered: &[Vec<UserTransfer>]) -> bool {
         clients.iter().zip(offered).all(|(id, transfers)| {
             client(sim, id).is_some_and(|core| core.is_idle() && core.accepted() > 0)
-                && transfers.iter().all(|t| {
-                    let hash = t.tx.hash();
-                    self.acknowledged.contains_key(&hash) || self.refused.contains_key(&hash)
-                })
+                && transfers.iter().all(|t| self.answered(&t.tx.hash()))
         })
     }
 
     /// Why the run has not settled, for the failure report.
     pub fn unsettled(&self, sim: &Sim<RainblockNode>, clients: &[String], offered: &[Vec<UserTransfer>]) -> String {
-        let open: usize = offered
-            .iter()
-            .flatten()
-            .filter(|t| !self.acknowledged.contains_key(&t.tx.hash()) && !self.refused.contains_key(&t.tx.hash()))
-            .count();
+        let open: usize = offered.iter().flatten().filter(|t| !self.answered(&t.tx.hash())).count();
         let idle: Vec<String> = clients
             .iter()
-            .map(|id| format!("{id} {}", client(sim, id).map_or("down".to_string(), |c| format!("idle={}", c.is_idle()))))
+            .map(|id| {
+                format!("{id} {}", client(sim, id).map_or("down".to_string(), |c| format!("idle={}", c.is_idle())))
+            })
             .collect();
         let miner = match sim.core("miner-0") {
             Some(RainblockNode::Miner(core)) => {
@@ -123,7 +129,13 @@ pub fn check(
     let head_hash = chain.hashes[head as usize];
     let expected_shards = match shard_state(chain.state.accounts().as_trie(), fixture.shape.shards) {
         Ok(shards) => shards,
-        Err(error) => return Checked { problems: vec![format!("sharding the replayed state: {error}")], committed: 0, blocks: head },
+        Err(error) => {
+            return Checked {
+                problems: vec![format!("sharding the replayed state: {error}")],
+                committed: 0,
+                blocks: head,
+            }
+        }
     };
     // 2. Storage nodes, live and after a crash.
     for id in storage_ids {
@@ -133,7 +145,9 @@ pub fn check(
         match sim.core(id) {
             Some(RainblockNode::Storage(core)) => match core.shard_hashes(&head_hash) {
                 Some(hashes) if hashes == expected => {}
-                Some(hashes) => problems.push(format!("{id}'s shards at the head differ from a serial replay: {hashes:?}")),
+                Some(hashes) => {
+                    problems.push(format!("{id}'s shards at the head differ from a serial replay: {hashes:?}"))
+                }
                 None => problems.push(format!("{id} does not hold the chain's head, block {head} ({head_hash})")),
             },
             _ => problems.push(format!("{id} is down at the end")),
@@ -157,8 +171,16 @@ pub fn check(
     for (tx, (number, hash)) in &view.acknowledged {
         match chain.transfers.get(tx) {
             Some(&at) if at == *number && chain.hashes.get(at as usize) == Some(hash) => {}
-            Some(&at) => problems.push(format!("transfer {tx} was acknowledged in block {number} ({hash}) but is in block {at}")),
-            None => problems.push(format!("transfer {tx} was acknowledged in block {number} ({hash}) and is not in the chain")),
+            Some(&at) => {
+                problems.push(format!("transfer {tx} was acknowledged in block {number} ({hash}) but is in block {at}"))
+            }
+            None => problems
+                .push(format!("transfer {tx} was acknowledged in block {number} ({hash}) and is not in the chain")),
+        }
+    }
+    for tx in &view.confirmed_late {
+        if !chain.transfers.contains_key(tx) {
+            problems.push(format!("transfer {tx} was confirmed committed by its nonce and is not in the chain"));
         }
     }
     // 4. Every miner's head is a block of the chain.
@@ -172,13 +194,17 @@ pub fn check(
     }
     // 5. Every offered transfer committed or refused with a reason.
     let mut committed = 0;
+    let mut unanswered = Vec::new();
     for transfer in offered {
         let hash = transfer.tx.hash();
         if chain.transfers.contains_key(&hash) {
             committed += 1;
         } else if !view.refused.contains_key(&hash) {
-            problems.push(format!("transfer {hash} was neither committed nor refused"));
+            unanswered.push(hash);
         }
+    }
+    if let Some(first) = unanswered.first() {
+        problems.push(format!("{} transfers were neither committed nor refused, {first} first", unanswered.len()));
     }
     let unique: HashSet<B256> = offered.iter().map(|t| t.tx.hash()).collect();
     if unique.len() != offered.len() {
@@ -221,7 +247,9 @@ fn replay_chain(fixture: &Fixture, disks: &Disks) -> Result<Replayed, String> {
             .map_err(|error| format!("the chain does not verify at block {number}: {error}"))?;
         state = verified.state;
         for tx in &block.transactions {
-            replayed.transfers.insert(tx.hash(), number);
+            if let Some(earlier) = replayed.transfers.insert(tx.hash(), number) {
+                return Err(format!("transfer {} is in the chain twice, in blocks {earlier} and {number}", tx.hash()));
+            }
         }
         replayed.hashes.push(block.hash());
         replayed.roots.push(block.header.state_root);

@@ -8,7 +8,7 @@ use crate::miner::{ChainDisk, MinerCore, MinerIo};
 use crate::storage::{StorageCore, StorageDisk, StorageIo, StorageIoDone};
 
 pub enum RainblockNode {
-    Storage(StorageCore),
+    Storage(Box<StorageCore>),
     Miner(Box<MinerCore>),
     Client(Box<ClientCore>),
 }
@@ -59,7 +59,11 @@ fn narrow<IoDone, Input>(
 }
 
 /// Wraps one role's commands.
-fn widen<Io>(commands: Vec<Command<Rainblock, Io>>, wrap: impl Fn(Io) -> NodeIo, out: &mut Vec<Command<Rainblock, NodeIo>>) {
+fn widen<Io>(
+    commands: Vec<Command<Rainblock, Io>>,
+    wrap: impl Fn(Io) -> NodeIo,
+    out: &mut Vec<Command<Rainblock, NodeIo>>,
+) {
     out.extend(commands.into_iter().map(|command| match command {
         Command::Call { to, call, request, deadline } => Command::Call { to, call, request, deadline },
         Command::Reply { to, call, response } => Command::Reply { to, call, response },

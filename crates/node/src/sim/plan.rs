@@ -23,7 +23,8 @@ pub struct Faults {
 impl Faults {
     pub const NONE: Faults =
         Faults { network: false, crashes: false, lying_storage: false, lying_miner: false, clocks: false };
-    pub const ALL: Faults = Faults { network: true, crashes: true, lying_storage: true, lying_miner: true, clocks: true };
+    pub const ALL: Faults =
+        Faults { network: true, crashes: true, lying_storage: true, lying_miner: true, clocks: true };
 
     /// Parses a comma-separated list (`all`, `none`, `network`, `crashes`, `lying-storage`,
     /// `lying-miner`, `clocks`).
@@ -62,6 +63,14 @@ impl Length {
         match self {
             Length::Short => 60,
             Length::Full => 400,
+        }
+    }
+
+    /// A bound on the events of a run, so that a protocol that livelocks still ends soon.
+    pub fn max_events(self) -> u64 {
+        match self {
+            Length::Short => 150_000,
+            Length::Full => 3_000_000,
         }
     }
 
@@ -104,6 +113,9 @@ pub struct Schedule {
     /// Windows in which one node is cut from all others.
     pub partitions: Vec<(Duration, Duration, String)>,
     pub crashes: Vec<Crash>,
+    /// Crashes of a storage node at the first moment after `at` when it has a log write in
+    /// flight (down for `back - at`): the step a lost write would show at.
+    pub write_crashes: Vec<Crash>,
     /// The storage replica that lies until the faults stop, and how.
     pub lying_storage: Option<(String, bool)>,
     /// The window in which the producing miner lies.
@@ -125,6 +137,7 @@ impl Schedule {
             latency_max: Duration::from_micros(500),
             partitions: Vec::new(),
             crashes: Vec::new(),
+            write_crashes: Vec::new(),
             lying_storage: None,
             lying_miner: None,
         };
@@ -147,6 +160,16 @@ impl Schedule {
                     schedule.crashes.push(Crash { node, at, back });
                 }
             }
+        }
+        if faults.crashes && !storage.is_empty() {
+            let mut at: Vec<Crash> = (0..rng.random_range(1..3))
+                .map(|_| {
+                    let (at, back) = window(&mut rng, Duration::from_millis(300));
+                    Crash { node: storage[rng.random_range(0..storage.len())].clone(), at, back }
+                })
+                .collect();
+            at.sort_by_key(|crash| crash.at);
+            schedule.write_crashes = at;
         }
         if faults.lying_storage && !storage.is_empty() {
             let node = storage[rng.random_range(0..storage.len())].clone();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use virga_core::clock::SkewProfile;
 use virga_core::device::{MemStorage, Storage};
-use virga_ledger::store::{ChainStore, StoreOptions};
+use virga_ledger::store::StoreOptions;
 use virga_net::role::IoExecutor;
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, Stop};
 
@@ -47,8 +47,8 @@ pub struct RunOutcome {
 
 const MINERS: usize = 2;
 const CLIENTS: usize = 2;
-/// A bound on events, so that a protocol that livelocks still ends.
-const MAX_EVENTS: u64 = 3_000_000;
+/// The users offer their transfers in this many parts spread over the fault phase.
+const OFFER_CHUNKS: usize = 10;
 /// Every call's deadline in the simulation.
 const DEADLINE: Duration = Duration::from_secs(2);
 
@@ -69,7 +69,7 @@ fn fixture() -> Arc<Fixture> {
 }
 
 /// The durable state of every node, kept across crashes.
-type Disks = Rc<RefCell<HashMap<String, MemStorage>>>;
+pub(crate) type Disks = Rc<RefCell<HashMap<String, MemStorage>>>;
 
 fn client_config(fixture: &Fixture, index: usize) -> ClientConfig {
     ClientConfig {
@@ -87,7 +87,12 @@ fn client_config(fixture: &Fixture, index: usize) -> ClientConfig {
 }
 
 /// Builds (or, after a crash, rebuilds from its durable state) node `id`.
-fn open_node(fixture: &Fixture, disks: &Disks, id: &str, broken: Option<Broken>) -> (RainblockNode, Box<dyn IoExecutor<RainblockNode>>) {
+fn open_node(
+    fixture: &Fixture,
+    disks: &Disks,
+    id: &str,
+    broken: Option<Broken>,
+) -> (RainblockNode, Box<dyn IoExecutor<RainblockNode>>) {
     let storage: Arc<dyn Storage> = Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
     let failed = |what: &str, error: String| -> ! { unreachable!("{id}: {what}: {error}") };
     if let Some(served) = fixture.served(id) {
@@ -102,10 +107,11 @@ fn open_node(fixture: &Fixture, disks: &Disks, id: &str, broken: Option<Broken>)
             core.set_fault(crate::storage::StorageFault::AckBeforeLog);
         }
         let disk = opened.disk.unwrap_or_else(|| failed("storage", "no disk".into()));
-        return (RainblockNode::Storage(core), Box::new(NodeDisk::Storage(disk)));
+        return (RainblockNode::Storage(Box::new(core)), Box::new(NodeDisk::Storage(disk)));
     }
     if let Some(index) = id.strip_prefix("miner-").and_then(|index| index.parse::<usize>().ok()) {
-        let options = StoreOptions { sync: virga_log::SyncPolicy::Every, ..StoreOptions::default() };
+        // Every append is durable before the block counts as committed.
+        let options = StoreOptions::default();
         let (store, head) = crate::miner::open_store_on(storage, options, &fixture.header)
             .unwrap_or_else(|error| failed("chain store", error));
         let config = fixture.miner_config(index, MINERS - 1, 2, 1 << 20);
@@ -168,9 +174,10 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
     let config = SimConfig {
         seed: options.seed,
         net,
-        device_latency: Duration::from_micros(200),
+        // An fsync-like latency: a crash meets writes in flight.
+        device_latency: Duration::from_millis(2),
         clock_profile: if options.faults.clocks { SkewProfile::Ntp } else { SkewProfile::None },
-        max_events: Some(MAX_EVENTS),
+        max_events: Some(options.length.max_events()),
     };
     let mut sim: Sim<RainblockNode> = match Sim::new(config) {
         Ok(sim) => sim,
@@ -184,8 +191,8 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
         }
     }
     {
-        let (fixture, disks, broken) = (Arc::clone(&fixture), Rc::clone(&disks), options.broken);
-        sim.set_factory(move |id| open_node(&fixture, &disks, id, broken));
+        let (fixture, factory_disks, broken) = (Arc::clone(&fixture), Rc::clone(&disks), options.broken);
+        sim.set_factory(move |id| open_node(&fixture, &factory_disks, id, broken));
         let disks = Rc::clone(&disks);
         sim.set_on_crash(move |id, rng| {
             let mut disks = disks.borrow_mut();
@@ -210,8 +217,13 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
         let index = fixture.accounts.addresses.iter().position(|a| *a == transfer.sender).unwrap_or(0) % CLIENTS;
         per_client[index].push(transfer.clone());
     }
+    // Offered in chunks over the fault phase, so that faults meet work.
     for (id, transfers) in client_ids.iter().zip(&per_client) {
-        let _ = sim.input_at(ns(Duration::from_millis(1)), id, transfers.clone());
+        let chunk = transfers.len().div_ceil(OFFER_CHUNKS).max(1);
+        for (index, part) in transfers.chunks(chunk).enumerate() {
+            let at = ns(until) / OFFER_CHUNKS as u64 * index as u64 + 1_000_000;
+            let _ = sim.input_at(at, id, part.to_vec());
+        }
     }
     for crash in &schedule.crashes {
         let _ = sim.crash_at(ns(crash.at), &crash.node);
@@ -223,11 +235,24 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
     }
 
     let mut view = UserView::default();
-    let mut run = |sim: &mut Sim<RainblockNode>, view: &mut UserView, until: u64, settle: bool| {
-        sim.run_while(until, |sim| {
+    // Crashes of storage nodes caught with a log write in flight, taken as they come.
+    let mut write_crashes = schedule.write_crashes.clone();
+    let mut run = |sim: &mut Sim<RainblockNode>, view: &mut UserView, until: u64, settle: bool| loop {
+        let mut hit = None;
+        let stop = sim.run_while(until, |sim| {
             view.observe(sim, &client_ids);
+            if let Some(crash) = write_crashes.first() {
+                if sim.now() >= ns(crash.at) && writing(sim, &crash.node) {
+                    hit = Some(write_crashes.remove(0));
+                    return false;
+                }
+            }
             !(settle && view.settled(sim, &client_ids, &per_client))
-        })
+        });
+        let Some(crash) = hit else { return stop };
+        let now = sim.now();
+        let _ = sim.crash(&crash.node);
+        let _ = sim.restart_at(now + ns(crash.back.saturating_sub(crash.at)), &crash.node);
     };
     // Faults: lying roles from the start of their windows, then honest again.
     set_lying_storage(&mut sim, &schedule, true);
@@ -239,7 +264,9 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
     }
     run(&mut sim, &mut view, ns(until), false);
     set_lying_storage(&mut sim, &schedule, false);
-    sim.set_net_faults(0.0, 0.0);
+    if let Err(error) = sim.set_net_faults(0.0, 0.0) {
+        return failed_to_start(options.seed, error.to_string());
+    }
     let stop = run(&mut sim, &mut view, ns(until + QUIESCENCE_BOUND), true);
 
     let mut problems = Vec::new();
@@ -263,6 +290,11 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
         crashes: schedule.crashes.len(),
         trace_digest: format!("{:016x}", sim.trace_digest()),
     }
+}
+
+/// Whether storage node `id` has a log write in flight.
+fn writing(sim: &Sim<RainblockNode>, id: &str) -> bool {
+    matches!(sim.core(id), Some(RainblockNode::Storage(core)) if core.appends_in_flight() > 0)
 }
 
 fn failed_to_start(seed: u64, problem: String) -> RunOutcome {

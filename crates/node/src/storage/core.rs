@@ -128,6 +128,11 @@ impl StorageCore {
         self.versions.head()
     }
 
+    /// Blocks whose log record is being written.
+    pub fn appends_in_flight(&self) -> usize {
+        self.logging.len()
+    }
+
     pub fn version_count(&self) -> usize {
         self.versions.by_hash.len()
     }
