@@ -3,8 +3,9 @@
 //! Requests reach the core through the [`Handler`] the driver hands out; the core's calls
 //! go out on the transport, each bounded by its deadline; timers are tokio sleeps; device
 //! operations run on the driver's [`IoExecutor`], in the loop (so a core that waits for
-//! its log before acknowledging gets exactly that). A step that computes for long (a
-//! miner building a block) runs in `block_in_place`, so the runtime's other tasks move on.
+//! its log before acknowledging gets exactly that). A step of a core whose steps may compute
+//! for long ([`Role::LONG_STEPS`], a miner building a block) runs in `block_in_place`, so
+//! the runtime's other tasks move on.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -186,7 +187,9 @@ impl<R: Role<Protocol = Rainblock>, X: IoExecutor<R>> Driver<R, X> {
         let core = Arc::clone(&self.core);
         let commands = &mut self.commands;
         let step = || core.lock().step(now, event, commands);
-        if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+        if R::LONG_STEPS
+            && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        {
             tokio::task::block_in_place(step);
         } else {
             step();

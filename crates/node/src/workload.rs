@@ -155,6 +155,57 @@ pub fn sign_transfers(
 mod tests {
     use super::*;
 
+    fn offered(accounts: &Accounts, count: usize) -> Vec<UserTransfer> {
+        sign_transfers(accounts, count, 7, Skew::default(), 3, &|_| {})
+    }
+
+    #[tokio::test]
+    async fn offer_hands_each_client_its_senders_transfers_in_order_and_stops_when_refused() {
+        let accounts = Accounts::generate(40, &|_| {});
+        let transfers = offered(&accounts, 300);
+        let mut shares: Vec<Vec<UserTransfer>> = vec![Vec::new(); 3];
+        let mut deliveries = 0;
+        let handed = offer(transfers.clone(), None, 3, |client, share| {
+            deliveries += 1;
+            shares[client].extend(share);
+            true
+        })
+        .await;
+        assert_eq!(handed, 300);
+        assert_eq!(deliveries, 3, "unlimited: everything at once, one share per client");
+        for (client, share) in shares.iter().enumerate() {
+            assert!(share.iter().all(|transfer| client_of(transfer, 3) == client));
+            let expected: Vec<_> =
+                transfers.iter().filter(|t| client_of(t, 3) == client).map(|t| t.tx.hash()).collect();
+            assert_eq!(share.iter().map(|t| t.tx.hash()).collect::<Vec<_>>(), expected, "arrival order kept");
+        }
+
+        let mut calls = 0;
+        let handed = offer(transfers, None, 3, |_, _| {
+            calls += 1;
+            calls < 2
+        })
+        .await;
+        assert!(handed < 300 && calls == 2, "a refusing client ends the offer ({handed} handed)");
+    }
+
+    #[tokio::test]
+    async fn offer_at_a_rate_spreads_the_transfers_over_time() {
+        let accounts = Accounts::generate(10, &|_| {});
+        let transfers = offered(&accounts, 40);
+        let begun = std::time::Instant::now();
+        let mut deliveries = 0;
+        let handed = offer(transfers, Some(2_000.0), 1, |_, _| {
+            deliveries += 1;
+            true
+        })
+        .await;
+        assert_eq!(handed, 40);
+        // Transfer 39 is due 39 / 2000 s after the start.
+        assert!(begun.elapsed() >= std::time::Duration::from_micros(19_500), "{:?}", begun.elapsed());
+        assert!(deliveries > 1, "handed as they fall due, not at once");
+    }
+
     #[test]
     fn transfers_are_skewed_deterministic_and_in_nonce_order() {
         let accounts = Accounts::generate(200, &|_| {});

@@ -3,6 +3,7 @@
 
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, B256, U256};
+use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +11,6 @@ use virga_ledger::chain::{read_genesis, ChainGenesis};
 use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, Role, TimerId};
 use virga_net::{response, NetError, RequestBody, Response, ResponseBody};
-
-use proptest::prelude::*;
 
 use super::*;
 use crate::cluster::{replicated_layout, write_genesis};
