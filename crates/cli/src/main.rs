@@ -13,6 +13,7 @@ mod limits;
 mod node;
 mod rainblock_bench;
 mod shape;
+mod sim_seeds;
 mod up;
 
 // mimalloc keeps small node allocations tight (no per-block header) and is the
@@ -52,6 +53,9 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Protocols under the deterministic simulator.
+    #[command(subcommand)]
+    Sim(SimCommand),
     /// The transactional key-value store.
     #[command(subcommand)]
     Kv(KvCommand),
@@ -63,6 +67,30 @@ enum Command {
     /// Prints a block of a chain directory and its transfers with their receipts (re-executed
     /// from genesis), as JSON.
     Block(ledger::BlockArgs),
+}
+
+#[derive(Subcommand)]
+enum SimCommand {
+    /// RainBlock's storage nodes, miners and clients under faults: `--seeds N` runs N seeds
+    /// and checks each run; a failure prints the command that replays it.
+    Rainblock(SimRainblockArgs),
+}
+
+#[derive(Args, Debug)]
+struct SimRainblockArgs {
+    #[command(flatten)]
+    seeds: sim_seeds::SeedArgs,
+    /// Writes the report as JSON (wall-clock figures under `timing`).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn sim_rainblock(args: &SimRainblockArgs) -> anyhow::Result<ExitCode> {
+    let Some(seeds) = args.seeds.seeds else {
+        anyhow::bail!("say what to run: --seeds N");
+    };
+    let passed = sim_seeds::run(&args.seeds, seeds, args.json.as_ref())?;
+    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 #[derive(Subcommand)]
@@ -137,6 +165,7 @@ fn main() -> ExitCode {
         Command::Schedule(args) => ledger::schedule_block(&args),
         Command::Verify(args) => ledger::verify(&args),
         Command::Block(args) => ledger::show_block(&args),
+        Command::Sim(SimCommand::Rainblock(args)) => sim_rainblock(&args),
     };
     match result {
         Ok(code) => code,

@@ -57,7 +57,7 @@ fn caught(faults: Faults, broken: Broken) -> Vec<String> {
 fn a_follower_that_adopts_blocks_without_executing_them_is_caught() {
     let faults = Faults { lying_miner: true, ..Faults::NONE };
     let problems = caught(faults, Broken::MinerSkipsBlockCheck);
-    assert!(problems.iter().any(|p| p.contains("miner-1 accepted block")), "{problems:#?}");
+    assert!(problems.iter().any(|p| p.contains("miner-1 accepted a block that does not verify")), "{problems:#?}");
 }
 
 #[test]
@@ -68,4 +68,40 @@ fn a_storage_node_that_acknowledges_before_logging_is_caught() {
         problems.iter().any(|p| p.contains("a block acknowledged to the miner was not durable")),
         "no seed caught the storage node that acknowledges before logging: {problems:#?}"
     );
+}
+
+#[test]
+fn a_lying_storage_replica_is_bypassed_and_everything_commits() {
+    let faults = Faults { lying_storage: true, ..Faults::NONE };
+    let outcomes: Vec<RunOutcome> = (0..4).map(|seed| run(seed, faults, None)).collect();
+    for outcome in &outcomes {
+        assert_passes(outcome, "lying-storage");
+        assert_eq!(outcome.committed, outcome.offered, "{outcome:#?}");
+    }
+    let refused: u64 = outcomes.iter().map(|o| o.effects.bad_witnesses).sum();
+    assert!(refused > 0, "no lying witness was ever refused: {outcomes:#?}");
+}
+
+#[test]
+fn a_lying_miner_has_its_blocks_refused_and_commits_everything_once_honest() {
+    let faults = Faults { lying_miner: true, ..Faults::NONE };
+    let outcomes: Vec<RunOutcome> = (0..4).map(|seed| run(seed, faults, None)).collect();
+    for outcome in &outcomes {
+        assert_passes(outcome, "lying-miner");
+        assert_eq!(outcome.committed, outcome.offered, "{outcome:#?}");
+    }
+    let abandoned: u64 = outcomes.iter().map(|o| o.effects.abandoned_blocks).sum();
+    assert!(abandoned > 0, "no lying block was ever refused: {outcomes:#?}");
+}
+
+#[test]
+fn crashes_and_a_lossy_network_meet_the_protocol_and_it_still_settles() {
+    let faults = Faults { network: true, crashes: true, ..Faults::NONE };
+    let outcomes: Vec<RunOutcome> = (0..6).map(|seed| run(seed, faults, None)).collect();
+    for outcome in &outcomes {
+        assert_passes(outcome, "network,crashes");
+    }
+    let sum = |f: fn(&RunOutcome) -> u64| outcomes.iter().map(f).sum::<u64>();
+    assert!(sum(|o| o.effects.crashes) > 0 && sum(|o| o.effects.dropped) > 0, "{outcomes:#?}");
+    assert!(sum(|o| o.effects.deadlines_exceeded) > 0, "no call ever timed out: {outcomes:#?}");
 }

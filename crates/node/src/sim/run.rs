@@ -42,7 +42,50 @@ pub struct RunOutcome {
     pub committed: usize,
     pub blocks: u64,
     pub crashes: usize,
+    /// What the faults did: evidence that they met the protocol.
+    pub effects: Effects,
     pub trace_digest: String,
+}
+
+/// Fault effects of a run (the protocol counters are those of the nodes' last incarnations).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Effects {
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub cut: u64,
+    pub lost_to_crash: u64,
+    pub deadlines_exceeded: u64,
+    pub crashes: u64,
+    pub abandoned_blocks: u64,
+    pub refused_announcements: u64,
+    pub bad_witnesses: u64,
+}
+
+fn effects(sim: &Sim<RainblockNode>) -> Effects {
+    let stats = sim.stats();
+    let mut effects = Effects {
+        dropped: stats.dropped,
+        duplicated: stats.duplicated,
+        cut: stats.cut,
+        lost_to_crash: stats.lost_to_crash,
+        deadlines_exceeded: stats.deadlines_exceeded,
+        crashes: stats.crashes,
+        ..Effects::default()
+    };
+    let ids: Vec<String> = sim.node_ids().map(str::to_string).collect();
+    for id in ids {
+        match sim.core(&id) {
+            Some(RainblockNode::Miner(core)) => {
+                let miner = core.stats();
+                effects.abandoned_blocks += miner.abandoned_blocks;
+                effects.refused_announcements += miner.refused_blocks;
+                effects.bad_witnesses += miner.bad_witnesses.len() as u64;
+            }
+            Some(RainblockNode::Client(core)) => effects.bad_witnesses += core.stats().bad_witnesses.len() as u64,
+            _ => {}
+        }
+    }
+    effects
 }
 
 const MINERS: usize = 2;
@@ -287,7 +330,8 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
         offered: transfers.len(),
         committed: checked.committed,
         blocks: checked.blocks,
-        crashes: schedule.crashes.len(),
+        crashes: schedule.crashes.len() + schedule.write_crashes.len(),
+        effects: effects(&sim),
         trace_digest: format!("{:016x}", sim.trace_digest()),
     }
 }
@@ -307,6 +351,7 @@ fn failed_to_start(seed: u64, problem: String) -> RunOutcome {
         committed: 0,
         blocks: 0,
         crashes: 0,
+        effects: Effects::default(),
         trace_digest: String::new(),
     }
 }
