@@ -20,6 +20,11 @@ impl StorageDisk {
     pub fn new(log: RecordLog, checkpoints: Arc<dyn Storage>) -> StorageDisk {
         StorageDisk { log, checkpoints }
     }
+
+    /// Where checkpoints go (a driver may write them off its request path).
+    pub fn checkpoint_storage(&self) -> Arc<dyn Storage> {
+        Arc::clone(&self.checkpoints)
+    }
 }
 
 impl IoExecutor<StorageCore> for StorageDisk {

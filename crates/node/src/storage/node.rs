@@ -150,23 +150,52 @@ struct Inner {
     core: StorageCore,
     disk: Option<StorageDisk>,
     next_call: u64,
+    /// The thread writing a checkpoint, joined before the node goes (so a node reopened on
+    /// the same directory never races it).
+    checkpoint_writer: Option<std::thread::JoinHandle<()>>,
+    /// A checkpoint written in the background, taken up by the next request.
+    checkpoint_done: Arc<Mutex<Option<(virga_net::role::IoId, Result<u64, String>)>>>,
 }
 
 impl Inner {
     /// Steps the core with `event` and carries out what it asks, device completions
     /// included, until it asks for nothing more; hands each reply to `reply` as it comes.
+    /// Checkpoints (a few MB encoded and fsynced) are written on a thread of their own, off
+    /// the acknowledgement's path, when `background`; the next request takes the result up.
     fn run(
         &mut self,
         event: Event<Rainblock, StorageIoDone, std::convert::Infallible>,
         reply: &mut dyn FnMut(CallId, Response),
+        background: bool,
     ) {
         let mut events = vec![event];
+        if let Some((io, result)) = self.checkpoint_done.lock().take() {
+            self.checkpoint_writer = None;
+            events.push(Event::IoDone { io, result: StorageIoDone::CheckpointWritten(result) });
+        }
         let mut commands = Vec::new();
         while let Some(event) = events.pop() {
             self.core.step(0, event, &mut commands);
             for command in commands.drain(..) {
                 match command {
                     Command::Reply { call, response, .. } => reply(call, response),
+                    Command::Io { io, op: StorageIo::WriteCheckpoint { header, shards, served } } if background => {
+                        let Some(disk) = self.disk.as_ref() else { continue };
+                        let (done, storage) = (Arc::clone(&self.checkpoint_done), disk.checkpoint_storage());
+                        let spawned = std::thread::Builder::new().name("checkpoint".into()).spawn(move || {
+                            let result =
+                                checkpoint::write(&*storage, &header, &shards, &served).map(|()| header.number);
+                            *done.lock() = Some((io, result));
+                        });
+                        match spawned {
+                            Ok(writer) => self.checkpoint_writer = Some(writer),
+                            Err(error) => {
+                                let done =
+                                    StorageIoDone::CheckpointWritten(Err(format!("starting the writer: {error}")));
+                                events.push(Event::IoDone { io, result: done });
+                            }
+                        }
+                    }
                     Command::Io { io, op } => match self.disk.as_mut() {
                         Some(disk) => events.push(Event::IoDone { io, result: disk.execute(op) }),
                         None => tracing::error!(node = %self.core.id(), ?op, "a device operation without a disk"),
@@ -181,11 +210,12 @@ impl Inner {
         let call = CallId(self.next_call);
         self.next_call += 1;
         let mut answer = None;
-        self.run(Event::Request { from, call, request }, &mut |replied, response| {
+        let mut reply = |replied, response| {
             if replied == call {
                 answer = Some(response);
             }
-        });
+        };
+        self.run(Event::Request { from, call, request }, &mut reply, true);
         answer.unwrap_or_else(|| refusal("the storage node did not answer"))
     }
 }
@@ -194,7 +224,7 @@ impl Inner {
 pub struct StorageNode {
     id: String,
     served: Vec<usize>,
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
 }
 
 impl StorageNode {
@@ -229,7 +259,13 @@ impl StorageNode {
         let served = Served { shards: served, shard_count, config, retained: DEFAULT_RETAINED_VERSIONS };
         let Opened { core, disk, replayed } =
             open_core(id.clone(), served.clone(), genesis, genesis_state, NodeStorage::of(access)?)?;
-        let inner = Mutex::new(Inner { core, disk, next_call: 0 });
+        let inner = Arc::new(Mutex::new(Inner {
+            core,
+            disk,
+            next_call: 0,
+            checkpoint_writer: None,
+            checkpoint_done: Arc::default(),
+        }));
         Ok((Arc::new(StorageNode { id, served: served.shards, inner }), replayed))
     }
 
@@ -271,7 +307,18 @@ impl StorageNode {
     /// Writes a checkpoint now (none if the newest is of the same block), cuts the log below
     /// the previous one, and returns the checkpoint's block number.
     pub fn checkpoint_now(&self) -> Result<u64, String> {
+        // After the one being written in the background, if any.
+        let writer = self.inner.lock().checkpoint_writer.take();
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
         let mut inner = self.inner.lock();
+        let finished = inner.checkpoint_done.lock().take();
+        if let Some((io, result)) = finished {
+            inner.checkpoint_writer = None;
+            let done = Event::IoDone { io, result: StorageIoDone::CheckpointWritten(result) };
+            inner.run(done, &mut |_, _| {}, false);
+        }
         let mut commands = Vec::new();
         let number = inner.core.checkpoint_now(&mut commands)?;
         for command in commands {
@@ -281,7 +328,7 @@ impl StorageNode {
                 if let StorageIoDone::CheckpointWritten(Err(reason)) = &result {
                     return Err(reason.clone());
                 }
-                inner.run(Event::IoDone { io, result }, &mut |_, _| {});
+                inner.run(Event::IoDone { io, result }, &mut |_, _| {}, false);
             }
         }
         Ok(number)
@@ -302,6 +349,15 @@ impl StorageNode {
     /// A node bag for `keys` at block `at` (default: head), leaving out levels above `compaction`.
     pub fn witness(&self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, String> {
         self.inner.lock().core.witness(request)
+    }
+}
+
+impl Drop for StorageNode {
+    fn drop(&mut self) {
+        let writer = self.inner.lock().checkpoint_writer.take();
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
     }
 }
 
