@@ -146,6 +146,9 @@ fn load_checkpoint(core: &mut StorageCore, storage: &dyn Storage, owned: bool) -
     None
 }
 
+/// A checkpoint's device operation and its outcome (its block number, or why it failed).
+type WrittenCheckpoint = (virga_net::role::IoId, Result<u64, String>);
+
 struct Inner {
     core: StorageCore,
     disk: Option<StorageDisk>,
@@ -154,7 +157,7 @@ struct Inner {
     /// the same directory never races it).
     checkpoint_writer: Option<std::thread::JoinHandle<()>>,
     /// A checkpoint written in the background, taken up by the next request.
-    checkpoint_done: Arc<Mutex<Option<(virga_net::role::IoId, Result<u64, String>)>>>,
+    checkpoint_done: Arc<Mutex<Option<WrittenCheckpoint>>>,
 }
 
 impl Inner {
