@@ -3,9 +3,10 @@
 //! Requests reach the core through the [`Handler`] the driver hands out; the core's calls
 //! go out on the transport, each bounded by its deadline; timers are tokio sleeps; device
 //! operations run on the driver's [`IoExecutor`], in the loop (so a core that waits for
-//! its log before acknowledging gets exactly that). A step of a core whose steps may compute
-//! for long ([`Role::LONG_STEPS`], a miner building a block) runs in `block_in_place`, so
-//! the runtime's other tasks move on.
+//! its log before acknowledging gets exactly that). A step that may compute for long
+//! ([`Role::is_long_step`], a miner building a block) runs in `block_in_place`, so the
+//! runtime's other tasks move on. An observer may read the core after every step (to publish
+//! a snapshot that queries are answered from without waiting for a long step).
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -33,12 +34,16 @@ pub fn system_now() -> Nanos {
 pub struct Mailbox<R: Role<Protocol = Rainblock>> {
     sender: mpsc::UnboundedSender<Inbound<R>>,
     receiver: mpsc::UnboundedReceiver<Inbound<R>>,
+    observer: Option<Observer<R>>,
 }
+
+/// Reads a core after each of its steps.
+pub type Observer<R> = Box<dyn Fn(&R) + Send>;
 
 impl<R: Role<Protocol = Rainblock>> Default for Mailbox<R> {
     fn default() -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
-        Mailbox { sender, receiver }
+        Mailbox { sender, receiver, observer: None }
     }
 }
 
@@ -62,6 +67,12 @@ impl<R: Role<Protocol = Rainblock>> Handler for MailboxHandler<R> {
 impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Calls `observe` with the core after every step (under the core's lock, so keep it short).
+    pub fn with_observer(mut self, observe: impl Fn(&R) + Send + 'static) -> Self {
+        self.observer = Some(Box::new(observe));
+        self
     }
 
     /// What the transport calls for requests to this role.
@@ -100,6 +111,7 @@ impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
             next_incoming: 0,
             ready: VecDeque::new(),
             commands: Vec::new(),
+            observer: self.observer,
         };
         let task = tokio::spawn(driver.run(self.receiver, shutdown));
         Running { core, sender: self.sender, task }
@@ -149,6 +161,7 @@ struct Driver<R: Role<Protocol = Rainblock>, X> {
     /// Events produced inside the loop (device completions), handled before the next message.
     ready: VecDeque<Event<Rainblock, R::IoDone, R::Input>>,
     commands: Vec<Command<Rainblock, R::Io>>,
+    observer: Option<Observer<R>>,
 }
 
 impl<R: Role<Protocol = Rainblock>, X: IoExecutor<R>> Driver<R, X> {
@@ -186,10 +199,16 @@ impl<R: Role<Protocol = Rainblock>, X: IoExecutor<R>> Driver<R, X> {
         let now = system_now();
         let core = Arc::clone(&self.core);
         let commands = &mut self.commands;
-        let step = || core.lock().step(now, event, commands);
-        if R::LONG_STEPS
-            && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-        {
+        let observer = self.observer.as_deref();
+        let long = core.lock().is_long_step(&event);
+        let step = || {
+            let mut core = core.lock();
+            core.step(now, event, commands);
+            if let Some(observe) = observer {
+                observe(&core);
+            }
+        };
+        if long && tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
             tokio::task::block_in_place(step);
         } else {
             step();

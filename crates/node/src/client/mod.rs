@@ -195,8 +195,6 @@ impl Role for ClientCore {
     type Io = std::convert::Infallible;
     type IoDone = std::convert::Infallible;
     type Input = Vec<UserTransfer>;
-    /// A step checks at most one storage node's witness, or pre-executes and bags one batch.
-    const LONG_STEPS: bool = false;
 
     fn step(
         &mut self,

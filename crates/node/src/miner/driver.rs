@@ -9,13 +9,16 @@ use std::time::Duration;
 use tokio::sync::watch;
 use virga_ledger::store::ChainStore;
 use virga_net::driver::{Mailbox, Running};
-use virga_net::{BoxFuture, Handler, Request, Response, Transport};
+use virga_net::{proto, response, BoxFuture, Handler, Request, RequestBody, Response, ResponseBody, Transport};
 
 use super::{execution_pool, ChainDisk, MinerConfig, MinerCore, MinerError, MinerStats};
 
 pub struct Miner {
     id: String,
     core: Arc<Mutex<MinerCore>>,
+    /// The committed head, published after every step: head requests are answered from it
+    /// at once rather than queued behind a block being built (as the core would answer them).
+    head: Arc<Mutex<(u64, B256, B256)>>,
     handler: Arc<dyn Handler>,
     /// The mailbox and device until the driver starts.
     unstarted: Mutex<Option<(Mailbox<MinerCore>, ChainDisk)>>,
@@ -28,11 +31,14 @@ impl Miner {
     pub fn new(config: MinerConfig, header: Header, store: Option<ChainStore>) -> Result<Arc<Miner>, MinerError> {
         let id = config.id.clone();
         let core = MinerCore::new(config, header, execution_pool(0)?)?;
-        let mailbox = Mailbox::new();
+        let head = Arc::new(Mutex::new(core.head()));
+        let published = Arc::clone(&head);
+        let mailbox = Mailbox::new().with_observer(move |core: &MinerCore| *published.lock() = core.head());
         let handler = mailbox.handler();
         Ok(Arc::new(Miner {
             id,
             core: Arc::new(Mutex::new(core)),
+            head,
             handler,
             unstarted: Mutex::new(Some((mailbox, ChainDisk { store }))),
             running: Mutex::new(None),
@@ -55,7 +61,7 @@ impl Miner {
 
     /// The committed head: number, hash and state root.
     pub fn head(&self) -> (u64, B256, B256) {
-        self.core.lock().head()
+        *self.head.lock()
     }
 
     /// Starts the driver on `transport` (once).
@@ -101,6 +107,11 @@ impl Miner {
 
 impl Handler for Miner {
     fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
+        if let Some(RequestBody::Head(_)) = request.body {
+            let (number, hash, root) = self.head();
+            let head = proto::HeadReply { head: Some(crate::codec::block_id(number, hash)), state_root: root.to_vec() };
+            return Box::pin(std::future::ready(response(ResponseBody::Head(head))));
+        }
         self.handler.handle(from, request)
     }
 }

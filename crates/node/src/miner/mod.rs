@@ -394,6 +394,16 @@ impl Role for MinerCore {
     type IoDone = Result<(), String>;
     type Input = std::convert::Infallible;
 
+    /// Building happens on submissions, announcements and stored blocks; answers to its
+    /// calls, timers and head requests are short.
+    fn is_long_step(&self, event: &Event<Rainblock, Result<(), String>, std::convert::Infallible>) -> bool {
+        match event {
+            Event::Request { request, .. } => !matches!(request.body, Some(RequestBody::Head(_))),
+            Event::IoDone { .. } => true,
+            _ => false,
+        }
+    }
+
     fn step(
         &mut self,
         now: Nanos,
