@@ -8,9 +8,30 @@ use virga_ledger::block::Block;
 use virga_net::proto;
 use virga_trie::proof::NodeBag;
 
+/// What is wrong with a field a peer sent; the reason goes back to it as data.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("{field} must be 32 bytes, got {len}")]
+    HashLength { field: String, len: usize },
+    #[error("key {index} is {len} bytes, state keys are 32")]
+    KeyLength { index: usize, len: usize },
+    #[error("malformed block header: {0}")]
+    Header(String),
+    #[error("block header followed by {0} stray bytes")]
+    StrayBytes(usize),
+    #[error("malformed block: {0}")]
+    Block(String),
+}
+
+impl From<WireError> for String {
+    fn from(error: WireError) -> String {
+        error.to_string()
+    }
+}
+
 /// A 32-byte hash field.
-pub fn b256(bytes: &[u8], field: &str) -> Result<B256, String> {
-    B256::try_from(bytes).map_err(|_| format!("{field} must be 32 bytes, got {}", bytes.len()))
+pub fn b256(bytes: &[u8], field: &str) -> Result<B256, WireError> {
+    B256::try_from(bytes).map_err(|_| WireError::HashLength { field: field.to_string(), len: bytes.len() })
 }
 
 pub fn block_id(number: u64, hash: B256) -> proto::BlockId {
@@ -18,7 +39,7 @@ pub fn block_id(number: u64, hash: B256) -> proto::BlockId {
 }
 
 /// A block id field; `None` when absent.
-pub fn parse_block_id(id: Option<&proto::BlockId>, field: &str) -> Result<Option<(u64, B256)>, String> {
+pub fn parse_block_id(id: Option<&proto::BlockId>, field: &str) -> Result<Option<(u64, B256)>, WireError> {
     match id {
         None => Ok(None),
         Some(id) => Ok(Some((id.number, b256(&id.hash, field)?))),
@@ -35,23 +56,23 @@ pub fn bag_from_wire(bag: Option<proto::NodeBag>) -> NodeBag {
 }
 
 /// Keys of the state trie are keccak-256 hashes: 32 bytes.
-pub fn check_keys(keys: &[Vec<u8>]) -> Result<(), String> {
+pub fn check_keys(keys: &[Vec<u8>]) -> Result<(), WireError> {
     match keys.iter().position(|key| key.len() != 32) {
-        Some(index) => Err(format!("key {index} is {} bytes, state keys are 32", keys[index].len())),
+        Some(index) => Err(WireError::KeyLength { index, len: keys[index].len() }),
         None => Ok(()),
     }
 }
 
 /// An RLP block header that must span all of `bytes`.
-pub fn decode_header(bytes: &[u8]) -> Result<Header, String> {
+pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
     let mut rest = bytes;
-    let header = Header::decode(&mut rest).map_err(|error| format!("malformed block header: {error}"))?;
+    let header = Header::decode(&mut rest).map_err(|error| WireError::Header(error.to_string()))?;
     if !rest.is_empty() {
-        return Err(format!("block header followed by {} stray bytes", rest.len()));
+        return Err(WireError::StrayBytes(rest.len()));
     }
     Ok(header)
 }
 
-pub fn decode_block(bytes: &[u8]) -> Result<Block, String> {
-    Block::decode(bytes).map_err(|error| format!("malformed block: {error}"))
+pub fn decode_block(bytes: &[u8]) -> Result<Block, WireError> {
+    Block::decode(bytes).map_err(|error| WireError::Block(error.to_string()))
 }

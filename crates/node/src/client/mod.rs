@@ -120,7 +120,7 @@ pub enum HeadError {
     #[error("the miner sent no head")]
     NoHead,
     #[error("the miner's head is malformed: {0}")]
-    Malformed(String),
+    Malformed(crate::codec::WireError),
 }
 
 /// What a step of the core asks its driver to do.

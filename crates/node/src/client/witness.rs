@@ -20,7 +20,7 @@ pub enum WitnessError {
     #[error("witness does not verify against {root}: {source}")]
     DoesNotVerify { root: B256, source: ProofError },
     #[error("malformed witness: {0}")]
-    Malformed(String),
+    Malformed(crate::codec::WireError),
     #[error("answered a witness request with something else")]
     UnexpectedReply,
     #[error("witness unavailable: {0}")]

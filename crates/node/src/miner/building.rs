@@ -96,7 +96,7 @@ impl MinerCore {
             let witness_root = match b256(&submission.witness_root, "witness_root") {
                 Ok(root) => root,
                 Err(reason) => {
-                    refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, out);
+                    refuse_submission(&self.config.id, &mut self.stats, from, call, &reason.to_string(), out);
                     continue;
                 }
             };

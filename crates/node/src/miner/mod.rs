@@ -192,6 +192,10 @@ pub enum MinerError {
     Store(String),
     #[error("warming up: {0}")]
     WarmUp(String),
+    #[error("the stored genesis {stored} is not this genesis {genesis}")]
+    OtherGenesis { stored: B256, genesis: B256 },
+    #[error("block {0} is indexed in the chain store but not readable")]
+    Unreadable(u64),
 }
 
 impl From<MinerError> for String {
@@ -467,9 +471,9 @@ impl IoExecutor<MinerCore> for ChainDisk {
 }
 
 /// Opens (creating) the miner's block store in `dir/blocks`, storing the genesis block first.
-pub fn open_store(dir: &Path, genesis: &Header) -> Result<(ChainStore, Header), String> {
+pub fn open_store(dir: &Path, genesis: &Header) -> Result<(ChainStore, Header), MinerError> {
     let storage = virga_core::device::FileStorage::create_dir_all(dir.join("blocks"))
-        .map_err(|error| format!("{}: {error}", dir.join("blocks").display()))?;
+        .map_err(|error| MinerError::Store(format!("{}: {error}", dir.join("blocks").display())))?;
     open_store_on(Arc::new(storage), StoreOptions::default(), genesis)
 }
 
@@ -478,26 +482,24 @@ pub fn open_store_on(
     storage: Arc<dyn virga_core::device::Storage>,
     options: StoreOptions,
     genesis: &Header,
-) -> Result<(ChainStore, Header), String> {
-    let (mut store, _) = ChainStore::open(storage, options).map_err(|error| error.to_string())?;
+) -> Result<(ChainStore, Header), MinerError> {
+    let store_error = |error: virga_ledger::store::StoreError| MinerError::Store(error.to_string());
+    let (mut store, _) = ChainStore::open(storage, options).map_err(store_error)?;
     let genesis_hash = genesis.hash_slow();
     match store.hash_of(0) {
         None => {
             let block = Block { header: genesis.clone(), transactions: Vec::new() };
-            store.append(0, genesis_hash, &block.encode()).map_err(|error| error.to_string())?;
+            store.append(0, genesis_hash, &block.encode()).map_err(store_error)?;
         }
         Some(stored) if stored != genesis_hash => {
-            return Err(format!("stored genesis {stored} is not this genesis {genesis_hash}"))
+            return Err(MinerError::OtherGenesis { stored, genesis: genesis_hash })
         }
         Some(_) => {}
     }
     let head = match store.head() {
         Some((number, _)) if number > 0 => {
-            let bytes = store
-                .get_by_number(number)
-                .map_err(|error| error.to_string())?
-                .ok_or_else(|| format!("block {number} is indexed but not readable"))?;
-            decode_block(&bytes)?.header
+            let bytes = store.get_by_number(number).map_err(store_error)?.ok_or(MinerError::Unreadable(number))?;
+            decode_block(&bytes).map_err(|error| MinerError::Store(format!("block {number}: {error}")))?.header
         }
         _ => genesis.clone(),
     };

@@ -156,7 +156,7 @@ fn open_node(
         // Every append is durable before the block counts as committed.
         let options = StoreOptions::default();
         let (store, head) = crate::miner::open_store_on(storage, options, &fixture.header)
-            .unwrap_or_else(|error| failed("chain store", error));
+            .unwrap_or_else(|error| failed("chain store", error.to_string()));
         let config = fixture.miner_config(index, MINERS - 1, 2, 1 << 20);
         let pool = execution_pool(1).unwrap_or_else(|error| failed("pool", error.to_string()));
         #[allow(unused_mut)]

@@ -15,6 +15,8 @@ use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_header, parse
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BlockRefusal {
     #[error("{0}")]
+    Wire(#[from] crate::codec::WireError),
+    #[error("{0}")]
     Malformed(String),
     #[error("block {number} builds on {parent}, a block this node does not hold")]
     UnknownParent { number: u64, parent: B256 },
@@ -93,7 +95,7 @@ impl Versions {
     /// Checks a block's updates and applies them as a new version; returns how many old
     /// versions were collected with it.
     pub(crate) fn accept(&mut self, served: &Served, updates: &BlockUpdates) -> Result<(Accepted, u64), BlockRefusal> {
-        let header = decode_header(&updates.header).map_err(BlockRefusal::Malformed)?;
+        let header = decode_header(&updates.header)?;
         let hash = header.hash_slow();
         let number = header.number;
         if self.by_hash.contains_key(&hash) {
@@ -117,8 +119,7 @@ impl Versions {
             .iter()
             .enumerate()
             .map(|(index, bytes)| b256(bytes, &format!("shard hash {index}")))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(BlockRefusal::Malformed)?;
+            .collect::<Result<Vec<_>, _>>()?;
         apply_updates(served, &mut shards, updates)?;
         let prefix = prefix_nibbles(served.shard_count).unwrap_or(0);
         for (index, expected) in announced.iter().enumerate() {
@@ -233,7 +234,7 @@ fn apply_updates(served: &Served, shards: &mut ShardedTrie, updates: &BlockUpdat
     let malformed = |error: String| BlockRefusal::Malformed(error);
     let mut touched: Vec<Shard> = Vec::new();
     for update in &updates.updates {
-        check_keys(std::slice::from_ref(&update.key)).map_err(malformed)?;
+        check_keys(std::slice::from_ref(&update.key))?;
         let index = shards.shard_for(&update.key).map_err(|error| malformed(error.to_string()))?;
         if !served.shards.contains(&index) {
             return Err(BlockRefusal::NotServed { key: virga_core::hex::encode_prefixed(&update.key), shard: index });
