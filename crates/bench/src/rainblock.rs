@@ -26,6 +26,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::prelude::*;
 use serde::Serialize;
 use virga_node::cluster::{up, Progress, TransportKind, UpConfig, UpReport};
+use virga_node::topology::Topology;
 
 /// Name of the results file in the output directory.
 pub const RESULTS_FILE: &str = "rainblock.json";
@@ -194,24 +195,26 @@ impl SweepConfig {
     /// The cluster of one point, with its data in `dir`.
     pub fn up_config(&self, dir: &Path, accounts: usize, retention: usize, clients: usize) -> UpConfig {
         UpConfig {
+            topology: Topology {
+                accounts,
+                shards: self.shards,
+                storage_nodes: self.storage_nodes,
+                replicas: 1,
+                miners: 1,
+                clients,
+                retention,
+                compaction: self.compaction_for(retention),
+                batch: self.batch,
+                in_flight: self.in_flight,
+                max_block_transfers: self.block_transfers,
+                top_budget_bytes: self.top_budget_bytes,
+                seed: self.seed,
+            },
             dir: dir.to_path_buf(),
-            accounts,
-            shards: self.shards,
-            storage_nodes: self.storage_nodes,
-            clients,
-            miners: 1,
-            retention,
-            compaction: self.compaction_for(retention),
             duration: self.duration,
             transfers: self.transfers,
             rate: None,
-            batch: self.batch,
-            in_flight: self.in_flight,
-            top_budget_bytes: self.top_budget_bytes,
-            max_block_transfers: self.block_transfers,
             transport: self.transport,
-            seed: self.seed,
-            replicas: 1,
         }
     }
 }

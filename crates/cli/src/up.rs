@@ -8,7 +8,8 @@ use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use virga_node::cluster::{storage_counts, up, Progress, TransportKind, UpConfig, UpReport};
+use virga_node::cluster::{up, Progress, TransportKind, UpConfig, UpReport};
+use virga_node::topology::Topology;
 
 #[derive(Args)]
 pub struct UpArgs {
@@ -115,26 +116,28 @@ pub fn run(args: &UpArgs) -> Result<ExitCode> {
         (None, None) => unreachable!("a temporary directory exists when no --dir is given"),
     };
     let config = UpConfig {
+        topology: Topology {
+            accounts: args.accounts,
+            shards: args.shape.shards,
+            storage_nodes: args.storage_nodes,
+            replicas: args.shape.replicas,
+            miners: args.shape.miners,
+            clients: args.clients,
+            retention: args.shape.retention,
+            compaction: args.shape.compaction,
+            batch: args.batch,
+            in_flight: args.in_flight,
+            max_block_transfers: args.shape.max_block_transfers(),
+            top_budget_bytes: args.shape.top_budget_bytes(),
+            seed: args.shape.seed,
+        },
         dir: dir.clone(),
-        accounts: args.accounts,
-        shards: args.shape.shards,
-        storage_nodes: args.storage_nodes,
-        replicas: args.shape.replicas,
-        clients: args.clients,
-        miners: args.shape.miners,
-        retention: args.shape.retention,
-        compaction: args.shape.compaction,
         duration: Duration::from_secs(args.duration),
         transfers: args.transfers,
         rate: args.rate,
-        batch: args.batch,
-        in_flight: args.in_flight,
-        top_budget_bytes: args.shape.top_budget_bytes(),
-        max_block_transfers: args.shape.max_block_transfers(),
         transport: args.transport,
-        seed: args.shape.seed,
     };
-    let (nodes, replicas) = storage_counts(args.storage_nodes, args.shape.shards, args.shape.replicas);
+    let (nodes, replicas) = config.topology.storage_counts();
     eprintln!(
         "virga up: {} accounts, {} shards on {} storage nodes ({} per shard), {} miner(s), {} clients, r={} c={}, transport {}, data in {}",
         args.accounts,

@@ -14,9 +14,11 @@ use virga_net::role::NoIo;
 use virga_net::Grpc;
 use virga_net::{Handler, InProc, Transport};
 
-use crate::client::{ClientConfig, ClientCore, ClientStats, DEFAULT_BACK_OFF, DEFAULT_CALL_DEADLINE};
-use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
+use crate::client::{ClientCore, ClientStats};
+use crate::miner::{open_store, Miner, MinerStats};
 use crate::storage::{shard_state, StorageNode};
+use crate::topology::Topology;
+pub use crate::topology::{beneficiary, replicated_layout, storage_counts};
 use crate::workload::{offer, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
 
 /// Marks a directory as a RainBlock cluster's (`virga verify` audits it as one).
@@ -50,53 +52,28 @@ pub enum TransportKind {
     Grpc,
 }
 
+/// A run of `virga up`: the cluster, and the run's own settings.
 #[derive(Clone, Debug)]
 pub struct UpConfig {
+    pub topology: Topology,
     pub dir: PathBuf,
-    pub accounts: usize,
-    pub shards: usize,
-    pub storage_nodes: usize,
-    /// Storage nodes serving each shard (see [`replicated_layout`]); with two or more, a
-    /// client refused a witness by one node asks another.
-    pub replicas: usize,
-    pub clients: usize,
-    pub miners: usize,
-    pub retention: usize,
-    pub compaction: usize,
     pub duration: Duration,
     /// Transfers signed before the run (the users' backlog); the run ends when all commit.
     pub transfers: usize,
     /// Transfers offered per second (`None`: as fast as clients take them).
     pub rate: Option<f64>,
-    pub batch: usize,
-    pub in_flight: usize,
-    pub top_budget_bytes: usize,
-    pub max_block_transfers: usize,
     pub transport: TransportKind,
-    pub seed: u64,
 }
 
 impl UpConfig {
     pub fn small(dir: &Path) -> UpConfig {
         UpConfig {
+            topology: Topology::small(),
             dir: dir.to_path_buf(),
-            accounts: 2_000,
-            shards: 16,
-            storage_nodes: 16,
-            replicas: 1,
-            clients: 2,
-            miners: 1,
-            retention: 2,
-            compaction: 3,
             duration: Duration::from_secs(30),
             transfers: 2_000,
             rate: None,
-            batch: 100,
-            in_flight: 4,
-            top_budget_bytes: 1 << 20,
-            max_block_transfers: 2_000,
             transport: TransportKind::InProc,
-            seed: 7,
         }
     }
 }
@@ -173,39 +150,6 @@ pub fn storage_layout(nodes: usize, shards: usize) -> Vec<(String, Vec<usize>)> 
     replicated_layout(nodes, shards, 1)
 }
 
-/// How many storage nodes, and replicas of each shard, a cluster asked for `storage_nodes`
-/// and `replicas` runs: at least one node and no more than there are copies of shards (more
-/// would idle), and at least one replica and no more than there are nodes.
-pub fn storage_counts(storage_nodes: usize, shards: usize, replicas: usize) -> (usize, usize) {
-    let nodes = storage_nodes.clamp(1, shards.saturating_mul(replicas.max(1)).max(1));
-    (nodes, replicas.clamp(1, nodes))
-}
-
-/// Storage node ids with their shards, each shard served by `replicas` distinct nodes
-/// (`replicas` clamped to 1..=`nodes`). The shards' copies are dealt out round-robin: copy
-/// k of shard s goes to node (s · replicas + k) mod `nodes`. A shard's copies are
-/// consecutive deals, hence on distinct nodes, and no two nodes' shard counts differ by
-/// more than one. With one replica, shard s is on node s mod `nodes`.
-pub fn replicated_layout(nodes: usize, shards: usize, replicas: usize) -> Vec<(String, Vec<usize>)> {
-    let nodes = nodes.max(1);
-    let replicas = replicas.clamp(1, nodes);
-    let mut served = vec![Vec::new(); nodes];
-    for shard in 0..shards {
-        for copy in 0..replicas {
-            served[(shard * replicas + copy) % nodes].push(shard);
-        }
-    }
-    served.into_iter().enumerate().map(|(node, shards)| (format!("storage-{node}"), shards)).collect()
-}
-
-/// The beneficiary of miner `index`'s blocks.
-pub fn beneficiary(index: usize) -> Address {
-    let mut bytes = [0u8; 20];
-    bytes[..6].copy_from_slice(b"miner-");
-    bytes[12..].copy_from_slice(&(index as u64).to_be_bytes());
-    Address::from(bytes)
-}
-
 /// Writes `dir/genesis.json`: every account funded with [`GENESIS_BALANCE`], a gas limit
 /// for `max_block_transfers` transfers per block, and a low fixed difficulty.
 pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usize) -> Result<(), String> {
@@ -220,43 +164,40 @@ pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usi
 pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, String> {
     let started = Instant::now();
     // The workload draws a receiver other than the sender, and every client takes a share.
-    if config.accounts < 2 {
-        return Err(format!("{} accounts: a transfer needs at least 2", config.accounts));
-    }
-    if config.clients == 0 {
-        return Err("a cluster needs at least one client".to_owned());
-    }
+    config.topology.validate().map_err(|error| error.to_string())?;
     if config.dir.join(CLUSTER_FILE).exists() || config.dir.join("genesis.json").exists() {
         return Err(format!("{} already holds a chain; pick an empty directory", config.dir.display()));
     }
     std::fs::create_dir_all(&config.dir).map_err(|error| format!("{}: {error}", config.dir.display()))?;
-    let (nodes, replicas) = storage_counts(config.storage_nodes, config.shards, config.replicas);
+    let (nodes, replicas) = config.topology.storage_counts();
     let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
 
-    progress.phase("deriving account keys", config.accounts as u64);
-    let accounts = Accounts::generate(config.accounts, &|done| progress.advance(done));
+    progress.phase("deriving account keys", config.topology.accounts as u64);
+    let accounts = Accounts::generate(config.topology.accounts, &|done| progress.advance(done));
     progress.finish();
 
     progress.phase("building the genesis state", 1);
-    write_genesis(&config.dir, &accounts.addresses, config.max_block_transfers)?;
-    let layout = replicated_layout(nodes, config.shards, replicas);
+    write_genesis(&config.dir, &accounts.addresses, config.topology.max_block_transfers)?;
+    let layout = config.topology.layout();
     let cluster = serde_json::json!({
         "format": CLUSTER_FORMAT,
-        "shards": config.shards,
+        "shards": config.topology.shards,
         "replicas": replicas,
         "storage_nodes": layout,
-        "miners": config.miners,
+        "miners": config.topology.miners,
     });
     std::fs::write(config.dir.join(CLUSTER_FILE), cluster.to_string())
         .map_err(|error| format!("writing {CLUSTER_FILE}: {error}"))?;
     let genesis = read_genesis(&config.dir).map_err(|error| error.to_string())?;
-    let sharded = shard_state(genesis.state.accounts().as_trie(), config.shards).map_err(|error| error.to_string())?;
+    let sharded =
+        shard_state(genesis.state.accounts().as_trie(), config.topology.shards).map_err(|error| error.to_string())?;
     progress.finish();
 
     progress.phase("signing the users' transfers", config.transfers as u64);
-    let transfers = sign_transfers(&accounts, config.transfers, chain_id, Skew::default(), config.seed, &|done| {
-        progress.advance(done)
-    });
+    let transfers =
+        sign_transfers(&accounts, config.transfers, chain_id, Skew::default(), config.topology.seed, &|done| {
+            progress.advance(done)
+        });
     progress.finish();
     drop(accounts);
 
@@ -269,7 +210,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         let (node, _) = StorageNode::open(
             id.clone(),
             shards.clone(),
-            config.shards,
+            config.topology.shards,
             genesis.config,
             genesis.header.clone(),
             &sharded,
@@ -280,22 +221,12 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         storage.push(node);
     }
     drop(sharded);
-    let miner_ids: Vec<String> = (0..config.miners.max(1)).map(|index| format!("miner-{index}")).collect();
+    let miner_ids = config.topology.miner_ids();
     let mut miners = Vec::new();
     for (index, id) in miner_ids.iter().enumerate() {
         let dir = if index == 0 { config.dir.clone() } else { config.dir.join(id) };
         let (store, head) = open_store(&dir, &genesis.header)?;
-        let miner_config = MinerConfig {
-            id: id.clone(),
-            chain: genesis.config,
-            shard_count: config.shards,
-            storage_nodes: layout.clone(),
-            peers: if index == 0 { miner_ids[1..].to_vec() } else { Vec::new() },
-            retention: config.retention,
-            top_budget_bytes: config.top_budget_bytes,
-            max_block_transfers: config.max_block_transfers,
-            beneficiary: beneficiary(0),
-        };
+        let miner_config = config.topology.miner_config(index, genesis.config);
         let miner = Miner::new(miner_config, head, Some(store))?;
         handlers.push((id.clone(), miner.clone()));
         miners.push(miner);
@@ -341,19 +272,8 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
     let (stop, stopped) = watch::channel(false);
     let miner_task = tokio::spawn(Arc::clone(&miners[0]).run(Arc::clone(&transport), stopped.clone()));
     let mut clients = Vec::new();
-    for index in 0..config.clients.max(1) {
-        let client_config = ClientConfig {
-            id: format!("client-{index}"),
-            miner: miner_ids[0].clone(),
-            storage_nodes: layout.clone(),
-            shard_count: config.shards,
-            compaction: config.compaction,
-            batch: config.batch,
-            in_flight: config.in_flight,
-            exec: genesis.config.exec,
-            deadline: DEFAULT_CALL_DEADLINE,
-            back_off: DEFAULT_BACK_OFF,
-        };
+    for index in 0..config.topology.clients.max(1) {
+        let client_config = config.topology.client_config(index, genesis.config.exec);
         let id = client_config.id.clone();
         clients.push(Mailbox::new().run(
             id,
@@ -419,14 +339,14 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
     let followers = &miners[1..];
     Ok(UpReport {
         transport: format!("{:?}", config.transport).to_lowercase(),
-        accounts: config.accounts,
-        shards: config.shards,
+        accounts: config.topology.accounts,
+        shards: config.topology.shards,
         storage_nodes: nodes,
         replicas,
         clients: clients.len(),
         miners: miners.len(),
-        retention: config.retention,
-        compaction: config.compaction,
+        retention: config.topology.retention,
+        compaction: config.topology.compaction,
         setup_seconds,
         run_seconds,
         run_cpu_seconds,

@@ -12,18 +12,22 @@ use virga_net::{request, NetError, Rainblock, Request, RequestBody, Response, Re
 use virga_trie::proof::NodeBag;
 
 use crate::codec::{bag_from_wire, bag_to_wire, block_id};
+use crate::miner::MinerConfig;
 use crate::miner::{execution_pool, MinerCore, MinerIo, BLOCK_REFUSED};
 use crate::storage::{
     log_options, open_core, NodeStorage, StorageCore, StorageDisk, StorageIo, StorageIoDone, CHECKPOINT_LAG,
 };
-use crate::testkit::{Fixture, Shape};
+use crate::testkit::Fixture;
+use crate::topology::Topology;
 use crate::workload::GAS_PRICE;
 
 type MinerCommand = Command<Rainblock, MinerIo>;
 type StorageCommand = Command<Rainblock, StorageIo>;
 
 fn fixture() -> Fixture {
-    Fixture::new(Shape { accounts: 200, shards: 16, storage_nodes: 2, replicas: 1, max_block_transfers: 64 }).unwrap()
+    let topology =
+        Topology { accounts: 200, storage_nodes: 2, max_block_transfers: 64, retention: 2, ..Topology::small() };
+    Fixture::new(topology).unwrap()
 }
 
 fn storage_core(fixture: &Fixture, id: &str) -> StorageCore {
@@ -33,7 +37,7 @@ fn storage_core(fixture: &Fixture, id: &str) -> StorageCore {
 }
 
 fn miner(fixture: &Fixture, top_budget_bytes: usize) -> MinerCore {
-    let config = fixture.miner_config(0, 0, 2, top_budget_bytes);
+    let config = MinerConfig { top_budget_bytes, ..fixture.miner_config(0) };
     MinerCore::new(config, fixture.header.clone(), execution_pool(1).unwrap()).unwrap()
 }
 

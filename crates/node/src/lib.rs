@@ -29,4 +29,5 @@ pub mod process;
 pub mod sim;
 pub mod storage;
 pub mod testkit;
+pub mod topology;
 pub mod workload;

@@ -22,13 +22,13 @@ use virga_net::driver::Mailbox;
 use virga_net::role::NoIo;
 use virga_net::{Grpc, Transport};
 
-use crate::client::{ClientConfig, ClientCore, DEFAULT_BACK_OFF, DEFAULT_CALL_DEADLINE};
+use crate::client::{ClientConfig, ClientCore};
 use crate::cluster::{
-    beneficiary, check_cluster_format, cluster_format_v1, replicated_layout, run_clients, write_genesis, CLUSTER_FILE,
-    CLUSTER_FORMAT,
+    check_cluster_format, cluster_format_v1, run_clients, write_genesis, CLUSTER_FILE, CLUSTER_FORMAT,
 };
-use crate::miner::{open_store, Miner, MinerConfig, MinerStats};
+use crate::miner::{open_store, Miner, MinerStats};
 use crate::storage::{shard_state, StorageNode};
+use crate::topology::Topology;
 use crate::workload::{offer, sign_transfers, Accounts, Skew};
 
 /// What every role process of a hand-started cluster reads from `dir/rainblock.json`.
@@ -55,17 +55,8 @@ pub struct ClusterPlan {
 
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
-    pub accounts: usize,
-    pub shards: usize,
-    pub storage_nodes: usize,
-    /// Storage nodes serving each shard.
-    pub replicas: usize,
-    pub miners: usize,
-    pub retention: usize,
-    pub compaction: usize,
-    pub max_block_transfers: usize,
-    pub top_budget_bytes: usize,
-    pub seed: u64,
+    /// The cluster (its clients, batch and in-flight settings are each client process's own).
+    pub topology: Topology,
     pub host: String,
     /// Storage node i listens on base_port + i, miner j on base_port + storage nodes + j.
     pub base_port: u16,
@@ -73,7 +64,31 @@ pub struct PlanOptions {
 
 impl ClusterPlan {
     pub fn miner_id(index: usize) -> String {
-        format!("miner-{index}")
+        Topology::miner_id(index)
+    }
+
+    /// The topology the plan was made from; its layout must be the plan's.
+    pub fn topology(&self) -> Result<Topology, String> {
+        let replicas = self.storage_nodes.iter().filter(|(_, shards)| shards.contains(&0)).count();
+        let topology = Topology {
+            accounts: self.accounts,
+            shards: self.shards,
+            storage_nodes: self.storage_nodes.len(),
+            replicas,
+            miners: self.miners,
+            clients: 1,
+            retention: self.retention,
+            compaction: self.compaction,
+            batch: Topology::small().batch,
+            in_flight: Topology::small().in_flight,
+            max_block_transfers: self.max_block_transfers,
+            top_budget_bytes: self.top_budget_bytes,
+            seed: self.seed,
+        };
+        if topology.layout() != self.storage_nodes {
+            return Err("the plan's storage layout is not one this build makes; run `virga node init` afresh".into());
+        }
+        Ok(topology)
     }
 
     fn address_of(&self, id: &str) -> Result<SocketAddr, String> {
@@ -101,10 +116,10 @@ pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) 
         return Err(format!("{} already holds a cluster; pick an empty directory", dir.display()));
     }
     std::fs::create_dir_all(dir).map_err(|error| format!("{}: {error}", dir.display()))?;
-    let replicas = options.replicas.max(1);
-    let nodes = options.storage_nodes.clamp(1, options.shards.max(1) * replicas);
-    let miners = options.miners.max(1);
-    let storage_nodes = replicated_layout(nodes, options.shards, replicas);
+    let topology = &options.topology;
+    topology.validate().map_err(|error| error.to_string())?;
+    let storage_nodes = topology.layout();
+    let miners = topology.miners;
     let mut addresses = BTreeMap::new();
     let ids = storage_nodes.iter().map(|(id, _)| id.clone()).chain((0..miners).map(ClusterPlan::miner_id));
     for (offset, id) in ids.enumerate() {
@@ -114,19 +129,19 @@ pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) 
     }
     let plan = ClusterPlan {
         format: CLUSTER_FORMAT,
-        shards: options.shards,
+        shards: topology.shards,
         storage_nodes,
         miners,
         addresses,
-        accounts: options.accounts,
-        seed: options.seed,
-        retention: options.retention,
-        compaction: options.compaction,
-        max_block_transfers: options.max_block_transfers,
-        top_budget_bytes: options.top_budget_bytes,
+        accounts: topology.accounts,
+        seed: topology.seed,
+        retention: topology.retention,
+        compaction: topology.compaction,
+        max_block_transfers: topology.max_block_transfers,
+        top_budget_bytes: topology.top_budget_bytes,
     };
-    let accounts = Accounts::generate(options.accounts, progress);
-    write_genesis(dir, &accounts.addresses, options.max_block_transfers)?;
+    let accounts = Accounts::generate(topology.accounts, progress);
+    write_genesis(dir, &accounts.addresses, topology.max_block_transfers)?;
     let text = serde_json::to_string_pretty(&plan).map_err(|error| error.to_string())?;
     std::fs::write(dir.join(CLUSTER_FILE), text).map_err(|error| format!("writing {CLUSTER_FILE}: {error}"))?;
     Ok(plan)
@@ -186,18 +201,7 @@ pub async fn run_miner(dir: &Path, index: usize, mut shutdown: watch::Receiver<b
     let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
     drop(genesis.state);
     let (store, head) = open_store(&plan.chain_dir(dir, index), &genesis.header)?;
-    let followers: Vec<String> = (1..plan.miners).map(ClusterPlan::miner_id).collect();
-    let config = MinerConfig {
-        id: id.clone(),
-        chain: genesis.config,
-        shard_count: plan.shards,
-        storage_nodes: plan.storage_nodes.clone(),
-        peers: if index == 0 { followers } else { Vec::new() },
-        retention: plan.retention,
-        top_budget_bytes: plan.top_budget_bytes,
-        max_block_transfers: plan.max_block_transfers,
-        beneficiary: beneficiary(0),
-    };
+    let config = plan.topology()?.miner_config(index, genesis.config);
     let miner = Miner::new(config, head.clone(), Some(store))?;
     let transport = plan.transport();
     loop {
@@ -279,18 +283,8 @@ pub async fn run_client(
             .collect();
     drop(accounts);
     let offered = transfers.len();
-    let config = ClientConfig {
-        id: job.id.clone(),
-        miner: ClusterPlan::miner_id(0),
-        storage_nodes: plan.storage_nodes.clone(),
-        shard_count: plan.shards,
-        compaction: plan.compaction,
-        batch: job.batch,
-        in_flight: job.in_flight,
-        exec,
-        deadline: DEFAULT_CALL_DEADLINE,
-        back_off: DEFAULT_BACK_OFF,
-    };
+    let topology = Topology { batch: job.batch, in_flight: job.in_flight, ..plan.topology()? };
+    let config = ClientConfig { id: job.id.clone(), ..topology.client_config(job.index, exec) };
     let (stop, stopped) = watch::channel(false);
     let client = Mailbox::new().run(job.id.clone(), ClientCore::new(config), plan.transport(), NoIo, stopped);
     let clients = [client];

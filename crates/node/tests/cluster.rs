@@ -25,14 +25,14 @@ async fn run_and_audit(mut config: UpConfig) {
     assert_eq!(format!("{}", audit.chain.state_root), report.state_root);
     assert_eq!(audit.chain.head_number, report.head_number);
     assert_eq!(audit.chain.transactions, report.committed);
-    assert_eq!(audit.storage_nodes, config.storage_nodes);
+    assert_eq!(audit.storage_nodes, config.topology.storage_nodes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_embedded_cluster_commits_everything_and_passes_the_audit() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = UpConfig::small(dir.path());
-    config.miners = 2;
+    config.topology.miners = 2;
     run_and_audit(config).await;
 }
 
@@ -41,7 +41,7 @@ async fn a_cluster_over_grpc_commits_everything_and_passes_the_audit() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = UpConfig::small(dir.path());
     config.transport = TransportKind::Grpc;
-    config.storage_nodes = 4;
+    config.topology.storage_nodes = 4;
     run_and_audit(config).await;
 }
 
@@ -51,9 +51,9 @@ async fn a_tiny_top_layer_still_commits_everything() {
     // everything below, and revision must cope with the miner's newer upper nodes.
     let dir = tempfile::tempdir().unwrap();
     let mut config = UpConfig::small(dir.path());
-    config.retention = 1;
-    config.compaction = 2;
-    config.top_budget_bytes = 0;
+    config.topology.retention = 1;
+    config.topology.compaction = 2;
+    config.topology.top_budget_bytes = 0;
     run_and_audit(config).await;
 }
 
@@ -62,8 +62,8 @@ async fn a_cluster_with_two_replicas_per_shard_commits_everything_and_its_replic
     // The audit replays both replicas' logs of every shard and refuses any disagreement.
     let dir = tempfile::tempdir().unwrap();
     let mut config = UpConfig::small(dir.path());
-    config.storage_nodes = 8;
-    config.replicas = 2;
+    config.topology.storage_nodes = 8;
+    config.topology.replicas = 2;
     run_and_audit(config).await;
 }
 
@@ -79,18 +79,20 @@ impl Ran {
     async fn new(max_block_transfers: usize) -> Ran {
         let dir = tempfile::tempdir().unwrap();
         let mut config = UpConfig::small(dir.path());
-        config.storage_nodes = 4;
-        config.max_block_transfers = max_block_transfers;
+        config.topology.storage_nodes = 4;
+        config.topology.max_block_transfers = max_block_transfers;
         run_and_audit(config.clone()).await;
         let genesis = virga_ledger::chain::read_genesis(dir.path()).unwrap();
-        let sharded = virga_node::storage::shard_state(genesis.state.accounts().as_trie(), config.shards).unwrap();
+        let sharded =
+            virga_node::storage::shard_state(genesis.state.accounts().as_trie(), config.topology.shards).unwrap();
         Ran { dir, config, genesis, sharded }
     }
 
     /// Storage node `index`: its id, shards and log directory in the run.
     fn node(&self, index: usize) -> (String, Vec<usize>, std::path::PathBuf) {
         let (id, served) =
-            virga_node::cluster::storage_layout(self.config.storage_nodes, self.config.shards).remove(index);
+            virga_node::cluster::storage_layout(self.config.topology.storage_nodes, self.config.topology.shards)
+                .remove(index);
         let log = virga_node::storage::log_path(self.dir.path(), &id);
         (id, served, log)
     }
@@ -101,7 +103,7 @@ impl Ran {
         StorageNode::open_with(
             id,
             served.to_vec(),
-            self.config.shards,
+            self.config.topology.shards,
             genesis.config,
             genesis.header.clone(),
             &self.sharded,

@@ -19,12 +19,11 @@ use virga_net::driver::{Mailbox, Running as RunningRole};
 use virga_net::role::NoIo;
 use virga_net::{InProc, Transport};
 use virga_node::audit::audit_cluster;
-use virga_node::client::{
-    ClientConfig, ClientCore, ClientStats, WitnessError, DEFAULT_BACK_OFF, DEFAULT_CALL_DEADLINE,
-};
-use virga_node::cluster::{beneficiary, replicated_layout, CLUSTER_FILE};
-use virga_node::miner::{open_store, Miner, MinerConfig, MinerFault, BLOCK_REFUSED};
+use virga_node::client::{ClientCore, ClientStats, WitnessError};
+use virga_node::cluster::CLUSTER_FILE;
+use virga_node::miner::{open_store, Miner, MinerFault, BLOCK_REFUSED};
 use virga_node::storage::{shard_state, StorageFault, StorageNode};
+use virga_node::topology::Topology;
 use virga_node::workload::{client_of, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
 
 const ACCOUNTS: usize = 2_000;
@@ -95,7 +94,16 @@ async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode
     let gas_limit = 21_000 * MAX_BLOCK_TRANSFERS as u64;
     let json = genesis_json(chain_id, U256::from(16u64), gas_limit, &accounts.addresses, U256::from(GENESIS_BALANCE));
     std::fs::write(dir.join("genesis.json"), json).unwrap();
-    let layout = replicated_layout(plan.storage_nodes, SHARDS, plan.replicas);
+    let topology = Topology {
+        accounts: ACCOUNTS,
+        shards: SHARDS,
+        storage_nodes: plan.storage_nodes,
+        replicas: plan.replicas,
+        miners: plan.miners,
+        max_block_transfers: MAX_BLOCK_TRANSFERS,
+        ..Topology::small()
+    };
+    let layout = topology.layout();
     let cluster = serde_json::json!({ "shards": SHARDS, "storage_nodes": layout, "miners": plan.miners });
     std::fs::write(dir.join(CLUSTER_FILE), cluster.to_string()).unwrap();
     let genesis = read_genesis(dir).unwrap();
@@ -119,22 +127,12 @@ async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode
         inproc.register(id.clone(), node.clone());
         storage.push(node);
     }
-    let miner_ids: Vec<String> = (0..plan.miners).map(|index| format!("miner-{index}")).collect();
+    let miner_ids = topology.miner_ids();
     let mut miners = Vec::new();
     for (index, id) in miner_ids.iter().enumerate() {
         let store_dir = if index == 0 { dir.to_path_buf() } else { dir.join(id) };
         let (store, head) = open_store(&store_dir, &genesis.header).unwrap();
-        let config = MinerConfig {
-            id: id.clone(),
-            chain: genesis.config,
-            shard_count: SHARDS,
-            storage_nodes: layout.clone(),
-            peers: if index == 0 { miner_ids[1..].to_vec() } else { Vec::new() },
-            retention: 2,
-            top_budget_bytes: 1 << 20,
-            max_block_transfers: MAX_BLOCK_TRANSFERS,
-            beneficiary: beneficiary(0),
-        };
+        let config = topology.miner_config(index, genesis.config);
         let miner = Miner::new(config, head, Some(store)).unwrap();
         inproc.register(id.clone(), miner.clone());
         miners.push(miner);
@@ -149,18 +147,7 @@ async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode
     let tasks = vec![tokio::spawn(Arc::clone(&miners[0]).run(Arc::clone(&transport), stopped.clone()))];
     let mut clients = Vec::new();
     for index in 0..2 {
-        let config = ClientConfig {
-            id: format!("client-{index}"),
-            miner: miner_ids[0].clone(),
-            storage_nodes: layout.clone(),
-            shard_count: SHARDS,
-            compaction: 3,
-            batch: 100,
-            in_flight: 4,
-            exec: genesis.config.exec,
-            deadline: DEFAULT_CALL_DEADLINE,
-            back_off: DEFAULT_BACK_OFF,
-        };
+        let config = topology.client_config(index, genesis.config.exec);
         let id = config.id.clone();
         clients.push(Mailbox::new().run(id, ClientCore::new(config), Arc::clone(&transport), NoIo, stopped.clone()));
     }

@@ -127,7 +127,7 @@ pub fn check(
     };
     let head = chain.hashes.len() as u64 - 1;
     let head_hash = chain.hashes[head as usize];
-    let expected_shards = match shard_state(chain.state.accounts().as_trie(), fixture.shape.shards) {
+    let expected_shards = match shard_state(chain.state.accounts().as_trie(), fixture.topology.shards) {
         Ok(shards) => shards,
         Err(error) => {
             return Checked {

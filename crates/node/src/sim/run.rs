@@ -18,7 +18,8 @@ use super::plan::{Broken, Faults, Length, Schedule, QUIESCENCE_BOUND};
 use crate::client::{ClientConfig, ClientCore, UserTransfer};
 use crate::miner::{execution_pool, ChainDisk, MinerCore};
 use crate::storage::{log_options, open_core, NodeStorage};
-use crate::testkit::{Fixture, Shape};
+use crate::testkit::Fixture;
+use crate::topology::Topology;
 use crate::workload::{sign_transfers, Skew};
 
 /// What a run is asked to do.
@@ -95,8 +96,24 @@ const OFFER_CHUNKS: usize = 10;
 /// Every call's deadline in the simulation.
 const DEADLINE: Duration = Duration::from_secs(2);
 
-fn shape() -> Shape {
-    Shape { accounts: 200, shards: 16, storage_nodes: 4, replicas: 2, max_block_transfers: 64 }
+/// The simulated cluster: 4 storage nodes with 2 replicas of each shard, a producing and a
+/// following miner, 2 clients.
+fn topology() -> Topology {
+    Topology {
+        accounts: 200,
+        shards: 16,
+        storage_nodes: 4,
+        replicas: 2,
+        miners: MINERS,
+        clients: CLIENTS,
+        retention: 2,
+        compaction: 2,
+        batch: 10,
+        in_flight: 2,
+        max_block_transfers: 64,
+        top_budget_bytes: 1 << 20,
+        seed: 0,
+    }
 }
 
 /// The fixture every run starts from (it costs key derivation, so it is built once).
@@ -106,7 +123,7 @@ fn fixture() -> Arc<Fixture> {
     }
     FIXTURE.with(|cell| {
         cell.borrow_mut()
-            .get_or_insert_with(|| Arc::new(Fixture::new(shape()).unwrap_or_else(|error| unreachable!("{error}"))))
+            .get_or_insert_with(|| Arc::new(Fixture::new(topology()).unwrap_or_else(|error| unreachable!("{error}"))))
             .clone()
     })
 }
@@ -115,18 +132,7 @@ fn fixture() -> Arc<Fixture> {
 pub(crate) type Disks = Rc<RefCell<HashMap<String, MemStorage>>>;
 
 fn client_config(fixture: &Fixture, index: usize) -> ClientConfig {
-    ClientConfig {
-        id: format!("client-{index}"),
-        miner: "miner-0".to_string(),
-        storage_nodes: fixture.layout.clone(),
-        shard_count: fixture.shape.shards,
-        compaction: 2,
-        batch: 10,
-        in_flight: 2,
-        exec: fixture.config.exec,
-        deadline: DEADLINE,
-        back_off: Duration::from_millis(50),
-    }
+    ClientConfig { deadline: DEADLINE, back_off: Duration::from_millis(50), ..fixture.client_config(index) }
 }
 
 /// Builds (or, after a crash, rebuilds from its durable state) node `id`.
@@ -157,7 +163,7 @@ fn open_node(
         let options = StoreOptions::default();
         let (store, head) = crate::miner::open_store_on(storage, options, &fixture.header)
             .unwrap_or_else(|error| failed("chain store", error.to_string()));
-        let config = fixture.miner_config(index, MINERS - 1, 2, 1 << 20);
+        let config = fixture.miner_config(index);
         let pool = execution_pool(1).unwrap_or_else(|error| failed("pool", error.to_string()));
         #[allow(unused_mut)]
         let mut core = MinerCore::new(config, head, pool).unwrap_or_else(|error| failed("miner", error.to_string()));
