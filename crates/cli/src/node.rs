@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tokio::sync::watch;
 use virga_node::process::{self, ClientJob, ClusterPlan, PlanOptions};
-use virga_node::topology::Topology;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -167,19 +166,7 @@ pub fn run(args: &NodeArgs) -> Result<ExitCode> {
 
 fn init_cluster(args: &InitArgs) -> Result<ExitCode> {
     let options = PlanOptions {
-        topology: Topology {
-            accounts: args.accounts,
-            shards: args.shape.shards,
-            storage_nodes: args.storage_nodes,
-            replicas: args.shape.replicas,
-            miners: args.shape.miners,
-            retention: args.shape.retention,
-            compaction: args.shape.compaction,
-            max_block_transfers: args.shape.max_block_transfers(),
-            top_budget_bytes: args.shape.top_budget_bytes(),
-            seed: args.shape.seed,
-            ..Topology::small()
-        },
+        topology: args.shape.topology(args.accounts, args.storage_nodes),
         host: args.host.clone(),
         base_port: args.base_port,
     };

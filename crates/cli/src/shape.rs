@@ -2,6 +2,7 @@
 //! that one flag means the same thing, with the same default, in both.
 
 use clap::Args;
+use virga_node::topology::Topology;
 
 #[derive(Args)]
 pub struct ClusterShape {
@@ -34,6 +35,24 @@ pub struct ClusterShape {
 }
 
 impl ClusterShape {
+    /// The cluster these flags shape, with `accounts` and `storage_nodes` (flags of each
+    /// command's own); clients, batch and in-flight from `Topology::small` until set.
+    pub fn topology(&self, accounts: usize, storage_nodes: usize) -> Topology {
+        Topology {
+            accounts,
+            shards: self.shards,
+            storage_nodes,
+            replicas: self.replicas,
+            miners: self.miners,
+            retention: self.retention,
+            compaction: self.compaction,
+            max_block_transfers: self.max_block_transfers(),
+            top_budget_bytes: self.top_budget_bytes(),
+            seed: self.seed,
+            ..Topology::small()
+        }
+    }
+
     pub fn max_block_transfers(&self) -> usize {
         self.block_transfers
     }

@@ -117,19 +117,10 @@ pub fn run(args: &UpArgs) -> Result<ExitCode> {
     };
     let config = UpConfig {
         topology: Topology {
-            accounts: args.accounts,
-            shards: args.shape.shards,
-            storage_nodes: args.storage_nodes,
-            replicas: args.shape.replicas,
-            miners: args.shape.miners,
             clients: args.clients,
-            retention: args.shape.retention,
-            compaction: args.shape.compaction,
             batch: args.batch,
             in_flight: args.in_flight,
-            max_block_transfers: args.shape.max_block_transfers(),
-            top_budget_bytes: args.shape.top_budget_bytes(),
-            seed: args.shape.seed,
+            ..args.shape.topology(args.accounts, args.storage_nodes)
         },
         dir: dir.clone(),
         duration: Duration::from_secs(args.duration),
