@@ -1,4 +1,5 @@
-//! The gRPC transport (tonic): one `Peer.Call` method per peer, schema in `proto/virga.proto`.
+//! The gRPC transport (tonic): one `Peer.Call` method per peer, the envelope in `proto/virga.proto`,
+//! RainBlock's messages in `proto/rainblock.proto`.
 
 use parking_lot::RwLock;
 use prost::Message;
@@ -10,9 +11,9 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::proto::peer_client::PeerClient;
-use crate::proto::peer_server::{Peer, PeerServer};
-use crate::proto::Envelope;
+use crate::envelope::peer_client::PeerClient;
+use crate::envelope::peer_server::{Peer, PeerServer};
+use crate::envelope::{envelope, reply, Envelope, Reply};
 use crate::{check_response, BoxFuture, Handler, NetError, NetStats, Request, Response, Transport, MAX_MESSAGE_BYTES};
 
 /// Peers at gRPC addresses (`http://127.0.0.1:7001`). Connections are made on first use
@@ -60,12 +61,15 @@ impl Transport for Arc<Grpc> {
             let mut client = this.client(&to)?;
             let request_bytes = request.encoded_len();
             let kind = <crate::Rainblock as crate::role::Protocol>::request_kind(&request);
-            let envelope = Envelope { from: from.clone(), request: Some(request) };
-            let response = client
+            let envelope = Envelope { from: from.clone(), protocol: Some(envelope::Protocol::Rainblock(request)) };
+            let reply = client
                 .call(envelope)
                 .await
                 .map_err(|status| NetError::Unreachable { peer: to.clone(), reason: status.message().to_string() })?
                 .into_inner();
+            let Some(reply::Protocol::Rainblock(response)) = reply.protocol else {
+                return Err(NetError::BadResponse { peer: to });
+            };
             this.stats.record(&from, &to, kind, request_bytes, response.encoded_len());
             check_response(&to, response)
         })
@@ -80,12 +84,13 @@ struct Adapter(Arc<dyn Handler>);
 
 #[tonic::async_trait]
 impl Peer for Adapter {
-    async fn call(&self, request: tonic::Request<Envelope>) -> Result<tonic::Response<Response>, tonic::Status> {
+    async fn call(&self, request: tonic::Request<Envelope>) -> Result<tonic::Response<Reply>, tonic::Status> {
         let envelope = request.into_inner();
-        let Some(inner) = envelope.request else {
-            return Err(tonic::Status::invalid_argument("envelope without a request"));
+        let Some(envelope::Protocol::Rainblock(inner)) = envelope.protocol else {
+            return Err(tonic::Status::invalid_argument("an envelope without a RainBlock request"));
         };
-        Ok(tonic::Response::new(self.0.handle(envelope.from, inner).await))
+        let response = self.0.handle(envelope.from, inner).await;
+        Ok(tonic::Response::new(Reply { protocol: Some(reply::Protocol::Rainblock(response)) }))
     }
 }
 

@@ -7,14 +7,36 @@
 //! - [`InProc`]: the embedded default. Peers are handlers in one process; a call is a
 //!   function call on the callee's handler, with no encoding.
 //! - [`Grpc`]: each peer is a tonic server ([`serve`]) at an address; the schema is
-//!   `proto/virga.proto`.
+//!   `proto/virga.proto` (an envelope with one arm per protocol) and
+//!   `proto/rainblock.proto` (RainBlock's messages).
 //!
 //! Both count, per role, messages, bytes (each message's protobuf encoded length, so the
 //! counts are identical across transports) and round trips ([`NetStats`]).
 
-pub mod proto {
+/// The generated messages, in modules that mirror their protobuf packages.
+mod generated {
     #![allow(clippy::all)]
-    include!(concat!(env!("OUT_DIR"), "/virga.v1.rs"));
+    pub mod virga {
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/virga.v1.rs"));
+        }
+        pub mod rainblock {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/virga.rainblock.v1.rs"));
+            }
+        }
+    }
+}
+
+/// RainBlock's messages (package `virga.rainblock.v1`).
+pub mod proto {
+    pub use crate::generated::virga::rainblock::v1::*;
+}
+
+/// The envelope every peer call travels in (package `virga.v1`): the protocol's message in
+/// the arm of its protocol.
+pub mod envelope {
+    pub use crate::generated::virga::v1::*;
 }
 
 pub mod driver;
