@@ -13,6 +13,7 @@ mod limits;
 mod node;
 mod rainblock_bench;
 mod shape;
+mod sim;
 mod up;
 
 // mimalloc keeps small node allocations tight (no per-block header) and is the
@@ -52,6 +53,9 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Models of the protocols: predictions from costs calibrated on this machine.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
     /// The transactional key-value store.
     #[command(subcommand)]
     Kv(KvCommand),
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up(args) => up::run(&args),
+        Command::Sim(command) => sim::run(&command),
         Command::Node(args) => node::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::StateRoot { genesis } => state_root(&genesis),
