@@ -105,8 +105,9 @@ pub struct PredictArgs {
     /// Write the results as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Prints the share of the cores this process gets with this many busy threads, and
-    /// exits (run pinned by the calibration itself, once per core set).
+    /// Prints the share of the cores this process gets with this many busy threads and the
+    /// latency of a log append with fsync now, and exits (run pinned by the calibration
+    /// itself, once per core set, and beside each validation run).
     #[arg(long, hide = true, value_parser = crate::limits::count_between(1, 4_096))]
     pub measure_cpu_share: Option<usize>,
 }
@@ -184,7 +185,7 @@ fn pinned_cpu_shares(cores: usize) -> Result<BTreeMap<String, f64>> {
             .output()
             .context("running taskset")?;
         let text = String::from_utf8_lossy(&output.stdout);
-        match text.trim().parse::<f64>() {
+        match text.split_whitespace().next().unwrap_or_default().parse::<f64>() {
             Ok(share) if output.status.success() => {
                 shares.insert(cpus, share);
             }
@@ -263,7 +264,8 @@ fn seed_shapes() -> Vec<(String, f64, Shape)> {
 pub fn predict_and_validate(args: &PredictArgs) -> Result<ExitCode> {
     if let Some(threads) = args.measure_cpu_share {
         let share = virga_node::cost::calibrate::cpu_share(threads, 1.0).context("reading /proc/self/stat")?;
-        println!("{share}");
+        let fsync = virga_node::cost::calibrate::fsync_latency_us(20)?;
+        println!("{share} {fsync}");
         return Ok(ExitCode::SUCCESS);
     }
     let calibration = load_or_calibrate(args)?;
@@ -338,17 +340,32 @@ fn run_validation(calibration: &Calibration, rounds: usize) -> Result<Vec<Valida
     eprintln!("validating {} shapes, {rounds} rounds each, interleaved …", shapes.len());
     let rows = validate(calibration, &virga, &shapes, rounds, scratch.path(), &|shape, round, run| {
         let share = run.cpu_share_before.map_or("-".to_string(), |share| format!("{share:.2}"));
-        eprintln!("  round {}: {:<32} {:>8.0} tx/s (cores' share before it {share})", round + 1, shape.name, run.tps)
+        let fsync = run.fsync_us_before.map_or("-".to_string(), |fsync| format!("{fsync:.0} µs"));
+        eprintln!(
+            "  round {}: {:<32} {:>8.0} tx/s (before it: cores' share {share}, fsync {fsync})",
+            round + 1,
+            shape.name,
+            run.tps
+        )
     })?;
     println!(
-        "\n  {:<32} {:>10} {:>10} {:>18} {:>8} {:>7} {:>10} {:>8}  bound",
-        "shape", "predicted", "measured", "(min–max)", "error", "share", "at share", "error"
+        "\n  {:<32} {:>10} {:>10} {:>18} {:>8} {:>7} {:>10} {:>8} {:>14} {:>8}  bound",
+        "shape",
+        "predicted",
+        "measured",
+        "(min–max)",
+        "error",
+        "share",
+        "at share",
+        "error",
+        "µs/tx pred/meas",
+        "error"
     );
     let entries = rows
         .into_iter()
         .map(|row| {
             println!(
-                "  {:<32} {:>10.0} {:>10.0} {:>8.0}–{:<8.0} {:>+7.1}% {:>7} {:>10} {:>8}  {:?}",
+                "  {:<32} {:>10.0} {:>10.0} {:>8.0}–{:<8.0} {:>+7.1}% {:>7} {:>10} {:>8} {:>6.0}/{:<7} {:>8}  {:?}",
                 row.shape.name,
                 row.predicted_tps,
                 row.measured_tps,
@@ -358,6 +375,9 @@ fn run_validation(calibration: &Calibration, rounds: usize) -> Result<Vec<Valida
                 row.cpu_share_at_runs.map_or("-".to_string(), |share| format!("{share:.2}")),
                 row.predicted_tps_at_share.map_or("-".to_string(), |tps| format!("{tps:.0}")),
                 row.error_at_share.map_or("-".to_string(), |error| format!("{:+.1}%", error * 100.0)),
+                row.predicted_cpu_us_per_tx,
+                row.measured_cpu_us_per_tx.map_or("-".to_string(), |cpu| format!("{cpu:.0}")),
+                row.cpu_error.map_or("-".to_string(), |error| format!("{:+.1}%", error * 100.0)),
                 row.bottleneck
             );
             ValidationEntry {

@@ -104,7 +104,7 @@ impl CalibrationSetup {
             compaction: 5,
             small_block: 100,
             large_block: 400,
-            repetitions: 7,
+            repetitions: 9,
         }
     }
 }
@@ -139,7 +139,7 @@ pub struct StorageCosts {
     pub apply_update_us: f64,
     /// Appending one block's record to the log with fsync (`StorageDisk` on a file in a
     /// temporary directory): its wall-clock time (mostly the device's latency) and the
-    /// thread's own CPU time in it (user and kernel, from /proc/thread-self/schedstat).
+    /// thread's own CPU time in it (user and kernel, `CLOCK_THREAD_CPUTIME_ID`).
     pub log_append_fsync_us: f64,
     pub log_append_cpu_us: f64,
     /// A witness request (`StorageCore::witness`): per call and per key.
@@ -230,6 +230,16 @@ impl Calibration {
     }
 }
 
+/// Wall-clock microseconds of a storage node's log append with fsync now: the median of
+/// `appends` appends of a small record to a fresh log in the temporary directory.
+pub fn fsync_latency_us(appends: usize) -> Result<f64, CalibrationError> {
+    let mut log = LogProbe::new()?;
+    for index in 0..appends.max(1) {
+        log.append(vec![index as u8; 256])?;
+    }
+    Ok(log.finish().0)
+}
+
 /// The median of `values` (0 when empty).
 pub fn median(values: &[f64]) -> f64 {
     let mut sorted: Vec<f64> = values.iter().copied().filter(|value| value.is_finite()).collect();
@@ -264,11 +274,7 @@ fn micros(since: Instant) -> f64 {
 /// `CLOCK_PROCESS_CPUTIME_ID` (time preempted by other processes is not in it). `None` where
 /// the clock cannot be read.
 fn process_cpu_us() -> Option<f64> {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `clock_gettime` writes one `timespec` through the pointer, which points to a
-    // live, writable one.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
-    (status == 0).then(|| now.tv_sec as f64 * 1e6 + now.tv_nsec as f64 / 1e3)
+    cpu_clock_us(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// Times work by the process's CPU time where /proc allows (less the cost of reading it),
@@ -620,43 +626,65 @@ impl Rig {
     }
 }
 
-/// This thread's time on a CPU so far (user and kernel), microseconds; `None` where
-/// /proc/thread-self/schedstat is not readable.
+/// This thread's CPU time so far (user and kernel), microseconds, from
+/// `CLOCK_THREAD_CPUTIME_ID`; `None` where the clock cannot be read.
 fn thread_cpu_us() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let nanos: f64 = text.split_whitespace().next()?.parse().ok()?;
-    Some(nanos / 1e3)
+    cpu_clock_us(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
-/// The log append with fsync of `records`, on a temporary directory: median wall-clock and
-/// CPU microseconds.
-fn log_append_us(records: &[Vec<u8>]) -> Result<(f64, f64), CalibrationError> {
-    let dir = tempfile_dir()?;
-    let storage: virga_core::device::SharedStorage = Arc::new(
-        virga_core::device::FileStorage::create_dir_all(&dir)
-            .map_err(|source| CalibrationError::Io { path: dir.display().to_string(), source })?,
-    );
-    let node = NodeStorage::on(storage, log_options()).map_err(|error| CalibrationError::Setup(error.to_string()))?;
-    let fixture = Fixture::new(Shape { accounts: 2, ..Shape::default() }).map_err(CalibrationError::Setup)?;
-    let served = fixture.served("storage-0").ok_or_else(|| CalibrationError::Setup("no storage-0".to_string()))?;
-    let opened = open_core("storage-0", served, fixture.header.clone(), &fixture.sharded, node)
-        .map_err(|error| CalibrationError::Setup(error.to_string()))?;
-    let mut disk = opened.disk.ok_or_else(|| CalibrationError::Setup("a logged node without a disk".to_string()))?;
-    let (mut times, mut cpu) = (Vec::new(), Vec::new());
-    for record in records {
+fn cpu_clock_us(clock: libc::clockid_t) -> Option<f64> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `clock_gettime` writes one `timespec` through the pointer, which points to a
+    // live, writable one.
+    let status = unsafe { libc::clock_gettime(clock, &mut now) };
+    (status == 0).then(|| now.tv_sec as f64 * 1e6 + now.tv_nsec as f64 / 1e3)
+}
+
+/// A storage node's log on a temporary directory, for timing appends with fsync.
+struct LogProbe {
+    dir: std::path::PathBuf,
+    disk: crate::storage::StorageDisk,
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl LogProbe {
+    fn new() -> Result<LogProbe, CalibrationError> {
+        let dir = tempfile_dir()?;
+        let storage: virga_core::device::SharedStorage = Arc::new(
+            virga_core::device::FileStorage::create_dir_all(&dir)
+                .map_err(|source| CalibrationError::Io { path: dir.display().to_string(), source })?,
+        );
+        let node =
+            NodeStorage::on(storage, log_options()).map_err(|error| CalibrationError::Setup(error.to_string()))?;
+        let fixture = Fixture::new(Shape { accounts: 2, ..Shape::default() }).map_err(CalibrationError::Setup)?;
+        let served = fixture.served("storage-0").ok_or_else(|| CalibrationError::Setup("no storage-0".to_string()))?;
+        let opened = open_core("storage-0", served, fixture.header.clone(), &fixture.sharded, node)
+            .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+        let disk = opened.disk.ok_or_else(|| CalibrationError::Setup("a logged node without a disk".to_string()))?;
+        Ok(LogProbe { dir, disk, wall: Vec::new(), cpu: Vec::new() })
+    }
+
+    /// Appends `record` (with fsync) and keeps its wall-clock and CPU time.
+    fn append(&mut self, record: Vec<u8>) -> Result<(), CalibrationError> {
         let cpu_before = thread_cpu_us();
         let started = Instant::now();
-        let done = disk.execute(StorageIo::Append { record: record.clone() });
-        times.push(micros(started));
+        let done = self.disk.execute(StorageIo::Append { record });
+        self.wall.push(micros(started));
         if let (Some(before), Some(after)) = (cpu_before, thread_cpu_us()) {
-            cpu.push(after - before);
+            self.cpu.push(after - before);
         }
-        if let crate::storage::StorageIoDone::Appended(Err(reason)) = done {
-            return Err(step_error("log append")(reason));
+        match done {
+            crate::storage::StorageIoDone::Appended(Err(reason)) => Err(step_error("log append")(reason)),
+            _ => Ok(()),
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok((median(&times), median(&cpu)))
+
+    /// Median wall-clock and CPU microseconds of the appends.
+    fn finish(self) -> (f64, f64) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        (median(&self.wall), median(&self.cpu))
+    }
 }
 
 fn tempfile_dir() -> Result<std::path::PathBuf, CalibrationError> {
@@ -865,10 +893,24 @@ pub fn calibrate(setup: &CalibrationSetup) -> Result<Calibration, CalibrationErr
     // One block of each size first, untimed: the top layer grows along the hot paths.
     rig.block(setup.small_block)?;
     rig.block(setup.large_block)?;
+    // The log appends are spread over the blocks (two per block: one of each size's
+    // records), so a short slow spell of the disk does not set the figure.
+    let mut log = LogProbe::new()?;
     let (mut small, mut large) = (Vec::new(), Vec::new());
     for _ in 0..setup.repetitions {
-        small.push(rig.block(setup.small_block)?);
-        large.push(rig.block(setup.large_block)?);
+        for sample in [rig.block(setup.small_block)?, rig.block(setup.large_block)?] {
+            if let Some(record) = sample.messages.iter().find_map(|m| match &m.body {
+                Some(RequestBody::ApplyBlock(updates)) => Some(updates.encode_to_vec()),
+                _ => None,
+            }) {
+                log.append(record)?;
+            }
+            if sample.transfers == setup.small_block {
+                small.push(sample);
+            } else {
+                large.push(sample);
+            }
+        }
     }
     let per = |samples: &[BlockSample], value: &dyn Fn(&BlockSample) -> f64, count: &dyn Fn(&BlockSample) -> usize| {
         median(&samples.iter().map(|s| value(s) / count(s).max(1) as f64).collect::<Vec<_>>())
@@ -927,16 +969,7 @@ pub fn calibrate(setup: &CalibrationSetup) -> Result<Calibration, CalibrationErr
         calls_and_units(&large, &witness_counts, &keys),
         med(&large, &|s| s.witness_us),
     );
-    let records: Vec<Vec<u8>> = both
-        .iter()
-        .filter_map(|s| {
-            s.messages.iter().find_map(|m| match &m.body {
-                Some(RequestBody::ApplyBlock(updates)) => Some(updates.encode_to_vec()),
-                _ => None,
-            })
-        })
-        .collect();
-    let (log_append_fsync_us, log_append_cpu_us) = log_append_us(&records)?;
+    let (log_append_fsync_us, log_append_cpu_us) = log.finish();
     let storage = StorageCosts {
         apply_call_us,
         apply_update_us,

@@ -21,7 +21,9 @@
 //!    transfer, per-block costs spread over the block size B) against the cores all roles
 //!    share: on this machine the calibration's `effective_cores`; at scale M·T. On one
 //!    machine an fsync holds a runtime worker (one per core) for its whole wall-clock time,
-//!    so its wait counts as a core's time too.
+//!    so its wait counts as a core's time too: per block the storage nodes' fsyncs overlap
+//!    (concurrent fsyncs share one journal commit) and hold every worker once, and the
+//!    miner's store one worker once more.
 //! 2. **CPU, per role** (each role on its own machines, M ≥ roles): clients' demand against
 //!    clients·T threads; the miner's recovery against its T threads.
 //! 3. **The miner's serial part.** The miner's core steps one event at a time: per transfer
@@ -42,7 +44,9 @@
 //!    bandwidth (network links only).
 //!
 //! The block size B is solved as a fixed point: blocks hold what arrives while the previous
-//! block commits (at least a batch, at most B_max). Commit latency is R0 when the loop is
+//! block commits (at least a batch, at most B_max and what the clients have out), searched
+//! from the largest block down. On one machine the storage nodes' ApplyBlocks (apply and
+//! fsync) take turns on the runtime's workers, one per core. Commit latency is R0 when the loop is
 //! the bound, and by Little's law outstanding/throughput when a resource is.
 //!
 //! Assumed, not modelled: queueing below saturation (throughput is the bound's minimum,
@@ -266,8 +270,12 @@ impl Costs<'_> {
         let updates = block * traffic.updates_per_transfer / nodes;
         let message = traffic.apply_bytes_per_call + updates * traffic.apply_bytes_per_update;
         let remote = self.shape.regions > 1;
-        let apply = storage.apply_call_us + updates * storage.apply_update_us + storage.log_append_fsync_us;
-        let to_storage = 2.0 * self.hop_us(!remote, message) + apply;
+        let apply = storage.apply_call_us + updates * storage.apply_update_us;
+        // On one machine the storage nodes apply on the runtime's workers (one per core), so
+        // their ApplyBlocks take turns; on machines of their own, all at once. Their fsyncs
+        // overlap either way (concurrent fsyncs share the file system's journal commit).
+        let turns = if self.shape.machines > 1 { 1.0 } else { (nodes / self.pooled_cores().max(1.0)).ceil() };
+        let to_storage = 2.0 * self.hop_us(!remote, message) + turns * apply + storage.log_append_fsync_us;
         let followers = if self.shape.miners > 1 {
             let gossip_bytes = block * traffic.submission_bytes_per_transfer;
             2.0 * self.hop_us(!remote, gossip_bytes) + self.follower_us(block)
@@ -331,9 +339,10 @@ pub fn predict(calibration: &Calibration, shape: &Shape) -> Prediction {
     let costs = Costs { calibration, shape };
     let max_block = shape.max_block_transfers.max(1) as f64;
     let outstanding = outstanding_per_client(shape) * shape.clients.max(1) as f64;
-    let mut block = (shape.batch.max(1) as f64).min(max_block);
+    // Blocks hold what arrives while the one before commits: from the largest block the loop
+    // allows down to the block size that holds one cycle's arrivals.
+    let mut block = max_block.min(outstanding.max(1.0)).max(shape.batch.max(1) as f64).min(max_block);
     let mut result = bounds(&costs, block, outstanding);
-    // Blocks hold what arrives while the one before commits.
     for _ in 0..50 {
         let (_, tps) = minimum(&result);
         let cycle_us = costs.build_time_us(block).max(costs.commit_us(block));
@@ -364,16 +373,18 @@ pub fn predict(calibration: &Calibration, shape: &Shape) -> Prediction {
     }
 }
 
-/// On one machine, each fsync (every storage node's and the miner's store, per block)
-/// holds one of the runtime's worker threads, of which there are as many as cores, for its
-/// whole wall-clock time: the part not spent on the CPU is a core's time lost all the same.
+/// On one machine an fsync holds one of the runtime's worker threads (as many as cores) for
+/// its whole wall-clock time, and the part not spent on the CPU is a core's time lost all the
+/// same. Per block the storage nodes' fsyncs overlap (one journal commit serves concurrent
+/// fsyncs) and hold every worker once, and the miner's store holds one worker once more.
 fn blocked_us(costs: &Costs, block: f64) -> f64 {
     if costs.shape.machines > 1 {
         return 0.0;
     }
     let storage = &costs.calibration.storage;
     let waiting = (storage.log_append_fsync_us - storage.log_append_cpu_us).max(0.0);
-    (costs.shape.storage_nodes + 1) as f64 * waiting / block
+    let workers = costs.pooled_cores().min(costs.shape.storage_nodes as f64);
+    (workers + 1.0) * waiting / block
 }
 
 fn total_cpu_us(costs: &Costs, block: f64) -> f64 {

@@ -98,6 +98,20 @@ impl RunShape {
     }
 }
 
+/// Transfers per second a run of `transfers` reports when the cluster runs at `prediction`:
+/// a finite run also has a start (the first batches' round before anything commits), and
+/// `virga up` notices the last commit within its 200 ms polling period (100 ms on average).
+///
+/// (A bound from each sender's transfers going one round after another, the busiest
+/// sender's count times the loaded round, was tried and dropped: it predicted four clients
+/// slower than two, and the runs measured them as fast or faster.)
+pub fn finite_run_tps(prediction: &Prediction, shape: &RunShape) -> f64 {
+    let tps = prediction.predicted_tps.max(1e-9);
+    let start = prediction.batch_round_ms / 1e3;
+    let seconds = shape.transfers as f64 / tps + start + 0.1;
+    shape.transfers as f64 / seconds
+}
+
 /// What one run of `virga up` reported, with the share of its cores a busy process got
 /// just before it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -106,12 +120,14 @@ pub struct Run {
     /// Cores' worth of CPU a CPU-bound process pinned like the run got in the second before
     /// it (`virga sim rainblock --measure-cpu-share`): the machine's other load at the time.
     pub cpu_share_before: Option<f64>,
+    /// A log append with fsync just before it, microseconds: the disk's other load.
+    pub fsync_us_before: Option<f64>,
     pub cpu_us_per_tx: Option<f64>,
     pub committed: u64,
     pub run_seconds: f64,
 }
 
-/// One shape's prediction beside its measurements.
+/// One shape's prediction (for a run of its transfers: [`finite_run_tps`]) beside its measurements.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ValidationRow {
     pub shape: RunShape,
@@ -127,9 +143,13 @@ pub struct ValidationRow {
     pub runs: Vec<Run>,
     /// (predicted − measured) / measured.
     pub error: f64,
-    /// The prediction again with the cores' share measured beside the runs (their median)
-    /// instead of the frozen calibration's, and its error: how much of the error is the
-    /// machine's other load moving between the calibration and the runs.
+    /// The prediction again with the machine's conditions measured beside the runs (the
+    /// medians of the cores' share and of the fsync latency) instead of the frozen
+    /// calibration's, every event cost unchanged, and its error: how much of the error is
+    /// the machine's other load moving between the calibration and the runs.
+    /// (predicted − measured) / measured CPU per transfer: the event costs' own check, which
+    /// the machine's other load hardly moves (it takes cores, not work per transfer).
+    pub cpu_error: Option<f64>,
     pub cpu_share_at_runs: Option<f64>,
     pub predicted_tps_at_share: Option<f64>,
     pub error_at_share: Option<f64>,
@@ -146,8 +166,9 @@ pub enum ValidationError {
     Report { shape: String, path: String, reason: String },
 }
 
-/// The share of `shape`'s cores a busy process pinned like it gets now (one second).
-pub fn cpu_share_now(virga: &Path, shape: &RunShape) -> Option<f64> {
+/// The machine's conditions now for `shape`: the share of its cores a busy process pinned
+/// like it gets (one second), and the latency of a log append with fsync, microseconds.
+pub fn conditions_now(virga: &Path, shape: &RunShape) -> Option<(f64, f64)> {
     let cpus = shape.cpus.as_ref()?;
     let threads = cpus.split(',').filter(|cpu| !cpu.is_empty()).count().max(1);
     let output = Command::new("taskset")
@@ -159,12 +180,15 @@ pub fn cpu_share_now(virga: &Path, shape: &RunShape) -> Option<f64> {
     if !output.status.success() {
         return None;
     }
-    String::from_utf8_lossy(&output.stdout).trim().parse().ok()
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut numbers = text.split_whitespace().map(str::parse::<f64>);
+    Some((numbers.next()?.ok()?, numbers.next()?.ok()?))
 }
 
 /// Runs `shape` once: `virga up` in a child process (under `taskset` when it names cores).
 pub fn run_once(virga: &Path, shape: &RunShape, scratch: &Path) -> Result<Run, ValidationError> {
-    let cpu_share_before = cpu_share_now(virga, shape);
+    let conditions = conditions_now(virga, shape);
+    let (cpu_share_before, fsync_us_before) = (conditions.map(|c| c.0), conditions.map(|c| c.1));
     let report = scratch.join(format!("up-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&report);
     let mut arguments: Vec<String> = vec![
@@ -226,6 +250,7 @@ pub fn run_once(virga: &Path, shape: &RunShape, scratch: &Path) -> Result<Run, V
     Ok(Run {
         tps: number("tps").ok_or_else(|| bad("no tps".to_string()))?,
         cpu_share_before,
+        fsync_us_before,
         cpu_us_per_tx: number("cpu_us_per_tx"),
         committed: json.get("committed").and_then(serde_json::Value::as_u64).unwrap_or(0),
         run_seconds: number("run_seconds").unwrap_or(0.0),
@@ -242,8 +267,14 @@ pub fn validate(
     scratch: &Path,
     progress: &dyn Fn(&RunShape, usize, &Run),
 ) -> Result<Vec<ValidationRow>, ValidationError> {
-    let predictions: Vec<Prediction> =
-        shapes.iter().map(|shape| predict(calibration, &shape.model_shape(calibration))).collect();
+    let predictions: Vec<Prediction> = shapes
+        .iter()
+        .map(|shape| {
+            let mut prediction = predict(calibration, &shape.model_shape(calibration));
+            prediction.predicted_tps = finite_run_tps(&prediction, shape);
+            prediction
+        })
+        .collect();
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); shapes.len()];
     for round in 0..rounds {
         for (index, shape) in shapes.iter().enumerate() {
@@ -268,9 +299,17 @@ pub fn row(calibration: &Calibration, shape: &RunShape, prediction: &Prediction,
     let measured = median(&rates);
     let error = |predicted: f64| if measured > 0.0 { (predicted - measured) / measured } else { f64::INFINITY };
     let share = (!shares.is_empty()).then(|| median(&shares));
-    let at_share =
-        share.map(|share| predict(calibration, &shape.model_shape_with(calibration, Some(share))).predicted_tps);
+    let fsyncs: Vec<f64> = runs.iter().filter_map(|run| run.fsync_us_before).collect();
+    let at_share = share.map(|share| {
+        let mut at_runs = calibration.clone();
+        if !fsyncs.is_empty() {
+            at_runs.storage.log_append_fsync_us = median(&fsyncs).max(at_runs.storage.log_append_cpu_us);
+        }
+        finite_run_tps(&predict(&at_runs, &shape.model_shape_with(&at_runs, Some(share))), shape)
+    });
+    let measured_cpu = (!cpu.is_empty()).then(|| median(&cpu));
     ValidationRow {
+        cpu_error: measured_cpu.map(|cpu| (prediction.cpu_us_per_tx - cpu) / cpu),
         cpu_share_at_runs: share,
         predicted_tps_at_share: at_share,
         error_at_share: at_share.map(error),
@@ -282,7 +321,7 @@ pub fn row(calibration: &Calibration, shape: &RunShape, prediction: &Prediction,
         measured_tps: measured,
         measured_tps_min: rates.iter().copied().fold(f64::INFINITY, f64::min),
         measured_tps_max: rates.iter().copied().fold(0.0, f64::max),
-        measured_cpu_us_per_tx: (!cpu.is_empty()).then(|| median(&cpu)),
+        measured_cpu_us_per_tx: measured_cpu,
         runs,
         error: error(prediction.predicted_tps),
     }
