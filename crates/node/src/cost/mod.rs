@@ -13,6 +13,8 @@
 
 pub mod calibrate;
 pub mod model;
+pub mod probes;
+mod rig;
 pub mod validate;
 
 pub use calibrate::{calibrate, Calibration, CalibrationError, CalibrationSetup};
