@@ -18,4 +18,4 @@ mod rig;
 pub mod validate;
 
 pub use calibrate::{calibrate, Calibration, CalibrationError, CalibrationSetup};
-pub use model::{predict, Links, Prediction, Shape};
+pub use model::{cpu_us, predict, Links, Prediction, Shape, Work};

@@ -3,7 +3,8 @@
 //!
 //! # Event costs
 //!
-//! Microseconds of one thread of the calibrated machine, linear in the event's size:
+//! [`cpu_us`] of a [`Work`] (what a simulator charges per event): microseconds of one
+//! thread of the calibrated machine, linear in the event's size:
 //! - a submission of n transfers at the miner: recovery n·`recover` (parallel on the
 //!   miner's threads), then admission, building and the rest of the step, serial:
 //!   n·(`admit` + `build` + `other`) + per block (`build_block` + `other_block` + `commit_block`);
@@ -58,6 +59,57 @@
 use serde::{Deserialize, Serialize};
 
 use super::calibrate::Calibration;
+
+/// A role's unit of work, for a simulator charging CPU time per event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// The miner takes a submission of n transfers into the block it builds: recovery
+    /// (parallel on its execution pool) and admission (its bag attached to the top layer).
+    Submission { transfers: usize },
+    /// The miner builds a block of n transfers once they are admitted (execution, roots,
+    /// work, logical updates, replies).
+    BuildBlock { transfers: usize },
+    /// The miner commits a built block (the storage nodes' acknowledgements, the store's completion).
+    CommitBlock,
+    /// A storage node applies an `ApplyBlock` of u updates and logs it (the fsync's CPU;
+    /// its latency is [`Calibration::storage`]'s `log_append_fsync_us`).
+    ApplyBlock { updates: usize },
+    /// A storage node answers a witness request of k keys.
+    Witness { keys: usize },
+    /// A client checks the witnesses of a batch (k keys), pre-executes its n transfers and
+    /// bags them.
+    ClientBatch { transfers: usize, keys: usize },
+    /// A message of `bytes` over gRPC (both ends; `grpc` false: the in-process transport).
+    Message { bytes: usize, grpc: bool },
+}
+
+/// CPU microseconds of `work` on the calibrated machine, on one thread.
+pub fn cpu_us(calibration: &Calibration, work: Work) -> f64 {
+    let (miner, storage, client, messages) =
+        (&calibration.miner, &calibration.storage, &calibration.client, &calibration.messages);
+    match work {
+        Work::Submission { transfers } => transfers as f64 * (miner.recover_us + miner.admit_us),
+        Work::BuildBlock { transfers } => {
+            transfers as f64 * (miner.build_us + miner.other_us) + miner.build_block_us + miner.other_block_us
+        }
+        Work::CommitBlock => miner.commit_block_us,
+        Work::ApplyBlock { updates } => {
+            storage.apply_call_us + updates as f64 * storage.apply_update_us + storage.log_append_cpu_us
+        }
+        Work::Witness { keys } => storage.witness_call_us + keys as f64 * storage.witness_key_us,
+        Work::ClientBatch { transfers, keys } => {
+            keys as f64 * client.verify_key_us + transfers as f64 * (client.preexec_us + client.bag_us)
+        }
+        // In process a message is handed over, not encoded: its size costs nothing.
+        Work::Message { grpc: false, .. } => messages.inproc_call_us,
+        Work::Message { bytes, grpc: true } => {
+            messages.grpc_call_us.unwrap_or(messages.inproc_call_us)
+                + bytes as f64
+                    * messages.grpc_ns_per_byte.unwrap_or(messages.encode_ns_per_byte + messages.decode_ns_per_byte)
+                    / 1e3
+        }
+    }
+}
 
 /// One direction of a network link.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -516,6 +568,36 @@ mod tests {
         }
         scaled.messages.inproc_call_us *= factor;
         scaled
+    }
+
+    #[test]
+    fn event_costs_are_linear_in_their_size_and_add_up_to_the_miners_step() {
+        let calibration = example();
+        let works: [fn(usize) -> Work; 6] = [
+            |n| Work::Submission { transfers: n },
+            |n| Work::BuildBlock { transfers: n },
+            |n| Work::ApplyBlock { updates: n },
+            |n| Work::Witness { keys: n },
+            |n| Work::ClientBatch { transfers: n, keys: 2 * n },
+            |n| Work::Message { bytes: 1_000 * n, grpc: true },
+        ];
+        for work in works {
+            let (one, two, three) =
+                (cpu_us(&calibration, work(100)), cpu_us(&calibration, work(200)), cpu_us(&calibration, work(300)));
+            assert!(two > one, "{:?}", work(100));
+            assert!(((three - two) - (two - one)).abs() < 1e-6, "{:?}", work(100));
+        }
+        let miner = &calibration.miner;
+        let step = cpu_us(&calibration, Work::Submission { transfers: 100 })
+            + cpu_us(&calibration, Work::BuildBlock { transfers: 100 });
+        let parts = 100.0 * (miner.recover_us + miner.admit_us + miner.build_us + miner.other_us)
+            + miner.build_block_us
+            + miner.other_block_us;
+        assert!((step - parts).abs() < 1e-6);
+        assert_eq!(
+            cpu_us(&calibration, Work::Message { bytes: 10, grpc: false }),
+            cpu_us(&calibration, Work::Message { bytes: 10_000, grpc: false })
+        );
     }
 
     #[test]
