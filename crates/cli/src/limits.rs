@@ -50,3 +50,24 @@ pub fn probability(text: &str) -> Result<f64, String> {
         _ => Err("must be a number from 0 to 1".to_owned()),
     }
 }
+
+/// A count from `min` to `max`.
+pub fn count_between(min: u64, max: u64) -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(min..=max)
+}
+
+/// A one-way link latency in milliseconds: 0 to 10 s.
+pub fn latency_ms(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && (0.0..=10_000.0).contains(&value) => Ok(value),
+        _ => Err("must be a latency from 0 to 10000 milliseconds".to_owned()),
+    }
+}
+
+/// A link's bandwidth in megabits per second: above 0, at most 10 Tbit/s.
+pub fn bandwidth_mbit(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 && value <= 10_000_000.0 => Ok(value),
+        _ => Err("must be a bandwidth above 0 and at most 10000000 Mbit/s".to_owned()),
+    }
+}

@@ -13,6 +13,7 @@ mod limits;
 mod node;
 mod rainblock_bench;
 mod shape;
+mod sim;
 mod sim_seeds;
 mod up;
 
@@ -53,9 +54,10 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Protocols under the deterministic simulator.
+    /// Protocols under the deterministic simulator (`--seeds N` with faults), and their cost
+    /// model's predictions (`--predict`, `--validate`, `--seed-setups`).
     #[command(subcommand)]
-    Sim(SimCommand),
+    Sim(sim::SimCommand),
     /// The transactional key-value store.
     #[command(subcommand)]
     Kv(KvCommand),
@@ -67,30 +69,6 @@ enum Command {
     /// Prints a block of a chain directory and its transfers with their receipts (re-executed
     /// from genesis), as JSON.
     Block(ledger::BlockArgs),
-}
-
-#[derive(Subcommand)]
-enum SimCommand {
-    /// RainBlock's storage nodes, miners and clients under faults: `--seeds N` runs N seeds
-    /// and checks each run; a failure prints the command that replays it.
-    Rainblock(SimRainblockArgs),
-}
-
-#[derive(Args, Debug)]
-struct SimRainblockArgs {
-    #[command(flatten)]
-    seeds: sim_seeds::SeedArgs,
-    /// Writes the report as JSON (wall-clock figures under `timing`).
-    #[arg(long)]
-    json: Option<PathBuf>,
-}
-
-fn sim_rainblock(args: &SimRainblockArgs) -> anyhow::Result<ExitCode> {
-    let Some(seeds) = args.seeds.seeds else {
-        anyhow::bail!("say what to run: --seeds N");
-    };
-    let passed = sim_seeds::run(&args.seeds, seeds, args.json.as_ref())?;
-    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 #[derive(Subcommand)]
@@ -152,6 +130,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up(args) => up::run(&args),
+        Command::Sim(command) => sim::run(&command),
         Command::Node(args) => node::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::StateRoot { genesis } => state_root(&genesis),
@@ -165,7 +144,6 @@ fn main() -> ExitCode {
         Command::Schedule(args) => ledger::schedule_block(&args),
         Command::Verify(args) => ledger::verify(&args),
         Command::Block(args) => ledger::show_block(&args),
-        Command::Sim(SimCommand::Rainblock(args)) => sim_rainblock(&args),
     };
     match result {
         Ok(code) => code,

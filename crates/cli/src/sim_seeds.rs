@@ -34,7 +34,7 @@ pub struct SeedArgs {
     pub log: Option<tracing::Level>,
     /// Threads running seeds (default: one per core).
     #[arg(long, value_parser = limits::count(1))]
-    pub threads: Option<usize>,
+    pub workers: Option<usize>,
 }
 
 fn parse_faults(text: &str) -> Result<String, String> {
@@ -97,7 +97,7 @@ pub fn run(args: &SeedArgs, seeds: u64, json: Option<&PathBuf>) -> anyhow::Resul
     let broken = args.broken.as_deref().map(broken_variant).transpose().map_err(anyhow::Error::msg)?;
     let length = if args.short { Length::Short } else { Length::Full };
     let last = args.first_seed.checked_add(seeds).context("--first-seed plus --seeds overflows")?;
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     eprintln!(
         "running {seeds} {} seed(s) from {} with faults `{}` on {threads} thread(s)",
         if args.short { "short" } else { "full-length" },

@@ -5,3 +5,4 @@ mod cli;
 mod kv;
 mod ledger;
 mod node;
+mod sim;

@@ -409,7 +409,7 @@ pub async fn run_clients(
 
 /// User plus system CPU seconds of this process so far, from `/proc/self/stat` (fields 14
 /// and 15, in the kernel's fixed user-visible 100 ticks per second).
-fn process_cpu_seconds() -> Option<f64> {
+pub(crate) fn process_cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // The command name (field 2) may hold spaces; the fields after it follow its ')'.
     let after_name = &stat[stat.rfind(')')? + 1..];

@@ -22,6 +22,7 @@ pub mod cluster;
 mod codec;
 #[cfg(test)]
 mod core_tests;
+pub mod cost;
 pub mod fuzzing;
 pub mod miner;
 #[cfg(feature = "grpc")]

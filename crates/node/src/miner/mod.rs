@@ -272,6 +272,17 @@ impl MinerCore {
         self.layer.head()
     }
 
+    /// The tip's header and top layer: what the next block builds on (the cost calibration
+    /// times admission and building on a copy of it).
+    pub(crate) fn tip(&self) -> (&Header, &virga_trie::PartialTrie) {
+        (&self.layer.tip.header, &self.layer.tip.top)
+    }
+
+    /// The execution pool blocks are built on.
+    pub(crate) fn pool(&self) -> &rayon::ThreadPool {
+        &self.pool
+    }
+
     /// Whether the top layer is warm (the miner builds blocks only then), and why the last
     /// warm-up round failed, if it did.
     pub fn warm_up_state(&self) -> (bool, Option<(u64, &str)>) {

@@ -1,0 +1,207 @@
+//! The calibration's probes of the machine and the transports: prost and keccak per byte and
+//! node, a call over the in-process and the gRPC transport, the CPU model, and the share of
+//! the cores a busy process gets.
+
+use alloy_primitives::{keccak256, B256};
+use prost::Message;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use virga_ledger::tx::{RecoveredTransfer, SignedTransfer};
+use virga_net::proto::{self};
+use virga_net::{Handler, Request, Response, ResponseBody};
+
+use crate::codec::block_id;
+use crate::testkit::Fixture;
+use crate::topology::Topology;
+use crate::workload::{sign_transfers, Skew};
+
+use super::calibrate::{median, step_error, CalibrationError};
+use super::rig::micros;
+
+/// prost encoding and decoding of `messages`: nanoseconds per byte (medians over messages).
+pub(super) fn codec_ns_per_byte(messages: &[Request]) -> (f64, f64) {
+    let (mut encode, mut decode) = (Vec::new(), Vec::new());
+    for message in messages {
+        let bytes = message.encoded_len().max(1) as f64;
+        let rounds = 8;
+        let started = Instant::now();
+        let mut encoded = Vec::new();
+        for _ in 0..rounds {
+            encoded = message.encode_to_vec();
+        }
+        encode.push(started.elapsed().as_secs_f64() * 1e9 / rounds as f64 / bytes);
+        let started = Instant::now();
+        for _ in 0..rounds {
+            let _ = std::hint::black_box(Request::decode(encoded.as_slice()));
+        }
+        decode.push(started.elapsed().as_secs_f64() * 1e9 / rounds as f64 / bytes);
+    }
+    (median(&encode), median(&decode))
+}
+
+pub(super) fn keccak_ns_per_node(nodes: &[Vec<u8>]) -> f64 {
+    if nodes.is_empty() {
+        return 0.0;
+    }
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        for node in nodes {
+            std::hint::black_box(keccak256(node));
+        }
+        times.push(started.elapsed().as_secs_f64() * 1e9 / nodes.len() as f64);
+    }
+    median(&times)
+}
+
+/// Answers every request at once with a small fixed response.
+struct Echo;
+
+impl virga_net::Handler for Echo {
+    fn handle(&self, _from: String, _request: Request) -> virga_net::BoxFuture<Response> {
+        let head = proto::HeadReply { head: Some(block_id(1, B256::ZERO)), state_root: vec![0; 32] };
+        Box::pin(std::future::ready(virga_net::response(ResponseBody::Head(head))))
+    }
+}
+
+/// Median microseconds of one call over `transport` with `request`, one call at a time.
+async fn time_calls(transport: &dyn virga_net::Transport, request: &Request, calls: usize) -> Result<f64, String> {
+    let mut times = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let started = Instant::now();
+        transport.call("client-0", "echo-0", request.clone()).await.map_err(|error| error.to_string())?;
+        times.push(micros(started));
+    }
+    Ok(median(&times))
+}
+
+/// A handler that hands each request to a driver task, as `virga_net::driver::Mailbox` does.
+struct MailboxEcho {
+    sender: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<Response>>,
+}
+
+impl virga_net::Handler for MailboxEcho {
+    fn handle(&self, _from: String, _request: Request) -> virga_net::BoxFuture<Response> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let sent = self.sender.send(reply);
+        Box::pin(async move {
+            if sent.is_err() {
+                return virga_net::refusal("the driver stopped");
+            }
+            answer.await.unwrap_or_else(|_| virga_net::refusal("the driver dropped the call"))
+        })
+    }
+}
+
+pub(super) fn inproc_call_us(small: &Request) -> Result<f64, CalibrationError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+    runtime.block_on(async {
+        let (sender, mut inbox) = tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<Response>>();
+        tokio::spawn(async move {
+            while let Some(reply) = inbox.recv().await {
+                let _ = reply.send(Echo.handle(String::new(), Request::default()).await);
+            }
+        });
+        let transport = virga_net::InProc::new();
+        transport.register("echo-0", Arc::new(MailboxEcho { sender }));
+        let transport: Arc<dyn virga_net::Transport> = Arc::new(transport);
+        let mut times = Vec::new();
+        for _ in 0..2_000 {
+            let (transport, request) = (Arc::clone(&transport), small.clone());
+            let started = Instant::now();
+            let call = tokio::spawn(async move { transport.call("client-0", "echo-0", request).await });
+            match call.await {
+                Ok(Ok(_)) => times.push(micros(started)),
+                Ok(Err(error)) => return Err(step_error("in-process calls")(error.to_string())),
+                Err(error) => return Err(step_error("in-process calls")(error.to_string())),
+            }
+        }
+        Ok(median(&times))
+    })
+}
+
+/// gRPC on loopback: microseconds per call (small request) and nanoseconds per request byte
+/// (the large request's extra time over its extra bytes).
+#[cfg(feature = "grpc")]
+pub(super) fn grpc_costs(small: &Request, large: &Request) -> Result<(Option<f64>, Option<f64>), CalibrationError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|error| CalibrationError::Setup(format!("binding the gRPC echo server: {error}")))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (address, server) = virga_net::serve(listener, Arc::new(Echo), async move {
+            let _ = stopped.await;
+        })
+        .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+        tokio::spawn(server);
+        let transport = virga_net::Grpc::new(HashMap::from([("echo-0".to_string(), format!("http://{address}"))]));
+        // The first call connects.
+        time_calls(&transport, small, 5).await.map_err(step_error("gRPC calls"))?;
+        let small_us = time_calls(&transport, small, 400).await.map_err(step_error("gRPC calls"))?;
+        let large_us = time_calls(&transport, large, 100).await.map_err(step_error("gRPC calls"))?;
+        let _ = stop.send(());
+        let extra_bytes = large.encoded_len().saturating_sub(small.encoded_len()).max(1) as f64;
+        let per_byte = ((large_us - small_us) * 1e3 / extra_bytes).max(0.0);
+        Ok((Some(small_us), Some(per_byte)))
+    })
+}
+
+#[cfg(not(feature = "grpc"))]
+pub(super) fn grpc_costs(_: &Request, _: &Request) -> Result<(Option<f64>, Option<f64>), CalibrationError> {
+    Ok((None, None))
+}
+
+/// The CPU model (`model name` in /proc/cpuinfo) and the cores offered to this process.
+pub fn machine_description() -> (String, usize) {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+    (model, cores)
+}
+
+/// Cores' worth of CPU this process gets with `threads` busy threads (signature recovery,
+/// Virga's heaviest unit, in a loop) over about `seconds`: the process's CPU time over the
+/// wall-clock time, from /proc/self/stat (ticks of 10 ms, so about 1% at a second).
+/// `None` where /proc is not readable.
+pub fn cpu_share(threads: usize, seconds: f64) -> Option<f64> {
+    let fixture =
+        Fixture::new(Topology { accounts: 8, storage_nodes: 4, max_block_transfers: 64, ..Topology::small() }).ok()?;
+    let chain_id = fixture.config.exec.chain_id;
+    let transfers: Vec<SignedTransfer> = sign_transfers(&fixture.accounts, 32, chain_id, Skew::default(), 3, &|_| {})
+        .into_iter()
+        .map(|t| t.tx)
+        .collect();
+    let threads = threads.max(1);
+    let cpu_before = crate::cluster::process_cpu_seconds()?;
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while started.elapsed().as_secs_f64() < seconds {
+                    for tx in &transfers {
+                        let _ = std::hint::black_box(RecoveredTransfer::recover(tx.clone()));
+                    }
+                }
+            });
+        }
+    });
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = crate::cluster::process_cpu_seconds()? - cpu_before;
+    Some((cpu / wall.max(1e-9)).clamp(0.01, threads as f64))
+}
