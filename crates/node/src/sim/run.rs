@@ -194,16 +194,26 @@ fn ns(duration: Duration) -> u64 {
     duration.as_nanos() as u64
 }
 
-/// Runs one seed and checks it.
-pub fn run_seed(options: RunOptions) -> RunOutcome {
-    let fixture = fixture();
-    let storage_ids: Vec<String> = fixture.layout.iter().map(|(id, _)| id.clone()).collect();
-    let miner_ids: Vec<String> = (0..MINERS).map(|index| format!("miner-{index}")).collect();
-    let client_ids: Vec<String> = (0..CLIENTS).map(|index| format!("client-{index}")).collect();
-    let all: Vec<String> = storage_ids.iter().chain(&miner_ids).chain(&client_ids).cloned().collect();
-    let until = options.length.faults_until();
-    let schedule = Schedule::draw(options.seed, options.faults, &all, &storage_ids, until);
+/// The node ids of the simulated cluster.
+struct Ids {
+    storage: Vec<String>,
+    miners: Vec<String>,
+    clients: Vec<String>,
+    all: Vec<String>,
+}
 
+impl Ids {
+    fn of(fixture: &Fixture) -> Ids {
+        let storage: Vec<String> = fixture.layout.iter().map(|(id, _)| id.clone()).collect();
+        let miners = fixture.topology.miner_ids();
+        let clients: Vec<String> = (0..CLIENTS).map(Topology::client_id).collect();
+        let all = storage.iter().chain(&miners).chain(&clients).cloned().collect();
+        Ids { storage, miners, clients, all }
+    }
+}
+
+/// The simulator's configuration for a seed's schedule.
+fn sim_config(options: &RunOptions, schedule: &Schedule, all: &[String]) -> SimConfig {
     let net = NetConfig {
         latency_max: schedule.latency_max,
         drop_probability: schedule.drop_probability,
@@ -220,39 +230,50 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
             .collect(),
         ..NetConfig::default()
     };
-    let config = SimConfig {
+    SimConfig {
         seed: options.seed,
         net,
         // An fsync-like latency: a crash meets writes in flight.
         device_latency: Duration::from_millis(2),
         clock_profile: if options.faults.clocks { SkewProfile::Ntp } else { SkewProfile::None },
         max_events: Some(options.length.max_events()),
-    };
-    let mut sim: Sim<RainblockNode> = match Sim::new(config) {
-        Ok(sim) => sim,
-        Err(error) => return failed_to_start(options.seed, error.to_string()),
-    };
-    let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
-    for id in &all {
-        let (core, io) = open_node(&fixture, &disks, id, options.broken);
-        if let Err(error) = sim.add_node(id.clone(), core, io) {
-            return failed_to_start(options.seed, error.to_string());
-        }
     }
-    {
-        let (fixture, factory_disks, broken) = (Arc::clone(&fixture), Rc::clone(&disks), options.broken);
-        sim.set_factory(move |id| open_node(&fixture, &factory_disks, id, broken));
-        let disks = Rc::clone(&disks);
-        sim.set_on_crash(move |id, rng| {
-            let mut disks = disks.borrow_mut();
-            if let Some(storage) = disks.get_mut(id) {
-                *storage = storage.crash_with(rng);
-            }
-        });
-    }
+}
 
-    // The users' transfers, split between the clients by sender (a sender's nonces stay
-    // with one client).
+/// Every node added, with the factory that rebuilds one after a crash from its disk, which
+/// the crash hook crashes.
+fn build(
+    fixture: &Arc<Fixture>,
+    ids: &Ids,
+    options: &RunOptions,
+    schedule: &Schedule,
+) -> Result<(Sim<RainblockNode>, Disks), String> {
+    let mut sim: Sim<RainblockNode> = Sim::new(sim_config(options, schedule, &ids.all)).map_err(|e| e.to_string())?;
+    let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
+    for id in &ids.all {
+        let (core, io) = open_node(fixture, &disks, id, options.broken);
+        sim.add_node(id.clone(), core, io).map_err(|error| error.to_string())?;
+    }
+    let (fixture, factory_disks, broken) = (Arc::clone(fixture), Rc::clone(&disks), options.broken);
+    sim.set_factory(move |id| open_node(&fixture, &factory_disks, id, broken));
+    let crash_disks = Rc::clone(&disks);
+    sim.set_on_crash(move |id, rng| {
+        let mut disks = crash_disks.borrow_mut();
+        if let Some(storage) = disks.get_mut(id) {
+            *storage = storage.crash_with(rng);
+        }
+    });
+    Ok((sim, disks))
+}
+
+/// The users' transfers, split between the clients by sender (a sender's nonces stay with
+/// one client) and offered in parts over the fault phase, so that faults meet work.
+fn offer(
+    sim: &mut Sim<RainblockNode>,
+    fixture: &Fixture,
+    ids: &Ids,
+    options: &RunOptions,
+) -> (Vec<UserTransfer>, Vec<Vec<UserTransfer>>) {
     let transfers = sign_transfers(
         &fixture.accounts,
         options.length.transfers(),
@@ -266,22 +287,41 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
         let index = fixture.accounts.addresses.iter().position(|a| *a == transfer.sender).unwrap_or(0) % CLIENTS;
         per_client[index].push(transfer.clone());
     }
-    // Offered in chunks over the fault phase, so that faults meet work.
-    for (id, transfers) in client_ids.iter().zip(&per_client) {
+    let until = ns(options.length.faults_until());
+    for (id, transfers) in ids.clients.iter().zip(&per_client) {
         let chunk = transfers.len().div_ceil(OFFER_CHUNKS).max(1);
         for (index, part) in transfers.chunks(chunk).enumerate() {
-            let at = ns(until) / OFFER_CHUNKS as u64 * index as u64 + 1_000_000;
+            let at = until / OFFER_CHUNKS as u64 * index as u64 + 1_000_000;
             let _ = sim.input_at(at, id, part.to_vec());
         }
     }
+    (transfers, per_client)
+}
+
+/// The schedule's timed crashes; a restarted client's user offers its share again (the
+/// client lost its queue).
+fn schedule_crashes(sim: &mut Sim<RainblockNode>, schedule: &Schedule, ids: &Ids, per_client: &[Vec<UserTransfer>]) {
     for crash in &schedule.crashes {
         let _ = sim.crash_at(ns(crash.at), &crash.node);
         let _ = sim.restart_at(ns(crash.back), &crash.node);
-        // A restarted client has lost its queue: its user offers every transfer again.
-        if let Some(index) = client_ids.iter().position(|id| *id == crash.node) {
+        if let Some(index) = ids.clients.iter().position(|id| *id == crash.node) {
             let _ = sim.input_at(ns(crash.back) + 1, &crash.node, per_client[index].clone());
         }
     }
+}
+
+/// Runs one seed and checks it.
+pub fn run_seed(options: RunOptions) -> RunOutcome {
+    let fixture = fixture();
+    let ids = Ids::of(&fixture);
+    let until = options.length.faults_until();
+    let schedule = Schedule::draw(options.seed, options.faults, &ids.all, &ids.storage, until);
+    let (mut sim, disks) = match build(&fixture, &ids, &options, &schedule) {
+        Ok(built) => built,
+        Err(problem) => return failed_to_start(options.seed, problem),
+    };
+    let (transfers, per_client) = offer(&mut sim, &fixture, &ids, &options);
+    schedule_crashes(&mut sim, &schedule, &ids, &per_client);
 
     let mut view = UserView::default();
     // Crashes of storage nodes caught with a log write in flight, taken as they come.
@@ -289,14 +329,14 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
     let mut run = |sim: &mut Sim<RainblockNode>, view: &mut UserView, until: u64, settle: bool| loop {
         let mut hit = None;
         let stop = sim.run_while(until, |sim| {
-            view.observe(sim, &client_ids);
+            view.observe(sim, &ids.clients);
             if let Some(crash) = write_crashes.first() {
                 if sim.now() >= ns(crash.at) && writing(sim, &crash.node) {
                     hit = Some(write_crashes.remove(0));
                     return false;
                 }
             }
-            !(settle && view.settled(sim, &client_ids, &per_client))
+            !(settle && view.settled(sim, &ids.clients, &per_client))
         });
         let Some(crash) = hit else { return stop };
         let now = sim.now();
@@ -319,14 +359,13 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
     let stop = run(&mut sim, &mut view, ns(until + QUIESCENCE_BOUND), true);
 
     let mut problems = Vec::new();
-    match stop {
-        Stop::Predicate => {}
-        other => problems.push(format!(
-            "the run did not settle within {QUIESCENCE_BOUND:?} after the faults stopped ({other:?}): {}",
-            view.unsettled(&sim, &client_ids, &per_client)
-        )),
+    if stop != Stop::Predicate {
+        problems.push(format!(
+            "the run did not settle within {QUIESCENCE_BOUND:?} after the faults stopped ({stop:?}): {}",
+            view.unsettled(&sim, &ids.clients, &per_client)
+        ));
     }
-    let checked = check(&fixture, &mut sim, &disks, &view, &transfers, &storage_ids, &miner_ids, options.seed);
+    let checked = check(&fixture, &mut sim, &disks, &view, &transfers, &ids.storage, &ids.miners, options.seed);
     problems.extend(checked.problems);
     RunOutcome {
         seed: options.seed,
