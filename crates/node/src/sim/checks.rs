@@ -126,7 +126,6 @@ pub fn check(
         }
     };
     let head = chain.hashes.len() as u64 - 1;
-    let head_hash = chain.hashes[head as usize];
     let expected_shards = match shard_state(chain.state.accounts().as_trie(), fixture.topology.shards) {
         Ok(shards) => shards,
         Err(error) => {
@@ -139,33 +138,7 @@ pub fn check(
     };
     // 2. Storage nodes, live and after a crash.
     for id in storage_ids {
-        let served = fixture.served(id).map(|served| served.shards).unwrap_or_default();
-        let expected: Vec<(usize, B256)> =
-            served.iter().filter_map(|&i| expected_shards.shard(i).map(|s| (i, s.subtree_hash()))).collect();
-        match sim.core(id) {
-            Some(RainblockNode::Storage(core)) => match core.shard_hashes(&head_hash) {
-                Some(hashes) if hashes == expected => {}
-                Some(hashes) => {
-                    problems.push(format!("{id}'s shards at the head differ from a serial replay: {hashes:?}"))
-                }
-                None => problems.push(format!("{id} does not hold the chain's head, block {head} ({head_hash})")),
-            },
-            _ => problems.push(format!("{id} is down at the end")),
-        }
-        let crashed = disks.borrow().get(id.as_str()).map(|storage| storage.crash(seed ^ 0xc4a5));
-        let Some(crashed) = crashed else { continue };
-        let storage: Arc<dyn Storage> = Arc::new(crashed);
-        let reopened = NodeStorage::on(storage, log_options()).map_err(|e| e.to_string()).and_then(|storage| {
-            let served = fixture.served(id).ok_or("not a storage node")?;
-            open_core(id.clone(), served, fixture.header.clone(), &fixture.sharded, storage).map_err(|e| e.to_string())
-        });
-        match reopened {
-            Ok(opened) if opened.core.shard_hashes(&head_hash).as_ref() == Some(&expected) => {}
-            Ok(_) => problems.push(format!(
-                "{id} loses the chain's head, block {head}, in a crash: a block acknowledged to the miner was not durable"
-            )),
-            Err(error) => problems.push(format!("{id} does not recover after a crash: {error}")),
-        }
+        problems.extend(check_storage_node(fixture, sim, disks, id, &chain, &expected_shards, seed));
     }
     // 3. Acknowledged transfers are in the chain where they were acknowledged.
     for (tx, (number, hash)) in &view.acknowledged {
@@ -209,6 +182,48 @@ pub fn check(
         problems.push("the workload offered a transfer twice".to_string());
     }
     Checked { problems, committed, blocks: head }
+}
+
+/// Check 2: storage node `id` holds the chain's head with its served shards hashing as the
+/// serial replay's, and still does after its memory device crashes now.
+fn check_storage_node(
+    fixture: &Fixture,
+    sim: &Sim<RainblockNode>,
+    disks: &Disks,
+    id: &str,
+    chain: &Replayed,
+    expected_shards: &virga_trie::ShardedTrie,
+    seed: u64,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let head = chain.hashes.len() as u64 - 1;
+    let head_hash = chain.hashes[head as usize];
+    let served = fixture.served(id).map(|served| served.shards).unwrap_or_default();
+    let expected: Vec<(usize, B256)> =
+        served.iter().filter_map(|&i| expected_shards.shard(i).map(|s| (i, s.subtree_hash()))).collect();
+    match sim.core(id) {
+        Some(RainblockNode::Storage(core)) => match core.shard_hashes(&head_hash) {
+            Some(hashes) if hashes == expected => {}
+            Some(hashes) => problems.push(format!("{id}'s shards at the head differ from a serial replay: {hashes:?}")),
+            None => problems.push(format!("{id} does not hold the chain's head, block {head} ({head_hash})")),
+        },
+        _ => problems.push(format!("{id} is down at the end")),
+    }
+    let crashed = disks.borrow().get(id).map(|storage| storage.crash(seed ^ 0xc4a5));
+    let Some(crashed) = crashed else { return problems };
+    let storage: Arc<dyn Storage> = Arc::new(crashed);
+    let reopened = NodeStorage::on(storage, log_options()).map_err(|e| e.to_string()).and_then(|storage| {
+        let served = fixture.served(id).ok_or("not a storage node")?;
+        open_core(id, served, fixture.header.clone(), &fixture.sharded, storage).map_err(|e| e.to_string())
+    });
+    match reopened {
+        Ok(opened) if opened.core.shard_hashes(&head_hash).as_ref() == Some(&expected) => {}
+        Ok(_) => problems.push(format!(
+            "{id} loses the chain's head, block {head}, in a crash: a block acknowledged to the miner was not durable"
+        )),
+        Err(error) => problems.push(format!("{id} does not recover after a crash: {error}")),
+    }
+    problems
 }
 
 /// The producing miner's chain, replayed serially from genesis.
