@@ -40,10 +40,12 @@ impl<R: Role> Sim<R> {
             self.stats.cut += 1;
             return;
         }
-        if entry.busy_until > time {
+        // Free when the node is, and (when placed) one of its machine's threads is.
+        let thread_free = entry.machine.and_then(|m| self.machines[m].iter().min().copied()).unwrap_or(0);
+        let free = entry.busy_until.max(thread_free);
+        if free > time {
             self.stats.deferred += 1;
-            let busy_until = entry.busy_until;
-            self.schedule(busy_until, Scheduled { deferred: true, ..scheduled });
+            self.schedule(free, Scheduled { deferred: true, ..scheduled });
             return;
         }
         let Some((event, kind, message)) = self.event_for(node, scheduled.payload) else { return };
@@ -148,6 +150,11 @@ impl<R: Role> Sim<R> {
         entry.events += 1;
         let done = time.saturating_add(cost);
         entry.busy_until = done;
+        if let Some(threads) = entry.machine.and_then(|m| self.machines.get_mut(m)) {
+            if let Some(thread) = threads.iter_mut().min() {
+                *thread = done;
+            }
+        }
         self.stats.events += 1;
         self.digest.record(time, node, kind, message);
         for command in commands.drain(..) {

@@ -229,6 +229,8 @@ struct Node<R: Role> {
     incarnation: u32,
     clock: NodeClock,
     busy_until: u64,
+    /// The machine whose threads the node's steps run on ([`Sim::place`]), if any.
+    machine: Option<usize>,
     next_incoming: u64,
     incoming: FixedHashMap<u64, Incoming>,
     events: u64,
@@ -238,6 +240,8 @@ struct Node<R: Role> {
 pub struct Sim<R: Role> {
     config: SimConfig,
     now: u64,
+    /// Per machine, the time each of its threads is free again (see [`Sim::place`]).
+    machines: Vec<Vec<u64>>,
     queue: EventQueue<Scheduled<R>>,
     /// Queued events other than timers and deadlines.
     pending_work: usize,
@@ -277,6 +281,7 @@ impl<R: Role> Sim<R> {
         let seed = config.seed;
         Ok(Sim {
             now: 0,
+            machines: Vec::new(),
             queue: EventQueue::default(),
             pending_work: 0,
             open_calls: 0,
@@ -331,6 +336,7 @@ impl<R: Role> Sim<R> {
             incarnation: 0,
             clock: NodeClock::new(skew, self.now, jitter_seed),
             busy_until: 0,
+            machine: None,
             next_incoming: 0,
             incoming: FixedHashMap::default(),
             events: 0,
@@ -486,6 +492,27 @@ impl<R: Role> Sim<R> {
     }
 
     /// Virtual time: nanoseconds since the simulation began.
+    /// Runs node `id`'s steps on machine `machine`, which has `threads` threads (set by the
+    /// first placement on it): under a cost model, a step then waits for its node to be free
+    /// and for one of the machine's threads, so roles sharing a machine share its cores.
+    pub fn place(&mut self, id: &str, machine: usize, threads: usize) -> Result<(), SimError> {
+        let node = *self.index.get(id).ok_or_else(|| SimError::UnknownNode(id.to_string()))?;
+        if threads == 0 || machine > 1 << 20 {
+            return Err(SimError::InvalidConfig {
+                field: "machine".into(),
+                reason: format!("machine {machine} with {threads} threads"),
+            });
+        }
+        if self.machines.len() <= machine {
+            self.machines.resize(machine + 1, Vec::new());
+        }
+        if self.machines[machine].is_empty() {
+            self.machines[machine] = vec![0; threads];
+        }
+        self.nodes[node as usize].machine = Some(machine);
+        Ok(())
+    }
+
     /// Changes the chance of losing and of duplicating messages from now on (a harness
     /// ends its fault phase with zeros).
     pub fn set_net_faults(&mut self, drop_probability: f64, duplicate_probability: f64) -> Result<(), SimError> {
