@@ -88,6 +88,13 @@ pub struct PredictArgs {
     /// Transfers per block at most.
     #[arg(long, default_value_t = 4_000, value_parser = crate::limits::count_between(1, 10_000_000))]
     pub block_transfers: usize,
+    /// Also predict by simulation: the real cores in virtual time under the calibrated costs,
+    /// offering `--simulate-transfers` at once (one machine, or one per role with `--machines`
+    /// above 1; gRPC costs with `--transport grpc`).
+    #[arg(long)]
+    pub simulate: bool,
+    #[arg(long, default_value_t = 50_000, value_parser = crate::limits::count_between(1, 10_000_000))]
+    pub simulate_transfers: usize,
     /// How the roles talk (default: in-process on one machine, a network on more).
     #[arg(long, value_enum)]
     pub transport: Option<SimTransport>,
@@ -137,6 +144,9 @@ struct SimReport {
     validation: Option<Vec<ValidationEntry>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     seed_setups: Option<Vec<SeedSetup>>,
+    /// The same shape predicted by simulation (`--simulate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    simulated: Option<virga_node::sim::predict::Simulated>,
 }
 
 /// A validation row with the fields the issue names first.
@@ -290,6 +300,7 @@ pub fn predict_and_validate(args: &PredictArgs) -> Result<ExitCode> {
         calibration: calibration.clone(),
         validation: None,
         seed_setups: None,
+        simulated: None,
     };
     if predicting {
         let shape = shape_of(args, &calibration);
@@ -309,6 +320,9 @@ pub fn predict_and_validate(args: &PredictArgs) -> Result<ExitCode> {
         report.extrapolated = Some(prediction.extrapolated);
         report.shape = Some(shape);
         report.prediction = Some(prediction);
+        if args.simulate {
+            report.simulated = Some(simulate_shape(args, &calibration)?);
+        }
     }
     if args.seed_setups {
         report.seed_setups = Some(seed_setups(&calibration));
@@ -322,6 +336,36 @@ pub fn predict_and_validate(args: &PredictArgs) -> Result<ExitCode> {
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The shape predicted by simulation (see `virga_node::sim::predict`).
+fn simulate_shape(args: &PredictArgs, calibration: &Calibration) -> Result<virga_node::sim::predict::Simulated> {
+    use virga_node::sim::predict::{simulate, Placement};
+    let topology = virga_node::topology::Topology {
+        accounts: args.accounts,
+        storage_nodes: args.storage_nodes,
+        clients: args.clients,
+        miners: args.miners,
+        retention: args.retention,
+        compaction: args.retention + 1,
+        batch: args.batch,
+        in_flight: args.in_flight,
+        max_block_transfers: args.block_transfers,
+        top_budget_bytes: 256 << 20,
+        ..virga_node::topology::Topology::small()
+    };
+    let threads = args.threads.unwrap_or(calibration.machine.cores);
+    let placement =
+        if args.machines > 1 { Placement::MachinePerRole { threads } } else { Placement::OneMachine { threads } };
+    let grpc = matches!(args.transport, Some(SimTransport::Grpc | SimTransport::Network));
+    let limit = std::time::Duration::from_secs(3_600);
+    let simulated = simulate(calibration, &topology, args.simulate_transfers, grpc, placement, limit)
+        .map_err(anyhow::Error::msg)?;
+    println!(
+        "simulated: {:.0} tx/s ({} of {} committed in {:.2} s of virtual time, {} events)",
+        simulated.tps, simulated.committed, simulated.offered, simulated.virtual_seconds, simulated.events
+    );
+    Ok(simulated)
 }
 
 fn seed_setups(calibration: &Calibration) -> Vec<SeedSetup> {

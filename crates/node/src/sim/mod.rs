@@ -8,6 +8,7 @@
 pub mod checks;
 pub mod node;
 pub mod plan;
+pub mod predict;
 pub mod run;
 
 pub use plan::{Broken, Faults, Length};
