@@ -4,7 +4,6 @@
 
 use alloy_primitives::{keccak256, B256};
 use prost::Message;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 use virga_ledger::tx::{RecoveredTransfer, SignedTransfer};
@@ -66,6 +65,7 @@ impl virga_net::Handler for Echo {
 }
 
 /// Median microseconds of one call over `transport` with `request`, one call at a time.
+#[cfg(feature = "grpc")]
 async fn time_calls(transport: &dyn virga_net::Transport, request: &Request, calls: usize) -> Result<f64, String> {
     let mut times = Vec::with_capacity(calls);
     for _ in 0..calls {
@@ -143,7 +143,10 @@ pub(super) fn grpc_costs(small: &Request, large: &Request) -> Result<(Option<f64
         })
         .map_err(|error| CalibrationError::Setup(error.to_string()))?;
         tokio::spawn(server);
-        let transport = virga_net::Grpc::new(HashMap::from([("echo-0".to_string(), format!("http://{address}"))]));
+        let transport = virga_net::Grpc::new(std::collections::HashMap::from([(
+            "echo-0".to_string(),
+            format!("http://{address}"),
+        )]));
         // The first call connects.
         time_calls(&transport, small, 5).await.map_err(step_error("gRPC calls"))?;
         let small_us = time_calls(&transport, small, 400).await.map_err(step_error("gRPC calls"))?;
