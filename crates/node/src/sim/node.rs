@@ -25,10 +25,11 @@ pub enum NodeIoDone {
     Miner(Result<(), String>),
 }
 
-/// A node's device.
+/// A node's device (clients have none).
 pub enum NodeDisk {
     Storage(StorageDisk),
     Miner(ChainDisk),
+    None,
 }
 
 impl IoExecutor<RainblockNode> for NodeDisk {
@@ -36,7 +37,7 @@ impl IoExecutor<RainblockNode> for NodeDisk {
         match (self, op) {
             (NodeDisk::Storage(disk), NodeIo::Storage(op)) => NodeIoDone::Storage(disk.execute(op)),
             (NodeDisk::Miner(disk), NodeIo::Miner(op)) => NodeIoDone::Miner(disk.execute(op)),
-            (_, op) => NodeIoDone::Miner(Err(format!("{op:?} asked of another role's device"))),
+            (_, op) => NodeIoDone::Miner(Err(format!("{op:?} asked of another role's device, or of none"))),
         }
     }
 }

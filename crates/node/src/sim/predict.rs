@@ -201,16 +201,7 @@ fn open(
     }
     let index = id.strip_prefix("client-").and_then(|index| index.parse::<usize>().ok()).unwrap_or(0);
     let core = ClientCore::new(fixture.client_config(index));
-    Ok((RainblockNode::Client(Box::new(core)), Box::new(NoDisk)))
-}
-
-/// Clients have no device.
-struct NoDisk;
-
-impl IoExecutor<RainblockNode> for NoDisk {
-    fn execute(&mut self, op: NodeIo) -> super::node::NodeIoDone {
-        super::node::NodeIoDone::Miner(Err(format!("{op:?} asked of a client")))
-    }
+    Ok((RainblockNode::Client(Box::new(core)), Box::new(NodeDisk::None)))
 }
 
 #[cfg(test)]

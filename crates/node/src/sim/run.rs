@@ -178,16 +178,7 @@ fn open_node(
     let mut core = ClientCore::new(client_config(fixture, index));
     core.keep_outcomes();
     let _ = broken;
-    (RainblockNode::Client(Box::new(core)), Box::new(NoDisk))
-}
-
-/// Clients have no device.
-struct NoDisk;
-
-impl IoExecutor<RainblockNode> for NoDisk {
-    fn execute(&mut self, op: super::node::NodeIo) -> super::node::NodeIoDone {
-        super::node::NodeIoDone::Miner(Err(format!("{op:?} asked of a client")))
-    }
+    (RainblockNode::Client(Box::new(core)), Box::new(NodeDisk::None))
 }
 
 fn ns(duration: Duration) -> u64 {
