@@ -149,13 +149,16 @@ struct SimReport {
     simulated: Option<virga_node::sim::predict::Simulated>,
 }
 
-/// A validation row with the fields the issue names first.
+/// A validation row with the fields the issue names first: `predicted_tps` is the analytic
+/// model's, `simulated_tps` the simulation's, both from the same frozen calibration.
 #[derive(Serialize)]
 struct ValidationEntry {
     shape: String,
     predicted_tps: f64,
     measured_tps: f64,
     error: f64,
+    simulated_tps: Option<f64>,
+    simulated_error: Option<f64>,
     detail: ValidationRow,
 }
 
@@ -391,7 +394,7 @@ fn run_validation(calibration: &Calibration, rounds: usize) -> Result<Vec<Valida
     }
     let scratch = tempfile::tempdir().context("creating a scratch directory")?;
     let shapes = RunShape::defaults();
-    eprintln!("validating {} shapes, {rounds} rounds each, interleaved …", shapes.len());
+    eprintln!("simulating {} shapes, then running each {rounds} times, interleaved …", shapes.len());
     let rows = validate(calibration, &virga, &shapes, rounds, scratch.path(), &|shape, round, run| {
         let share = run.cpu_share_before.map_or("-".to_string(), |share| format!("{share:.2}"));
         let fsync = run.fsync_us_before.map_or("-".to_string(), |fsync| format!("{fsync:.0} µs"));
@@ -403,7 +406,7 @@ fn run_validation(calibration: &Calibration, rounds: usize) -> Result<Vec<Valida
         )
     })?;
     println!(
-        "\n  {:<32} {:>10} {:>10} {:>18} {:>8} {:>7} {:>10} {:>8} {:>14} {:>8}  bound",
+        "\n  {:<32} {:>10} {:>10} {:>18} {:>8} {:>7} {:>10} {:>8} {:>14} {:>8} {:>10} {:>8}  bound",
         "shape",
         "predicted",
         "measured",
@@ -413,13 +416,15 @@ fn run_validation(calibration: &Calibration, rounds: usize) -> Result<Vec<Valida
         "at share",
         "error",
         "µs/tx pred/meas",
+        "error",
+        "simulated",
         "error"
     );
     let entries = rows
         .into_iter()
         .map(|row| {
             println!(
-                "  {:<32} {:>10.0} {:>10.0} {:>8.0}–{:<8.0} {:>+7.1}% {:>7} {:>10} {:>8} {:>6.0}/{:<7} {:>8}  {:?}",
+                "  {:<32} {:>10.0} {:>10.0} {:>8.0}–{:<8.0} {:>+7.1}% {:>7} {:>10} {:>8} {:>6.0}/{:<7} {:>8} {:>10} {:>8}  {:?}",
                 row.shape.name,
                 row.predicted_tps,
                 row.measured_tps,
@@ -432,6 +437,8 @@ fn run_validation(calibration: &Calibration, rounds: usize) -> Result<Vec<Valida
                 row.predicted_cpu_us_per_tx,
                 row.measured_cpu_us_per_tx.map_or("-".to_string(), |cpu| format!("{cpu:.0}")),
                 row.cpu_error.map_or("-".to_string(), |error| format!("{:+.1}%", error * 100.0)),
+                row.simulated_tps.map_or("-".to_string(), |tps| format!("{tps:.0}")),
+                row.simulated_error.map_or("-".to_string(), |error| format!("{:+.1}%", error * 100.0)),
                 row.bottleneck
             );
             ValidationEntry {
@@ -439,6 +446,8 @@ fn run_validation(calibration: &Calibration, rounds: usize) -> Result<Vec<Valida
                 predicted_tps: row.predicted_tps,
                 measured_tps: row.measured_tps,
                 error: row.error,
+                simulated_tps: row.simulated_tps,
+                simulated_error: row.simulated_error,
                 detail: row,
             }
         })

@@ -98,6 +98,45 @@ impl RunShape {
     }
 }
 
+impl RunShape {
+    /// The cluster this run starts, for the simulator.
+    pub fn topology(&self) -> crate::topology::Topology {
+        crate::topology::Topology {
+            accounts: self.accounts,
+            storage_nodes: self.storage_nodes,
+            clients: self.clients,
+            miners: 1,
+            retention: self.retention,
+            compaction: self.compaction,
+            batch: self.batch,
+            in_flight: self.in_flight,
+            max_block_transfers: self.block_transfers,
+            // `virga up`'s default budget for the miner's top layer.
+            top_budget_bytes: 256 << 20,
+            ..crate::topology::Topology::small()
+        }
+    }
+
+    /// The run predicted by simulation: the real cores in virtual time under the
+    /// calibration's per-event costs, on one machine of this run's cores
+    /// ([`crate::sim::predict`]). Deterministic, so it runs once, before the real runs.
+    pub fn simulate(&self, calibration: &Calibration) -> Result<f64, String> {
+        use crate::sim::predict::{simulate, Placement};
+        let threads = self.cores(calibration.machine.cores).max(1);
+        let limit = std::time::Duration::from_secs(3_600);
+        let grpc = self.transport == "grpc";
+        let simulated =
+            simulate(calibration, &self.topology(), self.transfers, grpc, Placement::OneMachine { threads }, limit)?;
+        if simulated.committed < simulated.offered as u64 {
+            return Err(format!(
+                "{}: only {} of {} transfers committed in the simulation",
+                self.name, simulated.committed, simulated.offered
+            ));
+        }
+        Ok(simulated.tps)
+    }
+}
+
 /// Transfers per second a run of `transfers` reports when the cluster runs at `prediction`:
 /// a finite run also has a start (the first batches' round before anything commits), and
 /// `virga up` notices the last commit within its 200 ms polling period (100 ms on average).
@@ -153,6 +192,10 @@ pub struct ValidationRow {
     pub cpu_share_at_runs: Option<f64>,
     pub predicted_tps_at_share: Option<f64>,
     pub error_at_share: Option<f64>,
+    /// The same run predicted by simulation ([`RunShape::simulate`]) from the same frozen
+    /// calibration, and its error against the measured median.
+    pub simulated_tps: Option<f64>,
+    pub simulated_error: Option<f64>,
 }
 
 /// Why a validation run failed.
@@ -164,6 +207,8 @@ pub enum ValidationError {
     Failed { shape: String, status: String, stderr: String },
     #[error("shape {shape}: reading its report {path}: {reason}")]
     Report { shape: String, path: String, reason: String },
+    #[error("shape {shape}: simulating it: {reason}")]
+    Simulation { shape: String, reason: String },
 }
 
 /// The machine's conditions now for `shape`: the share of its cores a busy process pinned
@@ -275,6 +320,14 @@ pub fn validate(
             prediction
         })
         .collect();
+    let simulated = shapes
+        .iter()
+        .map(|shape| {
+            shape
+                .simulate(calibration)
+                .map_err(|reason| ValidationError::Simulation { shape: shape.name.clone(), reason })
+        })
+        .collect::<Result<Vec<f64>, ValidationError>>()?;
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); shapes.len()];
     for round in 0..rounds {
         for (index, shape) in shapes.iter().enumerate() {
@@ -287,7 +340,13 @@ pub fn validate(
         .iter()
         .zip(predictions)
         .zip(runs)
-        .map(|((shape, prediction), runs)| row(calibration, shape, &prediction, runs))
+        .zip(simulated)
+        .map(|(((shape, prediction), runs), simulated)| {
+            let mut row = row(calibration, shape, &prediction, runs);
+            row.simulated_tps = Some(simulated);
+            row.simulated_error = (row.measured_tps > 0.0).then(|| (simulated - row.measured_tps) / row.measured_tps);
+            row
+        })
         .collect())
 }
 
@@ -324,5 +383,7 @@ pub fn row(calibration: &Calibration, shape: &RunShape, prediction: &Prediction,
         measured_cpu_us_per_tx: measured_cpu,
         runs,
         error: error(prediction.predicted_tps),
+        simulated_tps: None,
+        simulated_error: None,
     }
 }
