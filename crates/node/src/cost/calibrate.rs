@@ -28,8 +28,12 @@ pub const CALIBRATION_FORMAT: u32 = 1;
 pub enum CalibrationError {
     #[error("calibration setup: {0}")]
     Setup(String),
-    #[error("calibration step {step}: {reason}")]
-    Step { step: &'static str, reason: String },
+    #[error("calibration step {step}: {source}")]
+    Step {
+        step: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
     #[error("{path}: not a calibration file: {source}")]
@@ -38,8 +42,11 @@ pub enum CalibrationError {
     Format { path: String, found: u32 },
 }
 
-pub(super) fn step_error(step: &'static str) -> impl Fn(String) -> CalibrationError {
-    move |reason| CalibrationError::Step { step, reason }
+/// A step's failure, with the typed error of the code it timed (or what the rig found wrong).
+pub(super) fn step_error<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+    step: &'static str,
+) -> impl Fn(E) -> CalibrationError {
+    move |source| CalibrationError::Step { step, source: source.into() }
 }
 
 /// The machine a calibration was taken on.
