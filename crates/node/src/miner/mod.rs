@@ -212,12 +212,6 @@ pub enum MinerError {
     Unreadable(u64),
 }
 
-impl From<MinerError> for String {
-    fn from(error: MinerError) -> String {
-        error.to_string()
-    }
-}
-
 /// A thread pool for the miner's parallel execution (`threads` 0: one per core).
 pub fn execution_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, MinerError> {
     rayon::ThreadPoolBuilder::new()
