@@ -27,7 +27,7 @@ pub const CALIBRATION_FORMAT: u32 = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrationError {
     #[error("calibration setup: {0}")]
-    Setup(String),
+    Setup(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("calibration step {step}: {source}")]
     Step {
         step: &'static str,
@@ -40,6 +40,11 @@ pub enum CalibrationError {
     Json { path: String, source: serde_json::Error },
     #[error("{path}: calibration format {found}, this build reads format {CALIBRATION_FORMAT}")]
     Format { path: String, found: u32 },
+}
+
+/// The rig could not be set up: the typed error of the code it ran (or what it found wrong).
+pub(super) fn setup_error<E: Into<Box<dyn std::error::Error + Send + Sync>>>(error: E) -> CalibrationError {
+    CalibrationError::Setup(error.into())
 }
 
 /// A step's failure, with the typed error of the code it timed (or what the rig found wrong).
@@ -414,7 +419,7 @@ fn traffic(samples: &Samples) -> Traffic {
 /// Measures everything, on a network shaped by `setup`.
 pub fn calibrate(setup: &CalibrationSetup) -> Result<Calibration, CalibrationError> {
     if setup.small_block == 0 || setup.large_block <= setup.small_block || setup.repetitions == 0 {
-        return Err(CalibrationError::Setup(format!(
+        return Err(setup_error(format!(
             "blocks of {} and {} transfers, {} repetitions: the large block must be larger and both non-empty",
             setup.small_block, setup.large_block, setup.repetitions
         )));
