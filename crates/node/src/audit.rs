@@ -38,19 +38,26 @@ pub enum AuditError {
     #[error(transparent)]
     Chain(#[from] virga_ledger::chain::ChainError),
     #[error(transparent)]
-    Storage(StorageError),
+    Storage(Box<StorageError>),
     #[error("{id}: no log at {}", .log.display())]
     NoLog { id: String, log: PathBuf },
     #[error("{id}: {source}")]
     StorageNode {
         id: String,
         #[source]
-        source: StorageError,
+        source: Box<StorageError>,
     },
     #[error("{id}: its log does not reach the chain's head, block {number} ({hash})")]
     BehindHead { id: String, number: u64, hash: B256 },
-    #[error("{id} and {other} disagree on shard {shard} at block {number}: {hash} and {held}")]
-    ReplicasDisagree { id: String, other: String, shard: usize, number: u64, hash: B256, held: B256 },
+    #[error("{id} and {other} disagree on shard {shard} at block {number}: {} and {}", .hashes.0, .hashes.1)]
+    ReplicasDisagree {
+        id: String,
+        other: String,
+        shard: usize,
+        number: u64,
+        /// `id`'s hash of the shard, then `other`'s.
+        hashes: Box<(B256, B256)>,
+    },
     #[error("{id}: shard {shard} does not exist")]
     NoShard { id: String, shard: usize },
     #[error("no storage node serves shard {0}")]
@@ -95,10 +102,10 @@ pub fn audit_cluster(
     let cluster: ClusterFile =
         serde_json::from_str(&text).map_err(|source| AuditError::ClusterFile { path: path.clone(), source })?;
     check_cluster_format(&path, cluster.format)?;
-    let prefix =
-        prefix_nibbles(cluster.shards).ok_or_else(|| AuditError::ShardCount { path, shards: cluster.shards })?;
+    let prefix = prefix_nibbles(cluster.shards).ok_or(AuditError::ShardCount { path, shards: cluster.shards })?;
     let genesis = read_genesis(dir)?;
-    let sharded = shard_state(genesis.state.accounts().as_trie(), cluster.shards).map_err(AuditError::Storage)?;
+    let sharded = shard_state(genesis.state.accounts().as_trie(), cluster.shards)
+        .map_err(|error| AuditError::Storage(error.into()))?;
     let verified = verify_blocks(&genesis, stored_blocks(dir), ExecMode::Staged, pool, progress)?;
     let head = verified.summary.head_hash;
     let head_number = verified.summary.head_number;
@@ -121,7 +128,7 @@ pub fn audit_cluster(
             &sharded,
             LogAccess::ReadOnly(&log),
         )
-        .map_err(|source| AuditError::StorageNode { id: id.clone(), source })?;
+        .map_err(|source| AuditError::StorageNode { id: id.clone(), source: source.into() })?;
         logged_blocks += replayed;
         from_checkpoints += usize::from(node.stats().opened_from_checkpoint.is_some());
         let hashes = node.shard_hashes(&head).ok_or_else(|| AuditError::BehindHead {
@@ -138,8 +145,7 @@ pub fn audit_cluster(
                         other: other.clone(),
                         shard: index,
                         number: head_number,
-                        hash,
-                        held: *held,
+                        hashes: Box::new((hash, *held)),
                     })
                 }
                 Some(slot) => *slot = Some((id.clone(), hash)),

@@ -57,12 +57,12 @@ pub enum ClusterError {
     #[error(transparent)]
     Chain(#[from] virga_ledger::chain::ChainError),
     #[error(transparent)]
-    Storage(StorageError),
+    Storage(Box<StorageError>),
     #[error("{id}: {source}")]
     StorageNode {
         id: String,
         #[source]
-        source: StorageError,
+        source: Box<StorageError>,
     },
     #[error(transparent)]
     Miner(#[from] MinerError),
@@ -238,8 +238,8 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
         source,
     })?;
     let genesis = read_genesis(&config.dir)?;
-    let sharded =
-        shard_state(genesis.state.accounts().as_trie(), config.topology.shards).map_err(ClusterError::Storage)?;
+    let sharded = shard_state(genesis.state.accounts().as_trie(), config.topology.shards)
+        .map_err(|error| ClusterError::Storage(error.into()))?;
     progress.finish();
 
     progress.phase("signing the users' transfers", config.transfers as u64);
@@ -265,7 +265,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
             &sharded,
             Some(&log),
         )
-        .map_err(|source| ClusterError::StorageNode { id: id.clone(), source })?;
+        .map_err(|source| ClusterError::StorageNode { id: id.clone(), source: source.into() })?;
         handlers.push((id.clone(), node.clone()));
         storage.push(node);
     }

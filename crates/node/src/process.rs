@@ -234,12 +234,13 @@ pub async fn run_storage(
         .ok_or_else(|| ProcessError::NoStorageNode { id: id.to_string() })?;
     let address = plan.address_of(id)?;
     let genesis = read_genesis(dir)?;
-    let sharded = shard_state(genesis.state.accounts().as_trie(), plan.shards).map_err(ClusterError::Storage)?;
+    let sharded = shard_state(genesis.state.accounts().as_trie(), plan.shards)
+        .map_err(|error| ClusterError::Storage(error.into()))?;
     drop(genesis.state);
     let log = crate::storage::log_path(dir, id);
     let (node, replayed) =
         StorageNode::open(id, served, plan.shards, genesis.config, genesis.header, &sharded, Some(&log))
-            .map_err(|source| ClusterError::StorageNode { id: id.to_string(), source })?;
+            .map_err(|source| ClusterError::StorageNode { id: id.to_string(), source: source.into() })?;
     drop(sharded);
     let (head, _, _) = node.head();
     tracing::info!(node = %id, replayed, head, "storage node ready");
