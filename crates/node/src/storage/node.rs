@@ -232,6 +232,8 @@ impl Inner {
 
     /// A block from this process, its refusal kept typed: the answer once it is logged.
     fn apply(&mut self, from: String, updates: BlockUpdates) -> Result<Response, BlockRefusal> {
+        // A checkpoint written meanwhile is taken up first, as for a request.
+        self.carry_out(Vec::new(), Vec::new(), &mut |_, _| {}, true);
         let call = CallId(self.next_call);
         self.next_call += 1;
         let mut commands = Vec::new();
