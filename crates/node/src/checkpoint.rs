@@ -18,11 +18,10 @@ use prost::Message;
 use std::path::{Path, PathBuf};
 use virga_core::device::Storage;
 use virga_net::proto::{KeyUpdate, ShardEntries, StorageCheckpoint};
-use virga_trie::shard::{Shard, ShardedTrie};
+use virga_trie::shard::{Shard, ShardError, ShardedTrie};
 
 use crate::codec::{b256, decode_header, WireError};
 use crate::storage::prefix_nibbles;
-use virga_trie::shard::ShardError;
 
 pub const CHECKPOINT_FILE: &str = "checkpoint.bin";
 /// The checkpoint before the newest one.
@@ -113,8 +112,6 @@ pub fn previous_of(path: &Path) -> PathBuf {
     path.with_file_name(PREVIOUS_FILE)
 }
 
-/// Writes the served shards of `shards` at `header` as the newest checkpoint at `path`; the
-/// one it replaces becomes the previous checkpoint.
 /// Writes the checkpoint of `header` into `storage`, keeping the one it replaces as
 /// [`PREVIOUS_FILE`].
 pub fn write(
