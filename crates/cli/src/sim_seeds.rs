@@ -37,7 +37,7 @@ pub struct SeedArgs {
     pub workers: Option<usize>,
 }
 
-fn parse_faults(text: &str) -> Result<String, String> {
+fn parse_faults(text: &str) -> Result<String, virga_node::sim::UnknownFault> {
     Faults::parse(text).map(|_| text.to_string())
 }
 
@@ -93,7 +93,7 @@ struct Report {
 
 /// Runs the seeds; returns whether every one passed.
 pub fn run(args: &SeedArgs, seeds: u64, json: Option<&PathBuf>) -> anyhow::Result<bool> {
-    let faults = Faults::parse(&args.faults).map_err(anyhow::Error::msg)?;
+    let faults = Faults::parse(&args.faults)?;
     let broken = args.broken.as_deref().map(broken_variant).transpose().map_err(anyhow::Error::msg)?;
     let length = if args.short { Length::Short } else { Length::Full };
     let last = args.first_seed.checked_add(seeds).context("--first-seed plus --seeds overflows")?;

@@ -18,9 +18,9 @@ use prost::Message;
 use std::path::{Path, PathBuf};
 use virga_core::device::Storage;
 use virga_net::proto::{KeyUpdate, ShardEntries, StorageCheckpoint};
-use virga_trie::shard::{Shard, ShardedTrie};
+use virga_trie::shard::{Shard, ShardError, ShardedTrie};
 
-use crate::codec::{b256, decode_header};
+use crate::codec::{b256, decode_header, WireError};
 use crate::storage::prefix_nibbles;
 
 pub const CHECKPOINT_FILE: &str = "checkpoint.bin";
@@ -33,6 +33,75 @@ const MAGIC: &[u8; 8] = b"VRGCKPT1";
 /// Bytes before the payload: magic, checksum, length.
 pub const PREAMBLE: usize = MAGIC.len() + 4 + 8;
 
+/// Why a checkpoint could not be written or read: the device operation and object, or the
+/// file's defect with its path.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("{op} {}: {source}", .path.display())]
+    Io {
+        /// What was being done, e.g. "syncing".
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is there but is not a sound checkpoint for this node.
+    #[error("{}: {defect}", .path.display())]
+    Unusable {
+        path: PathBuf,
+        #[source]
+        defect: CheckpointDefect,
+    },
+    /// The node's state cannot be encoded (a broken invariant of its versions).
+    #[error(transparent)]
+    Encode(CheckpointDefect),
+    #[error("starting the writer: {0}")]
+    Writer(#[source] std::io::Error),
+}
+
+/// What is wrong with a checkpoint's bytes (or with the state to be written as one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointDefect {
+    #[error("storage checkpoint of format {found:?}; this build reads format {supported:?}")]
+    Format { found: char, supported: char },
+    #[error("not a storage checkpoint (bad magic or too short)")]
+    NotACheckpoint,
+    #[error("payload is {actual} bytes, the preamble says {recorded}")]
+    Length { actual: usize, recorded: u64 },
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("malformed payload: {0}")]
+    Payload(#[from] prost::DecodeError),
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("{recorded} shard hashes for {shard_count} shards")]
+    ShardHashCount { recorded: usize, shard_count: usize },
+    #[error("shard count {0} is not 1, 16 or 256")]
+    ShardCount(usize),
+    #[error("served shard {0} is missing")]
+    MissingShard(usize),
+    #[error("no shard {0}")]
+    NoShard(usize),
+    #[error("shard {shard}: {source}")]
+    Shard {
+        shard: usize,
+        #[source]
+        source: ShardError,
+    },
+    #[error("shard {shard} rebuilds to {rebuilt}, the checkpoint records {recorded}")]
+    ShardHash { shard: usize, rebuilt: B256, recorded: B256 },
+    #[error("{0}")]
+    Shards(#[source] ShardError),
+    #[error("the shards give state root {computed}, block {number} says {header}")]
+    StateRoot { number: u64, computed: B256, header: B256 },
+}
+
 /// The (newest) checkpoint file kept beside a storage node's log.
 pub fn path_beside(log: &Path) -> PathBuf {
     log.with_file_name(CHECKPOINT_FILE)
@@ -43,20 +112,23 @@ pub fn previous_of(path: &Path) -> PathBuf {
     path.with_file_name(PREVIOUS_FILE)
 }
 
-/// Writes the served shards of `shards` at `header` as the newest checkpoint at `path`; the
-/// one it replaces becomes the previous checkpoint.
 /// Writes the checkpoint of `header` into `storage`, keeping the one it replaces as
 /// [`PREVIOUS_FILE`].
-pub fn write(storage: &dyn Storage, header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<(), String> {
-    let bytes = encode(header, shards, served)?;
+pub fn write(
+    storage: &dyn Storage,
+    header: &Header,
+    shards: &ShardedTrie,
+    served: &[usize],
+) -> Result<(), CheckpointError> {
+    let bytes = encode(header, shards, served).map_err(CheckpointError::Encode)?;
     install(storage, &bytes)
 }
 
-pub fn encode(header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<Vec<u8>, String> {
+pub fn encode(header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<Vec<u8>, CheckpointDefect> {
     let mut images = Vec::with_capacity(served.len());
     for &index in served {
-        let shard = shards.shard(index).ok_or_else(|| format!("no shard {index}"))?;
-        let entries = shard.entries().map_err(|error| error.to_string())?;
+        let shard = shards.shard(index).ok_or(CheckpointDefect::NoShard(index))?;
+        let entries = shard.entries().map_err(CheckpointDefect::Shards)?;
         images.push(ShardEntries {
             index: index as u32,
             entries: entries.into_iter().map(|(key, value)| KeyUpdate { key, value }).collect(),
@@ -81,10 +153,13 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 }
 
 /// Puts `bytes` durably at `path`, moving what was there to the previous checkpoint's place.
-fn install(storage: &dyn Storage, bytes: &[u8]) -> Result<(), String> {
+fn install(storage: &dyn Storage, bytes: &[u8]) -> Result<(), CheckpointError> {
     let temporary = format!("{CHECKPOINT_FILE}.tmp");
-    let failed =
-        |what: &str, name: &str, error: std::io::Error| format!("{what} {}: {error}", storage.path_of(name).display());
+    let failed = |op: &'static str, name: &str, source: std::io::Error| CheckpointError::Io {
+        op,
+        path: storage.path_of(name),
+        source,
+    };
     match storage.remove(&temporary) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
             return Err(failed("removing", &temporary, error));
@@ -113,44 +188,52 @@ pub struct Loaded {
 
 /// Reads and checks the checkpoint at `path` for a node serving `served` of `shard_count`
 /// shards. Every failure names what is wrong; nothing is trusted unchecked.
-pub fn read(storage: &dyn Storage, name: &str, served: &[usize], shard_count: usize) -> Result<Loaded, String> {
+pub fn read(
+    storage: &dyn Storage,
+    name: &str,
+    served: &[usize],
+    shard_count: usize,
+) -> Result<Loaded, CheckpointError> {
     let bytes = storage
         .open(name)
         .and_then(|device| device.read_all())
-        .map_err(|error| format!("{}: {error}", storage.path_of(name).display()))?;
+        .map_err(|source| CheckpointError::Unreadable { path: storage.path_of(name), source })?;
     decode(&bytes, served, shard_count)
+        .map_err(|defect| CheckpointError::Unusable { path: storage.path_of(name), defect })
 }
 
 /// Checks and decodes a checkpoint file's bytes (see [`read`]).
-pub fn decode(bytes: &[u8], served: &[usize], shard_count: usize) -> Result<Loaded, String> {
+pub fn decode(bytes: &[u8], served: &[usize], shard_count: usize) -> Result<Loaded, CheckpointDefect> {
     // The magic's last byte is the format version: `VRGCKPT` followed by another one is a
     // checkpoint this build does not read, named as such rather than as garbage.
     let family = &MAGIC[..MAGIC.len() - 1];
     if bytes.len() >= MAGIC.len() && bytes.starts_with(family) && bytes[MAGIC.len() - 1] != MAGIC[MAGIC.len() - 1] {
-        return Err(format!(
-            "storage checkpoint of format {:?}; this build reads format {:?}",
-            char::from(bytes[MAGIC.len() - 1]),
-            char::from(MAGIC[MAGIC.len() - 1])
-        ));
+        return Err(CheckpointDefect::Format {
+            found: char::from(bytes[MAGIC.len() - 1]),
+            supported: char::from(MAGIC[MAGIC.len() - 1]),
+        });
     }
     if bytes.len() < PREAMBLE || &bytes[..MAGIC.len()] != MAGIC {
-        return Err("not a storage checkpoint (bad magic or too short)".to_string());
+        return Err(CheckpointDefect::NotACheckpoint);
     }
-    let crc = u32::from_le_bytes(bytes[8..12].try_into().map_err(|_| "short checksum")?);
-    let length = u64::from_le_bytes(bytes[12..20].try_into().map_err(|_| "short length")?);
+    // Both fit: the preamble is there.
+    let crc = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&bytes[12..20]);
+    let length = u64::from_le_bytes(length);
     let payload = &bytes[PREAMBLE..];
     if payload.len() as u64 != length {
-        return Err(format!("payload is {} bytes, the preamble says {length}", payload.len()));
+        return Err(CheckpointDefect::Length { actual: payload.len(), recorded: length });
     }
     if crc32fast::hash(payload) != crc {
-        return Err("checksum mismatch".to_string());
+        return Err(CheckpointDefect::Checksum);
     }
-    let checkpoint = StorageCheckpoint::decode(payload).map_err(|error| format!("malformed payload: {error}"))?;
+    let checkpoint = StorageCheckpoint::decode(payload)?;
     let header = decode_header(&checkpoint.header)?;
     if checkpoint.shard_hashes.len() != shard_count {
-        return Err(format!("{} shard hashes for {shard_count} shards", checkpoint.shard_hashes.len()));
+        return Err(CheckpointDefect::ShardHashCount { recorded: checkpoint.shard_hashes.len(), shard_count });
     }
-    let prefix = prefix_nibbles(shard_count).ok_or_else(|| format!("shard count {shard_count} is not 1, 16 or 256"))?;
+    let prefix = prefix_nibbles(shard_count).ok_or(CheckpointDefect::ShardCount(shard_count))?;
     let mut shards = Vec::with_capacity(shard_count);
     for (index, recorded) in checkpoint.shard_hashes.iter().enumerate() {
         let recorded = b256(recorded, &format!("shard hash {index}"))?;
@@ -162,21 +245,23 @@ pub fn decode(bytes: &[u8], served: &[usize], shard_count: usize) -> Result<Load
             .shards
             .iter()
             .find(|image| image.index as usize == index)
-            .ok_or_else(|| format!("served shard {index} is missing"))?;
+            .ok_or(CheckpointDefect::MissingShard(index))?;
         let mut shard = Shard::new(index, prefix);
         for entry in &image.entries {
-            shard.insert(&entry.key, &entry.value).map_err(|error| format!("shard {index}: {error}"))?;
+            shard
+                .insert(&entry.key, &entry.value)
+                .map_err(|source| CheckpointDefect::Shard { shard: index, source })?;
         }
         let rebuilt = shard.subtree_hash();
         if rebuilt != recorded {
-            return Err(format!("shard {index} rebuilds to {rebuilt}, the checkpoint records {recorded}"));
+            return Err(CheckpointDefect::ShardHash { shard: index, rebuilt, recorded });
         }
         shards.push(shard);
     }
-    let shards = ShardedTrie::from_shards(shards).map_err(|error| error.to_string())?;
-    let root = shards.root_hash();
-    if root != header.state_root {
-        return Err(format!("the shards give state root {root}, block {} says {}", header.number, header.state_root));
+    let shards = ShardedTrie::from_shards(shards).map_err(CheckpointDefect::Shards)?;
+    let computed = shards.root_hash();
+    if computed != header.state_root {
+        return Err(CheckpointDefect::StateRoot { number: header.number, computed, header: header.state_root });
     }
     let hash = header.hash_slow();
     Ok(Loaded { header, hash, shards })
@@ -207,28 +292,63 @@ mod tests {
             device.truncate(0).unwrap();
             device.write_at(bytes, 0).unwrap();
         };
+        let defect = |result: Result<Loaded, CheckpointError>| match result {
+            Err(CheckpointError::Unusable { path, defect }) => {
+                assert_eq!(path, storage.path_of(CHECKPOINT_FILE));
+                defect
+            }
+            other => panic!("not an unusable checkpoint: {other:?}"),
+        };
         put(&whole[..whole.len() - 1]);
-        assert!(read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap_err().contains("preamble says"));
+        let short = defect(read(&storage, CHECKPOINT_FILE, &[1, 2], 16));
+        assert_eq!(
+            short,
+            CheckpointDefect::Length { actual: whole.len() - PREAMBLE - 1, recorded: (whole.len() - PREAMBLE) as u64 }
+        );
         put(b"not a checkpoint at all");
-        assert!(read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap_err().contains("bad magic"));
+        assert_eq!(defect(read(&storage, CHECKPOINT_FILE, &[1, 2], 16)), CheckpointDefect::NotACheckpoint);
         let mut newer = whole.clone();
         newer[MAGIC.len() - 1] = b'2';
-        assert!(decode(&newer, &[1, 2], 16).unwrap_err().contains("format '2'; this build reads format '1'"));
+        let format = decode(&newer, &[1, 2], 16).unwrap_err();
+        assert_eq!(format, CheckpointDefect::Format { found: '2', supported: '1' });
+        assert!(format.to_string().contains("format '2'; this build reads format '1'"), "{format}");
         // Whole, but for a node serving a shard it does not hold.
         put(&whole);
-        assert!(read(&storage, CHECKPOINT_FILE, &[1, 2, 3], 16).unwrap_err().contains("served shard 3 is missing"));
+        assert_eq!(defect(read(&storage, CHECKPOINT_FILE, &[1, 2, 3], 16)), CheckpointDefect::MissingShard(3));
         // Whole, but the recorded shard hashes do not give the header's root; the sound one
         // before it is kept as the previous checkpoint.
         let lying = Header { state_root: B256::repeat_byte(9), ..header };
         write(&storage, &lying, &sharded, &[1, 2]).unwrap();
-        assert!(read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap_err().contains("give state root"));
+        let root = defect(read(&storage, CHECKPOINT_FILE, &[1, 2], 16));
+        assert!(
+            matches!(root, CheckpointDefect::StateRoot { number: 5, header, .. } if header == B256::repeat_byte(9))
+        );
         assert_eq!(read(&storage, PREVIOUS_FILE, &[1, 2], 16).unwrap().header.number, 5);
         // Both are durable: a crash now keeps them.
         let crashed = storage.crash(7);
         assert!(read(&crashed, PREVIOUS_FILE, &[1, 2], 16).is_ok());
         assert!(crashed.exists(CHECKPOINT_FILE).unwrap());
         let missing = read(&storage, "absent", &[1, 2], 16).unwrap_err();
-        assert!(missing.contains("mem:/absent"), "{missing}");
+        assert!(matches!(&missing, CheckpointError::Unreadable { path, .. } if path == &storage.path_of("absent")));
+        assert!(missing.to_string().contains("mem:/absent"), "{missing}");
+    }
+
+    #[test]
+    fn a_checkpoint_with_a_bad_header_is_refused_as_such_with_its_path() {
+        let storage = virga_core::device::MemStorage::new();
+        let sharded = ShardedTrie::new(16).unwrap();
+        let checkpoint = StorageCheckpoint {
+            header: vec![0xc0, 0x01, 0x02],
+            shard_hashes: sharded.shards().iter().map(|shard| shard.subtree_hash().to_vec()).collect(),
+            shards: Vec::new(),
+        };
+        install(&storage, &frame(&checkpoint.encode_to_vec())).unwrap();
+        match read(&storage, CHECKPOINT_FILE, &[], 16) {
+            Err(CheckpointError::Unusable { path, defect: CheckpointDefect::Wire(WireError::Header(_)) }) => {
+                assert_eq!(path, storage.path_of(CHECKPOINT_FILE));
+            }
+            other => panic!("a bad header must be refused as one: {other:?}"),
+        }
     }
 
     /// Writes checkpoints of blocks 1, 2 and 3 into `storage`; returns the operation count

@@ -15,10 +15,10 @@ use virga_net::Grpc;
 use virga_net::{Handler, InProc, Transport};
 
 use crate::client::{ClientCore, ClientStats};
-use crate::miner::{open_store, Miner, MinerStats};
-use crate::storage::{shard_state, StorageNode};
-use crate::topology::Topology;
+use crate::miner::{open_store, Miner, MinerError, MinerStats};
+use crate::storage::{shard_state, StorageError, StorageNode};
 pub use crate::topology::{beneficiary, replicated_layout, storage_counts};
+use crate::topology::{Topology, TopologyError};
 use crate::workload::{offer, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
 
 /// Marks a directory as a RainBlock cluster's (`virga verify` audits it as one).
@@ -32,17 +32,57 @@ pub(crate) fn cluster_format_v1() -> u32 {
     1
 }
 
+/// Why a cluster could not be set up or run (`virga up`, and the steps `virga node` shares).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "{}: cluster file format {found} was written by {} Virga; this build reads format \
+         {CLUSTER_FORMAT}. Start the cluster afresh in a new directory",
+        .path.display(),
+        if *.found < CLUSTER_FORMAT { "an older" } else { "a newer" }
+    )]
+    Format { path: PathBuf, found: u32 },
+    #[error("{} already holds a {holds}; pick an empty directory", .dir.display())]
+    Occupied { dir: PathBuf, holds: &'static str },
+    #[error("{op} {}: {source}", .path.display())]
+    Io {
+        /// What was being done, e.g. "writing".
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error(transparent)]
+    Chain(#[from] virga_ledger::chain::ChainError),
+    #[error(transparent)]
+    Storage(Box<StorageError>),
+    #[error("{id}: {source}")]
+    StorageNode {
+        id: String,
+        #[source]
+        source: Box<StorageError>,
+    },
+    #[error(transparent)]
+    Miner(#[from] MinerError),
+    #[error("this build of virga-node has no gRPC transport (feature `grpc`)")]
+    NoGrpc,
+    #[error("binding {what}: {source}")]
+    Bind {
+        /// The role (or address) the listener was for.
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Refuses a cluster file of a format this build does not read, naming both versions.
-pub fn check_cluster_format(path: &Path, format: u32) -> Result<(), String> {
+pub fn check_cluster_format(path: &Path, format: u32) -> Result<(), ClusterError> {
     if format == CLUSTER_FORMAT {
         return Ok(());
     }
-    let age = if format < CLUSTER_FORMAT { "an older" } else { "a newer" };
-    Err(format!(
-        "{}: cluster file format {format} was written by {age} Virga; this build reads format \
-         {CLUSTER_FORMAT}. Start the cluster afresh in a new directory",
-        path.display()
-    ))
+    Err(ClusterError::Format { path: path.to_path_buf(), found: format })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,23 +192,28 @@ pub fn storage_layout(nodes: usize, shards: usize) -> Vec<(String, Vec<usize>)> 
 
 /// Writes `dir/genesis.json`: every account funded with [`GENESIS_BALANCE`], a gas limit
 /// for `max_block_transfers` transfers per block, and a low fixed difficulty.
-pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usize) -> Result<(), String> {
+pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usize) -> Result<(), ClusterError> {
     let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
     let difficulty = U256::from(16u64);
     let gas_limit = 21_000 * max_block_transfers.max(1) as u64;
     let json = genesis_json(chain_id, difficulty, gas_limit, addresses, U256::from(GENESIS_BALANCE));
-    std::fs::write(dir.join("genesis.json"), json).map_err(|error| format!("writing genesis.json: {error}"))
+    let path = dir.join("genesis.json");
+    std::fs::write(&path, json).map_err(|source| ClusterError::Io { op: "writing", path, source })
 }
 
 /// Runs a cluster with a fresh state in `config.dir` (which must not hold one).
-pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, String> {
+pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, ClusterError> {
     let started = Instant::now();
     // The workload draws a receiver other than the sender, and every client takes a share.
-    config.topology.validate().map_err(|error| error.to_string())?;
+    config.topology.validate()?;
     if config.dir.join(CLUSTER_FILE).exists() || config.dir.join("genesis.json").exists() {
-        return Err(format!("{} already holds a chain; pick an empty directory", config.dir.display()));
+        return Err(ClusterError::Occupied { dir: config.dir.clone(), holds: "chain" });
     }
-    std::fs::create_dir_all(&config.dir).map_err(|error| format!("{}: {error}", config.dir.display()))?;
+    std::fs::create_dir_all(&config.dir).map_err(|source| ClusterError::Io {
+        op: "creating",
+        path: config.dir.clone(),
+        source,
+    })?;
     let (nodes, replicas) = config.topology.storage_counts();
     let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
 
@@ -186,11 +231,15 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         "storage_nodes": layout,
         "miners": config.topology.miners,
     });
-    std::fs::write(config.dir.join(CLUSTER_FILE), cluster.to_string())
-        .map_err(|error| format!("writing {CLUSTER_FILE}: {error}"))?;
-    let genesis = read_genesis(&config.dir).map_err(|error| error.to_string())?;
-    let sharded =
-        shard_state(genesis.state.accounts().as_trie(), config.topology.shards).map_err(|error| error.to_string())?;
+    let cluster_file = config.dir.join(CLUSTER_FILE);
+    std::fs::write(&cluster_file, cluster.to_string()).map_err(|source| ClusterError::Io {
+        op: "writing",
+        path: cluster_file,
+        source,
+    })?;
+    let genesis = read_genesis(&config.dir)?;
+    let sharded = shard_state(genesis.state.accounts().as_trie(), config.topology.shards)
+        .map_err(|error| ClusterError::Storage(error.into()))?;
     progress.finish();
 
     progress.phase("signing the users' transfers", config.transfers as u64);
@@ -216,7 +265,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
             &sharded,
             Some(&log),
         )
-        .map_err(|error| format!("{id}: {error}"))?;
+        .map_err(|source| ClusterError::StorageNode { id: id.clone(), source: source.into() })?;
         handlers.push((id.clone(), node.clone()));
         storage.push(node);
     }
@@ -242,7 +291,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
         #[cfg(not(feature = "grpc"))]
         TransportKind::Grpc => {
             drop(servers_stopped);
-            return Err("this build of virga-node has no gRPC transport (feature `grpc`)".into());
+            return Err(ClusterError::NoGrpc);
         }
         #[cfg(feature = "grpc")]
         TransportKind::Grpc => {
@@ -250,13 +299,13 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, S
             for (id, handler) in handlers {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                     .await
-                    .map_err(|error| format!("binding {id}: {error}"))?;
+                    .map_err(|source| ClusterError::Bind { what: id.clone(), source })?;
                 let mut stopped = servers_stopped.clone();
                 let shutdown = async move {
                     let _ = stopped.wait_for(|stop| *stop).await;
                 };
-                let (address, server) =
-                    virga_net::serve(listener, handler, shutdown).map_err(|error| error.to_string())?;
+                let (address, server) = virga_net::serve(listener, handler, shutdown)
+                    .map_err(|source| ClusterError::Bind { what: id.clone(), source })?;
                 tokio::spawn(server);
                 addresses.insert(id, format!("http://{address}"));
             }

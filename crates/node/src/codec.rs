@@ -16,17 +16,11 @@ pub enum WireError {
     #[error("key {index} is {len} bytes, state keys are 32")]
     KeyLength { index: usize, len: usize },
     #[error("malformed block header: {0}")]
-    Header(String),
+    Header(#[source] alloy_rlp::Error),
     #[error("block header followed by {0} stray bytes")]
     StrayBytes(usize),
     #[error("malformed block: {0}")]
-    Block(String),
-}
-
-impl From<WireError> for String {
-    fn from(error: WireError) -> String {
-        error.to_string()
-    }
+    Block(#[source] virga_ledger::block::BlockError),
 }
 
 /// A 32-byte hash field.
@@ -66,7 +60,7 @@ pub fn check_keys(keys: &[Vec<u8>]) -> Result<(), WireError> {
 /// An RLP block header that must span all of `bytes`.
 pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
     let mut rest = bytes;
-    let header = Header::decode(&mut rest).map_err(|error| WireError::Header(error.to_string()))?;
+    let header = Header::decode(&mut rest).map_err(WireError::Header)?;
     if !rest.is_empty() {
         return Err(WireError::StrayBytes(rest.len()));
     }
@@ -74,5 +68,5 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
 }
 
 pub fn decode_block(bytes: &[u8]) -> Result<Block, WireError> {
-    Block::decode(bytes).map_err(|error| WireError::Block(error.to_string()))
+    Block::decode(bytes).map_err(WireError::Block)
 }

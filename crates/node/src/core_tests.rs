@@ -1,7 +1,7 @@
 //! The storage node's and the miner's cores, driven event by event; the tests assert on the
 //! commands they emit.
 
-use alloy_primitives::{keccak256, U256};
+use alloy_primitives::{keccak256, B256, U256};
 use std::sync::Arc;
 use std::time::Duration;
 use virga_core::device::MemStorage;
@@ -15,7 +15,8 @@ use crate::codec::{bag_from_wire, bag_to_wire, block_id};
 use crate::miner::MinerConfig;
 use crate::miner::{execution_pool, MinerCore, MinerIo, BLOCK_REFUSED};
 use crate::storage::{
-    log_options, open_core, NodeStorage, StorageCore, StorageDisk, StorageIo, StorageIoDone, CHECKPOINT_LAG,
+    log_options, open_core, BlockRefusal, NodeStorage, StorageCore, StorageDisk, StorageIo, StorageIoDone,
+    CHECKPOINT_LAG,
 };
 use crate::testkit::Fixture;
 use crate::topology::Topology;
@@ -337,15 +338,51 @@ fn a_failed_append_refuses_the_block_and_forgets_its_version() {
     let mut out = Vec::new();
     core.step(0, Event::Request { from: "miner-0".into(), call: CallId(1), request: block }, &mut out);
     let Some(Command::Io { io, .. }) = out.pop() else { panic!() };
-    core.step(0, Event::IoDone { io, result: StorageIoDone::Appended(Err("disk full".into())) }, &mut out);
+    let full = virga_log::LogError::Io {
+        op: "fsync",
+        path: "mem:/updates".into(),
+        source: std::io::Error::other("disk full"),
+    };
+    core.step(0, Event::IoDone { io, result: StorageIoDone::Appended(Err(full)) }, &mut out);
     match out.pop() {
         Some(Command::Reply { response: Response { body: Some(ResponseBody::Error(reason)) }, .. }) => {
+            assert!(reason.starts_with("logging block 1 failed: failed to fsync mem:/updates"), "{reason}");
             assert!(reason.contains("disk full"), "{reason}")
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(core.head().0, 0, "the unlogged block is not the head");
     assert_eq!(core.version_count(), 1);
+}
+
+#[test]
+fn a_block_on_an_unknown_parent_is_refused_as_such_and_its_sender_hears_why() {
+    let (fixture, block) = block_one_updates();
+    let (mut core, _disk) = logged_storage_core(&fixture, Arc::new(MemStorage::new()));
+    let Some(RequestBody::ApplyBlock(mut updates)) = block.body else { panic!("{block:?}") };
+    let mut header = crate::codec::decode_header(&updates.header).unwrap();
+    header.parent_hash = B256::repeat_byte(7);
+    updates.header = alloy_rlp::encode(&header);
+    let mut out = Vec::new();
+    let refused = core.admit_block("miner-0".into(), CallId(1), updates.clone(), &mut out).unwrap_err();
+    assert!(
+        matches!(refused, BlockRefusal::UnknownParent { number: 1, parent } if parent == B256::repeat_byte(7)),
+        "{refused:?}"
+    );
+    assert!(out.is_empty(), "nothing logged or answered: {out:?}");
+    let request = request(RequestBody::ApplyBlock(updates));
+    core.step(0, Event::Request { from: "miner-0".into(), call: CallId(2), request }, &mut out);
+    match out.pop() {
+        Some(Command::Reply {
+            call: CallId(2),
+            response: Response { body: Some(ResponseBody::Error(reason)) },
+            ..
+        }) => {
+            assert_eq!(reason, refused.to_string())
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(core.stats().blocks_rejected, 2);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -24,7 +24,7 @@ use virga_net::{Grpc, Transport};
 
 use crate::client::{ClientConfig, ClientCore};
 use crate::cluster::{
-    check_cluster_format, cluster_format_v1, run_clients, write_genesis, CLUSTER_FILE, CLUSTER_FORMAT,
+    check_cluster_format, cluster_format_v1, run_clients, write_genesis, ClusterError, CLUSTER_FILE, CLUSTER_FORMAT,
 };
 use crate::miner::{open_store, Miner, MinerStats};
 use crate::storage::{shard_state, StorageNode};
@@ -53,6 +53,56 @@ pub struct ClusterPlan {
     pub top_budget_bytes: usize,
 }
 
+/// Why a role process (or `virga node init`) could not start or went down.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("{}: {source} (a directory made by `virga node init`, not by `virga up`?)", .path.display())]
+    Plan {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("encoding the plan: {0}")]
+    EncodePlan(#[source] serde_json::Error),
+    #[error("the plan's storage layout is not one this build makes; run `virga node init` afresh")]
+    Layout,
+    #[error("the plan has no address for {id}")]
+    NoAddress { id: String },
+    #[error("address {url} of {id}: {source}")]
+    Address {
+        id: String,
+        url: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("port {port} for {id} is out of range")]
+    Port { id: String, port: usize },
+    #[error("the plan has no storage node {id}")]
+    NoStorageNode { id: String },
+    #[error("the plan has {miners} miner(s); there is no miner {index}")]
+    NoMiner { index: usize, miners: usize },
+    #[error("{id}: server failed: {source}")]
+    Server {
+        id: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl From<virga_ledger::chain::ChainError> for ProcessError {
+    fn from(error: virga_ledger::chain::ChainError) -> ProcessError {
+        ProcessError::Cluster(error.into())
+    }
+}
+
+impl From<crate::miner::MinerError> for ProcessError {
+    fn from(error: crate::miner::MinerError) -> ProcessError {
+        ProcessError::Cluster(error.into())
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
     /// The cluster (its clients, batch and in-flight settings are each client process's own).
@@ -68,7 +118,7 @@ impl ClusterPlan {
     }
 
     /// The topology the plan was made from; its layout must be the plan's.
-    pub fn topology(&self) -> Result<Topology, String> {
+    pub fn topology(&self) -> Result<Topology, ProcessError> {
         let replicas = self.storage_nodes.iter().filter(|(_, shards)| shards.contains(&0)).count();
         let topology = Topology {
             accounts: self.accounts,
@@ -86,15 +136,15 @@ impl ClusterPlan {
             seed: self.seed,
         };
         if topology.layout() != self.storage_nodes {
-            return Err("the plan's storage layout is not one this build makes; run `virga node init` afresh".into());
+            return Err(ProcessError::Layout);
         }
         Ok(topology)
     }
 
-    fn address_of(&self, id: &str) -> Result<SocketAddr, String> {
-        let url = self.addresses.get(id).ok_or_else(|| format!("the plan has no address for {id}"))?;
+    fn address_of(&self, id: &str) -> Result<SocketAddr, ProcessError> {
+        let url = self.addresses.get(id).ok_or_else(|| ProcessError::NoAddress { id: id.to_string() })?;
         let hostport = url.strip_prefix("http://").unwrap_or(url);
-        hostport.parse().map_err(|error| format!("address {url} of {id}: {error}"))
+        hostport.parse().map_err(|source| ProcessError::Address { id: id.to_string(), url: url.clone(), source })
     }
 
     fn transport(&self) -> Arc<dyn Transport> {
@@ -111,20 +161,27 @@ impl ClusterPlan {
 }
 
 /// Writes a new cluster directory: `genesis.json` and the plan.
-pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) -> Result<ClusterPlan, String> {
+pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) -> Result<ClusterPlan, ProcessError> {
     if dir.join(CLUSTER_FILE).exists() || dir.join("genesis.json").exists() {
-        return Err(format!("{} already holds a cluster; pick an empty directory", dir.display()));
+        return Err(ClusterError::Occupied { dir: dir.to_path_buf(), holds: "cluster" }.into());
     }
-    std::fs::create_dir_all(dir).map_err(|error| format!("{}: {error}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|source| ClusterError::Io {
+        op: "creating",
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let topology = &options.topology;
-    topology.validate().map_err(|error| error.to_string())?;
+    topology.validate().map_err(ClusterError::from)?;
     let storage_nodes = topology.layout();
     let miners = topology.miners;
     let mut addresses = BTreeMap::new();
     let ids = storage_nodes.iter().map(|(id, _)| id.clone()).chain((0..miners).map(ClusterPlan::miner_id));
     for (offset, id) in ids.enumerate() {
         let port = usize::from(options.base_port) + offset;
-        let port = u16::try_from(port).map_err(|_| format!("port {port} for {id} is out of range"))?;
+        let port = match u16::try_from(port) {
+            Ok(port) => port,
+            Err(_) => return Err(ProcessError::Port { id, port }),
+        };
         addresses.insert(id, format!("http://{}:{port}", options.host));
     }
     let plan = ClusterPlan {
@@ -142,17 +199,21 @@ pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) 
     };
     let accounts = Accounts::generate(topology.accounts, progress);
     write_genesis(dir, &accounts.addresses, topology.max_block_transfers)?;
-    let text = serde_json::to_string_pretty(&plan).map_err(|error| error.to_string())?;
-    std::fs::write(dir.join(CLUSTER_FILE), text).map_err(|error| format!("writing {CLUSTER_FILE}: {error}"))?;
+    let text = serde_json::to_string_pretty(&plan).map_err(ProcessError::EncodePlan)?;
+    let path = dir.join(CLUSTER_FILE);
+    std::fs::write(&path, text).map_err(|source| ClusterError::Io { op: "writing", path, source })?;
     Ok(plan)
 }
 
-pub fn read_plan(dir: &Path) -> Result<ClusterPlan, String> {
+pub fn read_plan(dir: &Path) -> Result<ClusterPlan, ProcessError> {
     let path = dir.join(CLUSTER_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
-    let plan: ClusterPlan = serde_json::from_str(&text).map_err(|error| {
-        format!("{}: {error} (a directory made by `virga node init`, not by `virga up`?)", path.display())
+    let text = std::fs::read_to_string(&path).map_err(|source| ClusterError::Io {
+        op: "reading",
+        path: path.clone(),
+        source,
     })?;
+    let plan: ClusterPlan =
+        serde_json::from_str(&text).map_err(|source| ProcessError::Plan { path: path.clone(), source })?;
     check_cluster_format(&path, plan.format)?;
     Ok(plan)
 }
@@ -163,42 +224,47 @@ pub async fn run_storage(
     dir: &Path,
     id: &str,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ProcessError> {
     let plan = read_plan(dir)?;
     let served = plan
         .storage_nodes
         .iter()
         .find(|(node, _)| node == id)
         .map(|(_, shards)| shards.clone())
-        .ok_or_else(|| format!("the plan has no storage node {id}"))?;
+        .ok_or_else(|| ProcessError::NoStorageNode { id: id.to_string() })?;
     let address = plan.address_of(id)?;
-    let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
-    let sharded = shard_state(genesis.state.accounts().as_trie(), plan.shards).map_err(|error| error.to_string())?;
+    let genesis = read_genesis(dir)?;
+    let sharded = shard_state(genesis.state.accounts().as_trie(), plan.shards)
+        .map_err(|error| ClusterError::Storage(error.into()))?;
     drop(genesis.state);
     let log = crate::storage::log_path(dir, id);
     let (node, replayed) =
         StorageNode::open(id, served, plan.shards, genesis.config, genesis.header, &sharded, Some(&log))
-            .map_err(|error| format!("{id}: {error}"))?;
+            .map_err(|source| ClusterError::StorageNode { id: id.to_string(), source: source.into() })?;
     drop(sharded);
     let (head, _, _) = node.head();
     tracing::info!(node = %id, replayed, head, "storage node ready");
-    let listener =
-        tokio::net::TcpListener::bind(address).await.map_err(|error| format!("binding {address}: {error}"))?;
-    let (bound, server) = virga_net::serve(listener, node, shutdown).map_err(|error| error.to_string())?;
+    let bind_failed = |source| ClusterError::Bind { what: address.to_string(), source };
+    let listener = tokio::net::TcpListener::bind(address).await.map_err(bind_failed)?;
+    let (bound, server) = virga_net::serve(listener, node, shutdown).map_err(bind_failed)?;
     eprintln!("{id}: serving shards at {bound}, head block {head} ({replayed} blocks replayed from its log)");
-    server.await.map_err(|error| format!("{id}: server failed: {error}"))
+    server.await.map_err(|source| ProcessError::Server { id: id.to_string(), source: source.into() })
 }
 
 /// Runs miner `index` of the plan in `dir` until `shutdown` fires: reopens its chain, fills
 /// its top layer from the storage nodes (waiting for them to come up), then serves and mines.
-pub async fn run_miner(dir: &Path, index: usize, mut shutdown: watch::Receiver<bool>) -> Result<MinerStats, String> {
+pub async fn run_miner(
+    dir: &Path,
+    index: usize,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<MinerStats, ProcessError> {
     let plan = read_plan(dir)?;
     if index >= plan.miners {
-        return Err(format!("the plan has {} miner(s); there is no miner {index}", plan.miners));
+        return Err(ProcessError::NoMiner { index, miners: plan.miners });
     }
     let id = ClusterPlan::miner_id(index);
     let address = plan.address_of(&id)?;
-    let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
+    let genesis = read_genesis(dir)?;
     drop(genesis.state);
     let (store, head) = open_store(&plan.chain_dir(dir, index), &genesis.header)?;
     let config = plan.topology()?.miner_config(index, genesis.config);
@@ -216,14 +282,13 @@ pub async fn run_miner(dir: &Path, index: usize, mut shutdown: watch::Receiver<b
             }
         }
     }
-    let listener =
-        tokio::net::TcpListener::bind(address).await.map_err(|error| format!("binding {address}: {error}"))?;
+    let bind_failed = |source| ClusterError::Bind { what: address.to_string(), source };
+    let listener = tokio::net::TcpListener::bind(address).await.map_err(bind_failed)?;
     let mut stopped = shutdown.clone();
     let server_shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    let (bound, server) =
-        virga_net::serve(listener, Arc::clone(&miner) as _, server_shutdown).map_err(|error| error.to_string())?;
+    let (bound, server) = virga_net::serve(listener, Arc::clone(&miner) as _, server_shutdown).map_err(bind_failed)?;
     let server = tokio::spawn(server);
     eprintln!("{id}: mining at {bound} on block {} ({})", head.number, head.hash_slow());
     Arc::clone(&miner).run(transport, shutdown).await;
@@ -269,9 +334,9 @@ pub async fn run_client(
     dir: &Path,
     job: &ClientJob,
     progress: &(dyn Fn(u64, usize) + Sync),
-) -> Result<ClientReport, String> {
+) -> Result<ClientReport, ProcessError> {
     let plan = read_plan(dir)?;
-    let genesis = read_genesis(dir).map_err(|error| error.to_string())?;
+    let genesis = read_genesis(dir)?;
     drop(genesis.state);
     let exec = genesis.config.exec;
     let accounts = Accounts::generate(plan.accounts, &|_| {});
@@ -348,6 +413,10 @@ mod tests {
         assert!(read_plan(dir.path()).is_ok());
         std::fs::write(dir.path().join(CLUSTER_FILE), plan_text(Some(2))).unwrap();
         let error = read_plan(dir.path()).unwrap_err();
-        assert!(error.contains("format 2 was written by a newer Virga"), "{error}");
+        assert!(
+            matches!(&error, ProcessError::Cluster(ClusterError::Format { path, found: 2 }) if path == &dir.path().join(CLUSTER_FILE)),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("format 2 was written by a newer Virga"), "{error}");
     }
 }

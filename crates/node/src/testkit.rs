@@ -12,9 +12,22 @@ use virga_trie::shard::ShardedTrie;
 
 use crate::client::ClientConfig;
 use crate::miner::MinerConfig;
-use crate::storage::{shard_state, Served, DEFAULT_RETAINED_VERSIONS};
-use crate::topology::Topology;
+use crate::storage::{shard_state, Served, StorageError, DEFAULT_RETAINED_VERSIONS};
+use crate::topology::{Topology, TopologyError};
 use crate::workload::{Accounts, GENESIS_BALANCE};
+
+/// Why a network's genesis could not be built for a topology.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error("the genesis: {0}")]
+    Genesis(#[from] virga_trie::genesis::GenesisError),
+    #[error("the chain's rules: {0}")]
+    Chain(#[from] virga_ledger::chain::ChainError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
 
 pub struct Fixture {
     pub topology: Topology,
@@ -29,18 +42,18 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    pub fn new(topology: Topology) -> Result<Fixture, String> {
-        topology.validate().map_err(|error| error.to_string())?;
+    pub fn new(topology: Topology) -> Result<Fixture, FixtureError> {
+        topology.validate()?;
         let accounts = Accounts::generate(topology.accounts, &|_| {});
         let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
         let gas_limit = 21_000 * topology.max_block_transfers.max(1) as u64;
         let json =
             genesis_json(chain_id, U256::from(16u64), gas_limit, &accounts.addresses, U256::from(GENESIS_BALANCE));
-        let genesis = Genesis::from_json_str(&json).map_err(|error| error.to_string())?;
-        let config = chain_config(&genesis).map_err(|error| error.to_string())?;
+        let genesis = Genesis::from_json_str(&json)?;
+        let config = chain_config(&genesis)?;
         let mut state = genesis.state();
         let header = genesis_header(&genesis, state.root());
-        let sharded = shard_state(state.accounts().as_trie(), topology.shards).map_err(|error| error.to_string())?;
+        let sharded = shard_state(state.accounts().as_trie(), topology.shards)?;
         let layout = topology.layout();
         Ok(Fixture { topology, config, header, state, sharded, accounts, layout })
     }

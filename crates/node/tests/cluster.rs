@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use virga_node::audit::audit_cluster;
 use virga_node::cluster::{up, Quiet, TransportKind, UpConfig};
-use virga_node::storage::{LogAccess, StorageNode};
+use virga_node::storage::{BlockRefusal, LogAccess, StorageError, StorageNode};
 
 fn pool() -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap()
@@ -174,6 +174,9 @@ async fn a_storage_log_is_cut_below_its_checkpoints_and_still_restarts_and_passe
     let open = || ran.open(&id, &served, LogAccess::Owned(&log, options.clone()));
     let (node, _) = open().unwrap();
     node.set_checkpoint_interval(4);
+    // A block before its parent is refused, the refusal typed.
+    let early = node.apply_block(&blocks[1]).unwrap_err();
+    assert!(matches!(early, StorageError::Refused(BlockRefusal::UnknownParent { number: 2, .. })), "{early:?}");
     for block in &blocks {
         node.apply_block(block).unwrap();
     }

@@ -27,8 +27,8 @@ pub enum WitnessError {
     Unavailable(NetError),
     #[error("no storage node serves shard {shard}")]
     NoStorageNode { shard: usize },
-    #[error("key {key} has no shard: {reason}")]
-    NoShard { key: B256, reason: String },
+    #[error("key {key} has no shard: {source}")]
+    NoShard { key: B256, source: virga_trie::shard::ShardError },
     #[error("{peer}: {cause}; no storage node serving shard {shard} is left to ask")]
     NoReplicaLeft { shard: usize, peer: String, cause: Box<WitnessError> },
 }
@@ -154,7 +154,7 @@ impl WitnessFetch {
         let mut shards: BTreeMap<usize, ShardFetch> = BTreeMap::new();
         for key in keys {
             let shard = virga_trie::shard::shard_of(key.as_slice(), prefix_nibbles)
-                .map_err(|error| WitnessError::NoShard { key: *key, reason: error.to_string() })?;
+                .map_err(|source| WitnessError::NoShard { key: *key, source })?;
             if let Some(fetch) = shards.get_mut(&shard) {
                 fetch.keys.push(*key);
                 continue;

@@ -27,9 +27,13 @@ pub const CALIBRATION_FORMAT: u32 = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrationError {
     #[error("calibration setup: {0}")]
-    Setup(String),
-    #[error("calibration step {step}: {reason}")]
-    Step { step: &'static str, reason: String },
+    Setup(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("calibration step {step}: {source}")]
+    Step {
+        step: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
     #[error("{path}: not a calibration file: {source}")]
@@ -38,8 +42,16 @@ pub enum CalibrationError {
     Format { path: String, found: u32 },
 }
 
-pub(super) fn step_error(step: &'static str) -> impl Fn(String) -> CalibrationError {
-    move |reason| CalibrationError::Step { step, reason }
+/// The rig could not be set up: the typed error of the code it ran (or what it found wrong).
+pub(super) fn setup_error<E: Into<Box<dyn std::error::Error + Send + Sync>>>(error: E) -> CalibrationError {
+    CalibrationError::Setup(error.into())
+}
+
+/// A step's failure, with the typed error of the code it timed (or what the rig found wrong).
+pub(super) fn step_error<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+    step: &'static str,
+) -> impl Fn(E) -> CalibrationError {
+    move |source| CalibrationError::Step { step, source: source.into() }
 }
 
 /// The machine a calibration was taken on.
@@ -407,7 +419,7 @@ fn traffic(samples: &Samples) -> Traffic {
 /// Measures everything, on a network shaped by `setup`.
 pub fn calibrate(setup: &CalibrationSetup) -> Result<Calibration, CalibrationError> {
     if setup.small_block == 0 || setup.large_block <= setup.small_block || setup.repetitions == 0 {
-        return Err(CalibrationError::Setup(format!(
+        return Err(setup_error(format!(
             "blocks of {} and {} transfers, {} repetitions: the large block must be larger and both non-empty",
             setup.small_block, setup.large_block, setup.repetitions
         )));

@@ -15,7 +15,7 @@ use crate::testkit::Fixture;
 use crate::topology::Topology;
 use crate::workload::{sign_transfers, Skew};
 
-use super::calibrate::{median, step_error, CalibrationError};
+use super::calibrate::{median, setup_error, step_error, CalibrationError};
 use super::rig::micros;
 
 /// prost encoding and decoding of `messages`: nanoseconds per byte (medians over messages).
@@ -66,11 +66,15 @@ impl virga_net::Handler for Echo {
 
 /// Median microseconds of one call over `transport` with `request`, one call at a time.
 #[cfg(feature = "grpc")]
-async fn time_calls(transport: &dyn virga_net::Transport, request: &Request, calls: usize) -> Result<f64, String> {
+async fn time_calls(
+    transport: &dyn virga_net::Transport,
+    request: &Request,
+    calls: usize,
+) -> Result<f64, virga_net::NetError> {
     let mut times = Vec::with_capacity(calls);
     for _ in 0..calls {
         let started = Instant::now();
-        transport.call("client-0", "echo-0", request.clone()).await.map_err(|error| error.to_string())?;
+        transport.call("client-0", "echo-0", request.clone()).await?;
         times.push(micros(started));
     }
     Ok(median(&times))
@@ -95,10 +99,7 @@ impl virga_net::Handler for MailboxEcho {
 }
 
 pub(super) fn inproc_call_us(small: &Request) -> Result<f64, CalibrationError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().map_err(setup_error)?;
     runtime.block_on(async {
         let (sender, mut inbox) = tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<Response>>();
         tokio::spawn(async move {
@@ -128,20 +129,17 @@ pub(super) fn inproc_call_us(small: &Request) -> Result<f64, CalibrationError> {
 /// (the large request's extra time over its extra bytes).
 #[cfg(feature = "grpc")]
 pub(super) fn grpc_costs(small: &Request, large: &Request) -> Result<(Option<f64>, Option<f64>), CalibrationError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(setup_error)?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
-            .map_err(|error| CalibrationError::Setup(format!("binding the gRPC echo server: {error}")))?;
+            .map_err(|error| setup_error(format!("binding the gRPC echo server: {error}")))?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (address, server) = virga_net::serve(listener, Arc::new(Echo), async move {
             let _ = stopped.await;
         })
-        .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+        .map_err(setup_error)?;
         tokio::spawn(server);
         let transport = virga_net::Grpc::new(std::collections::HashMap::from([(
             "echo-0".to_string(),

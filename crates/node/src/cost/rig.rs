@@ -27,7 +27,7 @@ use crate::testkit::Fixture;
 use crate::topology::Topology;
 use crate::workload::{sign_transfers, Skew};
 
-use super::calibrate::{median, step_error, CalibrationError, CalibrationSetup};
+use super::calibrate::{median, setup_error, step_error, CalibrationError, CalibrationSetup};
 
 pub(super) fn micros(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e6
@@ -131,18 +131,17 @@ impl Rig {
             top_budget_bytes: usize::MAX,
             ..Topology::small()
         };
-        let fixture = Fixture::new(topology).map_err(CalibrationError::Setup)?;
+        let fixture = Fixture::new(topology).map_err(setup_error)?;
         let mut nodes = Vec::new();
         for (id, _) in &fixture.layout {
-            let served = fixture.served(id).ok_or_else(|| CalibrationError::Setup(format!("{id} serves nothing")))?;
+            let served = fixture.served(id).ok_or_else(|| setup_error(format!("{id} serves nothing")))?;
             let opened = open_core(id.clone(), served, fixture.header.clone(), &fixture.sharded, NodeStorage::None)
-                .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+                .map_err(setup_error)?;
             nodes.push((id.clone(), opened.core));
         }
         let config = fixture.miner_config(0);
-        let pool = execution_pool(1).map_err(|error| CalibrationError::Setup(error.to_string()))?;
-        let miner = MinerCore::new(config, fixture.header.clone(), pool)
-            .map_err(|error| CalibrationError::Setup(error.to_string()))?;
+        let pool = execution_pool(1).map_err(setup_error)?;
+        let miner = MinerCore::new(config, fixture.header.clone(), pool).map_err(setup_error)?;
         let blocks = setup.repetitions * 2 + 2;
         let count = blocks * setup.large_block.max(setup.small_block);
         let chain_id = fixture.config.exec.chain_id;
@@ -161,7 +160,7 @@ impl Rig {
         rig.answer_calls(out);
         if !rig.miner.warm_up_state().0 {
             let reason = rig.miner.warm_up_state().1.map_or("no reason given".to_string(), |(_, why)| why.to_string());
-            return Err(CalibrationError::Setup(format!("the miner did not warm up: {reason}")));
+            return Err(setup_error(format!("the miner did not warm up: {reason}")));
         }
         Ok(rig)
     }
@@ -209,7 +208,7 @@ impl Rig {
     pub(super) fn block(&mut self, count: usize) -> Result<BlockSample, CalibrationError> {
         let batch = self.batch(count);
         if batch.len() < count {
-            return Err(CalibrationError::Setup("the rig ran out of signed transfers".to_string()));
+            return Err(setup_error("the rig ran out of signed transfers".to_string()));
         }
         let mut sample = BlockSample { transfers: batch.len(), ..BlockSample::default() };
         let (number, hash, root) = self.miner.head();
@@ -222,8 +221,7 @@ impl Rig {
         let mut by_node: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
         let prefix = crate::storage::prefix_nibbles(self.fixture.topology.shards).unwrap_or(0);
         for key in &keys {
-            let shard = virga_trie::shard::shard_of(key.as_slice(), prefix)
-                .map_err(|error| step_error("shard")(error.to_string()))?;
+            let shard = virga_trie::shard::shard_of(key.as_slice(), prefix).map_err(step_error("shard"))?;
             let node = self.fixture.layout.iter().position(|(_, shards)| shards.contains(&shard)).unwrap_or(0);
             by_node.entry(node).or_default().push(key.to_vec());
         }
@@ -244,8 +242,7 @@ impl Rig {
         let started = self.clock.start();
         for reply in replies {
             let bag = bag_from_wire(reply.bag);
-            let (proven, _, compacted) =
-                bag.verify_compact(root, self.compaction).map_err(|error| step_error("verify")(error.to_string()))?;
+            let (proven, _, compacted) = bag.verify_compact(root, self.compaction).map_err(step_error("verify"))?;
             for (key, value) in bag.keys.iter().zip(proven) {
                 values.insert(B256::from_slice(key), value);
             }
@@ -259,18 +256,18 @@ impl Rig {
         let mut accounts: HashMap<B256, Account> = HashMap::new();
         for transfer in &batch {
             let view = TransferView::of(&transfer.tx, transfer.sender);
-            let load = |key: &B256, accounts: &HashMap<B256, Account>| -> Result<Account, String> {
+            let load = |key: &B256, accounts: &HashMap<B256, Account>| -> Result<Account, CalibrationError> {
                 if let Some(account) = accounts.get(key) {
                     return Ok(*account);
                 }
                 match values.get(key) {
-                    Some(Some(bytes)) => Account::decode_rlp(bytes).map_err(|error| error.to_string()),
+                    Some(Some(bytes)) => Account::decode_rlp(bytes).map_err(step_error("pre-execution")),
                     Some(None) => Ok(Account::default()),
-                    None => Err("not witnessed".to_string()),
+                    None => Err(step_error("pre-execution")(format!("account {key} not witnessed"))),
                 }
             };
-            let sender = load(&view.sender_key, &accounts).map_err(step_error("pre-execution"))?;
-            let recipient = load(&view.to_key, &accounts).map_err(step_error("pre-execution"))?;
+            let sender = load(&view.sender_key, &accounts)?;
+            let recipient = load(&view.to_key, &accounts)?;
             if let Ok(effect) = apply_transfer(&exec, &view, &sender, &recipient) {
                 accounts.insert(effect.sender.0, effect.sender.1);
                 if let Some((key, account)) = effect.recipient {
@@ -370,24 +367,23 @@ impl Rig {
             .transactions
             .iter()
             .map(|bytes| {
-                let tx = SignedTransfer::decode(bytes).map_err(|error| error.to_string())?;
-                RecoveredTransfer::recover(tx).map_err(|error| error.to_string())
+                let tx = SignedTransfer::decode(bytes).map_err(step_error("recover"))?;
+                RecoveredTransfer::recover(tx).map_err(step_error("recover"))
             })
-            .collect::<Result<_, String>>()
-            .map_err(step_error("recover"))?;
+            .collect::<Result<_, CalibrationError>>()?;
         sample.recover_us = self.clock.micros(started);
 
         let (parent, top) = self.miner.tip();
         let (parent, mut top) = (parent.clone(), top.clone());
         let started = self.clock.start();
-        top.apply_bag(bag).map_err(|error| step_error("admit")(error.to_string()))?;
+        top.apply_bag(bag).map_err(step_error("admit"))?;
         sample.admit_us = self.clock.micros(started);
 
         let chain = self.fixture.config;
         let beneficiary = crate::cluster::beneficiary(0);
         let started = self.clock.start();
         build_block(&chain, &parent, &mut top, recovered, beneficiary, 2, self.miner.pool())
-            .map_err(|error| step_error("build")(error.to_string()))?;
+            .map_err(step_error("build"))?;
         sample.build_us = self.clock.micros(started);
         Ok(())
     }
@@ -422,14 +418,13 @@ impl LogProbe {
             virga_core::device::FileStorage::create_dir_all(&dir)
                 .map_err(|source| CalibrationError::Io { path: dir.display().to_string(), source })?,
         );
-        let node =
-            NodeStorage::on(storage, log_options()).map_err(|error| CalibrationError::Setup(error.to_string()))?;
-        let fixture = Fixture::new(Topology { accounts: 2, storage_nodes: 4, ..Topology::small() })
-            .map_err(CalibrationError::Setup)?;
-        let served = fixture.served("storage-0").ok_or_else(|| CalibrationError::Setup("no storage-0".to_string()))?;
-        let opened = open_core("storage-0", served, fixture.header.clone(), &fixture.sharded, node)
-            .map_err(|error| CalibrationError::Setup(error.to_string()))?;
-        let disk = opened.disk.ok_or_else(|| CalibrationError::Setup("a logged node without a disk".to_string()))?;
+        let node = NodeStorage::on(storage, log_options()).map_err(setup_error)?;
+        let fixture =
+            Fixture::new(Topology { accounts: 2, storage_nodes: 4, ..Topology::small() }).map_err(setup_error)?;
+        let served = fixture.served("storage-0").ok_or_else(|| setup_error("no storage-0".to_string()))?;
+        let opened =
+            open_core("storage-0", served, fixture.header.clone(), &fixture.sharded, node).map_err(setup_error)?;
+        let disk = opened.disk.ok_or_else(|| setup_error("a logged node without a disk".to_string()))?;
         Ok(LogProbe { dir, disk, wall: Vec::new(), cpu: Vec::new() })
     }
 

@@ -18,15 +18,15 @@ use virga_trie::proof::NodeBag;
 use virga_trie::PartialTrie;
 
 use super::top_layer::{record_paths, Layer, WRITE_ALLOWANCE_BYTES};
-use super::{refuse_submission, Built, MinerCore, MinerIo, Pending, Replies};
+use super::{refuse_submission, Built, LeftOut, MinerCore, MinerIo, Pending, Replies, UpdatesError};
 use crate::codec::{b256, bag_from_wire, check_keys};
 use crate::storage::prefix_nibbles;
 
 /// Why a transfer whose nonce its sender has used already is left out.
-pub const NONCE_USED: &str = "nonce_used";
+pub const NONCE_USED: &str = LeftOut::NonceUsed.code();
 
 /// A transfer's place in the block being built (its index among the admitted), or why it was left out.
-type AdmissionSlot = (B256, Result<usize, String>);
+type AdmissionSlot = (B256, Result<usize, LeftOut>);
 
 /// The admitted transfers of a batch, each submission's slots, and the bags used.
 struct Admitted {
@@ -56,7 +56,7 @@ impl MinerCore {
     }
 
     /// Decodes and recovers every transfer of the batch, in parallel.
-    fn recover_batch(&self, batch: &[Pending]) -> Vec<Vec<Result<RecoveredTransfer, String>>> {
+    fn recover_batch(&self, batch: &[Pending]) -> Vec<Vec<Result<RecoveredTransfer, LeftOut>>> {
         self.pool.install(|| {
             use rayon::prelude::*;
             batch
@@ -68,8 +68,8 @@ impl MinerCore {
                         .par_iter()
                         .with_min_len(8)
                         .map(|bytes| {
-                            let tx = SignedTransfer::decode(bytes).map_err(|_| "malformed_transaction".to_string())?;
-                            RecoveredTransfer::recover(tx).map_err(|_| "bad_signature".to_string())
+                            let tx = SignedTransfer::decode(bytes).map_err(|_| LeftOut::MalformedTransaction)?;
+                            RecoveredTransfer::recover(tx).map_err(|_| LeftOut::BadSignature)
                         })
                         .collect()
                 })
@@ -127,7 +127,7 @@ impl MinerCore {
                 let transfer = match transfer {
                     Ok(transfer) => transfer,
                     Err(reason) => {
-                        self.abort(&reason, 1);
+                        self.abort(reason.code(), 1);
                         outcomes.push((keccak256(bytes), Err(reason)));
                         continue;
                     }
@@ -135,9 +135,9 @@ impl MinerCore {
                 let (sender, to) = (transfer.sender, transfer.tx.to());
                 let sender_account = layer.top.read_account(&keccak256(sender));
                 let reason = if blocked_senders.contains(&sender) {
-                    Some("earlier_transfer_aborted")
+                    Some(LeftOut::EarlierTransferAborted)
                 } else if sender_account.is_err() || layer.top.read_account(&keccak256(to)).is_err() {
-                    Some("stale_witness")
+                    Some(LeftOut::StaleWitness)
                 } else if transfer.tx.nonce()
                     < next_nonces
                         .get(&sender)
@@ -145,7 +145,7 @@ impl MinerCore {
                         .unwrap_or_else(|| sender_account.ok().flatten().map_or(0, |account| account.nonce))
                 {
                     // Already in a block or this batch (a duplicated or retried submission): never twice.
-                    Some(NONCE_USED)
+                    Some(LeftOut::NonceUsed)
                 } else {
                     None
                 };
@@ -153,8 +153,8 @@ impl MinerCore {
                     Some(reason) => {
                         // Later transfers of this sender would fail on their nonce: hold them back too.
                         blocked_senders.insert(sender);
-                        self.abort(reason, 1);
-                        outcomes.push((transfer.tx.hash(), Err(reason.to_string())));
+                        self.abort(reason.code(), 1);
+                        outcomes.push((transfer.tx.hash(), Err(reason)));
                     }
                     None => {
                         next_nonces.insert(sender, transfer.tx.nonce().saturating_add(1));
@@ -253,8 +253,12 @@ impl MinerCore {
 
     /// Attaches a bag's nodes where they hash to hash nodes the layer holds; returns the
     /// bytes the layer grew by. (The broken variant that skips this check is a test fault.)
-    pub(crate) fn attach_bag(&self, top: &mut PartialTrie, bag: &NodeBag) -> Result<usize, String> {
-        top.apply_bag(bag).map(|applied| applied.grown_bytes).map_err(|error| error.to_string())
+    pub(crate) fn attach_bag(
+        &self,
+        top: &mut PartialTrie,
+        bag: &NodeBag,
+    ) -> Result<usize, virga_trie::partial::BagError> {
+        top.apply_bag(bag).map(|applied| applied.grown_bytes)
     }
 
     /// Each touched account's new value, grouped for the storage node serving its shard, and
@@ -263,15 +267,15 @@ impl MinerCore {
         &self,
         top: &PartialTrie,
         mut keys: Vec<B256>,
-    ) -> Result<Vec<(String, BlockUpdates)>, String> {
+    ) -> Result<Vec<(String, BlockUpdates)>, UpdatesError> {
         let prefix = prefix_nibbles(self.config.shard_count).unwrap_or(0);
         keys.push(keccak256(self.config.beneficiary));
         keys.sort_unstable();
         keys.dedup();
         let mut by_shard: HashMap<usize, Vec<KeyUpdate>> = HashMap::new();
         for key in keys {
-            let value = top.get(key.as_slice()).map_err(|stopped| format!("written account not held: {stopped}"))?;
-            let shard = virga_trie::shard::shard_of(key.as_slice(), prefix).map_err(|error| error.to_string())?;
+            let value = top.get(key.as_slice()).map_err(UpdatesError::NotHeld)?;
+            let shard = virga_trie::shard::shard_of(key.as_slice(), prefix)?;
             by_shard
                 .entry(shard)
                 .or_default()
@@ -280,7 +284,9 @@ impl MinerCore {
         let shard_hashes = (0..self.config.shard_count)
             .map(|index| {
                 let path: Vec<u8> = (0..prefix).map(|i| ((index >> (4 * (prefix - 1 - i))) & 15) as u8).collect();
-                top.subtree_hash_at(&path).map(|hash| hash.to_vec()).map_err(|error| format!("shard {index}: {error}"))
+                top.subtree_hash_at(&path)
+                    .map(|hash| hash.to_vec())
+                    .map_err(|reason| UpdatesError::ShardHash { shard: index, reason })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self
@@ -327,7 +333,7 @@ fn outcomes_of(
                         // Left out by the builder's gas bound: the client resubmits it.
                         None => left_out(tx_hash, "block_full".to_string()),
                     },
-                    Err(reason) => left_out(tx_hash, reason),
+                    Err(reason) => left_out(tx_hash, reason.code().to_string()),
                 })
                 .collect();
             (to, call, outcomes)

@@ -12,7 +12,10 @@ use virga_net::proto::{self, BlockUpdates, TxOutcome};
 use virga_net::role::Command;
 use virga_net::{request, NetError, Rainblock, RequestBody, Response, ResponseBody};
 
-use super::{outcomes_reply, Built, MinerCore, MinerIo, Outstanding, Replies, StoreFor, TimerPurpose, BLOCK_REFUSED};
+use super::{
+    outcomes_reply, AckError, Built, ChainDiskError, MinerCore, MinerIo, Outstanding, Replies, StoreFor, TimerPurpose,
+    BLOCK_REFUSED,
+};
 use crate::codec::{bag_to_wire, parse_block_id};
 
 /// The first back-off before asking an unreachable storage node again; it doubles up to
@@ -119,7 +122,7 @@ impl MinerCore {
         committing.open_calls -= 1;
         let hash = committing.built.hash;
         let refusal = match result {
-            Ok(reply) => acknowledged(reply, number, hash).err(),
+            Ok(reply) => acknowledged(reply, number, hash).err().map(|error| error.to_string()),
             Err(NetError::Refused { reason, .. }) => Some(reason),
             Err(error) => {
                 if committing.refusals.is_empty() {
@@ -199,7 +202,7 @@ impl MinerCore {
     }
 
     /// The block is stored: it becomes the committed head and its submissions are answered.
-    pub(crate) fn stored(&mut self, result: Result<(), String>, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+    pub(crate) fn stored(&mut self, result: Result<(), ChainDiskError>, out: &mut Vec<Command<Rainblock, MinerIo>>) {
         let Some(mut committing) = self.committing.take() else { return };
         let number = committing.built.block.header.number;
         if let Err(error) = result {
@@ -320,15 +323,13 @@ impl MinerCore {
 }
 
 /// A storage node's answer to `ApplyBlock` must acknowledge that very block.
-fn acknowledged(reply: Response, number: u64, hash: B256) -> Result<(), String> {
+fn acknowledged(reply: Response, number: u64, hash: B256) -> Result<(), AckError> {
     let Some(ResponseBody::BlockAck(ack)) = reply.body else {
-        return Err("answered a block with something other than an acknowledgement".to_string());
+        return Err(AckError::NotAnAck);
     };
     match parse_block_id(ack.block.as_ref(), "block")? {
         Some(acked) if acked == (number, hash) => Ok(()),
-        Some((other, other_hash)) => {
-            Err(format!("acknowledged block {other} ({other_hash}) instead of block {number} ({hash})"))
-        }
-        None => Err(format!("acknowledged no block instead of block {number} ({hash})")),
+        Some((acked, acked_hash)) => Err(AckError::OtherBlock { acked, acked_hash, number, hash }),
+        None => Err(AckError::NoBlock { number, hash }),
     }
 }

@@ -84,7 +84,7 @@ impl Miner {
                 match core.warm_up_state() {
                     (true, _) => return Ok(()),
                     (false, Some((round, reason))) if Some(round) != failed_before => {
-                        return Err(MinerError::WarmUp(reason.to_string()))
+                        return Err(MinerError::WarmUp(reason.clone()))
                     }
                     _ => {}
                 }

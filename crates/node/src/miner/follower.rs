@@ -8,7 +8,7 @@ use virga_net::role::{CallId, Command};
 use virga_net::Rainblock;
 
 use super::top_layer::{record_paths, Layer, WRITE_ALLOWANCE_BYTES};
-use super::{MinerCore, MinerIo, StoreFor};
+use super::{AnnouncementRefusal, ChainDiskError, MinerCore, MinerIo, StoreFor};
 use crate::codec::{bag_from_wire, check_keys, decode_block};
 
 impl MinerCore {
@@ -33,7 +33,7 @@ impl MinerCore {
             Err(reason) => {
                 tracing::warn!(miner = %self.config.id, peer = %from, %reason, "announced block refused");
                 self.stats.refused_blocks += 1;
-                let verdict = proto::Verdict { accepted: false, reason };
+                let verdict = proto::Verdict { accepted: false, reason: reason.to_string() };
                 out.push(Command::Reply { to: from, call, response: verdict_response(verdict) });
             }
         }
@@ -44,7 +44,7 @@ impl MinerCore {
         &mut self,
         from: String,
         call: CallId,
-        result: Result<(), String>,
+        result: Result<(), ChainDiskError>,
         out: &mut Vec<Command<Rainblock, MinerIo>>,
     ) {
         let verdict = match result {
@@ -58,15 +58,17 @@ impl MinerCore {
     }
 
     /// Checks the block on the tip and re-executes it on the top layer with its bag attached.
-    fn verify_announced(&mut self, announcement: proto::BlockAnnouncement) -> Result<(u64, B256, Layer), String> {
+    fn verify_announced(
+        &mut self,
+        announcement: proto::BlockAnnouncement,
+    ) -> Result<(u64, B256, Layer), AnnouncementRefusal> {
         let block = decode_block(&announcement.block)?;
         let bag = bag_from_wire(announcement.bag);
-        check_keys(&bag.keys).map_err(|reason| format!("node bag refused: {reason}"))?;
+        check_keys(&bag.keys).map_err(AnnouncementRefusal::BagKeys)?;
         let chain = self.config.chain;
-        let views = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Staged, &self.pool)
-            .map_err(|error| error.to_string())?;
+        let views = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Staged, &self.pool)?;
         let mut layer = self.layer.tip.clone();
-        let grown = self.attach_bag(&mut layer.top, &bag).map_err(|error| format!("node bag refused: {error}"))?;
+        let grown = self.attach_bag(&mut layer.top, &bag)?;
         record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
         let written = views.iter().flat_map(|view| [view.sender_key, view.to_key]);
         record_paths(&mut layer.unpruned, written.chain([keccak256(block.header.beneficiary)]));
@@ -74,10 +76,7 @@ impl MinerCore {
             None
         } else {
             let top = std::mem::replace(&mut layer.top, virga_trie::PartialTrie::from_root_hash(B256::ZERO));
-            Some(
-                execute_block(&chain, top, &block, views, ExecMode::Staged, &self.pool)
-                    .map_err(|error| error.to_string())?,
-            )
+            Some(execute_block(&chain, top, &block, views, ExecMode::Staged, &self.pool)?)
         };
         if let Some(verified) = verified {
             layer.top = verified.state;

@@ -10,12 +10,14 @@
 mod building;
 mod commit;
 pub mod driver;
+mod errors;
 mod follower;
 mod top_layer;
 pub mod warm_up;
 
 pub use building::NONCE_USED;
 pub use driver::Miner;
+pub use errors::{AckError, AnnouncementRefusal, ChainDiskError, LeftOut, UpdatesError, WarmUpFailure};
 
 use alloy_consensus::Header;
 use alloy_primitives::{Address, B256};
@@ -84,7 +86,7 @@ pub struct MinerStats {
     /// Refusals of this miner's blocks: the storage node or follower miner, and its reason.
     pub block_refusals: Vec<(String, String)>,
     /// Witnesses from storage nodes refused while warming up: the node, and why.
-    pub bad_witnesses: Vec<(String, String)>,
+    pub bad_witnesses: Vec<(String, crate::client::WitnessError)>,
 }
 
 /// A miner's deliberate misbehaviour, for the trust tests (feature `fault-injection`).
@@ -187,21 +189,27 @@ pub enum MinerError {
     #[error("shard count {0} is not 1, 16 or 256")]
     ShardCount(usize),
     #[error("the execution thread pool: {0}")]
-    Pool(String),
+    Pool(#[source] rayon::ThreadPoolBuildError),
+    #[error("the block store {}: {source}", .path.display())]
+    StoreDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("the block store: {0}")]
-    Store(String),
+    Store(#[from] virga_ledger::store::StoreError),
+    #[error("the block store: block {number}: {source}")]
+    StoredBlock {
+        number: u64,
+        #[source]
+        source: crate::codec::WireError,
+    },
     #[error("warming up: {0}")]
-    WarmUp(String),
+    WarmUp(#[source] WarmUpFailure),
     #[error("the stored genesis {stored} is not this genesis {genesis}")]
     OtherGenesis { stored: B256, genesis: B256 },
     #[error("block {0} is indexed in the chain store but not readable")]
     Unreadable(u64),
-}
-
-impl From<MinerError> for String {
-    fn from(error: MinerError) -> String {
-        error.to_string()
-    }
 }
 
 /// A thread pool for the miner's parallel execution (`threads` 0: one per core).
@@ -211,7 +219,7 @@ pub fn execution_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, MinerErr
         .thread_name(|index| format!("miner-exec-{index}"))
         .build()
         .map(Arc::new)
-        .map_err(|error| MinerError::Pool(error.to_string()))
+        .map_err(MinerError::Pool)
 }
 
 impl MinerCore {
@@ -285,8 +293,8 @@ impl MinerCore {
 
     /// Whether the top layer is warm (the miner builds blocks only then), and why the last
     /// warm-up round failed, if it did.
-    pub fn warm_up_state(&self) -> (bool, Option<(u64, &str)>) {
-        (self.warm.done, self.warm.last_failure.as_ref().map(|(round, reason)| (*round, reason.as_str())))
+    pub fn warm_up_state(&self) -> (bool, Option<(u64, &WarmUpFailure)>) {
+        (self.warm.done, self.warm.last_failure.as_ref().map(|(round, reason)| (*round, reason)))
     }
 
     /// Nothing queued, being built or committed.
@@ -406,12 +414,12 @@ impl MinerCore {
 impl Role for MinerCore {
     type Protocol = Rainblock;
     type Io = MinerIo;
-    type IoDone = Result<(), String>;
+    type IoDone = Result<(), ChainDiskError>;
     type Input = std::convert::Infallible;
 
     /// Building happens on submissions, announcements and stored blocks; answers to its
     /// calls, timers and head requests are short.
-    fn is_long_step(&self, event: &Event<Rainblock, Result<(), String>, std::convert::Infallible>) -> bool {
+    fn is_long_step(&self, event: &Event<Rainblock, Result<(), ChainDiskError>, std::convert::Infallible>) -> bool {
         match event {
             Event::Request { request, .. } => !matches!(request.body, Some(RequestBody::Head(_))),
             Event::IoDone { .. } => true,
@@ -422,7 +430,7 @@ impl Role for MinerCore {
     fn step(
         &mut self,
         now: Nanos,
-        event: Event<Rainblock, Result<(), String>, std::convert::Infallible>,
+        event: Event<Rainblock, Result<(), ChainDiskError>, std::convert::Infallible>,
         out: &mut Vec<Command<Rainblock, MinerIo>>,
     ) {
         self.last_now = now;
@@ -472,10 +480,10 @@ pub struct ChainDisk {
 }
 
 impl IoExecutor<MinerCore> for ChainDisk {
-    fn execute(&mut self, op: MinerIo) -> Result<(), String> {
+    fn execute(&mut self, op: MinerIo) -> Result<(), ChainDiskError> {
         let MinerIo::Store { number, hash, block } = op;
         match self.store.as_mut() {
-            Some(store) => store.append(number, hash, &block).map_err(|error| error.to_string()),
+            Some(store) => Ok(store.append(number, hash, &block)?),
             None => Ok(()),
         }
     }
@@ -483,8 +491,9 @@ impl IoExecutor<MinerCore> for ChainDisk {
 
 /// Opens (creating) the miner's block store in `dir/blocks`, storing the genesis block first.
 pub fn open_store(dir: &Path, genesis: &Header) -> Result<(ChainStore, Header), MinerError> {
-    let storage = virga_core::device::FileStorage::create_dir_all(dir.join("blocks"))
-        .map_err(|error| MinerError::Store(format!("{}: {error}", dir.join("blocks").display())))?;
+    let path = dir.join("blocks");
+    let storage = virga_core::device::FileStorage::create_dir_all(&path)
+        .map_err(|source| MinerError::StoreDir { path: path.clone(), source })?;
     open_store_on(Arc::new(storage), StoreOptions::default(), genesis)
 }
 
@@ -494,13 +503,12 @@ pub fn open_store_on(
     options: StoreOptions,
     genesis: &Header,
 ) -> Result<(ChainStore, Header), MinerError> {
-    let store_error = |error: virga_ledger::store::StoreError| MinerError::Store(error.to_string());
-    let (mut store, _) = ChainStore::open(storage, options).map_err(store_error)?;
+    let (mut store, _) = ChainStore::open(storage, options)?;
     let genesis_hash = genesis.hash_slow();
     match store.hash_of(0) {
         None => {
             let block = Block { header: genesis.clone(), transactions: Vec::new() };
-            store.append(0, genesis_hash, &block.encode()).map_err(store_error)?;
+            store.append(0, genesis_hash, &block.encode())?;
         }
         Some(stored) if stored != genesis_hash => {
             return Err(MinerError::OtherGenesis { stored, genesis: genesis_hash })
@@ -509,8 +517,8 @@ pub fn open_store_on(
     }
     let head = match store.head() {
         Some((number, _)) if number > 0 => {
-            let bytes = store.get_by_number(number).map_err(store_error)?.ok_or(MinerError::Unreadable(number))?;
-            decode_block(&bytes).map_err(|error| MinerError::Store(format!("block {number}: {error}")))?.header
+            let bytes = store.get_by_number(number)?.ok_or(MinerError::Unreadable(number))?;
+            decode_block(&bytes).map_err(|source| MinerError::StoredBlock { number, source })?.header
         }
         _ => genesis.clone(),
     };

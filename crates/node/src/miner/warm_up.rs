@@ -10,7 +10,8 @@ use virga_net::role::Command;
 use virga_net::{request, NetError, Rainblock, RequestBody, Response, ResponseBody};
 use virga_trie::proof::NodeBag;
 
-use super::{MinerCore, MinerIo, Outstanding, TimerPurpose};
+use super::{MinerCore, MinerIo, Outstanding, TimerPurpose, WarmUpFailure};
+use crate::client::WitnessError;
 use crate::codec::{bag_from_wire, block_id, parse_block_id};
 use crate::storage::prefix_nibbles;
 
@@ -30,7 +31,7 @@ pub(crate) struct WarmUp {
     witness_asked: usize,
     failed: bool,
     /// The last round that failed, and why.
-    pub(crate) last_failure: Option<(u64, String)>,
+    pub(crate) last_failure: Option<(u64, WarmUpFailure)>,
 }
 
 impl MinerCore {
@@ -70,7 +71,7 @@ impl MinerCore {
             .map(|(peer, _)| peer.clone())
             .collect();
         let Some(peer) = replicas.get(self.warm.witness_asked).cloned() else {
-            return self.warm_up_failed(format!("no storage node left to ask for shard {shard}"), out);
+            return self.warm_up_failed(WarmUpFailure::NoReplicaLeft { shard }, out);
         };
         self.warm.witness_asked += 1;
         let call = self.ids.call();
@@ -97,10 +98,8 @@ impl MinerCore {
         self.warm.tops_awaited -= 1;
         match result.map(|reply| reply.body) {
             Ok(Some(ResponseBody::Top(top))) => self.warm.nodes.extend(top.nodes),
-            Ok(_) => {
-                return self.warm_up_failed("a storage node answered a top request with something else".into(), out)
-            }
-            Err(error) => return self.warm_up_failed(format!("top layer: {error}"), out),
+            Ok(_) => return self.warm_up_failed(WarmUpFailure::UnexpectedTopReply, out),
+            Err(error) => return self.warm_up_failed(WarmUpFailure::Top(error), out),
         }
         self.warm_up_progress(out);
     }
@@ -118,7 +117,7 @@ impl MinerCore {
         let (number, hash, root) = self.layer.head();
         let key = keccak256(self.config.beneficiary);
         let checked = result
-            .map_err(|error| error.to_string())
+            .map_err(WitnessError::Unavailable)
             .and_then(|reply| check_witness(reply, &key, (number, hash), root));
         match checked {
             Ok(bag) => {
@@ -133,7 +132,7 @@ impl MinerCore {
         }
     }
 
-    fn warm_up_failed(&mut self, reason: String, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+    fn warm_up_failed(&mut self, reason: WarmUpFailure, out: &mut Vec<Command<Rainblock, MinerIo>>) {
         if self.warm.failed {
             return;
         }
@@ -155,13 +154,13 @@ impl MinerCore {
         let mut top = self.layer.committed.top.clone();
         let attached = match top.attach_nodes(&nodes) {
             Ok(attached) => attached,
-            Err(error) => return self.warm_up_failed(format!("top-layer nodes: {error}"), out),
+            Err(error) => return self.warm_up_failed(WarmUpFailure::TopNodes(error), out),
         };
         if let Err(error) = top.apply_bag(&witness) {
-            return self.warm_up_failed(format!("beneficiary witness: {error}"), out);
+            return self.warm_up_failed(WarmUpFailure::BeneficiaryWitness(error), out);
         }
         if top.root_hash() != root {
-            return self.warm_up_failed("the top layer's root changed while warming up".to_string(), out);
+            return self.warm_up_failed(WarmUpFailure::RootChanged, out);
         }
         tracing::info!(miner = %self.config.id, attached = attached.attached, "top layer warmed up");
         let bytes = top.memory_bytes();
@@ -181,18 +180,18 @@ impl MinerCore {
 
 /// A storage node's answer to a one-key witness request: a witness for block `at`, about
 /// exactly `key`, verifying against `root`.
-fn check_witness(reply: Response, key: &B256, at: (u64, B256), root: B256) -> Result<NodeBag, String> {
+fn check_witness(reply: Response, key: &B256, at: (u64, B256), root: B256) -> Result<NodeBag, WitnessError> {
     let Some(ResponseBody::Witness(witness)) = reply.body else {
-        return Err("answered a witness request with something else".to_string());
+        return Err(WitnessError::UnexpectedReply);
     };
-    let served_at = parse_block_id(witness.at.as_ref(), "at")?;
-    if served_at != Some(at) {
-        return Err(format!("witness is for block {served_at:?}, not the block asked for ({}, {})", at.0, at.1));
+    let served = parse_block_id(witness.at.as_ref(), "at").map_err(WitnessError::Malformed)?;
+    if served != Some(at) {
+        return Err(WitnessError::WrongBlock { served, asked: at });
     }
     let bag = bag_from_wire(witness.bag);
     if bag.keys != [key.to_vec()] {
-        return Err(format!("witness is about {} keys, not the one asked for ({key})", bag.keys.len()));
+        return Err(WitnessError::WrongKeys { proved: bag.keys.len(), asked: 1 });
     }
-    bag.verify(root).map_err(|error| format!("witness does not verify against {root}: {error}"))?;
+    bag.verify(root).map_err(|source| WitnessError::DoesNotVerify { root, source })?;
     Ok(bag)
 }

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use virga_core::device::Storage;
 use virga_ledger::block::Block;
-use virga_ledger::store::{ChainStore, StoreOptions};
+use virga_ledger::store::{ChainStore, StoreError, StoreOptions};
 use virga_ledger::verify::{verify_block, ExecMode};
 use virga_sim::Sim;
 
@@ -122,7 +122,7 @@ pub fn check(
     let chain = match replay_chain(fixture, disks, "miner-0") {
         Ok(chain) => chain,
         Err(problem) => {
-            return Checked { problems: vec![problem], committed: 0, blocks: 0 };
+            return Checked { problems: vec![problem.to_string()], committed: 0, blocks: 0 };
         }
     };
     let head = chain.hashes.len() as u64 - 1;
@@ -235,13 +235,45 @@ struct Replayed {
     state: virga_trie::account::StateTrie,
 }
 
+/// Why a miner's chain does not replay (a problem the run reports).
+#[derive(Debug, thiserror::Error)]
+enum ChainProblem {
+    #[error("{0} has no disk")]
+    NoDisk(String),
+    #[error("the chain store does not open: {0}")]
+    Open(#[source] StoreError),
+    #[error("{0}")]
+    Pool(#[from] rayon::ThreadPoolBuildError),
+    #[error("block {number}: {source}")]
+    Read {
+        number: u64,
+        #[source]
+        source: StoreError,
+    },
+    #[error("block {0} is missing from the chain")]
+    Missing(u64),
+    #[error("block {number} does not decode: {source}")]
+    Decode {
+        number: u64,
+        #[source]
+        source: virga_ledger::block::BlockError,
+    },
+    #[error("the chain does not verify at block {number}: {source}")]
+    Invalid {
+        number: u64,
+        #[source]
+        source: virga_ledger::verify::VerifyError,
+    },
+    #[error("transfer {tx} is in the chain twice, in blocks {earlier} and {number}")]
+    Twice { tx: B256, earlier: u64, number: u64 },
+}
+
 /// 1. The chain verifies: every block on its parent, re-executed.
-fn replay_chain(fixture: &Fixture, disks: &Disks, miner: &str) -> Result<Replayed, String> {
+fn replay_chain(fixture: &Fixture, disks: &Disks, miner: &str) -> Result<Replayed, ChainProblem> {
     let storage: Arc<dyn Storage> =
-        Arc::new(disks.borrow().get(miner).cloned().ok_or_else(|| format!("{miner} has no disk"))?);
-    let (store, _) = ChainStore::open_read_only(storage, StoreOptions::default())
-        .map_err(|error| format!("the chain store does not open: {error}"))?;
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().map_err(|error| error.to_string())?;
+        Arc::new(disks.borrow().get(miner).cloned().ok_or_else(|| ChainProblem::NoDisk(miner.to_string()))?);
+    let (store, _) = ChainStore::open_read_only(storage, StoreOptions::default()).map_err(ChainProblem::Open)?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let mut parent = fixture.header.clone();
     let mut state = fixture.state.clone();
     let mut replayed = Replayed {
@@ -254,15 +286,15 @@ fn replay_chain(fixture: &Fixture, disks: &Disks, miner: &str) -> Result<Replaye
     for number in 1..=head {
         let bytes = store
             .get_by_number(number)
-            .map_err(|error| format!("block {number}: {error}"))?
-            .ok_or_else(|| format!("block {number} is missing from the chain"))?;
-        let block = Block::decode(&bytes).map_err(|error| format!("block {number} does not decode: {error}"))?;
+            .map_err(|source| ChainProblem::Read { number, source })?
+            .ok_or(ChainProblem::Missing(number))?;
+        let block = Block::decode(&bytes).map_err(|source| ChainProblem::Decode { number, source })?;
         let verified = verify_block(&fixture.config, &parent, &state, &block, None, ExecMode::Serial, &pool)
-            .map_err(|error| format!("the chain does not verify at block {number}: {error}"))?;
+            .map_err(|source| ChainProblem::Invalid { number, source })?;
         state = verified.state;
         for tx in &block.transactions {
             if let Some(earlier) = replayed.transfers.insert(tx.hash(), number) {
-                return Err(format!("transfer {} is in the chain twice, in blocks {earlier} and {number}", tx.hash()));
+                return Err(ChainProblem::Twice { tx: tx.hash(), earlier, number });
             }
         }
         replayed.hashes.push(block.hash());

@@ -11,7 +11,7 @@ pub mod plan;
 pub mod predict;
 pub mod run;
 
-pub use plan::{Broken, Faults, Length};
+pub use plan::{Broken, Faults, Length, UnknownFault};
 pub use run::{run_seed, RunOptions, RunOutcome};
 
 /// The command that replays a seed.

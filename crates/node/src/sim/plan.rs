@@ -20,6 +20,11 @@ pub struct Faults {
     pub clocks: bool,
 }
 
+/// A fault name [`Faults::parse`] does not know.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown fault `{0}`: use all, none, network, crashes, lying-storage, lying-miner or clocks")]
+pub struct UnknownFault(pub String);
+
 impl Faults {
     pub const NONE: Faults =
         Faults { network: false, crashes: false, lying_storage: false, lying_miner: false, clocks: false };
@@ -28,7 +33,7 @@ impl Faults {
 
     /// Parses a comma-separated list (`all`, `none`, `network`, `crashes`, `lying-storage`,
     /// `lying-miner`, `clocks`).
-    pub fn parse(text: &str) -> Result<Faults, String> {
+    pub fn parse(text: &str) -> Result<Faults, UnknownFault> {
         let mut faults = Faults::NONE;
         for name in text.split(',').map(str::trim).filter(|name| !name.is_empty()) {
             match name {
@@ -39,11 +44,7 @@ impl Faults {
                 "lying-storage" => faults.lying_storage = true,
                 "lying-miner" => faults.lying_miner = true,
                 "clocks" => faults.clocks = true,
-                other => {
-                    return Err(format!(
-                        "unknown fault `{other}`: use all, none, network, crashes, lying-storage, lying-miner or clocks"
-                    ))
-                }
+                other => return Err(UnknownFault(other.to_string())),
             }
         }
         Ok(faults)

@@ -18,9 +18,9 @@ use super::node::{NodeDisk, NodeIo, RainblockNode};
 use crate::client::{ClientCore, UserTransfer};
 use crate::cost::calibrate::Calibration;
 use crate::cost::model::{cpu_us, Work};
-use crate::miner::{execution_pool, ChainDisk, MinerCore};
-use crate::storage::{log_options, open_core, NodeStorage};
-use crate::testkit::Fixture;
+use crate::miner::{execution_pool, ChainDisk, MinerCore, MinerError};
+use crate::storage::{log_options, open_core, NodeStorage, StorageError};
+use crate::testkit::{Fixture, FixtureError};
 use crate::topology::Topology;
 use crate::workload::{client_of, sign_transfers, Skew};
 
@@ -112,6 +112,21 @@ impl CostModel<RainblockNode> for CalibratedCosts {
 
 /// Simulates `topology` offering `transfers` at once, with the calibration's costs, until
 /// every transfer has committed (or `limit` of virtual time has passed).
+/// Why a simulation of a topology could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    #[error(transparent)]
+    Fixture(#[from] FixtureError),
+    #[error(transparent)]
+    Sim(#[from] virga_sim::SimError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("{0} keeps a log but was opened without a disk")]
+    NoDisk(String),
+    #[error(transparent)]
+    Miner(#[from] MinerError),
+}
+
 pub fn simulate(
     calibration: &Calibration,
     topology: &Topology,
@@ -119,7 +134,7 @@ pub fn simulate(
     grpc: bool,
     placement: Placement,
     limit: Duration,
-) -> Result<Simulated, String> {
+) -> Result<Simulated, SimulateError> {
     let fixture = Arc::new(Fixture::new(topology.clone())?);
     let config = SimConfig {
         seed: topology.seed,
@@ -131,7 +146,7 @@ pub fn simulate(
         device_latency: Duration::ZERO,
         ..SimConfig::default()
     };
-    let mut sim: Sim<RainblockNode> = Sim::new(config).map_err(|error| error.to_string())?;
+    let mut sim: Sim<RainblockNode> = Sim::new(config)?;
     let disks: Rc<RefCell<HashMap<String, MemStorage>>> = Rc::default();
     let storage_ids: Vec<String> = fixture.layout.iter().map(|(id, _)| id.clone()).collect();
     let clients: Vec<String> = (0..topology.clients).map(Topology::client_id).collect();
@@ -139,14 +154,14 @@ pub fn simulate(
         storage_ids.iter().cloned().chain(topology.miner_ids()).chain(clients.iter().cloned()).collect();
     for id in &ids {
         let (core, io) = open(&fixture, &disks, id)?;
-        sim.add_node(id.clone(), core, io).map_err(|error| error.to_string())?;
+        sim.add_node(id.clone(), core, io)?;
     }
     for (index, id) in ids.iter().enumerate() {
         let placed = match placement {
             Placement::OneMachine { threads } => sim.place(id, 0, threads),
             Placement::MachinePerRole { threads } => sim.place(id, index, threads),
         };
-        placed.map_err(|error| error.to_string())?;
+        placed?;
     }
     sim.set_cost_model(CalibratedCosts { calibration: calibration.clone(), grpc, storage_nodes: storage_ids.len() });
     let chain_id = fixture.config.exec.chain_id;
@@ -156,7 +171,7 @@ pub fn simulate(
         shares[client_of(&transfer, clients.len())].push(transfer);
     }
     for (id, share) in clients.iter().zip(shares) {
-        sim.input_at(1_000_000, id, share).map_err(|error| error.to_string())?;
+        sim.input_at(1_000_000, id, share)?;
     }
     let committed = |sim: &Sim<RainblockNode>| -> u64 {
         clients
@@ -183,20 +198,18 @@ fn open(
     fixture: &Fixture,
     disks: &Rc<RefCell<HashMap<String, MemStorage>>>,
     id: &str,
-) -> Result<(RainblockNode, Box<dyn IoExecutor<RainblockNode>>), String> {
+) -> Result<(RainblockNode, Box<dyn IoExecutor<RainblockNode>>), SimulateError> {
     let storage: Arc<dyn Storage> = Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
     if let Some(served) = fixture.served(id) {
-        let node_storage = NodeStorage::on(storage, log_options()).map_err(|error| error.to_string())?;
-        let opened = open_core(id, served, fixture.header.clone(), &fixture.sharded, node_storage)
-            .map_err(|error| error.to_string())?;
-        let disk = opened.disk.ok_or("a logged storage node without a disk")?;
+        let node_storage = NodeStorage::on(storage, log_options())?;
+        let opened = open_core(id, served, fixture.header.clone(), &fixture.sharded, node_storage)?;
+        let disk = opened.disk.ok_or_else(|| SimulateError::NoDisk(id.to_string()))?;
         return Ok((RainblockNode::Storage(Box::new(opened.core)), Box::new(NodeDisk::Storage(disk))));
     }
     if let Some(index) = id.strip_prefix("miner-").and_then(|index| index.parse::<usize>().ok()) {
-        let (store, head) = crate::miner::open_store_on(storage, StoreOptions::default(), &fixture.header)
-            .map_err(|error| error.to_string())?;
-        let pool = execution_pool(1).map_err(|error| error.to_string())?;
-        let core = MinerCore::new(fixture.miner_config(index), head, pool).map_err(|error| error.to_string())?;
+        let (store, head) = crate::miner::open_store_on(storage, StoreOptions::default(), &fixture.header)?;
+        let pool = execution_pool(1)?;
+        let core = MinerCore::new(fixture.miner_config(index), head, pool)?;
         return Ok((RainblockNode::Miner(Box::new(core)), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store) }))));
     }
     let index = id.strip_prefix("client-").and_then(|index| index.parse::<usize>().ok()).unwrap_or(0);

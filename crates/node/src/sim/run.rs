@@ -238,12 +238,12 @@ fn build(
     ids: &Ids,
     options: &RunOptions,
     schedule: &Schedule,
-) -> Result<(Sim<RainblockNode>, Disks), String> {
-    let mut sim: Sim<RainblockNode> = Sim::new(sim_config(options, schedule, &ids.all)).map_err(|e| e.to_string())?;
+) -> Result<(Sim<RainblockNode>, Disks), virga_sim::SimError> {
+    let mut sim: Sim<RainblockNode> = Sim::new(sim_config(options, schedule, &ids.all))?;
     let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
     for id in &ids.all {
         let (core, io) = open_node(fixture, &disks, id, options.broken);
-        sim.add_node(id.clone(), core, io).map_err(|error| error.to_string())?;
+        sim.add_node(id.clone(), core, io)?;
     }
     let (fixture, factory_disks, broken) = (Arc::clone(fixture), Rc::clone(&disks), options.broken);
     sim.set_factory(move |id| open_node(&fixture, &factory_disks, id, broken));
@@ -345,7 +345,7 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
     run(&mut sim, &mut view, ns(until), false);
     set_lying_storage(&mut sim, &schedule, false);
     if let Err(error) = sim.set_net_faults(0.0, 0.0) {
-        return failed_to_start(options.seed, error.to_string());
+        return failed_to_start(options.seed, error);
     }
     let stop = run(&mut sim, &mut view, ns(until + QUIESCENCE_BOUND), true);
 
@@ -377,7 +377,7 @@ fn writing(sim: &Sim<RainblockNode>, id: &str) -> bool {
     matches!(sim.core(id), Some(RainblockNode::Storage(core)) if core.appends_in_flight() > 0)
 }
 
-fn failed_to_start(seed: u64, problem: String) -> RunOutcome {
+fn failed_to_start(seed: u64, problem: virga_sim::SimError) -> RunOutcome {
     RunOutcome {
         seed,
         problems: vec![format!("the simulation could not start: {problem}")],

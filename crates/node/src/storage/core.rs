@@ -16,9 +16,11 @@ use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role};
 use virga_net::{refusal, response, Rainblock, Request, RequestBody, Response, ResponseBody};
 use virga_trie::shard::ShardedTrie;
 
-use super::versions::{with_bag, Accepted, BlockRefusal, Served, Versions};
-use super::{StorageStats, CHECKPOINT_LAG, DEFAULT_CHECKPOINT_INTERVAL};
+use super::versions::{with_bag, Accepted, BlockRefusal, ReadRefusal, Served, Versions};
+use super::{StorageError, StorageStats, CHECKPOINT_LAG, DEFAULT_CHECKPOINT_INTERVAL};
+use crate::checkpoint::CheckpointError;
 use crate::codec::block_id;
+use virga_log::LogError;
 
 /// What a storage node asks of its device.
 #[derive(Debug)]
@@ -35,11 +37,11 @@ pub enum StorageIo {
 #[derive(Debug)]
 pub enum StorageIoDone {
     /// The record's log sequence number.
-    Appended(Result<u64, String>),
+    Appended(Result<u64, LogError>),
     /// The checkpoint's block number.
-    CheckpointWritten(Result<u64, String>),
+    CheckpointWritten(Result<u64, CheckpointError>),
     /// Segments removed, and the log's first record after the cut.
-    LogCut(Result<(usize, u64), String>),
+    LogCut(Result<(usize, u64), LogError>),
 }
 
 /// A storage node's deliberate misbehaviour, for the trust tests and the simulator's
@@ -175,15 +177,16 @@ impl StorageCore {
     /// Recovery: replays logged block `lsn` on top of the checkpoint at block `base` (if
     /// any); returns whether it was applied (it is skipped when the checkpoint holds it
     /// already, or when it lies on a fork that left the chain below the checkpoint).
-    pub(crate) fn replay(&mut self, base: Option<u64>, lsn: u64, updates: &BlockUpdates) -> Result<bool, String> {
-        let header = crate::codec::decode_header(&updates.header)?;
+    pub(crate) fn replay(&mut self, base: Option<u64>, lsn: u64, updates: &BlockUpdates) -> Result<bool, StorageError> {
+        let logged_block = |source| StorageError::LoggedBlock { lsn, source };
+        let header = crate::codec::decode_header(&updates.header).map_err(|error| logged_block(error.into()))?;
         self.log_blocks.push_back((header.number, lsn));
         if let Some(base) = base {
             if header.number <= base || !self.versions.by_hash.contains_key(&header.parent_hash) {
                 return Ok(false);
             }
         }
-        self.accept(updates).map_err(|refusal| refusal.to_string())?;
+        self.accept(updates).map_err(logged_block)?;
         Ok(true)
     }
 
@@ -194,11 +197,11 @@ impl StorageCore {
     }
 
     /// Asks for a checkpoint now (none if the newest is of the same block); returns its block.
-    pub fn checkpoint_now(&mut self, out: &mut Vec<Command<Rainblock, StorageIo>>) -> Result<u64, String> {
+    pub fn checkpoint_now(&mut self, out: &mut Vec<Command<Rainblock, StorageIo>>) -> Result<u64, StorageError> {
         if !self.logged {
-            return Err("this node keeps no log, so no checkpoint".to_string());
+            return Err(StorageError::NoLog);
         }
-        let (header, shards) = self.versions.ancestor(CHECKPOINT_LAG).ok_or("the head version is not held")?;
+        let (header, shards) = self.versions.ancestor(CHECKPOINT_LAG).ok_or(StorageError::HeadNotHeld)?;
         let number = header.number;
         if self.checkpoints.newest != Some(number) && self.checkpoints.writing != Some(number) {
             self.start_checkpoint(header, shards, out);
@@ -228,6 +231,7 @@ impl StorageCore {
         }
     }
 
+    /// A block from a peer; its refusal goes back to it as text.
     fn apply_block(
         &mut self,
         from: String,
@@ -235,12 +239,26 @@ impl StorageCore {
         updates: BlockUpdates,
         out: &mut Vec<Command<Rainblock, StorageIo>>,
     ) {
+        if let Err(refused) = self.admit_block(from.clone(), call, updates, out) {
+            out.push(Command::Reply { to: from, call, response: refusal(refused.to_string()) });
+        }
+    }
+
+    /// Checks and applies a block, then asks for it to be logged (the call `call` of `from`
+    /// is acknowledged once it is); a block refused is not answered here.
+    pub(crate) fn admit_block(
+        &mut self,
+        from: String,
+        call: CallId,
+        updates: BlockUpdates,
+        out: &mut Vec<Command<Rainblock, StorageIo>>,
+    ) -> Result<(), BlockRefusal> {
         let accepted = match self.accept(&updates) {
             Ok(accepted) => accepted,
             Err(reason) => {
                 self.stats.blocks_rejected += 1;
                 tracing::warn!(node = %self.id, peer = %from, %reason, "block refused");
-                return out.push(Command::Reply { to: from, call, response: refusal(reason.to_string()) });
+                return Err(reason);
             }
         };
         let Accepted { number, hash, new } = accepted;
@@ -250,11 +268,12 @@ impl StorageCore {
                 Some(logging) => logging.waiters.push((from, call)),
                 None => out.push(Command::Reply { to: from, call, response: ack(number, hash) }),
             }
-            return;
+            return Ok(());
         }
         if !self.logged {
             self.stats.blocks_applied += 1;
-            return out.push(Command::Reply { to: from, call, response: ack(number, hash) });
+            out.push(Command::Reply { to: from, call, response: ack(number, hash) });
+            return Ok(());
         }
         let io = self.ids.io();
         out.push(Command::Io { io, op: StorageIo::Append { record: updates.encode_to_vec() } });
@@ -269,9 +288,10 @@ impl StorageCore {
             waiters
         };
         self.logging.insert(io, Logging { number, hash, waiters });
+        Ok(())
     }
 
-    fn logged_block(&mut self, io: IoId, result: Result<u64, String>, out: &mut Vec<Command<Rainblock, StorageIo>>) {
+    fn logged_block(&mut self, io: IoId, result: Result<u64, LogError>, out: &mut Vec<Command<Rainblock, StorageIo>>) {
         let Some(Logging { number, hash, waiters }) = self.logging.remove(&io) else { return };
         match result {
             Ok(lsn) => {
@@ -282,11 +302,11 @@ impl StorageCore {
                 }
                 self.maybe_checkpoint(out);
             }
-            Err(reason) => {
+            Err(source) => {
                 // Not durable, so not acknowledged: the version goes. The log refuses further
                 // appends until the node restarts (which recovers it).
                 self.versions.forget(&hash);
-                let refused = BlockRefusal::LogFailed { number, reason };
+                let refused = BlockRefusal::LogFailed { number, source };
                 tracing::error!(node = %self.id, %refused, "block not logged");
                 for (to, call) in waiters {
                     out.push(Command::Reply { to, call, response: refusal(refused.to_string()) });
@@ -297,7 +317,11 @@ impl StorageCore {
 
     /// Checkpoint `number` is the newest: the log is cut below the one before it, which
     /// stays as the fallback should the newest be found damaged.
-    fn checkpoint_written(&mut self, result: Result<u64, String>, out: &mut Vec<Command<Rainblock, StorageIo>>) {
+    fn checkpoint_written(
+        &mut self,
+        result: Result<u64, CheckpointError>,
+        out: &mut Vec<Command<Rainblock, StorageIo>>,
+    ) {
         self.checkpoints.writing = None;
         let number = match result {
             Ok(number) => number,
@@ -313,7 +337,7 @@ impl StorageCore {
         }
     }
 
-    fn log_cut(&mut self, result: Result<(usize, u64), String>) {
+    fn log_cut(&mut self, result: Result<(usize, u64), LogError>) {
         match result {
             Ok((removed, first)) => {
                 while self.log_blocks.front().is_some_and(|&(_, lsn)| lsn < first) {
@@ -337,19 +361,19 @@ impl StorageCore {
                     state_root: root.to_vec(),
                 }))
             }
-            Some(_) | None => Err("storage nodes serve witness, top, apply_block and head requests".to_string()),
+            Some(_) | None => Err(ReadRefusal::Unsupported),
         };
         match reply {
             Ok(body) => response(body),
             Err(reason) => {
                 tracing::warn!(node = %self.id, %reason, "refused");
-                refusal(reason)
+                refusal(reason.to_string())
             }
         }
     }
 
     /// A node bag for the request's keys at its block (default: head).
-    pub fn witness(&mut self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, String> {
+    pub fn witness(&mut self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, ReadRefusal> {
         #[cfg(feature = "fault-injection")]
         let fault = self.fault;
         let (reply, bag) = self.versions.witness(request, |versions, version| {

@@ -30,18 +30,13 @@ impl StorageDisk {
 impl IoExecutor<StorageCore> for StorageDisk {
     fn execute(&mut self, op: StorageIo) -> StorageIoDone {
         match op {
-            StorageIo::Append { record } => {
-                StorageIoDone::Appended(self.log.append(&record).map_err(|error| error.to_string()))
-            }
+            StorageIo::Append { record } => StorageIoDone::Appended(self.log.append(&record)),
             StorageIo::WriteCheckpoint { header, shards, served } => StorageIoDone::CheckpointWritten(
                 checkpoint::write(&*self.checkpoints, &header, &shards, &served).map(|()| header.number),
             ),
-            StorageIo::CutLog { below } => StorageIoDone::LogCut(
-                self.log
-                    .truncate_prefix(below)
-                    .map(|removed| (removed, self.log.first_lsn()))
-                    .map_err(|e| e.to_string()),
-            ),
+            StorageIo::CutLog { below } => {
+                StorageIoDone::LogCut(self.log.truncate_prefix(below).map(|removed| (removed, self.log.first_lsn())))
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ pub use self::core::StorageFault;
 pub use self::core::{StorageCore, StorageIo, StorageIoDone};
 pub use disk::StorageDisk;
 pub use node::{open_core, NodeStorage, Opened, StorageNode};
-pub use versions::{BlockRefusal, Served};
+pub use versions::{BlockRefusal, ReadRefusal, Served};
 
 use alloy_consensus::Header;
 use alloy_primitives::B256;
@@ -32,7 +32,7 @@ use virga_net::{refusal, BoxFuture, Handler, Rainblock, Request, Response};
 use virga_trie::shard::{Shard, ShardedTrie};
 use virga_trie::Trie;
 
-use crate::checkpoint;
+use crate::checkpoint::{self, CheckpointError};
 use prost::Message;
 use versions::Versions;
 use virga_core::device::{FileStorage, SharedStorage, Storage};
@@ -62,8 +62,7 @@ pub fn decode_logged(record: &virga_log::Record) -> Result<BlockUpdates, Storage
 
 /// The payload of log record `lsn` as the `BlockUpdates` the node accepted.
 pub fn decode_logged_payload(lsn: u64, payload: &[u8]) -> Result<BlockUpdates, StorageError> {
-    BlockUpdates::decode(payload)
-        .map_err(|error| StorageError::Replay(format!("log record {lsn} is not a block's updates: {error}")))
+    BlockUpdates::decode(payload).map_err(|source| StorageError::LogRecord { lsn, source })
 }
 
 /// The storage holding a node's log at `path` and its checkpoints (the log's parent
@@ -81,13 +80,6 @@ fn storage_of_log(path: &Path, owned: bool) -> Result<(SharedStorage, SharedStor
     } else {
         Ok((Arc::new(FileStorage::new(parent)), Arc::new(FileStorage::new(path))))
     }
-}
-
-fn log_cut_below_missing_checkpoint(first_lsn: u64) -> StorageError {
-    StorageError::Replay(format!(
-        "the log starts at record {first_lsn}: the blocks before it were cut below a checkpoint, and no \
-         checkpoint beside the log is sound"
-    ))
 }
 
 /// How many blocks below the head a storage node keeps versions for.
@@ -134,16 +126,45 @@ pub enum LogAccess<'a> {
     ReadOnly(&'a Path),
 }
 
+/// Why a storage node cannot open, recover or checkpoint, or did not take a block.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     #[error("shard count {0} is not 1, 16 or 256")]
     ShardCount(usize),
     #[error("shard {0} does not exist")]
     NoShard(usize),
+    #[error("splitting the state into shards: {0}")]
+    Shard(#[from] virga_trie::shard::ShardError),
     #[error(transparent)]
     Log(#[from] LogError),
-    #[error("replaying the log: {0}")]
-    Replay(String),
+    #[error("replaying the log: log record {lsn} is not a block's updates: {source}")]
+    LogRecord {
+        lsn: u64,
+        #[source]
+        source: prost::DecodeError,
+    },
+    #[error("replaying the log: record {lsn}: {source}")]
+    LoggedBlock {
+        lsn: u64,
+        #[source]
+        source: BlockRefusal,
+    },
+    #[error(
+        "replaying the log: the log starts at record {first_lsn}: the blocks before it were cut below a \
+         checkpoint, and no checkpoint beside the log is sound"
+    )]
+    CutBelowMissingCheckpoint { first_lsn: u64 },
+    #[error("this node keeps no log, so no checkpoint")]
+    NoLog,
+    #[error("the head version is not held")]
+    HeadNotHeld,
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Refused(#[from] BlockRefusal),
+    /// A block the node took but did not acknowledge: its answer (its log failed).
+    #[error("the storage node did not acknowledge the block: {reason}")]
+    Unacknowledged { reason: String },
 }
 
 /// Splits a whole state trie into `shard_count` shards, building the shards in parallel.
@@ -152,8 +173,7 @@ pub fn shard_state(state: &Trie, shard_count: usize) -> Result<ShardedTrie, Stor
     let prefix = prefix_nibbles(shard_count).ok_or(StorageError::ShardCount(shard_count))?;
     let mut groups: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); shard_count];
     for (key, value) in state.entries() {
-        let index =
-            virga_trie::shard::shard_of(&key, prefix).map_err(|error| StorageError::Replay(error.to_string()))?;
+        let index = virga_trie::shard::shard_of(&key, prefix)?;
         groups[index].push((key, value));
     }
     let shards = groups
@@ -162,7 +182,7 @@ pub fn shard_state(state: &Trie, shard_count: usize) -> Result<ShardedTrie, Stor
         .map(|(index, pairs)| {
             let mut shard = Shard::new(index, prefix);
             for (key, value) in pairs {
-                shard.insert(&key, &value).map_err(|error| StorageError::Replay(error.to_string()))?;
+                shard.insert(&key, &value)?;
             }
             Ok(shard)
         })

@@ -93,12 +93,11 @@ pub fn open_core(
             return;
         }
         if first && base.is_none() && lsn > 1 {
-            failure = Some(log_cut_below_missing_checkpoint(lsn));
+            failure = Some(StorageError::CutBelowMissingCheckpoint { first_lsn: lsn });
             return;
         }
         first = false;
-        let replay = decode_logged_payload(lsn, payload)
-            .and_then(|updates| core.replay(base, lsn, &updates).map_err(StorageError::Replay));
+        let replay = decode_logged_payload(lsn, payload).and_then(|updates| core.replay(base, lsn, &updates));
         match replay {
             Ok(applied) => replayed += u64::from(applied),
             Err(error) => failure = Some(error),
@@ -108,7 +107,7 @@ pub fn open_core(
         return Err(error);
     }
     if base.is_none() && recovered.first_lsn > 1 {
-        return Err(log_cut_below_missing_checkpoint(recovered.first_lsn));
+        return Err(StorageError::CutBelowMissingCheckpoint { first_lsn: recovered.first_lsn });
     }
     let disk = owned.then(|| StorageDisk::new(log, node_storage));
     Ok(Opened { core, disk, replayed })
@@ -147,7 +146,7 @@ fn load_checkpoint(core: &mut StorageCore, storage: &dyn Storage, owned: bool) -
 }
 
 /// A checkpoint's device operation and its outcome (its block number, or why it failed).
-type WrittenCheckpoint = (virga_net::role::IoId, Result<u64, String>);
+type WrittenCheckpoint = (virga_net::role::IoId, Result<u64, CheckpointError>);
 
 struct Inner {
     core: StorageCore,
@@ -171,14 +170,22 @@ impl Inner {
         reply: &mut dyn FnMut(CallId, Response),
         background: bool,
     ) {
-        let mut events = vec![event];
+        self.carry_out(vec![event], Vec::new(), reply, background);
+    }
+
+    /// [`Self::run`] from the core's `commands` of a step already taken, then `events`.
+    fn carry_out(
+        &mut self,
+        mut events: Vec<Event<Rainblock, StorageIoDone, std::convert::Infallible>>,
+        mut commands: Vec<Command<Rainblock, StorageIo>>,
+        reply: &mut dyn FnMut(CallId, Response),
+        background: bool,
+    ) {
         if let Some((io, result)) = self.checkpoint_done.lock().take() {
             self.checkpoint_writer = None;
             events.push(Event::IoDone { io, result: StorageIoDone::CheckpointWritten(result) });
         }
-        let mut commands = Vec::new();
-        while let Some(event) = events.pop() {
-            self.core.step(0, event, &mut commands);
+        loop {
             for command in commands.drain(..) {
                 match command {
                     Command::Reply { call, response, .. } => reply(call, response),
@@ -193,8 +200,7 @@ impl Inner {
                         match spawned {
                             Ok(writer) => self.checkpoint_writer = Some(writer),
                             Err(error) => {
-                                let done =
-                                    StorageIoDone::CheckpointWritten(Err(format!("starting the writer: {error}")));
+                                let done = StorageIoDone::CheckpointWritten(Err(CheckpointError::Writer(error)));
                                 events.push(Event::IoDone { io, result: done });
                             }
                         }
@@ -206,6 +212,8 @@ impl Inner {
                     Command::Call { .. } | Command::SetTimer { .. } => {}
                 }
             }
+            let Some(event) = events.pop() else { break };
+            self.core.step(0, event, &mut commands);
         }
     }
 
@@ -220,6 +228,24 @@ impl Inner {
         };
         self.run(Event::Request { from, call, request }, &mut reply, true);
         answer.unwrap_or_else(|| refusal("the storage node did not answer"))
+    }
+
+    /// A block from this process, its refusal kept typed: the answer once it is logged.
+    fn apply(&mut self, from: String, updates: BlockUpdates) -> Result<Response, BlockRefusal> {
+        // A checkpoint written meanwhile is taken up first, as for a request.
+        self.carry_out(Vec::new(), Vec::new(), &mut |_, _| {}, true);
+        let call = CallId(self.next_call);
+        self.next_call += 1;
+        let mut commands = Vec::new();
+        self.core.admit_block(from, call, updates, &mut commands)?;
+        let mut answer = None;
+        let mut reply = |replied, response| {
+            if replied == call {
+                answer = Some(response);
+            }
+        };
+        self.carry_out(Vec::new(), commands, &mut reply, true);
+        Ok(answer.unwrap_or_else(|| refusal("the storage node did not answer")))
     }
 }
 
@@ -309,7 +335,7 @@ impl StorageNode {
 
     /// Writes a checkpoint now (none if the newest is of the same block), cuts the log below
     /// the previous one, and returns the checkpoint's block number.
-    pub fn checkpoint_now(&self) -> Result<u64, String> {
+    pub fn checkpoint_now(&self) -> Result<u64, StorageError> {
         // After the one being written in the background, if any.
         let writer = self.inner.lock().checkpoint_writer.take();
         if let Some(writer) = writer {
@@ -327,10 +353,10 @@ impl StorageNode {
         for command in commands {
             if let Command::Io { io, op } = command {
                 let Some(disk) = inner.disk.as_mut() else { continue };
-                let result = disk.execute(op);
-                if let StorageIoDone::CheckpointWritten(Err(reason)) = &result {
-                    return Err(reason.clone());
-                }
+                let result = match disk.execute(op) {
+                    StorageIoDone::CheckpointWritten(Err(error)) => return Err(error.into()),
+                    result => result,
+                };
                 inner.run(Event::IoDone { io, result }, &mut |_, _| {}, false);
             }
         }
@@ -338,19 +364,21 @@ impl StorageNode {
     }
 
     /// Accepts a block from a miner: check, apply, log (durably), then acknowledge.
-    pub fn apply_block(&self, updates: &BlockUpdates) -> Result<(u64, B256), String> {
-        let request = virga_net::request(virga_net::RequestBody::ApplyBlock(updates.clone()));
-        let response = self.inner.lock().request(self.id.clone(), request);
+    pub fn apply_block(&self, updates: &BlockUpdates) -> Result<(u64, B256), StorageError> {
+        let response = self.inner.lock().apply(self.id.clone(), updates.clone())?;
+        let unacknowledged = |reason: &str| StorageError::Unacknowledged { reason: reason.to_string() };
         match response.body {
-            Some(virga_net::ResponseBody::BlockAck(ack)) => crate::codec::parse_block_id(ack.block.as_ref(), "block")?
-                .ok_or_else(|| "acknowledged no block".to_string()),
-            Some(virga_net::ResponseBody::Error(reason)) => Err(reason),
-            _ => Err("the storage node answered a block with something else".to_string()),
+            Some(virga_net::ResponseBody::BlockAck(ack)) => {
+                let acked = crate::codec::parse_block_id(ack.block.as_ref(), "block").map_err(BlockRefusal::from)?;
+                acked.ok_or_else(|| unacknowledged("acknowledged no block"))
+            }
+            Some(virga_net::ResponseBody::Error(reason)) => Err(StorageError::Unacknowledged { reason }),
+            _ => Err(unacknowledged("the storage node answered a block with something else")),
         }
     }
 
     /// A node bag for `keys` at block `at` (default: head), leaving out levels above `compaction`.
-    pub fn witness(&self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, String> {
+    pub fn witness(&self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, ReadRefusal> {
         self.inner.lock().core.witness(request)
     }
 }

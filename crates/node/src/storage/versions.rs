@@ -4,24 +4,32 @@
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use std::collections::{HashMap, HashSet};
-use virga_ledger::verify::{check_header, ChainConfig};
+use virga_ledger::verify::{check_header, ChainConfig, Problem};
+use virga_log::LogError;
 use virga_net::proto::{self, BlockUpdates};
-use virga_trie::shard::{Shard, ShardedTrie};
+use virga_trie::shard::{Shard, ShardError, ShardedTrie};
 
 use super::{prefix_nibbles, FORK_DEPTH};
 use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_header, parse_block_id};
 
-/// Why a block's updates were refused. The reason goes back to the miner as data.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a block's updates were refused. The miner hears it as text (its `Display`).
+#[derive(Debug, thiserror::Error)]
 pub enum BlockRefusal {
     #[error("{0}")]
     Wire(#[from] crate::codec::WireError),
+    /// An update the shards cannot take (a key outside the shard it names, a shard known only by hash).
     #[error("{0}")]
-    Malformed(String),
+    Shard(#[from] ShardError),
+    #[error("no shard {0}")]
+    NoShard(usize),
     #[error("block {number} builds on {parent}, a block this node does not hold")]
     UnknownParent { number: u64, parent: B256 },
     #[error("block {number}: {problem}")]
-    BadHeader { number: u64, problem: String },
+    BadHeader {
+        number: u64,
+        #[source]
+        problem: Problem,
+    },
     #[error("block {number} announces {announced} shard hashes for {shards} shards")]
     ShardHashCount { number: u64, announced: usize, shards: usize },
     #[error("update for key {key} of shard {shard}, not served here")]
@@ -30,8 +38,25 @@ pub enum BlockRefusal {
     ShardHashMismatch { number: u64, shard: usize, computed: B256, announced: B256 },
     #[error("block {number}: the announced shard hashes give state root {computed}, the header says {header}")]
     RootMismatch { number: u64, computed: B256, header: B256 },
-    #[error("logging block {number} failed: {reason}")]
-    LogFailed { number: u64, reason: String },
+    #[error("logging block {number} failed: {source}")]
+    LogFailed {
+        number: u64,
+        #[source]
+        source: LogError,
+    },
+}
+
+/// Why a storage node refused a read (witness, top) request. The peer hears it as text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadRefusal {
+    #[error("{0}")]
+    Wire(#[from] crate::codec::WireError),
+    #[error("block {0} is not held here (collected, or never received)")]
+    NotHeld(B256),
+    #[error("cannot prove here: {0}")]
+    Unprovable(#[source] ShardError),
+    #[error("storage nodes serve witness, top, apply_block and head requests")]
+    Unsupported,
 }
 
 pub(crate) struct Version {
@@ -105,7 +130,7 @@ impl Versions {
             return Err(BlockRefusal::UnknownParent { number, parent: header.parent_hash });
         };
         check_header(&served.config, &parent.header, &header)
-            .map_err(|problem| BlockRefusal::BadHeader { number, problem: problem.to_string() })?;
+            .map_err(|problem| BlockRefusal::BadHeader { number, problem })?;
         let mut shards = parent.shards.clone();
         if updates.shard_hashes.len() != served.shard_count {
             return Err(BlockRefusal::ShardHashCount {
@@ -135,9 +160,7 @@ impl Versions {
                     });
                 }
             } else {
-                shards
-                    .set_shard(Shard::known_by_hash(index, prefix, *expected))
-                    .map_err(|error| BlockRefusal::Malformed(error.to_string()))?;
+                shards.set_shard(Shard::known_by_hash(index, prefix, *expected))?;
             }
         }
         let computed = shards.root_hash();
@@ -153,11 +176,11 @@ impl Versions {
         Ok((Accepted { number, hash, new: true }, collected))
     }
 
-    fn version_for(&self, at: Option<(u64, B256)>) -> Result<(B256, &Version), String> {
+    fn version_for(&self, at: Option<(u64, B256)>) -> Result<(B256, &Version), ReadRefusal> {
         let hash = at.map_or(self.head, |(_, hash)| hash);
         match self.by_hash.get(&hash) {
             Some(version) => Ok((hash, version)),
-            None => Err(format!("block {hash} is not held here (collected, or never received)")),
+            None => Err(ReadRefusal::NotHeld(hash)),
         }
     }
 
@@ -168,14 +191,12 @@ impl Versions {
         &self,
         request: &proto::WitnessRequest,
         prove_from: impl FnOnce(&Versions, &Version) -> ShardedTrie,
-    ) -> Result<(proto::WitnessReply, virga_trie::proof::NodeBag), String> {
+    ) -> Result<(proto::WitnessReply, virga_trie::proof::NodeBag), ReadRefusal> {
         check_keys(&request.keys)?;
         let at = parse_block_id(request.at.as_ref(), "at")?;
         let (hash, version) = self.version_for(at)?;
         let shards = prove_from(self, version);
-        let bag = shards
-            .try_prove_many(&request.keys, request.compaction as usize)
-            .map_err(|error| format!("cannot prove here: {error}"))?;
+        let bag = shards.try_prove_many(&request.keys, request.compaction as usize).map_err(ReadRefusal::Unprovable)?;
         let reply = proto::WitnessReply {
             at: Some(block_id(version.header.number, hash)),
             state_root: version.header.state_root.to_vec(),
@@ -185,7 +206,7 @@ impl Versions {
     }
 
     /// The served shards' nodes above level `levels` at block `at` (default: head).
-    pub(crate) fn top(&self, request: &proto::TopRequest) -> Result<proto::TopReply, String> {
+    pub(crate) fn top(&self, request: &proto::TopRequest) -> Result<proto::TopReply, ReadRefusal> {
         let at = parse_block_id(request.at.as_ref(), "at")?;
         let (hash, version) = self.version_for(at)?;
         Ok(proto::TopReply {
@@ -231,26 +252,25 @@ impl Versions {
 
 /// Applies a block's logical updates to the served shards they touch.
 fn apply_updates(served: &Served, shards: &mut ShardedTrie, updates: &BlockUpdates) -> Result<(), BlockRefusal> {
-    let malformed = |error: String| BlockRefusal::Malformed(error);
     let mut touched: Vec<Shard> = Vec::new();
     for update in &updates.updates {
         check_keys(std::slice::from_ref(&update.key))?;
-        let index = shards.shard_for(&update.key).map_err(|error| malformed(error.to_string()))?;
+        let index = shards.shard_for(&update.key)?;
         if !served.shards.contains(&index) {
             return Err(BlockRefusal::NotServed { key: virga_core::hex::encode_prefixed(&update.key), shard: index });
         }
         let position = match touched.iter().position(|shard| shard.index() == index) {
             Some(position) => position,
             None => {
-                let shard = shards.shard(index).cloned().ok_or_else(|| malformed(format!("no shard {index}")))?;
+                let shard = shards.shard(index).cloned().ok_or(BlockRefusal::NoShard(index))?;
                 touched.push(shard);
                 touched.len() - 1
             }
         };
-        touched[position].insert(&update.key, &update.value).map_err(|error| malformed(error.to_string()))?;
+        touched[position].insert(&update.key, &update.value)?;
     }
     for shard in touched {
-        shards.set_shard(shard).map_err(|error| malformed(error.to_string()))?;
+        shards.set_shard(shard)?;
     }
     Ok(())
 }
