@@ -120,18 +120,20 @@ impl RunShape {
     /// The run predicted by simulation: the real cores in virtual time under the
     /// calibration's per-event costs, on one machine of this run's cores
     /// ([`crate::sim::predict`]). Deterministic, so it runs once, before the real runs.
-    pub fn simulate(&self, calibration: &Calibration) -> Result<f64, String> {
+    pub fn simulate(&self, calibration: &Calibration) -> Result<f64, ValidationError> {
         use crate::sim::predict::{simulate, Placement};
         let threads = self.cores(calibration.machine.cores).max(1);
         let limit = std::time::Duration::from_secs(3_600);
         let grpc = self.transport == "grpc";
         let simulated =
-            simulate(calibration, &self.topology(), self.transfers, grpc, Placement::OneMachine { threads }, limit)?;
+            simulate(calibration, &self.topology(), self.transfers, grpc, Placement::OneMachine { threads }, limit)
+                .map_err(|source| ValidationError::Simulation { shape: self.name.clone(), source: Box::new(source) })?;
         if simulated.committed < simulated.offered as u64 {
-            return Err(format!(
-                "{}: only {} of {} transfers committed in the simulation",
-                self.name, simulated.committed, simulated.offered
-            ));
+            return Err(ValidationError::SimulationUnfinished {
+                shape: self.name.clone(),
+                committed: simulated.committed,
+                offered: simulated.offered,
+            });
         }
         Ok(simulated.tps)
     }
@@ -207,8 +209,10 @@ pub enum ValidationError {
     Failed { shape: String, status: String, stderr: String },
     #[error("shape {shape}: reading its report {path}: {reason}")]
     Report { shape: String, path: String, reason: String },
-    #[error("shape {shape}: simulating it: {reason}")]
-    Simulation { shape: String, reason: String },
+    #[error("shape {shape}: simulating it: {source}")]
+    Simulation { shape: String, source: Box<crate::sim::predict::SimulateError> },
+    #[error("shape {shape}: only {committed} of {offered} transfers committed in the simulation")]
+    SimulationUnfinished { shape: String, committed: u64, offered: usize },
 }
 
 /// The machine's conditions now for `shape`: the share of its cores a busy process pinned
@@ -320,14 +324,8 @@ pub fn validate(
             prediction
         })
         .collect();
-    let simulated = shapes
-        .iter()
-        .map(|shape| {
-            shape
-                .simulate(calibration)
-                .map_err(|reason| ValidationError::Simulation { shape: shape.name.clone(), reason })
-        })
-        .collect::<Result<Vec<f64>, ValidationError>>()?;
+    let simulated =
+        shapes.iter().map(|shape| shape.simulate(calibration)).collect::<Result<Vec<f64>, ValidationError>>()?;
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); shapes.len()];
     for round in 0..rounds {
         for (index, shape) in shapes.iter().enumerate() {

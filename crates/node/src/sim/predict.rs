@@ -110,8 +110,6 @@ impl CostModel<RainblockNode> for CalibratedCosts {
     }
 }
 
-/// Simulates `topology` offering `transfers` at once, with the calibration's costs, until
-/// every transfer has committed (or `limit` of virtual time has passed).
 /// Why a simulation of a topology could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {
@@ -127,6 +125,8 @@ pub enum SimulateError {
     Miner(#[from] MinerError),
 }
 
+/// Simulates `topology` offering `transfers` at once, with the calibration's costs, until
+/// every transfer has committed (or `limit` of virtual time has passed).
 pub fn simulate(
     calibration: &Calibration,
     topology: &Topology,
