@@ -20,11 +20,11 @@ use tokio::sync::watch;
 use virga_ledger::chain::read_genesis;
 use virga_net::driver::Mailbox;
 use virga_net::role::NoIo;
-use virga_net::{Grpc, Transport};
+use virga_net::{Grpc, Rainblock, Transport};
 
 use crate::client::{ClientConfig, ClientCore};
 use crate::cluster::{
-    check_cluster_format, cluster_format_v1, run_clients, write_genesis, CLUSTER_FILE, CLUSTER_FORMAT,
+    check_cluster_format, cluster_format_v1, peer_host, run_clients, write_genesis, CLUSTER_FILE, CLUSTER_FORMAT,
 };
 use crate::miner::{open_store, Miner, MinerStats};
 use crate::storage::{shard_state, StorageNode};
@@ -97,8 +97,8 @@ impl ClusterPlan {
         hostport.parse().map_err(|error| format!("address {url} of {id}: {error}"))
     }
 
-    fn transport(&self) -> Arc<dyn Transport> {
-        Arc::new(Grpc::new(self.addresses.iter().map(|(id, address)| (id.clone(), address.clone())).collect()))
+    fn transport(&self) -> Arc<dyn Transport<Rainblock>> {
+        Grpc::new(self.addresses.iter().map(|(id, address)| (id.clone(), address.clone())).collect())
     }
 
     fn chain_dir(&self, dir: &Path, miner: usize) -> std::path::PathBuf {
@@ -184,7 +184,8 @@ pub async fn run_storage(
     tracing::info!(node = %id, replayed, head, "storage node ready");
     let listener =
         tokio::net::TcpListener::bind(address).await.map_err(|error| format!("binding {address}: {error}"))?;
-    let (bound, server) = virga_net::serve(listener, node, shutdown).map_err(|error| error.to_string())?;
+    let (bound, server) =
+        virga_net::serve(listener, peer_host(id, node), shutdown).map_err(|error| error.to_string())?;
     eprintln!("{id}: serving shards at {bound}, head block {head} ({replayed} blocks replayed from its log)");
     server.await.map_err(|error| format!("{id}: server failed: {error}"))
 }
@@ -222,8 +223,8 @@ pub async fn run_miner(dir: &Path, index: usize, mut shutdown: watch::Receiver<b
     let server_shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    let (bound, server) =
-        virga_net::serve(listener, Arc::clone(&miner) as _, server_shutdown).map_err(|error| error.to_string())?;
+    let (bound, server) = virga_net::serve(listener, peer_host(&id, Arc::clone(&miner) as _), server_shutdown)
+        .map_err(|error| error.to_string())?;
     let server = tokio::spawn(server);
     eprintln!("{id}: mining at {bound} on block {} ({})", head.number, head.hash_slow());
     Arc::clone(&miner).run(transport, shutdown).await;
