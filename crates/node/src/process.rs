@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use virga_ledger::chain::read_genesis;
 use virga_net::driver::Mailbox;
+use virga_net::health::{self, Pong};
 use virga_net::role::NoIo;
-use virga_net::{Grpc, Rainblock, Transport};
+use virga_net::{Grpc, NetError, Rainblock, Transport};
 
 use crate::client::{ClientConfig, ClientCore};
 use crate::cluster::{
@@ -98,7 +99,39 @@ impl ClusterPlan {
     }
 
     fn transport(&self) -> Arc<dyn Transport<Rainblock>> {
+        self.grpc()
+    }
+
+    fn grpc(&self) -> Arc<Grpc> {
         Grpc::new(self.addresses.iter().map(|(id, address)| (id.clone(), address.clone())).collect())
+    }
+
+    /// Pings every storage node and miner of the plan over gRPC (the health protocol), all at
+    /// once, each given `deadline`: who answered and the version it runs, or why it did not.
+    pub async fn ping(&self, deadline: Duration) -> Vec<(String, Result<Pong, NetError>)> {
+        let grpc = self.grpc();
+        let pings: Vec<_> = self
+            .addresses
+            .keys()
+            .map(|peer| {
+                let (grpc, to) = (Arc::clone(&grpc), peer.clone());
+                let ping = tokio::spawn(async move {
+                    match tokio::time::timeout(deadline, health::ping(&*grpc, "ping", &to)).await {
+                        Ok(pinged) => pinged,
+                        Err(_) => Err(NetError::DeadlineExceeded { peer: to, after: deadline }),
+                    }
+                });
+                (peer.clone(), ping)
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(pings.len());
+        for (peer, ping) in pings {
+            let answer = ping.await.unwrap_or_else(|error| {
+                Err(NetError::Unreachable { peer: peer.clone(), reason: format!("the ping task failed: {error}") })
+            });
+            answers.push((peer, answer));
+        }
+        answers
     }
 
     fn chain_dir(&self, dir: &Path, miner: usize) -> std::path::PathBuf {
