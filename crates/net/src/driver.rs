@@ -349,4 +349,84 @@ mod tests {
         let _ = stop.send(true);
         running.join().await;
     }
+
+    /// A health role: pings its peer when it starts and keeps the answers, and answers pings
+    /// itself as `watcher-0`.
+    #[derive(Default)]
+    struct Watcher {
+        peer: String,
+        pongs: Vec<Result<crate::health::Response, NetError>>,
+    }
+
+    impl Role for Watcher {
+        type Protocol = crate::health::Health;
+        type Io = std::convert::Infallible;
+        type IoDone = std::convert::Infallible;
+        type Input = ();
+
+        fn step(
+            &mut self,
+            _now: Nanos,
+            event: Event<Self::Protocol, Self::IoDone, ()>,
+            out: &mut Vec<Command<Self::Protocol, Self::Io>>,
+        ) {
+            use crate::health::{Ping, Pong, Request, Response, ResponseBody};
+            match event {
+                Event::Start => out.push(Command::Call {
+                    to: self.peer.clone(),
+                    call: CallId(0),
+                    request: Request { body: Some(crate::health::RequestBody::Ping(Ping {})) },
+                    deadline: Duration::from_secs(5),
+                }),
+                Event::Response { result, .. } => self.pongs.push(result),
+                Event::Request { from, call, .. } => {
+                    let pong = Pong { node: "watcher-0".into(), role: "watcher".into(), version: String::new() };
+                    out.push(Command::Reply {
+                        to: from,
+                        call,
+                        response: Response { body: Some(ResponseBody::Pong(pong)) },
+                    })
+                }
+                Event::Timer(_) | Event::Input(()) => {}
+                Event::IoDone { result, .. } => match result {},
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_driver_runs_a_role_of_another_protocol_beside_rainblock_on_one_transport() {
+        let transport = InProc::new();
+        transport.register::<crate::health::Health>("storage-0", Arc::new(crate::health::Responder::new("storage-0")));
+        let mailbox = Mailbox::<Watcher>::new();
+        transport.register("watcher-0", mailbox.handler());
+        let (stop, stopped) = watch::channel(false);
+        let watcher = Watcher { peer: "storage-0".into(), ..Watcher::default() };
+        let running = mailbox.run("watcher-0", watcher, Arc::clone(&transport) as _, crate::role::NoIo, stopped);
+        let pong = crate::health::ping(&*transport, "client-0", "watcher-0").await.unwrap();
+        assert_eq!(pong.node, "watcher-0");
+        // The watcher hosts health only: a RainBlock call finds it up but not serving RainBlock.
+        let rainblock = Transport::<Rainblock>::call(
+            &*transport,
+            "client-0",
+            "watcher-0",
+            request(RequestBody::Head(Default::default())),
+        );
+        assert!(matches!(rainblock.await, Err(NetError::NotHosted { protocol: "rainblock", .. })));
+        for _ in 0..100 {
+            if running.with_core(|watcher| !watcher.pongs.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        running.with_core(|watcher| {
+            let [Ok(crate::health::Response { body: Some(crate::health::ResponseBody::Pong(pong)) })] =
+                watcher.pongs.as_slice()
+            else {
+                panic!("{:?}", watcher.pongs)
+            };
+            assert_eq!(pong.node, "storage-0");
+        });
+        let _ = stop.send(true);
+        running.join().await;
+    }
 }
