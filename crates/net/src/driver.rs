@@ -394,7 +394,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_driver_runs_a_role_of_another_protocol_beside_rainblock_on_one_transport() {
+    async fn the_driver_runs_a_role_of_another_protocol() {
         let transport = InProc::new();
         transport.register::<crate::health::Health>("storage-0", Arc::new(crate::health::Responder::new("storage-0")));
         let mailbox = Mailbox::<Watcher>::new();
