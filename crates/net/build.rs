@@ -1,9 +1,13 @@
-// Compiles proto/virga.proto (the envelope) and proto/rainblock.proto with protox (a protobuf compiler written in Rust), so building
-// needs no `protoc` on the machine.
+// Compiles proto/virga.proto (the envelope) and the protocols' packages (proto/rainblock.proto,
+// proto/health.proto) with protox (a protobuf compiler written in Rust), so building needs no
+// `protoc` on the machine.
+const PROTOS: [&str; 3] = ["proto/virga.proto", "proto/rainblock.proto", "proto/health.proto"];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/virga.proto");
-    println!("cargo:rerun-if-changed=proto/rainblock.proto");
-    let descriptors = protox::compile(["proto/virga.proto", "proto/rainblock.proto"], ["proto"])?;
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let descriptors = protox::compile(PROTOS, ["proto"])?;
     let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure().build_client(grpc).build_server(grpc).compile_fds(descriptors)?;
     Ok(())

@@ -53,6 +53,19 @@ pub struct NodeArgs {
 enum NodeCommand {
     /// Writes a cluster directory: the genesis and the plan every role reads (ids, shards, addresses).
     Init(InitArgs),
+    /// Pings every storage node and miner of a cluster directory's plan (the health
+    /// protocol): who answers, its role and its version; fails if any does not answer.
+    Ping(PingArgs),
+}
+
+#[derive(Args)]
+struct PingArgs {
+    /// The cluster directory written by `virga node init`.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Longest wait for each peer, in milliseconds.
+    #[arg(long, default_value_t = 2_000, value_parser = crate::limits::count_u64(1))]
+    deadline_ms: u64,
 }
 
 #[derive(Args)]
@@ -85,8 +98,10 @@ enum Role {
 
 pub fn run(args: &NodeArgs) -> Result<ExitCode> {
     init_logging();
-    if let Some(NodeCommand::Init(init)) = &args.init {
-        return init_cluster(init);
+    match &args.init {
+        Some(NodeCommand::Init(init)) => return init_cluster(init),
+        Some(NodeCommand::Ping(ping)) => return ping_cluster(ping),
+        None => {}
     }
     let (Some(role), Some(dir), Some(id)) = (args.role, args.dir.as_ref(), args.id.as_ref()) else {
         bail!("virga node needs --role, --dir and --id (or the `init` subcommand)");
@@ -189,6 +204,25 @@ fn init_cluster(args: &InitArgs) -> Result<ExitCode> {
 }
 
 /// Fires `stop` on Ctrl-C or SIGTERM.
+fn ping_cluster(args: &PingArgs) -> Result<ExitCode> {
+    let plan = process::read_plan(&args.dir).map_err(anyhow::Error::msg)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
+    let answers = runtime.block_on(plan.ping(Duration::from_millis(args.deadline_ms)));
+    let mut silent = 0;
+    for (peer, answer) in &answers {
+        let address = plan.addresses.get(peer).map_or("", String::as_str);
+        match answer {
+            Ok(pong) => println!("{peer:<12} {address:<24} up: {} ({}), virga {}", pong.node, pong.role, pong.version),
+            Err(error) => {
+                silent += 1;
+                println!("{peer:<12} {address:<24} down: {error}");
+            }
+        }
+    }
+    println!("{} of {} peers answered", answers.len() - silent, answers.len());
+    Ok(if silent == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 async fn stop_on_signal(stop: watch::Sender<bool>) {
     let interrupted = tokio::signal::ctrl_c();
     #[cfg(unix)]

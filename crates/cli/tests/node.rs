@@ -1,7 +1,8 @@
 //! RainBlock's roles as separate processes over gRPC on loopback (`virga node`), with a
 //! storage node and the miner killed (SIGKILL) and restarted mid-run: every transfer still
 //! commits, and the directory then passes `virga verify` (chain from genesis, every storage
-//! node's log replayed to the head's root).
+//! node's log replayed to the head's root). `virga node ping` finds every role up (health
+//! protocol, served beside RainBlock), and none once they have stopped.
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -78,6 +79,14 @@ fn stop(mut child: Child) {
     let _ = child.wait();
 }
 
+/// `virga node ping` of every role of the cluster in `dir`.
+fn ping_all(dir: &Path) -> std::process::Output {
+    Command::new(VIRGA)
+        .args(["node", "ping", "--dir", dir.to_str().unwrap(), "--deadline-ms", "5000"])
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_cluster_of_processes_survives_sigkill_of_a_storage_node_and_the_miner() {
     let home = tempfile::tempdir().unwrap();
@@ -122,6 +131,15 @@ fn a_cluster_of_processes_survives_sigkill_of_a_storage_node_and_the_miner() {
     miner = role(&dir, "miner", "miner-0");
     wait_ready(&dir, "miner-0", 2);
 
+    // Every role hosts the health protocol beside RainBlock on its one gRPC server.
+    let ping = ping_all(&dir);
+    assert!(ping.status.success(), "{}", String::from_utf8_lossy(&ping.stdout));
+    let answers = String::from_utf8_lossy(&ping.stdout).to_string();
+    for (peer, role) in [("storage-0", "storage"), ("storage-1", "storage"), ("miner-0", "miner")] {
+        assert!(answers.contains(&format!("up: {peer} ({role}), virga ")), "{answers}");
+    }
+    assert!(answers.contains("3 of 3 peers answered"), "{answers}");
+
     let output = client.wait_with_output().unwrap();
     let report = String::from_utf8_lossy(&output.stdout).to_string();
     let client_log = std::fs::read_to_string(dir.join("client-0.stderr")).unwrap_or_default();
@@ -131,6 +149,10 @@ fn a_cluster_of_processes_survives_sigkill_of_a_storage_node_and_the_miner() {
     stop(miner);
     stop(storage1);
     stop(storage0.take().unwrap());
+
+    let ping = ping_all(&dir);
+    assert!(!ping.status.success(), "pings of stopped roles failed");
+    assert!(String::from_utf8_lossy(&ping.stdout).contains("0 of 3 peers answered"));
 
     let storage1_log = std::fs::read_to_string(dir.join("storage-1.stderr")).unwrap();
     let replayed_on_restart = storage1_log.lines().filter(|line| line.contains("serving shards")).nth(1).unwrap();

@@ -14,12 +14,17 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::role::Protocol;
 use crate::role::{CallId, Command, Event, IoExecutor, Nanos, Role};
-use crate::{refusal, BoxFuture, Handler, NetError, Rainblock, Request, Response, Transport};
+use crate::{BoxFuture, Handler, NetError, Transport, WireProtocol};
 
-enum Inbound<R: Role<Protocol = Rainblock>> {
-    Request { from: String, request: Request, reply: oneshot::Sender<Response> },
-    Response { call: CallId, result: Result<Response, NetError> },
+/// The requests and responses of role `R`'s protocol.
+type RequestOf<R> = <<R as Role>::Protocol as Protocol>::Request;
+type ResponseOf<R> = <<R as Role>::Protocol as Protocol>::Response;
+
+enum Inbound<R: Role> {
+    Request { from: String, request: RequestOf<R>, reply: oneshot::Sender<ResponseOf<R>> },
+    Response { call: CallId, result: Result<ResponseOf<R>, NetError> },
     Timer(crate::role::TimerId),
     Input(R::Input),
 }
@@ -31,7 +36,7 @@ pub fn system_now() -> Nanos {
 
 /// A role's mailbox, made before the role runs so that its handler can be registered with
 /// the transport first.
-pub struct Mailbox<R: Role<Protocol = Rainblock>> {
+pub struct Mailbox<R: Role> {
     sender: mpsc::UnboundedSender<Inbound<R>>,
     receiver: mpsc::UnboundedReceiver<Inbound<R>>,
     observer: Option<Observer<R>>,
@@ -40,31 +45,37 @@ pub struct Mailbox<R: Role<Protocol = Rainblock>> {
 /// Reads a core after each of its steps.
 pub type Observer<R> = Box<dyn Fn(&R) + Send>;
 
-impl<R: Role<Protocol = Rainblock>> Default for Mailbox<R> {
+impl<R: Role> Default for Mailbox<R> {
     fn default() -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
         Mailbox { sender, receiver, observer: None }
     }
 }
 
-struct MailboxHandler<R: Role<Protocol = Rainblock>> {
+struct MailboxHandler<R: Role> {
     sender: mpsc::UnboundedSender<Inbound<R>>,
 }
 
-impl<R: Role<Protocol = Rainblock>> Handler for MailboxHandler<R> {
-    fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
+impl<R: Role> Handler<R::Protocol> for MailboxHandler<R>
+where
+    R::Protocol: WireProtocol,
+{
+    fn handle(&self, from: String, request: RequestOf<R>) -> BoxFuture<ResponseOf<R>> {
         let (reply, answer) = oneshot::channel();
         let sent = self.sender.send(Inbound::Request { from, request, reply });
         Box::pin(async move {
             if sent.is_err() {
-                return refusal("the role has stopped");
+                return R::Protocol::refusal("the role has stopped".to_string());
             }
-            answer.await.unwrap_or_else(|_| refusal("the role stopped before answering"))
+            answer.await.unwrap_or_else(|_| R::Protocol::refusal("the role stopped before answering".to_string()))
         })
     }
 }
 
-impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
+impl<R: Role> Mailbox<R>
+where
+    R::Protocol: WireProtocol,
+{
     pub fn new() -> Self {
         Self::default()
     }
@@ -76,7 +87,7 @@ impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
     }
 
     /// What the transport calls for requests to this role.
-    pub fn handler(&self) -> Arc<dyn Handler> {
+    pub fn handler(&self) -> Arc<dyn Handler<R::Protocol>> {
         Arc::new(MailboxHandler { sender: self.sender.clone() })
     }
 
@@ -85,7 +96,7 @@ impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
         self,
         id: impl Into<String>,
         core: R,
-        transport: Arc<dyn Transport>,
+        transport: Arc<dyn Transport<R::Protocol>>,
         io: X,
         shutdown: watch::Receiver<bool>,
     ) -> Running<R> {
@@ -97,7 +108,7 @@ impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
         self,
         id: impl Into<String>,
         core: Arc<Mutex<R>>,
-        transport: Arc<dyn Transport>,
+        transport: Arc<dyn Transport<R::Protocol>>,
         io: X,
         shutdown: watch::Receiver<bool>,
     ) -> Running<R> {
@@ -119,13 +130,13 @@ impl<R: Role<Protocol = Rainblock>> Mailbox<R> {
 }
 
 /// A running role: its core (for reports) and a way to hand it input.
-pub struct Running<R: Role<Protocol = Rainblock>> {
+pub struct Running<R: Role> {
     core: Arc<Mutex<R>>,
     sender: mpsc::UnboundedSender<Inbound<R>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl<R: Role<Protocol = Rainblock>> Running<R> {
+impl<R: Role> Running<R> {
     /// Reads the core between two steps.
     pub fn with_core<T>(&self, read: impl FnOnce(&R) -> T) -> T {
         read(&self.core.lock())
@@ -149,22 +160,22 @@ impl<R: Role<Protocol = Rainblock>> Running<R> {
     }
 }
 
-struct Driver<R: Role<Protocol = Rainblock>, X> {
+struct Driver<R: Role, X> {
     id: String,
     core: Arc<Mutex<R>>,
-    transport: Arc<dyn Transport>,
+    transport: Arc<dyn Transport<R::Protocol>>,
     io: X,
     sender: mpsc::UnboundedSender<Inbound<R>>,
     /// Answer channels of the requests the core has not answered yet.
-    replies: HashMap<CallId, oneshot::Sender<Response>>,
+    replies: HashMap<CallId, oneshot::Sender<ResponseOf<R>>>,
     next_incoming: u64,
     /// Events produced inside the loop (device completions), handled before the next message.
-    ready: VecDeque<Event<Rainblock, R::IoDone, R::Input>>,
-    commands: Vec<Command<Rainblock, R::Io>>,
+    ready: VecDeque<Event<R::Protocol, R::IoDone, R::Input>>,
+    commands: Vec<Command<R::Protocol, R::Io>>,
     observer: Option<Observer<R>>,
 }
 
-impl<R: Role<Protocol = Rainblock>, X: IoExecutor<R>> Driver<R, X> {
+impl<R: Role, X: IoExecutor<R>> Driver<R, X> {
     async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Inbound<R>>, mut shutdown: watch::Receiver<bool>) {
         self.ready.push_back(Event::Start);
         loop {
@@ -195,7 +206,7 @@ impl<R: Role<Protocol = Rainblock>, X: IoExecutor<R>> Driver<R, X> {
         // Requests still unanswered are refused as their senders drop.
     }
 
-    fn step(&mut self, event: Event<Rainblock, R::IoDone, R::Input>) {
+    fn step(&mut self, event: Event<R::Protocol, R::IoDone, R::Input>) {
         let now = system_now();
         let core = Arc::clone(&self.core);
         let commands = &mut self.commands;
@@ -219,7 +230,7 @@ impl<R: Role<Protocol = Rainblock>, X: IoExecutor<R>> Driver<R, X> {
         }
     }
 
-    fn execute(&mut self, command: Command<Rainblock, R::Io>) {
+    fn execute(&mut self, command: Command<R::Protocol, R::Io>) {
         match command {
             Command::Call { to, call, request, deadline } => {
                 let (transport, sender, from) = (Arc::clone(&self.transport), self.sender.clone(), self.id.clone());
@@ -258,7 +269,7 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 mod tests {
     use super::*;
     use crate::role::{Command, Event, Role, TimerId};
-    use crate::{request, response, InProc, RequestBody, ResponseBody};
+    use crate::{request, response, InProc, Rainblock, Request, RequestBody, Response, ResponseBody};
 
     /// Calls `peer` with a short deadline when it starts and keeps what came back; answers
     /// head requests; sets a timer on input and counts its firings.
@@ -306,7 +317,7 @@ mod tests {
     /// A peer that never answers.
     struct Hung;
 
-    impl Handler for Hung {
+    impl Handler<Rainblock> for Hung {
         fn handle(&self, _: String, _: Request) -> BoxFuture<Response> {
             Box::pin(std::future::pending())
         }
@@ -320,9 +331,10 @@ mod tests {
         transport.register("probe", mailbox.handler());
         let (stop, stopped) = watch::channel(false);
         let probe = Probe { peer: "hung".into(), ..Probe::default() };
-        let running = mailbox.run("probe", probe, Arc::new(Arc::clone(&transport)), crate::role::NoIo, stopped);
+        let running = mailbox.run("probe", probe, Arc::clone(&transport) as _, crate::role::NoIo, stopped);
         // The role answers others while its own call hangs.
-        let answer = Transport::call(&transport, "other", "probe", request(RequestBody::Head(Default::default())));
+        let answer =
+            Transport::<Rainblock>::call(&*transport, "other", "probe", request(RequestBody::Head(Default::default())));
         assert!(matches!(answer.await.map(|r| r.body), Ok(Some(ResponseBody::Head(_)))));
         assert!(running.input(7));
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -333,6 +345,86 @@ mod tests {
                 probe.results
             );
             assert_eq!(probe.fired, [TimerId(7)]);
+        });
+        let _ = stop.send(true);
+        running.join().await;
+    }
+
+    /// A health role: pings its peer when it starts and keeps the answers, and answers pings
+    /// itself as `watcher-0`.
+    #[derive(Default)]
+    struct Watcher {
+        peer: String,
+        pongs: Vec<Result<crate::health::Response, NetError>>,
+    }
+
+    impl Role for Watcher {
+        type Protocol = crate::health::Health;
+        type Io = std::convert::Infallible;
+        type IoDone = std::convert::Infallible;
+        type Input = ();
+
+        fn step(
+            &mut self,
+            _now: Nanos,
+            event: Event<Self::Protocol, Self::IoDone, ()>,
+            out: &mut Vec<Command<Self::Protocol, Self::Io>>,
+        ) {
+            use crate::health::{Ping, Pong, Request, Response, ResponseBody};
+            match event {
+                Event::Start => out.push(Command::Call {
+                    to: self.peer.clone(),
+                    call: CallId(0),
+                    request: Request { body: Some(crate::health::RequestBody::Ping(Ping {})) },
+                    deadline: Duration::from_secs(5),
+                }),
+                Event::Response { result, .. } => self.pongs.push(result),
+                Event::Request { from, call, .. } => {
+                    let pong = Pong { node: "watcher-0".into(), role: "watcher".into(), version: String::new() };
+                    out.push(Command::Reply {
+                        to: from,
+                        call,
+                        response: Response { body: Some(ResponseBody::Pong(pong)) },
+                    })
+                }
+                Event::Timer(_) | Event::Input(()) => {}
+                Event::IoDone { result, .. } => match result {},
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_driver_runs_a_role_of_another_protocol() {
+        let transport = InProc::new();
+        transport.register::<crate::health::Health>("storage-0", Arc::new(crate::health::Responder::new("storage-0")));
+        let mailbox = Mailbox::<Watcher>::new();
+        transport.register("watcher-0", mailbox.handler());
+        let (stop, stopped) = watch::channel(false);
+        let watcher = Watcher { peer: "storage-0".into(), ..Watcher::default() };
+        let running = mailbox.run("watcher-0", watcher, Arc::clone(&transport) as _, crate::role::NoIo, stopped);
+        let pong = crate::health::ping(&*transport, "client-0", "watcher-0").await.unwrap();
+        assert_eq!(pong.node, "watcher-0");
+        // The watcher hosts health only: a RainBlock call finds it up but not serving RainBlock.
+        let rainblock = Transport::<Rainblock>::call(
+            &*transport,
+            "client-0",
+            "watcher-0",
+            request(RequestBody::Head(Default::default())),
+        );
+        assert!(matches!(rainblock.await, Err(NetError::NotHosted { protocol: "rainblock", .. })));
+        for _ in 0..100 {
+            if running.with_core(|watcher| !watcher.pongs.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        running.with_core(|watcher| {
+            let [Ok(crate::health::Response { body: Some(crate::health::ResponseBody::Pong(pong)) })] =
+                watcher.pongs.as_slice()
+            else {
+                panic!("{:?}", watcher.pongs)
+            };
+            assert_eq!(pong.node, "storage-0");
         });
         let _ = stop.send(true);
         running.join().await;

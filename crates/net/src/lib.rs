@@ -1,17 +1,20 @@
 //! Virga's peer transport.
 //!
-//! Roles talk by request and response: a caller names a peer by id (`storage-3`,
-//! `miner-0`, `client-1`) and sends a [`proto::Request`]; the peer's [`Handler`] answers
-//! with a [`proto::Response`]. Two transports carry the same messages:
+//! Roles talk by request and response, each conversation in one protocol (RainBlock's
+//! [`Rainblock`], the [`health::Health`] probe, …): a caller names a peer by id
+//! (`storage-3`, `miner-0`, `client-1`) and sends the protocol's request; the peer's
+//! [`Handler`] for that protocol answers with the protocol's response. A peer hosts the
+//! handlers of several protocols ([`Host`]). Two transports carry every protocol:
 //!
-//! - [`InProc`]: the embedded default. Peers are handlers in one process; a call is a
-//!   function call on the callee's handler, with no encoding.
+//! - [`InProc`]: the embedded default. Peers are hosts in one process; a call is a function
+//!   call on the callee's handler, with no encoding.
 //! - [`Grpc`]: each peer is a tonic server ([`serve`]) at an address; the schema is
-//!   `proto/virga.proto` (an envelope with one arm per protocol) and
-//!   `proto/rainblock.proto` (RainBlock's messages).
+//!   `proto/virga.proto` (an envelope with one arm per protocol, see [`WireProtocol`]) and a
+//!   package per protocol (`proto/rainblock.proto`, `proto/health.proto`).
 //!
-//! Both count, per role, messages, bytes (each message's protobuf encoded length, so the
-//! counts are identical across transports) and round trips ([`NetStats`]).
+//! Both count, per peer and per message kind, messages, bytes (each message's protobuf
+//! encoded length, so the counts are identical across transports) and round trips
+//! ([`NetStats`]).
 
 /// The generated messages, in modules that mirror their protobuf packages.
 mod generated {
@@ -23,6 +26,11 @@ mod generated {
         pub mod rainblock {
             pub mod v1 {
                 include!(concat!(env!("OUT_DIR"), "/virga.rainblock.v1.rs"));
+            }
+        }
+        pub mod health {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/virga.health.v1.rs"));
             }
         }
     }
@@ -42,7 +50,10 @@ pub mod envelope {
 pub mod driver;
 #[cfg(feature = "grpc")]
 mod grpc;
+pub mod health;
+mod host;
 mod inproc;
+mod rainblock;
 pub mod role;
 mod stats;
 
@@ -51,9 +62,11 @@ use std::pin::Pin;
 
 #[cfg(feature = "grpc")]
 pub use grpc::{serve, Grpc};
+pub use host::Host;
 pub use inproc::InProc;
 pub use proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
-pub use stats::{KindTraffic, NetStats, RoleTraffic};
+pub use rainblock::{refusal, request, response, Rainblock};
+pub use stats::{KindTraffic, MessageKind, NetStats, RoleTraffic};
 
 /// Largest message either transport accepts (a submission's node bag or a cold miner's top
 /// layer can be tens of megabytes).
@@ -73,94 +86,54 @@ pub enum NetError {
     BadResponse { peer: String },
     #[error("peer {peer} did not answer within {after:?}")]
     DeadlineExceeded { peer: String, after: std::time::Duration },
+    /// The peer is up but serves no handler of the request's protocol.
+    #[error("peer {peer} does not serve protocol {protocol} (it serves: {})", .hosted.join(", "))]
+    NotHosted { peer: String, protocol: &'static str, hosted: Vec<String> },
 }
 
-/// RainBlock's messages (storage nodes, miners, prefetching clients) as a [`role::Protocol`].
-#[derive(Clone, Copy, Debug)]
-pub struct Rainblock;
+/// A protocol the transports carry between peers: its name, its in-band refusal, and its
+/// arm of the envelope's and the reply's `oneof` (`proto/virga.proto`), which is how one
+/// gRPC server hosts several protocols and tells their messages apart.
+///
+/// The `from_*` conversions hand a foreign arm back by value (it is the caller's, moved, not
+/// copied), hence Results as large as the arm.
+#[allow(clippy::result_large_err)]
+pub trait WireProtocol: role::Protocol {
+    /// The protocol's name: its arm's name in the envelope (`rainblock`, `health`). Unique
+    /// among the protocols of one [`Host`].
+    const NAME: &'static str;
 
-impl role::Protocol for Rainblock {
-    type Request = Request;
-    type Response = Response;
+    /// A response that refuses the request for `reason` (the caller gets
+    /// [`NetError::Refused`] from [`role::Protocol::check`]).
+    fn refusal(reason: String) -> Self::Response;
 
-    fn request_kind(request: &Request) -> &'static str {
-        match &request.body {
-            Some(RequestBody::Witness(_)) => "witness",
-            Some(RequestBody::Top(_)) => "top",
-            Some(RequestBody::ApplyBlock(_)) => "apply_block",
-            Some(RequestBody::Head(_)) => "head",
-            Some(RequestBody::Submit(_)) => "submit",
-            Some(RequestBody::Announce(_)) => "announce",
-            None => "empty",
-        }
-    }
-
-    fn response_kind(response: &Response) -> &'static str {
-        match &response.body {
-            Some(ResponseBody::Witness(_)) => "witness",
-            Some(ResponseBody::Top(_)) => "top",
-            Some(ResponseBody::BlockAck(_)) => "block_ack",
-            Some(ResponseBody::Head(_)) => "head",
-            Some(ResponseBody::Submitted(_)) => "submitted",
-            Some(ResponseBody::Verdict(_)) => "verdict",
-            Some(ResponseBody::Error(_)) => "error",
-            None => "empty",
-        }
-    }
-
-    fn request_bytes(request: &Request) -> usize {
-        prost::Message::encoded_len(request)
-    }
-
-    fn response_bytes(response: &Response) -> usize {
-        prost::Message::encoded_len(response)
-    }
-
-    fn check(peer: &str, response: Response) -> Result<Response, NetError> {
-        check_response(peer, response)
-    }
+    fn into_envelope(request: Self::Request) -> envelope::envelope::Protocol;
+    /// The request in `arm`, or `arm` back when it is another protocol's.
+    fn from_envelope(arm: envelope::envelope::Protocol) -> Result<Self::Request, envelope::envelope::Protocol>;
+    fn into_reply(response: Self::Response) -> envelope::reply::Protocol;
+    /// The response in `arm`, or `arm` back when it is another protocol's (or `not_hosted`).
+    fn from_reply(arm: envelope::reply::Protocol) -> Result<Self::Response, envelope::reply::Protocol>;
 }
 
-/// Serves requests addressed to one peer.
-pub trait Handler: Send + Sync + 'static {
-    /// Answers `request` from peer `from`. Refusals are `Response` bodies of kind `error`.
-    fn handle(&self, from: String, request: Request) -> BoxFuture<Response>;
+/// Serves one protocol's requests addressed to one peer.
+pub trait Handler<P: role::Protocol>: Send + Sync + 'static {
+    /// Answers `request` from peer `from`. Refusals are in-band responses
+    /// ([`WireProtocol::refusal`]).
+    fn handle(&self, from: String, request: P::Request) -> BoxFuture<P::Response>;
 }
 
-/// Sends requests to peers by id.
-pub trait Transport: Send + Sync + 'static {
-    /// Sends `request` from `from` to `to` and waits for the response. A response of kind
-    /// `error` is returned as [`NetError::Refused`].
-    fn call(&self, from: &str, to: &str, request: Request) -> BoxFuture<Result<Response, NetError>>;
+/// Sends one protocol's requests to peers by id.
+pub trait Transport<P: role::Protocol>: Send + Sync + 'static {
+    /// Sends `request` from `from` to `to` and waits for the response. A refusal is returned
+    /// as [`NetError::Refused`] (the protocol's [`role::Protocol::check`]); a peer that does
+    /// not host `P` answers [`NetError::NotHosted`].
+    fn call(&self, from: &str, to: &str, request: P::Request) -> BoxFuture<Result<P::Response, NetError>>;
 
-    /// The traffic counted so far.
+    /// The traffic counted so far (of every protocol the transport carries).
     fn stats(&self) -> &NetStats;
 }
 
 /// The role of a peer id: the part before the first `-` (`storage-3` → `storage`).
 pub fn role_of(peer: &str) -> &str {
     peer.split('-').next().unwrap_or(peer)
-}
-
-pub fn request(body: RequestBody) -> Request {
-    Request { body: Some(body) }
-}
-
-pub fn response(body: ResponseBody) -> Response {
-    Response { body: Some(body) }
-}
-
-/// A refusal with its reason.
-pub fn refusal(reason: impl Into<String>) -> Response {
-    response(ResponseBody::Error(reason.into()))
-}
-
-/// Turns an `error` response into [`NetError::Refused`] and an empty one into
-/// [`NetError::BadResponse`].
-fn check_response(peer: &str, response: Response) -> Result<Response, NetError> {
-    match response.body {
-        Some(ResponseBody::Error(reason)) => Err(NetError::Refused { peer: peer.to_string(), reason }),
-        None => Err(NetError::BadResponse { peer: peer.to_string() }),
-        Some(_) => Ok(response),
-    }
 }

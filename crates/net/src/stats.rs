@@ -14,6 +14,27 @@ pub struct RoleTraffic {
     pub bytes_received: u64,
 }
 
+/// A request's kind within its protocol (`rainblock`/`witness`, `health`/`ping`): two
+/// protocols may use the same kind name without their counts mixing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MessageKind {
+    pub protocol: &'static str,
+    pub request: &'static str,
+}
+
+impl MessageKind {
+    /// The kind of `request` of protocol `P`.
+    pub fn of<P: crate::WireProtocol>(request: &P::Request) -> Self {
+        MessageKind { protocol: P::NAME, request: P::request_kind(request) }
+    }
+}
+
+impl std::fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.protocol, self.request)
+    }
+}
+
 /// Calls of one message kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KindTraffic {
@@ -25,11 +46,11 @@ pub struct KindTraffic {
 #[derive(Debug, Default)]
 struct Counters {
     peers: BTreeMap<String, RoleTraffic>,
-    kinds: BTreeMap<&'static str, KindTraffic>,
+    kinds: BTreeMap<MessageKind, KindTraffic>,
 }
 
 /// Counters shared by every call of one transport: per peer, and per request kind (the
-/// protocol's typed kind, e.g. `witness` or `apply_block`).
+/// protocol and its typed kind, e.g. `rainblock.witness` or `health.ping`).
 #[derive(Debug, Default)]
 pub struct NetStats {
     counters: Mutex<Counters>,
@@ -38,7 +59,7 @@ pub struct NetStats {
 impl NetStats {
     /// Counts one completed round trip of kind `kind`: `request_bytes` from `caller` to
     /// `callee`, and `response_bytes` back.
-    pub fn record(&self, caller: &str, callee: &str, kind: &'static str, request_bytes: usize, response_bytes: usize) {
+    pub fn record(&self, caller: &str, callee: &str, kind: MessageKind, request_bytes: usize, response_bytes: usize) {
         let mut counters = self.counters.lock();
         let from = counters.peers.entry(caller.to_string()).or_default();
         from.round_trips += 1;
@@ -61,7 +82,7 @@ impl NetStats {
     }
 
     /// A copy of the counters, per request kind.
-    pub fn kinds(&self) -> BTreeMap<&'static str, KindTraffic> {
+    pub fn kinds(&self) -> BTreeMap<MessageKind, KindTraffic> {
         self.counters.lock().kinds.clone()
     }
 
@@ -102,20 +123,24 @@ mod tests {
     #[test]
     fn a_round_trip_counts_two_messages_and_both_directions() {
         let stats = NetStats::default();
-        stats.record("client-0", "storage-3", "witness", 100, 900);
-        stats.record("client-1", "miner-0", "submit", 50, 10);
+        let witness = MessageKind { protocol: "rainblock", request: "witness" };
+        stats.record("client-0", "storage-3", witness, 100, 900);
+        stats.record("client-1", "miner-0", MessageKind { protocol: "rainblock", request: "submit" }, 50, 10);
+        stats.record("client-1", "miner-0", MessageKind { protocol: "health", request: "witness" }, 7, 3);
         let roles = stats.snapshot();
         assert_eq!(
             roles["client"],
-            RoleTraffic { round_trips: 2, messages_sent: 2, bytes_sent: 150, bytes_received: 910 }
+            RoleTraffic { round_trips: 3, messages_sent: 3, bytes_sent: 157, bytes_received: 913 }
         );
         assert_eq!(
             roles["storage"],
             RoleTraffic { round_trips: 0, messages_sent: 1, bytes_sent: 900, bytes_received: 100 }
         );
-        assert_eq!(stats.total_messages(), 4);
+        assert_eq!(stats.total_messages(), 6);
         assert_eq!(stats.peers()["storage-3"].bytes_sent, 900);
-        assert_eq!(stats.kinds()["witness"], KindTraffic { calls: 1, request_bytes: 100, response_bytes: 900 });
-        assert_eq!(stats.total_bytes(), 1060);
+        // The same kind name in two protocols is two kinds.
+        assert_eq!(stats.kinds()[&witness], KindTraffic { calls: 1, request_bytes: 100, response_bytes: 900 });
+        assert_eq!(stats.kinds().len(), 3);
+        assert_eq!(stats.total_bytes(), 1070);
     }
 }

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use virga_ledger::chain::{genesis_json, read_genesis};
 use virga_net::driver::{Mailbox, Running};
+use virga_net::health::{Health, Responder};
 use virga_net::role::NoIo;
 #[cfg(feature = "grpc")]
 use virga_net::Grpc;
-use virga_net::{Handler, InProc, Transport};
+use virga_net::{Handler, Host, InProc, Rainblock, Transport};
 
 use crate::client::{ClientCore, ClientStats};
 use crate::miner::{open_store, Miner, MinerError, MinerStats};
@@ -192,6 +193,11 @@ pub fn storage_layout(nodes: usize, shards: usize) -> Vec<(String, Vec<usize>)> 
 
 /// Writes `dir/genesis.json`: every account funded with [`GENESIS_BALANCE`], a gas limit
 /// for `max_block_transfers` transfers per block, and a low fixed difficulty.
+/// What peer `id` serves: RainBlock by `handler`, and health (its id, role and version).
+pub fn peer_host(id: &str, handler: Arc<dyn Handler<Rainblock>>) -> Host {
+    Host::new().with::<Rainblock>(handler).with::<Health>(Arc::new(Responder::new(id)))
+}
+
 pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usize) -> Result<(), ClusterError> {
     let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
     let difficulty = U256::from(16u64);
@@ -252,7 +258,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
 
     // The roles.
     let inproc = InProc::new();
-    let mut handlers: Vec<(String, Arc<dyn Handler>)> = Vec::new();
+    let mut handlers: Vec<(String, Arc<dyn Handler<Rainblock>>)> = Vec::new();
     let mut storage = Vec::new();
     for (id, shards) in &layout {
         let log = crate::storage::log_path(&config.dir, id);
@@ -281,12 +287,12 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
         miners.push(miner);
     }
     let (stop_servers, servers_stopped) = watch::channel(false);
-    let transport: Arc<dyn Transport> = match config.transport {
+    let transport: Arc<dyn Transport<Rainblock>> = match config.transport {
         TransportKind::InProc => {
             for (id, handler) in handlers {
-                inproc.register(id, handler);
+                inproc.register_host(id.clone(), peer_host(&id, handler));
             }
-            Arc::new(inproc)
+            inproc
         }
         #[cfg(not(feature = "grpc"))]
         TransportKind::Grpc => {
@@ -304,12 +310,12 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
                 let shutdown = async move {
                     let _ = stopped.wait_for(|stop| *stop).await;
                 };
-                let (address, server) = virga_net::serve(listener, handler, shutdown)
+                let (address, server) = virga_net::serve(listener, peer_host(&id, handler), shutdown)
                     .map_err(|source| ClusterError::Bind { what: id.clone(), source })?;
                 tokio::spawn(server);
                 addresses.insert(id, format!("http://{address}"));
             }
-            Arc::new(Grpc::new(addresses))
+            Grpc::new(addresses)
         }
     };
     for miner in &miners {

@@ -19,12 +19,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use virga_ledger::chain::read_genesis;
 use virga_net::driver::Mailbox;
+use virga_net::health::{self, Pong};
 use virga_net::role::NoIo;
-use virga_net::{Grpc, Transport};
+use virga_net::{Grpc, NetError, Rainblock, Transport};
 
 use crate::client::{ClientConfig, ClientCore};
 use crate::cluster::{
-    check_cluster_format, cluster_format_v1, run_clients, write_genesis, ClusterError, CLUSTER_FILE, CLUSTER_FORMAT,
+    check_cluster_format, cluster_format_v1, peer_host, run_clients, write_genesis, ClusterError, CLUSTER_FILE,
+    CLUSTER_FORMAT,
 };
 use crate::miner::{open_store, Miner, MinerStats};
 use crate::storage::{shard_state, StorageNode};
@@ -147,8 +149,40 @@ impl ClusterPlan {
         hostport.parse().map_err(|source| ProcessError::Address { id: id.to_string(), url: url.clone(), source })
     }
 
-    fn transport(&self) -> Arc<dyn Transport> {
-        Arc::new(Grpc::new(self.addresses.iter().map(|(id, address)| (id.clone(), address.clone())).collect()))
+    fn transport(&self) -> Arc<dyn Transport<Rainblock>> {
+        self.grpc()
+    }
+
+    fn grpc(&self) -> Arc<Grpc> {
+        Grpc::new(self.addresses.iter().map(|(id, address)| (id.clone(), address.clone())).collect())
+    }
+
+    /// Pings every storage node and miner of the plan over gRPC (the health protocol), all at
+    /// once, each given `deadline`: who answered and the version it runs, or why it did not.
+    pub async fn ping(&self, deadline: Duration) -> Vec<(String, Result<Pong, NetError>)> {
+        let grpc = self.grpc();
+        let pings: Vec<_> = self
+            .addresses
+            .keys()
+            .map(|peer| {
+                let (grpc, to) = (Arc::clone(&grpc), peer.clone());
+                let ping = tokio::spawn(async move {
+                    match tokio::time::timeout(deadline, health::ping(&*grpc, "ping", &to)).await {
+                        Ok(pinged) => pinged,
+                        Err(_) => Err(NetError::DeadlineExceeded { peer: to, after: deadline }),
+                    }
+                });
+                (peer.clone(), ping)
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(pings.len());
+        for (peer, ping) in pings {
+            let answer = ping.await.unwrap_or_else(|error| {
+                Err(NetError::Unreachable { peer: peer.clone(), reason: format!("the ping task failed: {error}") })
+            });
+            answers.push((peer, answer));
+        }
+        answers
     }
 
     fn chain_dir(&self, dir: &Path, miner: usize) -> std::path::PathBuf {
@@ -246,7 +280,7 @@ pub async fn run_storage(
     tracing::info!(node = %id, replayed, head, "storage node ready");
     let bind_failed = |source| ClusterError::Bind { what: address.to_string(), source };
     let listener = tokio::net::TcpListener::bind(address).await.map_err(bind_failed)?;
-    let (bound, server) = virga_net::serve(listener, node, shutdown).map_err(bind_failed)?;
+    let (bound, server) = virga_net::serve(listener, peer_host(id, node), shutdown).map_err(bind_failed)?;
     eprintln!("{id}: serving shards at {bound}, head block {head} ({replayed} blocks replayed from its log)");
     server.await.map_err(|source| ProcessError::Server { id: id.to_string(), source: source.into() })
 }
@@ -288,7 +322,8 @@ pub async fn run_miner(
     let server_shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    let (bound, server) = virga_net::serve(listener, Arc::clone(&miner) as _, server_shutdown).map_err(bind_failed)?;
+    let (bound, server) =
+        virga_net::serve(listener, peer_host(&id, Arc::clone(&miner) as _), server_shutdown).map_err(bind_failed)?;
     let server = tokio::spawn(server);
     eprintln!("{id}: mining at {bound} on block {} ({})", head.number, head.hash_slow());
     Arc::clone(&miner).run(transport, shutdown).await;

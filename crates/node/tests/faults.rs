@@ -17,7 +17,7 @@ use virga_ledger::chain::{genesis_json, read_genesis};
 use virga_ledger::exec::ExecConfig;
 use virga_net::driver::{Mailbox, Running as RunningRole};
 use virga_net::role::NoIo;
-use virga_net::{InProc, Transport};
+use virga_net::{InProc, Rainblock, Transport};
 use virga_node::audit::audit_cluster;
 use virga_node::client::{ClientCore, ClientStats, WitnessError};
 use virga_node::cluster::CLUSTER_FILE;
@@ -138,7 +138,7 @@ async fn start(dir: &Path, plan: &Plan, configure: impl FnOnce(&[Arc<StorageNode
         miners.push(miner);
     }
     configure(&storage, &miners);
-    let transport: Arc<dyn Transport> = Arc::new(inproc);
+    let transport: Arc<dyn Transport<Rainblock>> = inproc;
     for miner in &miners {
         miner.warm_up(Arc::clone(&transport)).await.unwrap();
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use virga_ledger::tx::{RecoveredTransfer, SignedTransfer};
 use virga_net::proto::{self};
-use virga_net::{Handler, Request, Response, ResponseBody};
+use virga_net::{Handler, Rainblock, Request, Response, ResponseBody, Transport};
 
 use crate::codec::block_id;
 use crate::testkit::Fixture;
@@ -57,7 +57,7 @@ pub(super) fn keccak_ns_per_node(nodes: &[Vec<u8>]) -> f64 {
 /// Answers every request at once with a small fixed response.
 struct Echo;
 
-impl virga_net::Handler for Echo {
+impl Handler<Rainblock> for Echo {
     fn handle(&self, _from: String, _request: Request) -> virga_net::BoxFuture<Response> {
         let head = proto::HeadReply { head: Some(block_id(1, B256::ZERO)), state_root: vec![0; 32] };
         Box::pin(std::future::ready(virga_net::response(ResponseBody::Head(head))))
@@ -67,7 +67,7 @@ impl virga_net::Handler for Echo {
 /// Median microseconds of one call over `transport` with `request`, one call at a time.
 #[cfg(feature = "grpc")]
 async fn time_calls(
-    transport: &dyn virga_net::Transport,
+    transport: &dyn Transport<Rainblock>,
     request: &Request,
     calls: usize,
 ) -> Result<f64, virga_net::NetError> {
@@ -85,7 +85,7 @@ struct MailboxEcho {
     sender: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<Response>>,
 }
 
-impl virga_net::Handler for MailboxEcho {
+impl Handler<Rainblock> for MailboxEcho {
     fn handle(&self, _from: String, _request: Request) -> virga_net::BoxFuture<Response> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let sent = self.sender.send(reply);
@@ -109,7 +109,7 @@ pub(super) fn inproc_call_us(small: &Request) -> Result<f64, CalibrationError> {
         });
         let transport = virga_net::InProc::new();
         transport.register("echo-0", Arc::new(MailboxEcho { sender }));
-        let transport: Arc<dyn virga_net::Transport> = Arc::new(transport);
+        let transport: Arc<dyn Transport<Rainblock>> = transport;
         let mut times = Vec::new();
         for _ in 0..2_000 {
             let (transport, request) = (Arc::clone(&transport), small.clone());
@@ -136,19 +136,20 @@ pub(super) fn grpc_costs(small: &Request, large: &Request) -> Result<(Option<f64
             .await
             .map_err(|error| setup_error(format!("binding the gRPC echo server: {error}")))?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (address, server) = virga_net::serve(listener, Arc::new(Echo), async move {
-            let _ = stopped.await;
-        })
-        .map_err(setup_error)?;
+        let (address, server) =
+            virga_net::serve(listener, virga_net::Host::new().with::<Rainblock>(Arc::new(Echo)), async move {
+                let _ = stopped.await;
+            })
+            .map_err(setup_error)?;
         tokio::spawn(server);
         let transport = virga_net::Grpc::new(std::collections::HashMap::from([(
             "echo-0".to_string(),
             format!("http://{address}"),
         )]));
         // The first call connects.
-        time_calls(&transport, small, 5).await.map_err(step_error("gRPC calls"))?;
-        let small_us = time_calls(&transport, small, 400).await.map_err(step_error("gRPC calls"))?;
-        let large_us = time_calls(&transport, large, 100).await.map_err(step_error("gRPC calls"))?;
+        time_calls(&*transport, small, 5).await.map_err(step_error("gRPC calls"))?;
+        let small_us = time_calls(&*transport, small, 400).await.map_err(step_error("gRPC calls"))?;
+        let large_us = time_calls(&*transport, large, 100).await.map_err(step_error("gRPC calls"))?;
         let _ = stop.send(());
         let extra_bytes = large.encoded_len().saturating_sub(small.encoded_len()).max(1) as f64;
         let per_byte = ((large_us - small_us) * 1e3 / extra_bytes).max(0.0);

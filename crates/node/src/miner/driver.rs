@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use virga_ledger::store::ChainStore;
 use virga_net::driver::{Mailbox, Running};
-use virga_net::{proto, response, BoxFuture, Handler, Request, RequestBody, Response, ResponseBody, Transport};
+use virga_net::{
+    proto, response, BoxFuture, Handler, Rainblock, Request, RequestBody, Response, ResponseBody, Transport,
+};
 
 use super::{execution_pool, ChainDisk, MinerConfig, MinerCore, MinerError, MinerStats};
 
@@ -19,7 +21,7 @@ pub struct Miner {
     /// The committed head, published after every step: head requests are answered from it
     /// at once rather than queued behind a block being built (as the core would answer them).
     head: Arc<Mutex<(u64, B256, B256)>>,
-    handler: Arc<dyn Handler>,
+    handler: Arc<dyn Handler<Rainblock>>,
     /// The mailbox and device until the driver starts.
     unstarted: Mutex<Option<(Mailbox<MinerCore>, ChainDisk)>>,
     running: Mutex<Option<Running<MinerCore>>>,
@@ -65,7 +67,7 @@ impl Miner {
     }
 
     /// Starts the driver on `transport` (once).
-    fn start(&self, transport: Arc<dyn Transport>) {
+    fn start(&self, transport: Arc<dyn Transport<Rainblock>>) {
         if let Some((mailbox, disk)) = self.unstarted.lock().take() {
             let running =
                 mailbox.run_shared(self.id.clone(), Arc::clone(&self.core), transport, disk, self.stop.subscribe());
@@ -75,7 +77,7 @@ impl Miner {
 
     /// Starts the miner and waits until its top layer is warm; fails with the reason of a
     /// failed warm-up round (the miner keeps trying: calling this again waits for the next).
-    pub async fn warm_up(&self, transport: Arc<dyn Transport>) -> Result<(), MinerError> {
+    pub async fn warm_up(&self, transport: Arc<dyn Transport<Rainblock>>) -> Result<(), MinerError> {
         let failed_before = self.core.lock().warm_up_state().1.map(|(round, _)| round);
         self.start(transport);
         loop {
@@ -94,7 +96,7 @@ impl Miner {
     }
 
     /// Mines until `shutdown` fires; pending submissions are then refused.
-    pub async fn run(self: Arc<Self>, transport: Arc<dyn Transport>, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(self: Arc<Self>, transport: Arc<dyn Transport<Rainblock>>, mut shutdown: watch::Receiver<bool>) {
         self.start(transport);
         let _ = shutdown.wait_for(|stop| *stop).await;
         let _ = self.stop.send(true);
@@ -105,7 +107,7 @@ impl Miner {
     }
 }
 
-impl Handler for Miner {
+impl Handler<Rainblock> for Miner {
     fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
         if let Some(RequestBody::Head(_)) = request.body {
             let (number, hash, root) = self.head();

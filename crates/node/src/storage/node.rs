@@ -392,7 +392,7 @@ impl Drop for StorageNode {
     }
 }
 
-impl Handler for StorageNode {
+impl Handler<Rainblock> for StorageNode {
     fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
         let response = self.inner.lock().request(from, request);
         Box::pin(std::future::ready(response))
