@@ -3,4 +3,5 @@
 
 mod cluster;
 mod faults;
+mod scenarios;
 mod sim;
