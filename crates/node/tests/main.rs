@@ -2,6 +2,5 @@
 //! instead of one per file. Each module is a concern of its own.
 
 mod cluster;
-mod faults;
 mod scenarios;
 mod sim;
