@@ -61,7 +61,8 @@ fn clients(finished: &Finished) -> Vec<virga_node::client::ClientStats> {
 }
 
 fn storage_ids(finished: &Finished) -> Vec<String> {
-    let mut ids: Vec<String> = finished.sim.node_ids().filter(|id| id.starts_with("storage-")).map(String::from).collect();
+    let mut ids: Vec<String> =
+        finished.sim.node_ids().filter(|id| id.starts_with("storage-")).map(String::from).collect();
     ids.sort();
     ids
 }
@@ -129,8 +130,7 @@ fn blocks_with_a_wrong_root_are_refused_and_the_honest_miner_commits_again() {
     assert!(verified.refused_blocks > 0, "{verified:#?}");
 
     let clients = clients(&finished);
-    let resubmitted: u64 =
-        clients.iter().filter_map(|stats| stats.retried.get(virga_node::miner::BLOCK_REFUSED)).sum();
+    let resubmitted: u64 = clients.iter().filter_map(|stats| stats.retried.get(virga_node::miner::BLOCK_REFUSED)).sum();
     assert!(resubmitted > 0, "{clients:#?}");
     assert!(mined.blocks > 0);
     assert_eq!(verified.verified_blocks, mined.blocks, "the follower verified every committed block");
@@ -153,9 +153,9 @@ fn a_tiny_top_layer_still_commits_everything() {
     assert!(mined.blocks >= 2, "{mined:#?}");
     assert!(mined.prunes > 0, "the top layer was never pruned: {mined:#?}");
     let clients = clients(&finished);
-    let (full, compact): (u64, u64) = clients
-        .iter()
-        .fold((0, 0), |(full, compact), stats| (full + stats.witness_bytes_full, compact + stats.witness_bytes_compact));
+    let (full, compact): (u64, u64) = clients.iter().fold((0, 0), |(full, compact), stats| {
+        (full + stats.witness_bytes_full, compact + stats.witness_bytes_compact)
+    });
     assert!(compact < full, "compaction saves witness bytes: {compact} of {full}");
 }
 

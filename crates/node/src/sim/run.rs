@@ -319,7 +319,7 @@ fn schedule_crashes(sim: &mut Sim<RainblockNode>, schedule: &Schedule, ids: &Ids
 pub fn run_seed(options: RunOptions) -> RunOutcome {
     match run_scenario(options, &Scenario::default()) {
         Ok(finished) => finished.outcome,
-        Err(failed) => failed,
+        Err(failed) => *failed,
     }
 }
 
@@ -332,7 +332,7 @@ pub struct Finished {
 
 /// Runs one seed in `scenario` and checks it; `Err` is the outcome of a run that could not
 /// start (or go on).
-pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished, RunOutcome> {
+pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished, Box<RunOutcome>> {
     let fixture = fixture(topology(scenario.top_layer));
     let ids = Ids::of(&fixture);
     let until = options.length.faults_until();
@@ -340,7 +340,8 @@ pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished
         Some(schedule) => schedule.clone(),
         None => Schedule::draw(options.seed, options.faults, &ids.all, &ids.storage, until),
     };
-    let (mut sim, disks) = build(&fixture, &ids, &options, &schedule).map_err(|p| failed_to_start(options.seed, p))?;
+    let (mut sim, disks) =
+        build(&fixture, &ids, &options, &schedule).map_err(|p| Box::new(failed_to_start(options.seed, p)))?;
     let (transfers, per_client) = offer(&mut sim, &fixture, &ids, &options);
     schedule_crashes(&mut sim, &schedule, &ids, &per_client);
 
@@ -374,7 +375,7 @@ pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished
     }
     run(&mut sim, &mut view, ns(until), false);
     set_lying_storage(&mut sim, &schedule, false);
-    sim.set_net_faults(0.0, 0.0).map_err(|error| failed_to_start(options.seed, error.to_string()))?;
+    sim.set_net_faults(0.0, 0.0).map_err(|error| Box::new(failed_to_start(options.seed, error.to_string())))?;
     let stop = run(&mut sim, &mut view, ns(until + QUIESCENCE_BOUND), true);
 
     let mut problems = Vec::new();
