@@ -2,6 +2,6 @@
 //! instead of one per file. Each module is a concern of its own.
 
 mod cluster;
-mod faults;
 mod hosts;
+mod scenarios;
 mod sim;

@@ -11,8 +11,8 @@ pub mod plan;
 pub mod predict;
 pub mod run;
 
-pub use plan::{Broken, Faults, Length, UnknownFault};
-pub use run::{run_seed, RunOptions, RunOutcome};
+pub use plan::{Broken, Crash, Faults, Length, Scenario, Schedule, TopLayer, UnknownFault};
+pub use run::{run_scenario, run_seed, Finished, RunOptions, RunOutcome};
 
 /// The command that replays a seed.
 pub fn replay_command(seed: u64, faults: &str, length: Length) -> String {

@@ -124,15 +124,9 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Draws the faults of `seed` among `nodes`, all before `until`.
-    pub fn draw(seed: u64, faults: Faults, nodes: &[String], storage: &[String], until: Duration) -> Schedule {
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
-        let window = |rng: &mut StdRng, longest: Duration| {
-            let start = rng.random_range(0..until.as_nanos() as u64);
-            let length = rng.random_range(1..=longest.as_nanos() as u64);
-            (Duration::from_nanos(start), Duration::from_nanos((start + length).min(until.as_nanos() as u64)))
-        };
-        let mut schedule = Schedule {
+    /// No faults at all: the start of a scenario that sets its own.
+    pub fn calm() -> Schedule {
+        Schedule {
             drop_probability: 0.0,
             duplicate_probability: 0.0,
             latency_max: Duration::from_micros(500),
@@ -141,7 +135,18 @@ impl Schedule {
             write_crashes: Vec::new(),
             lying_storage: None,
             lying_miner: None,
+        }
+    }
+
+    /// Draws the faults of `seed` among `nodes`, all before `until`.
+    pub fn draw(seed: u64, faults: Faults, nodes: &[String], storage: &[String], until: Duration) -> Schedule {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
+        let window = |rng: &mut StdRng, longest: Duration| {
+            let start = rng.random_range(0..until.as_nanos() as u64);
+            let length = rng.random_range(1..=longest.as_nanos() as u64);
+            (Duration::from_nanos(start), Duration::from_nanos((start + length).min(until.as_nanos() as u64)))
         };
+        let mut schedule = Schedule::calm();
         if faults.network {
             schedule.drop_probability = rng.random_range(0.0..0.05);
             schedule.duplicate_probability = rng.random_range(0.0..0.05);
@@ -181,4 +186,23 @@ impl Schedule {
         }
         schedule
     }
+}
+
+/// A situation set up on purpose, for a test that must meet it every time rather than on
+/// the seeds that happen to draw it: a fixed fault schedule in place of the seed's draw,
+/// and the cluster's top-layer settings.
+#[derive(Clone, Debug, Default)]
+pub struct Scenario {
+    /// The faults to inject (`None`: those the seed draws from its `Faults`).
+    pub schedule: Option<Schedule>,
+    /// The miners' top layer and the witnesses' compaction (`None`: the simulator's own).
+    pub top_layer: Option<TopLayer>,
+}
+
+/// How much of the trie's upper part the miners keep, and where witnesses are cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopLayer {
+    pub retention: usize,
+    pub compaction: usize,
+    pub budget_bytes: usize,
 }

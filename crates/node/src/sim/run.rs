@@ -14,7 +14,7 @@ use virga_sim::{NetConfig, Partition, Sim, SimConfig, Stop};
 
 use super::checks::{check, UserView};
 use super::node::{NodeDisk, RainblockNode};
-use super::plan::{Broken, Faults, Length, Schedule, QUIESCENCE_BOUND};
+use super::plan::{Broken, Faults, Length, Scenario, Schedule, TopLayer, QUIESCENCE_BOUND};
 use crate::client::{ClientConfig, ClientCore, UserTransfer};
 use crate::miner::{execution_pool, ChainDisk, MinerCore};
 use crate::storage::{log_options, open_core, NodeStorage};
@@ -97,9 +97,9 @@ const OFFER_CHUNKS: usize = 10;
 const DEADLINE: Duration = Duration::from_secs(2);
 
 /// The simulated cluster: 4 storage nodes with 2 replicas of each shard, a producing and a
-/// following miner, 2 clients.
-fn topology() -> Topology {
-    Topology {
+/// following miner, 2 clients; a scenario may change its top layer.
+fn topology(top_layer: Option<TopLayer>) -> Topology {
+    let default = Topology {
         accounts: 200,
         shards: 16,
         storage_nodes: 4,
@@ -113,18 +113,32 @@ fn topology() -> Topology {
         max_block_transfers: 64,
         top_budget_bytes: 1 << 20,
         seed: 0,
+    };
+    match top_layer {
+        Some(top) => Topology {
+            retention: top.retention,
+            compaction: top.compaction,
+            top_budget_bytes: top.budget_bytes,
+            ..default
+        },
+        None => default,
     }
 }
 
-/// The fixture every run starts from (it costs key derivation, so it is built once).
-fn fixture() -> Arc<Fixture> {
+/// The fixture every run of `topology` starts from (it costs key derivation, so it is built
+/// once per topology).
+fn fixture(topology: Topology) -> Arc<Fixture> {
     thread_local! {
-        static FIXTURE: RefCell<Option<Arc<Fixture>>> = const { RefCell::new(None) };
+        static FIXTURES: RefCell<Vec<Arc<Fixture>>> = const { RefCell::new(Vec::new()) };
     }
-    FIXTURE.with(|cell| {
-        cell.borrow_mut()
-            .get_or_insert_with(|| Arc::new(Fixture::new(topology()).unwrap_or_else(|error| unreachable!("{error}"))))
-            .clone()
+    FIXTURES.with(|cell| {
+        let mut fixtures = cell.borrow_mut();
+        if let Some(fixture) = fixtures.iter().find(|fixture| fixture.topology == topology) {
+            return Arc::clone(fixture);
+        }
+        let fixture = Arc::new(Fixture::new(topology).unwrap_or_else(|error| unreachable!("{error}")));
+        fixtures.push(Arc::clone(&fixture));
+        fixture
     })
 }
 
@@ -303,14 +317,31 @@ fn schedule_crashes(sim: &mut Sim<RainblockNode>, schedule: &Schedule, ids: &Ids
 
 /// Runs one seed and checks it.
 pub fn run_seed(options: RunOptions) -> RunOutcome {
-    let fixture = fixture();
+    match run_scenario(options, &Scenario::default()) {
+        Ok(finished) => finished.outcome,
+        Err(failed) => *failed,
+    }
+}
+
+/// A run that went to its end: what it found, and the simulator as it ended, whose nodes'
+/// counters a scenario's test reads (those of each node's last incarnation).
+pub struct Finished {
+    pub outcome: RunOutcome,
+    pub sim: Sim<RainblockNode>,
+}
+
+/// Runs one seed in `scenario` and checks it; `Err` is the outcome of a run that could not
+/// start (or go on).
+pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished, Box<RunOutcome>> {
+    let fixture = fixture(topology(scenario.top_layer));
     let ids = Ids::of(&fixture);
     let until = options.length.faults_until();
-    let schedule = Schedule::draw(options.seed, options.faults, &ids.all, &ids.storage, until);
-    let (mut sim, disks) = match build(&fixture, &ids, &options, &schedule) {
-        Ok(built) => built,
-        Err(problem) => return failed_to_start(options.seed, problem),
+    let schedule = match &scenario.schedule {
+        Some(schedule) => schedule.clone(),
+        None => Schedule::draw(options.seed, options.faults, &ids.all, &ids.storage, until),
     };
+    let (mut sim, disks) =
+        build(&fixture, &ids, &options, &schedule).map_err(|p| Box::new(failed_to_start(options.seed, p)))?;
     let (transfers, per_client) = offer(&mut sim, &fixture, &ids, &options);
     schedule_crashes(&mut sim, &schedule, &ids, &per_client);
 
@@ -344,9 +375,7 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
     }
     run(&mut sim, &mut view, ns(until), false);
     set_lying_storage(&mut sim, &schedule, false);
-    if let Err(error) = sim.set_net_faults(0.0, 0.0) {
-        return failed_to_start(options.seed, error);
-    }
+    sim.set_net_faults(0.0, 0.0).map_err(|error| Box::new(failed_to_start(options.seed, error)))?;
     let stop = run(&mut sim, &mut view, ns(until + QUIESCENCE_BOUND), true);
 
     let mut problems = Vec::new();
@@ -358,7 +387,7 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
     }
     let checked = check(&fixture, &mut sim, &disks, &view, &transfers, &ids.storage, &ids.miners, options.seed);
     problems.extend(checked.problems);
-    RunOutcome {
+    let outcome = RunOutcome {
         seed: options.seed,
         problems,
         events: sim.stats().events,
@@ -369,7 +398,8 @@ pub fn run_seed(options: RunOptions) -> RunOutcome {
         crashes: schedule.crashes.len() + schedule.write_crashes.len(),
         effects: effects(&sim),
         trace_digest: format!("{:016x}", sim.trace_digest()),
-    }
+    };
+    Ok(Finished { outcome, sim })
 }
 
 /// Whether storage node `id` has a log write in flight.
