@@ -2,7 +2,6 @@
 //! role and build version. Every Virga peer hosts it beside its role's protocol, so any
 //! node can be probed the same way, in process or over gRPC.
 
-use crate::envelope::{envelope, reply};
 use crate::role::Protocol;
 use crate::{role_of, BoxFuture, Handler, NetError, Transport, WireProtocol};
 
@@ -64,27 +63,7 @@ impl WireProtocol for Health {
         Response { body: Some(ResponseBody::Error(reason)) }
     }
 
-    fn into_envelope(request: Request) -> envelope::Protocol {
-        envelope::Protocol::Health(request)
-    }
-
-    fn from_envelope(arm: envelope::Protocol) -> Result<Request, envelope::Protocol> {
-        match arm {
-            envelope::Protocol::Health(request) => Ok(request),
-            other => Err(other),
-        }
-    }
-
-    fn into_reply(response: Response) -> reply::Protocol {
-        reply::Protocol::Health(response)
-    }
-
-    fn from_reply(arm: reply::Protocol) -> Result<Response, reply::Protocol> {
-        match arm {
-            reply::Protocol::Health(response) => Ok(response),
-            other => Err(other),
-        }
-    }
+    crate::envelope_arm!(Health);
 }
 
 /// Answers pings for one peer, at once and without touching the peer's role (a node busy

@@ -115,6 +115,39 @@ pub trait WireProtocol: role::Protocol {
     fn from_reply(arm: envelope::reply::Protocol) -> Result<Self::Response, envelope::reply::Protocol>;
 }
 
+/// The four conversions of [`WireProtocol`] for a protocol whose arm is named `$arm` in both
+/// the envelope's and the reply's oneof (every protocol's is), inside its `impl WireProtocol`.
+#[macro_export]
+macro_rules! envelope_arm {
+    ($arm:ident) => {
+        fn into_envelope(request: Self::Request) -> $crate::envelope::envelope::Protocol {
+            $crate::envelope::envelope::Protocol::$arm(request)
+        }
+
+        fn from_envelope(
+            arm: $crate::envelope::envelope::Protocol,
+        ) -> Result<Self::Request, $crate::envelope::envelope::Protocol> {
+            match arm {
+                $crate::envelope::envelope::Protocol::$arm(request) => Ok(request),
+                other => Err(other),
+            }
+        }
+
+        fn into_reply(response: Self::Response) -> $crate::envelope::reply::Protocol {
+            $crate::envelope::reply::Protocol::$arm(response)
+        }
+
+        fn from_reply(
+            arm: $crate::envelope::reply::Protocol,
+        ) -> Result<Self::Response, $crate::envelope::reply::Protocol> {
+            match arm {
+                $crate::envelope::reply::Protocol::$arm(response) => Ok(response),
+                other => Err(other),
+            }
+        }
+    };
+}
+
 /// Serves one protocol's requests addressed to one peer.
 pub trait Handler<P: role::Protocol>: Send + Sync + 'static {
     /// Answers `request` from peer `from`. Refusals are in-band responses

@@ -1,6 +1,5 @@
 //! RainBlock's messages (storage nodes, miners, prefetching clients) as a protocol.
 
-use crate::envelope::{envelope, reply};
 use crate::role::Protocol;
 use crate::{NetError, Request, RequestBody, Response, ResponseBody, WireProtocol};
 
@@ -64,27 +63,7 @@ impl WireProtocol for Rainblock {
         refusal(reason)
     }
 
-    fn into_envelope(request: Request) -> envelope::Protocol {
-        envelope::Protocol::Rainblock(request)
-    }
-
-    fn from_envelope(arm: envelope::Protocol) -> Result<Request, envelope::Protocol> {
-        match arm {
-            envelope::Protocol::Rainblock(request) => Ok(request),
-            other => Err(other),
-        }
-    }
-
-    fn into_reply(response: Response) -> reply::Protocol {
-        reply::Protocol::Rainblock(response)
-    }
-
-    fn from_reply(arm: reply::Protocol) -> Result<Response, reply::Protocol> {
-        match arm {
-            reply::Protocol::Rainblock(response) => Ok(response),
-            other => Err(other),
-        }
-    }
+    crate::envelope_arm!(Rainblock);
 }
 
 pub fn request(body: RequestBody) -> Request {
