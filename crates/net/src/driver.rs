@@ -282,7 +282,9 @@ enum IoLane<R: Role, X> {
 impl<R: Role, X: IoExecutor<R>> IoLane<R, X> {
     fn submit(&mut self, role: &str, io: IoId, op: R::Io, done: &mpsc::UnboundedSender<Inbound<R>>) {
         if let IoLane::Idle(executor) = self {
-            let Some(executor) = executor.take() else { return };
+            let Some(executor) = executor.take() else {
+                return tracing::error!(%role, ?op, "the role has no device thread; the operation is dropped");
+            };
             match Self::start(role, executor, done.clone()) {
                 Ok(running) => *self = running,
                 Err(error) => {
