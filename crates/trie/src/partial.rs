@@ -81,6 +81,22 @@ pub enum RevisionError {
     Bag(#[from] BagError),
 }
 
+/// Why a partial trie has no subtree hash at a nibble path: what stands at the nibble
+/// where the walk stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SubtreeError {
+    #[error("the trie is empty")]
+    Empty,
+    #[error("a leaf covers nibble {0} of the path")]
+    InsideLeaf(usize),
+    #[error("only a hash is held at nibble {0} of the path")]
+    OnlyHash(usize),
+    #[error("an extension covers nibble {0} of the path")]
+    InsideExtension(usize),
+    #[error("no child at nibble {0} of the path")]
+    NoChild(usize),
+}
+
 /// The outcome of a successful witness revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Revision {
@@ -234,29 +250,29 @@ impl PartialTrie {
 
     /// The hash of the subtree that begins exactly at nibble path `path` (a hash node's own
     /// hash if only that is held), as [`Trie::subtree_hash_at`]; an error names why there is
-    /// none (the path ends inside a node's path, leaves the trie, or is only a hash above it).
-    pub fn subtree_hash_at(&self, path: &[u8]) -> Result<B256, String> {
-        let mut node = self.root.as_ref().ok_or("the trie is empty")?;
+    /// none ([`SubtreeError`]: the path ends inside a node's path, leaves the trie, or is only
+    /// a hash above it).
+    pub fn subtree_hash_at(&self, path: &[u8]) -> Result<B256, SubtreeError> {
+        let mut node = self.root.as_ref().ok_or(SubtreeError::Empty)?;
         let mut depth = 0;
         loop {
             if depth == path.len() {
                 return Ok(node.root_hash(&mut Vec::new()));
             }
             match node.kind() {
-                Kind::Leaf(_) => return Err(format!("a leaf covers nibble {depth} of the path")),
-                Kind::Hash => return Err(format!("only a hash is held at nibble {depth} of the path")),
+                Kind::Leaf(_) => return Err(SubtreeError::InsideLeaf(depth)),
+                Kind::Hash => return Err(SubtreeError::OnlyHash(depth)),
                 Kind::Extension(data, child) => {
                     let n = nibble_count(data);
                     if path.len() - depth < n || (0..n).any(|i| crate::path::nibble(data, i) != path[depth + i]) {
-                        return Err(format!("an extension covers nibble {depth} of the path"));
+                        return Err(SubtreeError::InsideExtension(depth));
                     }
                     depth += n;
                     node = child;
                 }
                 Kind::Branch(branch) => {
                     let nibble = path[depth];
-                    node = if nibble > 15 { None } else { branch.child(nibble) }
-                        .ok_or_else(|| format!("no child at nibble {depth} of the path"))?;
+                    node = if nibble > 15 { None } else { branch.child(nibble) }.ok_or(SubtreeError::NoChild(depth))?;
                     depth += 1;
                 }
             }
@@ -599,6 +615,24 @@ mod tests {
         nodes.sort();
         nodes.dedup();
         nodes
+    }
+
+    #[test]
+    fn a_subtree_hash_agrees_with_the_full_trie_or_names_what_stands_in_the_way() {
+        let trie = full_trie(3000);
+        let mut top = PartialTrie::from_root_hash(trie.root_hash());
+        top.attach_nodes(&nodes_above(&trie, 3000, 2)).unwrap();
+        // Held levels give the full trie's hashes; a path below them reaches only a hash.
+        for path in [vec![], vec![3], vec![0xa, 0xf]] {
+            assert_eq!(top.subtree_hash_at(&path).ok(), trie.subtree_hash_at(&path), "{path:?}");
+        }
+        assert_eq!(top.subtree_hash_at(&[3, 4, 5]), Err(SubtreeError::OnlyHash(2)));
+        assert_eq!(top.subtree_hash_at(&[3, 16]), Err(SubtreeError::NoChild(1)));
+        assert_eq!(PartialTrie::from(Trie::new()).subtree_hash_at(&[1]), Err(SubtreeError::Empty));
+        let mut one = Trie::new();
+        one.insert(&key(1), b"value");
+        let leaf = PartialTrie::from(one);
+        assert_eq!(leaf.subtree_hash_at(&[key(1)[0] >> 4, 0]), Err(SubtreeError::InsideLeaf(0)));
     }
 
     #[test]

@@ -286,7 +286,7 @@ impl MinerCore {
                 let path: Vec<u8> = (0..prefix).map(|i| ((index >> (4 * (prefix - 1 - i))) & 15) as u8).collect();
                 top.subtree_hash_at(&path)
                     .map(|hash| hash.to_vec())
-                    .map_err(|reason| UpdatesError::ShardHash { shard: index, reason })
+                    .map_err(|source| UpdatesError::ShardHash { shard: index, source })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self

@@ -51,8 +51,12 @@ pub enum UpdatesError {
     NotHeld(#[source] Stopped),
     #[error("{0}")]
     Shard(#[from] ShardError),
-    #[error("shard {shard}: {reason}")]
-    ShardHash { shard: usize, reason: String },
+    #[error("shard {shard}: {source}")]
+    ShardHash {
+        shard: usize,
+        #[source]
+        source: virga_trie::partial::SubtreeError,
+    },
 }
 
 /// Why a block another miner announced was refused. The announcer hears the text.
