@@ -220,8 +220,15 @@ impl StorageNode {
     ) -> Result<(Arc<StorageNode>, u64), StorageError> {
         let id = id.into();
         let served = Served { shards: served, shard_count, config, retained: DEFAULT_RETAINED_VERSIONS };
-        let Opened { core, disk, replayed } =
-            open_core(id.clone(), served.clone(), genesis, genesis_state, NodeStorage::of(access)?)?;
+        let opened = open_core(id.clone(), served, genesis, genesis_state, NodeStorage::of(access)?)?;
+        let replayed = opened.replayed;
+        Ok((Arc::new(StorageNode::from_opened(id, opened)), replayed))
+    }
+
+    /// The node of an opened core (and its disk, if it has one).
+    pub fn from_opened(id: impl Into<String>, opened: Opened) -> StorageNode {
+        let Opened { core, disk, .. } = opened;
+        let served = core.served().to_vec();
         let inner = Mutex::new(Inner {
             core,
             next_call: 0,
@@ -229,7 +236,7 @@ impl StorageNode {
             checkpoint_writer: None,
             checkpoint_done: Arc::default(),
         });
-        Ok((Arc::new(StorageNode { id, served: served.shards, inner, disk: Mutex::new(disk) }), replayed))
+        StorageNode { id: id.into(), served, inner, disk: Mutex::new(disk) }
     }
 
     /// Steps the core with `events`, after carrying out `commands` (of a step already
