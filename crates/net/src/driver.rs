@@ -2,9 +2,8 @@
 //!
 //! Requests reach the core through the [`Handler`] the driver hands out; the core's calls
 //! go out on the transport, each bounded by its deadline; timers are tokio sleeps; device
-//! operations run in order on the role's [`IoExecutor`], on a thread of their own, and
-//! their completions come back as events (so a core that waits for its log before
-//! acknowledging gets exactly that, and takes other events meanwhile). A step that may compute for long
+//! operations run on the driver's [`IoExecutor`], in the loop (so a core that waits for
+//! its log before acknowledging gets exactly that). A step that may compute for long
 //! ([`Role::is_long_step`], a miner building a block) runs in `block_in_place`, so the
 //! runtime's other tasks move on. An observer may read the core after every step (to publish
 //! a snapshot that queries are answered from without waiting for a long step).
@@ -16,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::role::Protocol;
-use crate::role::{CallId, Command, Event, IoExecutor, IoId, Nanos, Role};
+use crate::role::{CallId, Command, Event, IoExecutor, Nanos, Role};
 use crate::{BoxFuture, Handler, NetError, Transport, WireProtocol};
 
 /// The requests and responses of role `R`'s protocol.
@@ -28,7 +27,6 @@ enum Inbound<R: Role> {
     Response { call: CallId, result: Result<ResponseOf<R>, NetError> },
     Timer(crate::role::TimerId),
     Input(R::Input),
-    IoDone { io: IoId, result: R::IoDone },
 }
 
 /// The reading of the system clock as a core sees it.
@@ -118,7 +116,7 @@ where
             id: id.into(),
             core: Arc::clone(&core),
             transport,
-            io: IoLane::Idle(Some(io)),
+            io,
             sender: self.sender.clone(),
             replies: HashMap::new(),
             next_incoming: 0,
@@ -166,12 +164,12 @@ struct Driver<R: Role, X> {
     id: String,
     core: Arc<Mutex<R>>,
     transport: Arc<dyn Transport<R::Protocol>>,
-    io: IoLane<R, X>,
+    io: X,
     sender: mpsc::UnboundedSender<Inbound<R>>,
     /// Answer channels of the requests the core has not answered yet.
     replies: HashMap<CallId, oneshot::Sender<ResponseOf<R>>>,
     next_incoming: u64,
-    /// Events produced inside the loop (the start), handled before the next message.
+    /// Events produced inside the loop (device completions), handled before the next message.
     ready: VecDeque<Event<R::Protocol, R::IoDone, R::Input>>,
     commands: Vec<Command<R::Protocol, R::Io>>,
     observer: Option<Observer<R>>,
@@ -202,13 +200,9 @@ impl<R: Role, X: IoExecutor<R>> Driver<R, X> {
                 Inbound::Response { call, result } => Event::Response { call, result },
                 Inbound::Timer(timer) => Event::Timer(timer),
                 Inbound::Input(input) => Event::Input(input),
-                Inbound::IoDone { io, result } => Event::IoDone { io, result },
             };
             self.ready.push_back(event);
         }
-        // Operations already handed to the device are carried out before the role ends, so
-        // that a role opened again on the same storage finds them done.
-        self.io.finish().await;
         // Requests still unanswered are refused as their senders drop.
     }
 
@@ -260,67 +254,10 @@ impl<R: Role, X: IoExecutor<R>> Driver<R, X> {
                     let _ = sender.send(Inbound::Timer(timer));
                 });
             }
-            Command::Io { io, op } => self.io.submit(&self.id, io, op, &self.sender),
-        }
-    }
-}
-
-/// Where a role's device operations run: on a thread of the role's own, started at its
-/// first operation, one operation at a time in the order the core asked for them. Each
-/// completion comes back through the mailbox, so the core takes other events while its
-/// device works (as in the simulator, where a device takes time): a miner goes on building
-/// while its block is fsynced.
-enum IoLane<R: Role, X> {
-    /// No operation yet: the executor, not yet moved to its thread.
-    Idle(Option<X>),
-    Running {
-        ops: std::sync::mpsc::Sender<(IoId, R::Io)>,
-        thread: std::thread::JoinHandle<()>,
-    },
-}
-
-impl<R: Role, X: IoExecutor<R>> IoLane<R, X> {
-    fn submit(&mut self, role: &str, io: IoId, op: R::Io, done: &mpsc::UnboundedSender<Inbound<R>>) {
-        if let IoLane::Idle(executor) = self {
-            let Some(executor) = executor.take() else {
-                return tracing::error!(%role, ?op, "the role has no device thread; the operation is dropped");
-            };
-            match Self::start(role, executor, done.clone()) {
-                Ok(running) => *self = running,
-                Err(error) => {
-                    // Without a thread there is no device: the operation never completes, as
-                    // on a device that hangs.
-                    tracing::error!(%role, %error, ?op, "the device thread did not start");
-                    return;
-                }
+            Command::Io { io, op } => {
+                let result = self.io.execute(op);
+                self.ready.push_back(Event::IoDone { io, result });
             }
-        }
-        if let IoLane::Running { ops, .. } = self {
-            if ops.send((io, op)).is_err() {
-                tracing::error!(%role, "the device thread has stopped");
-            }
-        }
-    }
-
-    fn start(role: &str, mut executor: X, done: mpsc::UnboundedSender<Inbound<R>>) -> std::io::Result<Self> {
-        let (ops, queued) = std::sync::mpsc::channel::<(IoId, R::Io)>();
-        let thread = std::thread::Builder::new().name(format!("{role}-device")).spawn(move || {
-            for (io, op) in queued {
-                let result = executor.execute(op);
-                // The role may have stopped; what is queued is still carried out.
-                let _ = done.send(Inbound::IoDone { io, result });
-            }
-        })?;
-        Ok(IoLane::Running { ops, thread })
-    }
-
-    /// Waits for the operations handed over so far.
-    async fn finish(&mut self) {
-        let IoLane::Running { ops, thread } = std::mem::replace(self, IoLane::Idle(None)) else { return };
-        drop(ops);
-        let joined = tokio::task::spawn_blocking(move || thread.join()).await;
-        if !matches!(joined, Ok(Ok(()))) {
-            tracing::error!("a role's device thread panicked");
         }
     }
 }
@@ -375,79 +312,6 @@ mod tests {
                 Event::IoDone { result, .. } => match result {},
             }
         }
-    }
-
-    /// Asks its device for two operations when it starts, answers head requests, and
-    /// keeps what its device answered and in which order.
-    #[derive(Default)]
-    struct Logger {
-        completed: Vec<(crate::role::IoId, u32)>,
-        answered_while_logging: bool,
-    }
-
-    impl Role for Logger {
-        type Protocol = Rainblock;
-        type Io = u32;
-        type IoDone = u32;
-        type Input = ();
-
-        fn step(&mut self, _now: Nanos, event: Event<Rainblock, u32, ()>, out: &mut Vec<Command<Rainblock, u32>>) {
-            match event {
-                Event::Start => {
-                    out.push(Command::Io { io: crate::role::IoId(1), op: 10 });
-                    out.push(Command::Io { io: crate::role::IoId(2), op: 20 });
-                }
-                Event::IoDone { io, result } => self.completed.push((io, result)),
-                Event::Request { from, call, .. } => {
-                    self.answered_while_logging = self.completed.is_empty();
-                    out.push(Command::Reply {
-                        to: from,
-                        call,
-                        response: response(ResponseBody::Head(crate::proto::HeadReply::default())),
-                    })
-                }
-                Event::Response { .. } | Event::Timer(_) | Event::Input(()) => {}
-            }
-        }
-    }
-
-    /// A device whose operations wait until the test lets them go.
-    struct Gated(std::sync::mpsc::Receiver<()>);
-
-    impl IoExecutor<Logger> for Gated {
-        fn execute(&mut self, op: u32) -> u32 {
-            let _ = self.0.recv();
-            op + 1
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_role_takes_requests_while_its_device_works_and_hears_back_in_order() {
-        let transport = InProc::new();
-        let mailbox = Mailbox::<Logger>::new();
-        transport.register("logger", mailbox.handler());
-        let (stop, stopped) = watch::channel(false);
-        let (open, gate) = std::sync::mpsc::channel();
-        let running = mailbox.run("logger", Logger::default(), Arc::clone(&transport) as _, Gated(gate), stopped);
-        // The first operation is held at the device: the role still answers.
-        let head = request(RequestBody::Head(Default::default()));
-        let answer = Transport::<Rainblock>::call(&*transport, "client", "logger", head);
-        let answer = tokio::time::timeout(Duration::from_secs(5), answer).await.expect("the role answers");
-        assert!(matches!(answer.map(|r| r.body), Ok(Some(ResponseBody::Head(_)))));
-        assert!(running.with_core(|logger| logger.answered_while_logging && logger.completed.is_empty()));
-        open.send(()).unwrap();
-        open.send(()).unwrap();
-        for _ in 0..200 {
-            if running.with_core(|logger| logger.completed.len() == 2) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        running.with_core(|logger| {
-            assert_eq!(logger.completed, [(crate::role::IoId(1), 11), (crate::role::IoId(2), 21)]);
-        });
-        let _ = stop.send(true);
-        running.join().await;
     }
 
     /// A peer that never answers.

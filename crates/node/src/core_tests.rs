@@ -331,64 +331,6 @@ fn a_storage_node_acknowledges_a_block_only_once_its_log_record_is_durable() {
     assert_eq!(core.stats().blocks_applied, 1);
 }
 
-/// Waits (up to 5 s) for `done`.
-async fn eventually(done: impl Fn() -> bool) -> bool {
-    for _ in 0..1000 {
-        if done() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    done()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_in_process_node_answers_during_an_fsync_and_acknowledges_both_callers_of_a_block() {
-    use crate::storage::StorageNode;
-    use virga_core::device::{FaultPlan, FaultyStorage};
-    use virga_net::Handler;
-
-    let (fixture, block) = block_one_updates();
-    let plan = FaultPlan::new();
-    let storage = Arc::new(FaultyStorage::new(Arc::new(MemStorage::new()), Arc::clone(&plan)));
-    let served = fixture.served("storage-0").unwrap();
-    let storage = NodeStorage::on(storage, log_options()).unwrap();
-    let opened = open_core("storage-0", served, fixture.header.clone(), &fixture.sharded, storage).unwrap();
-    let node = Arc::new(StorageNode::from_opened("storage-0", opened));
-    // Each call runs its step on the caller's thread, so each gets a thread of its own here.
-    let call = |request: Request| {
-        let node = Arc::clone(&node);
-        tokio::task::spawn_blocking(move || node.handle("miner-0".into(), request))
-    };
-    /// Lets held syncs go however the test ends, so no thread stays stuck in one.
-    struct Release(Arc<FaultPlan>);
-    impl Drop for Release {
-        fn drop(&mut self) {
-            self.0.hold_syncs(false);
-        }
-    }
-    let _release = Release(Arc::clone(&plan));
-    plan.hold_syncs(true);
-    let first = call(block.clone());
-    assert!(eventually(|| plan.syncs_held() == 1).await, "the block's append reaches its fsync");
-    // The core is free while the record is synced: a read is answered at once.
-    let head = call(request(RequestBody::Head(proto::HeadRequest {})));
-    let head = tokio::time::timeout(Duration::from_secs(5), head).await.expect("answered during the fsync");
-    let head = head.unwrap().await;
-    assert!(matches!(head.body, Some(ResponseBody::Head(_))), "{head:?}");
-    // The same block from a second caller waits for the record being synced.
-    let second = call(block).await.unwrap();
-    tokio::pin!(second);
-    assert!(tokio::time::timeout(Duration::from_millis(50), &mut second).await.is_err(), "answered before durable");
-    plan.hold_syncs(false);
-    let first = first.await.unwrap().await;
-    let second = second.await;
-    for answer in [first, second] {
-        assert!(matches!(answer.body, Some(ResponseBody::BlockAck(_))), "{answer:?}");
-    }
-    assert_eq!(node.stats().blocks_applied, 1);
-}
-
 #[test]
 fn a_failed_append_refuses_the_block_and_forgets_its_version() {
     let (fixture, block) = block_one_updates();

@@ -22,11 +22,6 @@ pub struct FaultPlan {
     flips: Mutex<Vec<BitFlip>>,
     syncs: AtomicU64,
     failed_syncs: AtomicU64,
-    /// While true, every sync waits (a slow disk a test holds still); `held` counts the
-    /// syncs waiting.
-    hold: Mutex<bool>,
-    released: std::sync::Condvar,
-    held: AtomicU64,
 }
 
 #[derive(Clone, Debug)]
@@ -81,35 +76,8 @@ impl FaultPlan {
         self.has_flips.store(true, Ordering::SeqCst);
     }
 
-    /// Holds every sync from now on until `hold_syncs(false)`, as a disk that has not
-    /// answered yet: a test can act while code under test waits for its fsync.
-    pub fn hold_syncs(&self, hold: bool) {
-        *self.hold.lock().unwrap_or_else(PoisonError::into_inner) = hold;
-        if !hold {
-            self.released.notify_all();
-        }
-    }
-
-    /// Syncs waiting under [`Self::hold_syncs`] now.
-    pub fn syncs_held(&self) -> u64 {
-        self.held.load(Ordering::SeqCst)
-    }
-
-    fn wait_while_held(&self) {
-        let mut hold = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
-        if !*hold {
-            return;
-        }
-        self.held.fetch_add(1, Ordering::SeqCst);
-        while *hold {
-            hold = self.released.wait(hold).unwrap_or_else(PoisonError::into_inner);
-        }
-        self.held.fetch_sub(1, Ordering::SeqCst);
-    }
-
     /// Removes every fault.
     pub fn heal(&self) {
-        self.hold_syncs(false);
         self.fail_syncs_after(u64::MAX);
         self.fill_disk_after(u64::MAX);
         self.short_reads(false);
@@ -127,7 +95,6 @@ impl FaultPlan {
     }
 
     fn check_sync(&self, what: &Path) -> io::Result<()> {
-        self.wait_while_held();
         self.syncs.fetch_add(1, Ordering::SeqCst);
         let allowed = self
             .syncs_left

@@ -1,11 +1,8 @@
 //! Opening a storage node (recovery from its checkpoint and log) and the in-process driver
-//! that runs its core: a request is a step of the core on the caller's task; its device
-//! operations run on the node's disk with the core unlocked, so reads go on meanwhile.
+//! that runs its core: a request is one step of the core, its device operations carried
+//! out on the node's disk before the next request is taken.
 
 use super::*;
-use parking_lot::MutexGuard;
-use std::collections::HashMap;
-use tokio::sync::oneshot;
 
 /// What an opened node is: its core and, when it owns a log, the disk that core writes.
 pub struct Opened {
@@ -151,17 +148,10 @@ fn load_checkpoint(core: &mut StorageCore, storage: &dyn Storage, owned: bool) -
 /// A checkpoint's device operation and its outcome (its block number, or why it failed).
 type WrittenCheckpoint = (virga_net::role::IoId, Result<u64, CheckpointError>);
 
-type StorageEvent = Event<Rainblock, StorageIoDone, std::convert::Infallible>;
-type StorageCommand = Command<Rainblock, StorageIo>;
-
-/// What is behind the core's lock.
 struct Inner {
     core: StorageCore,
+    disk: Option<StorageDisk>,
     next_call: u64,
-    /// Where the answer of each call the core has not answered yet goes (a block's
-    /// acknowledgement comes after its log record is durable, possibly on another caller's
-    /// thread when two calls bring the same block).
-    answers: HashMap<CallId, oneshot::Sender<Response>>,
     /// The thread writing a checkpoint, joined before the node goes (so a node reopened on
     /// the same directory never races it).
     checkpoint_writer: Option<std::thread::JoinHandle<()>>,
@@ -170,24 +160,100 @@ struct Inner {
 }
 
 impl Inner {
-    /// A new call whose answer goes to `answer`.
-    fn call(&mut self, answer: oneshot::Sender<Response>) -> CallId {
+    /// Steps the core with `event` and carries out what it asks, device completions
+    /// included, until it asks for nothing more; hands each reply to `reply` as it comes.
+    /// Checkpoints (a few MB encoded and fsynced) are written on a thread of their own, off
+    /// the acknowledgement's path, when `background`; the next request takes the result up.
+    fn run(
+        &mut self,
+        event: Event<Rainblock, StorageIoDone, std::convert::Infallible>,
+        reply: &mut dyn FnMut(CallId, Response),
+        background: bool,
+    ) {
+        self.carry_out(vec![event], Vec::new(), reply, background);
+    }
+
+    /// [`Self::run`] from the core's `commands` of a step already taken, then `events`.
+    fn carry_out(
+        &mut self,
+        mut events: Vec<Event<Rainblock, StorageIoDone, std::convert::Infallible>>,
+        mut commands: Vec<Command<Rainblock, StorageIo>>,
+        reply: &mut dyn FnMut(CallId, Response),
+        background: bool,
+    ) {
+        if let Some((io, result)) = self.checkpoint_done.lock().take() {
+            self.checkpoint_writer = None;
+            events.push(Event::IoDone { io, result: StorageIoDone::CheckpointWritten(result) });
+        }
+        loop {
+            for command in commands.drain(..) {
+                match command {
+                    Command::Reply { call, response, .. } => reply(call, response),
+                    Command::Io { io, op: StorageIo::WriteCheckpoint { header, shards, served } } if background => {
+                        let Some(disk) = self.disk.as_ref() else { continue };
+                        let (done, storage) = (Arc::clone(&self.checkpoint_done), disk.checkpoint_storage());
+                        let spawned = std::thread::Builder::new().name("checkpoint".into()).spawn(move || {
+                            let result =
+                                checkpoint::write(&*storage, &header, &shards, &served).map(|()| header.number);
+                            *done.lock() = Some((io, result));
+                        });
+                        match spawned {
+                            Ok(writer) => self.checkpoint_writer = Some(writer),
+                            Err(error) => {
+                                let done = StorageIoDone::CheckpointWritten(Err(CheckpointError::Writer(error)));
+                                events.push(Event::IoDone { io, result: done });
+                            }
+                        }
+                    }
+                    Command::Io { io, op } => match self.disk.as_mut() {
+                        Some(disk) => events.push(Event::IoDone { io, result: disk.execute(op) }),
+                        None => tracing::error!(node = %self.core.id(), ?op, "a device operation without a disk"),
+                    },
+                    Command::Call { .. } | Command::SetTimer { .. } => {}
+                }
+            }
+            let Some(event) = events.pop() else { break };
+            self.core.step(0, event, &mut commands);
+        }
+    }
+
+    fn request(&mut self, from: String, request: Request) -> Response {
         let call = CallId(self.next_call);
         self.next_call += 1;
-        self.answers.insert(call, answer);
-        call
+        let mut answer = None;
+        let mut reply = |replied, response| {
+            if replied == call {
+                answer = Some(response);
+            }
+        };
+        self.run(Event::Request { from, call, request }, &mut reply, true);
+        answer.unwrap_or_else(|| refusal("the storage node did not answer"))
+    }
+
+    /// A block from this process, its refusal kept typed: the answer once it is logged.
+    fn apply(&mut self, from: String, updates: BlockUpdates) -> Result<Response, BlockRefusal> {
+        // A checkpoint written meanwhile is taken up first, as for a request.
+        self.carry_out(Vec::new(), Vec::new(), &mut |_, _| {}, true);
+        let call = CallId(self.next_call);
+        self.next_call += 1;
+        let mut commands = Vec::new();
+        self.core.admit_block(from, call, updates, &mut commands)?;
+        let mut answer = None;
+        let mut reply = |replied, response| {
+            if replied == call {
+                answer = Some(response);
+            }
+        };
+        self.carry_out(Vec::new(), commands, &mut reply, true);
+        Ok(answer.unwrap_or_else(|| refusal("the storage node did not answer")))
     }
 }
 
-/// A storage node in this process, served as a [`Handler`]: a request is a step of its core
-/// on the caller's task. The core and the disk have locks of their own so that witnesses are
-/// served while a block is fsynced; the disk's lock is taken before the core's is let go,
-/// so device operations run in the order the core asked for them.
+/// A storage node in this process: its core and disk behind a lock, served as a [`Handler`].
 pub struct StorageNode {
     id: String,
     served: Vec<usize>,
-    inner: Mutex<Inner>,
-    disk: Mutex<Option<StorageDisk>>,
+    inner: Arc<Mutex<Inner>>,
 }
 
 impl StorageNode {
@@ -220,126 +286,16 @@ impl StorageNode {
     ) -> Result<(Arc<StorageNode>, u64), StorageError> {
         let id = id.into();
         let served = Served { shards: served, shard_count, config, retained: DEFAULT_RETAINED_VERSIONS };
-        let opened = open_core(id.clone(), served, genesis, genesis_state, NodeStorage::of(access)?)?;
-        let replayed = opened.replayed;
-        Ok((Arc::new(StorageNode::from_opened(id, opened)), replayed))
-    }
-
-    /// The node of an opened core (and its disk, if it has one).
-    pub fn from_opened(id: impl Into<String>, opened: Opened) -> StorageNode {
-        let Opened { core, disk, .. } = opened;
-        let served = core.served().to_vec();
-        let inner = Mutex::new(Inner {
+        let Opened { core, disk, replayed } =
+            open_core(id.clone(), served.clone(), genesis, genesis_state, NodeStorage::of(access)?)?;
+        let inner = Arc::new(Mutex::new(Inner {
             core,
+            disk,
             next_call: 0,
-            answers: HashMap::new(),
             checkpoint_writer: None,
             checkpoint_done: Arc::default(),
-        });
-        StorageNode { id: id.into(), served, inner, disk: Mutex::new(disk) }
-    }
-
-    /// Steps the core with `events`, after carrying out `commands` (of a step already
-    /// taken), until it asks for nothing more: answers go to their callers, device
-    /// operations run on the disk with the core unlocked. Checkpoints (a few MB encoded and
-    /// fsynced) are written on a thread of their own, off the acknowledgement's path, when
-    /// `background`; the next request takes the result up.
-    fn carry_out(
-        &self,
-        inner: &mut MutexGuard<'_, Inner>,
-        mut events: Vec<StorageEvent>,
-        mut commands: Vec<StorageCommand>,
-        background: bool,
-    ) {
-        let finished = inner.checkpoint_done.lock().take();
-        if let Some((io, result)) = finished {
-            inner.checkpoint_writer = None;
-            events.push(Event::IoDone { io, result: StorageIoDone::CheckpointWritten(result) });
-        }
-        loop {
-            let mut device_ops = Vec::new();
-            for command in commands.drain(..) {
-                match command {
-                    Command::Reply { call, response, .. } => {
-                        if let Some(answer) = inner.answers.remove(&call) {
-                            let _ = answer.send(response);
-                        }
-                    }
-                    Command::Io { io, op: StorageIo::WriteCheckpoint { header, shards, served } } if background => {
-                        let op = StorageIo::WriteCheckpoint { header, shards, served };
-                        if let Some(done) = self.write_checkpoint_in_background(inner, io, op) {
-                            events.push(done);
-                        }
-                    }
-                    Command::Io { io, op } => device_ops.push((io, op)),
-                    Command::Call { .. } | Command::SetTimer { .. } => {}
-                }
-            }
-            for (io, result) in self.execute(inner, device_ops) {
-                events.push(Event::IoDone { io, result });
-            }
-            let Some(event) = events.pop() else { break };
-            inner.core.step(0, event, &mut commands);
-        }
-    }
-
-    /// Runs `ops` on the disk in order, the core unlocked meanwhile.
-    fn execute(
-        &self,
-        inner: &mut MutexGuard<'_, Inner>,
-        ops: Vec<(virga_net::role::IoId, StorageIo)>,
-    ) -> Vec<(virga_net::role::IoId, StorageIoDone)> {
-        if ops.is_empty() {
-            return Vec::new();
-        }
-        let disk = self.disk.lock();
-        if disk.is_none() {
-            tracing::error!(node = %self.id, ?ops, "device operations without a disk");
-            return Vec::new();
-        }
-        MutexGuard::unlocked(inner, move || {
-            // The disk's guard ends in here, before the core is locked again (the order is
-            // always core, then disk).
-            let mut disk = disk;
-            let Some(disk) = disk.as_mut() else { return Vec::new() };
-            ops.into_iter().map(|(io, op)| (io, disk.execute(op))).collect()
-        })
-    }
-
-    /// Starts writing a checkpoint on a thread; the completion at once if the thread
-    /// could not start.
-    fn write_checkpoint_in_background(
-        &self,
-        inner: &mut MutexGuard<'_, Inner>,
-        io: virga_net::role::IoId,
-        op: StorageIo,
-    ) -> Option<StorageEvent> {
-        let StorageIo::WriteCheckpoint { header, shards, served } = op else { return None };
-        let storage = self.disk.lock().as_ref()?.checkpoint_storage();
-        let done = Arc::clone(&inner.checkpoint_done);
-        let spawned = std::thread::Builder::new().name("checkpoint".into()).spawn(move || {
-            let result = checkpoint::write(&*storage, &header, &shards, &served).map(|()| header.number);
-            *done.lock() = Some((io, result));
-        });
-        match spawned {
-            Ok(writer) => {
-                inner.checkpoint_writer = Some(writer);
-                None
-            }
-            Err(error) => {
-                let done = StorageIoDone::CheckpointWritten(Err(CheckpointError::Writer(error)));
-                Some(Event::IoDone { io, result: done })
-            }
-        }
-    }
-
-    /// One request as a step of the core; the answer once the core gives it.
-    fn serve(&self, from: String, request: Request) -> oneshot::Receiver<Response> {
-        let (answer, answered) = oneshot::channel();
-        let mut inner = self.inner.lock();
-        let call = inner.call(answer);
-        self.carry_out(&mut inner, vec![Event::Request { from, call, request }], Vec::new(), true);
-        answered
+        }));
+        Ok((Arc::new(StorageNode { id, served: served.shards, inner }), replayed))
     }
 
     pub fn id(&self) -> &str {
@@ -386,16 +342,22 @@ impl StorageNode {
             let _ = writer.join();
         }
         let mut inner = self.inner.lock();
-        self.carry_out(&mut inner, Vec::new(), Vec::new(), false);
+        let finished = inner.checkpoint_done.lock().take();
+        if let Some((io, result)) = finished {
+            inner.checkpoint_writer = None;
+            let done = Event::IoDone { io, result: StorageIoDone::CheckpointWritten(result) };
+            inner.run(done, &mut |_, _| {}, false);
+        }
         let mut commands = Vec::new();
         let number = inner.core.checkpoint_now(&mut commands)?;
         for command in commands {
-            let Command::Io { io, op } = command else { continue };
-            for (io, result) in self.execute(&mut inner, vec![(io, op)]) {
-                if let StorageIoDone::CheckpointWritten(Err(error)) = result {
-                    return Err(error.into());
-                }
-                self.carry_out(&mut inner, vec![Event::IoDone { io, result }], Vec::new(), false);
+            if let Command::Io { io, op } = command {
+                let Some(disk) = inner.disk.as_mut() else { continue };
+                let result = match disk.execute(op) {
+                    StorageIoDone::CheckpointWritten(Err(error)) => return Err(error.into()),
+                    result => result,
+                };
+                inner.run(Event::IoDone { io, result }, &mut |_, _| {}, false);
             }
         }
         Ok(number)
@@ -403,18 +365,8 @@ impl StorageNode {
 
     /// Accepts a block from a miner: check, apply, log (durably), then acknowledge.
     pub fn apply_block(&self, updates: &BlockUpdates) -> Result<(u64, B256), StorageError> {
-        let (answer, mut answered) = oneshot::channel();
-        let mut inner = self.inner.lock();
-        let call = inner.call(answer);
-        let mut commands = Vec::new();
-        if let Err(refused) = inner.core.admit_block(self.id.clone(), call, updates.clone(), &mut commands) {
-            inner.answers.remove(&call);
-            return Err(refused.into());
-        }
-        self.carry_out(&mut inner, Vec::new(), commands, true);
-        drop(inner);
+        let response = self.inner.lock().apply(self.id.clone(), updates.clone())?;
         let unacknowledged = |reason: &str| StorageError::Unacknowledged { reason: reason.to_string() };
-        let response = answered.try_recv().map_err(|_| unacknowledged("the block is still being logged"))?;
         match response.body {
             Some(virga_net::ResponseBody::BlockAck(ack)) => {
                 let acked = crate::codec::parse_block_id(ack.block.as_ref(), "block").map_err(BlockRefusal::from)?;
@@ -433,7 +385,8 @@ impl StorageNode {
 
 impl Drop for StorageNode {
     fn drop(&mut self) {
-        if let Some(writer) = self.inner.get_mut().checkpoint_writer.take() {
+        let writer = self.inner.lock().checkpoint_writer.take();
+        if let Some(writer) = writer {
             let _ = writer.join();
         }
     }
@@ -441,7 +394,7 @@ impl Drop for StorageNode {
 
 impl Handler<Rainblock> for StorageNode {
     fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
-        let answered = self.serve(from, request);
-        Box::pin(async move { answered.await.unwrap_or_else(|_| refusal("the storage node stopped before answering")) })
+        let response = self.inner.lock().request(from, request);
+        Box::pin(std::future::ready(response))
     }
 }
