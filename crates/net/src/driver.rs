@@ -3,7 +3,9 @@
 //! Requests reach the core through the [`Handler`] the driver hands out; the core's calls
 //! go out on the transport, each bounded by its deadline; timers are tokio sleeps; device
 //! operations run on the driver's [`IoExecutor`], in the loop (so a core that waits for
-//! its log before acknowledging gets exactly that). A step that may compute for long
+//! its log before acknowledging gets exactly that), except computations the executor
+//! detaches ([`IoExecutor::detach`]), which run on a blocking thread and complete through
+//! the mailbox. A step that may compute for long
 //! ([`Role::is_long_step`], a miner building a block) runs in `block_in_place`, so the
 //! runtime's other tasks move on. An observer may read the core after every step (to publish
 //! a snapshot that queries are answered from without waiting for a long step).
@@ -27,6 +29,7 @@ enum Inbound<R: Role> {
     Response { call: CallId, result: Result<ResponseOf<R>, NetError> },
     Timer(crate::role::TimerId),
     Input(R::Input),
+    IoDone { io: crate::role::IoId, result: R::IoDone },
 }
 
 /// The reading of the system clock as a core sees it.
@@ -200,6 +203,7 @@ impl<R: Role, X: IoExecutor<R>> Driver<R, X> {
                 Inbound::Response { call, result } => Event::Response { call, result },
                 Inbound::Timer(timer) => Event::Timer(timer),
                 Inbound::Input(input) => Event::Input(input),
+                Inbound::IoDone { io, result } => Event::IoDone { io, result },
             };
             self.ready.push_back(event);
         }
@@ -254,10 +258,19 @@ impl<R: Role, X: IoExecutor<R>> Driver<R, X> {
                     let _ = sender.send(Inbound::Timer(timer));
                 });
             }
-            Command::Io { io, op } => {
-                let result = self.io.execute(op);
-                self.ready.push_back(Event::IoDone { io, result });
-            }
+            Command::Io { io, op } => match self.io.detach(op) {
+                Ok(job) => {
+                    let sender = self.sender.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let result = job();
+                        let _ = sender.send(Inbound::IoDone { io, result });
+                    });
+                }
+                Err(op) => {
+                    let result = self.io.execute(op);
+                    self.ready.push_back(Event::IoDone { io, result });
+                }
+            },
         }
     }
 }

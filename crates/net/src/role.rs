@@ -109,7 +109,19 @@ pub trait Role: Send + 'static {
 /// on files in a real driver and on the simulator's memory devices.
 pub trait IoExecutor<R: Role>: Send + 'static {
     fn execute(&mut self, op: R::Io) -> R::IoDone;
+
+    /// An operation that computes for long and needs nothing of the executor (a miner's
+    /// block to build) comes back as a job to run on a thread of its own, so that the
+    /// core's other events (a storage node's acknowledgement) are not held up behind it;
+    /// any other operation comes back unchanged and runs in the driver's loop. Under the
+    /// simulator every operation runs in its loop at its completion time.
+    fn detach(&mut self, op: R::Io) -> Result<Detached<R::IoDone>, R::Io> {
+        Err(op)
+    }
 }
+
+/// A device operation's work, moved off the driver's loop ([`IoExecutor::detach`]).
+pub type Detached<Done> = Box<dyn FnOnce() -> Done + Send>;
 
 /// A role with no device: its executor is never called.
 pub struct NoIo;

@@ -13,7 +13,7 @@ use virga_trie::proof::NodeBag;
 
 use crate::codec::{bag_from_wire, bag_to_wire, block_id};
 use crate::miner::MinerConfig;
-use crate::miner::{execution_pool, MinerCore, MinerIo, BLOCK_REFUSED};
+use crate::miner::{execution_pool, MinerCore, MinerIo, MinerIoDone, BLOCK_REFUSED};
 use crate::storage::{
     log_options, open_core, BlockRefusal, NodeStorage, StorageCore, StorageDisk, StorageIo, StorageIoDone,
     CHECKPOINT_LAG,
@@ -162,10 +162,37 @@ fn submission(net: &mut Net, sender: usize, first_nonce: u64, count: u64) -> Sub
     }
 }
 
+/// Hands the miner a submission; the block it hands out is built at once.
 fn submit(miner: &mut MinerCore, call: u64, submission: Submission) -> Vec<MinerCommand> {
+    let out = submit_unbuilt(miner, call, submission);
+    build_now(miner, out)
+}
+
+fn submit_unbuilt(miner: &mut MinerCore, call: u64, submission: Submission) -> Vec<MinerCommand> {
     let mut out = Vec::new();
     let request = request(RequestBody::Submit(submission));
     miner.step(2_000_000_000, Event::Request { from: "client-0".into(), call: CallId(call), request }, &mut out);
+    out
+}
+
+/// Builds each block handed out among `commands` and hands the miner its completion;
+/// returns the other commands, with those of the completions.
+fn build_now(miner: &mut MinerCore, commands: Vec<MinerCommand>) -> Vec<MinerCommand> {
+    let mut out = Vec::new();
+    for command in commands {
+        match command {
+            Command::Io { io, op: MinerIo::Build(job) } => {
+                let mut next = Vec::new();
+                miner.step(
+                    2_000_000_000,
+                    Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) },
+                    &mut next,
+                );
+                out.extend(build_now(miner, next));
+            }
+            other => out.push(other),
+        }
+    }
     out
 }
 
@@ -193,7 +220,7 @@ fn a_block_is_answered_only_after_every_storage_node_logged_it_and_it_is_stored(
     assert!(replies(&rest).is_empty(), "no answer before the block is stored");
     assert_eq!(net.miner.head().0, 0);
     let mut out = Vec::new();
-    net.miner.step(3_000_000_000, Event::IoDone { io: *io, result: Ok(()) }, &mut out);
+    net.miner.step(3_000_000_000, Event::IoDone { io: *io, result: MinerIoDone::Stored(Ok(())) }, &mut out);
     let answered = replies(&out);
     assert_eq!(answered.len(), 1);
     assert_eq!(answered[0].0, CallId(7));
@@ -249,6 +276,100 @@ fn a_refused_block_is_abandoned_with_the_block_built_on_it_and_the_tip_returns_i
     assert_eq!(header.parent_hash, net.fixture.header.hash_slow());
 }
 
+/// The build job among `commands`, if there is one, and the other commands.
+fn take_build(
+    commands: Vec<MinerCommand>,
+) -> (Option<(virga_net::role::IoId, Box<crate::miner::BuildJob>)>, Vec<MinerCommand>) {
+    let mut job = None;
+    let mut rest = Vec::new();
+    for command in commands {
+        match command {
+            Command::Io { io, op: MinerIo::Build(build) } => {
+                assert!(job.is_none(), "one build at a time");
+                job = Some((io, build));
+            }
+            other => rest.push(other),
+        }
+    }
+    (job, rest)
+}
+
+#[test]
+fn a_block_is_sent_only_once_built_and_the_core_commits_the_previous_one_while_the_next_builds() {
+    let mut net = warm_net(1 << 20);
+    let first = submission(&mut net, 0, 0, 2);
+    let (job, rest) = take_build(submit_unbuilt(&mut net.miner, 1, first));
+    let (io, job) = job.expect("the submission is handed out to be built");
+    assert!(rest.is_empty(), "nothing is sent before the block is built: {rest:?}");
+    assert_eq!(job.transfers(), 2);
+    // A submission arriving during the build waits: one build at a time.
+    let second = submission(&mut net, 2, 0, 1);
+    let (none, rest) = take_build(submit_unbuilt(&mut net.miner, 2, second));
+    assert!(none.is_none() && rest.is_empty(), "{rest:?}");
+    assert!(!net.miner.is_idle());
+    let mut out = Vec::new();
+    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) }, &mut out);
+    // Block 1 goes to the storage nodes and the second submission is handed out at once.
+    let (job, block_one) = take_build(out);
+    let (io, job) = job.expect("the waiting submission is built while block 1 commits");
+    assert_eq!(job.transfers(), 1);
+    assert_eq!(calls(&block_one).len(), 2, "{block_one:?}");
+    // Block 1 commits and is answered while block 2 is still being built.
+    let rest = answer_calls(&mut net.miner, &mut net.nodes, block_one);
+    let Some(Command::Io { io: stored, op: MinerIo::Store { number: 1, .. } }) = rest.first() else {
+        panic!("{rest:?}")
+    };
+    let mut out = Vec::new();
+    net.miner.step(0, Event::IoDone { io: *stored, result: MinerIoDone::Stored(Ok(())) }, &mut out);
+    assert_eq!(replies(&out).iter().map(|(call, _)| *call).collect::<Vec<_>>(), [CallId(1)]);
+    assert_eq!(net.miner.head().0, 1);
+    // Block 2 builds on block 1.
+    let mut out = Vec::new();
+    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) }, &mut out);
+    let Some((_, _, Request { body: Some(RequestBody::ApplyBlock(updates)) })) = calls(&out).into_iter().next() else {
+        panic!("{out:?}")
+    };
+    let header = crate::codec::decode_header(&updates.header).unwrap();
+    assert_eq!((header.number, header.parent_hash), (2, net.miner.head().1));
+}
+
+#[test]
+fn a_block_built_while_its_parent_is_refused_is_abandoned_when_its_build_completes() {
+    let mut net = warm_net(1 << 20);
+    let first = submission(&mut net, 0, 0, 1);
+    let block_one = calls(&submit(&mut net.miner, 1, first));
+    let second = submission(&mut net, 2, 0, 1);
+    let (job, rest) = take_build(submit_unbuilt(&mut net.miner, 2, second));
+    let (io, job) = job.expect("block 2 is handed out while block 1 commits");
+    assert!(rest.is_empty(), "{rest:?}");
+    // Block 1 is refused while block 2 is being built.
+    let mut out = Vec::new();
+    for (peer, call, _) in &block_one {
+        let result = Err(NetError::Refused { peer: peer.clone(), reason: "no".into() });
+        net.miner.step(0, Event::Response { call: *call, result }, &mut out);
+    }
+    assert_eq!(replies(&out).len(), 1, "block 1's submission is answered: {out:?}");
+    let mut out = Vec::new();
+    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) }, &mut out);
+    assert!(calls(&out).is_empty(), "block 2 descends from the refused block and is never sent: {out:?}");
+    let answered = replies(&out);
+    assert_eq!(answered.len(), 1, "{out:?}");
+    assert_eq!(answered[0].0, CallId(2));
+    assert!(outcomes(&answered[0].1).iter().all(|o| !o.included && o.reason == BLOCK_REFUSED));
+    let stats = net.miner.stats();
+    assert_eq!(stats.abandoned_blocks, 2);
+    assert!(net.miner.is_idle());
+    assert_eq!(net.miner.head().0, 0);
+    // The tip stayed at the committed head: the next block is block 1 again, on genesis.
+    let again = submission(&mut net, 0, 0, 1);
+    let out = submit(&mut net.miner, 3, again);
+    let Some((_, _, Request { body: Some(RequestBody::ApplyBlock(updates)) })) = calls(&out).into_iter().next() else {
+        panic!("{out:?}")
+    };
+    let header = crate::codec::decode_header(&updates.header).unwrap();
+    assert_eq!((header.number, header.parent_hash), (1, net.fixture.header.hash_slow()));
+}
+
 #[test]
 fn an_unreachable_storage_node_is_asked_again_with_a_doubling_back_off() {
     let mut net = warm_net(1 << 20);
@@ -283,7 +404,7 @@ fn a_top_layer_over_budget_is_pruned_after_each_block() {
         let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
         let Some(Command::Io { io, .. }) = rest.first() else { panic!("{rest:?}") };
         let mut out = Vec::new();
-        net.miner.step(0, Event::IoDone { io: *io, result: Ok(()) }, &mut out);
+        net.miner.step(0, Event::IoDone { io: *io, result: MinerIoDone::Stored(Ok(())) }, &mut out);
     }
     let stats = net.miner.stats();
     assert_eq!(net.miner.head().0, 3);
@@ -399,7 +520,7 @@ fn a_checkpoint_is_asked_for_every_interval_and_the_log_is_cut_below_the_previou
         let (_, _, request) = calls(&out).into_iter().find(|(to, _, _)| to == "storage-0").unwrap();
         let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
         let Some(Command::Io { io, .. }) = rest.first() else { panic!("{rest:?}") };
-        net.miner.step(0, Event::IoDone { io: *io, result: Ok(()) }, &mut Vec::new());
+        net.miner.step(0, Event::IoDone { io: *io, result: MinerIoDone::Stored(Ok(())) }, &mut Vec::new());
         let mut out = Vec::new();
         core.step(0, Event::Request { from: "miner-0".into(), call: CallId(nonce), request }, &mut out);
         let Some(Command::Io { io, .. }) = out.pop() else { panic!() };

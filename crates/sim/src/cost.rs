@@ -24,6 +24,15 @@ pub trait CostModel<R: Role> {
         let _ = (node, op);
         0
     }
+
+    /// Nanoseconds of CPU `op` computes before its device time (a block a miner builds off
+    /// its core, [`virga_net::role::IoExecutor::detach`]): it holds one of the node's
+    /// machine's threads ([`crate::Sim::place`]) but not the node, which goes on handling
+    /// events meanwhile.
+    fn io_compute_cost(&self, node: &str, op: &R::Io) -> u64 {
+        let _ = (node, op);
+        0
+    }
 }
 
 /// Everything is free.

@@ -185,12 +185,32 @@ impl<R: Role> Sim<R> {
                 self.schedule(at, Scheduled { node, incarnation, deferred: false, payload: Payload::Timer(timer) });
             }
             Command::Io { io, op } => {
-                let entry = &mut self.nodes[node as usize];
+                let entry = &self.nodes[node as usize];
+                let (machine, compute) = (entry.machine, self.cost.io_compute_cost(&entry.id, &op));
                 let latency = duration_ns(self.config.device_latency).saturating_add(self.cost.io_cost(&entry.id, &op));
+                let computed = self.compute(time, machine, compute);
                 let payload = Payload::Io { io, op };
-                self.schedule(time.saturating_add(latency), Scheduled { node, incarnation, deferred: false, payload });
+                self.schedule(
+                    computed.saturating_add(latency),
+                    Scheduled { node, incarnation, deferred: false, payload },
+                );
             }
         }
+    }
+
+    /// When `cost` of computation handed out at `time` is done: on the machine's thread that
+    /// is free first, which it then holds (no thread is modelled for an unplaced node).
+    fn compute(&mut self, time: u64, machine: Option<usize>, cost: u64) -> u64 {
+        if cost == 0 {
+            return time;
+        }
+        let Some(thread) = machine.and_then(|m| self.machines.get_mut(m)).and_then(|threads| threads.iter_mut().min())
+        else {
+            return time.saturating_add(cost);
+        };
+        let done = time.max(*thread).saturating_add(cost);
+        *thread = done;
+        done
     }
 
     fn call(&mut self, time: u64, node: u32, to: String, call: CallId, request: crate::Request<R>, deadline: Duration) {

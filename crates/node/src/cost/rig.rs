@@ -21,7 +21,7 @@ use virga_trie::proof::NodeBag;
 
 use crate::client::UserTransfer;
 use crate::codec::{bag_from_wire, bag_to_wire, block_id};
-use crate::miner::{execution_pool, MinerCore, MinerIo};
+use crate::miner::{execution_pool, MinerCore, MinerIo, MinerIoDone};
 use crate::storage::{log_options, open_core, NodeStorage, StorageCore, StorageIo};
 use crate::testkit::Fixture;
 use crate::topology::Topology;
@@ -165,6 +165,26 @@ impl Rig {
         Ok(rig)
     }
 
+    /// Builds the blocks the miner handed out among `commands` at once, as its driver's
+    /// thread would, and hands it each completion; returns the other commands.
+    fn build_now(&mut self, mut commands: Vec<Command<Rainblock, MinerIo>>) -> Vec<Command<Rainblock, MinerIo>> {
+        let mut rest = Vec::new();
+        while !commands.is_empty() {
+            let mut next = Vec::new();
+            for command in commands {
+                match command {
+                    Command::Io { io, op: MinerIo::Build(job) } => {
+                        let built = MinerIoDone::Built(Box::new(job.run()));
+                        self.miner.step(2_000_000_000, Event::IoDone { io, result: built }, &mut next);
+                    }
+                    other => rest.push(other),
+                }
+            }
+            commands = next;
+        }
+        rest
+    }
+
     fn serve(&mut self, to: &str, request: Request) -> Response {
         let Some((_, node)) = self.nodes.iter_mut().find(|(id, _)| id == to) else {
             return virga_net::refusal(format!("no storage node {to}"));
@@ -298,6 +318,7 @@ impl Rig {
         let mut out = Vec::new();
         let started = self.clock.start();
         self.miner.step(2_000_000_000, Event::Request { from: "client-0".into(), call, request: submit }, &mut out);
+        let out = self.build_now(out);
         sample.step_us = self.clock.micros(started);
 
         // The storage nodes apply the block; the miner commits it.
@@ -325,9 +346,11 @@ impl Rig {
                     }
                     Command::Io { io, op: MinerIo::Store { .. } } => {
                         let started = self.clock.start();
-                        self.miner.step(3_000_000_000, Event::IoDone { io, result: Ok(()) }, &mut next);
+                        let stored = MinerIoDone::Stored(Ok(()));
+                        self.miner.step(3_000_000_000, Event::IoDone { io, result: stored }, &mut next);
                         commit_us += self.clock.micros(started);
                     }
+                    build @ Command::Io { op: MinerIo::Build(_), .. } => next.extend(self.build_now(vec![build])),
                     Command::Reply { response, .. } => {
                         sample.answer_bytes += response.encoded_len();
                         answers.push(response);

@@ -1,5 +1,11 @@
 //! Admission and block building: a batch of submissions becomes a block on the tip.
 //!
+//! Building is a [`BuildJob`] the core hands out as a device operation
+//! ([`super::MinerIo::Build`]): it carries a copy of everything it reads, so the driver runs
+//! it on a thread of its own while the core goes on committing the previous block, and the
+//! simulator runs it deterministically. The core keeps one build in flight and takes the
+//! block on its completion unless the tip's epoch changed meanwhile.
+//!
 //! A bag's nodes attach to the top layer only where they hash to a hash node it holds (so a
 //! bag cannot change what the miner believes), which also revises witnesses taken at an
 //! older root. A transfer whose accounts still cannot be read aborts as `stale_witness`;
@@ -17,8 +23,12 @@ use virga_net::Rainblock;
 use virga_trie::proof::NodeBag;
 use virga_trie::PartialTrie;
 
-use super::top_layer::{record_paths, Layer, WRITE_ALLOWANCE_BYTES};
-use super::{refuse_submission, Built, LeftOut, MinerCore, MinerIo, Pending, Replies, UpdatesError};
+use std::sync::Arc;
+
+use super::top_layer::{record_paths, Layer, Pruning, WRITE_ALLOWANCE_BYTES};
+use super::{
+    refuse_submission, Built, LeftOut, MinerConfig, MinerCore, MinerIo, MinerStats, Pending, Replies, UpdatesError,
+};
 use crate::codec::{b256, bag_from_wire, check_keys};
 use crate::storage::prefix_nibbles;
 
@@ -33,6 +43,73 @@ struct Admitted {
     transfers: Vec<RecoveredTransfer>,
     slots: Vec<(String, virga_net::role::CallId, Vec<AdmissionSlot>)>,
     bags: Vec<NodeBag>,
+}
+
+/// Building one block: a batch of submissions and a copy of the tip it builds on.
+pub struct BuildJob {
+    config: Arc<MinerConfig>,
+    pool: Arc<rayon::ThreadPool>,
+    tip: Layer,
+    /// The tip's epoch when the job was handed out.
+    epoch: u64,
+    /// The clock reading the block's timestamp comes from.
+    now: Nanos,
+    batch: Vec<Pending>,
+    pruning: Pruning,
+    /// [`super::MinerFault::WrongRoot`]: the block announces a wrong state root.
+    wrong_root: bool,
+    /// Counters of this build, added to the core's on completion.
+    stats: MinerStats,
+    /// Answers to submissions refused whole, or whose block failed to build.
+    answers: Vec<Command<Rainblock, MinerIo>>,
+}
+
+/// What a [`BuildJob`] hands back to the core.
+pub struct BuildOutcome {
+    pub(crate) built: Option<Built>,
+    pub(crate) answers: Vec<Command<Rainblock, MinerIo>>,
+    pub(crate) stats: MinerStats,
+    pub(crate) pruning: Pruning,
+}
+
+impl std::fmt::Debug for BuildJob {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let transfers: usize = self.batch.iter().map(|pending| pending.submission.transactions.len()).sum();
+        formatter
+            .debug_struct("BuildJob")
+            .field("parent", &self.tip.header.number)
+            .field("epoch", &self.epoch)
+            .field("submissions", &self.batch.len())
+            .field("transfers", &transfers)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for BuildOutcome {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("BuildOutcome")
+            .field("block", &self.built.as_ref().map(|built| (built.block.header.number, built.hash)))
+            .field("answers", &self.answers.len())
+            .finish()
+    }
+}
+
+impl BuildJob {
+    /// The transfers the job builds from (the simulator's cost model charges per transfer).
+    pub fn transfers(&self) -> usize {
+        self.batch.iter().map(|pending| pending.submission.transactions.len()).sum()
+    }
+
+    pub fn submissions(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// Builds the block.
+    pub fn run(mut self) -> BuildOutcome {
+        let built = self.build();
+        BuildOutcome { built, answers: self.answers, stats: self.stats, pruning: self.pruning }
+    }
 }
 
 impl MinerCore {
@@ -51,6 +128,24 @@ impl MinerCore {
         self.inbox.drain(..count).collect()
     }
 
+    /// The job that builds `batch` on the tip, timestamped from `now`.
+    pub(crate) fn build_job(&self, now: Nanos, batch: Vec<Pending>) -> BuildJob {
+        BuildJob {
+            config: Arc::clone(&self.config),
+            pool: Arc::clone(&self.pool),
+            tip: self.layer.tip.clone(),
+            epoch: self.layer.epoch,
+            now,
+            batch,
+            pruning: self.layer.pruning,
+            wrong_root: self.builds_wrong_roots(),
+            stats: MinerStats::default(),
+            answers: Vec::new(),
+        }
+    }
+}
+
+impl BuildJob {
     fn abort(&mut self, reason: &str, count: u64) {
         *self.stats.aborted.entry(reason.to_string()).or_default() += count;
     }
@@ -78,12 +173,7 @@ impl MinerCore {
     }
 
     /// Attaches the batch's bags to `layer` and admits each transfer whose accounts it can read.
-    fn admit(
-        &mut self,
-        batch: Vec<Pending>,
-        layer: &mut Layer,
-        out: &mut Vec<Command<Rainblock, MinerIo>>,
-    ) -> Admitted {
+    fn admit(&mut self, batch: Vec<Pending>, layer: &mut Layer) -> Admitted {
         let decoded = self.recover_batch(&batch);
         let current_root = layer.header.state_root;
         let mut admitted = Admitted { transfers: Vec::new(), slots: Vec::new(), bags: Vec::new() };
@@ -96,25 +186,32 @@ impl MinerCore {
             let witness_root = match b256(&submission.witness_root, "witness_root") {
                 Ok(root) => root,
                 Err(reason) => {
-                    refuse_submission(&self.config.id, &mut self.stats, from, call, &reason.to_string(), out);
+                    refuse_submission(
+                        &self.config.id,
+                        &mut self.stats,
+                        from,
+                        call,
+                        &reason.to_string(),
+                        &mut self.answers,
+                    );
                     continue;
                 }
             };
             // Bags attach along their keys' paths; pruning later walks those paths only.
             if let Err(reason) = check_keys(&bag.keys) {
                 let reason = format!("node bag refused: {reason}");
-                refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, out);
+                refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, &mut self.answers);
                 continue;
             }
             // Witness revision: unchanged subtrees attach by hash; what changed is ours already.
-            match self.attach_bag(&mut layer.top, &bag) {
+            match attach_bag(&mut layer.top, &bag) {
                 Ok(grown) => {
                     layer.estimated_bytes += grown;
                     record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
                 }
                 Err(error) => {
                     let reason = format!("node bag refused: {error}");
-                    refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, out);
+                    refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, &mut self.answers);
                     continue;
                 }
             }
@@ -173,133 +270,126 @@ impl MinerCore {
     }
 
     /// Admits what can be executed from the batch and builds the block on the tip.
-    pub(crate) fn build(
-        &mut self,
-        now: Nanos,
-        batch: Vec<Pending>,
-        out: &mut Vec<Command<Rainblock, MinerIo>>,
-    ) -> Option<Built> {
-        let mut layer = self.layer.tip.clone();
-        let epoch = self.layer.epoch;
+    fn build(&mut self) -> Option<Built> {
+        let mut layer = self.tip.clone();
         let parent = layer.header.clone();
-        let Admitted { transfers, slots, bags } = self.admit(batch, &mut layer, out);
+        let batch = std::mem::take(&mut self.batch);
+        let Admitted { transfers, slots, bags } = self.admit(batch, &mut layer);
         let touched: Vec<B256> =
             transfers.iter().flat_map(|transfer| [keccak256(transfer.sender), keccak256(transfer.tx.to())]).collect();
-        let timestamp = now / 1_000_000_000;
-        let chain = self.config.chain;
-        let built = match build_block(
-            &chain,
-            &parent,
-            &mut layer.top,
-            transfers,
-            self.config.beneficiary,
-            timestamp,
-            &self.pool,
-        ) {
-            Ok(built) => built,
+        let timestamp = self.now / 1_000_000_000;
+        let config = Arc::clone(&self.config);
+        let built =
+            build_block(&config.chain, &parent, &mut layer.top, transfers, config.beneficiary, timestamp, &self.pool);
+        let built = match built {
+            Ok(built) => misbuild(built, self.wrong_root),
             Err(error) => {
                 // Every account was checked readable, so this is a bug; nothing is committed.
-                tracing::error!(miner = %self.config.id, %error, "building the block failed");
-                for (to, call, outcomes) in slots {
-                    let outcomes = outcomes
-                        .into_iter()
-                        .map(|(tx_hash, _)| left_out(tx_hash, "block_build_failed".to_string()))
-                        .collect();
-                    out.push(Command::Reply { to, call, response: super::outcomes_reply(None, outcomes) });
-                }
+                tracing::error!(miner = %config.id, %error, "building the block failed");
+                let slots = slots.into_iter().map(|(to, call, outcomes)| {
+                    (to, call, outcomes.into_iter().map(|(tx_hash, _)| left_out(tx_hash, String::new())).collect())
+                });
+                self.answer_unbuilt(slots.collect());
                 return None;
             }
         };
-        let built = self.misbuild(built);
         let hash = built.block.hash();
         let replies = outcomes_of(slots, &built.outcome.receipts);
         layer.estimated_bytes += touched.len().saturating_add(1).saturating_mul(WRITE_ALLOWANCE_BYTES);
         record_paths(&mut layer.unpruned, touched.iter().copied());
-        let updates = match self.logical_updates(&layer.top, touched) {
+        let updates = match logical_updates(&config, &layer.top, touched) {
             Ok(updates) => updates,
             Err(reason) => {
                 // The tip stays where it was; the block's submissions are answered as left out.
-                tracing::error!(miner = %self.config.id, %reason, "collecting updates failed");
-                for (to, call, outcomes) in replies {
-                    let outcomes = outcomes
-                        .into_iter()
-                        .map(|outcome| TxOutcome {
-                            included: false,
-                            succeeded: false,
-                            reason: "block_build_failed".to_string(),
-                            ..outcome
-                        })
-                        .collect();
-                    out.push(Command::Reply { to, call, response: super::outcomes_reply(None, outcomes) });
-                }
+                tracing::error!(miner = %config.id, %reason, "collecting updates failed");
+                self.answer_unbuilt(replies);
                 return None;
             }
         };
-        let (budget, retention, beneficiary) =
-            (self.config.top_budget_bytes, self.config.retention, self.config.beneficiary);
-        layer.estimated_bytes = self.layer.maybe_prune(
+        layer.estimated_bytes = self.pruning.maybe_prune(
             &mut layer.top,
             layer.estimated_bytes,
             &mut layer.unpruned,
-            budget,
-            retention,
-            beneficiary,
+            config.top_budget_bytes,
+            config.retention,
+            config.beneficiary,
             &mut self.stats,
         );
         layer.header = built.block.header.clone();
-        self.layer.tip = layer.clone();
-        Some(Built { block: built.block, hash, updates, bag: NodeBag::merge(bags), replies, layer, epoch })
+        let bag = NodeBag::merge(bags);
+        Some(Built { block: built.block, hash, updates, bag, replies, layer, epoch: self.epoch })
     }
 
-    /// Attaches a bag's nodes where they hash to hash nodes the layer holds; returns the
-    /// bytes the layer grew by. (The broken variant that skips this check is a test fault.)
-    pub(crate) fn attach_bag(
-        &self,
-        top: &mut PartialTrie,
-        bag: &NodeBag,
-    ) -> Result<usize, virga_trie::partial::BagError> {
-        top.apply_bag(bag).map(|applied| applied.grown_bytes)
-    }
-
-    /// Each touched account's new value, grouped for the storage node serving its shard, and
-    /// every shard's new subtree hash.
-    pub(crate) fn logical_updates(
-        &self,
-        top: &PartialTrie,
-        mut keys: Vec<B256>,
-    ) -> Result<Vec<(String, BlockUpdates)>, UpdatesError> {
-        let prefix = prefix_nibbles(self.config.shard_count).unwrap_or(0);
-        keys.push(keccak256(self.config.beneficiary));
-        keys.sort_unstable();
-        keys.dedup();
-        let mut by_shard: HashMap<usize, Vec<KeyUpdate>> = HashMap::new();
-        for key in keys {
-            let value = top.get(key.as_slice()).map_err(UpdatesError::NotHeld)?;
-            let shard = virga_trie::shard::shard_of(key.as_slice(), prefix)?;
-            by_shard
-                .entry(shard)
-                .or_default()
-                .push(KeyUpdate { key: key.to_vec(), value: value.map(|v| v.into_owned()).unwrap_or_default() });
+    /// Answers the submissions of a block that could not be built: nothing was included.
+    fn answer_unbuilt(&mut self, replies: Replies) {
+        for (to, call, outcomes) in replies {
+            let outcomes = outcomes
+                .into_iter()
+                .map(|outcome| TxOutcome {
+                    included: false,
+                    succeeded: false,
+                    reason: "block_build_failed".to_string(),
+                    ..outcome
+                })
+                .collect();
+            self.answers.push(Command::Reply { to, call, response: super::outcomes_reply(None, outcomes) });
         }
-        let shard_hashes = (0..self.config.shard_count)
-            .map(|index| {
-                let path: Vec<u8> = (0..prefix).map(|i| ((index >> (4 * (prefix - 1 - i))) & 15) as u8).collect();
-                top.subtree_hash_at(&path)
-                    .map(|hash| hash.to_vec())
-                    .map_err(|source| UpdatesError::ShardHash { shard: index, source })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(self
-            .config
-            .storage_nodes
-            .iter()
-            .map(|(peer, shards)| {
-                let updates =
-                    shards.iter().flat_map(|shard| by_shard.get(shard).cloned().unwrap_or_default()).collect();
-                (peer.clone(), BlockUpdates { header: Vec::new(), shard_hashes: shard_hashes.clone(), updates })
-            })
-            .collect())
     }
+}
+
+/// Under [`super::MinerFault::WrongRoot`], the block announces a state root with one byte
+/// flipped and is sealed again, so its header is otherwise valid.
+fn misbuild(mut built: virga_ledger::builder::Built, wrong_root: bool) -> virga_ledger::builder::Built {
+    if wrong_root {
+        let header = &mut built.block.header;
+        header.state_root.0[31] ^= 0x01;
+        virga_ledger::pow::mine(header, 0);
+    }
+    built
+}
+
+/// Attaches a bag's nodes where they hash to hash nodes the layer holds; returns the bytes
+/// the layer grew by.
+pub(crate) fn attach_bag(top: &mut PartialTrie, bag: &NodeBag) -> Result<usize, virga_trie::partial::BagError> {
+    top.apply_bag(bag).map(|applied| applied.grown_bytes)
+}
+
+/// Each touched account's new value, grouped for the storage node serving its shard, and
+/// every shard's new subtree hash.
+fn logical_updates(
+    config: &MinerConfig,
+    top: &PartialTrie,
+    mut keys: Vec<B256>,
+) -> Result<Vec<(String, BlockUpdates)>, UpdatesError> {
+    let prefix = prefix_nibbles(config.shard_count).unwrap_or(0);
+    keys.push(keccak256(config.beneficiary));
+    keys.sort_unstable();
+    keys.dedup();
+    let mut by_shard: HashMap<usize, Vec<KeyUpdate>> = HashMap::new();
+    for key in keys {
+        let value = top.get(key.as_slice()).map_err(UpdatesError::NotHeld)?;
+        let shard = virga_trie::shard::shard_of(key.as_slice(), prefix)?;
+        by_shard
+            .entry(shard)
+            .or_default()
+            .push(KeyUpdate { key: key.to_vec(), value: value.map(|v| v.into_owned()).unwrap_or_default() });
+    }
+    let shard_hashes = (0..config.shard_count)
+        .map(|index| {
+            let path: Vec<u8> = (0..prefix).map(|i| ((index >> (4 * (prefix - 1 - i))) & 15) as u8).collect();
+            top.subtree_hash_at(&path)
+                .map(|hash| hash.to_vec())
+                .map_err(|source| UpdatesError::ShardHash { shard: index, source })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(config
+        .storage_nodes
+        .iter()
+        .map(|(peer, shards)| {
+            let updates = shards.iter().flat_map(|shard| by_shard.get(shard).cloned().unwrap_or_default()).collect();
+            (peer.clone(), BlockUpdates { header: Vec::new(), shard_hashes: shard_hashes.clone(), updates })
+        })
+        .collect())
 }
 
 fn left_out(tx_hash: B256, reason: String) -> TxOutcome {

@@ -7,6 +7,7 @@ use virga_net::proto;
 use virga_net::role::{CallId, Command};
 use virga_net::Rainblock;
 
+use super::building::attach_bag;
 use super::top_layer::{record_paths, Layer, WRITE_ALLOWANCE_BYTES};
 use super::{AnnouncementRefusal, ChainDiskError, MinerCore, MinerIo, StoreFor};
 use crate::codec::{bag_from_wire, check_keys, decode_block};
@@ -26,6 +27,8 @@ impl MinerCore {
                 self.layer.committed = layer.clone();
                 self.layer.committed_hash = hash;
                 self.layer.tip = layer;
+                // A block this miner built or is building on the old tip must not commit.
+                self.layer.epoch += 1;
                 let io = self.ids.io();
                 self.stores.insert(io, StoreFor::Followed { from, call });
                 out.push(Command::Io { io, op: MinerIo::Store { number, hash, block: encoded } });
@@ -68,7 +71,7 @@ impl MinerCore {
         let chain = self.config.chain;
         let views = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Staged, &self.pool)?;
         let mut layer = self.layer.tip.clone();
-        let grown = self.attach_bag(&mut layer.top, &bag)?;
+        let grown = attach_bag(&mut layer.top, &bag)?;
         record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
         let written = views.iter().flat_map(|view| [view.sender_key, view.to_key]);
         record_paths(&mut layer.unpruned, written.chain([keccak256(block.header.beneficiary)]));
@@ -88,7 +91,7 @@ impl MinerCore {
         let estimated = layer.estimated_bytes + grown + written.saturating_mul(WRITE_ALLOWANCE_BYTES);
         let (budget, retention, beneficiary) =
             (self.config.top_budget_bytes, self.config.retention, self.config.beneficiary);
-        layer.estimated_bytes = self.layer.maybe_prune(
+        layer.estimated_bytes = self.layer.pruning.maybe_prune(
             &mut layer.top,
             estimated,
             &mut layer.unpruned,

@@ -15,7 +15,7 @@ mod follower;
 mod top_layer;
 pub mod warm_up;
 
-pub use building::NONCE_USED;
+pub use building::{BuildJob, BuildOutcome, NONCE_USED};
 pub use driver::Miner;
 pub use errors::{AckError, AnnouncementRefusal, ChainDiskError, LeftOut, UpdatesError, WarmUpFailure};
 
@@ -29,7 +29,7 @@ use virga_ledger::block::Block;
 use virga_ledger::store::{ChainStore, StoreOptions};
 use virga_ledger::verify::ChainConfig;
 use virga_net::proto::{self, BlockUpdates, Submission, TxOutcome};
-use virga_net::role::{CallId, Command, Event, Ids, IoExecutor, IoId, Nanos, Role, TimerId};
+use virga_net::role::{CallId, Command, Detached, Event, Ids, IoExecutor, IoId, Nanos, Role, TimerId};
 use virga_net::{refusal, response, Rainblock, RequestBody, Response, ResponseBody};
 use virga_trie::proof::NodeBag;
 
@@ -87,6 +87,22 @@ pub struct MinerStats {
     pub block_refusals: Vec<(String, String)>,
     /// Witnesses from storage nodes refused while warming up: the node, and why.
     pub bad_witnesses: Vec<(String, crate::client::WitnessError)>,
+}
+
+impl MinerStats {
+    /// Adds the counters a block's build gathered off the core.
+    fn absorb(&mut self, build: MinerStats) {
+        for (reason, count) in build.aborted {
+            *self.aborted.entry(reason).or_default() += count;
+        }
+        self.revised_submissions += build.revised_submissions;
+        self.rejected_submissions += build.rejected_submissions;
+        self.prunes += build.prunes;
+        if build.top_bytes > 0 {
+            self.top_bytes = build.top_bytes;
+        }
+        self.peak_top_bytes = self.peak_top_bytes.max(build.peak_top_bytes);
+    }
 }
 
 /// A miner's deliberate misbehaviour, for the trust tests (feature `fault-injection`).
@@ -156,20 +172,31 @@ enum StoreFor {
     Followed { from: String, call: CallId },
 }
 
-/// The miner's one device operation: storing a committed block in its chain store.
+/// The miner's device operations: storing a committed block in its chain store, and
+/// building a block (a computation handed out, so that the core is free meanwhile).
 #[derive(Debug)]
 pub enum MinerIo {
     Store { number: u64, hash: B256, block: Vec<u8> },
+    Build(Box<BuildJob>),
+}
+
+/// How a [`MinerIo`] ended.
+#[derive(Debug)]
+pub enum MinerIoDone {
+    Stored(Result<(), ChainDiskError>),
+    Built(Box<BuildOutcome>),
 }
 
 pub struct MinerCore {
-    config: MinerConfig,
+    config: Arc<MinerConfig>,
     pool: Arc<rayon::ThreadPool>,
     deadline: Duration,
     ids: Ids,
     layer: TopLayer,
     warm: WarmUp,
     inbox: VecDeque<Pending>,
+    /// The block being built off the core, if one is.
+    building: Option<IoId>,
     /// Built blocks waiting for the committing one.
     queued: VecDeque<Built>,
     committing: Option<Committing>,
@@ -228,13 +255,14 @@ impl MinerCore {
     pub fn new(config: MinerConfig, header: Header, pool: Arc<rayon::ThreadPool>) -> Result<MinerCore, MinerError> {
         prefix_nibbles(config.shard_count).ok_or(MinerError::ShardCount(config.shard_count))?;
         Ok(MinerCore {
-            config,
+            config: Arc::new(config),
             pool,
             deadline: CALL_DEADLINE,
             ids: Ids::default(),
             layer: TopLayer::new(header),
             warm: WarmUp::default(),
             inbox: VecDeque::new(),
+            building: None,
             queued: VecDeque::new(),
             committing: None,
             calls: HashMap::new(),
@@ -299,21 +327,46 @@ impl MinerCore {
 
     /// Nothing queued, being built or committed.
     pub fn is_idle(&self) -> bool {
-        self.inbox.is_empty() && self.queued.is_empty() && self.committing.is_none()
+        self.inbox.is_empty() && self.building.is_none() && self.queued.is_empty() && self.committing.is_none()
     }
 
-    /// Builds blocks from the inbox while the commit queue has room, and starts the next commit.
+    /// Starts the next commit, then hands out the next block to build if the commit queue
+    /// has room (one build at a time: it builds on the block before it).
     fn pump_at(&mut self, now: Nanos, out: &mut Vec<Command<Rainblock, MinerIo>>) {
         if !self.warm.done {
             return;
         }
-        while !self.inbox.is_empty() && self.queued.len() < COMMIT_QUEUE {
+        self.start_next_commit(out);
+        if self.building.is_none() && !self.inbox.is_empty() && self.queued.len() < COMMIT_QUEUE {
             let batch = self.take_batch();
-            if let Some(built) = self.build(now, batch, out) {
+            let job = self.build_job(now, batch);
+            let io = self.ids.io();
+            self.building = Some(io);
+            out.push(Command::Io { io, op: MinerIo::Build(Box::new(job)) });
+        }
+    }
+
+    /// A block is built: it waits for its commit, unless the tip fell back meanwhile (a
+    /// block it builds on was refused), in which case it is abandoned at once.
+    fn built(&mut self, io: IoId, outcome: BuildOutcome, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        if self.building != Some(io) {
+            return;
+        }
+        self.building = None;
+        let BuildOutcome { built, answers, stats, pruning } = outcome;
+        self.stats.absorb(stats);
+        self.layer.pruning = pruning;
+        out.extend(answers);
+        if let Some(built) = built {
+            if built.epoch == self.layer.epoch {
+                self.layer.tip = built.layer.clone();
                 self.queued.push_back(built);
+            } else {
+                let number = built.block.header.number;
+                self.abandon(number, built.epoch, built.replies, Vec::new(), out);
             }
         }
-        self.start_next_commit(out);
+        self.pump(out);
     }
 
     /// [`Self::pump_at`] from a completion, where no clock reading is at hand: the next
@@ -322,28 +375,18 @@ impl MinerCore {
         self.pump_at(self.last_now, out);
     }
 
-    #[cfg(feature = "fault-injection")]
-    fn misbuild(&self, mut built: virga_ledger::builder::Built) -> virga_ledger::builder::Built {
-        if self.fault == MinerFault::WrongRoot {
-            let header = &mut built.block.header;
-            header.state_root.0[31] ^= 0x01;
-            virga_ledger::pow::mine(header, 0);
-        }
-        built
-    }
-
-    #[cfg(not(feature = "fault-injection"))]
-    fn misbuild(&self, built: virga_ledger::builder::Built) -> virga_ledger::builder::Built {
-        built
-    }
-
-    /// Under [`MinerFault::WrongRoot`] blocks are gossiped before the storage nodes answer.
-    fn announces_before_commit(&self) -> bool {
+    /// Under [`MinerFault::WrongRoot`] blocks announce a wrong state root, and are gossiped
+    /// before the storage nodes answer.
+    fn builds_wrong_roots(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         if self.fault == MinerFault::WrongRoot {
             return true;
         }
         false
+    }
+
+    fn announces_before_commit(&self) -> bool {
+        self.builds_wrong_roots()
     }
 
     fn skips_block_check(&self) -> bool {
@@ -362,7 +405,10 @@ impl MinerCore {
         if batch.is_empty() {
             return;
         }
-        if let Some(built) = self.build(self.last_now, batch, out) {
+        let BuildOutcome { built, answers, stats, .. } = self.build_job(self.last_now, batch).run();
+        self.stats.absorb(stats);
+        out.extend(answers);
+        if let Some(built) = built {
             self.abandon(built.block.header.number, built.epoch, built.replies, Vec::new(), out);
         }
     }
@@ -414,23 +460,19 @@ impl MinerCore {
 impl Role for MinerCore {
     type Protocol = Rainblock;
     type Io = MinerIo;
-    type IoDone = Result<(), ChainDiskError>;
+    type IoDone = MinerIoDone;
     type Input = std::convert::Infallible;
 
-    /// Building happens on submissions, announcements and stored blocks; answers to its
-    /// calls, timers and head requests are short.
-    fn is_long_step(&self, event: &Event<Rainblock, Result<(), ChainDiskError>, std::convert::Infallible>) -> bool {
-        match event {
-            Event::Request { request, .. } => !matches!(request.body, Some(RequestBody::Head(_))),
-            Event::IoDone { .. } => true,
-            _ => false,
-        }
+    /// An announced block is re-executed in the step; blocks of its own are built off the
+    /// core, so every other step is short.
+    fn is_long_step(&self, event: &Event<Rainblock, MinerIoDone, std::convert::Infallible>) -> bool {
+        matches!(event, Event::Request { request, .. } if matches!(request.body, Some(RequestBody::Announce(_))))
     }
 
     fn step(
         &mut self,
         now: Nanos,
-        event: Event<Rainblock, Result<(), ChainDiskError>, std::convert::Infallible>,
+        event: Event<Rainblock, MinerIoDone, std::convert::Infallible>,
         out: &mut Vec<Command<Rainblock, MinerIo>>,
     ) {
         self.last_now = now;
@@ -443,7 +485,8 @@ impl Role for MinerCore {
                 Some(TimerPurpose::RetryWarmUp) => self.start_warm_up(out),
                 None => {}
             },
-            Event::IoDone { io, result } => match self.stores.remove(&io) {
+            Event::IoDone { io, result: MinerIoDone::Built(outcome) } => self.built(io, *outcome, out),
+            Event::IoDone { io, result: MinerIoDone::Stored(result) } => match self.stores.remove(&io) {
                 Some(StoreFor::Committed) => self.stored(result, out),
                 Some(StoreFor::Followed { from, call }) => self.followed_stored(from, call, result, out),
                 None => {}
@@ -474,17 +517,28 @@ pub(crate) fn outcomes_reply(block: Option<(u64, B256)>, outcomes: Vec<TxOutcome
     }))
 }
 
-/// The miner's device: its chain store (none in tests that keep no chain).
+/// The miner's device: its chain store (none in tests that keep no chain), and the
+/// blocks it builds.
 pub struct ChainDisk {
     pub store: Option<ChainStore>,
 }
 
 impl IoExecutor<MinerCore> for ChainDisk {
-    fn execute(&mut self, op: MinerIo) -> Result<(), ChainDiskError> {
-        let MinerIo::Store { number, hash, block } = op;
-        match self.store.as_mut() {
-            Some(store) => Ok(store.append(number, hash, &block)?),
-            None => Ok(()),
+    fn execute(&mut self, op: MinerIo) -> MinerIoDone {
+        match op {
+            MinerIo::Store { number, hash, block } => MinerIoDone::Stored(match self.store.as_mut() {
+                Some(store) => store.append(number, hash, &block).map_err(ChainDiskError::from),
+                None => Ok(()),
+            }),
+            MinerIo::Build(job) => MinerIoDone::Built(Box::new(job.run())),
+        }
+    }
+
+    /// A block is built on a thread of its own.
+    fn detach(&mut self, op: MinerIo) -> Result<Detached<MinerIoDone>, MinerIo> {
+        match op {
+            MinerIo::Build(job) => Ok(Box::new(move || MinerIoDone::Built(Box::new(job.run())))),
+            store => Err(store),
         }
     }
 }

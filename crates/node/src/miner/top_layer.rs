@@ -64,15 +64,24 @@ pub(crate) struct TopLayer {
     pub(crate) epoch: u64,
     pub(crate) committed: Layer,
     pub(crate) committed_hash: B256,
+    pub(crate) pruning: Pruning,
+}
+
+/// What pruning remembers between blocks; a block built off the core takes a copy and
+/// hands back the new one.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Pruning {
     /// The layer's size just after the last whole prune (0 before any).
     pruned_bytes: usize,
+    /// Prunes so far (every [`WHOLE_PRUNE_EVERY`]th walks the whole layer).
+    prunes: u64,
 }
 
 impl TopLayer {
     pub(crate) fn new(header: Header) -> TopLayer {
         let hash = header.hash_slow();
         let layer = Layer::of_root(header);
-        TopLayer { tip: layer.clone(), epoch: 0, committed: layer, committed_hash: hash, pruned_bytes: 0 }
+        TopLayer { tip: layer.clone(), epoch: 0, committed: layer, committed_hash: hash, pruning: Pruning::default() }
     }
 
     /// The committed head: number, hash and state root.
@@ -87,13 +96,16 @@ impl TopLayer {
             self.epoch = epoch + 1;
         }
     }
+}
 
+impl Pruning {
     /// Prunes to level `retention` when the layer is over `budget`, and returns the new
     /// upper bound of its memory. While a layer pruned to r fits the budget, a bound past it
     /// is first checked by a walk (the bound counts an allowance per write, so it runs
     /// ahead); once even the pruned layer is over budget, a prune is certain and the walk is
     /// skipped. The prune walks (and copies) only the paths recorded in `unpruned`, except
-    /// every [`WHOLE_PRUNE_EVERY`] prunes or when they are unknown.
+    /// every [`WHOLE_PRUNE_EVERY`] prunes or when they are unknown. `stats` counts the prune
+    /// and the sizes measured.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn maybe_prune(
         &mut self,
@@ -117,9 +129,10 @@ impl TopLayer {
             }
         }
         stats.prunes += 1;
+        self.prunes += 1;
         let keep = [keccak256(beneficiary)];
         let bytes = match unpruned.replace(Vec::new()) {
-            Some(paths) if stats.prunes % WHOLE_PRUNE_EVERY != 0 => {
+            Some(paths) if self.prunes % WHOLE_PRUNE_EVERY != 0 => {
                 estimated_bytes.saturating_sub(top.prune_paths(retention, &paths, &keep))
             }
             _ => {

@@ -4,7 +4,7 @@ use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
 use virga_net::Rainblock;
 
 use crate::client::{ClientCore, UserTransfer};
-use crate::miner::{ChainDisk, ChainDiskError, MinerCore, MinerIo};
+use crate::miner::{ChainDisk, ChainDiskError, MinerCore, MinerIo, MinerIoDone};
 use crate::storage::{StorageCore, StorageDisk, StorageIo, StorageIoDone};
 
 pub enum RainblockNode {
@@ -22,7 +22,7 @@ pub enum NodeIo {
 #[derive(Debug)]
 pub enum NodeIoDone {
     Storage(StorageIoDone),
-    Miner(Result<(), ChainDiskError>),
+    Miner(MinerIoDone),
 }
 
 /// A node's device (clients have none).
@@ -37,7 +37,9 @@ impl IoExecutor<RainblockNode> for NodeDisk {
         match (self, op) {
             (NodeDisk::Storage(disk), NodeIo::Storage(op)) => NodeIoDone::Storage(disk.execute(op)),
             (NodeDisk::Miner(disk), NodeIo::Miner(op)) => NodeIoDone::Miner(disk.execute(op)),
-            (_, op) => NodeIoDone::Miner(Err(ChainDiskError::WrongDevice { op: format!("{op:?}") })),
+            (_, op) => {
+                NodeIoDone::Miner(MinerIoDone::Stored(Err(ChainDiskError::WrongDevice { op: format!("{op:?}") })))
+            }
         }
     }
 }

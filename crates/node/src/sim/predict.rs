@@ -18,7 +18,7 @@ use super::node::{NodeDisk, NodeIo, RainblockNode};
 use crate::client::{ClientCore, UserTransfer};
 use crate::cost::calibrate::Calibration;
 use crate::cost::model::{cpu_us, Work};
-use crate::miner::{execution_pool, ChainDisk, MinerCore, MinerError};
+use crate::miner::{execution_pool, ChainDisk, MinerCore, MinerError, MinerIo};
 use crate::storage::{log_options, open_core, NodeStorage, StorageError};
 use crate::testkit::{Fixture, FixtureError};
 use crate::topology::Topology;
@@ -63,12 +63,8 @@ impl CostModel<RainblockNode> for CalibratedCosts {
         let us = match event {
             Event::Request { request, .. } => {
                 let work = match &request.body {
-                    Some(RequestBody::Submit(submission)) => {
-                        let transfers = submission.transactions.len();
-                        // Admission now, and the building these transfers cause.
-                        cpu_us(calibration, Work::Submission { transfers })
-                            + transfers as f64 * (calibration.miner.build_us + calibration.miner.other_us)
-                    }
+                    // Queued: admission and building are the build job's ([`Self::io_compute_cost`]).
+                    Some(RequestBody::Submit(_)) => 0.0,
                     Some(RequestBody::ApplyBlock(updates)) => {
                         cpu_us(calibration, Work::ApplyBlock { updates: updates.updates.len() })
                             + calibration.storage.log_append_fsync_us
@@ -87,10 +83,7 @@ impl CostModel<RainblockNode> for CalibratedCosts {
                         cpu_us(calibration, Work::ClientBatch { transfers: keys / 2, keys })
                     }
                     Some(ResponseBody::BlockAck(_)) => {
-                        (calibration.miner.commit_block_us
-                            + calibration.miner.build_block_us
-                            + calibration.miner.other_block_us)
-                            / self.storage_nodes.max(1) as f64
+                        calibration.miner.commit_block_us / self.storage_nodes.max(1) as f64
                     }
                     _ => 0.0,
                 };
@@ -98,6 +91,15 @@ impl CostModel<RainblockNode> for CalibratedCosts {
             }
             _ => 0.0,
         };
+        (us * 1_000.0) as u64
+    }
+
+    /// A block's build: recovery and admission of its transfers, and building them.
+    fn io_compute_cost(&self, _node: &str, op: &NodeIo) -> u64 {
+        let NodeIo::Miner(MinerIo::Build(job)) = op else { return 0 };
+        let (calibration, transfers) = (&self.calibration, job.transfers());
+        let us =
+            cpu_us(calibration, Work::Submission { transfers }) + cpu_us(calibration, Work::BuildBlock { transfers });
         (us * 1_000.0) as u64
     }
 
