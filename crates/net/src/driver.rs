@@ -5,9 +5,9 @@
 //! operations run on the driver's [`IoExecutor`], in the loop (so a core that waits for
 //! its log before acknowledging gets exactly that), except computations the executor
 //! detaches ([`IoExecutor::detach`]), which run on a blocking thread and complete through
-//! the mailbox. A step that may compute for long
-//! ([`Role::is_long_step`], a miner building a block) runs in `block_in_place`, so the
-//! runtime's other tasks move on. An observer may read the core after every step (to publish
+//! the mailbox. A step that may compute for long ([`Role::is_long_step`], a follower
+//! re-executing an announced block) runs in `block_in_place`, so the runtime's other tasks
+//! move on. An observer may read the core after every step (to publish
 //! a snapshot that queries are answered from without waiting for a long step).
 
 use parking_lot::Mutex;

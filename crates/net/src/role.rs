@@ -87,9 +87,9 @@ pub trait Role: Send + 'static {
     /// Work the role's user hands it (use `()` when there is none).
     type Input: Send + std::fmt::Debug + 'static;
 
-    /// Whether handling `event` may compute for long (a miner building a block). The tokio
-    /// driver runs such a step in `block_in_place`, which hands the worker thread's other
-    /// tasks to another thread: worth it for a long step, a thread switch (and, under load,
+    /// Whether handling `event` may compute for long (a follower re-executing a block). The
+    /// tokio driver runs such a step in `block_in_place`, which hands the worker thread's
+    /// other tasks to another thread: worth it for a long step, a thread switch (and, under load,
     /// new threads) wasted on a short one. By default no step is long.
     fn is_long_step(&self, event: &Event<Self::Protocol, Self::IoDone, Self::Input>) -> bool {
         let _ = event;
