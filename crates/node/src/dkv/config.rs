@@ -77,6 +77,16 @@ impl ConfigState {
         ConfigState::default()
     }
 
+    /// The state a snapshot holds (the configuration service restarting, or a replica
+    /// catching up): a map, if one was installed, must hold the layout invariants
+    /// ([`ShardMap::check_invariants`]); it may be degraded.
+    pub fn restore(map: Option<ShardMap>, applied_index: u64) -> Result<ConfigState, LayoutError> {
+        if let Some(map) = &map {
+            map.check_invariants()?;
+        }
+        Ok(ConfigState { map, applied_index })
+    }
+
     pub fn map(&self) -> Option<&ShardMap> {
         self.map.as_ref()
     }

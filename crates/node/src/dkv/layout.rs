@@ -127,7 +127,7 @@ impl ReplicaGroup {
 
 /// What a node is in a shard's group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub enum ReplicaRole {
     Primary,
     Backup,
 }
@@ -354,14 +354,14 @@ impl ShardMap {
     }
 
     /// The shards `node` replicates, in shard order, with its role in each.
-    pub fn shards_of_node(&self, node: &str) -> Vec<(ShardId, Role)> {
+    pub fn shards_of_node(&self, node: &str) -> Vec<(ShardId, ReplicaRole)> {
         let mut held = Vec::new();
         for (index, group) in self.groups.iter().enumerate() {
             let shard = ShardId(index as u32);
             if group.primary == node {
-                held.push((shard, Role::Primary));
+                held.push((shard, ReplicaRole::Primary));
             } else if group.backups.iter().any(|backup| backup == node) {
-                held.push((shard, Role::Backup));
+                held.push((shard, ReplicaRole::Backup));
             }
         }
         held

@@ -33,6 +33,6 @@ pub mod wire;
 pub use cache::{MapCache, Route};
 pub use config::{check_step, Applied, ConfigCommand, ConfigRefusal, ConfigState, StepViolation};
 pub use layout::{
-    key_hash, replicas_to_f, LayoutError, NodeIdProblem, Partitioning, ReplicaGroup, Role, ShardId, ShardMap,
+    key_hash, replicas_to_f, LayoutError, NodeIdProblem, Partitioning, ReplicaGroup, ReplicaRole, ShardId, ShardMap,
 };
 pub use wire::WireError;

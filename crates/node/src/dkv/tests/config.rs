@@ -70,6 +70,22 @@ fn entries_apply_in_order_once_and_refused_entries_are_consumed() {
 }
 
 #[test]
+fn a_restored_state_continues_where_the_snapshot_left_off() {
+    let mut state = installed();
+    state.apply(2, &ConfigCommand::Failover { shard: ShardId(0), epoch: 1, new_primary: "node-2".into() }).unwrap();
+    let mut restored = ConfigState::restore(state.map().cloned(), state.applied_index()).unwrap();
+    assert_eq!(restored, state);
+    let repeated = ConfigCommand::Failover { shard: ShardId(0), epoch: 1, new_primary: "node-2".into() };
+    assert_eq!(restored.apply(2, &repeated), Err(ConfigRefusal::OutOfOrder { applied: 2, index: 2 }));
+    let mut broken = state.map().unwrap().clone();
+    broken.groups[2].backups[0] = broken.groups[2].primary.clone();
+    assert_eq!(
+        ConfigState::restore(Some(broken), 2),
+        Err(LayoutError::DuplicateNode { shard: ShardId(2), node: "node-2".into() })
+    );
+}
+
+#[test]
 fn only_a_full_layout_installs() {
     let mut degraded = ShardMap::place(&nodes(3), hash(1), 1).unwrap();
     degraded.groups[0].backups.pop();

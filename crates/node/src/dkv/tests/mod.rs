@@ -127,7 +127,9 @@ fn place_gives_distinct_replicas_and_spreads_primaries_and_replicas() {
                 }
                 let primaries: Vec<usize> = all
                     .iter()
-                    .map(|node| map.shards_of_node(node).iter().filter(|(_, role)| *role == Role::Primary).count())
+                    .map(|node| {
+                        map.shards_of_node(node).iter().filter(|(_, role)| *role == ReplicaRole::Primary).count()
+                    })
                     .collect();
                 let replicas: Vec<usize> = all.iter().map(|node| map.shards_of_node(node).len()).collect();
                 let spread = |counts: &[usize]| counts.iter().max().unwrap() - counts.iter().min().unwrap();
@@ -155,7 +157,7 @@ fn shards_of_node_names_each_role() {
     // Shard i: primary node-i, backups node-(i+1) and node-(i+2), modulo 4.
     assert_eq!(
         map.shards_of_node("node-2"),
-        vec![(ShardId(0), Role::Backup), (ShardId(1), Role::Backup), (ShardId(2), Role::Primary)]
+        vec![(ShardId(0), ReplicaRole::Backup), (ShardId(1), ReplicaRole::Backup), (ShardId(2), ReplicaRole::Primary)]
     );
     assert!(map.shards_of_node("node-9").is_empty());
 }
