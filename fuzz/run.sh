@@ -42,10 +42,11 @@ if [[ "${1:-}" == "--ci" ]]; then
     run block_decode -seed=1 -runs=500000
     run storage_checkpoint -seed=1 -runs=300000
     run peer_request -seed=1 -runs=2000000
+    run dkv_decode -seed=1 -runs=1000000
 else
     for name in node_decoder proof_verifier bag_application wal_record log_segment tx_decode block_decode \
-        storage_checkpoint peer_request; do
+        storage_checkpoint peer_request dkv_decode; do
         run "$name" -max_total_time="${FUZZ_SECONDS:-60}"
     done
 fi
-echo "fuzz: 9 passed, 0 failed"
+echo "fuzz: 10 passed, 0 failed"

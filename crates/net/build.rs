@@ -1,7 +1,7 @@
-// Compiles proto/virga.proto (the envelope) and the protocols' packages (proto/rainblock.proto,
-// proto/health.proto) with protox (a protobuf compiler written in Rust), so building needs no
-// `protoc` on the machine.
-const PROTOS: [&str; 3] = ["proto/virga.proto", "proto/rainblock.proto", "proto/health.proto"];
+// Compiles proto/virga.proto (the envelope), the protocols' packages (proto/rainblock.proto,
+// proto/health.proto) and the distributed store's layout messages (proto/dkv.proto) with
+// protox (a protobuf compiler written in Rust), so building needs no `protoc` on the machine.
+const PROTOS: [&str; 4] = ["proto/virga.proto", "proto/rainblock.proto", "proto/health.proto", "proto/dkv.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in PROTOS {

@@ -33,12 +33,24 @@ mod generated {
                 include!(concat!(env!("OUT_DIR"), "/virga.health.v1.rs"));
             }
         }
+        pub mod dkv {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/virga.dkv.v1.rs"));
+            }
+        }
     }
 }
 
 /// RainBlock's messages (package `virga.rainblock.v1`).
 pub mod proto {
     pub use crate::generated::virga::rainblock::v1::*;
+}
+
+/// The distributed transactional store's layout messages (package `virga.dkv.v1`): the
+/// shard map and the configuration commands. Not a protocol of the envelope yet; virga-node's
+/// `dkv::wire` encodes and checks them.
+pub mod dkv_proto {
+    pub use crate::generated::virga::dkv::v1::*;
 }
 
 /// The envelope every peer call travels in (package `virga.v1`): the protocol's message in
