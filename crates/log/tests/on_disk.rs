@@ -1,39 +1,62 @@
 //! Black-box checks of the on-disk format as documented in the README, and of recovery never
 //! allocating from an untrusted record length.
 //!
-//! The allocation check swaps in a global allocator that remembers the largest single request,
-//! which is why it lives in its own test binary.
+//! The allocation check swaps in a global allocator that remembers the largest single request
+//! of a thread that asked it to watch, so the other tests of this binary, allocating on their
+//! own threads at the same time, do not count.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use virga_log::{
     segment_file_name, LogError, LogOptions, RecordLog, SyncPolicy, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 
-/// Forwards to the system allocator, recording the largest allocation requested.
+/// Forwards to the system allocator, recording the largest allocation requested by a
+/// watching thread.
 struct LargestAllocation;
 
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// The largest allocation of this thread since it started watching; `None`: not watching.
+    /// Const-initialized with no destructor, so reading it never allocates.
+    static WATCH: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+fn record(size: usize) {
+    let _ = WATCH.try_with(|watch| {
+        if let Some(largest) = watch.get() {
+            watch.set(Some(largest.max(size)));
+        }
+    });
+}
+
+/// Runs `work` and returns its result with the largest single allocation this thread made
+/// meanwhile.
+fn largest_allocation<T>(work: impl FnOnce() -> T) -> (T, usize) {
+    WATCH.with(|watch| watch.set(Some(0)));
+    let result = work();
+    let largest = WATCH.with(|watch| watch.replace(None)).unwrap_or(0);
+    (result, largest)
+}
 
 unsafe impl GlobalAlloc for LargestAllocation {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        record(layout.size());
         // SAFETY: same contract as this function's, forwarded unchanged.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        record(layout.size());
         // SAFETY: same contract as this function's, forwarded unchanged.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        record(new_size);
         // SAFETY: same contract as this function's, forwarded unchanged.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -130,11 +153,12 @@ fn bogus_lengths_are_rejected_without_allocating_them() {
         for file in &files {
             fs::copy(file, copy.path().join(file.file_name().unwrap())).unwrap();
         }
-        LARGEST.store(0, Ordering::Relaxed);
-        let torn = RecordLog::open(copy.path(), options(200, max));
+        let ((torn, recovered), largest) = largest_allocation(|| {
+            let torn = RecordLog::open(copy.path(), options(200, max));
+            (torn, RecordLog::recover(copy.path(), options(200, max)))
+        });
         assert!(matches!(torn, Err(LogError::TornTail { .. })), "{torn:?}");
-        let (_, recovered) = RecordLog::recover(copy.path(), options(200, max)).unwrap();
-        let largest = LARGEST.load(Ordering::Relaxed);
+        let (_, recovered) = recovered.unwrap();
         assert!(largest < 1 << 20, "recovery allocated {largest} bytes at once");
         assert_eq!(recovered.record_count, 20);
         assert_eq!(recovered.truncated_bytes, forged.len() as u64);
@@ -145,14 +169,13 @@ fn bogus_lengths_are_rejected_without_allocating_them() {
     let mut bytes = fs::read(first).unwrap();
     bytes[24 + 4..24 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
     fs::write(first, bytes).unwrap();
-    LARGEST.store(0, Ordering::Relaxed);
-    match RecordLog::open(dir.path(), options(200, u32::MAX)) {
+    let (opened, largest) = largest_allocation(|| RecordLog::open(dir.path(), options(200, u32::MAX)));
+    match opened {
         Err(LogError::Corrupt { segment, offset, .. }) => {
             assert_eq!(&segment, first);
             assert_eq!(offset, 24);
         }
         other => panic!("expected corruption, got {other:?}"),
     }
-    let largest = LARGEST.load(Ordering::Relaxed);
     assert!(largest < 1 << 20, "recovery allocated {largest} bytes at once");
 }
