@@ -161,17 +161,10 @@ fn majority(map: &ShardMap) -> usize {
     map.f + 1
 }
 
+/// A failed primary leaves and its backup `new_primary` takes over.
 fn failover(map: &mut ShardMap, shard: ShardId, new_primary: &str) -> Result<(), ConfigRefusal> {
-    let majority = majority(map);
-    let group = map.group_mut(shard).unwrap_or_else(|| unreachable!("{shard} was checked"));
-    let Some(position) = group.backups.iter().position(|backup| backup == new_primary) else {
-        return Err(ConfigRefusal::NotABackup { shard, node: new_primary.to_string() });
-    };
-    let replicas = group.replica_count() - 1;
-    if replicas < majority {
-        return Err(ConfigRefusal::BelowMajority { shard, replicas, majority });
-    }
-    group.primary = group.backups.remove(position);
+    let promoted = take_backup(map, shard, new_primary)?;
+    map.group_mut(shard).unwrap_or_else(|| unreachable!("{shard} was checked")).primary = promoted;
     Ok(())
 }
 
@@ -190,6 +183,12 @@ fn add_backup(map: &mut ShardMap, shard: ShardId, node: &str) -> Result<(), Conf
 }
 
 fn remove_backup(map: &mut ShardMap, shard: ShardId, node: &str) -> Result<(), ConfigRefusal> {
+    take_backup(map, shard, node).map(drop)
+}
+
+/// Takes backup `node` out of `shard`'s group (to promote or to drop it), unless the group
+/// would then hold fewer than a majority of replicas.
+fn take_backup(map: &mut ShardMap, shard: ShardId, node: &str) -> Result<String, ConfigRefusal> {
     let majority = majority(map);
     let group = map.group_mut(shard).unwrap_or_else(|| unreachable!("{shard} was checked"));
     let Some(position) = group.backups.iter().position(|backup| backup == node) else {
@@ -199,8 +198,7 @@ fn remove_backup(map: &mut ShardMap, shard: ShardId, node: &str) -> Result<(), C
     if replicas < majority {
         return Err(ConfigRefusal::BelowMajority { shard, replicas, majority });
     }
-    group.backups.remove(position);
-    Ok(())
+    Ok(group.backups.remove(position))
 }
 
 /// A broken invariant between two successive configuration states.
