@@ -47,8 +47,8 @@ pub mod proto {
 }
 
 /// The distributed transactional store's layout messages (package `virga.dkv.v1`): the
-/// shard map and the configuration commands. Not a protocol of the envelope yet; virga-node's
-/// `dkv::wire` encodes and checks them.
+/// shard map and the configuration commands. Not a protocol of the envelope yet; virga-dkv's
+/// `wire` module encodes and checks them.
 pub mod dkv_proto {
     pub use crate::generated::virga::dkv::v1::*;
 }

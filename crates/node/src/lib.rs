@@ -13,9 +13,7 @@
 //! - [`cluster`]: `virga up`, a whole cluster in one process.
 //! - [`process`]: `virga node`, each role in a process of its own over gRPC.
 //! - [`audit`]: checks a cluster directory (chain and storage-node logs).
-//! - [`dkv`]: the distributed transactional store's cluster layout (shard map, configuration
-//!   state machine, clients' map cache, wire encoding).
-//! - [`fuzzing`]: bodies of the fuzz targets for checkpoints, peer requests and dkv messages.
+//! - [`fuzzing`]: bodies of the fuzz targets for checkpoints and peer requests.
 
 pub mod audit;
 pub mod checkpoint;
@@ -25,7 +23,6 @@ mod codec;
 #[cfg(test)]
 mod core_tests;
 pub mod cost;
-pub mod dkv;
 pub mod fuzzing;
 pub mod miner;
 #[cfg(feature = "grpc")]

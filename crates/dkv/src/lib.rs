@@ -1,9 +1,8 @@
-//! dkv: the distributed transactional key-value store of issue 16 (seed 004: SEMEL's
+//! virga-dkv: the distributed transactional key-value store of issue 16 (seed 004: SEMEL's
 //! sharded, primary-backup replicated multi-version storage and MILANA's client-coordinated
 //! OCC transactions), built in steps.
 //!
-//! This module holds the first step, the cluster layout, as pure and deterministic code (no
-//! Raft, no network, no threads, no clock):
+//! The cluster layout, as pure and deterministic code (no network, no threads, no clock):
 //!
 //! - [`layout`]: [`ShardMap`]: keys sharded by a stable hash or by ranges, each shard
 //!   replicated by a [`ReplicaGroup`] of one primary and 2f backups (an odd replica count;
@@ -25,6 +24,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod fuzzing;
 pub mod layout;
 #[cfg(test)]
 mod tests;
