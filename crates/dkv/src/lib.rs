@@ -26,6 +26,7 @@ pub mod cache;
 pub mod config;
 pub mod fuzzing;
 pub mod layout;
+pub mod raft_wire;
 #[cfg(test)]
 mod tests;
 pub mod wire;

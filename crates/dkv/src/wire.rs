@@ -1,4 +1,4 @@
-//! Protobuf encoding of shard maps and configuration commands (`virga_net::dkv_proto`,
+//! Protobuf encoding of shard maps, configuration commands and proposals (`virga_net::dkv_proto`,
 //! package `virga.dkv.v1` in `crates/net/proto/dkv.proto`): Raft entry payloads and the
 //! configuration service's map replies.
 //!
@@ -40,6 +40,8 @@ pub enum WireError {
     BadNodeId { field: &'static str, problem: NodeIdProblem },
     #[error("the shard map is not a valid layout: {0}")]
     Layout(#[from] LayoutError),
+    #[error("the proposal's sequence number is 0 (sequence numbers start at 1)")]
+    ZeroSequence,
 }
 
 /// Encodes a shard map.
@@ -55,6 +57,54 @@ pub fn decode_map(bytes: &[u8]) -> Result<ShardMap, WireError> {
 
 /// Encodes a configuration command.
 pub fn encode_command(command: &ConfigCommand) -> Vec<u8> {
+    command_to_proto(command).encode_to_vec()
+}
+
+/// A configuration command with its proposer's session: what a Normal entry of the
+/// configuration service's Raft log carries, so a retried proposal applies once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    /// The proposing client's id (1 to 64 bytes).
+    pub client: String,
+    /// The client's sequence number, from 1; a new command takes the next one.
+    pub seq: u64,
+    pub command: ConfigCommand,
+}
+
+/// Encodes a proposal.
+pub fn encode_proposal(proposal: &Proposal) -> Vec<u8> {
+    proposal_to_proto(proposal).encode_to_vec()
+}
+
+/// The wire form of a proposal (the `propose` request carries it).
+pub fn proposal_to_proto(proposal: &Proposal) -> proto::ConfigProposal {
+    proto::ConfigProposal {
+        client: proposal.client.clone(),
+        seq: proposal.seq,
+        command: Some(command_to_proto(&proposal.command)),
+    }
+}
+
+/// Decodes and checks a proposal: the client id valid, the sequence number at least 1, the
+/// command as [`decode_command`] checks it.
+pub fn decode_proposal(bytes: &[u8]) -> Result<Proposal, WireError> {
+    check_length(bytes)?;
+    proposal_from_proto(proto::ConfigProposal::decode(bytes)?)
+}
+
+/// Checks a proposal already decoded by the transport (the `propose` request).
+pub fn proposal_from_proto(proposal: proto::ConfigProposal) -> Result<Proposal, WireError> {
+    if proposal.seq == 0 {
+        return Err(WireError::ZeroSequence);
+    }
+    Ok(Proposal {
+        client: node_id("proposal.client", proposal.client)?,
+        seq: proposal.seq,
+        command: command_from_proto(proposal.command.ok_or(WireError::UnknownCommand)?)?,
+    })
+}
+
+fn command_to_proto(command: &ConfigCommand) -> proto::ConfigCommand {
     use proto::config_command::Command;
     let body = match command {
         ConfigCommand::Install(map) => Command::Install(proto::Install { map: Some(map_to_proto(map)) }),
@@ -68,16 +118,19 @@ pub fn encode_command(command: &ConfigCommand) -> Vec<u8> {
             Command::RemoveBackup(proto::RemoveBackup { shard: shard.0, epoch: *epoch, node: node.clone() })
         }
     };
-    proto::ConfigCommand { command: Some(body) }.encode_to_vec()
+    proto::ConfigCommand { command: Some(body) }
 }
 
 /// Decodes and checks a configuration command: shard ids within [`MAX_SHARDS`], node ids
 /// valid, an installed map checked as by [`decode_map`]. Whether the command applies is the
 /// state machine's decision.
 pub fn decode_command(bytes: &[u8]) -> Result<ConfigCommand, WireError> {
-    use proto::config_command::Command;
     check_length(bytes)?;
-    let command = proto::ConfigCommand::decode(bytes)?;
+    command_from_proto(proto::ConfigCommand::decode(bytes)?)
+}
+
+fn command_from_proto(command: proto::ConfigCommand) -> Result<ConfigCommand, WireError> {
+    use proto::config_command::Command;
     Ok(match command.command.ok_or(WireError::UnknownCommand)? {
         Command::Install(install) => ConfigCommand::Install(map_from_proto(install.map.ok_or(WireError::MissingMap)?)?),
         Command::Failover(failover) => ConfigCommand::Failover {

@@ -1,10 +1,10 @@
 //! Virga's peer transport.
 //!
 //! Roles talk by request and response, each conversation in one protocol (RainBlock's
-//! [`Rainblock`], the [`health::Health`] probe, …): a caller names a peer by id
-//! (`storage-3`, `miner-0`, `client-1`) and sends the protocol's request; the peer's
-//! [`Handler`] for that protocol answers with the protocol's response. A peer hosts the
-//! handlers of several protocols ([`Host`]). Two transports carry every protocol:
+//! [`Rainblock`], the [`health::Health`] probe, the distributed store's [`Dkv`], …): a
+//! caller names a peer by id (`storage-3`, `miner-0`, `client-1`) and sends the protocol's
+//! request; the peer's [`Handler`] for that protocol answers with the protocol's response.
+//! A peer hosts the handlers of several protocols ([`Host`]). Two transports carry every protocol:
 //!
 //! - [`InProc`]: the embedded default. Peers are hosts in one process; a call is a function
 //!   call on the callee's handler, with no encoding.
@@ -46,9 +46,9 @@ pub mod proto {
     pub use crate::generated::virga::rainblock::v1::*;
 }
 
-/// The distributed transactional store's layout messages (package `virga.dkv.v1`): the
-/// shard map and the configuration commands. Not a protocol of the envelope yet; virga-dkv's
-/// `wire` module encodes and checks them.
+/// The distributed transactional store's messages (package `virga.dkv.v1`): the shard map,
+/// the configuration commands, the configuration service's Raft traffic and the [`Dkv`]
+/// protocol's requests and responses. virga-dkv's `wire` and `raft_wire` modules check them.
 pub mod dkv_proto {
     pub use crate::generated::virga::dkv::v1::*;
 }
@@ -59,6 +59,7 @@ pub mod envelope {
     pub use crate::generated::virga::v1::*;
 }
 
+mod dkv;
 pub mod driver;
 #[cfg(feature = "grpc")]
 mod grpc;
@@ -72,6 +73,7 @@ mod stats;
 use std::future::Future;
 use std::pin::Pin;
 
+pub use dkv::Dkv;
 #[cfg(feature = "grpc")]
 pub use grpc::{serve, Grpc};
 pub use host::Host;
