@@ -123,6 +123,13 @@ impl ConfigState {
         }
     }
 
+    /// Consumes the log entry at `index` without a command (a new leader's empty entry, an
+    /// entry that holds no proposal, a retried proposal applied before). Indexes at or below
+    /// the applied index change nothing.
+    pub fn skip_to(&mut self, index: u64) {
+        self.applied_index = self.applied_index.max(index);
+    }
+
     fn install(&mut self, map: &ShardMap) -> Result<Applied, ConfigRefusal> {
         if let Some(installed) = &self.map {
             return Err(ConfigRefusal::AlreadyInstalled { version: installed.version });

@@ -27,6 +27,8 @@ pub mod config;
 pub mod fuzzing;
 pub mod layout;
 pub mod raft_wire;
+pub mod service;
+pub mod sim;
 #[cfg(test)]
 mod tests;
 pub mod wire;

@@ -170,7 +170,8 @@ fn node_id(field: &'static str, node: String) -> Result<String, WireError> {
     Ok(node)
 }
 
-fn map_to_proto(map: &ShardMap) -> proto::ShardMap {
+/// The wire form of a map (the configuration service's map replies carry it).
+pub fn map_to_proto(map: &ShardMap) -> proto::ShardMap {
     use proto::shard_map::Partitioning as Wire;
     let partitioning = match map.partitioning() {
         Partitioning::Hash { shards } => Wire::Hash(proto::HashPartitioning { shards: *shards }),
@@ -193,7 +194,8 @@ fn map_to_proto(map: &ShardMap) -> proto::ShardMap {
     }
 }
 
-fn map_from_proto(map: proto::ShardMap) -> Result<ShardMap, WireError> {
+/// Checks a map already decoded by the transport (a map reply), as [`decode_map`] does.
+pub fn map_from_proto(map: proto::ShardMap) -> Result<ShardMap, WireError> {
     use proto::shard_map::Partitioning as Wire;
     let partitioning = match map.partitioning.ok_or(WireError::UnknownPartitioning)? {
         Wire::Hash(hash) => Partitioning::Hash { shards: hash.shards },

@@ -1,0 +1,214 @@
+//! The configuration service: the shard map, group memberships and epochs
+//! ([`crate::ConfigState`]) replicated by Raft over 3 or 5 replicas.
+//!
+//! Raft is raft-rs 0.7 (tikv), not Virga's own: its `RawNode` is a state machine with no
+//! clock, thread or I/O (time enters as ticks, messages and persistence leave as a Ready),
+//! which is the shape of a Virga core, so the same [`ConfigCore`] runs in the simulator, in
+//! one process and over gRPC. openraft runs as async tasks with its own timers and needs
+//! forked crates to be deterministic.
+//!
+//! - [`ConfigCore`]: one replica (Raft, the configuration state, client sessions).
+//! - [`ConfigClient`]: proposes configuration commands, following the leader and retrying
+//!   with the same sequence number, so each command applies once.
+//! - [`ConfigLog`]: the replica's log in memory, rebuilt from its records.
+//! - [`ConfigDisk`], [`open_replica`]: the replica's record log on a `Storage`.
+
+mod client;
+mod core;
+mod log;
+
+use std::time::Duration;
+
+use virga_core::device::IntoStorage;
+use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
+use virga_net::role::IoExecutor;
+
+pub use self::client::{ClientOutcome, ConfigClient, ConfigClientConfig};
+pub use self::core::{ConfigCore, Outcome};
+pub use self::log::{ConfigLog, ConfigLogError};
+use crate::raft_wire::RaftWireError;
+
+/// One replica's settings.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// This replica's Raft id (from 1).
+    pub id: u64,
+    /// Every replica of the service, this one included: Raft id and peer name.
+    pub peers: Vec<(u64, String)>,
+    /// How often Raft's logical clock ticks.
+    pub tick: Duration,
+    /// Ticks without a leader before a follower campaigns (randomized in [n, 2n)).
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Fsync each group of log records before acknowledging it (`--sync group`). Without it
+    /// (`--sync none`) a crashed replica may forget votes and entries it acknowledged, which
+    /// voids Raft's guarantees, as etcd's `--unsafe-no-fsync` does.
+    pub sync: bool,
+    /// Deadline of a Raft batch to a peer.
+    pub message_deadline: Duration,
+    /// Seeds the election timeouts.
+    pub seed: u64,
+    /// Keep (index, chain) of every applied entry (for checkers).
+    pub keep_history: bool,
+    /// A deliberately broken variant, for the checkers to catch: acknowledge (votes, appends)
+    /// before the log write is durable.
+    pub unsafe_ack_before_write: bool,
+}
+
+impl ReplicaConfig {
+    /// Replica `id` of the service whose replicas are `peers`, with the defaults: a 10 ms
+    /// tick, elections after 10–20 ticks, heartbeats every 2, group sync.
+    pub fn new(id: u64, peers: Vec<(u64, String)>, seed: u64) -> ReplicaConfig {
+        ReplicaConfig {
+            id,
+            peers,
+            tick: Duration::from_millis(10),
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            sync: true,
+            message_deadline: Duration::from_millis(500),
+            seed,
+            keep_history: false,
+            unsafe_ack_before_write: false,
+        }
+    }
+
+    /// Checks the settings; names what is wrong.
+    pub fn validate(&self) -> Result<(), ServiceError> {
+        let bad = |field: &'static str, reason: String| Err(ServiceError::BadConfig { field, reason });
+        if self.id == 0 {
+            return bad("id", "Raft ids start at 1".to_string());
+        }
+        if !self.peers.iter().any(|(id, _)| *id == self.id) {
+            return bad("peers", format!("replica {} is not among the peers", self.id));
+        }
+        if !(1..=7).contains(&self.peers.len()) {
+            return bad("peers", format!("{} replicas; the service runs 1 to 7", self.peers.len()));
+        }
+        for (position, (id, name)) in self.peers.iter().enumerate() {
+            if *id == 0 || self.peers[..position].iter().any(|(other, other_name)| other == id || other_name == name) {
+                return bad("peers", format!("replica {id} ({name}) is 0 or listed twice"));
+            }
+        }
+        if self.tick.is_zero() || self.tick > Duration::from_secs(10) {
+            return bad("tick", format!("{:?}; it must be in (0, 10 s]", self.tick));
+        }
+        if !(1..=1000).contains(&self.heartbeat_ticks) || self.election_ticks <= self.heartbeat_ticks {
+            return bad(
+                "election_ticks",
+                format!(
+                    "{} election and {} heartbeat ticks; heartbeats are 1 to 1000 ticks and elections take more",
+                    self.election_ticks, self.heartbeat_ticks
+                ),
+            );
+        }
+        if self.election_ticks > 100_000 {
+            return bad("election_ticks", format!("{} is more than 100000", self.election_ticks));
+        }
+        if self.message_deadline.is_zero() {
+            return bad("message_deadline", "it must be above 0".to_string());
+        }
+        Ok(())
+    }
+}
+
+/// Why a replica cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("bad configuration service setting {field}: {reason}")]
+    BadConfig { field: &'static str, reason: String },
+    #[error("the replica's record log: {0}")]
+    Log(#[from] LogError),
+    #[error("the replica's log records: {0}")]
+    Records(#[from] ConfigLogError),
+    #[error("raft-rs refused to start the replica: {0}")]
+    Raft(#[from] raft::Error),
+}
+
+/// A replica's device operations.
+#[derive(Debug)]
+pub enum ConfigIo {
+    /// Append these records (one per Ready written), then fsync if `sync`.
+    Append { records: Vec<Vec<u8>>, sync: bool },
+}
+
+#[derive(Debug)]
+pub enum ConfigIoDone {
+    /// The LSN of the last record appended.
+    Appended(Result<u64, LogError>),
+}
+
+/// What a replica counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceStats {
+    pub messages_sent: u64,
+    /// Peer messages refused before raft-rs saw them, by the check's name.
+    pub refused: Vec<(String, u64)>,
+    /// Peer messages raft-rs itself refused, or from a peer that is not a replica.
+    pub refused_messages: u64,
+    pub proposals: u64,
+    pub applied: u64,
+    /// Committed entries of a proposal already applied (a retry proposed twice).
+    pub duplicate_entries: u64,
+    pub undecodable_entries: u64,
+    /// Device appends completed.
+    pub writes: u64,
+}
+
+impl ServiceStats {
+    fn refuse(&mut self, error: &RaftWireError) {
+        let name = format!("{error:?}");
+        let name = name.split([' ', '(', '{']).next().unwrap_or_default().to_string();
+        match self.refused.iter_mut().find(|(known, _)| *known == name) {
+            Some((_, count)) => *count += 1,
+            None => self.refused.push((name, 1)),
+        }
+    }
+}
+
+/// A replica's record log.
+pub struct ConfigDisk {
+    log: RecordLog,
+}
+
+impl IoExecutor<ConfigCore> for ConfigDisk {
+    fn execute(&mut self, op: ConfigIo) -> ConfigIoDone {
+        let ConfigIo::Append { records, sync } = op;
+        let mut appended = || {
+            let mut last = 0;
+            for record in &records {
+                last = self.log.append(record)?;
+            }
+            if sync {
+                self.log.sync()?;
+            } else {
+                self.log.flush()?;
+            }
+            Ok(last)
+        };
+        ConfigIoDone::Appended(appended())
+    }
+}
+
+/// Opens (or founds) replica `config.id` on `at`: replays its records into its log, or, on an
+/// empty device, writes the founding record (the voters, term 1) first. A torn tail (a crash
+/// during an append) is cut: those records were never acknowledged.
+pub fn open_replica(config: ReplicaConfig, at: impl IntoStorage) -> Result<(ConfigCore, ConfigDisk), ServiceError> {
+    config.validate()?;
+    let options = LogOptions { sync: SyncPolicy::None, ..LogOptions::default() };
+    let mut records = Vec::new();
+    let (mut log, _) = RecordLog::open_with(at, options, OpenMode::Repair, |lsn, payload| {
+        records.push((lsn, payload.to_vec()));
+    })?;
+    if records.is_empty() {
+        let voters: Vec<u64> = config.peers.iter().map(|(id, _)| *id).collect();
+        let founding = ConfigLog::bootstrap_record(&voters);
+        let lsn = log.append(&founding)?;
+        log.sync()?;
+        records.push((lsn, founding));
+    }
+    let replica_log = ConfigLog::replay(records.iter().map(|(lsn, bytes)| (*lsn, bytes.as_slice())))?;
+    let core = ConfigCore::new(config, replica_log)?;
+    Ok((core, ConfigDisk { log }))
+}
