@@ -23,11 +23,13 @@
 //! API (gRPC, a Rust client, `virga kv`).
 
 pub mod cache;
+pub mod client;
 pub mod config;
 pub mod fuzzing;
 pub mod layout;
 pub mod raft_wire;
 pub mod service;
+pub mod shard;
 pub mod sim;
 #[cfg(test)]
 mod tests;

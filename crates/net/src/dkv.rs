@@ -19,6 +19,10 @@ impl Protocol for Dkv {
             Some(RequestBody::Raft(_)) => "raft",
             Some(RequestBody::Propose(_)) => "propose",
             Some(RequestBody::GetMap(_)) => "get_map",
+            Some(RequestBody::Get(_)) => "get",
+            Some(RequestBody::Prepare(_)) => "prepare",
+            Some(RequestBody::Decide(_)) => "decide",
+            Some(RequestBody::Replicate(_)) => "replicate",
             None => "empty",
         }
     }
@@ -29,6 +33,9 @@ impl Protocol for Dkv {
             Some(ResponseBody::Proposed(_)) => "proposed",
             Some(ResponseBody::NotLeader(_)) => "not_leader",
             Some(ResponseBody::Map(_)) => "map",
+            Some(ResponseBody::Value(_)) => "value",
+            Some(ResponseBody::Vote(_)) => "vote",
+            Some(ResponseBody::WrongEpoch(_)) => "wrong_epoch",
             Some(ResponseBody::Error(_)) => "error",
             None => "empty",
         }

@@ -240,6 +240,7 @@ impl ConfigCore {
                 applied: self.state.applied_index(),
             }),
             None => ResponseBody::Error("an empty dkv request".to_string()),
+            Some(_) => ResponseBody::Error("a configuration replica serves no shard requests".to_string()),
         };
         out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
     }

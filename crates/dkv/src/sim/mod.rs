@@ -5,6 +5,7 @@
 
 pub mod checks;
 mod node;
+pub mod txn;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -1,0 +1,534 @@
+//! A MILANA client: runs transactions against the shard primaries and coordinates their
+//! two-phase commit.
+//!
+//! A transaction reads at `ts_begin` (its client's clock when it began) from each key's
+//! primary, buffers its writes, and commits:
+//! - read-only: locally, with no message, unless a read saw a writer prepared at or below
+//!   `ts_begin` (MILANA §3.2.3);
+//! - read-write: at `ts_commit` (the clock at commit), by a prepare to every participant
+//!   primary (its reads with the versions they returned, its writes, the participants); it
+//!   commits if and only if every participant votes commit. The application learns the
+//!   outcome then; the decision goes to the primaries afterwards, retried until each
+//!   acknowledges.
+//!
+//! Lost or late messages are retried with the same transaction id, which the primaries
+//! recognise. An aborted transaction is run again from the start, up to a bound.
+
+mod program;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
+use virga_net::{Dkv, NetError};
+use virga_storage::{Timestamp, TxnId};
+use virga_txn::checker::TxnRecord;
+use virga_txn::AbortReason;
+
+pub use self::program::{balance, Program, TxnOp};
+use crate::layout::ShardMap;
+use crate::shard::wire::{self as shard_wire, PrepareRequest};
+use crate::shard::{txn_id, ReadOp, WriteOp};
+
+/// A client's settings.
+#[derive(Debug, Clone)]
+pub struct TxnClientConfig {
+    /// The client's id: the tie-breaker of its timestamps and the high half of its
+    /// transaction ids.
+    pub client: u32,
+    pub map: ShardMap,
+    /// Deadline of one request to a primary.
+    pub deadline: Duration,
+    /// Pause before a lost request is sent again, or an aborted transaction run again.
+    pub retry_after: Duration,
+    /// Runs of one program before its abort is final.
+    pub max_attempts: u32,
+    /// A deliberately broken variant: read-only transactions commit without checking for
+    /// prepared writers below their snapshot.
+    pub skip_local_validation: bool,
+}
+
+impl TxnClientConfig {
+    pub fn new(client: u32, map: ShardMap) -> TxnClientConfig {
+        TxnClientConfig {
+            client,
+            map,
+            deadline: Duration::from_millis(300),
+            retry_after: Duration::from_millis(20),
+            max_attempts: 20,
+            skip_local_validation: false,
+        }
+    }
+}
+
+/// How a program ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgramOutcome {
+    Committed {
+        txn: TxnId,
+        commit_ts: Timestamp,
+        read_only: bool,
+    },
+    /// Aborted on its last attempt.
+    Aborted {
+        reason: String,
+    },
+}
+
+/// A finished program: its outcome, what its committed attempt read, and how many runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramResult {
+    pub outcome: ProgramOutcome,
+    /// Each key read and its value (None: absent), from the committed attempt.
+    pub reads: Vec<(Bytes, Option<Bytes>)>,
+    pub attempts: u32,
+}
+
+#[derive(Debug, Default)]
+struct ReadState {
+    value: Option<Bytes>,
+    version: Timestamp,
+    writer: TxnId,
+    prepared_below: bool,
+}
+
+enum Phase {
+    /// Gets in flight, by call.
+    Reading(HashMap<CallId, Bytes>),
+    /// Prepares in flight (by call), and the votes so far.
+    Preparing { commit_ts: Timestamp, calls: HashMap<CallId, u32>, yes: BTreeSet<u32>, participants: Vec<u32> },
+}
+
+struct Active {
+    program: Program,
+    attempt: u32,
+    txn: TxnId,
+    ts_begin: Timestamp,
+    reads: BTreeMap<Bytes, ReadState>,
+    writes: BTreeMap<Bytes, Option<Bytes>>,
+    phase: Phase,
+    /// Requests to send again at the retry timer: gets by key, prepares by shard.
+    lost_gets: Vec<Bytes>,
+    lost_prepares: Vec<u32>,
+}
+
+/// Counters of one client.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    pub committed: u64,
+    pub committed_read_only: u64,
+    /// Attempts aborted, by reason.
+    pub aborts: BTreeMap<String, u64>,
+    pub gets: u64,
+    pub prepares: u64,
+    pub retries: u64,
+}
+
+pub struct TxnClient {
+    config: TxnClientConfig,
+    ids: Ids,
+    next_seq: u32,
+    last_ts: Timestamp,
+    queue: VecDeque<Program>,
+    active: Option<Active>,
+    /// Decisions not yet acknowledged: by call, (shard, txn, commit).
+    deciding: HashMap<CallId, (u32, TxnId, bool)>,
+    lost_decisions: Vec<(u32, TxnId, bool)>,
+    retry_timer: Option<TimerId>,
+    /// An aborted program waits for this timer before running again.
+    rerun_timer: Option<TimerId>,
+    /// The attempt number the next program to start runs as.
+    pending_attempt: u32,
+    results: Vec<ProgramResult>,
+    history: Vec<TxnRecord>,
+    stats: ClientStats,
+}
+
+impl TxnClient {
+    pub fn new(config: TxnClientConfig) -> TxnClient {
+        TxnClient {
+            config,
+            ids: Ids::default(),
+            next_seq: 1,
+            last_ts: Timestamp::ZERO,
+            queue: VecDeque::new(),
+            active: None,
+            deciding: HashMap::new(),
+            lost_decisions: Vec::new(),
+            retry_timer: None,
+            rerun_timer: None,
+            pending_attempt: 1,
+            results: Vec::new(),
+            history: Vec::new(),
+            stats: ClientStats::default(),
+        }
+    }
+
+    pub fn results(&self) -> &[ProgramResult] {
+        &self.results
+    }
+
+    /// The committed transactions, for the history checker.
+    pub fn history(&self) -> &[TxnRecord] {
+        &self.history
+    }
+
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    /// Programs given and not finished, and decisions not yet acknowledged.
+    pub fn outstanding(&self) -> usize {
+        self.queue.len() + usize::from(self.active.is_some()) + self.deciding.len() + self.lost_decisions.len()
+    }
+
+    /// A timestamp of this client strictly above every one it gave before.
+    fn next_ts(&mut self, now: Nanos) -> Timestamp {
+        let time = now.max(self.last_ts.time + 1);
+        self.last_ts = Timestamp::new(time, self.config.client);
+        self.last_ts
+    }
+
+    fn epoch_of(&self, shard: u32) -> u64 {
+        self.config.map.group(crate::layout::ShardId(shard)).map_or(0, |group| group.epoch)
+    }
+
+    fn primary_of(&self, shard: u32) -> String {
+        self.config.map.group(crate::layout::ShardId(shard)).map(|group| group.primary.clone()).unwrap_or_default()
+    }
+
+    fn shard_of(&self, key: &[u8]) -> u32 {
+        self.config.map.shard_of(key).0
+    }
+
+    /// Starts the next program (or the same one again after an abort).
+    fn start(
+        &mut self,
+        now: Nanos,
+        program: Program,
+        attempt: u32,
+        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+    ) {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1).max(1);
+        let ts_begin = self.next_ts(now);
+        let keys = program.read_keys();
+        self.active = Some(Active {
+            program,
+            attempt,
+            txn: txn_id(self.config.client, seq),
+            ts_begin,
+            reads: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            phase: Phase::Reading(HashMap::new()),
+            lost_gets: Vec::new(),
+            lost_prepares: Vec::new(),
+        });
+        if keys.is_empty() {
+            self.finish_reads(now, out);
+            return;
+        }
+        for key in keys {
+            self.send_get(key, out);
+        }
+    }
+
+    fn send_get(&mut self, key: Bytes, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        let shard = self.shard_of(&key);
+        let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
+        let Some(active) = &mut self.active else { return };
+        let Phase::Reading(calls) = &mut active.phase else { return };
+        let call = self.ids.call();
+        calls.insert(call, key.clone());
+        self.stats.gets += 1;
+        let get = proto::Get { shard, epoch, key: key.to_vec(), ts: Some(shard_wire::ts_to_wire(active.ts_begin)) };
+        out.push(Command::Call {
+            to,
+            call,
+            request: proto::Request { body: Some(RequestBody::Get(get)) },
+            deadline: self.config.deadline,
+        });
+    }
+
+    fn on_get_reply(
+        &mut self,
+        now: Nanos,
+        call: CallId,
+        result: Result<ResponseBody, ()>,
+        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+    ) {
+        let Some(active) = &mut self.active else { return };
+        let Phase::Reading(calls) = &mut active.phase else { return };
+        let Some(key) = calls.remove(&call) else { return };
+        match result {
+            Ok(ResponseBody::Value(reply)) => {
+                let writer = shard_wire::txn_from_wire(reply.writer).unwrap_or(0);
+                let read = ReadState {
+                    value: reply.found.then(|| Bytes::from(reply.value)),
+                    version: shard_wire::ts_from_wire(reply.version),
+                    writer,
+                    prepared_below: reply.prepared_below,
+                };
+                active.reads.insert(key, read);
+            }
+            _ => {
+                active.lost_gets.push(key);
+            }
+        }
+        let lost = !active.lost_gets.is_empty();
+        let done = matches!(&active.phase, Phase::Reading(calls) if calls.is_empty()) && !lost;
+        if lost {
+            self.arm_retry(out);
+        }
+        if done {
+            self.finish_reads(now, out);
+        }
+    }
+
+    /// Every read is in: compute the writes and commit.
+    fn finish_reads(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        let Some(active) = &mut self.active else { return };
+        let values: BTreeMap<Bytes, Option<Bytes>> =
+            active.reads.iter().map(|(key, read)| (key.clone(), read.value.clone())).collect();
+        active.writes = active.program.writes(&values);
+        if active.writes.is_empty() {
+            let prepared = active.reads.values().any(|read| read.prepared_below);
+            if prepared && !self.config.skip_local_validation {
+                self.aborted(AbortReason::SnapshotPrepared.name().to_string(), out);
+            } else {
+                let ts = active.ts_begin;
+                self.committed(ts, true);
+            }
+            return;
+        }
+        let commit_ts = self.next_ts(now);
+        let Some(active) = &mut self.active else { return };
+        let mut participants: BTreeSet<u32> = active.writes.keys().map(|key| self.config.map.shard_of(key).0).collect();
+        participants.extend(active.reads.keys().map(|key| self.config.map.shard_of(key).0));
+        let participants: Vec<u32> = participants.into_iter().collect();
+        active.phase = Phase::Preparing {
+            commit_ts,
+            calls: HashMap::new(),
+            yes: BTreeSet::new(),
+            participants: participants.clone(),
+        };
+        for shard in participants {
+            self.send_prepare(shard, out);
+        }
+    }
+
+    fn send_prepare(&mut self, shard: u32, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
+        let map = &self.config.map;
+        let Some(active) = &mut self.active else { return };
+        let Phase::Preparing { commit_ts, calls, participants, .. } = &mut active.phase else { return };
+        let prepare = PrepareRequest {
+            shard,
+            epoch,
+            txn: active.txn,
+            commit_ts: *commit_ts,
+            reads: active
+                .reads
+                .iter()
+                .filter(|(key, _)| map.shard_of(key).0 == shard)
+                .map(|(key, read)| ReadOp { key: key.clone(), version: read.version })
+                .collect(),
+            writes: active
+                .writes
+                .iter()
+                .filter(|(key, _)| map.shard_of(key).0 == shard)
+                .map(|(key, value)| WriteOp { key: key.clone(), value: value.clone() })
+                .collect(),
+            participants: participants.clone(),
+        };
+        let call = self.ids.call();
+        calls.insert(call, shard);
+        self.stats.prepares += 1;
+        let request = proto::Request { body: Some(RequestBody::Prepare(shard_wire::prepare_to_wire(&prepare))) };
+        out.push(Command::Call { to, call, request, deadline: self.config.deadline });
+    }
+
+    fn on_vote(
+        &mut self,
+        call: CallId,
+        result: Result<ResponseBody, ()>,
+        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+    ) {
+        let Some(active) = &mut self.active else { return };
+        let Phase::Preparing { calls, yes, participants, commit_ts } = &mut active.phase else { return };
+        let Some(shard) = calls.remove(&call) else { return };
+        match result {
+            Ok(ResponseBody::Vote(vote)) if vote.commit => {
+                yes.insert(shard);
+                if yes.len() == participants.len() {
+                    let (commit_ts, participants, txn) = (*commit_ts, participants.clone(), active.txn);
+                    self.committed(commit_ts, false);
+                    for shard in participants {
+                        self.send_decision(shard, txn, true, out);
+                    }
+                }
+            }
+            Ok(ResponseBody::Vote(vote)) => {
+                let (participants, txn) = (participants.clone(), active.txn);
+                self.aborted(vote.reason, out);
+                for shard in participants {
+                    self.send_decision(shard, txn, false, out);
+                }
+            }
+            _ => {
+                active.lost_prepares.push(shard);
+                self.arm_retry(out);
+            }
+        }
+    }
+
+    fn send_decision(
+        &mut self,
+        shard: u32,
+        txn: TxnId,
+        commit: bool,
+        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+    ) {
+        let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
+        let call = self.ids.call();
+        self.deciding.insert(call, (shard, txn, commit));
+        let decide = proto::Decide { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)), commit };
+        out.push(Command::Call {
+            to,
+            call,
+            request: proto::Request { body: Some(RequestBody::Decide(decide)) },
+            deadline: self.config.deadline,
+        });
+    }
+
+    fn committed(&mut self, commit_ts: Timestamp, read_only: bool) {
+        let Some(active) = self.active.take() else { return };
+        self.stats.committed += 1;
+        self.stats.committed_read_only += u64::from(read_only);
+        self.history.push(TxnRecord {
+            id: active.txn,
+            commit_ts,
+            reads: active.reads.iter().map(|(key, read)| (key.clone(), read.writer)).collect(),
+            writes: active.writes.keys().cloned().collect(),
+        });
+        self.results.push(ProgramResult {
+            outcome: ProgramOutcome::Committed { txn: active.txn, commit_ts, read_only },
+            reads: active.reads.into_iter().map(|(key, read)| (key, read.value)).collect(),
+            attempts: active.attempt,
+        });
+    }
+
+    fn aborted(&mut self, reason: String, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        let Some(active) = self.active.take() else { return };
+        *self.stats.aborts.entry(reason.clone()).or_default() += 1;
+        if active.attempt < self.config.max_attempts {
+            // Run it again after a pause that grows with the attempts.
+            self.queue.push_front(active.program);
+            self.pending_attempt = active.attempt + 1;
+            let timer = self.ids.timer();
+            self.rerun_timer = Some(timer);
+            out.push(Command::SetTimer { timer, after: self.config.retry_after * active.attempt.min(10) });
+        } else {
+            self.results.push(ProgramResult {
+                outcome: ProgramOutcome::Aborted { reason },
+                reads: Vec::new(),
+                attempts: active.attempt,
+            });
+        }
+    }
+
+    fn arm_retry(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        if self.retry_timer.is_none() {
+            let timer = self.ids.timer();
+            self.retry_timer = Some(timer);
+            out.push(Command::SetTimer { timer, after: self.config.retry_after });
+        }
+    }
+
+    fn on_retry(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        self.retry_timer = None;
+        if let Some(active) = &mut self.active {
+            let gets = std::mem::take(&mut active.lost_gets);
+            let prepares = std::mem::take(&mut active.lost_prepares);
+            self.stats.retries += (gets.len() + prepares.len()) as u64;
+            for key in gets {
+                self.send_get(key, out);
+            }
+            for shard in prepares {
+                self.send_prepare(shard, out);
+            }
+        }
+        for (shard, txn, commit) in std::mem::take(&mut self.lost_decisions) {
+            self.stats.retries += 1;
+            self.send_decision(shard, txn, commit, out);
+        }
+    }
+
+    fn on_response(
+        &mut self,
+        now: Nanos,
+        call: CallId,
+        result: Result<proto::Response, NetError>,
+        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+    ) {
+        let body = result.ok().and_then(|response| response.body).ok_or(());
+        if let Some((shard, txn, commit)) = self.deciding.remove(&call) {
+            if !matches!(body, Ok(ResponseBody::Ack(_))) {
+                self.lost_decisions.push((shard, txn, commit));
+                self.arm_retry(out);
+            }
+            return;
+        }
+        match self.active.as_ref().map(|active| &active.phase) {
+            Some(Phase::Reading(calls)) if calls.contains_key(&call) => self.on_get_reply(now, call, body, out),
+            Some(Phase::Preparing { calls, .. }) if calls.contains_key(&call) => self.on_vote(call, body, out),
+            _ => {}
+        }
+    }
+
+    fn run_next(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        if self.active.is_some() || self.rerun_timer.is_some() {
+            return;
+        }
+        if let Some(program) = self.queue.pop_front() {
+            let attempt = std::mem::replace(&mut self.pending_attempt, 1);
+            self.start(now, program, attempt, out);
+        }
+    }
+}
+
+impl Role for TxnClient {
+    type Protocol = Dkv;
+    type Io = std::convert::Infallible;
+    type IoDone = std::convert::Infallible;
+    type Input = Vec<Program>;
+
+    fn step(
+        &mut self,
+        now: Nanos,
+        event: Event<Dkv, std::convert::Infallible, Vec<Program>>,
+        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+    ) {
+        match event {
+            Event::Input(programs) => self.queue.extend(programs),
+            Event::Response { call, result } => self.on_response(now, call, result, out),
+            Event::Timer(timer) if Some(timer) == self.retry_timer => self.on_retry(out),
+            Event::Timer(timer) if Some(timer) == self.rerun_timer => self.rerun_timer = None,
+            Event::Request { from, call, .. } => {
+                let response = ResponseBody::Error("a client serves no requests".to_string());
+                out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+            }
+            Event::Start | Event::Timer(_) | Event::IoDone { .. } => {}
+        }
+        // Several programs may finish within one step (read-only ones commit at once).
+        loop {
+            let before = self.results.len();
+            self.run_next(now, out);
+            if self.results.len() == before || self.active.is_some() {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! What a client's transactions do: the keys they read, and the writes they make from what
+//! they read.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+/// One operation of a plain transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnOp {
+    Get(Bytes),
+    Put(Bytes, Bytes),
+    Delete(Bytes),
+}
+
+/// A transaction's logic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// Reads its gets, then makes its puts and deletes (a later write to a key wins).
+    Ops(Vec<TxnOp>),
+    /// Moves `amount` from account `from` to account `to` (balances are decimal integers;
+    /// a missing account holds 0) if `from` holds enough; otherwise writes nothing.
+    Transfer { from: Bytes, to: Bytes, amount: u64 },
+    /// Reads every account (read-only), so the caller can check their sum.
+    Audit(Vec<Bytes>),
+}
+
+/// A balance as stored: decimal digits. Anything else reads as 0 (and a transfer out of it
+/// does not happen).
+pub fn balance(value: Option<&Bytes>) -> u64 {
+    value.and_then(|value| std::str::from_utf8(value).ok()).and_then(|text| text.parse().ok()).unwrap_or(0)
+}
+
+impl Program {
+    /// The keys the program reads, in order, each once.
+    pub fn read_keys(&self) -> Vec<Bytes> {
+        let mut keys: Vec<Bytes> = match self {
+            Program::Ops(ops) => ops
+                .iter()
+                .filter_map(|op| match op {
+                    TxnOp::Get(key) => Some(key.clone()),
+                    _ => None,
+                })
+                .collect(),
+            Program::Transfer { from, to, .. } => vec![from.clone(), to.clone()],
+            Program::Audit(keys) => keys.clone(),
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        keys.retain(|key| seen.insert(key.clone()));
+        keys
+    }
+
+    /// The writes (None: delete) given what was read.
+    pub fn writes(&self, reads: &BTreeMap<Bytes, Option<Bytes>>) -> BTreeMap<Bytes, Option<Bytes>> {
+        let mut writes = BTreeMap::new();
+        match self {
+            Program::Ops(ops) => {
+                for op in ops {
+                    match op {
+                        TxnOp::Put(key, value) => {
+                            writes.insert(key.clone(), Some(value.clone()));
+                        }
+                        TxnOp::Delete(key) => {
+                            writes.insert(key.clone(), None);
+                        }
+                        TxnOp::Get(_) => {}
+                    }
+                }
+            }
+            Program::Transfer { from, to, amount } => {
+                let from_balance = balance(reads.get(from).and_then(Option::as_ref));
+                let to_balance = balance(reads.get(to).and_then(Option::as_ref));
+                if from != to && from_balance >= *amount {
+                    if let Some(credited) = to_balance.checked_add(*amount) {
+                        writes.insert(from.clone(), Some(Bytes::from((from_balance - amount).to_string())));
+                        writes.insert(to.clone(), Some(Bytes::from(credited.to_string())));
+                    }
+                }
+            }
+            Program::Audit(_) => {}
+        }
+        writes
+    }
+}

@@ -1,0 +1,547 @@
+//! A data node's core: the replicas of every shard the node holds, primaries and backups.
+//!
+//! A primary serves gets, validates and prepares transactions (Algorithm 1), and replicates
+//! each prepare and decision to its 2f backups without ordering them (SEMEL). It votes
+//! commit once the prepare is durable in its own log and f backups have acknowledged it:
+//! with the primary, a majority of the group holds it. A backup logs what it is sent and
+//! acknowledges once durable, in any order. Records of one step and of the steps while a
+//! write is in flight go to the device together (group commit).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
+use virga_net::{Dkv, NetError};
+use virga_storage::TxnId;
+use virga_txn::AbortReason;
+
+use super::replica::{ShardRecord, ShardReplica, TxnStatus, Weakened};
+use super::wire::{self, PrepareRequest};
+use super::{DataIo, DataIoDone, DataStats};
+use crate::layout::{ReplicaRole, ShardId, ShardMap};
+
+/// A data node's settings.
+#[derive(Debug, Clone)]
+pub struct DataConfig {
+    /// This node's peer name, as the map names it.
+    pub node: String,
+    pub map: ShardMap,
+    /// Fsync each group of records before acknowledging them (`--sync group`).
+    pub sync: bool,
+    /// Deadline of one replication call to a backup.
+    pub replicate_deadline: Duration,
+    /// Pause before replicating again to a backup that did not acknowledge.
+    pub retry_after: Duration,
+    pub weakened: Weakened,
+}
+
+impl DataConfig {
+    pub fn new(node: impl Into<String>, map: ShardMap) -> DataConfig {
+        DataConfig {
+            node: node.into(),
+            map,
+            sync: true,
+            replicate_deadline: Duration::from_millis(200),
+            retry_after: Duration::from_millis(50),
+            weakened: Weakened::default(),
+        }
+    }
+}
+
+/// A record replicated by a primary, until every backup has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum PendingKind {
+    Prepared,
+    Decided,
+}
+
+type PendingKey = (u32, TxnId, PendingKind);
+
+struct Pending {
+    record: ShardRecord,
+    epoch: u64,
+    /// Backups that acknowledged, and backups with a call in flight.
+    acked: BTreeSet<String>,
+    in_flight: BTreeSet<String>,
+    local_durable: bool,
+    /// Callers answered once the record is safe (for a prepare: a majority holds it; for a
+    /// decision: it is durable here).
+    waiters: Vec<(String, CallId)>,
+    answered: bool,
+}
+
+/// What to do once a group of records is durable.
+enum AfterLog {
+    LocalDurable(PendingKey),
+    Reply { to: String, call: CallId, response: ResponseBody },
+}
+
+pub struct DataCore {
+    config: DataConfig,
+    replicas: BTreeMap<u32, ShardReplica>,
+    ids: Ids,
+    unlogged: Vec<(Vec<u8>, AfterLog)>,
+    writing: Option<(IoId, Vec<AfterLog>)>,
+    pending: BTreeMap<PendingKey, Pending>,
+    calls: HashMap<CallId, (PendingKey, String)>,
+    /// Transactions this primary voted abort on, so a retried prepare gets the same vote.
+    voted_abort: HashMap<(u32, TxnId), AbortReason>,
+    retry_timer: Option<TimerId>,
+    stats: DataStats,
+    failed: Option<String>,
+}
+
+impl DataCore {
+    /// A node with the replicas the map gives it, rebuilt from its log's records.
+    pub fn new(config: DataConfig, records: Vec<(u32, ShardRecord)>) -> DataCore {
+        let mut replicas = BTreeMap::new();
+        for (shard, _) in config.map.shards_of_node(&config.node) {
+            let mut replica = ShardReplica::new();
+            replica.weaken(config.weakened);
+            replicas.insert(shard.0, replica);
+        }
+        for (shard, record) in &records {
+            if let Some(replica) = replicas.get_mut(shard) {
+                replica.apply(record);
+            }
+        }
+        DataCore {
+            config,
+            replicas,
+            ids: Ids::default(),
+            unlogged: Vec::new(),
+            writing: None,
+            pending: BTreeMap::new(),
+            calls: HashMap::new(),
+            voted_abort: HashMap::new(),
+            retry_timer: None,
+            stats: DataStats::default(),
+            failed: None,
+        }
+    }
+
+    pub fn node(&self) -> &str {
+        &self.config.node
+    }
+
+    pub fn replica(&self, shard: u32) -> Option<&ShardReplica> {
+        self.replicas.get(&shard)
+    }
+
+    /// Loads initial data into the replicas of `key`'s shard on this node (before the run).
+    pub fn load(&mut self, key: Bytes, value: Bytes) {
+        let shard = self.config.map.shard_of(&key).0;
+        if let Some(replica) = self.replicas.get_mut(&shard) {
+            replica.load(key, value);
+        }
+    }
+
+    pub fn stats(&self) -> &DataStats {
+        &self.stats
+    }
+
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Records not yet acknowledged by every backup (a settled primary has none).
+    pub fn replicating(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Device appends in flight or waiting.
+    pub fn unlogged(&self) -> usize {
+        self.unlogged.len() + usize::from(self.writing.is_some())
+    }
+
+    /// This node's role in `shard` at `epoch`, if the map gives it one there.
+    fn role(&self, shard: u32, epoch: u64) -> Result<ReplicaRole, ResponseBody> {
+        let group = self.config.map.group(ShardId(shard));
+        match group {
+            Some(group) if group.epoch == epoch => {
+                if group.primary == self.config.node {
+                    Ok(ReplicaRole::Primary)
+                } else if group.backups.contains(&self.config.node) {
+                    Ok(ReplicaRole::Backup)
+                } else {
+                    Err(ResponseBody::Error(format!("{} holds no replica of shard {shard}", self.config.node)))
+                }
+            }
+            Some(group) => Err(ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: group.epoch })),
+            None => Err(ResponseBody::Error(format!("shard {shard} is not in the map"))),
+        }
+    }
+
+    fn primary_of(&self, shard: u32, epoch: u64) -> Result<(), ResponseBody> {
+        match self.role(shard, epoch)? {
+            ReplicaRole::Primary => Ok(()),
+            ReplicaRole::Backup => {
+                Err(ResponseBody::Error(format!("{} is a backup of shard {shard}, not its primary", self.config.node)))
+            }
+        }
+    }
+
+    fn on_request(&mut self, from: String, call: CallId, request: proto::Request, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let response = match request.body {
+            Some(RequestBody::Get(get)) => Some(self.on_get(get)),
+            Some(RequestBody::Prepare(prepare)) => match wire::prepare_from_wire(prepare) {
+                Ok(prepare) => self.on_prepare(&from, call, prepare, out),
+                Err(error) => Some(ResponseBody::Error(format!("a malformed prepare: {error}"))),
+            },
+            Some(RequestBody::Decide(decide)) => self.on_decide(&from, call, decide, out),
+            Some(RequestBody::Replicate(replicate)) => self.on_replicate(&from, call, replicate),
+            Some(_) => Some(ResponseBody::Error("a data node serves no configuration requests".to_string())),
+            None => Some(ResponseBody::Error("an empty dkv request".to_string())),
+        };
+        if let Some(response) = response {
+            self.stats.refusals += u64::from(matches!(response, ResponseBody::Error(_) | ResponseBody::WrongEpoch(_)));
+            out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+        }
+    }
+
+    fn on_get(&mut self, get: proto::Get) -> ResponseBody {
+        if let Err(error) = wire::check_key(&get.key) {
+            return ResponseBody::Error(format!("a malformed get: {error}"));
+        }
+        if let Err(refusal) = self.primary_of(get.shard, get.epoch) {
+            return refusal;
+        }
+        if self.config.map.shard_of(&get.key).0 != get.shard {
+            return ResponseBody::Error(format!("the key is not in shard {}", get.shard));
+        }
+        let Some(replica) = self.replicas.get_mut(&get.shard) else {
+            return ResponseBody::Error(format!("no replica of shard {}", get.shard));
+        };
+        self.stats.gets += 1;
+        let found = replica.get(&Bytes::from(get.key), wire::ts_from_wire(get.ts));
+        ResponseBody::Value(proto::GetReply {
+            found: found.value.is_some(),
+            value: found.value.map(|value| value.to_vec()).unwrap_or_default(),
+            version: Some(wire::ts_to_wire(found.version)),
+            writer: Some(wire::txn_to_wire(found.writer)),
+            prepared_below: found.prepared_below,
+        })
+    }
+
+    fn on_prepare(
+        &mut self,
+        from: &str,
+        call: CallId,
+        prepare: PrepareRequest,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) -> Option<ResponseBody> {
+        let (shard, txn) = (prepare.shard, prepare.txn);
+        if let Err(refusal) = self.primary_of(shard, prepare.epoch) {
+            return Some(refusal);
+        }
+        if let Some(key) = prepare
+            .writes
+            .iter()
+            .map(|write| &write.key)
+            .chain(prepare.reads.iter().map(|read| &read.key))
+            .find(|key| self.config.map.shard_of(key).0 != shard)
+        {
+            return Some(ResponseBody::Error(format!("key {key:?} is not in shard {shard}")));
+        }
+        if let Some(reason) = self.voted_abort.get(&(shard, txn)) {
+            return Some(vote(Err(*reason)));
+        }
+        let replica = self.replicas.get_mut(&shard)?;
+        // A retried prepare: answer as before, or wait with the first caller.
+        if let Some(entry) = replica.txn(txn) {
+            return match entry.status {
+                TxnStatus::Aborted => Some(vote(Err(AbortReason::Coordinator))),
+                _ => match self.pending.get_mut(&(shard, txn, PendingKind::Prepared)) {
+                    Some(pending) if !pending.answered => {
+                        pending.waiters.push((from.to_string(), call));
+                        None
+                    }
+                    _ => Some(vote(Ok(()))),
+                },
+            };
+        }
+        if let Err(reason) = replica.validate(txn, prepare.commit_ts, &prepare.reads, &prepare.writes) {
+            self.stats.aborts += 1;
+            self.voted_abort.insert((shard, txn), reason);
+            return Some(vote(Err(reason)));
+        }
+        self.stats.prepares += 1;
+        let record = replica.prepare(txn, prepare.commit_ts, &prepare.reads, prepare.writes, prepare.participants);
+        self.replicate((shard, txn, PendingKind::Prepared), prepare.epoch, record, (from.to_string(), call), out);
+        None
+    }
+
+    fn on_decide(
+        &mut self,
+        from: &str,
+        call: CallId,
+        decide: proto::Decide,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) -> Option<ResponseBody> {
+        let txn = match wire::txn_from_wire(decide.txn) {
+            Ok(txn) => txn,
+            Err(error) => return Some(ResponseBody::Error(format!("a malformed decision: {error}"))),
+        };
+        let shard = decide.shard;
+        if let Err(refusal) = self.primary_of(shard, decide.epoch) {
+            return Some(refusal);
+        }
+        let replica = self.replicas.get_mut(&shard)?;
+        let known = replica.txn(txn).map(|entry| entry.status);
+        match known {
+            // Already decided (a retry): acknowledge.
+            Some(TxnStatus::Committed | TxnStatus::Aborted) => return Some(ResponseBody::Ack(proto::Ack {})),
+            Some(TxnStatus::Prepared) => {}
+            // Never prepared here (this primary voted abort, or the prepare was lost):
+            // nothing to undo, but remember an abort so that a late prepare is refused.
+            None => {
+                if decide.commit {
+                    return Some(ResponseBody::Error(format!("transaction {txn:x} never prepared at shard {shard}")));
+                }
+                self.voted_abort.entry((shard, txn)).or_insert(AbortReason::Coordinator);
+                return Some(ResponseBody::Ack(proto::Ack {}));
+            }
+        }
+        let record = ShardRecord::Decided { txn, commit: decide.commit };
+        replica.apply(&record);
+        self.stats.decisions += 1;
+        self.replicate((shard, txn, PendingKind::Decided), decide.epoch, record, (from.to_string(), call), out);
+        None
+    }
+
+    fn on_replicate(&mut self, from: &str, call: CallId, replicate: proto::Replicate) -> Option<ResponseBody> {
+        let shard = replicate.shard;
+        match self.role(shard, replicate.epoch) {
+            Ok(ReplicaRole::Backup) => {}
+            Ok(ReplicaRole::Primary) => {
+                return Some(ResponseBody::Error(format!("{} is the primary of shard {shard}", self.config.node)))
+            }
+            Err(refusal) => return Some(refusal),
+        }
+        let record = match replicate
+            .record
+            .ok_or(wire::ShardWireError::Missing("record"))
+            .and_then(|record| wire::record_from_wire(shard, record))
+        {
+            Ok(record) => record,
+            Err(error) => return Some(ResponseBody::Error(format!("a malformed replicated record: {error}"))),
+        };
+        let replica = self.replicas.get_mut(&shard)?;
+        replica.apply(&record);
+        self.stats.replicated += 1;
+        let after = AfterLog::Reply { to: from.to_string(), call, response: ResponseBody::Ack(proto::Ack {}) };
+        self.unlogged.push((wire::encode_log_record(shard, &record), after));
+        None
+    }
+
+    /// Logs `record` here and sends it to every backup of `shard`; the waiter is answered
+    /// when it is safe.
+    fn replicate(
+        &mut self,
+        key: PendingKey,
+        epoch: u64,
+        record: ShardRecord,
+        waiter: (String, CallId),
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) {
+        self.unlogged.push((wire::encode_log_record(key.0, &record), AfterLog::LocalDurable(key)));
+        let pending = Pending {
+            record,
+            epoch,
+            acked: BTreeSet::new(),
+            in_flight: BTreeSet::new(),
+            local_durable: false,
+            waiters: vec![waiter],
+            answered: false,
+        };
+        self.pending.insert(key, pending);
+        self.send_replicas(key, out);
+    }
+
+    /// Sends a pending record to each backup that has neither acknowledged it nor a call in
+    /// flight.
+    fn send_replicas(&mut self, key: PendingKey, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let Some(group) = self.config.map.group(ShardId(key.0)) else { return };
+        let Some(pending) = self.pending.get_mut(&key) else { return };
+        for backup in &group.backups {
+            if pending.acked.contains(backup) || pending.in_flight.contains(backup) {
+                continue;
+            }
+            let call = self.ids.call();
+            pending.in_flight.insert(backup.clone());
+            self.calls.insert(call, (key, backup.clone()));
+            let replicate = proto::Replicate {
+                shard: key.0,
+                epoch: pending.epoch,
+                record: Some(wire::record_to_wire(&pending.record)),
+            };
+            out.push(Command::Call {
+                to: backup.clone(),
+                call,
+                request: proto::Request { body: Some(RequestBody::Replicate(replicate)) },
+                deadline: self.config.replicate_deadline,
+            });
+        }
+    }
+
+    fn on_response(
+        &mut self,
+        call: CallId,
+        result: Result<proto::Response, NetError>,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) {
+        let Some((key, backup)) = self.calls.remove(&call) else { return };
+        let Some(pending) = self.pending.get_mut(&key) else { return };
+        pending.in_flight.remove(&backup);
+        match result.map(|response| response.body) {
+            Ok(Some(ResponseBody::Ack(_))) => {
+                pending.acked.insert(backup);
+                self.settle(key, out);
+            }
+            _ => {
+                self.stats.replication_retries += 1;
+                if self.retry_timer.is_none() {
+                    let timer = self.ids.timer();
+                    self.retry_timer = Some(timer);
+                    out.push(Command::SetTimer { timer, after: self.config.retry_after });
+                }
+            }
+        }
+    }
+
+    /// Answers a pending record's waiters once it is safe, and forgets it once every backup
+    /// has it.
+    fn settle(&mut self, key: PendingKey, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let f = self.config.map.f();
+        let backups = self.config.map.group(ShardId(key.0)).map_or(0, |group| group.backups.len());
+        let Some(pending) = self.pending.get_mut(&key) else { return };
+        let safe = pending.local_durable && (key.2 == PendingKind::Decided || pending.acked.len() >= f);
+        if safe && !pending.answered {
+            pending.answered = true;
+            let response = match key.2 {
+                PendingKind::Prepared => vote(Ok(())),
+                PendingKind::Decided => ResponseBody::Ack(proto::Ack {}),
+            };
+            for (to, call) in pending.waiters.drain(..) {
+                out.push(Command::Reply { to, call, response: proto::Response { body: Some(response.clone()) } });
+            }
+        }
+        if pending.answered && pending.acked.len() >= backups {
+            self.pending.remove(&key);
+        }
+    }
+
+    /// After a restart: a prepare in this primary's log may not have reached f backups
+    /// before the crash (its vote was never sent then), so it is replicated again, and a
+    /// retried prepare waits for it as the first one would have.
+    fn resume_replication(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let mut resumed = Vec::new();
+        for (shard, replica) in &self.replicas {
+            let Some(group) = self.config.map.group(ShardId(*shard)) else { continue };
+            if group.primary != self.config.node {
+                continue;
+            }
+            for (txn, entry) in replica.prepared() {
+                let record = ShardRecord::Prepared {
+                    txn,
+                    commit_ts: entry.commit_ts,
+                    writes: entry.writes.clone(),
+                    participants: entry.participants.clone(),
+                };
+                resumed.push(((*shard, txn, PendingKind::Prepared), group.epoch, record));
+            }
+        }
+        for (key, epoch, record) in resumed {
+            let pending = Pending {
+                record,
+                epoch,
+                acked: BTreeSet::new(),
+                in_flight: BTreeSet::new(),
+                local_durable: true,
+                waiters: Vec::new(),
+                answered: false,
+            };
+            self.pending.insert(key, pending);
+            self.send_replicas(key, out);
+        }
+    }
+
+    fn on_retry(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
+        self.retry_timer = None;
+        let keys: Vec<PendingKey> = self.pending.keys().copied().collect();
+        for key in keys {
+            self.send_replicas(key, out);
+        }
+    }
+
+    fn on_written(&mut self, io: IoId, result: DataIoDone, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let afters = match self.writing.take() {
+            Some((writing, afters)) if writing == io => afters,
+            other => {
+                self.writing = other;
+                return;
+            }
+        };
+        let DataIoDone::Appended(result) = result;
+        if let Err(error) = result {
+            self.failed = Some(format!("a log append failed: {error}"));
+            return;
+        }
+        self.stats.writes += 1;
+        for after in afters {
+            match after {
+                AfterLog::LocalDurable(key) => {
+                    if let Some(pending) = self.pending.get_mut(&key) {
+                        pending.local_durable = true;
+                    }
+                    self.settle(key, out);
+                }
+                AfterLog::Reply { to, call, response } => {
+                    out.push(Command::Reply { to, call, response: proto::Response { body: Some(response) } });
+                }
+            }
+        }
+    }
+
+    /// Starts one device append of every record waiting, unless one is in flight.
+    fn start_write(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
+        if self.writing.is_some() || self.unlogged.is_empty() {
+            return;
+        }
+        let (records, afters): (Vec<Vec<u8>>, Vec<AfterLog>) = std::mem::take(&mut self.unlogged).into_iter().unzip();
+        let io = self.ids.io();
+        self.writing = Some((io, afters));
+        out.push(Command::Io { io, op: DataIo::Append { records, sync: self.config.sync } });
+    }
+}
+
+fn vote(result: Result<(), AbortReason>) -> ResponseBody {
+    match result {
+        Ok(()) => ResponseBody::Vote(proto::Vote { commit: true, reason: String::new() }),
+        Err(reason) => ResponseBody::Vote(proto::Vote { commit: false, reason: reason.name().to_string() }),
+    }
+}
+
+impl Role for DataCore {
+    type Protocol = Dkv;
+    type Io = DataIo;
+    type IoDone = DataIoDone;
+    type Input = ();
+
+    fn step(&mut self, _now: Nanos, event: Event<Dkv, DataIoDone, ()>, out: &mut Vec<Command<Dkv, DataIo>>) {
+        if self.failed.is_some() {
+            return;
+        }
+        match event {
+            Event::Request { from, call, request } => self.on_request(from, call, request, out),
+            Event::Response { call, result } => self.on_response(call, result, out),
+            Event::Timer(timer) if Some(timer) == self.retry_timer => self.on_retry(out),
+            Event::IoDone { io, result } => self.on_written(io, result, out),
+            Event::Start => self.resume_replication(out),
+            Event::Timer(_) | Event::Input(()) => {}
+        }
+        self.start_write(out);
+    }
+}

@@ -1,0 +1,105 @@
+//! SEMEL's sharded, replicated multi-version storage with MILANA's transactions at its
+//! primaries: the data nodes' side of the distributed store.
+//!
+//! - [`ShardReplica`]: one shard's versions, per-key concurrency-control state and
+//!   transaction table (Algorithm 1, prepare, decide, records).
+//! - [`DataCore`]: a data node: the replicas of its shards, primary or backup, replication,
+//!   group commit to its log.
+//! - [`DataDisk`], [`open_data_node`]: the node's record log on a `Storage`.
+//! - [`wire`]: the shard messages, checked.
+
+mod core;
+pub mod replica;
+pub mod wire;
+
+use virga_core::device::IntoStorage;
+use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
+use virga_net::role::IoExecutor;
+
+pub use self::core::{DataConfig, DataCore};
+pub use self::replica::{
+    txn_id, txn_parts, GetResult, ReadOp, ShardRecord, ShardReplica, TxnEntry, TxnStatus, Weakened, WriteOp,
+};
+pub use self::wire::ShardWireError;
+
+/// A data node's device operations.
+#[derive(Debug)]
+pub enum DataIo {
+    /// Append these records, then fsync if `sync`.
+    Append { records: Vec<Vec<u8>>, sync: bool },
+}
+
+#[derive(Debug)]
+pub enum DataIoDone {
+    /// The LSN of the last record appended.
+    Appended(Result<u64, LogError>),
+}
+
+/// What a data node counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataStats {
+    pub gets: u64,
+    /// Prepares voted commit, and voted abort.
+    pub prepares: u64,
+    pub aborts: u64,
+    pub decisions: u64,
+    /// Records logged as a backup.
+    pub replicated: u64,
+    pub replication_retries: u64,
+    /// Requests refused (malformed, wrong epoch, not this node's shard).
+    pub refusals: u64,
+    /// Device appends completed.
+    pub writes: u64,
+}
+
+/// A data node's record log.
+pub struct DataDisk {
+    log: RecordLog,
+}
+
+impl IoExecutor<DataCore> for DataDisk {
+    fn execute(&mut self, op: DataIo) -> DataIoDone {
+        let DataIo::Append { records, sync } = op;
+        let mut appended = || {
+            let mut last = 0;
+            for record in &records {
+                last = self.log.append(record)?;
+            }
+            if sync {
+                self.log.sync()?;
+            } else {
+                self.log.flush()?;
+            }
+            Ok(last)
+        };
+        DataIoDone::Appended(appended())
+    }
+}
+
+/// Why a data node cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum DataOpenError {
+    #[error("the node's record log: {0}")]
+    Log(#[from] LogError),
+    #[error("record {lsn} of the node's log: {error}")]
+    Record { lsn: u64, error: ShardWireError },
+}
+
+/// Opens data node `config.node` on `at`, replaying its log (a torn tail, never
+/// acknowledged, is cut).
+pub fn open_data_node(config: DataConfig, at: impl IntoStorage) -> Result<(DataCore, DataDisk), DataOpenError> {
+    let options = LogOptions { sync: SyncPolicy::None, ..LogOptions::default() };
+    let mut records = Vec::new();
+    let mut bad = None;
+    let (log, _) =
+        RecordLog::open_with(at, options, OpenMode::Repair, |lsn, payload| match wire::decode_log_record(payload) {
+            Ok(record) => records.push(record),
+            Err(error) => {
+                bad.get_or_insert(DataOpenError::Record { lsn, error });
+            }
+        })?;
+    if let Some(error) = bad {
+        return Err(error);
+    }
+    Ok((DataCore::new(config, records), DataDisk { log }))
+}

@@ -1,0 +1,302 @@
+//! One shard's replica state: versions in a [`VersionedStore`], MILANA's per-key
+//! concurrency-control state, and the transaction table. Pure: the core around it
+//! ([`super::DataCore`]) does the messaging and the logging.
+//!
+//! A primary reads ([`ShardReplica::get`], raising the key's latest read), validates
+//! ([`ShardReplica::validate`], the seed's Algorithm 1), prepares and decides. A backup only
+//! records what its primary replicates ([`ShardReplica::apply`]) in its transaction table:
+//! replication is unordered, so a decision may arrive before its prepare, and versions are
+//! rebuilt in timestamp order from the table when a backup takes over.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use virga_storage::{MvStore, Timestamp, TxnId, Version, VersionedStore};
+use virga_txn::AbortReason;
+
+/// A transaction's id: its client in the high 32 bits, the client's sequence number in the
+/// low 32 (the same id on every shard).
+pub fn txn_id(client: u32, seq: u32) -> TxnId {
+    (u64::from(client) << 32) | u64::from(seq)
+}
+
+/// The (client, seq) of a transaction id.
+pub fn txn_parts(txn: TxnId) -> (u32, u32) {
+    ((txn >> 32) as u32, txn as u32)
+}
+
+/// One write: a value, or a delete (`None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOp {
+    pub key: Bytes,
+    pub value: Option<Bytes>,
+}
+
+/// One read: the key and the version it returned ([`Timestamp::ZERO`] when none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOp {
+    pub key: Bytes,
+    pub version: Timestamp,
+}
+
+/// A transaction's state at a replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnStatus {
+    Prepared,
+    Committed,
+    Aborted,
+}
+
+/// A transaction in the table: what it writes here and who else takes part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnEntry {
+    pub commit_ts: Timestamp,
+    pub writes: Vec<WriteOp>,
+    pub participants: Vec<u32>,
+    pub status: TxnStatus,
+}
+
+/// What a replica logs and replicates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardRecord {
+    /// The primary voted commit: the transaction holds its written keys.
+    Prepared { txn: TxnId, commit_ts: Timestamp, writes: Vec<WriteOp>, participants: Vec<u32> },
+    /// The coordinator's decision.
+    Decided { txn: TxnId, commit: bool },
+}
+
+/// What a get found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GetResult {
+    /// The visible version (None: no version, or a delete).
+    pub value: Option<Bytes>,
+    /// Its timestamp and writer ([`Timestamp::ZERO`] and writer 0 when the key had none).
+    pub version: Timestamp,
+    pub writer: TxnId,
+    /// A transaction prepared on the key commits at or below the read timestamp.
+    pub prepared_below: bool,
+}
+
+/// MILANA's per-key state, in memory only (the lease covers its loss on failover).
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyCc {
+    /// The largest timestamp any read of the key was served at.
+    latest_read: Timestamp,
+    /// The transaction prepared on the key, and its commit timestamp.
+    prepared: Option<(TxnId, Timestamp)>,
+}
+
+/// Deliberately broken variants, for the checkers to catch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Weakened {
+    /// The primary skips Algorithm 1's `latestRead >= ts_commit` check.
+    pub skip_latest_read: bool,
+}
+
+/// One shard's replica.
+pub struct ShardReplica<S: VersionedStore = MvStore> {
+    store: S,
+    cc: HashMap<Bytes, KeyCc>,
+    txns: HashMap<TxnId, TxnEntry>,
+    /// Decisions replicated before their prepare (a backup's unordered records).
+    early_decisions: HashMap<TxnId, bool>,
+    weakened: Weakened,
+}
+
+impl ShardReplica<MvStore> {
+    pub fn new() -> ShardReplica<MvStore> {
+        ShardReplica::on(MvStore::new())
+    }
+}
+
+impl Default for ShardReplica<MvStore> {
+    fn default() -> Self {
+        ShardReplica::new()
+    }
+}
+
+impl<S: VersionedStore> ShardReplica<S> {
+    pub fn on(store: S) -> ShardReplica<S> {
+        ShardReplica {
+            store,
+            cc: HashMap::new(),
+            txns: HashMap::new(),
+            early_decisions: HashMap::new(),
+            weakened: Weakened::default(),
+        }
+    }
+
+    pub fn weaken(&mut self, weakened: Weakened) {
+        self.weakened = weakened;
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn txn(&self, txn: TxnId) -> Option<&TxnEntry> {
+        self.txns.get(&txn)
+    }
+
+    /// Transactions prepared and not yet decided, in id order.
+    pub fn prepared(&self) -> Vec<(TxnId, &TxnEntry)> {
+        let mut prepared: Vec<(TxnId, &TxnEntry)> = self
+            .txns
+            .iter()
+            .filter(|(_, entry)| entry.status == TxnStatus::Prepared)
+            .map(|(txn, entry)| (*txn, entry))
+            .collect();
+        prepared.sort_unstable_by_key(|(txn, _)| *txn);
+        prepared
+    }
+
+    /// How many transactions are prepared and not yet decided.
+    pub fn prepared_count(&self) -> usize {
+        self.txns.values().filter(|entry| entry.status == TxnStatus::Prepared).count()
+    }
+
+    /// Loads a committed version outside any transaction (initial data).
+    pub fn load(&mut self, key: Bytes, value: Bytes) {
+        let entry = self.store.entry(&key);
+        self.store.reset(&entry, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value) });
+    }
+
+    /// MILANA's get at `ts`: the youngest committed version at or below it, whether a
+    /// prepared writer commits at or below it, and the key's latest read raised to `ts`.
+    pub fn get(&mut self, key: &Bytes, ts: Timestamp) -> GetResult {
+        let cc = self.cc.entry(key.clone()).or_default();
+        cc.latest_read = cc.latest_read.max(ts);
+        let prepared_below = cc.prepared.is_some_and(|(_, prepared_ts)| prepared_ts <= ts);
+        let visible = self.store.find(key).and_then(|entry| self.store.read_at(&entry, ts).visible);
+        match visible {
+            Some(version) => {
+                GetResult { value: version.value, version: version.ts, writer: version.writer, prepared_below }
+            }
+            None => GetResult { prepared_below, ..GetResult::default() },
+        }
+    }
+
+    fn newest(&self, key: &Bytes) -> Timestamp {
+        self.store.find(key).map_or(Timestamp::ZERO, |entry| self.store.newest(&entry).ts)
+    }
+
+    /// The seed's Algorithm 1: whether `txn` may prepare here. Changes nothing.
+    pub fn validate(
+        &self,
+        txn: TxnId,
+        commit_ts: Timestamp,
+        reads: &[ReadOp],
+        writes: &[WriteOp],
+    ) -> Result<(), AbortReason> {
+        let held_by_other =
+            |key: &Bytes| self.cc.get(key).and_then(|cc| cc.prepared).is_some_and(|(owner, _)| owner != txn);
+        for read in reads {
+            if held_by_other(&read.key) {
+                return Err(AbortReason::ReadPrepared);
+            }
+            if self.newest(&read.key) != read.version {
+                return Err(AbortReason::ReadStale);
+            }
+        }
+        for write in writes {
+            if held_by_other(&write.key) {
+                return Err(AbortReason::WritePrepared);
+            }
+            let latest_read = self.cc.get(&write.key).map_or(Timestamp::ZERO, |cc| cc.latest_read);
+            if !self.weakened.skip_latest_read && latest_read >= commit_ts {
+                return Err(AbortReason::WriteAfterRead);
+            }
+            if self.newest(&write.key) >= commit_ts {
+                return Err(AbortReason::WriteStale);
+            }
+        }
+        Ok(())
+    }
+
+    /// Prepares a validated transaction at the primary: its written keys are held, and its
+    /// reads raise their keys' latest read to the commit timestamp (a later writer below it
+    /// would invalidate what this transaction read). Returns the record to log and replicate.
+    pub fn prepare(
+        &mut self,
+        txn: TxnId,
+        commit_ts: Timestamp,
+        reads: &[ReadOp],
+        writes: Vec<WriteOp>,
+        participants: Vec<u32>,
+    ) -> ShardRecord {
+        for read in reads {
+            let cc = self.cc.entry(read.key.clone()).or_default();
+            cc.latest_read = cc.latest_read.max(commit_ts);
+        }
+        let record = ShardRecord::Prepared { txn, commit_ts, writes, participants };
+        self.apply(&record);
+        record
+    }
+
+    /// Applies a record: a prepare holds the written keys; a commit installs the versions
+    /// (on a replica that serves, in the store) and releases them; an abort releases them.
+    /// Idempotent: a record seen twice changes nothing the second time.
+    pub fn apply(&mut self, record: &ShardRecord) {
+        match record {
+            ShardRecord::Prepared { txn, commit_ts, writes, participants } => {
+                if self.txns.contains_key(txn) {
+                    return;
+                }
+                for write in writes {
+                    self.cc.entry(write.key.clone()).or_default().prepared = Some((*txn, *commit_ts));
+                }
+                let entry = TxnEntry {
+                    commit_ts: *commit_ts,
+                    writes: writes.clone(),
+                    participants: participants.clone(),
+                    status: TxnStatus::Prepared,
+                };
+                self.txns.insert(*txn, entry);
+                if let Some(commit) = self.early_decisions.remove(txn) {
+                    self.decide(*txn, commit);
+                }
+            }
+            ShardRecord::Decided { txn, commit } => {
+                if self.txns.contains_key(txn) {
+                    self.decide(*txn, *commit);
+                } else {
+                    self.early_decisions.insert(*txn, *commit);
+                }
+            }
+        }
+    }
+
+    fn decide(&mut self, txn: TxnId, commit: bool) {
+        let Some(entry) = self.txns.get_mut(&txn) else { return };
+        if entry.status != TxnStatus::Prepared {
+            return;
+        }
+        entry.status = if commit { TxnStatus::Committed } else { TxnStatus::Aborted };
+        let (commit_ts, writes) = (entry.commit_ts, entry.writes.clone());
+        for write in &writes {
+            if let Some(cc) = self.cc.get_mut(&write.key) {
+                if cc.prepared.is_some_and(|(owner, _)| owner == txn) {
+                    cc.prepared = None;
+                }
+            }
+            if commit {
+                let key_entry = self.store.entry(&write.key);
+                let version = Version { ts: commit_ts, writer: txn, value: write.value.clone() };
+                // Validation made the version the key's newest; on a replica rebuilt from
+                // unordered records an older one may come late, and the newer stands.
+                let _ = self.store.install(&key_entry, version, Timestamp::ZERO);
+            }
+        }
+    }
+
+    /// The committed transactions, oldest commit first (what a backup taking over installs).
+    pub fn committed_in_order(&self) -> Vec<(TxnId, &TxnEntry)> {
+        let mut committed: BTreeMap<(Timestamp, TxnId), &TxnEntry> = BTreeMap::new();
+        for (txn, entry) in &self.txns {
+            if entry.status == TxnStatus::Committed {
+                committed.insert((entry.commit_ts, *txn), entry);
+            }
+        }
+        committed.into_iter().map(|((_, txn), entry)| (txn, entry)).collect()
+    }
+}

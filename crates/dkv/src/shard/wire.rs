@@ -1,0 +1,240 @@
+//! Shard messages between clients, primaries and backups (`virga.dkv.v1`): conversion to
+//! and from the replica's types, checking every field of what arrives.
+
+use bytes::Bytes;
+use prost::Message;
+use virga_net::dkv_proto as proto;
+use virga_storage::{Timestamp, TxnId};
+
+use super::replica::{txn_id, txn_parts, ReadOp, ShardRecord, WriteOp};
+use crate::layout::MAX_SHARDS;
+
+/// Longest key accepted.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Largest value accepted.
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+/// Most reads, and most writes, one shard's part of a transaction may carry.
+pub const MAX_OPS_PER_SHARD: usize = 4096;
+
+/// Why a shard message is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardWireError {
+    #[error("field {0} is missing")]
+    Missing(&'static str),
+    #[error("a key of {length} bytes (at most {max})", max = MAX_KEY_BYTES)]
+    KeyTooLong { length: usize },
+    #[error("the key is empty")]
+    EmptyKey,
+    #[error("a value of {length} bytes (at most {max})", max = MAX_VALUE_BYTES)]
+    ValueTooLarge { length: usize },
+    #[error("{count} {what} (at most {max})", max = MAX_OPS_PER_SHARD)]
+    TooMany { what: &'static str, count: usize },
+    #[error("a delete that carries a value")]
+    DeleteWithValue,
+    #[error("shard {shard} is out of range")]
+    BadShard { shard: u32 },
+    #[error("the participants do not include shard {shard}, the one addressed")]
+    NotAParticipant { shard: u32 },
+    #[error("participant shard {shard} is listed twice")]
+    DuplicateParticipant { shard: u32 },
+    #[error("key {key:?} is written twice")]
+    DuplicateWrite { key: Bytes },
+    #[error("the commit timestamp is zero")]
+    ZeroCommitTimestamp,
+    #[error("the transaction id has sequence number 0")]
+    ZeroSequence,
+    #[error("the log record does not decode: {0}")]
+    Undecodable(#[from] prost::DecodeError),
+}
+
+pub fn ts_to_wire(ts: Timestamp) -> proto::Timestamp {
+    proto::Timestamp { time: ts.time, client: ts.client }
+}
+
+pub fn ts_from_wire(ts: Option<proto::Timestamp>) -> Timestamp {
+    ts.map_or(Timestamp::ZERO, |ts| Timestamp::new(ts.time, ts.client))
+}
+
+pub fn txn_to_wire(txn: TxnId) -> proto::TxnId {
+    let (client, seq) = txn_parts(txn);
+    proto::TxnId { client, seq }
+}
+
+pub fn txn_from_wire(txn: Option<proto::TxnId>) -> Result<TxnId, ShardWireError> {
+    let txn = txn.ok_or(ShardWireError::Missing("txn"))?;
+    if txn.seq == 0 {
+        return Err(ShardWireError::ZeroSequence);
+    }
+    Ok(txn_id(txn.client, txn.seq))
+}
+
+pub fn check_key(key: &[u8]) -> Result<(), ShardWireError> {
+    if key.is_empty() {
+        return Err(ShardWireError::EmptyKey);
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(ShardWireError::KeyTooLong { length: key.len() });
+    }
+    Ok(())
+}
+
+pub fn shard_from_wire(shard: u32) -> Result<u32, ShardWireError> {
+    if shard >= MAX_SHARDS {
+        return Err(ShardWireError::BadShard { shard });
+    }
+    Ok(shard)
+}
+
+pub fn write_to_wire(write: &WriteOp) -> proto::Write {
+    proto::Write {
+        key: write.key.to_vec(),
+        value: write.value.as_ref().map(|value| value.to_vec()).unwrap_or_default(),
+        delete: write.value.is_none(),
+    }
+}
+
+fn writes_from_wire(writes: Vec<proto::Write>) -> Result<Vec<WriteOp>, ShardWireError> {
+    if writes.len() > MAX_OPS_PER_SHARD {
+        return Err(ShardWireError::TooMany { what: "writes", count: writes.len() });
+    }
+    let mut out: Vec<WriteOp> = Vec::with_capacity(writes.len());
+    for write in writes {
+        check_key(&write.key)?;
+        if write.value.len() > MAX_VALUE_BYTES {
+            return Err(ShardWireError::ValueTooLarge { length: write.value.len() });
+        }
+        if write.delete && !write.value.is_empty() {
+            return Err(ShardWireError::DeleteWithValue);
+        }
+        let key = Bytes::from(write.key);
+        if out.iter().any(|earlier| earlier.key == key) {
+            return Err(ShardWireError::DuplicateWrite { key });
+        }
+        let value = (!write.delete).then(|| Bytes::from(write.value));
+        out.push(WriteOp { key, value });
+    }
+    Ok(out)
+}
+
+fn reads_from_wire(reads: Vec<proto::Read>) -> Result<Vec<ReadOp>, ShardWireError> {
+    if reads.len() > MAX_OPS_PER_SHARD {
+        return Err(ShardWireError::TooMany { what: "reads", count: reads.len() });
+    }
+    reads
+        .into_iter()
+        .map(|read| {
+            check_key(&read.key)?;
+            Ok(ReadOp { key: Bytes::from(read.key), version: ts_from_wire(read.version) })
+        })
+        .collect()
+}
+
+fn participants_from_wire(shard: u32, participants: Vec<u32>) -> Result<Vec<u32>, ShardWireError> {
+    if participants.len() > MAX_SHARDS as usize {
+        return Err(ShardWireError::TooMany { what: "participants", count: participants.len() });
+    }
+    for (position, participant) in participants.iter().enumerate() {
+        shard_from_wire(*participant)?;
+        if participants[..position].contains(participant) {
+            return Err(ShardWireError::DuplicateParticipant { shard: *participant });
+        }
+    }
+    if !participants.contains(&shard) {
+        return Err(ShardWireError::NotAParticipant { shard });
+    }
+    Ok(participants)
+}
+
+/// A checked prepare: this shard's part of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareRequest {
+    pub shard: u32,
+    pub epoch: u64,
+    pub txn: TxnId,
+    pub commit_ts: Timestamp,
+    pub reads: Vec<ReadOp>,
+    pub writes: Vec<WriteOp>,
+    pub participants: Vec<u32>,
+}
+
+pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, ShardWireError> {
+    let shard = shard_from_wire(prepare.shard)?;
+    let commit_ts = ts_from_wire(prepare.commit_ts);
+    if commit_ts == Timestamp::ZERO {
+        return Err(ShardWireError::ZeroCommitTimestamp);
+    }
+    Ok(PrepareRequest {
+        shard,
+        epoch: prepare.epoch,
+        txn: txn_from_wire(prepare.txn)?,
+        commit_ts,
+        reads: reads_from_wire(prepare.reads)?,
+        writes: writes_from_wire(prepare.writes)?,
+        participants: participants_from_wire(shard, prepare.participants)?,
+    })
+}
+
+pub fn prepare_to_wire(prepare: &PrepareRequest) -> proto::Prepare {
+    proto::Prepare {
+        shard: prepare.shard,
+        epoch: prepare.epoch,
+        txn: Some(txn_to_wire(prepare.txn)),
+        commit_ts: Some(ts_to_wire(prepare.commit_ts)),
+        reads: prepare
+            .reads
+            .iter()
+            .map(|read| proto::Read { key: read.key.to_vec(), version: Some(ts_to_wire(read.version)) })
+            .collect(),
+        writes: prepare.writes.iter().map(write_to_wire).collect(),
+        participants: prepare.participants.clone(),
+    }
+}
+
+pub fn record_to_wire(record: &ShardRecord) -> proto::ShardRecord {
+    use proto::shard_record::Record;
+    let record = match record {
+        ShardRecord::Prepared { txn, commit_ts, writes, participants } => Record::Prepared(proto::PreparedTxn {
+            txn: Some(txn_to_wire(*txn)),
+            commit_ts: Some(ts_to_wire(*commit_ts)),
+            writes: writes.iter().map(write_to_wire).collect(),
+            participants: participants.clone(),
+        }),
+        ShardRecord::Decided { txn, commit } => {
+            Record::Decided(proto::DecidedTxn { txn: Some(txn_to_wire(*txn)), commit: *commit })
+        }
+    };
+    proto::ShardRecord { record: Some(record) }
+}
+
+/// Checks a record replicated to shard `shard`.
+pub fn record_from_wire(shard: u32, record: proto::ShardRecord) -> Result<ShardRecord, ShardWireError> {
+    use proto::shard_record::Record;
+    match record.record.ok_or(ShardWireError::Missing("record"))? {
+        Record::Prepared(prepared) => {
+            let commit_ts = ts_from_wire(prepared.commit_ts);
+            if commit_ts == Timestamp::ZERO {
+                return Err(ShardWireError::ZeroCommitTimestamp);
+            }
+            Ok(ShardRecord::Prepared {
+                txn: txn_from_wire(prepared.txn)?,
+                commit_ts,
+                writes: writes_from_wire(prepared.writes)?,
+                participants: participants_from_wire(shard, prepared.participants)?,
+            })
+        }
+        Record::Decided(decided) => {
+            Ok(ShardRecord::Decided { txn: txn_from_wire(decided.txn)?, commit: decided.commit })
+        }
+    }
+}
+
+/// A replica's log record: the shard and the record.
+pub fn encode_log_record(shard: u32, record: &ShardRecord) -> Vec<u8> {
+    proto::ShardLogRecord { shard, record: Some(record_to_wire(record)) }.encode_to_vec()
+}
+
+pub fn decode_log_record(bytes: &[u8]) -> Result<(u32, ShardRecord), ShardWireError> {
+    let record = proto::ShardLogRecord::decode(bytes)?;
+    let shard = shard_from_wire(record.shard)?;
+    Ok((shard, record_from_wire(shard, record.record.ok_or(ShardWireError::Missing("record"))?)?))
+}
