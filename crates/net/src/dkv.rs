@@ -23,6 +23,7 @@ impl Protocol for Dkv {
             Some(RequestBody::Prepare(_)) => "prepare",
             Some(RequestBody::Decide(_)) => "decide",
             Some(RequestBody::Replicate(_)) => "replicate",
+            Some(RequestBody::Query(_)) => "query",
             None => "empty",
         }
     }
@@ -36,6 +37,7 @@ impl Protocol for Dkv {
             Some(ResponseBody::Value(_)) => "value",
             Some(ResponseBody::Vote(_)) => "vote",
             Some(ResponseBody::WrongEpoch(_)) => "wrong_epoch",
+            Some(ResponseBody::State(_)) => "state",
             Some(ResponseBody::Error(_)) => "error",
             None => "empty",
         }

@@ -143,6 +143,8 @@ pub struct TxnClient {
     pending_attempt: u32,
     results: Vec<ProgramResult>,
     history: Vec<TxnRecord>,
+    /// Every read-write attempt that sent prepares, as it would commit.
+    attempts: Vec<TxnRecord>,
     stats: ClientStats,
 }
 
@@ -162,6 +164,7 @@ impl TxnClient {
             pending_attempt: 1,
             results: Vec::new(),
             history: Vec::new(),
+            attempts: Vec::new(),
             stats: ClientStats::default(),
         }
     }
@@ -173,6 +176,12 @@ impl TxnClient {
     /// The committed transactions, for the history checker.
     pub fn history(&self) -> &[TxnRecord] {
         &self.history
+    }
+
+    /// Every read-write attempt that reached its prepares, committed or not: what a
+    /// participant that terminates a transaction for this client may have committed.
+    pub fn attempts(&self) -> &[TxnRecord] {
+        &self.attempts
     }
 
     pub fn stats(&self) -> &ClientStats {
@@ -308,6 +317,12 @@ impl TxnClient {
         let mut participants: BTreeSet<u32> = active.writes.keys().map(|key| self.config.map.shard_of(key).0).collect();
         participants.extend(active.reads.keys().map(|key| self.config.map.shard_of(key).0));
         let participants: Vec<u32> = participants.into_iter().collect();
+        self.attempts.push(TxnRecord {
+            id: active.txn,
+            commit_ts,
+            reads: active.reads.iter().map(|(key, read)| (key.clone(), read.writer)).collect(),
+            writes: active.writes.keys().cloned().collect(),
+        });
         active.phase = Phase::Preparing {
             commit_ts,
             calls: HashMap::new(),

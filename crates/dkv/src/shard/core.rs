@@ -17,6 +17,8 @@ use virga_net::{Dkv, NetError};
 use virga_storage::TxnId;
 use virga_txn::AbortReason;
 
+mod termination;
+
 use super::replica::{ShardRecord, ShardReplica, TxnStatus, Weakened};
 use super::wire::{self, PrepareRequest};
 use super::{DataIo, DataIoDone, DataStats};
@@ -34,6 +36,11 @@ pub struct DataConfig {
     pub replicate_deadline: Duration,
     /// Pause before replicating again to a backup that did not acknowledge.
     pub retry_after: Duration,
+    /// A transaction prepared here this long with no decision is terminated by this
+    /// primary (its client may have failed).
+    pub termination_after: Duration,
+    /// How often undecided transactions are looked at.
+    pub check_every: Duration,
     pub weakened: Weakened,
 }
 
@@ -45,6 +52,8 @@ impl DataConfig {
             sync: true,
             replicate_deadline: Duration::from_millis(200),
             retry_after: Duration::from_millis(50),
+            termination_after: Duration::from_millis(500),
+            check_every: Duration::from_millis(100),
             weakened: Weakened::default(),
         }
     }
@@ -89,6 +98,15 @@ pub struct DataCore {
     /// Transactions this primary voted abort on, so a retried prepare gets the same vote.
     voted_abort: HashMap<(u32, TxnId), AbortReason>,
     retry_timer: Option<TimerId>,
+    /// Transactions prepared at this primary with no decision yet, and since when.
+    undecided: BTreeMap<(u32, TxnId), Nanos>,
+    terminating: BTreeMap<(u32, TxnId), termination::Terminating>,
+    /// Termination queries in flight: (shard, txn, participant asked).
+    queries: HashMap<CallId, (u32, TxnId, u32)>,
+    /// Decisions this primary sends to other participants, and those to send again.
+    deciding: HashMap<CallId, (u32, TxnId, bool)>,
+    lost_decisions: Vec<(u32, TxnId, bool)>,
+    check_timer: Option<TimerId>,
     stats: DataStats,
     failed: Option<String>,
 }
@@ -117,6 +135,12 @@ impl DataCore {
             calls: HashMap::new(),
             voted_abort: HashMap::new(),
             retry_timer: None,
+            undecided: BTreeMap::new(),
+            terminating: BTreeMap::new(),
+            queries: HashMap::new(),
+            deciding: HashMap::new(),
+            lost_decisions: Vec::new(),
+            check_timer: None,
             stats: DataStats::default(),
             failed: None,
         }
@@ -151,6 +175,11 @@ impl DataCore {
         self.pending.len()
     }
 
+    /// Transactions prepared at this primary and not yet decided.
+    pub fn undecided(&self) -> usize {
+        self.undecided.len()
+    }
+
     /// Device appends in flight or waiting.
     pub fn unlogged(&self) -> usize {
         self.unlogged.len() + usize::from(self.writing.is_some())
@@ -183,11 +212,19 @@ impl DataCore {
         }
     }
 
-    fn on_request(&mut self, from: String, call: CallId, request: proto::Request, out: &mut Vec<Command<Dkv, DataIo>>) {
+    fn on_request(
+        &mut self,
+        now: Nanos,
+        from: String,
+        call: CallId,
+        request: proto::Request,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) {
         let response = match request.body {
             Some(RequestBody::Get(get)) => Some(self.on_get(get)),
+            Some(RequestBody::Query(query)) => self.on_query(&from, call, query),
             Some(RequestBody::Prepare(prepare)) => match wire::prepare_from_wire(prepare) {
-                Ok(prepare) => self.on_prepare(&from, call, prepare, out),
+                Ok(prepare) => self.on_prepare(now, &from, call, prepare, out),
                 Err(error) => Some(ResponseBody::Error(format!("a malformed prepare: {error}"))),
             },
             Some(RequestBody::Decide(decide)) => self.on_decide(&from, call, decide, out),
@@ -227,6 +264,7 @@ impl DataCore {
 
     fn on_prepare(
         &mut self,
+        now: Nanos,
         from: &str,
         call: CallId,
         prepare: PrepareRequest,
@@ -249,6 +287,11 @@ impl DataCore {
             return Some(vote(Err(*reason)));
         }
         let replica = self.replicas.get_mut(&shard)?;
+        // Aborted before its prepare arrived (by its client, or by a termination), in an
+        // earlier life of this node too.
+        if replica.decided_early(txn) == Some(false) {
+            return Some(vote(Err(AbortReason::Coordinator)));
+        }
         // A retried prepare: answer as before, or wait with the first caller.
         if let Some(entry) = replica.txn(txn) {
             return match entry.status {
@@ -269,7 +312,8 @@ impl DataCore {
         }
         self.stats.prepares += 1;
         let record = replica.prepare(txn, prepare.commit_ts, &prepare.reads, prepare.writes, prepare.participants);
-        self.replicate((shard, txn, PendingKind::Prepared), prepare.epoch, record, (from.to_string(), call), out);
+        self.undecided.insert((shard, txn), now);
+        self.replicate((shard, txn, PendingKind::Prepared), prepare.epoch, record, Some((from.to_string(), call)), out);
         None
     }
 
@@ -295,19 +339,21 @@ impl DataCore {
             Some(TxnStatus::Committed | TxnStatus::Aborted) => return Some(ResponseBody::Ack(proto::Ack {})),
             Some(TxnStatus::Prepared) => {}
             // Never prepared here (this primary voted abort, or the prepare was lost):
-            // nothing to undo, but remember an abort so that a late prepare is refused.
+            // nothing to undo, but the abort is logged so that a late prepare is refused,
+            // after a restart too.
             None => {
                 if decide.commit {
                     return Some(ResponseBody::Error(format!("transaction {txn:x} never prepared at shard {shard}")));
                 }
                 self.voted_abort.entry((shard, txn)).or_insert(AbortReason::Coordinator);
-                return Some(ResponseBody::Ack(proto::Ack {}));
+                let record = ShardRecord::Decided { txn, commit: false };
+                replica.apply(&record);
+                let after = AfterLog::Reply { to: from.to_string(), call, response: ResponseBody::Ack(proto::Ack {}) };
+                self.unlogged.push((wire::encode_log_record(shard, &record), after));
+                return None;
             }
         }
-        let record = ShardRecord::Decided { txn, commit: decide.commit };
-        replica.apply(&record);
-        self.stats.decisions += 1;
-        self.replicate((shard, txn, PendingKind::Decided), decide.epoch, record, (from.to_string(), call), out);
+        self.decide_here(shard, txn, decide.commit, Some((from.to_string(), call)), out);
         None
     }
 
@@ -343,9 +389,15 @@ impl DataCore {
         key: PendingKey,
         epoch: u64,
         record: ShardRecord,
-        waiter: (String, CallId),
+        waiter: Option<(String, CallId)>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
+        if let Some(pending) = self.pending.get_mut(&key) {
+            // Already on its way (a decision from the client and from a termination).
+            pending.waiters.extend(waiter);
+            self.settle(key, out);
+            return;
+        }
         self.unlogged.push((wire::encode_log_record(key.0, &record), AfterLog::LocalDurable(key)));
         let pending = Pending {
             record,
@@ -353,7 +405,7 @@ impl DataCore {
             acked: BTreeSet::new(),
             in_flight: BTreeSet::new(),
             local_durable: false,
-            waiters: vec![waiter],
+            waiters: waiter.into_iter().collect(),
             answered: false,
         };
         self.pending.insert(key, pending);
@@ -392,6 +444,17 @@ impl DataCore {
         result: Result<proto::Response, NetError>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
+        if self.queries.contains_key(&call) {
+            self.on_state(call, result.ok().and_then(|response| response.body), out);
+            return;
+        }
+        if let Some(decision) = self.deciding.remove(&call) {
+            if !matches!(result.map(|response| response.body), Ok(Some(ResponseBody::Ack(_)))) {
+                self.lost_decisions.push(decision);
+                self.arm_retry(out);
+            }
+            return;
+        }
         let Some((key, backup)) = self.calls.remove(&call) else { return };
         let Some(pending) = self.pending.get_mut(&key) else { return };
         pending.in_flight.remove(&backup);
@@ -402,13 +465,23 @@ impl DataCore {
             }
             _ => {
                 self.stats.replication_retries += 1;
-                if self.retry_timer.is_none() {
-                    let timer = self.ids.timer();
-                    self.retry_timer = Some(timer);
-                    out.push(Command::SetTimer { timer, after: self.config.retry_after });
-                }
+                self.arm_retry(out);
             }
         }
+    }
+
+    fn arm_retry(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
+        if self.retry_timer.is_none() {
+            let timer = self.ids.timer();
+            self.retry_timer = Some(timer);
+            out.push(Command::SetTimer { timer, after: self.config.retry_after });
+        }
+    }
+
+    fn arm_check(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let timer = self.ids.timer();
+        self.check_timer = Some(timer);
+        out.push(Command::SetTimer { timer, after: self.config.check_every });
     }
 
     /// Answers a pending record's waiters once it is safe, and forgets it once every backup
@@ -418,7 +491,7 @@ impl DataCore {
         let backups = self.config.map.group(ShardId(key.0)).map_or(0, |group| group.backups.len());
         let Some(pending) = self.pending.get_mut(&key) else { return };
         let safe = pending.local_durable && (key.2 == PendingKind::Decided || pending.acked.len() >= f);
-        if safe && !pending.answered {
+        if safe && (!pending.answered || !pending.waiters.is_empty()) {
             pending.answered = true;
             let response = match key.2 {
                 PendingKind::Prepared => vote(Ok(())),
@@ -436,7 +509,7 @@ impl DataCore {
     /// After a restart: a prepare in this primary's log may not have reached f backups
     /// before the crash (its vote was never sent then), so it is replicated again, and a
     /// retried prepare waits for it as the first one would have.
-    fn resume_replication(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
+    fn resume_replication(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, DataIo>>) {
         let mut resumed = Vec::new();
         for (shard, replica) in &self.replicas {
             let Some(group) = self.config.map.group(ShardId(*shard)) else { continue };
@@ -451,6 +524,7 @@ impl DataCore {
                     participants: entry.participants.clone(),
                 };
                 resumed.push(((*shard, txn, PendingKind::Prepared), group.epoch, record));
+                self.undecided.insert((*shard, txn), now);
             }
         }
         for (key, epoch, record) in resumed {
@@ -470,6 +544,9 @@ impl DataCore {
 
     fn on_retry(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
         self.retry_timer = None;
+        for (shard, txn, commit) in std::mem::take(&mut self.lost_decisions) {
+            self.send_decision(shard, txn, commit, out);
+        }
         let keys: Vec<PendingKey> = self.pending.keys().copied().collect();
         for key in keys {
             self.send_replicas(key, out);
@@ -530,16 +607,23 @@ impl Role for DataCore {
     type IoDone = DataIoDone;
     type Input = ();
 
-    fn step(&mut self, _now: Nanos, event: Event<Dkv, DataIoDone, ()>, out: &mut Vec<Command<Dkv, DataIo>>) {
+    fn step(&mut self, now: Nanos, event: Event<Dkv, DataIoDone, ()>, out: &mut Vec<Command<Dkv, DataIo>>) {
         if self.failed.is_some() {
             return;
         }
         match event {
-            Event::Request { from, call, request } => self.on_request(from, call, request, out),
+            Event::Request { from, call, request } => self.on_request(now, from, call, request, out),
             Event::Response { call, result } => self.on_response(call, result, out),
             Event::Timer(timer) if Some(timer) == self.retry_timer => self.on_retry(out),
             Event::IoDone { io, result } => self.on_written(io, result, out),
-            Event::Start => self.resume_replication(out),
+            Event::Start => {
+                self.resume_replication(now, out);
+                self.arm_check(out);
+            }
+            Event::Timer(timer) if Some(timer) == self.check_timer => {
+                self.check_undecided(now, out);
+                self.arm_check(out);
+            }
             Event::Timer(_) | Event::Input(()) => {}
         }
         self.start_write(out);

@@ -46,6 +46,8 @@ pub struct DataStats {
     /// Records logged as a backup.
     pub replicated: u64,
     pub replication_retries: u64,
+    /// Transactions this primary terminated for a silent coordinator.
+    pub terminations: u64,
     /// Requests refused (malformed, wrong epoch, not this node's shard).
     pub refusals: u64,
     /// Device appends completed.

@@ -91,6 +91,9 @@ struct KeyCc {
 pub struct Weakened {
     /// The primary skips Algorithm 1's `latestRead >= ts_commit` check.
     pub skip_latest_read: bool,
+    /// Cooperative termination takes a participant that never received the prepare for
+    /// one that voted commit (breaking rule 2).
+    pub terminate_ignoring_missing_prepare: bool,
 }
 
 /// One shard's replica.
@@ -148,6 +151,11 @@ impl<S: VersionedStore> ShardReplica<S> {
             .collect();
         prepared.sort_unstable_by_key(|(txn, _)| *txn);
         prepared
+    }
+
+    /// A decision that arrived before the transaction's prepare, if any.
+    pub fn decided_early(&self, txn: TxnId) -> Option<bool> {
+        self.early_decisions.get(&txn).copied()
     }
 
     /// How many transactions are prepared and not yet decided.

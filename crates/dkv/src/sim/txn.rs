@@ -99,16 +99,19 @@ pub struct Weakening {
     pub skip_latest_read: bool,
     /// Read-only transactions commit without local validation.
     pub skip_local_validation: bool,
+    /// Cooperative termination commits although a participant never prepared.
+    pub terminate_ignoring_missing_prepare: bool,
 }
 
 impl Weakening {
     /// The name `--weaken` takes, if any.
     pub fn name(&self) -> Option<&'static str> {
-        match (self.skip_latest_read, self.skip_local_validation) {
-            (true, false) => Some("skip-latest-read"),
-            (false, true) => Some("skip-local-validation"),
-            (true, true) => Some("both"),
-            (false, false) => None,
+        match (self.skip_latest_read, self.skip_local_validation, self.terminate_ignoring_missing_prepare) {
+            (false, false, false) => None,
+            (true, false, false) => Some("skip-latest-read"),
+            (false, true, false) => Some("skip-local-validation"),
+            (false, false, true) => Some("terminate-ignoring-missing-prepare"),
+            _ => Some("several"),
         }
     }
 }
@@ -127,6 +130,9 @@ pub struct TxnRunOptions {
     pub fault_window: Duration,
     pub settle: Duration,
     pub clock: SkewProfile,
+    /// Clients that crash for good during the fault window (their prepared transactions
+    /// are then terminated by the primaries).
+    pub client_crashes: bool,
     pub weakening: Weakening,
 }
 
@@ -143,6 +149,7 @@ impl TxnRunOptions {
             fault_window: Duration::from_secs(2),
             settle: Duration::from_secs(20),
             clock: SkewProfile::Ntp,
+            client_crashes: true,
             weakening: Weakening::default(),
         }
     }
@@ -165,6 +172,11 @@ pub struct TxnRunReport {
     /// Programs that aborted on every attempt.
     pub gave_up: usize,
     pub crashes: usize,
+    pub client_crashes: usize,
+    /// Transactions a primary terminated (cooperative termination), and those of them
+    /// committed with no word from their client.
+    pub terminations: u64,
+    pub committed_by_termination: usize,
     pub partitions: usize,
     pub virtual_ms: u64,
     pub events: u64,
@@ -221,7 +233,10 @@ fn open_node(
         return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
     }
     let mut config = DataConfig::new(id, cluster.map.clone());
-    config.weakened = Weakened { skip_latest_read: options.weakening.skip_latest_read };
+    config.weakened = Weakened {
+        skip_latest_read: options.weakening.skip_latest_read,
+        terminate_ignoring_missing_prepare: options.weakening.terminate_ignoring_missing_prepare,
+    };
     let storage: Arc<dyn Storage> = Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
     match open_data_node(config, storage) {
         Ok((mut core, disk)) => {
@@ -252,7 +267,10 @@ fn programs(rng: &mut StdRng, options: &TxnRunOptions) -> Vec<Program> {
         .collect()
 }
 
-fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (SimConfig, Vec<(u64, u64, String)>) {
+/// The seed's crashes: (at, back, node) for backups; (at, client) for clients, for good.
+type Crashes = (Vec<(u64, u64, String)>, Vec<(u64, String)>);
+
+fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (SimConfig, Crashes) {
     let mut net = NetConfig {
         latency_min: Duration::from_micros(100),
         latency_max: Duration::from_millis(2),
@@ -280,6 +298,11 @@ fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (
             crashes.push((at, back, cluster.backups_only[rng.random_range(0..cluster.backups_only.len())].clone()));
         }
     }
+    let mut client_crashes = Vec::new();
+    if options.faults && options.client_crashes && rng.random_bool(0.5) {
+        let at = rng.random_range(ns(Duration::from_millis(20))..ns(options.fault_window));
+        client_crashes.push((at, cluster.clients[rng.random_range(0..cluster.clients.len())].clone()));
+    }
     let config = SimConfig {
         seed: options.seed,
         net,
@@ -287,14 +310,14 @@ fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (
         clock_profile: options.clock,
         max_events: Some(5_000_000),
     };
-    (config, crashes)
+    (config, (crashes, client_crashes))
 }
 
 /// Runs one seed and checks it.
 pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
     let cluster = cluster(options).map_err(|reason| SimError::InvalidConfig { field: "layout".into(), reason })?;
     let mut rng = StdRng::seed_from_u64(options.seed);
-    let (config, crashes) = sim_config(options, &mut rng, &cluster);
+    let (config, (crashes, client_crashes)) = sim_config(options, &mut rng, &cluster);
     let partitions = config.net.partitions.len();
     let mut sim: Sim<DkvNode> = Sim::new(config)?;
     let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
@@ -315,22 +338,69 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         sim.crash_at(*at, id)?;
         sim.restart_at(*back, id)?;
     }
+    for (at, id) in &client_crashes {
+        sim.crash_at(*at, id)?;
+    }
     for client in &cluster.clients {
         sim.input_at(ns(Duration::from_millis(1)), client, programs(&mut rng, options))?;
     }
     let window = ns(options.fault_window);
-    sim.run_while(window + ns(options.settle), |sim| sim.now() < window || !settled(sim, &cluster));
+    let mut seen = ClientViews::default();
+    sim.run_while(window + ns(options.settle), |sim| {
+        seen.observe(sim, &cluster.clients);
+        sim.now() < window || !settled(sim, &cluster)
+    });
+    seen.observe(&sim, &cluster.clients);
     let mut report = TxnRunReport {
         seed: options.seed,
         partitions,
         crashes: crashes.len(),
+        client_crashes: client_crashes.len(),
         virtual_ms: sim.now() / 1_000_000,
         events: sim.stats().events,
         trace_digest: sim.trace_digest(),
         ..TxnRunReport::default()
     };
-    check_run(&sim, &cluster, options, &mut report);
+    check_run(&sim, &cluster, options, &seen, &mut report);
     Ok(report)
+}
+
+/// What each client had done, as last seen before it crashed (or at the end).
+#[derive(Default)]
+struct ClientViews {
+    views: HashMap<String, ClientView>,
+}
+
+#[derive(Default)]
+struct ClientView {
+    results: Vec<crate::client::ProgramResult>,
+    history: Vec<checker::TxnRecord>,
+    attempts: Vec<checker::TxnRecord>,
+    committed: u64,
+    committed_read_only: u64,
+    aborts: u64,
+    outstanding: usize,
+    up: bool,
+}
+
+impl ClientViews {
+    fn observe(&mut self, sim: &Sim<DkvNode>, clients: &[String]) {
+        for id in clients {
+            let view = self.views.entry(id.clone()).or_default();
+            let Some(DkvNode::Client(client)) = sim.core(id) else {
+                view.up = false;
+                continue;
+            };
+            view.up = true;
+            view.results.extend_from_slice(&client.results()[view.results.len()..]);
+            view.history.extend_from_slice(&client.history()[view.history.len()..]);
+            view.attempts.extend_from_slice(&client.attempts()[view.attempts.len()..]);
+            view.committed = client.stats().committed;
+            view.committed_read_only = client.stats().committed_read_only;
+            view.aborts = client.stats().aborts.values().sum();
+            view.outstanding = client.outstanding();
+        }
+    }
 }
 
 /// Every client has finished its programs and decisions, and every primary has replicated
@@ -342,24 +412,28 @@ fn settled(sim: &Sim<DkvNode>, cluster: &Cluster) -> bool {
         )
 }
 
-fn check_run(sim: &Sim<DkvNode>, cluster: &Cluster, options: &TxnRunOptions, report: &mut TxnRunReport) {
+fn check_run(
+    sim: &Sim<DkvNode>,
+    cluster: &Cluster,
+    options: &TxnRunOptions,
+    seen: &ClientViews,
+    report: &mut TxnRunReport,
+) {
     let total = INITIAL_BALANCE * options.accounts as u64;
     let mut history = Vec::new();
+    let mut attempts = Vec::new();
     for id in &cluster.clients {
-        let Some(DkvNode::Client(client)) = sim.core(id) else {
-            report.violations.push(format!("client {id} is down at the end"));
-            continue;
-        };
-        report.programs += client.results().len();
-        report.committed += client.stats().committed;
-        report.committed_read_only += client.stats().committed_read_only;
-        report.aborted_attempts += client.stats().aborts.values().sum::<u64>();
-        if client.outstanding() > 0 {
+        let Some(view) = seen.views.get(id) else { continue };
+        report.programs += view.results.len();
+        report.committed += view.committed;
+        report.committed_read_only += view.committed_read_only;
+        report.aborted_attempts += view.aborts;
+        if view.up && view.outstanding > 0 {
             report
                 .violations
-                .push(format!("liveness: {id} has {} programs or decisions outstanding", client.outstanding()));
+                .push(format!("liveness: {id} has {} programs or decisions outstanding", view.outstanding));
         }
-        for result in client.results() {
+        for result in &view.results {
             match &result.outcome {
                 ProgramOutcome::Aborted { .. } => report.gave_up += 1,
                 ProgramOutcome::Committed { txn, read_only: true, .. } if result.reads.len() == options.accounts => {
@@ -373,12 +447,37 @@ fn check_run(sim: &Sim<DkvNode>, cluster: &Cluster, options: &TxnRunOptions, rep
                 ProgramOutcome::Committed { .. } => {}
             }
         }
-        history.extend(client.history().iter().cloned());
+        history.extend(view.history.iter().cloned());
+        attempts.extend(view.attempts.iter().cloned());
     }
+    // Attempts their clients never heard the end of, committed by a primary's termination.
+    let known: std::collections::HashSet<u64> = history.iter().map(|txn| txn.id).collect();
+    for attempt in attempts.into_iter().filter(|attempt| !known.contains(&attempt.id)) {
+        if committed_at_a_primary(sim, cluster, attempt.id) {
+            report.committed_by_termination += 1;
+            history.push(attempt);
+        }
+    }
+    report.terminations = cluster
+        .data
+        .iter()
+        .filter_map(|id| match sim.core(id) {
+            Some(DkvNode::Data(core)) => Some(core.stats().terminations),
+            _ => None,
+        })
+        .sum();
     if let Err(violation) = checker::check(&history) {
         report.violations.push(format!("serializability: {violation}"));
     }
     check_stores(sim, cluster, &history, total, report);
+}
+
+/// Whether some shard primary holds `txn` as committed.
+fn committed_at_a_primary(sim: &Sim<DkvNode>, cluster: &Cluster, txn: u64) -> bool {
+    cluster.map.groups().iter().enumerate().any(|(shard, group)| {
+        matches!(sim.core(&group.primary), Some(DkvNode::Data(core))
+            if core.replica(shard as u32).and_then(|replica| replica.txn(txn)).map(|entry| entry.status) == Some(TxnStatus::Committed))
+    })
 }
 
 /// The primaries hold every committed write and the total; the backups every committed

@@ -1,0 +1,195 @@
+//! Cooperative termination (MILANA §3.3): a transaction prepared at this primary whose
+//! decision does not come within `termination_after` (its client, the coordinator, may have
+//! failed) is decided by this primary from what every participant primary knows of it:
+//!
+//! 1. a participant received the decision: follow it;
+//! 2. a participant never received the prepare: abort (it refuses the prepare from then on);
+//! 3. a participant voted abort: abort;
+//! 4. every participant voted commit: commit.
+//!
+//! The decision is then applied here as if the client had sent it, and sent to the other
+//! participants, retried until each acknowledges.
+
+use std::collections::BTreeMap;
+
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Nanos};
+use virga_net::Dkv;
+use virga_storage::TxnId;
+use virga_txn::AbortReason;
+
+use super::{AfterLog, DataCore, PendingKind};
+use crate::layout::ShardId;
+use crate::shard::replica::{ShardRecord, TxnStatus};
+use crate::shard::wire;
+use crate::shard::DataIo;
+
+/// A termination in progress: the phases heard so far, by participant.
+#[derive(Debug, Default)]
+pub(super) struct Terminating {
+    pub(super) heard: BTreeMap<u32, proto::TxnPhase>,
+    pub(super) calls: Vec<CallId>,
+}
+
+impl DataCore {
+    /// Answers another primary's query: what this primary knows of `txn`. A transaction it
+    /// never saw is refused from now on (logged before the answer), so rule 2 holds.
+    pub(super) fn on_query(&mut self, from: &str, call: CallId, query: proto::TxnQuery) -> Option<ResponseBody> {
+        let txn = match wire::txn_from_wire(query.txn) {
+            Ok(txn) => txn,
+            Err(error) => return Some(ResponseBody::Error(format!("a malformed query: {error}"))),
+        };
+        let shard = query.shard;
+        if let Err(refusal) = self.primary_of(shard, query.epoch) {
+            return Some(refusal);
+        }
+        let known = self.replicas.get(&shard)?.txn(txn).map(|entry| entry.status);
+        let phase = match known {
+            Some(TxnStatus::Committed) => proto::TxnPhase::Committed,
+            Some(TxnStatus::Aborted) => proto::TxnPhase::Aborted,
+            Some(TxnStatus::Prepared) => proto::TxnPhase::Prepared,
+            None if self.voted_abort.contains_key(&(shard, txn)) => proto::TxnPhase::VotedAbort,
+            None => {
+                self.voted_abort.insert((shard, txn), AbortReason::Coordinator);
+                let record = ShardRecord::Decided { txn, commit: false };
+                let response = state(proto::TxnPhase::NeverPrepared);
+                let after = AfterLog::Reply { to: from.to_string(), call, response };
+                self.unlogged.push((wire::encode_log_record(shard, &record), after));
+                return None;
+            }
+        };
+        Some(state(phase))
+    }
+
+    /// Starts terminating every transaction prepared here longer than `termination_after`
+    /// ago with no decision.
+    pub(super) fn check_undecided(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let after = self.config.termination_after.as_nanos() as u64;
+        let due: Vec<(u32, TxnId)> = self
+            .undecided
+            .iter()
+            .filter(|(key, since)| now.saturating_sub(**since) >= after && !self.terminating.contains_key(key))
+            .map(|(key, _)| *key)
+            .collect();
+        for (shard, txn) in due {
+            let Some(entry) = self.replicas.get(&shard).and_then(|replica| replica.txn(txn)) else { continue };
+            if entry.status != TxnStatus::Prepared {
+                self.undecided.remove(&(shard, txn));
+                continue;
+            }
+            self.stats.terminations += 1;
+            let others: Vec<u32> = entry.participants.iter().copied().filter(|other| *other != shard).collect();
+            let mut terminating = Terminating::default();
+            terminating.heard.insert(shard, proto::TxnPhase::Prepared);
+            for other in others {
+                let Some(group) = self.config.map.group(ShardId(other)) else { continue };
+                let call = self.ids.call();
+                self.queries.insert(call, (shard, txn, other));
+                terminating.calls.push(call);
+                let query = proto::TxnQuery { shard: other, epoch: group.epoch, txn: Some(wire::txn_to_wire(txn)) };
+                out.push(Command::Call {
+                    to: group.primary.clone(),
+                    call,
+                    request: proto::Request { body: Some(RequestBody::Query(query)) },
+                    deadline: self.config.replicate_deadline,
+                });
+            }
+            self.terminating.insert((shard, txn), terminating);
+            self.conclude(shard, txn, out);
+        }
+    }
+
+    /// A participant's answer to a query (or none: the termination is started again later).
+    pub(super) fn on_state(&mut self, call: CallId, body: Option<ResponseBody>, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let Some((shard, txn, other)) = self.queries.remove(&call) else { return };
+        let Some(terminating) = self.terminating.get_mut(&(shard, txn)) else { return };
+        terminating.calls.retain(|pending| *pending != call);
+        match body {
+            Some(ResponseBody::State(reply)) => {
+                let phase = proto::TxnPhase::try_from(reply.phase).unwrap_or(proto::TxnPhase::Prepared);
+                terminating.heard.insert(other, phase);
+                self.conclude(shard, txn, out);
+            }
+            // No answer: forget this round; the next check starts another.
+            _ => {
+                if terminating.calls.is_empty() {
+                    self.terminating.remove(&(shard, txn));
+                }
+            }
+        }
+    }
+
+    /// Decides once the rules allow: at once on a decision or an abort vote, or when every
+    /// participant has answered Prepared.
+    fn conclude(&mut self, shard: u32, txn: TxnId, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let Some(terminating) = self.terminating.get(&(shard, txn)) else { return };
+        let Some(entry) = self.replicas.get(&shard).and_then(|replica| replica.txn(txn)) else { return };
+        let participants = entry.participants.clone();
+        let weakened = self.config.weakened.terminate_ignoring_missing_prepare;
+        let heard: BTreeMap<u32, proto::TxnPhase> = terminating
+            .heard
+            .iter()
+            .map(|(shard, phase)| match phase {
+                proto::TxnPhase::NeverPrepared if weakened => (*shard, proto::TxnPhase::Prepared),
+                phase => (*shard, *phase),
+            })
+            .collect();
+        let phases: Vec<proto::TxnPhase> = heard.values().copied().collect();
+        let commit = if phases.contains(&proto::TxnPhase::Committed) {
+            true
+        } else if phases.iter().any(|phase| {
+            matches!(phase, proto::TxnPhase::Aborted | proto::TxnPhase::VotedAbort | proto::TxnPhase::NeverPrepared)
+        }) {
+            false
+        } else if participants
+            .iter()
+            .all(|participant| terminating.heard.get(participant) == Some(&proto::TxnPhase::Prepared))
+        {
+            true
+        } else {
+            return;
+        };
+        self.terminating.remove(&(shard, txn));
+        self.decide_here(shard, txn, commit, None, out);
+        for other in participants.into_iter().filter(|other| *other != shard) {
+            self.send_decision(other, txn, commit, out);
+        }
+    }
+
+    /// Applies a decision to this primary's replica, logs and replicates it; the waiter, if
+    /// any, is answered once it is durable here.
+    pub(super) fn decide_here(
+        &mut self,
+        shard: u32,
+        txn: TxnId,
+        commit: bool,
+        waiter: Option<(String, CallId)>,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) {
+        let Some(epoch) = self.config.map.group(ShardId(shard)).map(|group| group.epoch) else { return };
+        let Some(replica) = self.replicas.get_mut(&shard) else { return };
+        let record = ShardRecord::Decided { txn, commit };
+        replica.apply(&record);
+        self.undecided.remove(&(shard, txn));
+        self.stats.decisions += 1;
+        self.replicate((shard, txn, PendingKind::Decided), epoch, record, waiter, out);
+    }
+
+    /// Sends a decision to another participant's primary, retried until acknowledged.
+    pub(super) fn send_decision(&mut self, shard: u32, txn: TxnId, commit: bool, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let Some(group) = self.config.map.group(ShardId(shard)) else { return };
+        let call = self.ids.call();
+        self.deciding.insert(call, (shard, txn, commit));
+        let decide = proto::Decide { shard, epoch: group.epoch, txn: Some(wire::txn_to_wire(txn)), commit };
+        out.push(Command::Call {
+            to: group.primary.clone(),
+            call,
+            request: proto::Request { body: Some(RequestBody::Decide(decide)) },
+            deadline: self.config.replicate_deadline,
+        });
+    }
+}
+
+fn state(phase: proto::TxnPhase) -> ResponseBody {
+    ResponseBody::State(proto::TxnState { phase: phase as i32 })
+}
