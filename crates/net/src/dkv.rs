@@ -24,6 +24,8 @@ impl Protocol for Dkv {
             Some(RequestBody::Decide(_)) => "decide",
             Some(RequestBody::Replicate(_)) => "replicate",
             Some(RequestBody::Query(_)) => "query",
+            Some(RequestBody::Lease(_)) => "lease",
+            Some(RequestBody::Fetch(_)) => "fetch",
             None => "empty",
         }
     }
@@ -38,6 +40,8 @@ impl Protocol for Dkv {
             Some(ResponseBody::Vote(_)) => "vote",
             Some(ResponseBody::WrongEpoch(_)) => "wrong_epoch",
             Some(ResponseBody::State(_)) => "state",
+            Some(ResponseBody::Grant(_)) => "grant",
+            Some(ResponseBody::Table(_)) => "table",
             Some(ResponseBody::Error(_)) => "error",
             None => "empty",
         }

@@ -17,6 +17,8 @@ use virga_net::{Dkv, NetError};
 use virga_storage::TxnId;
 use virga_txn::AbortReason;
 
+mod lease;
+mod takeover;
 mod termination;
 
 use super::replica::{ShardRecord, ShardReplica, TxnStatus, Weakened};
@@ -39,8 +41,23 @@ pub struct DataConfig {
     /// A transaction prepared here this long with no decision is terminated by this
     /// primary (its client may have failed).
     pub termination_after: Duration,
-    /// How often undecided transactions are looked at.
+    /// How often undecided transactions, leases and the primaries' liveness are looked at.
     pub check_every: Duration,
+    /// The configuration service's replicas (empty: the map never changes).
+    pub config_replicas: Vec<String>,
+    /// This node's session at the configuration service (unique per node and restart).
+    pub session: String,
+    /// Primaries serve reads under a lease from f backups, and a primary taking over
+    /// refuses commit timestamps at or below the leases granted. Off only to show the
+    /// anomaly it prevents.
+    pub leases: bool,
+    /// How far ahead of its clock a primary asks its lease to reach.
+    pub lease_length: Duration,
+    /// A backup that hears no lease request from its primary this long proposes to take
+    /// over (the i-th backup waits i + 1 times this).
+    pub suspect_after: Duration,
+    /// How often the map is fetched from the configuration service.
+    pub map_every: Duration,
     pub weakened: Weakened,
 }
 
@@ -54,6 +71,12 @@ impl DataConfig {
             retry_after: Duration::from_millis(50),
             termination_after: Duration::from_millis(500),
             check_every: Duration::from_millis(100),
+            config_replicas: Vec::new(),
+            session: String::new(),
+            leases: true,
+            lease_length: Duration::from_millis(400),
+            suspect_after: Duration::from_millis(800),
+            map_every: Duration::from_millis(300),
             weakened: Weakened::default(),
         }
     }
@@ -89,6 +112,8 @@ enum AfterLog {
 
 pub struct DataCore {
     config: DataConfig,
+    /// The newest map this node knows.
+    map: ShardMap,
     replicas: BTreeMap<u32, ShardReplica>,
     ids: Ids,
     unlogged: Vec<(Vec<u8>, AfterLog)>,
@@ -107,6 +132,14 @@ pub struct DataCore {
     deciding: HashMap<CallId, (u32, TxnId, bool)>,
     lost_decisions: Vec<(u32, TxnId, bool)>,
     check_timer: Option<TimerId>,
+    /// Leases, shard primaries taking over, and the link to the configuration service.
+    leases: lease::Leases,
+    takeovers: BTreeMap<u32, takeover::Takeover>,
+    /// Fetches in flight, by shard taken over.
+    fetches: HashMap<CallId, u32>,
+    link: lease::ConfigLink,
+    /// The clock at the step being handled.
+    now: Nanos,
     stats: DataStats,
     failed: Option<String>,
 }
@@ -126,6 +159,8 @@ impl DataCore {
             }
         }
         DataCore {
+            map: config.map.clone(),
+            link: lease::ConfigLink::new(&config),
             config,
             replicas,
             ids: Ids::default(),
@@ -141,6 +176,10 @@ impl DataCore {
             deciding: HashMap::new(),
             lost_decisions: Vec::new(),
             check_timer: None,
+            leases: lease::Leases::default(),
+            takeovers: BTreeMap::new(),
+            fetches: HashMap::new(),
+            now: 0,
             stats: DataStats::default(),
             failed: None,
         }
@@ -156,7 +195,7 @@ impl DataCore {
 
     /// Loads initial data into the replicas of `key`'s shard on this node (before the run).
     pub fn load(&mut self, key: Bytes, value: Bytes) {
-        let shard = self.config.map.shard_of(&key).0;
+        let shard = self.map.shard_of(&key).0;
         if let Some(replica) = self.replicas.get_mut(&shard) {
             replica.load(key, value);
         }
@@ -187,7 +226,11 @@ impl DataCore {
 
     /// This node's role in `shard` at `epoch`, if the map gives it one there.
     fn role(&self, shard: u32, epoch: u64) -> Result<ReplicaRole, ResponseBody> {
-        let group = self.config.map.group(ShardId(shard));
+        let fence = self.replicas.get(&shard).map_or(0, |replica| replica.fence());
+        if epoch < fence {
+            return Err(ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: fence }));
+        }
+        let group = self.map.group(ShardId(shard));
         match group {
             Some(group) if group.epoch == epoch => {
                 if group.primary == self.config.node {
@@ -205,6 +248,9 @@ impl DataCore {
 
     fn primary_of(&self, shard: u32, epoch: u64) -> Result<(), ResponseBody> {
         match self.role(shard, epoch)? {
+            ReplicaRole::Primary if self.takeovers.contains_key(&shard) => {
+                Err(ResponseBody::Error(format!("{} is taking over shard {shard}; retry", self.config.node)))
+            }
             ReplicaRole::Primary => Ok(()),
             ReplicaRole::Backup => {
                 Err(ResponseBody::Error(format!("{} is a backup of shard {shard}, not its primary", self.config.node)))
@@ -223,6 +269,8 @@ impl DataCore {
         let response = match request.body {
             Some(RequestBody::Get(get)) => Some(self.on_get(get)),
             Some(RequestBody::Query(query)) => self.on_query(&from, call, query),
+            Some(RequestBody::Lease(lease)) => self.on_lease_request(now, &from, call, lease),
+            Some(RequestBody::Fetch(fetch)) => self.on_fetch(&from, call, fetch),
             Some(RequestBody::Prepare(prepare)) => match wire::prepare_from_wire(prepare) {
                 Ok(prepare) => self.on_prepare(now, &from, call, prepare, out),
                 Err(error) => Some(ResponseBody::Error(format!("a malformed prepare: {error}"))),
@@ -245,14 +293,19 @@ impl DataCore {
         if let Err(refusal) = self.primary_of(get.shard, get.epoch) {
             return refusal;
         }
-        if self.config.map.shard_of(&get.key).0 != get.shard {
+        if self.map.shard_of(&get.key).0 != get.shard {
             return ResponseBody::Error(format!("the key is not in shard {}", get.shard));
+        }
+        let ts = wire::ts_from_wire(get.ts);
+        if !self.under_lease(get.shard, ts) {
+            self.stats.lease_refusals += 1;
+            return ResponseBody::Error(format!("the lease of shard {} does not cover {ts} yet; retry", get.shard));
         }
         let Some(replica) = self.replicas.get_mut(&get.shard) else {
             return ResponseBody::Error(format!("no replica of shard {}", get.shard));
         };
         self.stats.gets += 1;
-        let found = replica.get(&Bytes::from(get.key), wire::ts_from_wire(get.ts));
+        let found = replica.get(&Bytes::from(get.key), ts);
         ResponseBody::Value(proto::GetReply {
             found: found.value.is_some(),
             value: found.value.map(|value| value.to_vec()).unwrap_or_default(),
@@ -279,7 +332,7 @@ impl DataCore {
             .iter()
             .map(|write| &write.key)
             .chain(prepare.reads.iter().map(|read| &read.key))
-            .find(|key| self.config.map.shard_of(key).0 != shard)
+            .find(|key| self.map.shard_of(key).0 != shard)
         {
             return Some(ResponseBody::Error(format!("key {key:?} is not in shard {shard}")));
         }
@@ -371,6 +424,9 @@ impl DataCore {
             .ok_or(wire::ShardWireError::Missing("record"))
             .and_then(|record| wire::record_from_wire(shard, record))
         {
+            Ok(ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. }) => {
+                return Some(ResponseBody::Error("lease and fence records are a replica's own".to_string()))
+            }
             Ok(record) => record,
             Err(error) => return Some(ResponseBody::Error(format!("a malformed replicated record: {error}"))),
         };
@@ -415,7 +471,7 @@ impl DataCore {
     /// Sends a pending record to each backup that has neither acknowledged it nor a call in
     /// flight.
     fn send_replicas(&mut self, key: PendingKey, out: &mut Vec<Command<Dkv, DataIo>>) {
-        let Some(group) = self.config.map.group(ShardId(key.0)) else { return };
+        let Some(group) = self.map.group(ShardId(key.0)) else { return };
         let Some(pending) = self.pending.get_mut(&key) else { return };
         for backup in &group.backups {
             if pending.acked.contains(backup) || pending.in_flight.contains(backup) {
@@ -446,6 +502,14 @@ impl DataCore {
     ) {
         if self.queries.contains_key(&call) {
             self.on_state(call, result.ok().and_then(|response| response.body), out);
+            return;
+        }
+        if self.fetches.contains_key(&call) {
+            let now = self.now;
+            self.on_table(now, call, result.ok().and_then(|response| response.body), out);
+            return;
+        }
+        if self.on_link_response(self.now, call, result.as_ref().ok().and_then(|response| response.body.clone()), out) {
             return;
         }
         if let Some(decision) = self.deciding.remove(&call) {
@@ -487,8 +551,8 @@ impl DataCore {
     /// Answers a pending record's waiters once it is safe, and forgets it once every backup
     /// has it.
     fn settle(&mut self, key: PendingKey, out: &mut Vec<Command<Dkv, DataIo>>) {
-        let f = self.config.map.f();
-        let backups = self.config.map.group(ShardId(key.0)).map_or(0, |group| group.backups.len());
+        let f = self.map.f();
+        let backups = self.map.group(ShardId(key.0)).map_or(0, |group| group.backups.len());
         let Some(pending) = self.pending.get_mut(&key) else { return };
         let safe = pending.local_durable && (key.2 == PendingKind::Decided || pending.acked.len() >= f);
         if safe && (!pending.answered || !pending.waiters.is_empty()) {
@@ -512,7 +576,7 @@ impl DataCore {
     fn resume_replication(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, DataIo>>) {
         let mut resumed = Vec::new();
         for (shard, replica) in &self.replicas {
-            let Some(group) = self.config.map.group(ShardId(*shard)) else { continue };
+            let Some(group) = self.map.group(ShardId(*shard)) else { continue };
             if group.primary != self.config.node {
                 continue;
             }
@@ -611,6 +675,7 @@ impl Role for DataCore {
         if self.failed.is_some() {
             return;
         }
+        self.now = now;
         match event {
             Event::Request { from, call, request } => self.on_request(now, from, call, request, out),
             Event::Response { call, result } => self.on_response(call, result, out),
@@ -618,10 +683,28 @@ impl Role for DataCore {
             Event::IoDone { io, result } => self.on_written(io, result, out),
             Event::Start => {
                 self.resume_replication(now, out);
+                // A primary (re)starting knows neither the reads it served nor what its
+                // backups hold that it lost: it takes over its own shards.
+                let led: Vec<(u32, u64)> = self
+                    .map
+                    .groups()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, group)| group.primary == self.config.node)
+                    .map(|(shard, group)| (shard as u32, group.epoch))
+                    .collect();
+                for (shard, epoch) in led {
+                    self.start_takeover(shard, epoch, out);
+                }
                 self.arm_check(out);
             }
             Event::Timer(timer) if Some(timer) == self.check_timer => {
                 self.check_undecided(now, out);
+                self.lease_tick(now, out);
+                let taking: Vec<u32> = self.takeovers.keys().copied().collect();
+                for shard in taking {
+                    self.send_fetches(shard, out);
+                }
                 self.arm_check(out);
             }
             Event::Timer(_) | Event::Input(()) => {}

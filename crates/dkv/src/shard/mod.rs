@@ -48,6 +48,14 @@ pub struct DataStats {
     pub replication_retries: u64,
     /// Transactions this primary terminated for a silent coordinator.
     pub terminations: u64,
+    /// Failovers this node proposed, shards it took over, records it merged doing so, and
+    /// newer maps it adopted.
+    pub failovers_proposed: u64,
+    pub takeovers: u64,
+    pub merged_records: u64,
+    pub maps_adopted: u64,
+    /// Reads refused because the primary's lease did not cover their timestamp.
+    pub lease_refusals: u64,
     /// Requests refused (malformed, wrong epoch, not this node's shard).
     pub refusals: u64,
     /// Device appends completed.

@@ -63,6 +63,11 @@ pub enum ShardRecord {
     Prepared { txn: TxnId, commit_ts: Timestamp, writes: Vec<WriteOp>, participants: Vec<u32> },
     /// The coordinator's decision.
     Decided { txn: TxnId, commit: bool },
+    /// This backup granted the primary of `epoch` a read lease up to `until`.
+    LeaseGranted { epoch: u64, until: Timestamp },
+    /// This replica answered the fetch of the primary of `epoch`: it takes no record of an
+    /// older epoch from then on.
+    Fence { epoch: u64 },
 }
 
 /// What a get found.
@@ -99,6 +104,15 @@ pub struct Weakened {
 /// One shard's replica.
 pub struct ShardReplica<S: VersionedStore = MvStore> {
     store: S,
+    /// The data loaded before any transaction (version zero), to rebuild the store from.
+    initial: BTreeMap<Bytes, Bytes>,
+    /// The largest read lease this replica granted (as a backup), and the epoch below which
+    /// it takes no record.
+    lease_granted: Timestamp,
+    fence: u64,
+    /// Commit timestamps at or below this are refused: a primary that took over may not
+    /// know the reads its predecessor served under its lease.
+    commit_floor: Timestamp,
     cc: HashMap<Bytes, KeyCc>,
     txns: HashMap<TxnId, TxnEntry>,
     /// Decisions replicated before their prepare (a backup's unordered records).
@@ -122,6 +136,10 @@ impl<S: VersionedStore> ShardReplica<S> {
     pub fn on(store: S) -> ShardReplica<S> {
         ShardReplica {
             store,
+            initial: BTreeMap::new(),
+            lease_granted: Timestamp::ZERO,
+            fence: 0,
+            commit_floor: Timestamp::ZERO,
             cc: HashMap::new(),
             txns: HashMap::new(),
             early_decisions: HashMap::new(),
@@ -166,7 +184,87 @@ impl<S: VersionedStore> ShardReplica<S> {
     /// Loads a committed version outside any transaction (initial data).
     pub fn load(&mut self, key: Bytes, value: Bytes) {
         let entry = self.store.entry(&key);
-        self.store.reset(&entry, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value) });
+        self.store.reset(&entry, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value.clone()) });
+        self.initial.insert(key, value);
+    }
+
+    pub fn lease_granted(&self) -> Timestamp {
+        self.lease_granted
+    }
+
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    pub fn commit_floor(&self) -> Timestamp {
+        self.commit_floor
+    }
+
+    /// Every transaction this replica holds, as the records that rebuild it.
+    pub fn records(&self) -> Vec<ShardRecord> {
+        let mut txns: Vec<(&TxnId, &TxnEntry)> = self.txns.iter().collect();
+        txns.sort_unstable_by_key(|(txn, _)| **txn);
+        let mut records = Vec::with_capacity(txns.len() * 2);
+        for (txn, entry) in txns {
+            records.push(ShardRecord::Prepared {
+                txn: *txn,
+                commit_ts: entry.commit_ts,
+                writes: entry.writes.clone(),
+                participants: entry.participants.clone(),
+            });
+            match entry.status {
+                TxnStatus::Prepared => {}
+                TxnStatus::Committed => records.push(ShardRecord::Decided { txn: *txn, commit: true }),
+                TxnStatus::Aborted => records.push(ShardRecord::Decided { txn: *txn, commit: false }),
+            }
+        }
+        let mut early: Vec<(&TxnId, &bool)> = self.early_decisions.iter().collect();
+        early.sort_unstable();
+        records.extend(early.into_iter().map(|(txn, commit)| ShardRecord::Decided { txn: *txn, commit: *commit }));
+        records
+    }
+
+    /// Makes this replica serve after a takeover (Algorithm 2's end): versions rebuilt from
+    /// the initial data and every committed transaction in commit order (a backup may have
+    /// received its decisions in another order), prepared transactions holding their keys,
+    /// no read remembered, and commit timestamps at or below `floor` refused.
+    pub fn take_over(&mut self, floor: Timestamp)
+    where
+        S: Default,
+    {
+        let store = S::default();
+        for (key, value) in &self.initial {
+            let entry = store.entry(key);
+            store.reset(&entry, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value.clone()) });
+        }
+        self.store = store;
+        self.cc.clear();
+        let committed: Vec<(TxnId, Timestamp, Vec<WriteOp>)> = self
+            .committed_in_order()
+            .into_iter()
+            .map(|(txn, entry)| (txn, entry.commit_ts, entry.writes.clone()))
+            .collect();
+        for (txn, commit_ts, writes) in committed {
+            for write in writes {
+                let entry = self.store.entry(&write.key);
+                let _ = self.store.install(
+                    &entry,
+                    Version { ts: commit_ts, writer: txn, value: write.value },
+                    Timestamp::ZERO,
+                );
+            }
+        }
+        let prepared: Vec<(TxnId, Timestamp, Vec<Bytes>)> = self
+            .prepared()
+            .into_iter()
+            .map(|(txn, entry)| (txn, entry.commit_ts, entry.writes.iter().map(|write| write.key.clone()).collect()))
+            .collect();
+        for (txn, commit_ts, keys) in prepared {
+            for key in keys {
+                self.cc.entry(key).or_default().prepared = Some((txn, commit_ts));
+            }
+        }
+        self.commit_floor = self.commit_floor.max(floor);
     }
 
     /// MILANA's get at `ts`: the youngest committed version at or below it, whether a
@@ -217,6 +315,11 @@ impl<S: VersionedStore> ShardReplica<S> {
             if self.newest(&write.key) >= commit_ts {
                 return Err(AbortReason::WriteStale);
             }
+        }
+        // After a takeover: a read the old primary served under its lease may lie at or
+        // above this commit timestamp, and its latest-read state is gone.
+        if !writes.is_empty() && commit_ts <= self.commit_floor {
+            return Err(AbortReason::WriteAfterRead);
         }
         Ok(())
     }
@@ -271,6 +374,8 @@ impl<S: VersionedStore> ShardReplica<S> {
                     self.early_decisions.insert(*txn, *commit);
                 }
             }
+            ShardRecord::LeaseGranted { until, .. } => self.lease_granted = self.lease_granted.max(*until),
+            ShardRecord::Fence { epoch } => self.fence = self.fence.max(*epoch),
         }
     }
 

@@ -202,6 +202,10 @@ pub fn record_to_wire(record: &ShardRecord) -> proto::ShardRecord {
         ShardRecord::Decided { txn, commit } => {
             Record::Decided(proto::DecidedTxn { txn: Some(txn_to_wire(*txn)), commit: *commit })
         }
+        ShardRecord::LeaseGranted { epoch, until } => {
+            Record::Lease(proto::LeaseGranted { epoch: *epoch, until: Some(ts_to_wire(*until)) })
+        }
+        ShardRecord::Fence { epoch } => Record::Fence(proto::Fence { epoch: *epoch }),
     };
     proto::ShardRecord { record: Some(record) }
 }
@@ -225,6 +229,8 @@ pub fn record_from_wire(shard: u32, record: proto::ShardRecord) -> Result<ShardR
         Record::Decided(decided) => {
             Ok(ShardRecord::Decided { txn: txn_from_wire(decided.txn)?, commit: decided.commit })
         }
+        Record::Lease(lease) => Ok(ShardRecord::LeaseGranted { epoch: lease.epoch, until: ts_from_wire(lease.until) }),
+        Record::Fence(fence) => Ok(ShardRecord::Fence { epoch: fence.epoch }),
     }
 }
 

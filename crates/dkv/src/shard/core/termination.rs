@@ -82,7 +82,7 @@ impl DataCore {
             let mut terminating = Terminating::default();
             terminating.heard.insert(shard, proto::TxnPhase::Prepared);
             for other in others {
-                let Some(group) = self.config.map.group(ShardId(other)) else { continue };
+                let Some(group) = self.map.group(ShardId(other)) else { continue };
                 let call = self.ids.call();
                 self.queries.insert(call, (shard, txn, other));
                 terminating.calls.push(call);
@@ -166,7 +166,7 @@ impl DataCore {
         waiter: Option<(String, CallId)>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
-        let Some(epoch) = self.config.map.group(ShardId(shard)).map(|group| group.epoch) else { return };
+        let Some(epoch) = self.map.group(ShardId(shard)).map(|group| group.epoch) else { return };
         let Some(replica) = self.replicas.get_mut(&shard) else { return };
         let record = ShardRecord::Decided { txn, commit };
         replica.apply(&record);
@@ -177,7 +177,7 @@ impl DataCore {
 
     /// Sends a decision to another participant's primary, retried until acknowledged.
     pub(super) fn send_decision(&mut self, shard: u32, txn: TxnId, commit: bool, out: &mut Vec<Command<Dkv, DataIo>>) {
-        let Some(group) = self.config.map.group(ShardId(shard)) else { return };
+        let Some(group) = self.map.group(ShardId(shard)) else { return };
         let call = self.ids.call();
         self.deciding.insert(call, (shard, txn, commit));
         let decide = proto::Decide { shard, epoch: group.epoch, txn: Some(wire::txn_to_wire(txn)), commit };

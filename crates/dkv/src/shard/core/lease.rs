@@ -1,0 +1,311 @@
+//! Leases, failure suspicion and the map.
+//!
+//! A primary asks its backups, every check, for a read lease reaching `lease_length`
+//! ahead of its clock; a backup grants it durably. The lease is the timestamp at least f
+//! backups granted, and the primary serves a read at `ts` only below it. Leases are in
+//! timestamp space: safety needs no clock agreement, only that a primary taking over refuses
+//! commit timestamps at or below every lease granted (it learns the largest from f+1
+//! replicas, which include one of the f that granted the last lease).
+//!
+//! A backup that hears no lease request for `suspect_after` (times its position among the
+//! backups, so the first proposes first) proposes to the configuration service that it take
+//! over; the service's epoch check lets one proposal win. Every node fetches the map
+//! periodically and takes the newer.
+
+use std::collections::{BTreeMap, HashMap};
+
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Nanos};
+use virga_net::Dkv;
+use virga_storage::Timestamp;
+
+use super::{AfterLog, DataConfig, DataCore};
+use crate::config::ConfigCommand;
+use crate::layout::{ShardId, ShardMap};
+use crate::shard::replica::ShardRecord;
+use crate::shard::wire;
+use crate::shard::DataIo;
+use crate::wire::{self as config_wire, Proposal};
+
+/// A primary's lease on one shard.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    epoch: u64,
+    grants: BTreeMap<String, Timestamp>,
+    /// Reads are served below this.
+    until: Timestamp,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Leases {
+    pub(super) held: BTreeMap<u32, Held>,
+    /// As a backup: when the primary last asked, by shard.
+    pub(super) heard: BTreeMap<u32, Nanos>,
+    calls: HashMap<CallId, (u32, String)>,
+}
+
+/// The node's link to the configuration service: map fetches and one proposal at a time.
+#[derive(Debug)]
+pub(super) struct ConfigLink {
+    replicas: Vec<String>,
+    target: usize,
+    session: String,
+    next_seq: u64,
+    map_call: Option<CallId>,
+    last_fetch: Option<Nanos>,
+    proposal: Option<(u64, ConfigCommand, Option<CallId>)>,
+}
+
+impl ConfigLink {
+    pub(super) fn new(config: &DataConfig) -> ConfigLink {
+        ConfigLink {
+            replicas: config.config_replicas.clone(),
+            target: 0,
+            session: config.session.clone(),
+            next_seq: 1,
+            map_call: None,
+            last_fetch: None,
+            proposal: None,
+        }
+    }
+
+    pub(super) fn refresh_soon(&mut self) {
+        self.last_fetch = None;
+    }
+
+    fn next_target(&mut self) {
+        self.target = (self.target + 1) % self.replicas.len().max(1);
+    }
+}
+
+fn ts(time: Nanos) -> Timestamp {
+    Timestamp::new(time, 0)
+}
+
+impl DataCore {
+    /// Whether this primary may serve a read of `shard` at `ts`.
+    pub(super) fn under_lease(&self, shard: u32, ts: Timestamp) -> bool {
+        !self.config.leases || self.leases.held.get(&shard).is_some_and(|held| ts < held.until)
+    }
+
+    /// Every check: ask for leases, suspect silent primaries, fetch the map.
+    pub(super) fn lease_tick(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let node = self.config.node.clone();
+        let until = ts(now.saturating_add(self.config.lease_length.as_nanos() as u64));
+        let mut requests = Vec::new();
+        let mut suspects = Vec::new();
+        for (index, group) in self.map.groups().iter().enumerate() {
+            let shard = index as u32;
+            if group.primary == node && !self.takeovers.contains_key(&shard) {
+                if self.config.leases {
+                    requests.extend(group.backups.iter().map(|backup| (shard, group.epoch, backup.clone())));
+                }
+            } else if let Some(position) = group.backups.iter().position(|backup| *backup == node) {
+                let heard = *self.leases.heard.entry(shard).or_insert(now);
+                let patience = self.config.suspect_after.as_nanos() as u64 * (position as u64 + 1);
+                if self.config.leases && !self.config.link_replicas_empty() && now.saturating_sub(heard) >= patience {
+                    suspects.push((shard, group.epoch));
+                }
+            }
+        }
+        for (shard, epoch, backup) in requests {
+            let call = self.ids.call();
+            self.leases.calls.insert(call, (shard, backup.clone()));
+            let request = proto::LeaseRequest { shard, epoch, until: Some(wire::ts_to_wire(until)) };
+            out.push(Command::Call {
+                to: backup,
+                call,
+                request: proto::Request { body: Some(RequestBody::Lease(request)) },
+                deadline: self.config.replicate_deadline,
+            });
+        }
+        if let Some((shard, epoch)) = suspects.first().copied() {
+            let command = ConfigCommand::Failover { shard: ShardId(shard), epoch, new_primary: node };
+            self.propose(command, out);
+        }
+        self.resend_proposal(out);
+        let due =
+            self.link.last_fetch.is_none_or(|last| now.saturating_sub(last) >= self.config.map_every.as_nanos() as u64);
+        if due {
+            self.fetch_map(now, out);
+        }
+    }
+
+    /// Asks a configuration replica for the map (one fetch at a time).
+    pub(super) fn fetch_map(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, DataIo>>) {
+        if self.link.replicas.is_empty() || self.link.map_call.is_some() {
+            return;
+        }
+        self.link.last_fetch = Some(now);
+        let call = self.ids.call();
+        self.link.map_call = Some(call);
+        out.push(Command::Call {
+            to: self.link.replicas[self.link.target].clone(),
+            call,
+            request: proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) },
+            deadline: self.config.replicate_deadline,
+        });
+    }
+
+    fn propose(&mut self, command: ConfigCommand, out: &mut Vec<Command<Dkv, DataIo>>) {
+        if self.link.proposal.is_some() {
+            return;
+        }
+        let seq = self.link.next_seq;
+        self.link.next_seq += 1;
+        self.stats.failovers_proposed += 1;
+        self.link.proposal = Some((seq, command, None));
+        self.resend_proposal(out);
+    }
+
+    fn resend_proposal(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let Some((seq, command, call)) = &mut self.link.proposal else { return };
+        if call.is_some() || self.link.replicas.is_empty() {
+            return;
+        }
+        let new_call = self.ids.call();
+        *call = Some(new_call);
+        let proposal = Proposal { client: self.link.session.clone(), seq: *seq, command: command.clone() };
+        out.push(Command::Call {
+            to: self.link.replicas[self.link.target].clone(),
+            call: new_call,
+            request: proto::Request { body: Some(RequestBody::Propose(config_wire::proposal_to_proto(&proposal))) },
+            deadline: self.config.replicate_deadline * 4,
+        });
+    }
+
+    /// A backup grants its primary's lease, durably, then answers.
+    pub(super) fn on_lease_request(
+        &mut self,
+        now: Nanos,
+        from: &str,
+        call: CallId,
+        request: proto::LeaseRequest,
+    ) -> Option<ResponseBody> {
+        let shard = request.shard;
+        match self.role(shard, request.epoch) {
+            Ok(crate::layout::ReplicaRole::Backup) => {}
+            Ok(crate::layout::ReplicaRole::Primary) => {
+                return Some(ResponseBody::Error(format!("{} is the primary of shard {shard}", self.config.node)))
+            }
+            Err(refusal) => return Some(refusal),
+        }
+        let until = wire::ts_from_wire(request.until);
+        self.leases.heard.insert(shard, now);
+        let record = ShardRecord::LeaseGranted { epoch: request.epoch, until };
+        self.replicas.get_mut(&shard)?.apply(&record);
+        let response = ResponseBody::Grant(proto::LeaseGrant { until: Some(wire::ts_to_wire(until)) });
+        let after = AfterLog::Reply { to: from.to_string(), call, response };
+        self.unlogged.push((wire::encode_log_record(shard, &record), after));
+        None
+    }
+
+    /// Routes the answers of lease, map and proposal calls; false if `call` is none of them.
+    pub(super) fn on_link_response(
+        &mut self,
+        now: Nanos,
+        call: CallId,
+        body: Option<ResponseBody>,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) -> bool {
+        if let Some((shard, backup)) = self.leases.calls.remove(&call) {
+            if let Some(ResponseBody::Grant(grant)) = body {
+                self.on_grant(shard, backup, wire::ts_from_wire(grant.until));
+            }
+            return true;
+        }
+        if self.link.map_call == Some(call) {
+            self.link.map_call = None;
+            match body {
+                Some(ResponseBody::Map(reply)) => {
+                    if let Some(map) = reply.map.and_then(|map| config_wire::map_from_proto(map).ok()) {
+                        self.offer_map(now, map, out);
+                    }
+                }
+                _ => self.link.next_target(),
+            }
+            return true;
+        }
+        if self.link.proposal.as_ref().is_some_and(|(_, _, pending)| *pending == Some(call)) {
+            match body {
+                Some(ResponseBody::Proposed(_)) => {
+                    self.link.proposal = None;
+                    self.link.last_fetch = None;
+                    self.fetch_map(now, out);
+                }
+                Some(ResponseBody::NotLeader(hint)) => {
+                    match self.link.replicas.iter().position(|replica| *replica == hint.leader) {
+                        Some(leader) => self.link.target = leader,
+                        None => self.link.next_target(),
+                    }
+                    if let Some((_, _, pending)) = &mut self.link.proposal {
+                        *pending = None;
+                    }
+                }
+                _ => {
+                    self.link.next_target();
+                    if let Some((_, _, pending)) = &mut self.link.proposal {
+                        *pending = None;
+                    }
+                }
+            }
+            return true;
+        }
+        false
+    }
+
+    fn on_grant(&mut self, shard: u32, backup: String, until: Timestamp) {
+        let Some(group) = self.map.group(ShardId(shard)) else { return };
+        if group.primary != self.config.node {
+            return;
+        }
+        let epoch = group.epoch;
+        let f = self.map.f();
+        let held = self.leases.held.entry(shard).or_default();
+        if held.epoch != epoch {
+            *held = Held { epoch, ..Held::default() };
+        }
+        held.grants.insert(backup, until);
+        let mut grants: Vec<Timestamp> = held.grants.values().copied().collect();
+        grants.sort_unstable_by(|a, b| b.cmp(a));
+        if f > 0 && grants.len() >= f {
+            held.until = held.until.max(grants[f - 1]);
+        }
+    }
+
+    /// Takes a newer map: a shard this node now leads is taken over; leases of shards it
+    /// no longer leads are dropped.
+    pub(super) fn offer_map(&mut self, now: Nanos, map: ShardMap, out: &mut Vec<Command<Dkv, DataIo>>) {
+        if map.version() <= self.map.version() {
+            return;
+        }
+        let old = std::mem::replace(&mut self.map, map);
+        self.stats.maps_adopted += 1;
+        let node = self.config.node.clone();
+        let mut takeovers = Vec::new();
+        for (index, group) in self.map.groups().iter().enumerate() {
+            let shard = index as u32;
+            let was_primary =
+                old.group(ShardId(shard)).is_some_and(|before| before.primary == node && before.epoch == group.epoch);
+            if group.primary == node && !was_primary {
+                takeovers.push((shard, group.epoch));
+            }
+            if group.primary != node {
+                self.leases.held.remove(&shard);
+                self.takeovers.remove(&shard);
+            }
+            if group.backups.contains(&node) {
+                self.leases.heard.insert(shard, now);
+            }
+        }
+        for (shard, epoch) in takeovers {
+            self.start_takeover(shard, epoch, out);
+        }
+    }
+}
+
+impl DataConfig {
+    fn link_replicas_empty(&self) -> bool {
+        self.config_replicas.is_empty()
+    }
+}
