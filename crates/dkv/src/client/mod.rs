@@ -48,6 +48,9 @@ pub struct TxnClientConfig {
     /// A deliberately broken variant: read-only transactions commit without checking for
     /// prepared writers below their snapshot.
     pub skip_local_validation: bool,
+    /// The configuration service's replicas, asked for a newer map when a request fails
+    /// (empty: the map never changes).
+    pub config_replicas: Vec<String>,
 }
 
 impl TxnClientConfig {
@@ -59,6 +62,7 @@ impl TxnClientConfig {
             retry_after: Duration::from_millis(20),
             max_attempts: 20,
             skip_local_validation: false,
+            config_replicas: Vec::new(),
         }
     }
 }
@@ -124,6 +128,7 @@ pub struct ClientStats {
     pub gets: u64,
     pub prepares: u64,
     pub retries: u64,
+    pub maps_adopted: u64,
 }
 
 pub struct TxnClient {
@@ -141,6 +146,11 @@ pub struct TxnClient {
     rerun_timer: Option<TimerId>,
     /// The attempt number the next program to start runs as.
     pending_attempt: u32,
+    /// A request failed since the map was last fetched; the fetch in flight, and which
+    /// configuration replica to ask.
+    map_stale: bool,
+    map_call: Option<CallId>,
+    config_target: usize,
     results: Vec<ProgramResult>,
     history: Vec<TxnRecord>,
     /// Every read-write attempt that sent prepares, as it would commit.
@@ -162,6 +172,9 @@ impl TxnClient {
             retry_timer: None,
             rerun_timer: None,
             pending_attempt: 1,
+            map_stale: false,
+            map_call: None,
+            config_target: 0,
             results: Vec::new(),
             history: Vec::new(),
             attempts: Vec::new(),
@@ -222,7 +235,10 @@ impl TxnClient {
     ) {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1).max(1);
-        let ts_begin = self.next_ts(now);
+        let ts_begin = match program.snapshot_at() {
+            Some(at) => at,
+            None => self.next_ts(now),
+        };
         let keys = program.read_keys();
         self.active = Some(Active {
             program,
@@ -479,6 +495,39 @@ impl TxnClient {
             self.stats.retries += 1;
             self.send_decision(shard, txn, commit, out);
         }
+        self.fetch_map(out);
+    }
+
+    /// Asks the configuration service for the map after a failed request (a primary may
+    /// have changed).
+    fn fetch_map(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        if !self.map_stale || self.map_call.is_some() || self.config.config_replicas.is_empty() {
+            return;
+        }
+        let call = self.ids.call();
+        self.map_call = Some(call);
+        let to = self.config.config_replicas[self.config_target % self.config.config_replicas.len()].clone();
+        out.push(Command::Call {
+            to,
+            call,
+            request: proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) },
+            deadline: self.config.deadline,
+        });
+    }
+
+    fn on_map(&mut self, body: Result<ResponseBody, ()>) {
+        self.map_call = None;
+        match body {
+            Ok(ResponseBody::Map(reply)) => {
+                let map = reply.map.and_then(|map| crate::wire::map_from_proto(map).ok());
+                if let Some(map) = map.filter(|map| map.version() > self.config.map.version()) {
+                    self.config.map = map;
+                    self.stats.maps_adopted += 1;
+                }
+                self.map_stale = false;
+            }
+            _ => self.config_target += 1,
+        }
     }
 
     fn on_response(
@@ -489,6 +538,13 @@ impl TxnClient {
         out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
     ) {
         let body = result.ok().and_then(|response| response.body).ok_or(());
+        if self.map_call == Some(call) {
+            self.on_map(body);
+            return;
+        }
+        if matches!(body, Err(()) | Ok(ResponseBody::Error(_) | ResponseBody::WrongEpoch(_))) {
+            self.map_stale = true;
+        }
         if let Some((shard, txn, commit)) = self.deciding.remove(&call) {
             if !matches!(body, Ok(ResponseBody::Ack(_))) {
                 self.lost_decisions.push((shard, txn, commit));

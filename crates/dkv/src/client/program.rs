@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use virga_storage::Timestamp;
 
 /// One operation of a plain transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub enum Program {
     Transfer { from: Bytes, to: Bytes, amount: u64 },
     /// Reads every account (read-only), so the caller can check their sum.
     Audit(Vec<Bytes>),
+    /// Reads the keys as of timestamp `at` (a snapshot read in the past, read-only).
+    SnapshotAt { keys: Vec<Bytes>, at: Timestamp },
 }
 
 /// A balance as stored: decimal digits. Anything else reads as 0 (and a transfer out of it
@@ -43,7 +46,7 @@ impl Program {
                 })
                 .collect(),
             Program::Transfer { from, to, .. } => vec![from.clone(), to.clone()],
-            Program::Audit(keys) => keys.clone(),
+            Program::Audit(keys) | Program::SnapshotAt { keys, .. } => keys.clone(),
         };
         let mut seen = std::collections::BTreeSet::new();
         keys.retain(|key| seen.insert(key.clone()));
@@ -77,8 +80,16 @@ impl Program {
                     }
                 }
             }
-            Program::Audit(_) => {}
+            Program::Audit(_) | Program::SnapshotAt { .. } => {}
         }
         writes
+    }
+
+    /// The timestamp a snapshot read in the past reads at (others read at their begin).
+    pub fn snapshot_at(&self) -> Option<Timestamp> {
+        match self {
+            Program::SnapshotAt { at, .. } => Some(*at),
+            _ => None,
+        }
     }
 }

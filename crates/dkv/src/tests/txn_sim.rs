@@ -1,6 +1,7 @@
 //! SEMEL/MILANA under the simulator: seeds with faults keep the history serializable and the
 //! money conserved, runs replay exactly, and both weakened variants are caught.
 
+use crate::sim::txn::lease_scenario::lease_scenario;
 use crate::sim::txn::{run_txn, TxnRunOptions, TxnRunReport, Weakening};
 
 fn run(options: &TxnRunOptions) -> TxnRunReport {
@@ -11,9 +12,9 @@ fn run(options: &TxnRunOptions) -> TxnRunReport {
 }
 
 #[test]
-fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_and_crashes() {
+fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_and_failovers() {
     let (mut committed, mut read_only, mut aborted, mut crashes) = (0, 0, 0, 0);
-    let (mut client_crashes, mut terminations, mut by_termination) = (0, 0, 0);
+    let (mut client_crashes, mut terminations, mut by_termination, mut failovers) = (0, 0, 0, 0);
     for seed in 0..24 {
         let options = TxnRunOptions::new(seed);
         let report = run(&options);
@@ -27,6 +28,7 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_and_crash
         client_crashes += report.client_crashes;
         terminations += report.terminations;
         by_termination += report.committed_by_termination;
+        failovers += report.failovers;
     }
     // The runs did what they claim: mostly committed, read-only audits among them, conflicts
     // that aborted attempts, backups and clients that crashed, and primaries that terminated
@@ -36,6 +38,7 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_and_crash
     assert!(aborted > 100, "{aborted} aborted attempts");
     assert!(crashes > 10 && client_crashes > 5, "{crashes} backup and {client_crashes} client crashes");
     assert!(terminations > 0, "{terminations} terminations, {by_termination} committing");
+    assert!(failovers >= 5, "{failovers} failovers after primary crashes");
 }
 
 #[test]
@@ -84,4 +87,23 @@ fn primaries_that_skip_the_latest_read_check_are_caught() {
 fn a_termination_that_commits_without_every_prepare_is_caught() {
     let caught = caught(Weakening { terminate_ignoring_missing_prepare: true, ..Weakening::default() }, 0..60);
     assert!(!caught.is_empty(), "no seed of 60 caught terminations that ignore a missing prepare");
+}
+
+#[test]
+fn the_failover_anomaly_happens_without_leases_and_never_with_them() {
+    let without = lease_scenario(false).expect("the scenario runs");
+    assert_eq!(without.failovers, 1, "{without:?}");
+    let (t2, first) = without.first_read.clone().expect("the first read committed");
+    let t1 = without.write_committed_at.expect("without leases the late write commits");
+    assert!(t1 < t2, "the write's timestamp {t1} lies below the read's {t2}: {without:?}");
+    assert!(without.anomaly(), "the same snapshot read returned {first:?} and then {:?}", without.second_read);
+
+    let with = lease_scenario(true).expect("the scenario runs");
+    assert_eq!(with.failovers, 1, "{with:?}");
+    let (t2, _) = with.first_read.clone().expect("the first read committed");
+    if let Some(t1) = with.write_committed_at {
+        assert!(t1 > t2, "with leases a write commits above every read its predecessor served: {with:?}");
+    }
+    assert!(!with.anomaly(), "{with:?}");
+    assert!(with.second_read.is_some(), "the second read ran: {with:?}");
 }

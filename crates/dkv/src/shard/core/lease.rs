@@ -96,14 +96,14 @@ impl DataCore {
         let mut suspects = Vec::new();
         for (index, group) in self.map.groups().iter().enumerate() {
             let shard = index as u32;
+            // Lease requests double as the primary's heartbeat, so they go out with leases off
+            // too (a primary then serves reads whatever the grants).
             if group.primary == node && !self.takeovers.contains_key(&shard) {
-                if self.config.leases {
-                    requests.extend(group.backups.iter().map(|backup| (shard, group.epoch, backup.clone())));
-                }
+                requests.extend(group.backups.iter().map(|backup| (shard, group.epoch, backup.clone())));
             } else if let Some(position) = group.backups.iter().position(|backup| *backup == node) {
                 let heard = *self.leases.heard.entry(shard).or_insert(now);
                 let patience = self.config.suspect_after.as_nanos() as u64 * (position as u64 + 1);
-                if self.config.leases && !self.config.link_replicas_empty() && now.saturating_sub(heard) >= patience {
+                if !self.config.config_replicas.is_empty() && now.saturating_sub(heard) >= patience {
                     suspects.push((shard, group.epoch));
                 }
             }
@@ -291,8 +291,12 @@ impl DataCore {
                 takeovers.push((shard, group.epoch));
             }
             if group.primary != node {
+                // No longer this node's to lead: what it was doing as primary stops.
                 self.leases.held.remove(&shard);
                 self.takeovers.remove(&shard);
+                self.undecided.retain(|(undecided, _), _| *undecided != shard);
+                self.terminating.retain(|(terminating, _), _| *terminating != shard);
+                self.pending.retain(|(pending, _, _), _| *pending != shard);
             }
             if group.backups.contains(&node) {
                 self.leases.heard.insert(shard, now);
@@ -301,11 +305,5 @@ impl DataCore {
         for (shard, epoch) in takeovers {
             self.start_takeover(shard, epoch, out);
         }
-    }
-}
-
-impl DataConfig {
-    fn link_replicas_empty(&self) -> bool {
-        self.config_replicas.is_empty()
     }
 }

@@ -72,6 +72,10 @@ impl DataCore {
             .map(|(key, _)| *key)
             .collect();
         for (shard, txn) in due {
+            let leads = self.map.group(ShardId(shard)).is_some_and(|group| group.primary == self.config.node);
+            if !leads || self.takeovers.contains_key(&shard) {
+                continue;
+            }
             let Some(entry) = self.replicas.get(&shard).and_then(|replica| replica.txn(txn)) else { continue };
             if entry.status != TxnStatus::Prepared {
                 self.undecided.remove(&(shard, txn));

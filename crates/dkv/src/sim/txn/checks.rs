@@ -1,0 +1,216 @@
+//! What every run of the distributed store must show:
+//!
+//! - the committed history is serializable: virga-txn's dependency-graph checker over every
+//!   client's committed transactions across shards, plus the transactions a primary's
+//!   termination committed without word from their (crashed) client;
+//! - money is conserved: every committed audit, and the primaries at the end, hold the
+//!   initial total;
+//! - committed means durable: every committed write is installed at its shard's primary at
+//!   the end (after failovers too), and every backup holds every committed transaction;
+//! - nothing stays prepared, and every live client finishes its programs.
+
+use std::collections::HashMap;
+
+use virga_sim::Sim;
+use virga_storage::VersionedStore;
+use virga_txn::checker;
+
+use super::{Cluster, DkvNode, TxnRunOptions, TxnRunReport, INITIAL_BALANCE};
+use crate::client::ProgramOutcome;
+use crate::layout::ShardMap;
+use crate::shard::TxnStatus;
+
+/// What each client had done, as last seen before it crashed (or at the end).
+#[derive(Default)]
+pub(super) struct ClientViews {
+    views: HashMap<String, ClientView>,
+}
+
+#[derive(Default)]
+struct ClientView {
+    results: Vec<crate::client::ProgramResult>,
+    history: Vec<checker::TxnRecord>,
+    attempts: Vec<checker::TxnRecord>,
+    committed: u64,
+    committed_read_only: u64,
+    aborts: u64,
+    outstanding: usize,
+    up: bool,
+}
+
+impl ClientViews {
+    pub(super) fn observe(&mut self, sim: &Sim<DkvNode>, clients: &[String]) {
+        for id in clients {
+            let view = self.views.entry(id.clone()).or_default();
+            let Some(DkvNode::Client(client)) = sim.core(id) else {
+                view.up = false;
+                continue;
+            };
+            view.up = true;
+            view.results.extend_from_slice(&client.results()[view.results.len()..]);
+            view.history.extend_from_slice(&client.history()[view.history.len()..]);
+            view.attempts.extend_from_slice(&client.attempts()[view.attempts.len()..]);
+            view.committed = client.stats().committed;
+            view.committed_read_only = client.stats().committed_read_only;
+            view.aborts = client.stats().aborts.values().sum();
+            view.outstanding = client.outstanding();
+        }
+    }
+}
+
+/// Every client has finished its programs and decisions, and every primary has replicated
+/// all it holds.
+pub(super) fn settled(sim: &Sim<DkvNode>, cluster: &Cluster) -> bool {
+    let clients_done = cluster.clients.iter().all(|id| match sim.core(id) {
+        Some(DkvNode::Client(client)) => client.outstanding() == 0,
+        _ => true,
+    });
+    let nodes_done = cluster.data.iter().all(|id| match sim.core(id) {
+        Some(DkvNode::Data(core)) => core.replicating() == 0 && core.unlogged() == 0 && core.undecided() == 0,
+        _ => true,
+    });
+    clients_done && nodes_done
+}
+
+pub(super) fn check_run(
+    sim: &Sim<DkvNode>,
+    cluster: &Cluster,
+    options: &TxnRunOptions,
+    seen: &ClientViews,
+    report: &mut TxnRunReport,
+) {
+    let total = INITIAL_BALANCE * options.accounts as u64;
+    let mut history = Vec::new();
+    let mut attempts = Vec::new();
+    for id in &cluster.clients {
+        let Some(view) = seen.views.get(id) else { continue };
+        report.programs += view.results.len();
+        report.committed += view.committed;
+        report.committed_read_only += view.committed_read_only;
+        report.aborted_attempts += view.aborts;
+        if view.up && view.outstanding > 0 {
+            report
+                .violations
+                .push(format!("liveness: {id} has {} programs or decisions outstanding", view.outstanding));
+        }
+        for result in &view.results {
+            match &result.outcome {
+                ProgramOutcome::Aborted { .. } => report.gave_up += 1,
+                ProgramOutcome::Committed { txn, read_only: true, .. } if result.reads.len() == options.accounts => {
+                    let sum: u64 = result.reads.iter().map(|(_, value)| crate::client::balance(value.as_ref())).sum();
+                    if sum != total {
+                        report
+                            .violations
+                            .push(format!("money: audit {txn:x} of {id} read a total of {sum}, not {total}"));
+                    }
+                }
+                ProgramOutcome::Committed { .. } => {}
+            }
+        }
+        history.extend(view.history.iter().cloned());
+        attempts.extend(view.attempts.iter().cloned());
+    }
+    // Attempts their clients never heard the end of, committed by a primary's termination.
+    let map = final_map(sim, cluster);
+    let known: std::collections::HashSet<u64> = history.iter().map(|txn| txn.id).collect();
+    for attempt in attempts.into_iter().filter(|attempt| !known.contains(&attempt.id)) {
+        if committed_at_a_primary(sim, &map, attempt.id) {
+            report.committed_by_termination += 1;
+            history.push(attempt);
+        }
+    }
+    report.failovers = map.groups().iter().map(|group| group.epoch.saturating_sub(1)).sum();
+    report.terminations = cluster
+        .data
+        .iter()
+        .filter_map(|id| match sim.core(id) {
+            Some(DkvNode::Data(core)) => Some(core.stats().terminations),
+            _ => None,
+        })
+        .sum();
+    if let Err(violation) = checker::check(&history) {
+        report.violations.push(format!("serializability: {violation}"));
+    }
+    check_stores(sim, cluster, &history, total, report);
+}
+
+/// Whether some shard primary holds `txn` as committed.
+fn committed_at_a_primary(sim: &Sim<DkvNode>, map: &ShardMap, txn: u64) -> bool {
+    map.groups().iter().enumerate().any(|(shard, group)| {
+        matches!(sim.core(&group.primary), Some(DkvNode::Data(core))
+            if core.replica(shard as u32).and_then(|replica| replica.txn(txn)).map(|entry| entry.status) == Some(TxnStatus::Committed))
+    })
+}
+
+/// The primaries hold every committed write and the total; the backups every committed
+/// transaction; nothing is left prepared.
+fn check_stores(
+    sim: &Sim<DkvNode>,
+    cluster: &Cluster,
+    history: &[checker::TxnRecord],
+    total: u64,
+    report: &mut TxnRunReport,
+) {
+    let map = &final_map(sim, cluster);
+    let mut sum = 0;
+    for (index, group) in map.groups().iter().enumerate() {
+        let shard = index as u32;
+        let Some(DkvNode::Data(primary)) = sim.core(&group.primary) else {
+            report.violations.push(format!("primary {} is down at the end", group.primary));
+            continue;
+        };
+        let Some(replica) = primary.replica(shard) else { continue };
+        replica.store().visit_range(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, &mut |_, entry| {
+            let newest = replica.store().read_at(entry, virga_storage::Timestamp::MAX);
+            sum += crate::client::balance(newest.visible.and_then(|version| version.value).as_ref());
+            true
+        });
+        for txn in history.iter().filter(|txn| !txn.writes.is_empty()) {
+            for key in txn.writes.iter().filter(|key| map.shard_of(key).0 == shard) {
+                let installed =
+                    replica.store().find(key).and_then(|entry| replica.store().read_at(&entry, txn.commit_ts).visible);
+                if installed.map(|version| version.writer) != Some(txn.id) {
+                    report.violations.push(format!(
+                        "durability: committed transaction {:x} is not installed on {key:?} at shard {shard}",
+                        txn.id
+                    ));
+                }
+            }
+            let committed_here = txn.writes.iter().any(|key| map.shard_of(key).0 == shard);
+            for backup in group.backups.iter().filter(|_| committed_here) {
+                if let Some(DkvNode::Data(core)) = sim.core(backup) {
+                    let status = core.replica(shard).and_then(|replica| replica.txn(txn.id)).map(|entry| entry.status);
+                    if status != Some(TxnStatus::Committed) {
+                        report.violations.push(format!(
+                            "replication: backup {backup} of shard {shard} has transaction {:x} as {status:?}",
+                            txn.id
+                        ));
+                    }
+                }
+            }
+        }
+        if replica.prepared_count() > 0 {
+            report
+                .violations
+                .push(format!("shard {shard}: {} transactions still prepared at the end", replica.prepared_count()));
+        }
+    }
+    if sum != total {
+        report.violations.push(format!("money: the primaries end with a total of {sum}, not {total}"));
+    }
+    report.violations.truncate(20);
+}
+
+/// The map as the configuration service ends with (the layout installed, after any
+/// failovers), or the initial one if no replica has it.
+fn final_map(sim: &Sim<DkvNode>, cluster: &Cluster) -> ShardMap {
+    let mut newest = cluster.map.clone();
+    for id in &cluster.config {
+        if let Some(DkvNode::Config(core)) = sim.core(id) {
+            if let Some(map) = core.state().map().filter(|map| map.version() > newest.version()) {
+                newest = map.clone();
+            }
+        }
+    }
+    newest
+}

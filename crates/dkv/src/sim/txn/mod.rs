@@ -1,0 +1,365 @@
+//! SEMEL/MILANA in the simulator: a configuration service of 3 Raft replicas, data nodes
+//! holding 3 shards of 3 replicas, and clients moving money between accounts while auditing
+//! the total, under message loss, duplication, reordering, partitions, skewed clocks, and
+//! crashes of backups, primaries (which fail over) and clients (whose transactions the
+//! primaries terminate). The checks are in [`checks`].
+
+mod checks;
+pub mod lease_scenario;
+mod node;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use virga_core::clock::SkewProfile;
+use virga_core::device::{MemStorage, Storage};
+use virga_net::role::IoExecutor;
+use virga_sim::{NetConfig, Partition, Sim, SimConfig, SimError};
+
+pub use self::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
+use crate::client::{Program, TxnClient, TxnClientConfig};
+use crate::config::ConfigCommand;
+use crate::layout::{Partitioning, ShardMap};
+use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
+use crate::shard::{open_data_node, DataConfig, Weakened};
+
+/// Every account's balance at the start.
+const INITIAL_BALANCE: u64 = 1000;
+
+/// Deliberately broken variants the checks must catch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Weakening {
+    /// Primaries skip the `latestRead >= ts_commit` check of Algorithm 1.
+    pub skip_latest_read: bool,
+    /// Read-only transactions commit without local validation.
+    pub skip_local_validation: bool,
+    /// Cooperative termination commits although a participant never prepared.
+    pub terminate_ignoring_missing_prepare: bool,
+}
+
+impl Weakening {
+    /// The name `--weaken` takes, if any.
+    pub fn name(&self) -> Option<&'static str> {
+        match (self.skip_latest_read, self.skip_local_validation, self.terminate_ignoring_missing_prepare) {
+            (false, false, false) => None,
+            (true, false, false) => Some("skip-latest-read"),
+            (false, true, false) => Some("skip-local-validation"),
+            (false, false, true) => Some("terminate-ignoring-missing-prepare"),
+            _ => Some("several"),
+        }
+    }
+}
+
+/// How one seed runs.
+#[derive(Debug, Clone)]
+pub struct TxnRunOptions {
+    pub seed: u64,
+    pub shards: u32,
+    pub data_nodes: usize,
+    pub clients: usize,
+    pub accounts: usize,
+    /// Programs per client; every fourth is an audit of all accounts.
+    pub programs: usize,
+    pub faults: bool,
+    pub fault_window: Duration,
+    pub settle: Duration,
+    pub clock: SkewProfile,
+    /// Clients that crash for good during the fault window (their prepared transactions
+    /// are then terminated by the primaries).
+    pub client_crashes: bool,
+    /// A shard primary that crashes during the fault window (a backup takes over through
+    /// the configuration service) and comes back later as an ordinary node.
+    pub primary_crashes: bool,
+    /// Primaries serve reads under leases (see `DataConfig::leases`).
+    pub leases: bool,
+    pub weakening: Weakening,
+}
+
+impl TxnRunOptions {
+    pub fn new(seed: u64) -> TxnRunOptions {
+        TxnRunOptions {
+            seed,
+            shards: 3,
+            data_nodes: 6,
+            clients: 3,
+            accounts: 12,
+            programs: 60,
+            faults: true,
+            fault_window: Duration::from_secs(2),
+            settle: Duration::from_secs(20),
+            clock: SkewProfile::Ntp,
+            client_crashes: true,
+            primary_crashes: true,
+            leases: true,
+            weakening: Weakening::default(),
+        }
+    }
+
+    pub fn replay_command(&self) -> String {
+        let weaken = self.weakening.name().map(|name| format!(" --weaken {name}")).unwrap_or_default();
+        format!("virga sim dkv --seeds 1 --first-seed {}{weaken}", self.seed)
+    }
+}
+
+/// What a run showed.
+#[derive(Debug, Clone, Default)]
+pub struct TxnRunReport {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub programs: usize,
+    pub committed: u64,
+    pub committed_read_only: u64,
+    pub aborted_attempts: u64,
+    /// Programs that aborted on every attempt.
+    pub gave_up: usize,
+    pub crashes: usize,
+    pub client_crashes: usize,
+    pub primary_crashes: usize,
+    /// Shards that changed primary through the configuration service.
+    pub failovers: u64,
+    /// Transactions a primary terminated (cooperative termination), and those of them
+    /// committed with no word from their client.
+    pub terminations: u64,
+    pub committed_by_termination: usize,
+    pub partitions: usize,
+    pub virtual_ms: u64,
+    pub events: u64,
+    pub trace_digest: u64,
+}
+
+impl TxnRunReport {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// The client programs' node ids, the configuration replicas' and the administrator's.
+pub(super) const ADMIN: &str = "admin-0";
+
+pub(super) fn ns(duration: Duration) -> u64 {
+    duration.as_nanos() as u64
+}
+
+fn account(index: usize) -> Bytes {
+    Bytes::from(format!("acct-{index:03}"))
+}
+
+pub(super) struct Cluster {
+    map: ShardMap,
+    config: Vec<String>,
+    data: Vec<String>,
+    clients: Vec<String>,
+    /// Data nodes that are primary of a shard.
+    primaries: Vec<String>,
+    /// Data nodes that are primary of no shard.
+    backups_only: Vec<String>,
+}
+
+pub(super) fn cluster(options: &TxnRunOptions) -> Result<Cluster, String> {
+    let data: Vec<String> = (0..options.data_nodes).map(|index| format!("data-{index}")).collect();
+    let map =
+        ShardMap::place(&data, Partitioning::Hash { shards: options.shards }, 1).map_err(|error| error.to_string())?;
+    let (primaries, backups_only) =
+        data.iter().cloned().partition(|node| map.groups().iter().any(|group| group.primary == *node));
+    let clients = (0..options.clients).map(|index| format!("client-{index}")).collect();
+    let config = (1..=3).map(|index| format!("config-{index}")).collect();
+    Ok(Cluster { map, config, data, clients, primaries, backups_only })
+}
+
+pub(super) type Disks = Rc<RefCell<HashMap<String, MemStorage>>>;
+pub(super) type Restarts = Rc<RefCell<HashMap<String, u64>>>;
+
+pub(super) fn open_node(
+    options: &TxnRunOptions,
+    cluster: &Cluster,
+    disks: &Disks,
+    restarts: &Restarts,
+    id: &str,
+) -> (DkvNode, Box<dyn IoExecutor<DkvNode>>) {
+    let incarnation = {
+        let mut restarts = restarts.borrow_mut();
+        let count = restarts.entry(id.to_string()).or_default();
+        *count += 1;
+        *count - 1
+    };
+    let storage: Arc<dyn Storage> = Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
+    if let Some(index) = cluster.clients.iter().position(|client| client == id) {
+        let mut config = TxnClientConfig::new(index as u32 + 1, cluster.map.clone());
+        config.skip_local_validation = options.weakening.skip_local_validation;
+        config.config_replicas = cluster.config.clone();
+        return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
+    }
+    if id == ADMIN {
+        let admin =
+            ConfigClient::new(ConfigClientConfig::new(format!("{ADMIN}@{incarnation}"), cluster.config.clone()));
+        return (DkvNode::Admin(Box::new(admin)), Box::new(DkvDisk::None));
+    }
+    if let Some(index) = cluster.config.iter().position(|replica| replica == id) {
+        let peers = cluster.config.iter().enumerate().map(|(index, name)| (index as u64 + 1, name.clone())).collect();
+        let seed = options.seed ^ ((index as u64 + 1) << 40) ^ (incarnation << 20);
+        return match open_replica(ReplicaConfig::new(index as u64 + 1, peers, seed), storage) {
+            Ok((core, disk)) => (DkvNode::Config(Box::new(core)), Box::new(DkvDisk::Config(Box::new(disk)))),
+            // A memory device always opens, and its records are the replica's own.
+            Err(error) => unreachable!("{id} does not reopen: {error}"),
+        };
+    }
+    let mut config = DataConfig::new(id, cluster.map.clone());
+    config.weakened = Weakened {
+        skip_latest_read: options.weakening.skip_latest_read,
+        terminate_ignoring_missing_prepare: options.weakening.terminate_ignoring_missing_prepare,
+    };
+    config.config_replicas = cluster.config.clone();
+    config.session = format!("{id}@{incarnation}");
+    config.leases = options.leases;
+    match open_data_node(config, storage) {
+        Ok((mut core, disk)) => {
+            // Initial balances, as loaded data (version zero) on every replica.
+            for index in 0..options.accounts {
+                core.load(account(index), Bytes::from(INITIAL_BALANCE.to_string()));
+            }
+            (DkvNode::Data(Box::new(core)), Box::new(DkvDisk::Data(Box::new(disk))))
+        }
+        // A memory device always opens, and its records are the node's own.
+        Err(error) => unreachable!("{id} does not reopen: {error}"),
+    }
+}
+
+/// The programs of one client: transfers between random accounts, every fourth an audit.
+fn programs(rng: &mut StdRng, options: &TxnRunOptions) -> Vec<Program> {
+    let all: Vec<Bytes> = (0..options.accounts).map(account).collect();
+    (0..options.programs)
+        .map(|index| {
+            if index % 4 == 3 {
+                Program::Audit(all.clone())
+            } else {
+                let from = rng.random_range(0..options.accounts);
+                let to = (from + rng.random_range(1..options.accounts)) % options.accounts;
+                Program::Transfer { from: account(from), to: account(to), amount: rng.random_range(1..200) }
+            }
+        })
+        .collect()
+}
+
+/// The seed's crashes: (at, back, node) for data nodes, `back == None` for good.
+type Crashes = Vec<(u64, Option<u64>, String)>;
+
+fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (SimConfig, Crashes) {
+    let mut net = NetConfig {
+        latency_min: Duration::from_micros(100),
+        latency_max: Duration::from_millis(2),
+        ..NetConfig::default()
+    };
+    let mut crashes = Vec::new();
+    let window = ns(options.fault_window);
+    if options.faults {
+        net.drop_probability = rng.random_range(0.0..0.03);
+        net.duplicate_probability = rng.random_range(0.0..0.03);
+        let everyone: Vec<String> = cluster.data.iter().chain(&cluster.clients).cloned().collect();
+        for _ in 0..rng.random_range(0..=2) {
+            let start = rng.random_range(0..window / 2);
+            let end = start + rng.random_range(ns(Duration::from_millis(50))..ns(Duration::from_millis(400)));
+            let cut = everyone[rng.random_range(0..everyone.len())].clone();
+            let rest = everyone.iter().filter(|node| **node != cut).cloned().collect();
+            net.partitions.push(Partition { start_ns: start, end_ns: end, side_a: vec![cut], side_b: rest });
+        }
+        for _ in 0..rng.random_range(0..=2) {
+            if cluster.backups_only.is_empty() {
+                break;
+            }
+            let at = rng.random_range(ns(Duration::from_millis(50))..window);
+            let back = at + rng.random_range(ns(Duration::from_millis(20))..ns(Duration::from_millis(300)));
+            crashes.push((
+                at,
+                Some(back),
+                cluster.backups_only[rng.random_range(0..cluster.backups_only.len())].clone(),
+            ));
+        }
+        if options.primary_crashes && !cluster.primaries.is_empty() && rng.random_bool(0.5) {
+            let at = rng.random_range(ns(Duration::from_millis(100))..window);
+            let back = at + rng.random_range(ns(Duration::from_secs(2))..ns(Duration::from_secs(4)));
+            crashes.push((at, Some(back), cluster.primaries[rng.random_range(0..cluster.primaries.len())].clone()));
+        }
+        if options.client_crashes && rng.random_bool(0.5) {
+            let at = rng.random_range(ns(Duration::from_millis(20))..window);
+            crashes.push((at, None, cluster.clients[rng.random_range(0..cluster.clients.len())].clone()));
+        }
+    }
+    let config = SimConfig {
+        seed: options.seed,
+        net,
+        device_latency: Duration::from_millis(1),
+        clock_profile: options.clock,
+        max_events: Some(5_000_000),
+    };
+    (config, crashes)
+}
+
+/// Runs one seed and checks it.
+pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
+    let cluster = cluster(options).map_err(|reason| SimError::InvalidConfig { field: "layout".into(), reason })?;
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let (config, crashes) = sim_config(options, &mut rng, &cluster);
+    let partitions = config.net.partitions.len();
+    let mut sim: Sim<DkvNode> = Sim::new(config)?;
+    let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
+    let restarts: Restarts = Rc::new(RefCell::new(HashMap::new()));
+    let everyone: Vec<String> = cluster
+        .config
+        .iter()
+        .chain([&ADMIN.to_string()])
+        .chain(&cluster.data)
+        .chain(&cluster.clients)
+        .cloned()
+        .collect();
+    for id in &everyone {
+        let (core, io) = open_node(options, &cluster, &disks, &restarts, id);
+        sim.add_node(id.clone(), core, io)?;
+    }
+    let cluster = Rc::new(cluster);
+    let (factory_options, factory_cluster, factory_disks, factory_restarts) =
+        (options.clone(), Rc::clone(&cluster), Rc::clone(&disks), Rc::clone(&restarts));
+    sim.set_factory(move |id| open_node(&factory_options, &factory_cluster, &factory_disks, &factory_restarts, id));
+    let crash_disks = Rc::clone(&disks);
+    sim.set_on_crash(move |id, rng| {
+        if let Some(storage) = crash_disks.borrow_mut().get_mut(id) {
+            *storage = storage.crash_with(rng);
+        }
+    });
+    for (at, back, id) in &crashes {
+        sim.crash_at(*at, id)?;
+        if let Some(back) = back {
+            sim.restart_at(*back, id)?;
+        }
+    }
+    sim.input_at(1, ADMIN, DkvInput::Commands(vec![ConfigCommand::Install(cluster.map.clone())]))?;
+    for client in &cluster.clients {
+        sim.input_at(ns(Duration::from_millis(1)), client, DkvInput::Programs(programs(&mut rng, options)))?;
+    }
+    let window = ns(options.fault_window);
+    let mut seen = checks::ClientViews::default();
+    let restart_ends = crashes.iter().filter_map(|(_, back, _)| *back).max().unwrap_or(0);
+    sim.run_while(window.max(restart_ends) + ns(options.settle), |sim| {
+        seen.observe(sim, &cluster.clients);
+        sim.now() < window.max(restart_ends) || !checks::settled(sim, &cluster)
+    });
+    seen.observe(&sim, &cluster.clients);
+    let mut report = TxnRunReport {
+        seed: options.seed,
+        partitions,
+        crashes: crashes.len(),
+        client_crashes: crashes.iter().filter(|(_, _, id)| cluster.clients.contains(id)).count(),
+        primary_crashes: crashes.iter().filter(|(_, _, id)| cluster.primaries.contains(id)).count(),
+        virtual_ms: sim.now() / 1_000_000,
+        events: sim.stats().events,
+        trace_digest: sim.trace_digest(),
+        ..TxnRunReport::default()
+    };
+    checks::check_run(&sim, &cluster, options, &seen, &mut report);
+    Ok(report)
+}
