@@ -26,6 +26,7 @@ impl Protocol for Dkv {
             Some(RequestBody::Query(_)) => "query",
             Some(RequestBody::Lease(_)) => "lease",
             Some(RequestBody::Fetch(_)) => "fetch",
+            Some(RequestBody::Watermark(_)) => "watermark",
             None => "empty",
         }
     }
@@ -42,6 +43,7 @@ impl Protocol for Dkv {
             Some(ResponseBody::State(_)) => "state",
             Some(ResponseBody::Grant(_)) => "grant",
             Some(ResponseBody::Table(_)) => "table",
+            Some(ResponseBody::TooOld(_)) => "too_old",
             Some(ResponseBody::Error(_)) => "error",
             None => "empty",
         }

@@ -28,6 +28,7 @@ use virga_txn::checker::TxnRecord;
 use virga_txn::AbortReason;
 
 pub use self::program::{balance, Program, TxnOp};
+
 use crate::layout::ShardMap;
 use crate::shard::wire::{self as shard_wire, PrepareRequest};
 use crate::shard::{txn_id, ReadOp, WriteOp};
@@ -51,6 +52,21 @@ pub struct TxnClientConfig {
     /// The configuration service's replicas, asked for a newer map when a request fails
     /// (empty: the map never changes).
     pub config_replicas: Vec<String>,
+    /// Where timestamps come from.
+    pub clock: ClientClock,
+    /// How often the client tells the primaries its watermark.
+    pub watermark_every: Duration,
+}
+
+/// A client's timestamp scheme (both `<time, client id>`, strictly increasing per client).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ClientClock {
+    /// The client's physical clock (skewed as the deployment's clocks are).
+    #[default]
+    Physical,
+    /// A hybrid logical clock: the physical clock, pushed above every version the client
+    /// has read.
+    Hybrid,
 }
 
 impl TxnClientConfig {
@@ -63,6 +79,8 @@ impl TxnClientConfig {
             max_attempts: 20,
             skip_local_validation: false,
             config_replicas: Vec::new(),
+            clock: ClientClock::Physical,
+            watermark_every: Duration::from_millis(100),
         }
     }
 }
@@ -136,6 +154,9 @@ pub struct TxnClient {
     ids: Ids,
     next_seq: u32,
     last_ts: Timestamp,
+    /// The newest version timestamp read (for the hybrid clock).
+    observed: Timestamp,
+    watermark_timer: Option<TimerId>,
     queue: VecDeque<Program>,
     active: Option<Active>,
     /// Decisions not yet acknowledged: by call, (shard, txn, commit).
@@ -165,6 +186,8 @@ impl TxnClient {
             ids: Ids::default(),
             next_seq: 1,
             last_ts: Timestamp::ZERO,
+            observed: Timestamp::ZERO,
+            watermark_timer: None,
             queue: VecDeque::new(),
             active: None,
             deciding: HashMap::new(),
@@ -208,7 +231,12 @@ impl TxnClient {
 
     /// A timestamp of this client strictly above every one it gave before.
     fn next_ts(&mut self, now: Nanos) -> Timestamp {
-        let time = now.max(self.last_ts.time + 1);
+        let mut time = now.max(self.last_ts.time + 1);
+        if self.config.clock == ClientClock::Hybrid {
+            // A hybrid logical clock: also above every version seen, so a lagging physical
+            // clock does not doom a write to a key just read.
+            time = time.max(self.observed.time.saturating_add(1));
+        }
         self.last_ts = Timestamp::new(time, self.config.client);
         self.last_ts
     }
@@ -296,7 +324,13 @@ impl TxnClient {
                     writer,
                     prepared_below: reply.prepared_below,
                 };
+                self.observed = self.observed.max(read.version);
                 active.reads.insert(key, read);
+            }
+            // The versions this snapshot needs may be collected: run it again, newer.
+            Ok(ResponseBody::TooOld(_)) => {
+                self.aborted("snapshot-too-old".to_string(), out);
+                return;
             }
             _ => {
                 active.lost_gets.push(key);
@@ -543,7 +577,9 @@ impl TxnClient {
             return;
         }
         if matches!(body, Err(()) | Ok(ResponseBody::Error(_) | ResponseBody::WrongEpoch(_))) {
+            // A primary may have changed (a watermark that did not arrive says so too).
             self.map_stale = true;
+            self.arm_retry(out);
         }
         if let Some((shard, txn, commit)) = self.deciding.remove(&call) {
             if !matches!(body, Ok(ResponseBody::Ack(_))) {
@@ -557,6 +593,38 @@ impl TxnClient {
             Some(Phase::Preparing { calls, .. }) if calls.contains_key(&call) => self.on_vote(call, body, out),
             _ => {}
         }
+    }
+
+    /// Tells every primary the timestamp this client reads at or above from now on: its
+    /// running transaction's begin, or above everything it gave out so far.
+    fn broadcast_watermark(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        let watermark = match &self.active {
+            Some(active) => active.ts_begin,
+            None => self.last_ts,
+        };
+        let mut primaries: Vec<(u32, String)> = self
+            .config
+            .map
+            .groups()
+            .iter()
+            .enumerate()
+            .map(|(shard, group)| (shard as u32, group.primary.clone()))
+            .collect();
+        primaries.sort_by(|a, b| a.1.cmp(&b.1));
+        primaries.dedup_by(|a, b| a.1 == b.1);
+        for (_, primary) in primaries {
+            let call = self.ids.call();
+            let request = proto::Watermark { client: self.config.client, ts: Some(shard_wire::ts_to_wire(watermark)) };
+            out.push(Command::Call {
+                to: primary,
+                call,
+                request: proto::Request { body: Some(RequestBody::Watermark(request)) },
+                deadline: self.config.deadline,
+            });
+        }
+        let timer = self.ids.timer();
+        self.watermark_timer = Some(timer);
+        out.push(Command::SetTimer { timer, after: self.config.watermark_every });
     }
 
     fn run_next(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
@@ -587,11 +655,13 @@ impl Role for TxnClient {
             Event::Response { call, result } => self.on_response(now, call, result, out),
             Event::Timer(timer) if Some(timer) == self.retry_timer => self.on_retry(out),
             Event::Timer(timer) if Some(timer) == self.rerun_timer => self.rerun_timer = None,
+            Event::Timer(timer) if Some(timer) == self.watermark_timer => self.broadcast_watermark(out),
+            Event::Start => self.broadcast_watermark(out),
             Event::Request { from, call, .. } => {
                 let response = ResponseBody::Error("a client serves no requests".to_string());
                 out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
             }
-            Event::Start | Event::Timer(_) | Event::IoDone { .. } => {}
+            Event::Timer(_) | Event::IoDone { .. } => {}
         }
         // Several programs may finish within one step (read-only ones commit at once).
         loop {

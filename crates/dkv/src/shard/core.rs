@@ -17,6 +17,7 @@ use virga_net::{Dkv, NetError};
 use virga_storage::TxnId;
 use virga_txn::AbortReason;
 
+mod gc;
 mod lease;
 mod takeover;
 mod termination;
@@ -58,6 +59,10 @@ pub struct DataConfig {
     pub suspect_after: Duration,
     /// How often the map is fetched from the configuration service.
     pub map_every: Duration,
+    /// A client silent this long no longer holds the garbage-collection watermark back.
+    pub client_expiry: Duration,
+    /// How often a full garbage-collection pass runs (installs collect as they go).
+    pub collect_every: Duration,
     pub weakened: Weakened,
 }
 
@@ -77,6 +82,8 @@ impl DataConfig {
             lease_length: Duration::from_millis(400),
             suspect_after: Duration::from_millis(800),
             map_every: Duration::from_millis(300),
+            client_expiry: Duration::from_secs(5),
+            collect_every: Duration::from_secs(5),
             weakened: Weakened::default(),
         }
     }
@@ -138,6 +145,7 @@ pub struct DataCore {
     /// Fetches in flight, by shard taken over.
     fetches: HashMap<CallId, u32>,
     link: lease::ConfigLink,
+    watermarks: gc::Watermarks,
     /// The clock at the step being handled.
     now: Nanos,
     stats: DataStats,
@@ -179,6 +187,7 @@ impl DataCore {
             leases: lease::Leases::default(),
             takeovers: BTreeMap::new(),
             fetches: HashMap::new(),
+            watermarks: gc::Watermarks::default(),
             now: 0,
             stats: DataStats::default(),
             failed: None,
@@ -271,6 +280,7 @@ impl DataCore {
             Some(RequestBody::Query(query)) => self.on_query(&from, call, query),
             Some(RequestBody::Lease(lease)) => self.on_lease_request(now, &from, call, lease),
             Some(RequestBody::Fetch(fetch)) => self.on_fetch(&from, call, fetch),
+            Some(RequestBody::Watermark(watermark)) => Some(self.on_watermark(now, watermark)),
             Some(RequestBody::Prepare(prepare)) => match wire::prepare_from_wire(prepare) {
                 Ok(prepare) => self.on_prepare(now, &from, call, prepare, out),
                 Err(error) => Some(ResponseBody::Error(format!("a malformed prepare: {error}"))),
@@ -297,6 +307,10 @@ impl DataCore {
             return ResponseBody::Error(format!("the key is not in shard {}", get.shard));
         }
         let ts = wire::ts_from_wire(get.ts);
+        if let Some(refusal) = self.too_old(get.shard, ts) {
+            self.stats.too_old += 1;
+            return refusal;
+        }
         if !self.under_lease(get.shard, ts) {
             self.stats.lease_refusals += 1;
             return ResponseBody::Error(format!("the lease of shard {} does not cover {ts} yet; retry", get.shard));
@@ -701,6 +715,7 @@ impl Role for DataCore {
             Event::Timer(timer) if Some(timer) == self.check_timer => {
                 self.check_undecided(now, out);
                 self.lease_tick(now, out);
+                self.collect_garbage(now);
                 let taking: Vec<u32> = self.takeovers.keys().copied().collect();
                 for shard in taking {
                     self.send_fetches(shard, out);

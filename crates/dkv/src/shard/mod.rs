@@ -54,8 +54,11 @@ pub struct DataStats {
     pub takeovers: u64,
     pub merged_records: u64,
     pub maps_adopted: u64,
-    /// Reads refused because the primary's lease did not cover their timestamp.
+    /// Reads refused because the primary's lease did not cover their timestamp, or because
+    /// they were below the garbage-collection watermark; versions collected in full passes.
     pub lease_refusals: u64,
+    pub too_old: u64,
+    pub versions_collected: u64,
     /// Requests refused (malformed, wrong epoch, not this node's shard).
     pub refusals: u64,
     /// Device appends completed.

@@ -113,6 +113,9 @@ pub struct ShardReplica<S: VersionedStore = MvStore> {
     /// Commit timestamps at or below this are refused: a primary that took over may not
     /// know the reads its predecessor served under its lease.
     commit_floor: Timestamp,
+    /// Garbage-collection watermark: versions no read at or above it can see may be
+    /// dropped, so reads below it are refused.
+    watermark: Timestamp,
     cc: HashMap<Bytes, KeyCc>,
     txns: HashMap<TxnId, TxnEntry>,
     /// Decisions replicated before their prepare (a backup's unordered records).
@@ -140,6 +143,7 @@ impl<S: VersionedStore> ShardReplica<S> {
             lease_granted: Timestamp::ZERO,
             fence: 0,
             commit_floor: Timestamp::ZERO,
+            watermark: Timestamp::ZERO,
             cc: HashMap::new(),
             txns: HashMap::new(),
             early_decisions: HashMap::new(),
@@ -198,6 +202,21 @@ impl<S: VersionedStore> ShardReplica<S> {
 
     pub fn commit_floor(&self) -> Timestamp {
         self.commit_floor
+    }
+
+    pub fn watermark(&self) -> Timestamp {
+        self.watermark
+    }
+
+    /// Raises the watermark (it never goes back); installs from then on drop what no read
+    /// at or above it sees.
+    pub fn raise_watermark(&mut self, watermark: Timestamp) {
+        self.watermark = self.watermark.max(watermark);
+    }
+
+    /// Drops, on every key, the versions no read at or above the watermark sees.
+    pub fn collect(&mut self) -> u64 {
+        self.store.gc(self.watermark).versions_dropped
     }
 
     /// Every transaction this replica holds, as the records that rebuild it.
@@ -397,7 +416,7 @@ impl<S: VersionedStore> ShardReplica<S> {
                 let version = Version { ts: commit_ts, writer: txn, value: write.value.clone() };
                 // Validation made the version the key's newest; on a replica rebuilt from
                 // unordered records an older one may come late, and the newer stands.
-                let _ = self.store.install(&key_entry, version, Timestamp::ZERO);
+                let _ = self.store.install(&key_entry, version, self.watermark);
             }
         }
     }

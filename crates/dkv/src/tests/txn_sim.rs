@@ -15,6 +15,7 @@ fn run(options: &TxnRunOptions) -> TxnRunReport {
 fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_and_failovers() {
     let (mut committed, mut read_only, mut aborted, mut crashes) = (0, 0, 0, 0);
     let (mut client_crashes, mut terminations, mut by_termination, mut failovers) = (0, 0, 0, 0);
+    let mut collected = 0;
     for seed in 0..24 {
         let options = TxnRunOptions::new(seed);
         let report = run(&options);
@@ -29,6 +30,7 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_a
         terminations += report.terminations;
         by_termination += report.committed_by_termination;
         failovers += report.failovers;
+        collected += report.versions_collected;
     }
     // The runs did what they claim: mostly committed, read-only audits among them, conflicts
     // that aborted attempts, backups and clients that crashed, and primaries that terminated
@@ -39,6 +41,16 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_a
     assert!(crashes > 10 && client_crashes > 5, "{crashes} backup and {client_crashes} client crashes");
     assert!(terminations > 0, "{terminations} terminations, {by_termination} committing");
     assert!(failovers >= 5, "{failovers} failovers after primary crashes");
+    assert!(collected > 0, "no version was garbage-collected");
+}
+
+#[test]
+fn hybrid_logical_clocks_pass_every_check_too() {
+    for seed in 100..110 {
+        let options = TxnRunOptions { client_clock: crate::client::ClientClock::Hybrid, ..TxnRunOptions::new(seed) };
+        let report = run(&options);
+        assert!(report.passed(), "seed {seed}: {:?}\nreplay: {}", report.violations, options.replay_command());
+    }
 }
 
 #[test]

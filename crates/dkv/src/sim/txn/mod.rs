@@ -23,7 +23,7 @@ use virga_net::role::IoExecutor;
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, SimError};
 
 pub use self::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
-use crate::client::{Program, TxnClient, TxnClientConfig};
+use crate::client::{ClientClock, Program, TxnClient, TxnClientConfig};
 use crate::config::ConfigCommand;
 use crate::layout::{Partitioning, ShardMap};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
@@ -78,6 +78,8 @@ pub struct TxnRunOptions {
     pub primary_crashes: bool,
     /// Primaries serve reads under leases (see `DataConfig::leases`).
     pub leases: bool,
+    /// The clients' timestamp scheme.
+    pub client_clock: ClientClock,
     pub weakening: Weakening,
 }
 
@@ -97,6 +99,7 @@ impl TxnRunOptions {
             client_crashes: true,
             primary_crashes: true,
             leases: true,
+            client_clock: ClientClock::Physical,
             weakening: Weakening::default(),
         }
     }
@@ -123,6 +126,9 @@ pub struct TxnRunReport {
     pub primary_crashes: usize,
     /// Shards that changed primary through the configuration service.
     pub failovers: u64,
+    /// Versions garbage-collected by full passes, and reads refused as below the watermark.
+    pub versions_collected: u64,
+    pub too_old: u64,
     /// Transactions a primary terminated (cooperative termination), and those of them
     /// committed with no word from their client.
     pub terminations: u64,
@@ -193,6 +199,7 @@ pub(super) fn open_node(
         let mut config = TxnClientConfig::new(index as u32 + 1, cluster.map.clone());
         config.skip_local_validation = options.weakening.skip_local_validation;
         config.config_replicas = cluster.config.clone();
+        config.clock = options.client_clock;
         return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
     }
     if id == ADMIN {
@@ -217,6 +224,9 @@ pub(super) fn open_node(
     config.config_replicas = cluster.config.clone();
     config.session = format!("{id}@{incarnation}");
     config.leases = options.leases;
+    // Garbage collection within a run's few seconds.
+    config.client_expiry = Duration::from_secs(1);
+    config.collect_every = Duration::from_millis(500);
     match open_data_node(config, storage) {
         Ok((mut core, disk)) => {
             // Initial balances, as loaded data (version zero) on every replica.
