@@ -14,6 +14,11 @@ pub fn count_u64(min: u64) -> RangedU64ValueParser<u64> {
     RangedU64ValueParser::new().range(min..)
 }
 
+/// A count from `min` to `max`, as `u64`.
+pub fn count_u64_between(min: u64, max: u64) -> RangedU64ValueParser<u64> {
+    RangedU64ValueParser::new().range(min..=max)
+}
+
 /// A trie level: a key path has 64 nibbles.
 pub fn trie_level() -> RangedU64ValueParser<usize> {
     RangedU64ValueParser::new().range(0..=64)

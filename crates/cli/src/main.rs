@@ -14,6 +14,7 @@ mod node;
 mod rainblock_bench;
 mod shape;
 mod sim;
+mod sim_config_service;
 mod sim_seeds;
 mod up;
 

@@ -1,7 +1,8 @@
 //! `virga sim rainblock`: RainBlock's cost model. `--predict` calibrates on this machine (or
 //! loads a frozen calibration) and predicts a shape's throughput and commit latency;
 //! `--validate` sets predictions beside real embedded clusters; `--seed-setups` predicts the
-//! seed's own deployments beside the figures it reported.
+//! seed's own deployments beside the figures it reported. `virga sim config-service` is in
+//! `sim_config_service.rs`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,12 @@ pub enum SimCommand {
     /// each (a failure prints the command that replays it); otherwise the cost model's
     /// predictions (`--predict`), checked against real clusters (`--validate`), and the seed's
     /// deployments (`--seed-setups`).
-    Rainblock(RainblockSimArgs),
+    Rainblock(Box<RainblockSimArgs>),
+    /// The distributed store's configuration service (Raft replicas and a client): `--seeds N`
+    /// runs N seeds under loss, partitions, crashes and power failures and checks each
+    /// (elections, state-machine safety, durability, every command answered); a failure
+    /// prints the command that replays it.
+    ConfigService(crate::sim_config_service::ConfigServiceArgs),
 }
 
 #[derive(Args)]
@@ -171,6 +177,7 @@ pub fn run(command: &SimCommand) -> Result<ExitCode> {
             }
             None => predict_and_validate(&args.predict),
         },
+        SimCommand::ConfigService(args) => crate::sim_config_service::run(args),
     }
 }
 

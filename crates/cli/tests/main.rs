@@ -6,3 +6,4 @@ mod kv;
 mod ledger;
 mod node;
 mod sim;
+mod sim_config_service;

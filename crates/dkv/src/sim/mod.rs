@@ -57,10 +57,11 @@ impl ServiceRunOptions {
         }
     }
 
-    /// The command that replays this run.
+    /// The command that replays this run, and only it: `virga sim config-service` runs seeds
+    /// `--first-seed` onwards with the other fields at their defaults (as `new` sets them).
     pub fn replay_command(&self) -> String {
         let broken = if self.unsafe_ack_before_write { " --broken ack-before-write" } else { "" };
-        format!("virga sim config-service --seed {} --replicas {}{broken}", self.seed, self.replicas)
+        format!("virga sim config-service --seeds 1 --first-seed {} --replicas {}{broken}", self.seed, self.replicas)
     }
 }
 
