@@ -1,0 +1,177 @@
+//! SEMEL's unordered primary-backup replication: a primary logs each prepare and decision
+//! and sends it to every backup, which logs it and acknowledges in any order. A prepare's
+//! vote waits for the primary's own log and f backups (a majority with the primary); a
+//! decision's acknowledgement waits for the primary's log only. A record is sent again to a
+//! backup that did not acknowledge, until every backup has it.
+
+use std::collections::BTreeSet;
+
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Nanos};
+use virga_net::Dkv;
+
+use super::{vote, AfterLog, DataCore, Pending, PendingKey, PendingKind};
+use crate::layout::{ReplicaRole, ShardId};
+use crate::shard::replica::ShardRecord;
+use crate::shard::wire;
+use crate::shard::DataIo;
+
+impl DataCore {
+    pub(super) fn on_replicate(
+        &mut self,
+        from: &str,
+        call: CallId,
+        replicate: proto::Replicate,
+    ) -> Option<ResponseBody> {
+        let shard = replicate.shard;
+        match self.role(shard, replicate.epoch) {
+            Ok(ReplicaRole::Backup) => {}
+            Ok(ReplicaRole::Primary) => {
+                return Some(ResponseBody::Error(format!("{} is the primary of shard {shard}", self.config.node)))
+            }
+            Err(refusal) => return Some(refusal),
+        }
+        let record = match replicate
+            .record
+            .ok_or(wire::ShardWireError::Missing("record"))
+            .and_then(|record| wire::record_from_wire(shard, record))
+        {
+            Ok(ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. }) => {
+                return Some(ResponseBody::Error("lease and fence records are a replica's own".to_string()))
+            }
+            Ok(record) => record,
+            Err(error) => return Some(ResponseBody::Error(format!("a malformed replicated record: {error}"))),
+        };
+        let replica = self.replicas.get_mut(&shard)?;
+        replica.apply(&record);
+        self.stats.replicated += 1;
+        let after = AfterLog::Reply { to: from.to_string(), call, response: ResponseBody::Ack(proto::Ack {}) };
+        self.unlogged.push((wire::encode_log_record(shard, &record), after));
+        None
+    }
+
+    /// Logs `record` here and sends it to every backup of `shard`; the waiter is answered
+    /// when it is safe.
+    pub(super) fn replicate(
+        &mut self,
+        key: PendingKey,
+        epoch: u64,
+        record: ShardRecord,
+        waiter: Option<(String, CallId)>,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) {
+        if let Some(pending) = self.pending.get_mut(&key) {
+            // Already on its way (a decision from the client and from a termination).
+            pending.waiters.extend(waiter);
+            self.settle(key, out);
+            return;
+        }
+        self.unlogged.push((wire::encode_log_record(key.0, &record), AfterLog::LocalDurable(key)));
+        let pending = Pending {
+            record,
+            epoch,
+            acked: BTreeSet::new(),
+            in_flight: BTreeSet::new(),
+            local_durable: false,
+            waiters: waiter.into_iter().collect(),
+            answered: false,
+        };
+        self.pending.insert(key, pending);
+        self.send_replicas(key, out);
+    }
+
+    /// Sends a pending record to each backup that has neither acknowledged it nor a call in
+    /// flight.
+    pub(super) fn send_replicas(&mut self, key: PendingKey, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let Some(group) = self.map.group(ShardId(key.0)) else { return };
+        let Some(pending) = self.pending.get_mut(&key) else { return };
+        for backup in &group.backups {
+            if pending.acked.contains(backup) || pending.in_flight.contains(backup) {
+                continue;
+            }
+            let call = self.ids.call();
+            pending.in_flight.insert(backup.clone());
+            self.calls.insert(call, (key, backup.clone()));
+            let replicate = proto::Replicate {
+                shard: key.0,
+                epoch: pending.epoch,
+                record: Some(wire::record_to_wire(&pending.record)),
+            };
+            out.push(Command::Call {
+                to: backup.clone(),
+                call,
+                request: proto::Request { body: Some(RequestBody::Replicate(replicate)) },
+                deadline: self.config.replicate_deadline,
+            });
+        }
+    }
+
+    /// Answers a pending record's waiters once it is safe, and forgets it once every backup
+    /// has it.
+    pub(super) fn settle(&mut self, key: PendingKey, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let f = self.map.f();
+        let backups = self.map.group(ShardId(key.0)).map_or(0, |group| group.backups.len());
+        let Some(pending) = self.pending.get_mut(&key) else { return };
+        let safe = pending.local_durable && (key.2 == PendingKind::Decided || pending.acked.len() >= f);
+        if safe && (!pending.answered || !pending.waiters.is_empty()) {
+            pending.answered = true;
+            let response = match key.2 {
+                PendingKind::Prepared => vote(Ok(())),
+                PendingKind::Decided => ResponseBody::Ack(proto::Ack {}),
+            };
+            for (to, call) in pending.waiters.drain(..) {
+                out.push(Command::Reply { to, call, response: proto::Response { body: Some(response.clone()) } });
+            }
+        }
+        if pending.answered && pending.acked.len() >= backups {
+            self.pending.remove(&key);
+        }
+    }
+
+    /// After a restart: a prepare in this primary's log may not have reached f backups
+    /// before the crash (its vote was never sent then), so it is replicated again, and a
+    /// retried prepare waits for it as the first one would have.
+    pub(super) fn resume_replication(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let mut resumed = Vec::new();
+        for (shard, replica) in &self.replicas {
+            let Some(group) = self.map.group(ShardId(*shard)) else { continue };
+            if group.primary != self.config.node {
+                continue;
+            }
+            for (txn, entry) in replica.prepared() {
+                let record = ShardRecord::Prepared {
+                    txn,
+                    commit_ts: entry.commit_ts,
+                    writes: entry.writes.clone(),
+                    participants: entry.participants.clone(),
+                };
+                resumed.push(((*shard, txn, PendingKind::Prepared), group.epoch, record));
+                self.undecided.insert((*shard, txn), now);
+            }
+        }
+        for (key, epoch, record) in resumed {
+            let pending = Pending {
+                record,
+                epoch,
+                acked: BTreeSet::new(),
+                in_flight: BTreeSet::new(),
+                local_durable: true,
+                waiters: Vec::new(),
+                answered: false,
+            };
+            self.pending.insert(key, pending);
+            self.send_replicas(key, out);
+        }
+    }
+
+    pub(super) fn on_retry(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
+        self.retry_timer = None;
+        for (shard, txn, commit) in std::mem::take(&mut self.lost_decisions) {
+            self.send_decision(shard, txn, commit, out);
+        }
+        let keys: Vec<PendingKey> = self.pending.keys().copied().collect();
+        for key in keys {
+            self.send_replicas(key, out);
+        }
+    }
+}
