@@ -243,5 +243,6 @@ fn invalid_layouts_are_refused_with_the_right_error() {
     );
     assert!(ShardMap::new(range(&[b"d", b"m"]), three(), 1).is_ok());
 }
+mod replica;
 mod service_sim;
 mod txn_sim;
