@@ -40,7 +40,7 @@ pub enum Partitioning {
     /// `shards`. Keccak-256 and the byte order are fixed, so every process on every platform
     /// maps a key to the same shard; changing this function would move every key.
     Hash { shards: u32 },
-    /// Shard i holds the keys in [splits[i-1], splits[i]) in byte-wise lexicographic order;
+    /// Shard i holds the keys in `[splits[i-1], splits[i])` in byte-wise lexicographic order;
     /// shard 0 starts at the empty key and the last shard is unbounded. `splits` is strictly
     /// increasing and holds no empty key (an empty first split would leave shard 0 empty);
     /// there are `splits.len() + 1` shards.

@@ -1,26 +1,29 @@
 //! virga-dkv: the distributed transactional key-value store of issue 16 (seed 004: SEMEL's
 //! sharded, primary-backup replicated multi-version storage and MILANA's client-coordinated
-//! OCC transactions), built in steps.
+//! OCC transactions). Every role is a `virga_net::role` core (events in, commands out; no
+//! clock, socket, thread or fsync inside), so the same code runs in the simulator, in one
+//! process and over gRPC.
 //!
-//! The cluster layout, as pure and deterministic code (no network, no threads, no clock):
+//! - [`layout`], [`config`], [`cache`], [`wire`]: the cluster layout ([`ShardMap`]: hash or
+//!   range shards, one primary and 2f backups per shard, an epoch per group), the
+//!   configuration state machine ([`ConfigState`], [`ConfigCommand`]), a client's map cache,
+//!   and their checked encodings.
+//! - [`service`]: the configuration service, the state machine replicated by raft-rs
+//!   ([`service::ConfigCore`]) with its client; [`raft_wire`] checks every Raft message a
+//!   peer sends before raft-rs sees it.
+//! - [`shard`]: the data nodes ([`shard::DataCore`]): per shard a [`shard::ShardReplica`]
+//!   (versions, MILANA's per-key state, the transaction table, Algorithm 1), SEMEL's
+//!   unordered replication to 2f backups, read leases from f backups, failover by Algorithm
+//!   2, cooperative termination, watermark garbage collection, group commit to a record log.
+//! - [`client`]: MILANA's client ([`client::TxnClient`]): reads at `ts_begin`, local
+//!   validation of read-only transactions, two-phase commit it coordinates itself.
+//! - [`sim`]: both in the deterministic simulator, with their checkers: the configuration
+//!   service alone (`sim::run_service`) and the whole store (`sim::txn::run_txn`, and the
+//!   scripted failover anomaly `sim::txn::lease_scenario`).
 //!
-//! - [`layout`]: [`ShardMap`]: keys sharded by a stable hash or by ranges, each shard
-//!   replicated by a [`ReplicaGroup`] of one primary and 2f backups (an odd replica count;
-//!   [`replicas_to_f`] refuses even ones), with an epoch per group and a version per map;
-//!   [`ShardMap::place`] spreads primaries and replicas round robin over the nodes.
-//! - [`config`]: the configuration state machine ([`ConfigState`], [`ConfigCommand`]):
-//!   install a layout, fail over a primary, add and remove backups, each change checked
-//!   against the group's epoch; what the configuration service's Raft log will carry.
-//! - [`cache`]: a client's [`MapCache`]: routes a key to its shard's primary and epoch, takes
-//!   newer maps only, and tells when a server's epoch means the map is stale.
-//! - [`wire`]: protobuf encoding of maps and commands (package `virga.dkv.v1`), with
-//!   decoders that bound sizes and check everything.
-//!
-//! Still to come, each on top of this: the configuration service replicating
-//! [`ConfigState`] through a Raft library inside the simulator; SEMEL replication (unordered
-//! primary-backup writes committed by a majority, leases held from f backups, failover that
-//! merges f+1 logs); MILANA's two-phase commit with cooperative termination; and the client
-//! API (gRPC, a Rust client, `virga kv`).
+//! Still to come: the client API (a gRPC service for other languages, a Rust library and the
+//! `virga kv` shell), the store's deployment as processes (`virga kv cluster`), its
+//! benchmark (`virga bench dkv`) and backups re-added after a failover.
 
 pub mod cache;
 pub mod client;

@@ -2,7 +2,7 @@
 //! holding 3 shards of 3 replicas, and clients moving money between accounts while auditing
 //! the total, under message loss, duplication, reordering, partitions, skewed clocks, and
 //! crashes of backups, primaries (which fail over) and clients (whose transactions the
-//! primaries terminate). The checks are in [`checks`].
+//! primaries terminate). The checks are in `checks`.
 
 mod checks;
 pub mod lease_scenario;
