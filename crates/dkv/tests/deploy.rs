@@ -107,13 +107,18 @@ impl Client {
 }
 
 /// Polls `probe` until it gives a value, for at most [`WITHIN`].
-pub async fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+pub async fn wait_for<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
+    wait_for_within(what, WITHIN, probe).await
+}
+
+/// Polls `probe` until it gives a value, for at most `within`.
+pub async fn wait_for_within<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
     let started = Instant::now();
     loop {
         if let Some(value) = probe() {
             return value;
         }
-        assert!(started.elapsed() < WITHIN, "{what}: not within {WITHIN:?}");
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

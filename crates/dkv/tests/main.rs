@@ -4,3 +4,4 @@
 mod deploy;
 mod grpc;
 mod inproc;
+mod store;
