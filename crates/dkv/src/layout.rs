@@ -340,6 +340,25 @@ impl ShardMap {
         self.partitioning.shard_of(key)
     }
 
+    /// The shards holding keys in `[start, end)` (`end` None: unbounded), in order: every
+    /// shard under hash partitioning, the overlapping ones under range partitioning.
+    pub fn shards_overlapping(&self, start: &[u8], end: Option<&[u8]>) -> Vec<ShardId> {
+        match &self.partitioning {
+            Partitioning::Hash { .. } => (0..self.shard_count()).map(ShardId).collect(),
+            Partitioning::Range { splits } => {
+                if end.is_some_and(|end| end <= start) {
+                    return Vec::new();
+                }
+                let first = splits.partition_point(|split| split.as_slice() <= start);
+                let last = match end {
+                    Some(end) => splits.partition_point(|split| split.as_slice() < end),
+                    None => splits.len(),
+                };
+                (first..=last).map(|shard| ShardId(shard as u32)).collect()
+            }
+        }
+    }
+
     pub fn group(&self, shard: ShardId) -> Option<&ReplicaGroup> {
         self.groups.get(shard.index())
     }

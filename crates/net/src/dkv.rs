@@ -27,6 +27,7 @@ impl Protocol for Dkv {
             Some(RequestBody::Lease(_)) => "lease",
             Some(RequestBody::Fetch(_)) => "fetch",
             Some(RequestBody::Watermark(_)) => "watermark",
+            Some(RequestBody::Scan(_)) => "scan",
             None => "empty",
         }
     }
@@ -44,6 +45,7 @@ impl Protocol for Dkv {
             Some(ResponseBody::Grant(_)) => "grant",
             Some(ResponseBody::Table(_)) => "table",
             Some(ResponseBody::TooOld(_)) => "too_old",
+            Some(ResponseBody::Rows(_)) => "rows",
             Some(ResponseBody::Error(_)) => "error",
             None => "empty",
         }

@@ -15,6 +15,7 @@
 //! recognise. An aborted transaction is run again from the start, up to a bound.
 
 mod program;
+mod scan;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
@@ -105,6 +106,8 @@ pub struct ProgramResult {
     pub outcome: ProgramOutcome,
     /// Each key read and its value (None: absent), from the committed attempt.
     pub reads: Vec<(Bytes, Option<Bytes>)>,
+    /// Each scan's rows, in the program's order.
+    pub scans: Vec<Vec<(Bytes, Bytes)>>,
     pub attempts: u32,
 }
 
@@ -116,9 +119,15 @@ struct ReadState {
     prepared_below: bool,
 }
 
+/// A read in flight: a get of a key, or one shard's part of a scan (by its index).
+enum ReadCall {
+    Get(Bytes),
+    Scan(usize, u32),
+}
+
 enum Phase {
-    /// Gets in flight, by call.
-    Reading(HashMap<CallId, Bytes>),
+    /// Gets and scans in flight, by call.
+    Reading(HashMap<CallId, ReadCall>),
     /// Prepares in flight (by call), and the votes so far.
     Preparing { commit_ts: Timestamp, calls: HashMap<CallId, u32>, yes: BTreeSet<u32>, participants: Vec<u32> },
 }
@@ -131,8 +140,12 @@ struct Active {
     reads: BTreeMap<Bytes, ReadState>,
     writes: BTreeMap<Bytes, Option<Bytes>>,
     phase: Phase,
-    /// Requests to send again at the retry timer: gets by key, prepares by shard.
+    /// The program's scans, as they come in.
+    scans: Vec<scan::ScanState>,
+    /// Requests to send again at the retry timer: gets by key, scans by (scan, shard),
+    /// prepares by shard.
     lost_gets: Vec<Bytes>,
+    lost_scans: Vec<(usize, u32)>,
     lost_prepares: Vec<u32>,
 }
 
@@ -144,6 +157,7 @@ pub struct ClientStats {
     /// Attempts aborted, by reason.
     pub aborts: BTreeMap<String, u64>,
     pub gets: u64,
+    pub scans: u64,
     pub prepares: u64,
     pub retries: u64,
     pub maps_adopted: u64,
@@ -268,6 +282,7 @@ impl TxnClient {
             None => self.next_ts(now),
         };
         let keys = program.read_keys();
+        let scans = scan::ScanState::of(&program, &self.config.map);
         self.active = Some(Active {
             program,
             attempt,
@@ -276,15 +291,21 @@ impl TxnClient {
             reads: BTreeMap::new(),
             writes: BTreeMap::new(),
             phase: Phase::Reading(HashMap::new()),
+            scans,
             lost_gets: Vec::new(),
+            lost_scans: Vec::new(),
             lost_prepares: Vec::new(),
         });
-        if keys.is_empty() {
+        let scan_parts = self.scan_parts();
+        if keys.is_empty() && scan_parts.is_empty() {
             self.finish_reads(now, out);
             return;
         }
         for key in keys {
             self.send_get(key, out);
+        }
+        for (index, shard) in scan_parts {
+            self.send_scan(index, shard, out);
         }
     }
 
@@ -294,7 +315,7 @@ impl TxnClient {
         let Some(active) = &mut self.active else { return };
         let Phase::Reading(calls) = &mut active.phase else { return };
         let call = self.ids.call();
-        calls.insert(call, key.clone());
+        calls.insert(call, ReadCall::Get(key.clone()));
         self.stats.gets += 1;
         let get = proto::Get { shard, epoch, key: key.to_vec(), ts: Some(shard_wire::ts_to_wire(active.ts_begin)) };
         out.push(Command::Call {
@@ -314,7 +335,11 @@ impl TxnClient {
     ) {
         let Some(active) = &mut self.active else { return };
         let Phase::Reading(calls) = &mut active.phase else { return };
-        let Some(key) = calls.remove(&call) else { return };
+        let key = match calls.remove(&call) {
+            Some(ReadCall::Get(key)) => key,
+            Some(ReadCall::Scan(index, shard)) => return self.on_scan_reply(now, index, shard, result, out),
+            None => return,
+        };
         match result {
             Ok(ResponseBody::Value(reply)) => {
                 let writer = shard_wire::txn_from_wire(reply.writer).unwrap_or(0);
@@ -336,7 +361,13 @@ impl TxnClient {
                 active.lost_gets.push(key);
             }
         }
-        let lost = !active.lost_gets.is_empty();
+        self.reads_progressed(now, out);
+    }
+
+    /// After a read came back: retry what was lost, or commit once everything is in.
+    fn reads_progressed(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+        let Some(active) = &self.active else { return };
+        let lost = !active.lost_gets.is_empty() || !active.lost_scans.is_empty();
         let done = matches!(&active.phase, Phase::Reading(calls) if calls.is_empty()) && !lost;
         if lost {
             self.arm_retry(out);
@@ -353,7 +384,8 @@ impl TxnClient {
             active.reads.iter().map(|(key, read)| (key.clone(), read.value.clone())).collect();
         active.writes = active.program.writes(&values);
         if active.writes.is_empty() {
-            let prepared = active.reads.values().any(|read| read.prepared_below);
+            let prepared = active.reads.values().any(|read| read.prepared_below)
+                || active.scans.iter().any(|scan| scan.prepared_below);
             if prepared && !self.config.skip_local_validation {
                 self.aborted(AbortReason::SnapshotPrepared.name().to_string(), out);
             } else {
@@ -366,6 +398,7 @@ impl TxnClient {
         let Some(active) = &mut self.active else { return };
         let mut participants: BTreeSet<u32> = active.writes.keys().map(|key| self.config.map.shard_of(key).0).collect();
         participants.extend(active.reads.keys().map(|key| self.config.map.shard_of(key).0));
+        participants.extend(active.scans.iter().flat_map(|scan| scan.shards().iter().copied()));
         let participants: Vec<u32> = participants.into_iter().collect();
         self.attempts.push(TxnRecord {
             id: active.txn,
@@ -407,6 +440,12 @@ impl TxnClient {
                 .map(|(key, value)| WriteOp { key: key.clone(), value: value.clone() })
                 .collect(),
             participants: participants.clone(),
+            scans: active
+                .scans
+                .iter()
+                .filter(|scan| scan.covers(shard))
+                .map(|scan| scan.range(active.ts_begin))
+                .collect(),
         };
         let call = self.ids.call();
         calls.insert(call, shard);
@@ -480,6 +519,7 @@ impl TxnClient {
         });
         self.results.push(ProgramResult {
             outcome: ProgramOutcome::Committed { txn: active.txn, commit_ts, read_only },
+            scans: active.scans.iter().map(scan::ScanState::rows).collect(),
             reads: active.reads.into_iter().map(|(key, read)| (key, read.value)).collect(),
             attempts: active.attempt,
         });
@@ -499,6 +539,7 @@ impl TxnClient {
             self.results.push(ProgramResult {
                 outcome: ProgramOutcome::Aborted { reason },
                 reads: Vec::new(),
+                scans: Vec::new(),
                 attempts: active.attempt,
             });
         }
@@ -515,11 +556,15 @@ impl TxnClient {
     fn on_retry(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
         self.retry_timer = None;
         if let Some(active) = &mut self.active {
+            let scans = std::mem::take(&mut active.lost_scans);
             let gets = std::mem::take(&mut active.lost_gets);
             let prepares = std::mem::take(&mut active.lost_prepares);
             self.stats.retries += (gets.len() + prepares.len()) as u64;
             for key in gets {
                 self.send_get(key, out);
+            }
+            for (index, shard) in scans {
+                self.send_scan(index, shard, out);
             }
             for shard in prepares {
                 self.send_prepare(shard, out);

@@ -12,6 +12,12 @@ pub enum TxnOp {
     Get(Bytes),
     Put(Bytes, Bytes),
     Delete(Bytes),
+    /// The live keys in `[start, end)` (`end` None: unbounded), at most `limit` (1 to 4096).
+    Scan {
+        start: Bytes,
+        end: Option<Bytes>,
+        limit: u32,
+    },
 }
 
 /// A transaction's logic.
@@ -53,6 +59,20 @@ impl Program {
         keys
     }
 
+    /// The program's scans: (start, end, limit), in order.
+    pub fn scans(&self) -> Vec<(Bytes, Option<Bytes>, u32)> {
+        match self {
+            Program::Ops(ops) => ops
+                .iter()
+                .filter_map(|op| match op {
+                    TxnOp::Scan { start, end, limit } => Some((start.clone(), end.clone(), (*limit).clamp(1, 4096))),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The writes (None: delete) given what was read.
     pub fn writes(&self, reads: &BTreeMap<Bytes, Option<Bytes>>) -> BTreeMap<Bytes, Option<Bytes>> {
         let mut writes = BTreeMap::new();
@@ -66,7 +86,7 @@ impl Program {
                         TxnOp::Delete(key) => {
                             writes.insert(key.clone(), None);
                         }
-                        TxnOp::Get(_) => {}
+                        TxnOp::Get(_) | TxnOp::Scan { .. } => {}
                     }
                 }
             }

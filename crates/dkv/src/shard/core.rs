@@ -278,6 +278,7 @@ impl DataCore {
     ) {
         let response = match request.body {
             Some(RequestBody::Get(get)) => Some(self.on_get(get)),
+            Some(RequestBody::Scan(scan)) => Some(self.on_scan(scan)),
             Some(RequestBody::Query(query)) => self.on_query(&from, call, query),
             Some(RequestBody::Lease(lease)) => self.on_lease_request(now, &from, call, lease),
             Some(RequestBody::Fetch(fetch)) => self.on_fetch(&from, call, fetch),
@@ -330,6 +331,46 @@ impl DataCore {
         })
     }
 
+    fn on_scan(&mut self, scan: proto::Scan) -> ResponseBody {
+        let range = match wire::range_from_wire(scan.start, scan.end, scan.ts) {
+            Ok(range) => range,
+            Err(error) => return ResponseBody::Error(format!("a malformed scan: {error}")),
+        };
+        if let Err(refusal) = self.primary_of(scan.shard, scan.epoch) {
+            return refusal;
+        }
+        if let Some(refusal) = self.too_old(scan.shard, range.ts) {
+            self.stats.too_old += 1;
+            return refusal;
+        }
+        if !self.under_lease(scan.shard, range.ts) {
+            self.stats.lease_refusals += 1;
+            return ResponseBody::Error(format!(
+                "the lease of shard {} does not cover {} yet; retry",
+                scan.shard, range.ts
+            ));
+        }
+        let Some(replica) = self.replicas.get_mut(&scan.shard) else {
+            return ResponseBody::Error(format!("no replica of shard {}", scan.shard));
+        };
+        self.stats.scans += 1;
+        let limit = (scan.limit as usize).clamp(1, wire::MAX_OPS_PER_SHARD);
+        let found = replica.scan(range, limit);
+        ResponseBody::Rows(proto::ScanReply {
+            rows: found
+                .rows
+                .into_iter()
+                .map(|(key, version)| proto::Row {
+                    key: key.to_vec(),
+                    value: version.value.map(|value| value.to_vec()).unwrap_or_default(),
+                    version: Some(wire::ts_to_wire(version.ts)),
+                    writer: Some(wire::txn_to_wire(version.writer)),
+                })
+                .collect(),
+            prepared_below: found.prepared_below,
+        })
+    }
+
     fn on_prepare(
         &mut self,
         now: Nanos,
@@ -373,13 +414,20 @@ impl DataCore {
                 },
             };
         }
-        if let Err(reason) = replica.validate(txn, prepare.commit_ts, &prepare.reads, &prepare.writes) {
+        if let Err(reason) = replica.validate(txn, prepare.commit_ts, &prepare.reads, &prepare.scans, &prepare.writes) {
             self.stats.aborts += 1;
             self.voted_abort.insert((shard, txn), reason);
             return Some(vote(Err(reason)));
         }
         self.stats.prepares += 1;
-        let record = replica.prepare(txn, prepare.commit_ts, &prepare.reads, prepare.writes, prepare.participants);
+        let record = replica.prepare(
+            txn,
+            prepare.commit_ts,
+            &prepare.reads,
+            &prepare.scans,
+            prepare.writes,
+            prepare.participants,
+        );
         self.undecided.insert((shard, txn), now);
         self.replicate((shard, txn, PendingKind::Prepared), prepare.epoch, record, Some((from.to_string(), call)), out);
         None

@@ -18,7 +18,8 @@ use virga_net::role::IoExecutor;
 
 pub use self::core::{DataConfig, DataCore};
 pub use self::replica::{
-    txn_id, txn_parts, GetResult, ReadOp, ShardRecord, ShardReplica, TxnEntry, TxnStatus, Weakened, WriteOp,
+    txn_id, txn_parts, GetResult, ReadOp, ScanRange, ScanResult, ShardRecord, ShardReplica, TxnEntry, TxnStatus,
+    Weakened, WriteOp,
 };
 pub use self::wire::ShardWireError;
 
@@ -39,6 +40,7 @@ pub enum DataIoDone {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DataStats {
     pub gets: u64,
+    pub scans: u64,
     /// Prepares voted commit, and voted abort.
     pub prepares: u64,
     pub aborts: u64,

@@ -8,11 +8,15 @@
 //! replication is unordered, so a decision may arrive before its prepare, and versions are
 //! rebuilt in timestamp order from the table when a backup takes over.
 
+mod scan;
+
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use virga_storage::{MvStore, Timestamp, TxnId, Version, VersionedStore};
 use virga_txn::AbortReason;
+
+pub use self::scan::{ScanRange, ScanResult};
 
 /// A transaction's id: its client in the high 32 bits, the client's sequence number in the
 /// low 32 (the same id on every shard).
@@ -94,7 +98,8 @@ struct KeyCc {
 /// Deliberately broken variants, for the checkers to catch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Weakened {
-    /// The primary skips Algorithm 1's `latestRead >= ts_commit` check.
+    /// The primary skips Algorithm 1's `latestRead >= ts_commit` check (of keys and of
+    /// scanned ranges).
     pub skip_latest_read: bool,
     /// Cooperative termination takes a participant that never received the prepare for
     /// one that voted commit (breaking rule 2).
@@ -117,6 +122,8 @@ pub struct ShardReplica<S: VersionedStore = MvStore> {
     /// dropped, so reads below it are refused.
     watermark: Timestamp,
     cc: HashMap<Bytes, KeyCc>,
+    /// Ranges scanned, each with the largest timestamp it was read at.
+    range_reads: Vec<ScanRange>,
     txns: HashMap<TxnId, TxnEntry>,
     /// Decisions replicated before their prepare (a backup's unordered records).
     early_decisions: HashMap<TxnId, bool>,
@@ -145,6 +152,7 @@ impl<S: VersionedStore> ShardReplica<S> {
             commit_floor: Timestamp::ZERO,
             watermark: Timestamp::ZERO,
             cc: HashMap::new(),
+            range_reads: Vec::new(),
             txns: HashMap::new(),
             early_decisions: HashMap::new(),
             weakened: Weakened::default(),
@@ -212,6 +220,7 @@ impl<S: VersionedStore> ShardReplica<S> {
     /// at or above it sees.
     pub fn raise_watermark(&mut self, watermark: Timestamp) {
         self.watermark = self.watermark.max(watermark);
+        self.forget_ranges_below(self.watermark);
     }
 
     /// Drops, on every key, the versions no read at or above the watermark sees.
@@ -258,6 +267,7 @@ impl<S: VersionedStore> ShardReplica<S> {
         }
         self.store = store;
         self.cc.clear();
+        self.range_reads.clear();
         let committed: Vec<(TxnId, Timestamp, Vec<WriteOp>)> = self
             .committed_in_order()
             .into_iter()
@@ -311,6 +321,7 @@ impl<S: VersionedStore> ShardReplica<S> {
         txn: TxnId,
         commit_ts: Timestamp,
         reads: &[ReadOp],
+        scans: &[ScanRange],
         writes: &[WriteOp],
     ) -> Result<(), AbortReason> {
         let held_by_other =
@@ -323,6 +334,7 @@ impl<S: VersionedStore> ShardReplica<S> {
                 return Err(AbortReason::ReadStale);
             }
         }
+        self.validate_scans(txn, scans)?;
         for write in writes {
             if held_by_other(&write.key) {
                 return Err(AbortReason::WritePrepared);
@@ -330,6 +342,9 @@ impl<S: VersionedStore> ShardReplica<S> {
             let latest_read = self.cc.get(&write.key).map_or(Timestamp::ZERO, |cc| cc.latest_read);
             if !self.weakened.skip_latest_read && latest_read >= commit_ts {
                 return Err(AbortReason::WriteAfterRead);
+            }
+            if !self.weakened.skip_latest_read && self.under_range_read(&write.key, commit_ts) {
+                return Err(AbortReason::Phantom);
             }
             if self.newest(&write.key) >= commit_ts {
                 return Err(AbortReason::WriteStale);
@@ -351,12 +366,16 @@ impl<S: VersionedStore> ShardReplica<S> {
         txn: TxnId,
         commit_ts: Timestamp,
         reads: &[ReadOp],
+        scans: &[ScanRange],
         writes: Vec<WriteOp>,
         participants: Vec<u32>,
     ) -> ShardRecord {
         for read in reads {
             let cc = self.cc.entry(read.key.clone()).or_default();
             cc.latest_read = cc.latest_read.max(commit_ts);
+        }
+        for range in scans {
+            self.remember_range(ScanRange { ts: commit_ts, ..range.clone() });
         }
         let record = ShardRecord::Prepared { txn, commit_ts, writes, participants };
         self.apply(&record);

@@ -6,7 +6,7 @@ use prost::Message;
 use virga_net::dkv_proto as proto;
 use virga_storage::{Timestamp, TxnId};
 
-use super::replica::{txn_id, txn_parts, ReadOp, ShardRecord, WriteOp};
+use super::replica::{txn_id, txn_parts, ReadOp, ScanRange, ShardRecord, WriteOp};
 use crate::layout::MAX_SHARDS;
 
 /// Longest key accepted.
@@ -155,6 +155,20 @@ pub struct PrepareRequest {
     pub reads: Vec<ReadOp>,
     pub writes: Vec<WriteOp>,
     pub participants: Vec<u32>,
+    pub scans: Vec<ScanRange>,
+}
+
+/// A range from the wire: an empty end is unbounded; the start is at most a key long.
+pub fn range_from_wire(
+    start: Vec<u8>,
+    end: Vec<u8>,
+    ts: Option<proto::Timestamp>,
+) -> Result<ScanRange, ShardWireError> {
+    if start.len() > MAX_KEY_BYTES || end.len() > MAX_KEY_BYTES {
+        return Err(ShardWireError::KeyTooLong { length: start.len().max(end.len()) });
+    }
+    let end = (!end.is_empty()).then(|| Bytes::from(end));
+    Ok(ScanRange { start: Bytes::from(start), end, ts: ts_from_wire(ts) })
 }
 
 pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, ShardWireError> {
@@ -171,6 +185,16 @@ pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, Shar
         reads: reads_from_wire(prepare.reads)?,
         writes: writes_from_wire(prepare.writes)?,
         participants: participants_from_wire(shard, prepare.participants)?,
+        scans: {
+            if prepare.scans.len() > MAX_OPS_PER_SHARD {
+                return Err(ShardWireError::TooMany { what: "scans", count: prepare.scans.len() });
+            }
+            prepare
+                .scans
+                .into_iter()
+                .map(|range| range_from_wire(range.start, range.end, range.ts))
+                .collect::<Result<_, _>>()?
+        },
     })
 }
 
@@ -187,6 +211,15 @@ pub fn prepare_to_wire(prepare: &PrepareRequest) -> proto::Prepare {
             .collect(),
         writes: prepare.writes.iter().map(write_to_wire).collect(),
         participants: prepare.participants.clone(),
+        scans: prepare
+            .scans
+            .iter()
+            .map(|range| proto::ScannedRange {
+                start: range.start.to_vec(),
+                end: range.end.as_ref().map(|end| end.to_vec()).unwrap_or_default(),
+                ts: Some(ts_to_wire(range.ts)),
+            })
+            .collect(),
     }
 }
 

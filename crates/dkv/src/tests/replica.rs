@@ -29,7 +29,7 @@ fn read(name: &str, version: Timestamp) -> ReadOp {
 /// A replica where transaction 1 committed `x` at 10.
 fn with_x_at_10() -> ShardReplica {
     let mut replica = ShardReplica::new();
-    replica.prepare(1, ts(10), &[], vec![put("x", "a")], vec![0]);
+    replica.prepare(1, ts(10), &[], &[], vec![put("x", "a")], vec![0]);
     replica.apply(&ShardRecord::Decided { txn: 1, commit: true });
     replica
 }
@@ -38,20 +38,20 @@ fn with_x_at_10() -> ShardReplica {
 fn algorithm_one_refuses_each_conflict_and_accepts_the_rest() {
     let mut replica = with_x_at_10();
     // A read of the version that is still the newest, and a write above everything: fine.
-    assert_eq!(replica.validate(2, ts(20), &[read("x", ts(10))], &[put("y", "b")]), Ok(()));
+    assert_eq!(replica.validate(2, ts(20), &[read("x", ts(10))], &[], &[put("y", "b")]), Ok(()));
     // The read version is no longer the newest.
-    assert_eq!(replica.validate(2, ts(20), &[read("x", ts(5))], &[]), Err(AbortReason::ReadStale));
+    assert_eq!(replica.validate(2, ts(20), &[read("x", ts(5))], &[], &[]), Err(AbortReason::ReadStale));
     // A write at or below the newest version.
-    assert_eq!(replica.validate(2, ts(10), &[], &[put("x", "b")]), Err(AbortReason::WriteStale));
+    assert_eq!(replica.validate(2, ts(10), &[], &[], &[put("x", "b")]), Err(AbortReason::WriteStale));
     // A read at 30 raised x's latest read: a write at 25 would change what it saw.
     replica.get(&key("x"), ts(30));
-    assert_eq!(replica.validate(2, ts(25), &[], &[put("x", "b")]), Err(AbortReason::WriteAfterRead));
-    assert_eq!(replica.validate(2, ts(31), &[], &[put("x", "b")]), Ok(()));
+    assert_eq!(replica.validate(2, ts(25), &[], &[], &[put("x", "b")]), Err(AbortReason::WriteAfterRead));
+    assert_eq!(replica.validate(2, ts(31), &[], &[], &[put("x", "b")]), Ok(()));
     // Transaction 3 holds x: others may neither read nor write it; 3 itself may.
-    replica.prepare(3, ts(40), &[], vec![put("x", "c")], vec![0]);
-    assert_eq!(replica.validate(2, ts(50), &[read("x", ts(10))], &[]), Err(AbortReason::ReadPrepared));
-    assert_eq!(replica.validate(2, ts(50), &[], &[put("x", "d")]), Err(AbortReason::WritePrepared));
-    assert_eq!(replica.validate(3, ts(40), &[read("x", ts(10))], &[put("x", "c")]), Ok(()));
+    replica.prepare(3, ts(40), &[], &[], vec![put("x", "c")], vec![0]);
+    assert_eq!(replica.validate(2, ts(50), &[read("x", ts(10))], &[], &[]), Err(AbortReason::ReadPrepared));
+    assert_eq!(replica.validate(2, ts(50), &[], &[], &[put("x", "d")]), Err(AbortReason::WritePrepared));
+    assert_eq!(replica.validate(3, ts(40), &[read("x", ts(10))], &[], &[put("x", "c")]), Ok(()));
     // A get at or above a prepared writer says so; below it does not.
     assert!(replica.get(&key("x"), ts(40)).prepared_below);
     assert!(!replica.get(&key("x"), ts(39)).prepared_below);
@@ -59,17 +59,17 @@ fn algorithm_one_refuses_each_conflict_and_accepts_the_rest() {
     replica.apply(&ShardRecord::Decided { txn: 3, commit: false });
     assert_eq!(replica.txn(3).map(|entry| entry.status), Some(TxnStatus::Aborted));
     assert_eq!(replica.get(&key("x"), ts(100)).version, ts(10));
-    assert_eq!(replica.validate(2, ts(101), &[], &[put("x", "d")]), Ok(()));
+    assert_eq!(replica.validate(2, ts(101), &[], &[], &[put("x", "d")]), Ok(()));
 }
 
 #[test]
 fn a_primary_that_took_over_refuses_commits_at_or_below_the_leases_granted() {
     let mut replica = with_x_at_10();
     replica.take_over(ts(50));
-    assert_eq!(replica.validate(2, ts(50), &[], &[put("y", "b")]), Err(AbortReason::WriteAfterRead));
-    assert_eq!(replica.validate(2, ts(51), &[], &[put("y", "b")]), Ok(()));
+    assert_eq!(replica.validate(2, ts(50), &[], &[], &[put("y", "b")]), Err(AbortReason::WriteAfterRead));
+    assert_eq!(replica.validate(2, ts(51), &[], &[], &[put("y", "b")]), Ok(()));
     // A read-only part has nothing to refuse.
-    assert_eq!(replica.validate(2, ts(40), &[read("x", ts(10))], &[]), Ok(()));
+    assert_eq!(replica.validate(2, ts(40), &[read("x", ts(10))], &[], &[]), Ok(()));
 }
 
 #[test]
@@ -139,4 +139,31 @@ proptest! {
             }
         }
     }
+}
+
+fn range(start: &str, end: &str, at: u64) -> crate::shard::ScanRange {
+    crate::shard::ScanRange { start: key(start), end: Some(key(end)), ts: ts(at) }
+}
+
+#[test]
+fn scans_read_a_snapshot_and_keep_it_free_of_phantoms() {
+    let mut replica = with_x_at_10();
+    replica.prepare(2, ts(20), &[], &[], vec![put("y", "b")], vec![0]);
+    replica.apply(&ShardRecord::Decided { txn: 2, commit: true });
+    // At 15, y does not exist yet; at 25 both do; z is outside the range.
+    let keys = |found: crate::shard::ScanResult| found.rows.into_iter().map(|(key, _)| key).collect::<Vec<_>>();
+    assert_eq!(keys(replica.scan(range("a", "z", 15), 10)), vec![key("x")]);
+    assert_eq!(keys(replica.scan(range("a", "z", 25), 10)), vec![key("x"), key("y")]);
+    assert_eq!(keys(replica.scan(range("a", "z", 25), 1)), vec![key("x")]);
+    // The range was read at 25: a new key inside it at or below 25 is a phantom for that
+    // scan; above 25, or outside the range, it is fine.
+    assert_eq!(replica.validate(3, ts(25), &[], &[], &[put("q", "c")]), Err(AbortReason::Phantom));
+    assert_eq!(replica.validate(3, ts(26), &[], &[], &[put("q", "c")]), Ok(()));
+    assert_eq!(replica.validate(3, ts(25), &[], &[], &[put("zz", "c")]), Ok(()));
+    // A scanning transaction whose range gained a key after its scan aborts at prepare.
+    replica.prepare(4, ts(30), &[], &[], vec![put("m", "d")], vec![0]);
+    assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 25)], &[]), Err(AbortReason::ReadPrepared));
+    replica.apply(&ShardRecord::Decided { txn: 4, commit: true });
+    assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 25)], &[]), Err(AbortReason::Phantom));
+    assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 30)], &[]), Ok(()));
 }

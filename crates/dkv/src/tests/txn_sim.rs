@@ -90,8 +90,8 @@ fn read_only_transactions_that_skip_local_validation_are_caught() {
 
 #[test]
 fn primaries_that_skip_the_latest_read_check_are_caught() {
-    let caught = caught(Weakening { skip_latest_read: true, ..Weakening::default() }, 0..40);
-    assert!(!caught.is_empty(), "no seed of 40 caught primaries skipping the latestRead check");
+    let caught = caught(Weakening { skip_latest_read: true, ..Weakening::default() }, 0..60);
+    assert!(!caught.is_empty(), "no seed of 60 caught primaries skipping the latestRead check");
     assert!(caught.iter().flat_map(|(_, v)| v).any(|violation| violation.starts_with("serializability")), "{caught:?}");
 }
 

@@ -96,7 +96,10 @@ pub(super) fn check_run(
         for result in &view.results {
             match &result.outcome {
                 ProgramOutcome::Aborted { .. } => report.gave_up += 1,
-                ProgramOutcome::Committed { txn, read_only: true, .. } if result.reads.len() == options.accounts => {
+                ProgramOutcome::Committed { txn, read_only: true, .. }
+                    if result.reads.len() == options.accounts
+                        && result.scans.iter().all(|rows| rows.len() == options.accounts) =>
+                {
                     let sum: u64 = result.reads.iter().map(|(_, value)| crate::client::balance(value.as_ref())).sum();
                     if sum != total {
                         report
@@ -104,7 +107,12 @@ pub(super) fn check_run(
                             .push(format!("money: audit {txn:x} of {id} read a total of {sum}, not {total}"));
                     }
                 }
-                ProgramOutcome::Committed { .. } => {}
+                ProgramOutcome::Committed { txn, .. } => {
+                    // A scan of the accounts' range sees every account (none is ever deleted).
+                    if result.scans.iter().any(|rows| rows.len() != options.accounts) {
+                        report.violations.push(format!("scan: {txn:x} of {id} missed accounts: {:?}", result.scans));
+                    }
+                }
             }
         }
         history.extend(view.history.iter().cloned());

@@ -240,12 +240,16 @@ pub(super) fn open_node(
     }
 }
 
-/// The programs of one client: transfers between random accounts, every fourth an audit.
+/// The programs of one client: transfers between random accounts; every fourth an audit,
+/// by gets or (every eighth) by a scan of the accounts' range.
 fn programs(rng: &mut StdRng, options: &TxnRunOptions) -> Vec<Program> {
     let all: Vec<Bytes> = (0..options.accounts).map(account).collect();
     (0..options.programs)
         .map(|index| {
-            if index % 4 == 3 {
+            if index % 8 == 7 {
+                let (start, end) = (Bytes::from_static(b"acct-"), Some(Bytes::from_static(b"acct.")));
+                Program::Ops(vec![crate::client::TxnOp::Scan { start, end, limit: 4096 }])
+            } else if index % 4 == 3 {
                 Program::Audit(all.clone())
             } else {
                 let from = rng.random_range(0..options.accounts);

@@ -1,0 +1,141 @@
+//! A transaction's scans: each goes to every shard that may hold keys of its range, the
+//! rows come back per shard and are merged in key order up to the scan's limit. Every row
+//! joins the transaction's reads (validated at prepare like a get), and the range itself is
+//! validated at each shard's prepare against phantoms.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{Command, Nanos};
+use virga_net::Dkv;
+use virga_storage::Timestamp;
+
+use super::{Phase, ReadCall, ReadState, TxnClient};
+use crate::layout::ShardMap;
+use crate::shard::wire as shard_wire;
+use crate::shard::ScanRange;
+
+/// One scan of a running transaction.
+#[derive(Debug)]
+pub(super) struct ScanState {
+    start: Bytes,
+    end: Option<Bytes>,
+    limit: u32,
+    /// The shards asked, and those that answered.
+    shards: Vec<u32>,
+    answered: BTreeSet<u32>,
+    rows: BTreeMap<Bytes, Bytes>,
+    pub(super) prepared_below: bool,
+}
+
+impl ScanState {
+    /// The scans of a program, each with the shards its range covers.
+    pub(super) fn of(program: &super::Program, map: &ShardMap) -> Vec<ScanState> {
+        program
+            .scans()
+            .into_iter()
+            .map(|(start, end, limit)| ScanState {
+                shards: map.shards_overlapping(&start, end.as_deref()).into_iter().map(|shard| shard.0).collect(),
+                start,
+                end,
+                limit,
+                answered: BTreeSet::new(),
+                rows: BTreeMap::new(),
+                prepared_below: false,
+            })
+            .collect()
+    }
+
+    pub(super) fn shards(&self) -> &[u32] {
+        &self.shards
+    }
+
+    pub(super) fn covers(&self, shard: u32) -> bool {
+        self.shards.contains(&shard)
+    }
+
+    pub(super) fn range(&self, ts: Timestamp) -> ScanRange {
+        ScanRange { start: self.start.clone(), end: self.end.clone(), ts }
+    }
+
+    /// The merged rows, the first `limit` in key order.
+    pub(super) fn rows(&self) -> Vec<(Bytes, Bytes)> {
+        self.rows.iter().take(self.limit as usize).map(|(key, value)| (key.clone(), value.clone())).collect()
+    }
+}
+
+impl TxnClient {
+    /// Every (scan, shard) part of the running transaction.
+    pub(super) fn scan_parts(&self) -> Vec<(usize, u32)> {
+        let Some(active) = &self.active else { return Vec::new() };
+        active
+            .scans
+            .iter()
+            .enumerate()
+            .flat_map(|(index, scan)| scan.shards.iter().map(move |shard| (index, *shard)))
+            .collect()
+    }
+
+    pub(super) fn send_scan(
+        &mut self,
+        index: usize,
+        shard: u32,
+        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+    ) {
+        let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
+        let Some(active) = &mut self.active else { return };
+        let Some(scan) = active.scans.get(index) else { return };
+        let request = proto::Scan {
+            shard,
+            epoch,
+            start: scan.start.to_vec(),
+            end: scan.end.as_ref().map(|end| end.to_vec()).unwrap_or_default(),
+            ts: Some(shard_wire::ts_to_wire(active.ts_begin)),
+            limit: scan.limit,
+        };
+        let Phase::Reading(calls) = &mut active.phase else { return };
+        let call = self.ids.call();
+        calls.insert(call, ReadCall::Scan(index, shard));
+        self.stats.scans += 1;
+        out.push(Command::Call {
+            to,
+            call,
+            request: proto::Request { body: Some(RequestBody::Scan(request)) },
+            deadline: self.config.deadline,
+        });
+    }
+
+    pub(super) fn on_scan_reply(
+        &mut self,
+        now: Nanos,
+        index: usize,
+        shard: u32,
+        result: Result<ResponseBody, ()>,
+        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+    ) {
+        let Some(active) = &mut self.active else { return };
+        match result {
+            Ok(ResponseBody::Rows(reply)) => {
+                let Some(scan) = active.scans.get_mut(index) else { return };
+                scan.answered.insert(shard);
+                scan.prepared_below |= reply.prepared_below;
+                for row in reply.rows {
+                    let version = shard_wire::ts_from_wire(row.version);
+                    let writer = shard_wire::txn_from_wire(row.writer).unwrap_or(0);
+                    let (key, value) = (Bytes::from(row.key), Bytes::from(row.value));
+                    self.observed = self.observed.max(version);
+                    scan.rows.insert(key.clone(), value.clone());
+                    let read = ReadState { value: Some(value), version, writer, prepared_below: false };
+                    active.reads.entry(key).or_insert(read);
+                }
+            }
+            Ok(ResponseBody::TooOld(_)) => {
+                self.aborted("snapshot-too-old".to_string(), out);
+                return;
+            }
+            _ => active.lost_scans.push((index, shard)),
+        }
+        self.reads_progressed(now, out);
+    }
+}
