@@ -140,8 +140,8 @@ fn forge_raft_messages(data: &[u8]) -> usize {
     let mut input = rest;
     let mut stepped = 0;
     for _ in 0..MAX_MESSAGES_PER_INPUT {
-        let Some(message) = next_forged_message(&mut input, scenario, me, sender) else { break };
         let view = Receiver::of(group.node(me), sender);
+        let Some(message) = next_forged_message(&mut input, scenario, &view) else { break };
         if let Ok(checked) = message_from_wire(message, &view) {
             stepped += 1;
             let _ = group.step(me, checked);
@@ -154,7 +154,7 @@ fn forge_raft_messages(data: &[u8]) -> usize {
     stepped
 }
 
-fn next_forged_message(input: &mut &[u8], scenario: Scenario, me: u64, sender: u64) -> Option<proto::RaftMessage> {
+fn next_forged_message(input: &mut &[u8], scenario: Scenario, view: &Receiver) -> Option<proto::RaftMessage> {
     let (&tag, rest) = input.split_first()?;
     *input = rest;
     if tag % 2 == 0 {
@@ -173,46 +173,57 @@ fn next_forged_message(input: &mut &[u8], scenario: Scenario, me: u64, sender: u
     let (&count, rest) = rest.split_first()?;
     *input = rest;
     let mut message = samples.get(usize::from(which) % samples.len().max(1))?.clone();
-    message.to = me;
-    message.from = sender;
+    message.to = view.me;
+    message.from = view.sender;
     for _ in 0..count % 9 {
         let Some((edit, rest)) = input.split_first_chunk::<9>() else { break };
         *input = rest;
         let value = u64::from_le_bytes(edit[1..].try_into().unwrap_or_else(|_| unreachable!("8 bytes")));
-        edit_message(&mut message, edit[0], value);
+        edit_message(&mut message, edit[0], Nudge { value, view });
     }
     Some(message)
 }
 
-/// `value` as a new number for a field now at `current`: even values move it by a small step
-/// (the edges honest checks sit on), odd ones replace it.
-fn nudge(current: u64, value: u64) -> u64 {
-    if value % 2 == 0 {
-        current.wrapping_add_signed(i64::from((value >> 1) as i8))
-    } else {
-        value >> 1
+/// An edit's value as a new number for a field: by its two low bits, a small step from the
+/// field's value, from the receiver's last index or from its term (the edges the checks sit
+/// on), or the rest of the value itself.
+struct Nudge<'a> {
+    value: u64,
+    view: &'a Receiver,
+}
+
+impl Nudge<'_> {
+    fn of(&self, current: u64) -> u64 {
+        let step = i64::from((self.value >> 2) as i8);
+        match self.value % 4 {
+            0 => current.wrapping_add_signed(step),
+            1 => self.value >> 2,
+            2 => self.view.last_index.wrapping_add_signed(step),
+            _ => self.view.term.wrapping_add_signed(step),
+        }
     }
 }
 
-fn edit_message(message: &mut proto::RaftMessage, field: u8, value: u64) {
+fn edit_message(message: &mut proto::RaftMessage, field: u8, nudge: Nudge) {
+    let value = nudge.value;
     let entry_at = |message: &mut proto::RaftMessage| {
         let count = message.entries.len();
-        (count > 0).then(|| (value as usize >> 8) % count)
+        (count > 0).then(|| (value as usize >> 32) % count)
     };
     match field % 20 {
         0 => message.msg_type = (value % 21) as i32,
-        1 => message.term = nudge(message.term, value),
-        2 => message.log_term = nudge(message.log_term, value),
-        3 => message.index = nudge(message.index, value),
-        4 => message.commit = nudge(message.commit, value),
-        5 => message.commit_term = nudge(message.commit_term, value),
+        1 => message.term = nudge.of(message.term),
+        2 => message.log_term = nudge.of(message.log_term),
+        3 => message.index = nudge.of(message.index),
+        4 => message.commit = nudge.of(message.commit),
+        5 => message.commit_term = nudge.of(message.commit_term),
         6 => message.reject = !message.reject,
-        7 => message.reject_hint = nudge(message.reject_hint, value),
-        8 => message.to = nudge(message.to, value),
-        9 => message.from = nudge(message.from, value),
+        7 => message.reject_hint = nudge.of(message.reject_hint),
+        8 => message.to = nudge.of(message.to),
+        9 => message.from = nudge.of(message.from),
         10 => message.context = vec![value as u8; (value >> 8) as usize % 80],
         11 => {
-            let next = message.entries.last().map_or(message.index + 1, |entry| entry.index + 1);
+            let next = message.entries.last().map_or(message.index, |entry| entry.index).wrapping_add(1);
             let term = message.entries.last().map_or(message.log_term.max(1), |entry| entry.term);
             let data = wire::encode_proposal(&raft_group::sample_proposal("fuzz", value.max(1)));
             message.entries.push(proto::RaftEntry { term, index: next, data, ..Default::default() });
@@ -222,12 +233,12 @@ fn edit_message(message: &mut proto::RaftMessage, field: u8, value: u64) {
         }
         13 => {
             if let Some(at) = entry_at(message) {
-                message.entries[at].term = nudge(message.entries[at].term, value & 0xff);
+                message.entries[at].term = nudge.of(message.entries[at].term);
             }
         }
         14 => {
             if let Some(at) = entry_at(message) {
-                message.entries[at].index = nudge(message.entries[at].index, value & 0xff);
+                message.entries[at].index = nudge.of(message.entries[at].index);
             }
         }
         15 => {
@@ -284,9 +295,10 @@ mod tests {
                 input.extend([1, rng.random(), edits]);
                 for _ in 0..edits {
                     input.push(rng.random());
-                    // Mostly small steps, the edges the checks sit on.
-                    let value: u64 =
-                        if rng.random_bool(0.7) { u64::from(rng.random::<u8>()) * 2 } else { rng.random() };
+                    // Mostly small steps (from the field, the last index or the term), the edges
+                    // the checks sit on; the high half picks an entry.
+                    let step = if rng.random_bool(0.7) { rng.random_range(0..4) } else { 1 };
+                    let value = step | u64::from(rng.random::<u8>()) << 2 | u64::from(rng.random::<u32>()) << 32;
                     input.extend(value.to_le_bytes());
                 }
             }
