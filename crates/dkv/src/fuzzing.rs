@@ -120,7 +120,8 @@ fn raft_samples(scenario: Scenario) -> &'static [proto::RaftMessage] {
 /// ([`Scenario`]), the second the receiving replica and the peer the messages come from;
 /// then up to 8 messages, each (even tag) `u16` little-endian length and that many bytes
 /// decoded as a `RaftMessage`, or (odd tag) an honest message of the scenario, readdressed
-/// from the peer to the receiver and changed by up to 8 (field, `u64`) edits. Each message goes
+/// from the peer to the receiver and changed by up to 8 (field, `u64`) edits (see [`Nudge`]
+/// for how a value becomes a number). Each message goes
 /// through `message_from_wire` with the receiver's view of that moment and, if accepted, into
 /// `RawNode::step`; the group then settles (its own messages checked too, refusals dropped)
 /// and ticks for a heartbeat. raft-rs panicking anywhere is the bug this target looks for.
@@ -208,7 +209,7 @@ fn edit_message(message: &mut proto::RaftMessage, field: u8, nudge: Nudge) {
     let value = nudge.value;
     let entry_at = |message: &mut proto::RaftMessage| {
         let count = message.entries.len();
-        (count > 0).then(|| (value as usize >> 32) % count)
+        (count > 0).then(|| (value >> 32) as usize % count)
     };
     match field % 20 {
         0 => message.msg_type = (value % 21) as i32,

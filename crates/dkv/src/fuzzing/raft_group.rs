@@ -13,6 +13,8 @@ use prost::Message as _;
 use raft::eraftpb;
 use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use virga_net::dkv_proto as proto;
 
 use crate::raft_wire::{message_from_wire, message_to_wire, Receiver};
@@ -59,6 +61,9 @@ pub struct RaftGroup {
     pub record: Option<Vec<Delivered>>,
     /// Messages the checks refused (only in `Delivery::Lenient`).
     pub refused: usize,
+    /// When set, the network delivers in-flight messages in random order, and loses or
+    /// duplicates some, as a real one may.
+    chaos: Option<StdRng>,
 }
 
 impl RaftGroup {
@@ -94,6 +99,7 @@ impl RaftGroup {
             delivery: Delivery::Honest,
             record: None,
             refused: 0,
+            chaos: None,
         };
         for id in VOTERS {
             group.pin_timeout(id);
@@ -125,6 +131,12 @@ impl RaftGroup {
     pub fn isolate(&mut self, id: Option<u64>) {
         self.isolated = id;
         self.in_flight.retain(|message| id.is_none_or(|cut| message.from != cut && message.to != cut));
+    }
+
+    /// From now on, messages go in an order drawn from `seed`; 1 in 20 is lost and 1 in 10
+    /// delivered twice.
+    pub fn reorder_lose_and_duplicate(&mut self, seed: u64) {
+        self.chaos = Some(StdRng::seed_from_u64(seed));
     }
 
     /// One tick on every replica, then `settle`.
@@ -180,13 +192,29 @@ impl RaftGroup {
                     busy = true;
                 }
             }
-            while let Some(message) = self.in_flight.pop_front() {
+            while let Some(message) = self.next_in_flight() {
                 self.deliver(message);
                 busy = true;
             }
             if !busy {
                 return;
             }
+        }
+    }
+
+    fn next_in_flight(&mut self) -> Option<eraftpb::Message> {
+        let Some(rng) = &mut self.chaos else { return self.in_flight.pop_front() };
+        loop {
+            if self.in_flight.is_empty() {
+                return None;
+            }
+            let message = self.in_flight.swap_remove_back(rng.random_range(0..self.in_flight.len()))?;
+            match rng.random_range(0..20) {
+                0 => continue,
+                1 | 2 => self.in_flight.push_back(message.clone()),
+                _ => {}
+            }
+            return Some(message);
         }
     }
 
