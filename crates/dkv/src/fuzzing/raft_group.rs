@@ -317,8 +317,8 @@ pub enum Scenario {
     /// replica 3 lags.
     Lagging,
     /// As `Steady`, then leader 1 cut off with one proposal of its own, replica 2 elected at
-    /// term 3 and two more committed, then healed with no tick: replica 1 is a stale leader
-    /// holding an entry that is not committed and never will be.
+    /// term 3 and two more committed, then healed with no tick: replica 1 is stale (term 2,
+    /// stepped down for want of a quorum) and holds an entry that never commits.
     StaleLeader,
     /// As `Steady`, then replica 3 cut off until it pre-campaigns, then healed with no tick.
     PreCandidate,

@@ -25,8 +25,9 @@ struct HonestRun {
 }
 
 /// Elections by timeout, proposals, a leader transfer, a follower cut off and caught up, the
-/// leader cut off with a proposal of its own, a re-election, the partition healed and the old leader brought back in line;
-/// every message over the wire in `Delivery::Honest` (a refusal or a changed message panics).
+/// leader cut off with a proposal of its own, a re-election, the partition healed and the old
+/// leader brought back in line; every message over the wire in `Delivery::Honest` (a refusal
+/// or a changed message panics, naming both).
 fn honest_run() -> HonestRun {
     let mut group = RaftGroup::new();
     group.record = Some(Vec::new());
