@@ -44,6 +44,20 @@ pub struct Receiver {
     pub last_index: u64,
 }
 
+impl Receiver {
+    /// What `node` knows of itself now, for a message from the peer bound to Raft id `sender`.
+    pub fn of<T: raft::Storage>(node: &raft::RawNode<T>, sender: u64) -> Receiver {
+        Receiver {
+            me: node.raft.id,
+            sender,
+            term: node.raft.term,
+            is_leader: node.raft.state == raft::StateRole::Leader,
+            leader: node.raft.leader_id,
+            last_index: node.raft.raft_log.last_index(),
+        }
+    }
+}
+
 /// Why a received Raft message is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RaftWireError {
@@ -279,6 +293,13 @@ fn check_append_response(message: &proto::RaftMessage, at: &Receiver) -> Result<
         });
     }
     Ok(())
+}
+
+/// Converts a message without any check, to show what raft-rs does with what the checks
+/// refuse.
+#[cfg(test)]
+pub(crate) fn message_into_raft_unchecked(message: proto::RaftMessage) -> Result<eraftpb::Message, RaftWireError> {
+    message_into_raft(message_type_from_wire(message.msg_type)?, message)
 }
 
 fn message_into_raft(kind: MessageType, message: proto::RaftMessage) -> Result<eraftpb::Message, RaftWireError> {

@@ -4,6 +4,7 @@
 
 mod cache_wire;
 mod config;
+mod raft_wire;
 
 use super::layout::{MAX_F, MAX_NODE_ID_BYTES, MAX_SHARDS, MAX_SPLIT_KEY_BYTES};
 use super::*;
