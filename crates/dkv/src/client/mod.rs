@@ -57,6 +57,9 @@ pub struct TxnClientConfig {
     pub clock: ClientClock,
     /// How often the client tells the primaries its watermark.
     pub watermark_every: Duration,
+    /// A transaction with one participant commits in one round trip (the primary commits on
+    /// its vote); off, it takes a prepare and a decision as any other.
+    pub one_round_trip: bool,
 }
 
 /// A client's timestamp scheme (both `<time, client id>`, strictly increasing per client).
@@ -82,6 +85,7 @@ impl TxnClientConfig {
             config_replicas: Vec::new(),
             clock: ClientClock::Physical,
             watermark_every: Duration::from_millis(100),
+            one_round_trip: true,
         }
     }
 }
@@ -419,6 +423,7 @@ impl TxnClient {
 
     fn send_prepare(&mut self, shard: u32, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
+        let one_round_trip = self.config.one_round_trip;
         let map = &self.config.map;
         let Some(active) = &mut self.active else { return };
         let Phase::Preparing { commit_ts, calls, participants, .. } = &mut active.phase else { return };
@@ -446,6 +451,7 @@ impl TxnClient {
                 .filter(|scan| scan.covers(shard))
                 .map(|scan| scan.range(active.ts_begin))
                 .collect(),
+            commit_on_vote: participants.len() == 1 && one_round_trip,
         };
         let call = self.ids.call();
         calls.insert(call, shard);
@@ -469,16 +475,21 @@ impl TxnClient {
                 if yes.len() == participants.len() {
                     let (commit_ts, participants, txn) = (*commit_ts, participants.clone(), active.txn);
                     self.committed(commit_ts, false);
-                    for shard in participants {
-                        self.send_decision(shard, txn, true, out);
+                    // A single participant committed on its vote: there is no decision to send.
+                    if !self.one_round_trip(participants.len()) {
+                        for shard in participants {
+                            self.send_decision(shard, txn, true, out);
+                        }
                     }
                 }
             }
             Ok(ResponseBody::Vote(vote)) => {
                 let (participants, txn) = (participants.clone(), active.txn);
                 self.aborted(vote.reason, out);
-                for shard in participants {
-                    self.send_decision(shard, txn, false, out);
+                if !self.one_round_trip(participants.len()) {
+                    for shard in participants {
+                        self.send_decision(shard, txn, false, out);
+                    }
                 }
             }
             _ => {
@@ -486,6 +497,11 @@ impl TxnClient {
                 self.arm_retry(out);
             }
         }
+    }
+
+    /// Whether a transaction with this many participants commits on its vote.
+    fn one_round_trip(&self, participants: usize) -> bool {
+        participants == 1 && self.config.one_round_trip
     }
 
     fn send_decision(

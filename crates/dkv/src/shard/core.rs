@@ -140,6 +140,8 @@ pub struct DataCore {
     deciding: HashMap<CallId, (u32, TxnId, bool)>,
     lost_decisions: Vec<(u32, TxnId, bool)>,
     check_timer: Option<TimerId>,
+    /// One-participant transactions this primary commits as soon as their vote is safe.
+    commit_on_vote: BTreeSet<(u32, TxnId)>,
     /// Leases, shard primaries taking over, and the link to the configuration service.
     leases: lease::Leases,
     takeovers: BTreeMap<u32, takeover::Takeover>,
@@ -185,6 +187,7 @@ impl DataCore {
             deciding: HashMap::new(),
             lost_decisions: Vec::new(),
             check_timer: None,
+            commit_on_vote: BTreeSet::new(),
             leases: lease::Leases::default(),
             takeovers: BTreeMap::new(),
             fetches: HashMap::new(),
@@ -429,6 +432,9 @@ impl DataCore {
             prepare.participants,
         );
         self.undecided.insert((shard, txn), now);
+        if prepare.commit_on_vote {
+            self.commit_on_vote.insert((shard, txn));
+        }
         self.replicate((shard, txn, PendingKind::Prepared), prepare.epoch, record, Some((from.to_string(), call)), out);
         None
     }

@@ -41,6 +41,8 @@ pub enum ShardWireError {
     DuplicateWrite { key: Bytes },
     #[error("the commit timestamp is zero")]
     ZeroCommitTimestamp,
+    #[error("commit on vote with {participants} participants (it needs exactly one)")]
+    CommitOnVoteWithOthers { participants: usize },
     #[error("the transaction id has sequence number 0")]
     ZeroSequence,
     #[error("the log record does not decode: {0}")]
@@ -156,6 +158,8 @@ pub struct PrepareRequest {
     pub writes: Vec<WriteOp>,
     pub participants: Vec<u32>,
     pub scans: Vec<ScanRange>,
+    /// The only participant commits once its vote is safe; no decision follows.
+    pub commit_on_vote: bool,
 }
 
 /// A range from the wire: an empty end is unbounded; the start is at most a key long.
@@ -173,6 +177,9 @@ pub fn range_from_wire(
 
 pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, ShardWireError> {
     let shard = shard_from_wire(prepare.shard)?;
+    if prepare.commit_on_vote && prepare.participants.len() != 1 {
+        return Err(ShardWireError::CommitOnVoteWithOthers { participants: prepare.participants.len() });
+    }
     let commit_ts = ts_from_wire(prepare.commit_ts);
     if commit_ts == Timestamp::ZERO {
         return Err(ShardWireError::ZeroCommitTimestamp);
@@ -185,6 +192,7 @@ pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, Shar
         reads: reads_from_wire(prepare.reads)?,
         writes: writes_from_wire(prepare.writes)?,
         participants: participants_from_wire(shard, prepare.participants)?,
+        commit_on_vote: prepare.commit_on_vote,
         scans: {
             if prepare.scans.len() > MAX_OPS_PER_SHARD {
                 return Err(ShardWireError::TooMany { what: "scans", count: prepare.scans.len() });
@@ -220,6 +228,7 @@ pub fn prepare_to_wire(prepare: &PrepareRequest) -> proto::Prepare {
                 ts: Some(ts_to_wire(range.ts)),
             })
             .collect(),
+        commit_on_vote: prepare.commit_on_vote,
     }
 }
 

@@ -297,6 +297,7 @@ impl DataCore {
                 self.undecided.retain(|(undecided, _), _| *undecided != shard);
                 self.terminating.retain(|(terminating, _), _| *terminating != shard);
                 self.pending.retain(|(pending, _, _), _| *pending != shard);
+                self.commit_on_vote.retain(|(pending, _)| *pending != shard);
             }
             if group.backups.contains(&node) {
                 self.leases.heard.insert(shard, now);

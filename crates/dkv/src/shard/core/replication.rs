@@ -113,6 +113,12 @@ impl DataCore {
         let backups = self.map.group(ShardId(key.0)).map_or(0, |group| group.backups.len());
         let Some(pending) = self.pending.get_mut(&key) else { return };
         let safe = pending.local_durable && (key.2 == PendingKind::Decided || pending.acked.len() >= f);
+        if safe && key.2 == PendingKind::Prepared && self.commit_on_vote.remove(&(key.0, key.1)) {
+            // Installed before the vote goes out: a read after the client hears "committed"
+            // sees the write. The decision is replicated like any other.
+            self.decide_here(key.0, key.1, true, None, out);
+        }
+        let Some(pending) = self.pending.get_mut(&key) else { return };
         if safe && (!pending.answered || !pending.waiters.is_empty()) {
             pending.answered = true;
             let response = match key.2 {
