@@ -101,7 +101,6 @@ type PendingKey = (u32, TxnId, PendingKind);
 
 struct Pending {
     record: ShardRecord,
-    epoch: u64,
     /// Backups that acknowledged, and backups with a call in flight.
     acked: BTreeSet<String>,
     in_flight: BTreeSet<String>,
@@ -165,9 +164,13 @@ impl DataCore {
             replicas.insert(shard.0, replica);
         }
         for (shard, record) in &records {
-            if let Some(replica) = replicas.get_mut(shard) {
-                replica.apply(record);
-            }
+            // A shard this node joined after the map it starts with (a backup added later).
+            let replica = replicas.entry(*shard).or_insert_with(|| {
+                let mut replica = ShardReplica::new();
+                replica.weaken(config.weakened);
+                replica
+            });
+            replica.apply(record);
         }
         DataCore {
             map: config.map.clone(),
@@ -435,7 +438,7 @@ impl DataCore {
         if prepare.commit_on_vote {
             self.commit_on_vote.insert((shard, txn));
         }
-        self.replicate((shard, txn, PendingKind::Prepared), prepare.epoch, record, Some((from.to_string(), call)), out);
+        self.replicate((shard, txn, PendingKind::Prepared), record, Some((from.to_string(), call)), out);
         None
     }
 

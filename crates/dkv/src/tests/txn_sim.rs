@@ -15,7 +15,7 @@ fn run(options: &TxnRunOptions) -> TxnRunReport {
 fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_and_failovers() {
     let (mut committed, mut read_only, mut aborted, mut crashes) = (0, 0, 0, 0);
     let (mut client_crashes, mut terminations, mut by_termination, mut failovers) = (0, 0, 0, 0);
-    let mut collected = 0;
+    let (mut collected, mut rejoined) = (0, 0);
     for seed in 0..24 {
         let options = TxnRunOptions::new(seed);
         let report = run(&options);
@@ -31,6 +31,7 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_a
         by_termination += report.committed_by_termination;
         failovers += report.failovers;
         collected += report.versions_collected;
+        rejoined += report.backups_added;
     }
     // The runs did what they claim: mostly committed, read-only audits among them, conflicts
     // that aborted attempts, backups and clients that crashed, and primaries that terminated
@@ -42,6 +43,9 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_a
     assert!(terminations > 0, "{terminations} terminations, {by_termination} committing");
     assert!(failovers >= 5, "{failovers} failovers after primary crashes");
     assert!(collected > 0, "no version was garbage-collected");
+    // A failed primary that came back rejoined as a backup, with every committed
+    // transaction of its shard pushed to it (the replication check covers it).
+    assert!(rejoined >= 3, "{rejoined} primaries rejoined as backups");
 }
 
 #[test]

@@ -282,6 +282,16 @@ impl DataCore {
         let old = std::mem::replace(&mut self.map, map);
         self.stats.maps_adopted += 1;
         let node = self.config.node.clone();
+        // A shard this node joins (a backup added): its replica starts empty, and its
+        // primary's takeover at the new epoch pushes it every record.
+        for (shard, _) in self.map.shards_of_node(&node) {
+            let weakened = self.config.weakened;
+            self.replicas.entry(shard.0).or_insert_with(|| {
+                let mut replica = crate::shard::ShardReplica::new();
+                replica.weaken(weakened);
+                replica
+            });
+        }
         let mut takeovers = Vec::new();
         for (index, group) in self.map.groups().iter().enumerate() {
             let shard = index as u32;

@@ -55,7 +55,6 @@ impl DataCore {
     pub(super) fn replicate(
         &mut self,
         key: PendingKey,
-        epoch: u64,
         record: ShardRecord,
         waiter: Option<(String, CallId)>,
         out: &mut Vec<Command<Dkv, DataIo>>,
@@ -69,7 +68,6 @@ impl DataCore {
         self.unlogged.push((wire::encode_log_record(key.0, &record), AfterLog::LocalDurable(key)));
         let pending = Pending {
             record,
-            epoch,
             acked: BTreeSet::new(),
             in_flight: BTreeSet::new(),
             local_durable: false,
@@ -94,7 +92,9 @@ impl DataCore {
             self.calls.insert(call, (key, backup.clone()));
             let replicate = proto::Replicate {
                 shard: key.0,
-                epoch: pending.epoch,
+                // The group's epoch now, not the one the record was made at: a backup added
+                // or removed since raised it, and backups refuse other epochs.
+                epoch: group.epoch,
                 record: Some(wire::record_to_wire(&pending.record)),
             };
             out.push(Command::Call {
@@ -151,14 +151,13 @@ impl DataCore {
                     writes: entry.writes.clone(),
                     participants: entry.participants.clone(),
                 };
-                resumed.push(((*shard, txn, PendingKind::Prepared), group.epoch, record));
+                resumed.push(((*shard, txn, PendingKind::Prepared), record));
                 self.undecided.insert((*shard, txn), now);
             }
         }
-        for (key, epoch, record) in resumed {
+        for (key, record) in resumed {
             let pending = Pending {
                 record,
-                epoch,
                 acked: BTreeSet::new(),
                 in_flight: BTreeSet::new(),
                 local_durable: true,

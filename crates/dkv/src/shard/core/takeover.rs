@@ -128,7 +128,6 @@ impl DataCore {
     /// Algorithm 2's merge and what follows it.
     fn finish_takeover(&mut self, shard: u32, out: &mut Vec<Command<Dkv, DataIo>>) {
         let Some(takeover) = self.takeovers.remove(&shard) else { return };
-        let Some(epoch) = self.map.group(ShardId(shard)).map(|group| group.epoch) else { return };
         let leases = self.config.leases;
         let Some(replica) = self.replicas.get_mut(&shard) else { return };
         let mut floor = replica.lease_granted();
@@ -152,7 +151,7 @@ impl DataCore {
                 ShardRecord::Decided { txn, .. } => (shard, *txn, PendingKind::Decided),
                 ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. } => continue,
             };
-            self.replicate(key, epoch, record, None, out);
+            self.replicate(key, record, None, out);
         }
         for txn in prepared {
             self.undecided.insert((shard, txn), self.now);

@@ -170,13 +170,12 @@ impl DataCore {
         waiter: Option<(String, CallId)>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
-        let Some(epoch) = self.map.group(ShardId(shard)).map(|group| group.epoch) else { return };
         let Some(replica) = self.replicas.get_mut(&shard) else { return };
         let record = ShardRecord::Decided { txn, commit };
         replica.apply(&record);
         self.undecided.remove(&(shard, txn));
         self.stats.decisions += 1;
-        self.replicate((shard, txn, PendingKind::Decided), epoch, record, waiter, out);
+        self.replicate((shard, txn, PendingKind::Decided), record, waiter, out);
     }
 
     /// Sends a decision to another participant's primary, retried until acknowledged.

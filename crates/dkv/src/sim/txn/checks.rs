@@ -134,6 +134,13 @@ pub(super) fn check_run(
         }
     }
     report.failovers = map.groups().iter().map(|group| group.epoch.saturating_sub(1)).sum();
+    report.backups_added = cluster
+        .map
+        .groups()
+        .iter()
+        .zip(map.groups())
+        .filter(|(before, after)| after.backups.contains(&before.primary))
+        .count();
     report.terminations = cluster
         .data
         .iter()

@@ -124,8 +124,10 @@ pub struct TxnRunReport {
     pub crashes: usize,
     pub client_crashes: usize,
     pub primary_crashes: usize,
-    /// Shards that changed primary through the configuration service.
+    /// Changes of a group's membership through the configuration service (failovers and
+    /// added backups), and failed primaries that rejoined their group as a backup.
     pub failovers: u64,
+    pub backups_added: usize,
     /// Versions garbage-collected by full passes, and reads refused as below the watermark.
     pub versions_collected: u64,
     pub too_old: u64,
@@ -352,12 +354,29 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         }
     }
     sim.input_at(1, ADMIN, DkvInput::Commands(vec![ConfigCommand::Install(cluster.map.clone())]))?;
+    // A failed primary that comes back rejoins its old group as a backup (once the group
+    // failed over: the command names the epoch after the failover; refused otherwise).
+    for (_, back, id) in &crashes {
+        let Some(back) = back else { continue };
+        for (shard, group) in cluster.map.groups().iter().enumerate() {
+            if group.primary == *id {
+                let command = ConfigCommand::AddBackup {
+                    shard: crate::layout::ShardId(shard as u32),
+                    epoch: group.epoch + 1,
+                    node: id.clone(),
+                };
+                sim.input_at(back + ns(Duration::from_millis(500)), ADMIN, DkvInput::Commands(vec![command]))?;
+            }
+        }
+    }
     for client in &cluster.clients {
         sim.input_at(ns(Duration::from_millis(1)), client, DkvInput::Programs(programs(&mut rng, options)))?;
     }
     let window = ns(options.fault_window);
     let mut seen = checks::ClientViews::default();
-    let restart_ends = crashes.iter().filter_map(|(_, back, _)| *back).max().unwrap_or(0);
+    // Past every restart, and the rejoin of a primary that came back.
+    let restart_ends =
+        crashes.iter().filter_map(|(_, back, _)| *back).max().map_or(0, |back| back + ns(Duration::from_secs(2)));
     sim.run_while(window.max(restart_ends) + ns(options.settle), |sim| {
         seen.observe(sim, &cluster.clients);
         sim.now() < window.max(restart_ends) || !checks::settled(sim, &cluster)
