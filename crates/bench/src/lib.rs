@@ -4,6 +4,7 @@
 //! `rainblock` sweeps whole RainBlock clusters over retention levels, account and client
 //! counts (the paper's Figs. 8 and 9a).
 
+pub mod dkv;
 pub mod kv;
 pub mod ledger;
 #[cfg(feature = "peers")]

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod demo;
+mod dkv_bench;
 mod kv;
 mod ledger;
 mod limits;
@@ -91,6 +92,9 @@ enum BenchCommand {
     /// RainBlock's Figs. 8 and 9a: whole clusters swept over retention r, accounts and clients,
     /// with top-layer memory, witness bytes, abort rate and throughput; JSON and SVG plots.
     Rainblock(rainblock_bench::RainblockBenchArgs),
+    /// The distributed transactional store (SEMEL/MILANA) embedded in one process against
+    /// the single-node engine on the same ycsb-t transactions and durability.
+    Dkv(dkv_bench::DkvBenchArgs),
 }
 
 #[derive(Args)]
@@ -142,6 +146,7 @@ fn main() -> ExitCode {
         Command::Kv(KvCommand::Audit(args)) => kv::kv_audit(&args),
         Command::Bench(BenchCommand::Ledger(args)) => ledger::bench_ledger(&args),
         Command::Bench(BenchCommand::Rainblock(args)) => rainblock_bench::bench_rainblock(&args),
+        Command::Bench(BenchCommand::Dkv(args)) => dkv_bench::bench_dkv(&args),
         Command::Schedule(args) => ledger::schedule_block(&args),
         Command::Verify(args) => ledger::verify(&args),
         Command::Block(args) => ledger::show_block(&args),

@@ -92,6 +92,7 @@ pub mod testing;
 pub mod transfer;
 pub mod virga;
 pub mod ycsb;
+pub mod ycsb_t;
 pub mod zipf;
 
 /// Command-line names of the workloads in [`ycsb`], [`smallbank`], [`retwis`] and [`transfer`].

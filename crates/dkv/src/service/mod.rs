@@ -21,7 +21,10 @@ use std::time::Duration;
 
 use virga_core::device::IntoStorage;
 use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
-use virga_net::role::IoExecutor;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use virga_net::role::{Detached, IoExecutor};
 
 pub use self::client::{ClientOutcome, ConfigClient, ConfigClientConfig};
 pub use self::core::{ConfigCore, Outcome};
@@ -167,27 +170,36 @@ impl ServiceStats {
     }
 }
 
-/// A replica's record log.
+/// A replica's record log. Appends run on a blocking thread under the tokio driver (see
+/// `shard::DataDisk`); one is in flight at a time.
 pub struct ConfigDisk {
-    log: RecordLog,
+    log: Arc<Mutex<RecordLog>>,
+}
+
+fn append_all(log: &Mutex<RecordLog>, records: &[Vec<u8>], sync: bool) -> Result<u64, LogError> {
+    let mut log = log.lock();
+    let mut last = 0;
+    for record in records {
+        last = log.append(record)?;
+    }
+    if sync {
+        log.sync()?;
+    } else {
+        log.flush()?;
+    }
+    Ok(last)
 }
 
 impl IoExecutor<ConfigCore> for ConfigDisk {
     fn execute(&mut self, op: ConfigIo) -> ConfigIoDone {
         let ConfigIo::Append { records, sync } = op;
-        let mut appended = || {
-            let mut last = 0;
-            for record in &records {
-                last = self.log.append(record)?;
-            }
-            if sync {
-                self.log.sync()?;
-            } else {
-                self.log.flush()?;
-            }
-            Ok(last)
-        };
-        ConfigIoDone::Appended(appended())
+        ConfigIoDone::Appended(append_all(&self.log, &records, sync))
+    }
+
+    fn detach(&mut self, op: ConfigIo) -> Result<Detached<ConfigIoDone>, ConfigIo> {
+        let ConfigIo::Append { records, sync } = op;
+        let log = Arc::clone(&self.log);
+        Ok(Box::new(move || ConfigIoDone::Appended(append_all(&log, &records, sync))))
     }
 }
 
@@ -210,5 +222,5 @@ pub fn open_replica(config: ReplicaConfig, at: impl IntoStorage) -> Result<(Conf
     }
     let replica_log = ConfigLog::replay(records.iter().map(|(lsn, bytes)| (*lsn, bytes.as_slice())))?;
     let core = ConfigCore::new(config, replica_log)?;
-    Ok((core, ConfigDisk { log }))
+    Ok((core, ConfigDisk { log: Arc::new(Mutex::new(log)) }))
 }
