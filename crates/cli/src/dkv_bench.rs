@@ -128,7 +128,7 @@ fn single_node(args: &DkvBenchArgs, workload: &YcsbT, run: usize) -> Result<RunR
 }
 
 pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
-    if args.replicas % 2 == 0 {
+    if args.replicas % 2 != 1 {
         bail!("--replicas {} is even: a shard has one primary and 2f backups", args.replicas);
     }
     let workload =
