@@ -43,8 +43,11 @@ pub struct TxnClientConfig {
     pub map: ShardMap,
     /// Deadline of one request to a primary.
     pub deadline: Duration,
-    /// Pause before a lost request is sent again, or an aborted transaction run again.
+    /// Pause before a lost request is sent again.
     pub retry_after: Duration,
+    /// Pause before an aborted program runs again, times its attempts so far (up to 10):
+    /// long enough for the conflicting writer to finish, short enough not to idle.
+    pub rerun_after: Duration,
     /// Runs of one program before its abort is final.
     pub max_attempts: u32,
     /// A deliberately broken variant: read-only transactions commit without checking for
@@ -80,6 +83,7 @@ impl TxnClientConfig {
             map,
             deadline: Duration::from_millis(300),
             retry_after: Duration::from_millis(20),
+            rerun_after: Duration::from_millis(2),
             max_attempts: 20,
             skip_local_validation: false,
             config_replicas: Vec::new(),
@@ -550,7 +554,7 @@ impl TxnClient {
             self.pending_attempt = active.attempt + 1;
             let timer = self.ids.timer();
             self.rerun_timer = Some(timer);
-            out.push(Command::SetTimer { timer, after: self.config.retry_after * active.attempt.min(10) });
+            out.push(Command::SetTimer { timer, after: self.config.rerun_after * active.attempt.min(10) });
         } else {
             self.results.push(ProgramResult {
                 outcome: ProgramOutcome::Aborted { reason },

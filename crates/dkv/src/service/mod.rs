@@ -19,9 +19,9 @@ mod log;
 
 use std::time::Duration;
 
+use std::sync::Arc;
 use virga_core::device::IntoStorage;
 use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 use virga_net::role::{Detached, IoExecutor};

@@ -12,9 +12,9 @@ mod core;
 pub mod replica;
 pub mod wire;
 
+use std::sync::Arc;
 use virga_core::device::IntoStorage;
 use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 use virga_net::role::{Detached, IoExecutor};
