@@ -131,8 +131,9 @@ impl TxnRunOptions {
 
     /// The `virga sim dkv` command that runs this seed alone with these options. It names
     /// every option the command sets that differs from its default: faults (the network's and
-    /// the crashes together), the weakening, the clients' clock, the skew and the leases. The
-    /// layout and workload are the command's fixed ones.
+    /// the crashes together), the weakening, the clients' clock, the skew and the leases. What
+    /// the command cannot set (faults with a crash kind off, the layout, the workload) it runs
+    /// as [`TxnRunOptions::new`] has it, so options that change those do not replay.
     pub fn replay_command(&self) -> String {
         let mut command = format!("virga sim dkv --seeds 1 --first-seed {}", self.seed);
         if !self.faults {
