@@ -16,6 +16,7 @@ mod rainblock_bench;
 mod shape;
 mod sim;
 mod sim_config_service;
+mod sim_dkv;
 mod sim_seeds;
 mod up;
 

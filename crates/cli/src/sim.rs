@@ -2,7 +2,7 @@
 //! loads a frozen calibration) and predicts a shape's throughput and commit latency;
 //! `--validate` sets predictions beside real embedded clusters; `--seed-setups` predicts the
 //! seed's own deployments beside the figures it reported. `virga sim config-service` is in
-//! `sim_config_service.rs`.
+//! `sim_config_service.rs`, `virga sim dkv` in `sim_dkv.rs`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +27,12 @@ pub enum SimCommand {
     /// (elections, state-machine safety, durability, every command answered); a failure
     /// prints the command that replays it.
     ConfigService(crate::sim_config_service::ConfigServiceArgs),
+    /// The whole distributed store (configuration service, 3 shards of 3 replicas, clients
+    /// moving money): `--seeds N` runs N seeds under loss, partitions, skew and crashes of
+    /// backups, primaries and clients and checks each (serializability across shards, money
+    /// conserved, nothing acknowledged lost); a failure prints the command that replays it.
+    /// `--lease-scenario` runs the scripted failover anomaly without and with leases.
+    Dkv(crate::sim_dkv::DkvArgs),
 }
 
 #[derive(Args)]
@@ -178,6 +184,7 @@ pub fn run(command: &SimCommand) -> Result<ExitCode> {
             None => predict_and_validate(&args.predict),
         },
         SimCommand::ConfigService(args) => crate::sim_config_service::run(args),
+        SimCommand::Dkv(args) => crate::sim_dkv::run(args),
     }
 }
 

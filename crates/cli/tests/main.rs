@@ -7,3 +7,4 @@ mod ledger;
 mod node;
 mod sim;
 mod sim_config_service;
+mod sim_dkv;

@@ -123,3 +123,35 @@ fn the_failover_anomaly_happens_without_leases_and_never_with_them() {
     assert!(!with.anomaly(), "{with:?}");
     assert!(with.second_read.is_some(), "the second read ran: {with:?}");
 }
+
+#[test]
+fn weakening_names_round_trip_and_an_unknown_name_is_told_the_known_ones() {
+    for name in Weakening::NAMES {
+        assert_eq!(Weakening::from_name(name).map(|weakening| weakening.name()), Ok(Some(name)));
+    }
+    let error = Weakening::from_name("skip-everything").unwrap_err().to_string();
+    assert!(error.contains("\"skip-everything\""), "{error}");
+    for name in Weakening::NAMES {
+        assert!(error.contains(name), "{error} names {name}");
+    }
+}
+
+#[test]
+fn the_replay_command_names_every_option_that_is_not_the_default() {
+    assert_eq!(TxnRunOptions::new(7).replay_command(), "virga sim dkv --seeds 1 --first-seed 7");
+    let options = TxnRunOptions {
+        faults: false,
+        weakening: Weakening { skip_latest_read: true, ..Weakening::default() },
+        client_clock: crate::client::ClientClock::Hybrid,
+        clock: virga_core::clock::SkewProfile::Ptp,
+        leases: false,
+        ..TxnRunOptions::new(9)
+    };
+    assert_eq!(
+        options.replay_command(),
+        "virga sim dkv --seeds 1 --first-seed 9 --faults none --weaken skip-latest-read --clock hybrid --skew ptp \
+         --no-leases"
+    );
+    let no_skew = TxnRunOptions { clock: virga_core::clock::SkewProfile::None, ..TxnRunOptions::new(0) };
+    assert_eq!(no_skew.replay_command(), "virga sim dkv --seeds 1 --first-seed 0 --skew none");
+}

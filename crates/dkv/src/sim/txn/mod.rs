@@ -54,6 +54,31 @@ impl Weakening {
             _ => Some("several"),
         }
     }
+
+    /// The names `--weaken` takes, each weakening one thing.
+    pub const NAMES: [&'static str; 3] =
+        ["skip-latest-read", "skip-local-validation", "terminate-ignoring-missing-prepare"];
+
+    /// The weakening `--weaken NAME` names (the inverse of [`Weakening::name`]).
+    pub fn from_name(name: &str) -> Result<Weakening, UnknownWeakening> {
+        let none = Weakening::default();
+        match name {
+            "skip-latest-read" => Ok(Weakening { skip_latest_read: true, ..none }),
+            "skip-local-validation" => Ok(Weakening { skip_local_validation: true, ..none }),
+            "terminate-ignoring-missing-prepare" => Ok(Weakening { terminate_ignoring_missing_prepare: true, ..none }),
+            _ => Err(UnknownWeakening { name: name.to_owned() }),
+        }
+    }
+}
+
+/// A `--weaken` name that names no weakening.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no weakening is called {name:?}: the names are skip-latest-read, skip-local-validation and \
+     terminate-ignoring-missing-prepare"
+)]
+pub struct UnknownWeakening {
+    pub name: String,
 }
 
 /// How one seed runs.
@@ -104,9 +129,29 @@ impl TxnRunOptions {
         }
     }
 
+    /// The `virga sim dkv` command that runs this seed alone with these options. It names
+    /// every option the command sets that differs from its default: faults (the network's and
+    /// the crashes together), the weakening, the clients' clock, the skew and the leases. What
+    /// the command cannot set (faults with a crash kind off, the layout, the workload) it runs
+    /// as [`TxnRunOptions::new`] has it, so options that change those do not replay.
     pub fn replay_command(&self) -> String {
-        let weaken = self.weakening.name().map(|name| format!(" --weaken {name}")).unwrap_or_default();
-        format!("virga sim dkv --seeds 1 --first-seed {}{weaken}", self.seed)
+        let mut command = format!("virga sim dkv --seeds 1 --first-seed {}", self.seed);
+        if !self.faults {
+            command.push_str(" --faults none");
+        }
+        if let Some(name) = self.weakening.name() {
+            command.push_str(&format!(" --weaken {name}"));
+        }
+        if self.client_clock == ClientClock::Hybrid {
+            command.push_str(" --clock hybrid");
+        }
+        if self.clock != SkewProfile::Ntp {
+            command.push_str(&format!(" --skew {}", self.clock.name()));
+        }
+        if !self.leases {
+            command.push_str(" --no-leases");
+        }
+        command
     }
 }
 

@@ -1,0 +1,497 @@
+//! `virga sim dkv --seeds N`: the whole distributed store (virga-dkv's configuration service,
+//! sharded replicated data nodes and clients moving money) under the deterministic simulator,
+//! seed after seed on every core, each failure reported with the command that replays it.
+//! `--lease-scenario` runs the scripted failover anomaly instead, without and with leases.
+
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use virga_core::clock::SkewProfile;
+use virga_dkv::client::ClientClock;
+use virga_dkv::sim::txn::lease_scenario::{lease_scenario, LeaseScenario};
+use virga_dkv::sim::txn::{run_txn, TxnRunOptions, TxnRunReport, Weakening};
+use virga_txn::Timestamp;
+
+use crate::limits;
+
+/// Options of a seed run, refused by clap (exit 2) when out of range. `--lease-scenario`
+/// replaces the seeds, so it takes none of their options.
+#[derive(Args, Debug)]
+pub struct DkvArgs {
+    /// Seeds to run, each a full run: 3 shards of 3 replicas, 3 clients, 60 programs each.
+    #[arg(long, value_parser = limits::count_u64_between(1, 10_000_000), required_unless_present = "lease_scenario")]
+    pub seeds: Option<u64>,
+    /// The first seed; seeds run from here up.
+    #[arg(long, default_value_t = 0)]
+    pub first_seed: u64,
+    /// `all`: message loss, duplication and reordering, partitions, and crashes of backups,
+    /// primaries (which fail over) and clients (whose transactions the primaries terminate).
+    /// `none`: a reliable network and no crash.
+    #[arg(long, value_enum, default_value_t = Faults::All)]
+    pub faults: Faults,
+    /// Run a deliberately weakened variant, to see the checks catch it: skip-latest-read,
+    /// skip-local-validation or terminate-ignoring-missing-prepare.
+    #[arg(long, value_parser = weakening)]
+    pub weaken: Option<Weakening>,
+    /// The clients' timestamps: their physical clocks, or hybrid logical clocks.
+    #[arg(long, value_enum, default_value_t = Clock::Physical)]
+    pub clock: Clock,
+    /// Clock skew of the nodes: PTP-like, NTP-like or none.
+    #[arg(long, value_enum, default_value_t = SkewProfile::Ntp)]
+    pub skew: SkewProfile,
+    /// UNSAFE: primaries serve reads without leases from their backups, so a failover can
+    /// commit a write below a read the old primary served (the anomaly --lease-scenario shows).
+    #[arg(long)]
+    pub no_leases: bool,
+    /// Threads running seeds (default: one per core).
+    #[arg(long, value_parser = limits::count_between(1, 1_024))]
+    pub workers: Option<usize>,
+    /// Write the seeds, the failures (each with its replay command), the totals and the
+    /// timing as JSON (with --lease-scenario: what each run of the scenario saw).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Instead of seeds, run the scripted failover anomaly without leases and with them, and
+    /// print what each saw; exit 0 only if it appears without leases and not with them.
+    #[arg(
+        long,
+        conflicts_with_all = ["seeds", "first_seed", "faults", "weaken", "clock", "skew", "no_leases", "workers"]
+    )]
+    pub lease_scenario: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Faults {
+    All,
+    None,
+}
+
+impl Faults {
+    fn name(self) -> &'static str {
+        match self {
+            Faults::All => "all",
+            Faults::None => "none",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Clock {
+    Physical,
+    Hybrid,
+}
+
+impl Clock {
+    fn name(self) -> &'static str {
+        match self {
+            Clock::Physical => "physical",
+            Clock::Hybrid => "hybrid",
+        }
+    }
+}
+
+fn weakening(text: &str) -> Result<Weakening, String> {
+    Weakening::from_name(text).map_err(|error| error.to_string())
+}
+
+#[derive(serde::Serialize)]
+struct Failure {
+    seed: u64,
+    replay: String,
+    violations: Vec<String>,
+}
+
+/// One seed's run.
+#[derive(serde::Serialize)]
+struct Run {
+    seed: u64,
+    passed: bool,
+    programs: usize,
+    committed: u64,
+    committed_read_only: u64,
+    aborted_attempts: u64,
+    gave_up: usize,
+    crashes: usize,
+    client_crashes: usize,
+    primary_crashes: usize,
+    failovers: u64,
+    terminations: u64,
+    committed_by_termination: usize,
+    versions_collected: u64,
+    too_old: u64,
+    partitions: usize,
+    virtual_ms: u64,
+    events: u64,
+    trace_digest: u64,
+}
+
+/// Sums over the seeds that ran.
+#[derive(serde::Serialize, Default)]
+struct Totals {
+    programs: u64,
+    committed: u64,
+    committed_read_only: u64,
+    aborted_attempts: u64,
+    gave_up: u64,
+    /// Every crash; backups' are the crashes neither of a client nor of a primary.
+    crashes: u64,
+    backup_crashes: u64,
+    client_crashes: u64,
+    primary_crashes: u64,
+    failovers: u64,
+    terminations: u64,
+    committed_by_termination: u64,
+    versions_collected: u64,
+    too_old: u64,
+    partitions: u64,
+    events: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Timing {
+    wall_seconds: f64,
+    /// Wall-clock seconds per seed on one thread (wall time × busy threads / seeds).
+    seconds_per_seed: f64,
+    threads: usize,
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    seeds: u64,
+    first_seed: u64,
+    faults: &'static str,
+    weaken: Option<&'static str>,
+    clock: &'static str,
+    skew: &'static str,
+    leases: bool,
+    failures: Vec<Failure>,
+    totals: Totals,
+    /// Each seed's run (up to 1,000 seeds).
+    runs: Option<Vec<Run>>,
+    timing: Timing,
+}
+
+/// What one seed came to: its report, or why it did not run to its end.
+type Outcome = (TxnRunOptions, Result<TxnRunReport, String>);
+
+pub fn run(args: &DkvArgs) -> anyhow::Result<ExitCode> {
+    let Some(seeds) = args.seeds.filter(|_| !args.lease_scenario) else {
+        return run_lease_scenario(args.json.as_deref());
+    };
+    let Some(last) = args.first_seed.checked_add(seeds) else {
+        eprintln!("error: --first-seed {} plus --seeds {seeds} overflows a u64", args.first_seed);
+        return Ok(ExitCode::from(2));
+    };
+    let threads = args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let weakening = args.weaken.unwrap_or_default();
+    eprintln!(
+        "running {seeds} seed(s) of the distributed store (faults {}, skew {}, {} clocks{}{}) from {} on {threads} thread(s)",
+        args.faults.name(),
+        args.skew.name(),
+        args.clock.name(),
+        if args.no_leases { ", NO LEASES" } else { "" },
+        weakening.name().map(|name| format!(", weakened: {name}")).unwrap_or_default(),
+        args.first_seed
+    );
+    let bar = progress_bar(seeds);
+    let started = Instant::now();
+    let next = AtomicU64::new(args.first_seed);
+    let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= last {
+                    break;
+                }
+                let options = seed_options(args, seed);
+                let report = run_seed(&options);
+                if let Some(problem) = problems(&report).first() {
+                    // Printed with the bar out of the way, and also when there is none (no terminal).
+                    bar.suspend(|| eprintln!("seed {seed} FAILED: {problem}\n  replay: {}", options.replay_command()));
+                }
+                bar.inc(1);
+                outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((options, report));
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let wall_seconds = started.elapsed().as_secs_f64();
+    let mut outcomes = outcomes.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    outcomes.sort_by_key(|(options, _)| options.seed);
+    let report = summarize(args, seeds, &outcomes, wall_seconds, threads);
+    print_summary(&report);
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn seed_options(args: &DkvArgs, seed: u64) -> TxnRunOptions {
+    let faults = args.faults == Faults::All;
+    TxnRunOptions {
+        faults,
+        client_crashes: faults,
+        primary_crashes: faults,
+        weakening: args.weaken.unwrap_or_default(),
+        client_clock: match args.clock {
+            Clock::Physical => ClientClock::Physical,
+            Clock::Hybrid => ClientClock::Hybrid,
+        },
+        clock: args.skew,
+        leases: !args.no_leases,
+        ..TxnRunOptions::new(seed)
+    }
+}
+
+/// Runs one seed. A panic in the simulated cores is a bug the seed found: it becomes the
+/// seed's failure (with its replay command) instead of ending the whole soak.
+fn run_seed(options: &TxnRunOptions) -> Result<TxnRunReport, String> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| run_txn(options))) {
+        Ok(Ok(report)) => Ok(report),
+        Ok(Err(error)) => Err(format!("the simulation did not start: {error}")),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|text| (*text).to_owned()))
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            Err(format!("the simulation panicked: {message}"))
+        }
+    }
+}
+
+fn progress_bar(seeds: u64) -> ProgressBar {
+    let bar = ProgressBar::new(seeds);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>16} [{bar:40}] {pos}/{len} seeds ({per_sec}, eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix("dkv");
+    bar
+}
+
+/// A seed's violations, or why it did not run to its end.
+fn problems(report: &Result<TxnRunReport, String>) -> Vec<String> {
+    match report {
+        Ok(report) => report.violations.clone(),
+        Err(problem) => vec![problem.clone()],
+    }
+}
+
+fn summarize(args: &DkvArgs, seeds: u64, outcomes: &[Outcome], wall_seconds: f64, threads: usize) -> Report {
+    let failures = outcomes
+        .iter()
+        .filter_map(|(options, report)| {
+            let violations = problems(report);
+            (!violations.is_empty()).then(|| Failure {
+                seed: options.seed,
+                replay: options.replay_command(),
+                violations,
+            })
+        })
+        .collect();
+    let reports: Vec<&TxnRunReport> = outcomes.iter().filter_map(|(_, report)| report.as_ref().ok()).collect();
+    let runs = (seeds <= 1_000).then(|| reports.iter().map(|report| run_of(report)).collect());
+    Report {
+        seeds,
+        first_seed: args.first_seed,
+        faults: args.faults.name(),
+        weaken: args.weaken.and_then(|weakening| weakening.name()),
+        clock: args.clock.name(),
+        skew: args.skew.name(),
+        leases: !args.no_leases,
+        failures,
+        totals: totals(&reports),
+        runs,
+        timing: Timing {
+            wall_seconds,
+            seconds_per_seed: wall_seconds * (threads as u64).min(seeds) as f64 / seeds as f64,
+            threads,
+        },
+    }
+}
+
+fn run_of(report: &TxnRunReport) -> Run {
+    Run {
+        seed: report.seed,
+        passed: report.passed(),
+        programs: report.programs,
+        committed: report.committed,
+        committed_read_only: report.committed_read_only,
+        aborted_attempts: report.aborted_attempts,
+        gave_up: report.gave_up,
+        crashes: report.crashes,
+        client_crashes: report.client_crashes,
+        primary_crashes: report.primary_crashes,
+        failovers: report.failovers,
+        terminations: report.terminations,
+        committed_by_termination: report.committed_by_termination,
+        versions_collected: report.versions_collected,
+        too_old: report.too_old,
+        partitions: report.partitions,
+        virtual_ms: report.virtual_ms,
+        events: report.events,
+        trace_digest: report.trace_digest,
+    }
+}
+
+fn totals(reports: &[&TxnRunReport]) -> Totals {
+    let mut totals = Totals::default();
+    for report in reports {
+        totals.programs += report.programs as u64;
+        totals.committed += report.committed;
+        totals.committed_read_only += report.committed_read_only;
+        totals.aborted_attempts += report.aborted_attempts;
+        totals.gave_up += report.gave_up as u64;
+        totals.crashes += report.crashes as u64;
+        totals.backup_crashes += (report.crashes - report.client_crashes - report.primary_crashes) as u64;
+        totals.client_crashes += report.client_crashes as u64;
+        totals.primary_crashes += report.primary_crashes as u64;
+        totals.failovers += report.failovers;
+        totals.terminations += report.terminations;
+        totals.committed_by_termination += report.committed_by_termination as u64;
+        totals.versions_collected += report.versions_collected;
+        totals.too_old += report.too_old;
+        totals.partitions += report.partitions as u64;
+        totals.events += report.events;
+    }
+    totals
+}
+
+fn print_summary(report: &Report) {
+    let totals = &report.totals;
+    eprintln!(
+        "{} seed(s), {} failure(s); {} committed ({} read-only), {} aborted attempts, {} programs gave up; \
+         crashes: {} backup, {} client, {} primary; {} failovers, {} terminations; {} versions collected; \
+         {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
+        report.seeds,
+        report.failures.len(),
+        totals.committed,
+        totals.committed_read_only,
+        totals.aborted_attempts,
+        totals.gave_up,
+        totals.backup_crashes,
+        totals.client_crashes,
+        totals.primary_crashes,
+        totals.failovers,
+        totals.terminations,
+        totals.versions_collected,
+        totals.events,
+        report.timing.wall_seconds,
+        report.timing.seconds_per_seed,
+        report.timing.threads,
+    );
+}
+
+/// What one run of the lease scenario saw, as JSON.
+#[derive(serde::Serialize)]
+struct ScenarioRun {
+    leases: bool,
+    /// The first read's timestamp t2 and the value it returned (null: the key was absent).
+    first_read_at: Option<At>,
+    first_read_value: Option<String>,
+    /// The late write's commit timestamp t1, if it committed.
+    write_committed_at: Option<At>,
+    /// Whether the second read (at t2 again, after the failover and the write) ran, and its value.
+    second_read_ran: bool,
+    second_read_value: Option<String>,
+    failovers: u64,
+    anomaly: bool,
+    /// Whether the run showed what it must: the anomaly without leases, and with them a
+    /// second read that returned what the first did.
+    as_expected: bool,
+}
+
+/// A version timestamp `<time, client>`.
+#[derive(serde::Serialize, Clone, Copy)]
+struct At {
+    time: u64,
+    client: u32,
+}
+
+impl From<Timestamp> for At {
+    fn from(at: Timestamp) -> At {
+        At { time: at.time, client: at.client }
+    }
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Timestamp::new(self.time, self.client).fmt(f)
+    }
+}
+
+fn run_lease_scenario(json: Option<&Path>) -> anyhow::Result<ExitCode> {
+    eprintln!(
+        "the failover anomaly, scripted: a read at t2 returns t0's value, the primary crashes, a writer 2.2 s \
+         behind commits at t1 (t0 < t1 <= t2) after the failover, and the same read at t2 runs again"
+    );
+    let mut runs = Vec::new();
+    for leases in [false, true] {
+        let seen =
+            lease_scenario(leases).with_context(|| format!("the lease scenario (leases {leases}) did not start"))?;
+        let run = scenario_run(leases, &seen);
+        println!(
+            "{:<15} first read at t2 = {} returned {}; the write {}; the second read at t2 {}; {} failover(s): {}",
+            if leases { "with leases:" } else { "without leases:" },
+            run.first_read_at.map_or_else(|| "-".to_owned(), |at| at.to_string()),
+            shown(run.first_read_value.as_deref()),
+            match (&run.write_committed_at, &run.first_read_at) {
+                (Some(t1), Some(t2)) if (t1.time, t1.client) < (t2.time, t2.client) => {
+                    format!("committed at t1 = {t1}, below t2")
+                }
+                (Some(t1), _) => format!("committed at t1 = {t1}"),
+                (None, _) => "did not commit".to_owned(),
+            },
+            if run.second_read_ran {
+                format!("returned {}", shown(run.second_read_value.as_deref()))
+            } else {
+                "did not run".to_owned()
+            },
+            run.failovers,
+            match (run.anomaly, run.as_expected) {
+                (true, true) => "the anomaly, as expected without leases",
+                (false, true) => "no anomaly",
+                (true, false) => "THE ANOMALY, WITH LEASES",
+                (false, false) if leases => "NO SECOND READ",
+                (false, false) => "NO ANOMALY WITHOUT LEASES (the scenario no longer shows it)",
+            }
+        );
+        runs.push(run);
+    }
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(&runs)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(if runs.iter().all(|run| run.as_expected) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn scenario_run(leases: bool, seen: &LeaseScenario) -> ScenarioRun {
+    let text = |value: &bytes::Bytes| String::from_utf8_lossy(value).into_owned();
+    let anomaly = seen.anomaly();
+    let second_read_ran = seen.second_read.is_some();
+    ScenarioRun {
+        leases,
+        first_read_at: seen.first_read.as_ref().map(|(at, _)| At::from(*at)),
+        first_read_value: seen.first_read.as_ref().and_then(|(_, value)| value.as_ref().map(text)),
+        write_committed_at: seen.write_committed_at.map(At::from),
+        second_read_ran,
+        second_read_value: seen.second_read.as_ref().and_then(|value| value.as_ref().map(text)),
+        failovers: seen.failovers,
+        anomaly,
+        as_expected: if leases { !anomaly && second_read_ran && seen.first_read.is_some() } else { anomaly },
+    }
+}
+
+fn shown(value: Option<&str>) -> String {
+    value.map_or_else(|| "nothing (absent)".to_owned(), |value| format!("{value:?}"))
+}
