@@ -3,13 +3,15 @@
 //! loaded data, a committed transaction and a prepared one; and the node's log records,
 //! decoded and replayed by `open_data_node`.
 
+use std::collections::{BTreeMap, VecDeque};
+
 use bytes::Bytes;
 use prost::Message as _;
 use virga_core::device::MemStorage;
 use virga_log::{LogOptions, RecordLog};
 use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Role};
-use virga_net::NetError;
+use virga_net::{Dkv, NetError};
 use virga_storage::{Timestamp, TxnId, VersionedStore};
 
 use crate::layout::{Partitioning, ShardMap};
@@ -181,35 +183,40 @@ pub struct Tally {
     pub commit_votes: usize,
 }
 
-/// The node under test and a driver that completes every device write at once and has the
-/// backups acknowledge every replication.
+/// The node under test and its driver: device writes complete and backups acknowledge
+/// every replication (other calls time out), at once or, deferred, when the input says.
 struct Harness {
     core: DataCore,
     next_call: u64,
     next_lsn: u64,
     /// Off only to show that a lost reply is caught.
     complete_io: bool,
+    /// Device writes and calls not completed yet, in order.
+    outstanding: VecDeque<Command<Dkv, DataIo>>,
+    /// Every request: what it was and the replies it got.
+    asked: BTreeMap<CallId, (Described, Vec<Option<ResponseBody>>)>,
     tally: Tally,
 }
 
 impl Harness {
     fn new(leases: bool) -> Harness {
-        Harness { core: sample_core(leases), next_call: 1, next_lsn: 1, complete_io: true, tally: Tally::default() }
+        Harness {
+            core: sample_core(leases),
+            next_call: 1,
+            next_lsn: 1,
+            complete_io: true,
+            outstanding: VecDeque::new(),
+            asked: BTreeMap::new(),
+            tally: Tally::default(),
+        }
     }
 
-    /// Steps one request and everything it sets off until the node is quiet; checks that it
-    /// got exactly one reply, that a refusal changed no replica, and that a commit vote left
-    /// the transaction prepared here. Returns the reply.
-    fn request(&mut self, from: &str, request: proto::Request) -> Option<ResponseBody> {
+    /// Steps one request, checking that a refusal changed no replica; what it sets off is
+    /// left outstanding.
+    fn request(&mut self, from: &str, request: proto::Request) -> CallId {
         let call = CallId(self.next_call);
         self.next_call += 1;
         let described = Described { from: from.to_string(), request: request.clone() };
-        let prepared = match &request.body {
-            Some(RequestBody::Prepare(prepare)) => {
-                wire::txn_from_wire(prepare.txn).ok().map(|txn| (prepare.shard, txn))
-            }
-            _ => None,
-        };
         let before = Snapshot::of(&self.core);
         let mut commands = Vec::new();
         self.core.step(0, Event::Request { from: from.to_string(), call, request }, &mut commands);
@@ -220,21 +227,92 @@ impl Harness {
         if refused {
             check_unchanged(&before, &self.core, &described);
         }
-        let mut replies: Vec<Option<ResponseBody>> = Vec::new();
-        let mut queue = std::collections::VecDeque::from(commands);
-        while let Some(command) = queue.pop_front() {
-            let mut more = Vec::new();
+        self.asked.insert(call, (described, Vec::new()));
+        self.absorb(commands);
+        call
+    }
+
+    /// Steps one request and completes everything outstanding; checks that it got exactly
+    /// one reply and that a commit vote left the transaction prepared. Returns the reply.
+    fn ask(&mut self, from: &str, request: proto::Request) -> Option<ResponseBody> {
+        let prepared = match &request.body {
+            Some(RequestBody::Prepare(prepare)) => {
+                wire::txn_from_wire(prepare.txn).ok().map(|txn| (prepare.shard, txn))
+            }
+            _ => None,
+        };
+        let call = self.request(from, request);
+        self.complete(usize::MAX);
+        let reply = self.answer(call);
+        if let (Some(ResponseBody::Vote(vote)), Some((shard, txn))) = (&reply, prepared) {
+            if vote.commit {
+                let status = self.core.replica(shard).and_then(|replica| replica.txn(txn)).map(|entry| entry.status);
+                assert!(
+                    matches!(status, Some(TxnStatus::Prepared | TxnStatus::Committed)),
+                    "{} was voted commit but is {status:?} at shard {shard}",
+                    self.asked[&call].0
+                );
+            }
+        }
+        reply
+    }
+
+    /// The one reply `call` got.
+    fn answer(&self, call: CallId) -> Option<ResponseBody> {
+        let (described, replies) = &self.asked[&call];
+        match replies.as_slice() {
+            [reply] => reply.clone(),
+            [] => panic!("no reply to {described}"),
+            more => panic!("{} replies to {described}: {more:?}", more.len()),
+        }
+    }
+
+    /// Completes everything outstanding, then checks every request got exactly one reply.
+    fn finish(&mut self) {
+        self.complete(usize::MAX);
+        for call in self.asked.keys() {
+            let reply = self.answer(*call);
+            self.tally.requests += 1;
+            if is_refusal(&reply) {
+                self.tally.refused += 1;
+            } else {
+                self.tally.served += 1;
+            }
+            self.tally.commit_votes += usize::from(matches!(reply, Some(ResponseBody::Vote(vote)) if vote.commit));
+        }
+    }
+
+    /// Records replies; keeps writes and calls outstanding.
+    fn absorb(&mut self, commands: Vec<Command<Dkv, DataIo>>) {
+        for command in commands {
             match command {
-                Command::Reply { to, call: replied, response } => {
-                    assert_eq!(replied, call, "a reply to call {replied:?}, not the request's, after {described}");
-                    assert_eq!(to, from, "the reply to {described} went to {to}");
+                Command::Reply { to, call, response } => {
+                    let Some((described, replies)) = self.asked.get_mut(&call) else {
+                        panic!("a reply to {call:?}, never asked")
+                    };
+                    assert_eq!(to, described.from, "the reply to {described} went to {to}");
                     replies.push(response.body);
                 }
+                Command::SetTimer { .. } => {}
+                other => self.outstanding.push_back(other),
+            }
+        }
+        assert!(self.core.failed().is_none(), "the node failed");
+    }
+
+    /// Completes up to `count` outstanding writes and calls, oldest first (and what they set
+    /// off, once `count` allows).
+    fn complete(&mut self, count: usize) {
+        for _ in 0..count {
+            let Some(command) = self.outstanding.pop_front() else { return };
+            let mut more = Vec::new();
+            match command {
                 Command::Io { io, op } => {
-                    if self.complete_io {
-                        let result = self.write(op, &described);
-                        self.core.step(0, Event::IoDone { io, result }, &mut more);
+                    if !self.complete_io {
+                        continue;
                     }
+                    let result = self.write(op);
+                    self.core.step(0, Event::IoDone { io, result }, &mut more);
                 }
                 Command::Call { to, call, request, .. } => {
                     // The backups hold what they are sent; nothing else is answered in time.
@@ -246,48 +324,21 @@ impl Harness {
                     };
                     self.core.step(0, Event::Response { call, result }, &mut more);
                 }
-                Command::SetTimer { .. } => {}
+                Command::Reply { .. } | Command::SetTimer { .. } => {}
             }
-            queue.extend(more);
+            self.absorb(more);
         }
-        assert!(self.core.failed().is_none(), "the node failed after {described}");
-        match replies.len() {
-            1 => {}
-            0 => panic!("no reply to {described}"),
-            n => panic!("{n} replies to {described}: {replies:?}"),
-        }
-        let reply = replies.pop().flatten();
-        self.tally.requests += 1;
-        if is_refusal(&reply) {
-            self.tally.refused += 1;
-        } else {
-            self.tally.served += 1;
-        }
-        if let (Some(ResponseBody::Vote(vote)), Some((shard, txn))) = (&reply, prepared) {
-            if vote.commit {
-                self.tally.commit_votes += 1;
-                let status = self.core.replica(shard).and_then(|replica| replica.txn(txn)).map(|entry| entry.status);
-                assert!(
-                    matches!(status, Some(TxnStatus::Prepared | TxnStatus::Committed)),
-                    "{described} was voted commit but is {status:?} at shard {shard}"
-                );
-            }
-        }
-        reply
     }
 
     /// A device append: every record the node logs must come back when it restarts.
-    fn write(&mut self, op: DataIo, described: &Described) -> DataIoDone {
+    fn write(&mut self, op: DataIo) -> DataIoDone {
         let DataIo::Append { records, .. } = op;
         for record in &records {
             match wire::decode_log_record(record) {
                 Ok((shard, _)) => {
-                    assert!(
-                        self.core.replica(shard).is_some(),
-                        "a record of shard {shard}, not held, after {described}"
-                    )
+                    assert!(self.core.replica(shard).is_some(), "a record of shard {shard}, not held")
                 }
-                Err(error) => panic!("a record logged after {described} does not decode: {error}"),
+                Err(error) => panic!("a record logged does not decode: {error}"),
             }
         }
         self.next_lsn += records.len() as u64;
@@ -526,7 +577,9 @@ fn replicated(knobs: &Knobs) -> Option<proto::ShardRecord> {
 
 /// Any bytes as requests to a data node, or as one of its log records. The first byte:
 /// its top three bits 7, a log record ([`check_log_record`] on the rest); otherwise bit 0
-/// turns read leases on (a primary without a lease refuses reads) and the rest are up to 8
+/// turns read leases on (a primary without a lease refuses reads), bit 1 defers the
+/// completion of device writes and calls (after each request, a byte (mod 4) says how many
+/// of the oldest complete; the rest complete at the end), and the rest are up to 8
 /// requests stepped into the sample node, each a tag byte then, for a tag ≡ 0 (mod 4), a
 /// `u16` little-endian length and that many bytes decoded as a `proto::Request` from the
 /// sender the tag's top bits pick; for any other tag, the honest request of kind `tag / 4`
@@ -545,10 +598,19 @@ pub fn step_requests(data: &[u8]) -> Tally {
         return Tally::default();
     }
     let mut harness = Harness::new(first & 1 == 1);
+    let deferred = first & 2 == 2;
     for _ in 0..MAX_REQUESTS_PER_INPUT {
         let Some((from, request)) = next_request(&mut input) else { break };
-        harness.request(from, request);
+        if deferred {
+            harness.request(from, request);
+            let Some((&release, rest)) = input.split_first() else { break };
+            input = rest;
+            harness.complete(usize::from(release % 4));
+        } else {
+            harness.ask(from, request);
+        }
     }
+    harness.finish();
     harness.tally
 }
 
@@ -633,130 +695,4 @@ pub fn check_log_record(input: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{rngs::StdRng, Rng, SeedableRng};
-
-    fn honest_input(kind: u8) -> Vec<u8> {
-        vec![0, 1 + kind * 4, 0]
-    }
-
-    #[test]
-    fn every_honest_request_is_served_and_configuration_requests_refused() {
-        for kind in 0..KINDS {
-            let (_, knobs) = honest(kind);
-            let mut harness = Harness::new(false);
-            let reply = harness.request(knobs.from, build(kind, &knobs));
-            let served = match (kind, &reply) {
-                (0, Some(ResponseBody::Value(value))) => value.found && value.value == b"1",
-                (1, Some(ResponseBody::Rows(rows))) => rows.rows.len() == 3,
-                (2, Some(ResponseBody::Vote(vote))) => vote.commit,
-                (3 | 4 | 8, Some(ResponseBody::Ack(_))) => true,
-                (5, Some(ResponseBody::State(state))) => state.phase == proto::TxnPhase::Prepared as i32,
-                (6, Some(ResponseBody::Grant(_))) => true,
-                (7, Some(ResponseBody::Table(table))) => table.records.len() == 3,
-                (9, reply) => is_refusal(reply),
-                _ => false,
-            };
-            assert!(served, "honest request kind {kind}: {reply:?}");
-            assert_eq!(step_requests(&honest_input(kind)).requests, 1);
-        }
-    }
-
-    #[test]
-    fn a_prepare_voted_commit_then_decided_is_installed() {
-        let mut harness = Harness::new(false);
-        let (kind, knobs) = honest(2);
-        assert!(matches!(harness.request("client-9", build(kind, &knobs)), Some(ResponseBody::Vote(v)) if v.commit));
-        let (kind, mut knobs) = honest(3);
-        knobs.txn = wire_txn(txn_id(3, 1));
-        assert!(matches!(harness.request("client-9", build(kind, &knobs)), Some(ResponseBody::Ack(_))));
-        let replica = harness.core.replica(0).unwrap();
-        assert_eq!(replica.store().get_at(b"b", Timestamp::new(40, 3)), Some(Bytes::from_static(b"v")));
-        assert_eq!(replica.store().get_at(b"b", Timestamp::new(39, 0)), Some(Bytes::from_static(b"20")));
-    }
-
-    #[test]
-    #[should_panic(expected = "no reply to")]
-    fn a_reply_lost_behind_an_unfinished_write_is_caught() {
-        let mut harness = Harness::new(false);
-        harness.complete_io = false;
-        let (kind, knobs) = honest(3);
-        harness.request(knobs.from, build(kind, &knobs));
-    }
-
-    #[test]
-    #[should_panic(expected = "was refused but changed a replica")]
-    fn a_refusal_that_changes_a_replica_is_caught() {
-        let mut harness = Harness::new(false);
-        // A fetch of a newer epoch fences shard 0 (accepted); replayed with the sample
-        // node's snapshot as the one before, its state change shows as a refused one's.
-        let before = Snapshot::of(&harness.core);
-        let (kind, mut knobs) = honest(7);
-        knobs.shard = 0;
-        knobs.epoch = 2;
-        let request = build(kind, &knobs);
-        assert!(matches!(harness.request("n1", request.clone()), Some(ResponseBody::Table(_))));
-        check_unchanged(&before, &harness.core, &Described { from: "n1".to_string(), request });
-    }
-
-    #[test]
-    fn dkv_shard_survives_random_and_edited_requests() {
-        let mut rng = StdRng::seed_from_u64(23);
-        let mut total = Tally::default();
-        for _ in 0..3000 {
-            let mut input = vec![rng.random_range(0..0xe0u8)];
-            for _ in 0..rng.random_range(1..5) {
-                if rng.random_bool(0.1) {
-                    let bytes: Vec<u8> = (0..rng.random_range(0..48)).map(|_| rng.random()).collect();
-                    input.push(rng.random::<u8>() & 0xc0);
-                    input.extend((bytes.len() as u16).to_le_bytes());
-                    input.extend(bytes);
-                } else {
-                    let edits = rng.random_range(0..4u8);
-                    input.extend([rng.random::<u8>() | 1, edits]);
-                    for _ in 0..edits {
-                        input.extend([rng.random::<u8>(), rng.random()]);
-                    }
-                }
-            }
-            let tally = step_requests(&input);
-            total.requests += tally.requests;
-            total.refused += tally.refused;
-            total.served += tally.served;
-            total.commit_votes += tally.commit_votes;
-        }
-        // Edits keep many requests honest enough to be served: the accepted paths run too.
-        assert!(total.served > total.requests / 3, "{total:?}");
-        assert!(total.refused > total.requests / 10, "{total:?}");
-        assert!(total.commit_votes > 100, "{total:?}");
-    }
-
-    #[test]
-    fn log_records_round_trip_and_a_bad_one_is_refused_by_its_lsn() {
-        for sample in sample_log_records() {
-            assert!(wire::decode_log_record(&sample).is_ok());
-        }
-        // A record with no body, at LSN 3 of the log.
-        check_log_record(&[0]);
-        let storage = MemStorage::new();
-        let bad = {
-            let (mut log, _) = RecordLog::open(&storage, LogOptions::default()).unwrap();
-            log.append(&sample_log_records()[0]).unwrap();
-            let bad = log.append(&[0x08, 0x01]).unwrap();
-            log.append(&sample_log_records()[1]).unwrap();
-            log.sync().unwrap();
-            bad
-        };
-        match open_data_node(DataConfig::new(ME, sample_map()), &storage) {
-            Err(DataOpenError::Record { lsn, error: wire::ShardWireError::Missing("record") }) => assert_eq!(lsn, bad),
-            other => panic!("{:?}", other.map(|_| ())),
-        }
-        let mut rng = StdRng::seed_from_u64(29);
-        for _ in 0..300 {
-            let mut input = vec![0xe0, rng.random()];
-            input.extend((0..rng.random_range(0..40)).map(|_| rng.random::<u8>()));
-            step_requests(&input);
-        }
-    }
-}
+mod tests;
