@@ -585,7 +585,8 @@ fn replicated(knobs: &Knobs) -> Option<proto::ShardRecord> {
 /// sender the tag's top bits pick; for any other tag, the honest request of kind `tag / 4`
 /// (mod 10) changed by a count byte's (mod 9) (field, value) edits. Every request gets
 /// exactly one reply once its writes and replication complete; a refusal changes no
-/// replica; a commit vote leaves the transaction prepared; every logged record decodes.
+/// replica; a commit vote (completions at once) leaves the transaction prepared or
+/// committed; every logged record decodes.
 pub fn dkv_shard(data: &[u8]) {
     step_requests(data);
 }
@@ -639,7 +640,7 @@ fn next_request(input: &mut &[u8]) -> Option<(&'static str, proto::Request)> {
     Some((knobs.from, build(kind, &knobs)))
 }
 
-/// Valid log records: the sample node's and a lease and fence of each shard.
+/// Valid log records: the sample node's (transactions, a lease granted, a fence).
 pub fn sample_log_records() -> Vec<Vec<u8>> {
     sample_records().iter().map(|(shard, record)| wire::encode_log_record(*shard, record)).collect()
 }
