@@ -3,6 +3,7 @@
 //! bug: a dkv message decoded to something invalid or that does not re-encode to itself; a
 //! Raft message that passed `raft_wire`'s checks and then panicked raft-rs.
 
+pub mod data_node;
 pub mod raft_group;
 
 use std::sync::OnceLock;
@@ -13,6 +14,8 @@ use virga_net::dkv_proto as proto;
 use crate::raft_wire::{message_from_wire, Receiver};
 use crate::{wire, ConfigCommand, ConfigState, ShardId};
 use raft_group::{Delivery, Scenario, HEARTBEAT_TICK, VOTERS};
+
+pub use data_node::dkv_shard;
 
 /// A configuration with the sample layout installed at log index 1: 5 nodes, range
 /// partitioning into 3 shards, f = 1.

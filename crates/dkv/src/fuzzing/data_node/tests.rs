@@ -1,0 +1,132 @@
+//! The `dkv_shard` body checked on honest requests, on many random and edited ones, and
+//! against deliberately broken drivers its checks must catch.
+
+use super::*;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+fn honest_input(kind: u8) -> Vec<u8> {
+    vec![0, 1 + kind * 4, 0]
+}
+
+#[test]
+fn every_honest_request_is_served_and_configuration_requests_refused() {
+    for kind in 0..KINDS {
+        let (_, knobs) = honest(kind);
+        let mut harness = Harness::new(false);
+        let reply = harness.ask(knobs.from, build(kind, &knobs));
+        let served = match (kind, &reply) {
+            (0, Some(ResponseBody::Value(value))) => value.found && value.value == b"1",
+            (1, Some(ResponseBody::Rows(rows))) => rows.rows.len() == 3,
+            (2, Some(ResponseBody::Vote(vote))) => vote.commit,
+            (3 | 4 | 8, Some(ResponseBody::Ack(_))) => true,
+            (5, Some(ResponseBody::State(state))) => state.phase == proto::TxnPhase::Prepared as i32,
+            (6, Some(ResponseBody::Grant(_))) => true,
+            (7, Some(ResponseBody::Table(table))) => table.records.len() == 3,
+            (9, reply) => is_refusal(reply),
+            _ => false,
+        };
+        assert!(served, "honest request kind {kind}: {reply:?}");
+        assert_eq!(step_requests(&honest_input(kind)).requests, 1);
+    }
+}
+
+#[test]
+fn a_prepare_voted_commit_then_decided_is_installed() {
+    let mut harness = Harness::new(false);
+    let (kind, knobs) = honest(2);
+    assert!(matches!(harness.ask("client-9", build(kind, &knobs)), Some(ResponseBody::Vote(v)) if v.commit));
+    let (kind, mut knobs) = honest(3);
+    knobs.txn = wire_txn(txn_id(3, 1));
+    assert!(matches!(harness.ask("client-9", build(kind, &knobs)), Some(ResponseBody::Ack(_))));
+    let replica = harness.core.replica(0).unwrap();
+    assert_eq!(replica.store().get_at(b"b", Timestamp::new(40, 3)), Some(Bytes::from_static(b"v")));
+    assert_eq!(replica.store().get_at(b"b", Timestamp::new(39, 0)), Some(Bytes::from_static(b"20")));
+}
+
+#[test]
+#[should_panic(expected = "no reply to")]
+fn a_reply_lost_behind_an_unfinished_write_is_caught() {
+    let mut harness = Harness::new(false);
+    harness.complete_io = false;
+    let (kind, knobs) = honest(3);
+    harness.ask(knobs.from, build(kind, &knobs));
+}
+
+#[test]
+#[should_panic(expected = "was refused but changed a replica")]
+fn a_refusal_that_changes_a_replica_is_caught() {
+    let mut harness = Harness::new(false);
+    // A fetch of a newer epoch fences shard 0 (accepted); replayed with the sample
+    // node's snapshot as the one before, its state change shows as a refused one's.
+    let before = Snapshot::of(&harness.core);
+    let (kind, mut knobs) = honest(7);
+    knobs.shard = 0;
+    knobs.epoch = 2;
+    let request = build(kind, &knobs);
+    assert!(matches!(harness.ask("n1", request.clone()), Some(ResponseBody::Table(_))));
+    check_unchanged(&before, &harness.core, &Described { from: "n1".to_string(), request });
+}
+
+#[test]
+fn dkv_shard_survives_random_and_edited_requests() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let mut total = Tally::default();
+    for _ in 0..3000 {
+        let mut input = vec![rng.random_range(0..0xe0u8)];
+        for _ in 0..rng.random_range(1..5) {
+            if rng.random_bool(0.1) {
+                let bytes: Vec<u8> = (0..rng.random_range(0..48)).map(|_| rng.random()).collect();
+                input.push(rng.random::<u8>() & 0xc0);
+                input.extend((bytes.len() as u16).to_le_bytes());
+                input.extend(bytes);
+            } else {
+                let edits = rng.random_range(0..4u8);
+                input.extend([rng.random::<u8>() | 1, edits]);
+                for _ in 0..edits {
+                    input.extend([rng.random::<u8>(), rng.random()]);
+                }
+            }
+            if input[0] & 2 == 2 {
+                // Deferred completions: how many of the oldest complete now.
+                input.push(rng.random());
+            }
+        }
+        let tally = step_requests(&input);
+        total.requests += tally.requests;
+        total.refused += tally.refused;
+        total.served += tally.served;
+        total.commit_votes += tally.commit_votes;
+    }
+    // Edits keep many requests honest enough to be served: the accepted paths run too.
+    assert!(total.served > total.requests / 3, "{total:?}");
+    assert!(total.refused > total.requests / 10, "{total:?}");
+    assert!(total.commit_votes > 100, "{total:?}");
+}
+
+#[test]
+fn log_records_round_trip_and_a_bad_one_is_refused_by_its_lsn() {
+    for sample in sample_log_records() {
+        assert!(wire::decode_log_record(&sample).is_ok());
+    }
+    // A record with no body, at LSN 3 of the log.
+    check_log_record(&[0]);
+    let storage = MemStorage::new();
+    let bad = {
+        let (mut log, _) = RecordLog::open(&storage, LogOptions::default()).unwrap();
+        log.append(&sample_log_records()[0]).unwrap();
+        let bad = log.append(&[0x08, 0x01]).unwrap();
+        log.append(&sample_log_records()[1]).unwrap();
+        log.sync().unwrap();
+        bad
+    };
+    match open_data_node(DataConfig::new(ME, sample_map()), &storage) {
+        Err(DataOpenError::Record { lsn, error: wire::ShardWireError::Missing("record") }) => assert_eq!(lsn, bad),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let mut rng = StdRng::seed_from_u64(29);
+    for _ in 0..300 {
+        let mut input = vec![0xe0, rng.random()];
+        input.extend((0..rng.random_range(0..40)).map(|_| rng.random::<u8>()));
+        step_requests(&input);
+    }
+}
