@@ -544,6 +544,8 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
                     ts: Some(wire::ts_to_wire(knobs.ts2)),
                 })
                 .collect(),
+            // A one-participant transaction committed on its vote, or an ordinary prepare.
+            commit_on_vote: knobs.commit,
         }),
         3 => RequestBody::Decide(proto::Decide { shard, epoch, txn: knobs.txn, commit: knobs.commit }),
         4 => RequestBody::Replicate(proto::Replicate { shard, epoch, record: replicated(knobs) }),

@@ -52,6 +52,10 @@ impl DataCore {
             None => {
                 self.voted_abort.insert((shard, txn), AbortReason::Coordinator);
                 let record = ShardRecord::Decided { txn, commit: false };
+                // As the log will replay it: a decision before any prepare.
+                if let Some(replica) = self.replicas.get_mut(&shard) {
+                    replica.apply(&record);
+                }
                 let response = state(proto::TxnPhase::NeverPrepared);
                 let after = AfterLog::Reply { to: from.to_string(), call, response };
                 self.unlogged.push((wire::encode_log_record(shard, &record), after));
