@@ -31,6 +31,7 @@ pub mod config;
 pub mod fuzzing;
 pub mod layout;
 pub mod raft_wire;
+mod record_io;
 pub mod service;
 pub mod shard;
 pub mod sim;

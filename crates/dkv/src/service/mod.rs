@@ -24,6 +24,8 @@ use virga_core::device::IntoStorage;
 use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
 
 use parking_lot::Mutex;
+
+use crate::record_io::append_all;
 use virga_net::role::{Detached, IoExecutor};
 
 pub use self::client::{ClientOutcome, ConfigClient, ConfigClientConfig};
@@ -174,20 +176,6 @@ impl ServiceStats {
 /// `shard::DataDisk`); one is in flight at a time.
 pub struct ConfigDisk {
     log: Arc<Mutex<RecordLog>>,
-}
-
-fn append_all(log: &Mutex<RecordLog>, records: &[Vec<u8>], sync: bool) -> Result<u64, LogError> {
-    let mut log = log.lock();
-    let mut last = 0;
-    for record in records {
-        last = log.append(record)?;
-    }
-    if sync {
-        log.sync()?;
-    } else {
-        log.flush()?;
-    }
-    Ok(last)
 }
 
 impl IoExecutor<ConfigCore> for ConfigDisk {

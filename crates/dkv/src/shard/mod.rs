@@ -17,6 +17,8 @@ use virga_core::device::IntoStorage;
 use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
 
 use parking_lot::Mutex;
+
+use crate::record_io::append_all;
 use virga_net::role::{Detached, IoExecutor};
 
 pub use self::core::{DataConfig, DataCore};
@@ -76,20 +78,6 @@ pub struct DataStats {
 /// contended. The simulator runs it in its loop.
 pub struct DataDisk {
     log: Arc<Mutex<RecordLog>>,
-}
-
-fn append_all(log: &Mutex<RecordLog>, records: &[Vec<u8>], sync: bool) -> Result<u64, LogError> {
-    let mut log = log.lock();
-    let mut last = 0;
-    for record in records {
-        last = log.append(record)?;
-    }
-    if sync {
-        log.sync()?;
-    } else {
-        log.flush()?;
-    }
-    Ok(last)
 }
 
 impl IoExecutor<DataCore> for DataDisk {
