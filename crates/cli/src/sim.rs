@@ -499,3 +499,15 @@ fn print_calibration(calibration: &Calibration) {
         messages.grpc_ns_per_byte.map_or("-".to_string(), |ns| format!("{ns:.2}")),
     );
 }
+
+/// A progress bar over `seeds` seeds, labelled `prefix`.
+pub fn seed_progress_bar(prefix: &'static str, seeds: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(seeds);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>16} [{bar:40}] {pos}/{len} seeds ({per_sec}, eta {eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(prefix);
+    bar
+}

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use virga_dkv::sim::{run_service, ServiceRunOptions, ServiceRunReport};
 
 use crate::limits;
@@ -115,7 +114,7 @@ pub fn run(args: &ConfigServiceArgs) -> anyhow::Result<ExitCode> {
         if args.broken.is_some() { ", broken: acknowledging before the write" } else { "" },
         args.first_seed
     );
-    let bar = progress_bar(args.seeds);
+    let bar = crate::sim::seed_progress_bar("config-service", args.seeds);
     let started = Instant::now();
     let next = AtomicU64::new(args.first_seed);
     let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
@@ -163,17 +162,6 @@ pub fn run(args: &ConfigServiceArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-fn progress_bar(seeds: u64) -> ProgressBar {
-    let bar = ProgressBar::new(seeds);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>16} [{bar:40}] {pos}/{len} seeds ({per_sec}, eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.set_prefix("config-service");
-    bar
 }
 
 /// A seed's violations, or why it did not run.

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use virga_core::clock::SkewProfile;
 use virga_dkv::client::ClientClock;
 use virga_dkv::sim::txn::lease_scenario::{lease_scenario, LeaseScenario};
@@ -199,7 +198,7 @@ pub fn run(args: &DkvArgs) -> anyhow::Result<ExitCode> {
         weakening.name().map(|name| format!(", weakened: {name}")).unwrap_or_default(),
         args.first_seed
     );
-    let bar = progress_bar(seeds);
+    let bar = crate::sim::seed_progress_bar("dkv", seeds);
     let started = Instant::now();
     let next = AtomicU64::new(args.first_seed);
     let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
@@ -266,17 +265,6 @@ fn run_seed(options: &TxnRunOptions) -> Result<TxnRunReport, String> {
             Err(format!("the simulation panicked: {message}"))
         }
     }
-}
-
-fn progress_bar(seeds: u64) -> ProgressBar {
-    let bar = ProgressBar::new(seeds);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>16} [{bar:40}] {pos}/{len} seeds ({per_sec}, eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.set_prefix("dkv");
-    bar
 }
 
 /// A seed's violations, or why it did not run to its end.
