@@ -155,3 +155,16 @@ fn the_replay_command_names_every_option_that_is_not_the_default() {
     let no_skew = TxnRunOptions { clock: virga_core::clock::SkewProfile::None, ..TxnRunOptions::new(0) };
     assert_eq!(no_skew.replay_command(), "virga sim dkv --seeds 1 --first-seed 0 --skew none");
 }
+
+/// Seeds the 10,000-seed soak of session 6 failed on: a primary whose group gained a
+/// backup took over from itself, dropped its reads' state and learned the lease floor from
+/// the new backup alone, which had never granted it.
+#[test]
+fn a_primary_whose_group_changes_keeps_its_reads_state() {
+    for seed in [101_965, 103_653, 104_296, 106_067] {
+        let options = TxnRunOptions::new(seed);
+        let report = run(&options);
+        assert!(report.passed(), "seed {seed}: {:?}\nreplay: {}", report.violations, options.replay_command());
+        assert!(report.backups_added > 0, "seed {seed} rejoined a failed primary");
+    }
+}

@@ -293,12 +293,22 @@ impl DataCore {
             });
         }
         let mut takeovers = Vec::new();
+        let mut pushes = Vec::new();
         for (index, group) in self.map.groups().iter().enumerate() {
             let shard = index as u32;
-            let was_primary =
-                old.group(ShardId(shard)).is_some_and(|before| before.primary == node && before.epoch == group.epoch);
-            if group.primary == node && !was_primary {
+            let before = old.group(ShardId(shard));
+            let led_before =
+                before.is_some_and(|before| before.primary == node) && !self.takeovers.contains_key(&shard);
+            if group.primary == node && !led_before {
                 takeovers.push((shard, group.epoch));
+            } else if group.primary == node && before.is_some_and(|before| before.epoch != group.epoch) {
+                // Still this node's, with backups added or removed: it keeps what it knows
+                // (its reads' state above all: a takeover would drop it, and the new
+                // backups never granted the lease that covered those reads). Its lease
+                // starts again from the new group's grants, and the new backups get every
+                // record it holds.
+                self.leases.held.remove(&shard);
+                pushes.push(shard);
             }
             if group.primary != node {
                 // No longer this node's to lead: what it was doing as primary stops.
@@ -315,6 +325,9 @@ impl DataCore {
         }
         for (shard, epoch) in takeovers {
             self.start_takeover(shard, epoch, out);
+        }
+        for shard in pushes {
+            self.push_table(shard, out);
         }
     }
 }

@@ -9,14 +9,14 @@
 //! below the largest lease granted, and pushes the merged table to its backups. It serves
 //! nothing until then.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Nanos};
 use virga_net::Dkv;
 use virga_storage::Timestamp;
 
-use super::{AfterLog, DataCore, PendingKind};
+use super::{AfterLog, DataCore, Pending, PendingKind};
 use crate::layout::ShardId;
 use crate::shard::replica::ShardRecord;
 use crate::shard::wire;
@@ -155,6 +155,33 @@ impl DataCore {
         }
         for txn in prepared {
             self.undecided.insert((shard, txn), self.now);
+        }
+    }
+
+    /// Sends every record this primary holds for `shard` to its backups (one just added
+    /// starts empty), without logging them again; records already on their way are left to
+    /// their own replication.
+    pub(super) fn push_table(&mut self, shard: u32, out: &mut Vec<Command<Dkv, DataIo>>) {
+        let Some(replica) = self.replicas.get(&shard) else { return };
+        for record in replica.records() {
+            let key = match &record {
+                ShardRecord::Prepared { txn, .. } => (shard, *txn, PendingKind::Prepared),
+                ShardRecord::Decided { txn, .. } => (shard, *txn, PendingKind::Decided),
+                ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. } => continue,
+            };
+            if self.pending.contains_key(&key) {
+                continue;
+            }
+            let pending = Pending {
+                record,
+                acked: BTreeSet::new(),
+                in_flight: BTreeSet::new(),
+                local_durable: true,
+                waiters: Vec::new(),
+                answered: true,
+            };
+            self.pending.insert(key, pending);
+            self.send_replicas(key, out);
         }
     }
 }
