@@ -22,8 +22,8 @@
 //!   scripted failover anomaly `sim::txn::lease_scenario`).
 //!
 //! Still to come: the client API (a gRPC service for other languages, a Rust library and the
-//! `virga kv` shell), the store's deployment as processes (`virga kv cluster`), its
-//! benchmark (`virga bench dkv`) and backups re-added after a failover.
+//! `virga kv` shell), the store's deployment as processes (`virga kv cluster`), and its
+//! benchmark over gRPC and against etcd (`virga bench dkv` runs it in one process).
 
 pub mod cache;
 pub mod client;
