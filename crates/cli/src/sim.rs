@@ -501,7 +501,7 @@ fn print_calibration(calibration: &Calibration) {
 }
 
 /// A progress bar over `seeds` seeds, labelled `prefix`.
-pub fn seed_progress_bar(prefix: &'static str, seeds: u64) -> indicatif::ProgressBar {
+fn seed_progress_bar(prefix: &'static str, seeds: u64) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(seeds);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{prefix:>16} [{bar:40}] {pos}/{len} seeds ({per_sec}, eta {eta})")
@@ -510,4 +510,45 @@ pub fn seed_progress_bar(prefix: &'static str, seeds: u64) -> indicatif::Progres
     );
     bar.set_prefix(prefix);
     bar
+}
+
+/// Runs seeds `first..last` on `threads` threads with a progress bar labelled `prefix`:
+/// `run` gives each seed's options and report, `problem` a failed report's first problem,
+/// printed with `replay`'s command as it happens. Returns the outcomes in seed order and the
+/// wall-clock seconds.
+pub fn run_seeds<O: Send, R: Send>(
+    prefix: &'static str,
+    (first, last): (u64, u64),
+    threads: usize,
+    run: impl Fn(u64) -> (O, R) + Sync,
+    problem: impl Fn(&R) -> Option<String> + Sync,
+    replay: impl Fn(&O) -> String + Sync,
+) -> (Vec<(u64, O, R)>, f64) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let bar = seed_progress_bar(prefix, last - first);
+    let started = std::time::Instant::now();
+    let next = AtomicU64::new(first);
+    let outcomes = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= last {
+                    break;
+                }
+                let (options, report) = run(seed);
+                if let Some(problem) = problem(&report) {
+                    // Printed with the bar out of the way, and also when there is none (no terminal).
+                    bar.suspend(|| eprintln!("seed {seed} FAILED: {problem}\n  replay: {}", replay(&options)));
+                }
+                bar.inc(1);
+                outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((seed, options, report));
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let wall_seconds = started.elapsed().as_secs_f64();
+    let mut outcomes = outcomes.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    outcomes.sort_by_key(|(seed, _, _)| *seed);
+    (outcomes, wall_seconds)
 }

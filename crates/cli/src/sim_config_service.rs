@@ -4,9 +4,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -114,36 +111,24 @@ pub fn run(args: &ConfigServiceArgs) -> anyhow::Result<ExitCode> {
         if args.broken.is_some() { ", broken: acknowledging before the write" } else { "" },
         args.first_seed
     );
-    let bar = crate::sim::seed_progress_bar("config-service", args.seeds);
-    let started = Instant::now();
-    let next = AtomicU64::new(args.first_seed);
-    let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= last {
-                    break;
-                }
-                let options = ServiceRunOptions {
-                    replicas: args.replicas,
-                    unsafe_ack_before_write: args.broken == Some(BrokenService::AckBeforeWrite),
-                    ..ServiceRunOptions::new(seed)
-                };
-                let report = run_service(&options).map_err(|error| format!("the simulation did not start: {error}"));
-                if let Some(problem) = problems(&report).first() {
-                    // Printed with the bar out of the way, and also when there is none (no terminal).
-                    bar.suspend(|| eprintln!("seed {seed} FAILED: {problem}\n  replay: {}", options.replay_command()));
-                }
-                bar.inc(1);
-                outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((options, report));
-            });
-        }
-    });
-    bar.finish_and_clear();
-    let wall_seconds = started.elapsed().as_secs_f64();
-    let mut outcomes = outcomes.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
-    outcomes.sort_by_key(|(options, _)| options.seed);
+    let run_seed = |seed| {
+        let options = ServiceRunOptions {
+            replicas: args.replicas,
+            unsafe_ack_before_write: args.broken == Some(BrokenService::AckBeforeWrite),
+            ..ServiceRunOptions::new(seed)
+        };
+        let report = run_service(&options).map_err(|error| format!("the simulation did not start: {error}"));
+        (options, report)
+    };
+    let (outcomes, wall_seconds) = crate::sim::run_seeds(
+        "config-service",
+        (args.first_seed, last),
+        threads,
+        run_seed,
+        |report| problems(report).into_iter().next(),
+        ServiceRunOptions::replay_command,
+    );
+    let outcomes: Vec<Outcome> = outcomes.into_iter().map(|(_, options, report)| (options, report)).collect();
     let report = summarize(args, &outcomes, wall_seconds, threads);
     eprintln!(
         "{} seed(s), {} failure(s); {} elections, {} crashes, {} power failures, {} partitions; {} events; \

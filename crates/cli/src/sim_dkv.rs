@@ -6,9 +6,6 @@
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -198,32 +195,20 @@ pub fn run(args: &DkvArgs) -> anyhow::Result<ExitCode> {
         weakening.name().map(|name| format!(", weakened: {name}")).unwrap_or_default(),
         args.first_seed
     );
-    let bar = crate::sim::seed_progress_bar("dkv", seeds);
-    let started = Instant::now();
-    let next = AtomicU64::new(args.first_seed);
-    let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= last {
-                    break;
-                }
-                let options = seed_options(args, seed);
-                let report = run_seed(&options);
-                if let Some(problem) = problems(&report).first() {
-                    // Printed with the bar out of the way, and also when there is none (no terminal).
-                    bar.suspend(|| eprintln!("seed {seed} FAILED: {problem}\n  replay: {}", options.replay_command()));
-                }
-                bar.inc(1);
-                outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((options, report));
-            });
-        }
-    });
-    bar.finish_and_clear();
-    let wall_seconds = started.elapsed().as_secs_f64();
-    let mut outcomes = outcomes.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
-    outcomes.sort_by_key(|(options, _)| options.seed);
+    let run_one = |seed| {
+        let options = seed_options(args, seed);
+        let report = run_seed(&options);
+        (options, report)
+    };
+    let (outcomes, wall_seconds) = crate::sim::run_seeds(
+        "dkv",
+        (args.first_seed, last),
+        threads,
+        run_one,
+        |report| problems(report).into_iter().next(),
+        TxnRunOptions::replay_command,
+    );
+    let outcomes: Vec<Outcome> = outcomes.into_iter().map(|(_, options, report)| (options, report)).collect();
     let report = summarize(args, seeds, &outcomes, wall_seconds, threads);
     print_summary(&report);
     if let Some(path) = &args.json {

@@ -8,3 +8,4 @@ mod node;
 mod sim;
 mod sim_config_service;
 mod sim_dkv;
+mod support;

@@ -1,18 +1,6 @@
 //! `virga sim rainblock`: the cost model's command line.
 
-use std::process::{Command, Output};
-
-fn virga(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_virga")).args(args).output().expect("run virga")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn json(path: &std::path::Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use crate::support::{json, text, virga};
 
 /// Each case: one option out of range, and the option clap must name (exit status 2,
 /// before any calibration runs).

@@ -2,19 +2,7 @@
 //! JSON they promise, the broken variant caught with replay commands that replay it, and
 //! refused options.
 
-use std::process::{Command, Output};
-
-fn virga(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_virga")).args(args).output().expect("run virga")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn json(path: &std::path::Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use crate::support::{json, text, virga};
 
 #[test]
 fn seeds_pass_and_their_json_names_every_run() {
