@@ -20,7 +20,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use tokio::sync::watch;
 use virga_core::device::{FileStorage, Storage};
-use virga_dkv::client::{Program, TxnClient, TxnClientConfig, TxnOp};
+use virga_dkv::client::{ClientInput, Program, TxnClient, TxnClientConfig, TxnOp};
 use virga_dkv::service::{open_replica, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
 use virga_dkv::shard::{open_data_node, DataConfig, DataCore};
 use virga_dkv::{ConfigCommand, Partitioning, ShardMap};
@@ -212,7 +212,7 @@ async fn feed(
             let missing = window.saturating_sub(client.with_core(TxnClient::outstanding));
             if missing > 0 {
                 let programs = (0..missing).map(|_| program(&workload.draw(rng), value_size)).collect();
-                client.input(programs);
+                client.input(ClientInput::Programs(programs));
             }
         }
         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::watch;
 use virga_core::device::{FileStorage, Storage};
-use virga_dkv::client::{balance, Program, ProgramOutcome, TxnClient, TxnClientConfig};
+use virga_dkv::client::{balance, ClientInput, Program, ProgramOutcome, TxnClient, TxnClientConfig};
 use virga_dkv::shard::{open_data_node, DataConfig, DataCore};
 use virga_dkv::{ConfigCommand, Partitioning, ShardMap};
 use virga_net::driver::{Mailbox, Running};
@@ -116,8 +116,8 @@ async fn transfers_commit_and_audits_balance_across_shards_and_through_a_failove
 
     let (first, first_stop) = start_client(1, &map, &inproc);
     let (second, second_stop) = start_client(2, &map, &inproc);
-    assert!(first.input(programs(0, 40)));
-    assert!(second.input(programs(5, 40)));
+    assert!(first.input(ClientInput::Programs(programs(0, 40))));
+    assert!(second.input(ClientInput::Programs(programs(5, 40))));
     wait_for_within("both clients finish", std::time::Duration::from_secs(20), || {
         (finished(&first, 40) && finished(&second, 40)).then_some(())
     })
@@ -130,7 +130,7 @@ async fn transfers_commit_and_audits_balance_across_shards_and_through_a_failove
     let stopped = data.iter().position(|node| node.name == primary).unwrap();
     inproc.unregister(&primary);
     let _ = data[stopped].stop.send(true);
-    assert!(first.input(programs(2, 24)));
+    assert!(first.input(ClientInput::Programs(programs(2, 24))));
     wait_for_within("the first client finishes after the failover", std::time::Duration::from_secs(30), || {
         finished(&first, 64).then_some(())
     })

@@ -11,28 +11,36 @@
 //!   outcome then; the decision goes to the primaries afterwards, retried until each
 //!   acknowledges.
 //!
-//! Lost or late messages are retried with the same transaction id, which the primaries
-//! recognise. An aborted transaction is run again from the start, up to a bound.
+//! Transactions come from two sources, and many run at once: programs ([`Program`]), whose
+//! reads are known up front and whose aborted attempts the client runs again, and
+//! interactive sessions ([`SessionOp`]), where the application begins a transaction, reads
+//! and writes one operation at a time and commits or aborts; each operation is answered
+//! through its [`Reply`]. Lost or late messages are retried with the same transaction id,
+//! which the primaries recognise.
 
 mod program;
 mod scan;
+mod session;
+mod txn;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use bytes::Bytes;
 use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::{Dkv, NetError};
 use virga_storage::{Timestamp, TxnId};
 use virga_txn::checker::TxnRecord;
-use virga_txn::AbortReason;
 
 pub use self::program::{balance, Program, TxnOp};
+pub use self::session::{Reply, SessionError, SessionOp, SessionReply, SessionRequest, SessionResult};
 
+use self::txn::{Phase, Txn};
 use crate::layout::ShardMap;
-use crate::shard::wire::{self as shard_wire, PrepareRequest};
-use crate::shard::{txn_id, ReadOp, WriteOp};
+use crate::shard::wire as shard_wire;
+
+/// The commands a client core emits.
+type Out = Vec<Command<Dkv, std::convert::Infallible>>;
 
 /// A client's settings.
 #[derive(Debug, Clone)]
@@ -50,6 +58,14 @@ pub struct TxnClientConfig {
     pub rerun_after: Duration,
     /// Runs of one program before its abort is final.
     pub max_attempts: u32,
+    /// Programs running at once (aborted ones waiting to run again count).
+    pub programs_in_flight: usize,
+    /// How long an operation of a session may wait for the primaries before it fails
+    /// (unavailable, or outcome unknown for a commit whose prepares went out).
+    pub op_deadline: Duration,
+    /// A session transaction with no operation for this long is aborted (its snapshot holds
+    /// back garbage collection).
+    pub session_idle: Duration,
     /// A deliberately broken variant: read-only transactions commit without checking for
     /// prepared writers below their snapshot.
     pub skip_local_validation: bool,
@@ -85,6 +101,9 @@ impl TxnClientConfig {
             retry_after: Duration::from_millis(20),
             rerun_after: Duration::from_millis(2),
             max_attempts: 20,
+            programs_in_flight: 1,
+            op_deadline: Duration::from_secs(10),
+            session_idle: Duration::from_secs(60),
             skip_local_validation: false,
             config_replicas: Vec::new(),
             clock: ClientClock::Physical,
@@ -113,48 +132,17 @@ pub enum ProgramOutcome {
 pub struct ProgramResult {
     pub outcome: ProgramOutcome,
     /// Each key read and its value (None: absent), from the committed attempt.
-    pub reads: Vec<(Bytes, Option<Bytes>)>,
+    pub reads: Vec<(bytes::Bytes, Option<bytes::Bytes>)>,
     /// Each scan's rows, in the program's order.
-    pub scans: Vec<Vec<(Bytes, Bytes)>>,
+    pub scans: Vec<Vec<(bytes::Bytes, bytes::Bytes)>>,
     pub attempts: u32,
 }
 
-#[derive(Debug, Default)]
-struct ReadState {
-    value: Option<Bytes>,
-    version: Timestamp,
-    writer: TxnId,
-    prepared_below: bool,
-}
-
-/// A read in flight: a get of a key, or one shard's part of a scan (by its index).
-enum ReadCall {
-    Get(Bytes),
-    Scan(usize, u32),
-}
-
-enum Phase {
-    /// Gets and scans in flight, by call.
-    Reading(HashMap<CallId, ReadCall>),
-    /// Prepares in flight (by call), and the votes so far.
-    Preparing { commit_ts: Timestamp, calls: HashMap<CallId, u32>, yes: BTreeSet<u32>, participants: Vec<u32> },
-}
-
-struct Active {
-    program: Program,
-    attempt: u32,
-    txn: TxnId,
-    ts_begin: Timestamp,
-    reads: BTreeMap<Bytes, ReadState>,
-    writes: BTreeMap<Bytes, Option<Bytes>>,
-    phase: Phase,
-    /// The program's scans, as they come in.
-    scans: Vec<scan::ScanState>,
-    /// Requests to send again at the retry timer: gets by key, scans by (scan, shard),
-    /// prepares by shard.
-    lost_gets: Vec<Bytes>,
-    lost_scans: Vec<(usize, u32)>,
-    lost_prepares: Vec<u32>,
+/// Work for a client: programs to run, or one operation of a session.
+#[derive(Debug)]
+pub enum ClientInput {
+    Programs(Vec<Program>),
+    Session(SessionRequest),
 }
 
 /// Counters of one client.
@@ -180,15 +168,17 @@ pub struct TxnClient {
     observed: Timestamp,
     watermark_timer: Option<TimerId>,
     queue: VecDeque<Program>,
-    active: Option<Active>,
+    /// The transactions running, by id (ordered, so a retry sends in the same order on every
+    /// run of a seed).
+    txns: BTreeMap<TxnId, Txn>,
+    /// Which transaction each read or prepare in flight belongs to.
+    calls: HashMap<CallId, TxnId>,
+    /// Aborted programs waiting to run again: by timer, the program and its next attempt.
+    reruns: BTreeMap<TimerId, (Program, u32)>,
     /// Decisions not yet acknowledged: by call, (shard, txn, commit).
     deciding: HashMap<CallId, (u32, TxnId, bool)>,
     lost_decisions: Vec<(u32, TxnId, bool)>,
     retry_timer: Option<TimerId>,
-    /// An aborted program waits for this timer before running again.
-    rerun_timer: Option<TimerId>,
-    /// The attempt number the next program to start runs as.
-    pending_attempt: u32,
     /// A request failed since the map was last fetched; the fetch in flight, and which
     /// configuration replica to ask.
     map_stale: bool,
@@ -211,12 +201,12 @@ impl TxnClient {
             observed: Timestamp::ZERO,
             watermark_timer: None,
             queue: VecDeque::new(),
-            active: None,
+            txns: BTreeMap::new(),
+            calls: HashMap::new(),
+            reruns: BTreeMap::new(),
             deciding: HashMap::new(),
             lost_decisions: Vec::new(),
             retry_timer: None,
-            rerun_timer: None,
-            pending_attempt: 1,
             map_stale: false,
             map_call: None,
             config_target: 0,
@@ -225,6 +215,10 @@ impl TxnClient {
             attempts: Vec::new(),
             stats: ClientStats::default(),
         }
+    }
+
+    pub fn config(&self) -> &TxnClientConfig {
+        &self.config
     }
 
     pub fn results(&self) -> &[ProgramResult] {
@@ -246,9 +240,15 @@ impl TxnClient {
         &self.stats
     }
 
-    /// Programs given and not finished, and decisions not yet acknowledged.
+    /// The map the client routes by.
+    pub fn map(&self) -> &ShardMap {
+        &self.config.map
+    }
+
+    /// Programs given and not finished, open session transactions, and decisions not yet
+    /// acknowledged.
     pub fn outstanding(&self) -> usize {
-        self.queue.len() + usize::from(self.active.is_some()) + self.deciding.len() + self.lost_decisions.len()
+        self.queue.len() + self.txns.len() + self.reruns.len() + self.deciding.len() + self.lost_decisions.len()
     }
 
     /// A timestamp of this client strictly above every one it gave before.
@@ -263,6 +263,13 @@ impl TxnClient {
         self.last_ts
     }
 
+    /// A new transaction id of this client.
+    fn next_txn_id(&mut self) -> TxnId {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1).max(1);
+        crate::shard::txn_id(self.config.client, seq)
+    }
+
     fn epoch_of(&self, shard: u32) -> u64 {
         self.config.map.group(crate::layout::ShardId(shard)).map_or(0, |group| group.epoch)
     }
@@ -275,246 +282,7 @@ impl TxnClient {
         self.config.map.shard_of(key).0
     }
 
-    /// Starts the next program (or the same one again after an abort).
-    fn start(
-        &mut self,
-        now: Nanos,
-        program: Program,
-        attempt: u32,
-        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
-    ) {
-        let seq = self.next_seq;
-        self.next_seq = self.next_seq.wrapping_add(1).max(1);
-        let ts_begin = match program.snapshot_at() {
-            Some(at) => at,
-            None => self.next_ts(now),
-        };
-        let keys = program.read_keys();
-        let scans = scan::ScanState::of(&program, &self.config.map);
-        self.active = Some(Active {
-            program,
-            attempt,
-            txn: txn_id(self.config.client, seq),
-            ts_begin,
-            reads: BTreeMap::new(),
-            writes: BTreeMap::new(),
-            phase: Phase::Reading(HashMap::new()),
-            scans,
-            lost_gets: Vec::new(),
-            lost_scans: Vec::new(),
-            lost_prepares: Vec::new(),
-        });
-        let scan_parts = self.scan_parts();
-        if keys.is_empty() && scan_parts.is_empty() {
-            self.finish_reads(now, out);
-            return;
-        }
-        for key in keys {
-            self.send_get(key, out);
-        }
-        for (index, shard) in scan_parts {
-            self.send_scan(index, shard, out);
-        }
-    }
-
-    fn send_get(&mut self, key: Bytes, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
-        let shard = self.shard_of(&key);
-        let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
-        let Some(active) = &mut self.active else { return };
-        let Phase::Reading(calls) = &mut active.phase else { return };
-        let call = self.ids.call();
-        calls.insert(call, ReadCall::Get(key.clone()));
-        self.stats.gets += 1;
-        let get = proto::Get { shard, epoch, key: key.to_vec(), ts: Some(shard_wire::ts_to_wire(active.ts_begin)) };
-        out.push(Command::Call {
-            to,
-            call,
-            request: proto::Request { body: Some(RequestBody::Get(get)) },
-            deadline: self.config.deadline,
-        });
-    }
-
-    fn on_get_reply(
-        &mut self,
-        now: Nanos,
-        call: CallId,
-        result: Result<ResponseBody, ()>,
-        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
-    ) {
-        let Some(active) = &mut self.active else { return };
-        let Phase::Reading(calls) = &mut active.phase else { return };
-        let key = match calls.remove(&call) {
-            Some(ReadCall::Get(key)) => key,
-            Some(ReadCall::Scan(index, shard)) => return self.on_scan_reply(now, index, shard, result, out),
-            None => return,
-        };
-        match result {
-            Ok(ResponseBody::Value(reply)) => {
-                let writer = shard_wire::txn_from_wire(reply.writer).unwrap_or(0);
-                let read = ReadState {
-                    value: reply.found.then(|| Bytes::from(reply.value)),
-                    version: shard_wire::ts_from_wire(reply.version),
-                    writer,
-                    prepared_below: reply.prepared_below,
-                };
-                self.observed = self.observed.max(read.version);
-                active.reads.insert(key, read);
-            }
-            // The versions this snapshot needs may be collected: run it again, newer.
-            Ok(ResponseBody::TooOld(_)) => {
-                self.aborted("snapshot-too-old".to_string(), out);
-                return;
-            }
-            _ => {
-                active.lost_gets.push(key);
-            }
-        }
-        self.reads_progressed(now, out);
-    }
-
-    /// After a read came back: retry what was lost, or commit once everything is in.
-    fn reads_progressed(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
-        let Some(active) = &self.active else { return };
-        let lost = !active.lost_gets.is_empty() || !active.lost_scans.is_empty();
-        let done = matches!(&active.phase, Phase::Reading(calls) if calls.is_empty()) && !lost;
-        if lost {
-            self.arm_retry(out);
-        }
-        if done {
-            self.finish_reads(now, out);
-        }
-    }
-
-    /// Every read is in: compute the writes and commit.
-    fn finish_reads(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
-        let Some(active) = &mut self.active else { return };
-        let values: BTreeMap<Bytes, Option<Bytes>> =
-            active.reads.iter().map(|(key, read)| (key.clone(), read.value.clone())).collect();
-        active.writes = active.program.writes(&values);
-        if active.writes.is_empty() {
-            let prepared = active.reads.values().any(|read| read.prepared_below)
-                || active.scans.iter().any(|scan| scan.prepared_below);
-            if prepared && !self.config.skip_local_validation {
-                self.aborted(AbortReason::SnapshotPrepared.name().to_string(), out);
-            } else {
-                let ts = active.ts_begin;
-                self.committed(ts, true);
-            }
-            return;
-        }
-        let commit_ts = self.next_ts(now);
-        let Some(active) = &mut self.active else { return };
-        let mut participants: BTreeSet<u32> = active.writes.keys().map(|key| self.config.map.shard_of(key).0).collect();
-        participants.extend(active.reads.keys().map(|key| self.config.map.shard_of(key).0));
-        participants.extend(active.scans.iter().flat_map(|scan| scan.shards().iter().copied()));
-        let participants: Vec<u32> = participants.into_iter().collect();
-        self.attempts.push(TxnRecord {
-            id: active.txn,
-            commit_ts,
-            reads: active.reads.iter().map(|(key, read)| (key.clone(), read.writer)).collect(),
-            writes: active.writes.keys().cloned().collect(),
-        });
-        active.phase = Phase::Preparing {
-            commit_ts,
-            calls: HashMap::new(),
-            yes: BTreeSet::new(),
-            participants: participants.clone(),
-        };
-        for shard in participants {
-            self.send_prepare(shard, out);
-        }
-    }
-
-    fn send_prepare(&mut self, shard: u32, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
-        let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
-        let one_round_trip = self.config.one_round_trip;
-        let map = &self.config.map;
-        let Some(active) = &mut self.active else { return };
-        let Phase::Preparing { commit_ts, calls, participants, .. } = &mut active.phase else { return };
-        let prepare = PrepareRequest {
-            shard,
-            epoch,
-            txn: active.txn,
-            commit_ts: *commit_ts,
-            reads: active
-                .reads
-                .iter()
-                .filter(|(key, _)| map.shard_of(key).0 == shard)
-                .map(|(key, read)| ReadOp { key: key.clone(), version: read.version })
-                .collect(),
-            writes: active
-                .writes
-                .iter()
-                .filter(|(key, _)| map.shard_of(key).0 == shard)
-                .map(|(key, value)| WriteOp { key: key.clone(), value: value.clone() })
-                .collect(),
-            participants: participants.clone(),
-            scans: active
-                .scans
-                .iter()
-                .filter(|scan| scan.covers(shard))
-                .map(|scan| scan.range(active.ts_begin))
-                .collect(),
-            commit_on_vote: participants.len() == 1 && one_round_trip,
-        };
-        let call = self.ids.call();
-        calls.insert(call, shard);
-        self.stats.prepares += 1;
-        let request = proto::Request { body: Some(RequestBody::Prepare(shard_wire::prepare_to_wire(&prepare))) };
-        out.push(Command::Call { to, call, request, deadline: self.config.deadline });
-    }
-
-    fn on_vote(
-        &mut self,
-        call: CallId,
-        result: Result<ResponseBody, ()>,
-        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
-    ) {
-        let Some(active) = &mut self.active else { return };
-        let Phase::Preparing { calls, yes, participants, commit_ts } = &mut active.phase else { return };
-        let Some(shard) = calls.remove(&call) else { return };
-        match result {
-            Ok(ResponseBody::Vote(vote)) if vote.commit => {
-                yes.insert(shard);
-                if yes.len() == participants.len() {
-                    let (commit_ts, participants, txn) = (*commit_ts, participants.clone(), active.txn);
-                    self.committed(commit_ts, false);
-                    // A single participant committed on its vote: there is no decision to send.
-                    if !self.one_round_trip(participants.len()) {
-                        for shard in participants {
-                            self.send_decision(shard, txn, true, out);
-                        }
-                    }
-                }
-            }
-            Ok(ResponseBody::Vote(vote)) => {
-                let (participants, txn) = (participants.clone(), active.txn);
-                self.aborted(vote.reason, out);
-                if !self.one_round_trip(participants.len()) {
-                    for shard in participants {
-                        self.send_decision(shard, txn, false, out);
-                    }
-                }
-            }
-            _ => {
-                active.lost_prepares.push(shard);
-                self.arm_retry(out);
-            }
-        }
-    }
-
-    /// Whether a transaction with this many participants commits on its vote.
-    fn one_round_trip(&self, participants: usize) -> bool {
-        participants == 1 && self.config.one_round_trip
-    }
-
-    fn send_decision(
-        &mut self,
-        shard: u32,
-        txn: TxnId,
-        commit: bool,
-        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
-    ) {
+    fn send_decision(&mut self, shard: u32, txn: TxnId, commit: bool, out: &mut Out) {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
         let call = self.ids.call();
         self.deciding.insert(call, (shard, txn, commit));
@@ -527,45 +295,7 @@ impl TxnClient {
         });
     }
 
-    fn committed(&mut self, commit_ts: Timestamp, read_only: bool) {
-        let Some(active) = self.active.take() else { return };
-        self.stats.committed += 1;
-        self.stats.committed_read_only += u64::from(read_only);
-        self.history.push(TxnRecord {
-            id: active.txn,
-            commit_ts,
-            reads: active.reads.iter().map(|(key, read)| (key.clone(), read.writer)).collect(),
-            writes: active.writes.keys().cloned().collect(),
-        });
-        self.results.push(ProgramResult {
-            outcome: ProgramOutcome::Committed { txn: active.txn, commit_ts, read_only },
-            scans: active.scans.iter().map(scan::ScanState::rows).collect(),
-            reads: active.reads.into_iter().map(|(key, read)| (key, read.value)).collect(),
-            attempts: active.attempt,
-        });
-    }
-
-    fn aborted(&mut self, reason: String, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
-        let Some(active) = self.active.take() else { return };
-        *self.stats.aborts.entry(reason.clone()).or_default() += 1;
-        if active.attempt < self.config.max_attempts {
-            // Run it again after a pause that grows with the attempts.
-            self.queue.push_front(active.program);
-            self.pending_attempt = active.attempt + 1;
-            let timer = self.ids.timer();
-            self.rerun_timer = Some(timer);
-            out.push(Command::SetTimer { timer, after: self.config.rerun_after * active.attempt.min(10) });
-        } else {
-            self.results.push(ProgramResult {
-                outcome: ProgramOutcome::Aborted { reason },
-                reads: Vec::new(),
-                scans: Vec::new(),
-                attempts: active.attempt,
-            });
-        }
-    }
-
-    fn arm_retry(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+    fn arm_retry(&mut self, out: &mut Out) {
         if self.retry_timer.is_none() {
             let timer = self.ids.timer();
             self.retry_timer = Some(timer);
@@ -573,33 +303,23 @@ impl TxnClient {
         }
     }
 
-    fn on_retry(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+    fn on_retry(&mut self, now: Nanos, out: &mut Out) {
         self.retry_timer = None;
-        if let Some(active) = &mut self.active {
-            let scans = std::mem::take(&mut active.lost_scans);
-            let gets = std::mem::take(&mut active.lost_gets);
-            let prepares = std::mem::take(&mut active.lost_prepares);
-            self.stats.retries += (gets.len() + prepares.len()) as u64;
-            for key in gets {
-                self.send_get(key, out);
-            }
-            for (index, shard) in scans {
-                self.send_scan(index, shard, out);
-            }
-            for shard in prepares {
-                self.send_prepare(shard, out);
-            }
+        let ids: Vec<TxnId> = self.txns.keys().copied().collect();
+        for id in ids {
+            self.resend_lost(id, out);
         }
         for (shard, txn, commit) in std::mem::take(&mut self.lost_decisions) {
             self.stats.retries += 1;
             self.send_decision(shard, txn, commit, out);
         }
+        self.expire_sessions(now);
         self.fetch_map(out);
     }
 
     /// Asks the configuration service for the map after a failed request (a primary may
     /// have changed).
-    fn fetch_map(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
+    fn fetch_map(&mut self, out: &mut Out) {
         if !self.map_stale || self.map_call.is_some() || self.config.config_replicas.is_empty() {
             return;
         }
@@ -614,7 +334,7 @@ impl TxnClient {
         });
     }
 
-    fn on_map(&mut self, body: Result<ResponseBody, ()>) {
+    fn on_map(&mut self, body: Result<ResponseBody, String>) {
         self.map_call = None;
         match body {
             Ok(ResponseBody::Map(reply)) => {
@@ -629,19 +349,17 @@ impl TxnClient {
         }
     }
 
-    fn on_response(
-        &mut self,
-        now: Nanos,
-        call: CallId,
-        result: Result<proto::Response, NetError>,
-        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
-    ) {
-        let body = result.ok().and_then(|response| response.body).ok_or(());
+    fn on_response(&mut self, now: Nanos, call: CallId, result: Result<proto::Response, NetError>, out: &mut Out) {
+        let body = match result {
+            Ok(proto::Response { body: Some(body) }) => Ok(body),
+            Ok(proto::Response { body: None }) => Err("an empty response".to_string()),
+            Err(error) => Err(error.to_string()),
+        };
         if self.map_call == Some(call) {
             self.on_map(body);
             return;
         }
-        if matches!(body, Err(()) | Ok(ResponseBody::Error(_) | ResponseBody::WrongEpoch(_))) {
+        if matches!(body, Err(_) | Ok(ResponseBody::Error(_) | ResponseBody::WrongEpoch(_))) {
             // A primary may have changed (a watermark that did not arrive says so too).
             self.map_stale = true;
             self.arm_retry(out);
@@ -653,31 +371,29 @@ impl TxnClient {
             }
             return;
         }
-        match self.active.as_ref().map(|active| &active.phase) {
-            Some(Phase::Reading(calls)) if calls.contains_key(&call) => self.on_get_reply(now, call, body, out),
-            Some(Phase::Preparing { calls, .. }) if calls.contains_key(&call) => self.on_vote(call, body, out),
+        let Some(id) = self.calls.remove(&call) else { return };
+        match self.txns.get(&id).map(|txn| &txn.phase) {
+            Some(Phase::Reading(calls)) if calls.contains_key(&call) => self.on_read_reply(now, id, call, body, out),
+            Some(Phase::Preparing { calls, .. }) if calls.contains_key(&call) => self.on_vote(id, call, body, out),
             _ => {}
         }
+        self.run_programs(now, out);
     }
 
-    /// Tells every primary the timestamp this client reads at or above from now on: its
-    /// running transaction's begin, or above everything it gave out so far.
-    fn broadcast_watermark(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
-        let watermark = match &self.active {
-            Some(active) => active.ts_begin,
-            None => self.last_ts,
-        };
-        let mut primaries: Vec<(u32, String)> = self
-            .config
-            .map
-            .groups()
-            .iter()
-            .enumerate()
-            .map(|(shard, group)| (shard as u32, group.primary.clone()))
-            .collect();
-        primaries.sort_by(|a, b| a.1.cmp(&b.1));
-        primaries.dedup_by(|a, b| a.1 == b.1);
-        for (_, primary) in primaries {
+    /// The timestamp this client reads at or above from now on: its oldest running
+    /// transaction's begin, or above everything it gave out so far.
+    fn watermark(&self) -> Timestamp {
+        self.txns.values().map(|txn| txn.ts_begin).min().unwrap_or(self.last_ts)
+    }
+
+    /// Tells every primary the client's watermark.
+    fn broadcast_watermark(&mut self, now: Nanos, out: &mut Out) {
+        self.expire_sessions(now);
+        let watermark = self.watermark();
+        let mut primaries: Vec<String> = self.config.map.groups().iter().map(|group| group.primary.clone()).collect();
+        primaries.sort();
+        primaries.dedup();
+        for primary in primaries {
             let call = self.ids.call();
             let request = proto::Watermark { client: self.config.client, ts: Some(shard_wire::ts_to_wire(watermark)) };
             out.push(Command::Call {
@@ -692,13 +408,22 @@ impl TxnClient {
         out.push(Command::SetTimer { timer, after: self.config.watermark_every });
     }
 
-    fn run_next(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
-        if self.active.is_some() || self.rerun_timer.is_some() {
-            return;
+    /// Starts queued programs while fewer than the configured number run.
+    fn run_programs(&mut self, now: Nanos, out: &mut Out) {
+        // Several programs may finish within one start (read-only ones commit at once).
+        loop {
+            let running = self.txns.values().filter(|txn| txn.is_program()).count() + self.reruns.len();
+            if running >= self.config.programs_in_flight.max(1) {
+                return;
+            }
+            let Some(program) = self.queue.pop_front() else { return };
+            self.start_program(now, program, 1, out);
         }
-        if let Some(program) = self.queue.pop_front() {
-            let attempt = std::mem::replace(&mut self.pending_attempt, 1);
-            self.start(now, program, attempt, out);
+    }
+
+    fn on_rerun(&mut self, now: Nanos, timer: TimerId, out: &mut Out) {
+        if let Some((program, attempt)) = self.reruns.remove(&timer) {
+            self.start_program(now, program, attempt, out);
         }
     }
 }
@@ -707,34 +432,23 @@ impl Role for TxnClient {
     type Protocol = Dkv;
     type Io = std::convert::Infallible;
     type IoDone = std::convert::Infallible;
-    type Input = Vec<Program>;
+    type Input = ClientInput;
 
-    fn step(
-        &mut self,
-        now: Nanos,
-        event: Event<Dkv, std::convert::Infallible, Vec<Program>>,
-        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
-    ) {
+    fn step(&mut self, now: Nanos, event: Event<Dkv, std::convert::Infallible, ClientInput>, out: &mut Out) {
         match event {
-            Event::Input(programs) => self.queue.extend(programs),
+            Event::Input(ClientInput::Programs(programs)) => self.queue.extend(programs),
+            Event::Input(ClientInput::Session(request)) => self.on_session(now, request, out),
             Event::Response { call, result } => self.on_response(now, call, result, out),
-            Event::Timer(timer) if Some(timer) == self.retry_timer => self.on_retry(out),
-            Event::Timer(timer) if Some(timer) == self.rerun_timer => self.rerun_timer = None,
-            Event::Timer(timer) if Some(timer) == self.watermark_timer => self.broadcast_watermark(out),
-            Event::Start => self.broadcast_watermark(out),
+            Event::Timer(timer) if Some(timer) == self.retry_timer => self.on_retry(now, out),
+            Event::Timer(timer) if self.reruns.contains_key(&timer) => self.on_rerun(now, timer, out),
+            Event::Timer(timer) if Some(timer) == self.watermark_timer => self.broadcast_watermark(now, out),
+            Event::Start => self.broadcast_watermark(now, out),
             Event::Request { from, call, .. } => {
                 let response = ResponseBody::Error("a client serves no requests".to_string());
                 out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
             }
             Event::Timer(_) | Event::IoDone { .. } => {}
         }
-        // Several programs may finish within one step (read-only ones commit at once).
-        loop {
-            let before = self.results.len();
-            self.run_next(now, out);
-            if self.results.len() == before || self.active.is_some() {
-                break;
-            }
-        }
+        self.run_programs(now, out);
     }
 }

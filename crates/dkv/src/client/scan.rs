@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{Command, Nanos};
-use virga_net::Dkv;
-use virga_storage::Timestamp;
+use virga_storage::{Timestamp, TxnId};
 
-use super::{Phase, ReadCall, ReadState, TxnClient};
+use super::txn::{describe_failure, Phase, ReadCall, ReadState};
+use super::{Out, TxnClient};
 use crate::layout::ShardMap;
 use crate::shard::wire as shard_wire;
 use crate::shard::ScanRange;
@@ -31,20 +31,40 @@ pub(super) struct ScanState {
 
 impl ScanState {
     /// The scans of a program, each with the shards its range covers.
-    pub(super) fn of(program: &super::Program, map: &ShardMap) -> Vec<ScanState> {
-        program
-            .scans()
-            .into_iter()
-            .map(|(start, end, limit)| ScanState {
-                shards: map.shards_overlapping(&start, end.as_deref()).into_iter().map(|shard| shard.0).collect(),
-                start,
-                end,
-                limit,
-                answered: BTreeSet::new(),
-                rows: BTreeMap::new(),
-                prepared_below: false,
-            })
-            .collect()
+    pub(super) fn of_program(program: &super::Program, map: &ShardMap) -> Vec<ScanState> {
+        program.scans().into_iter().map(|(start, end, limit)| ScanState::new(start, end, limit, map)).collect()
+    }
+
+    /// A scan of `[start, end)` (`end` None: unbounded), at most `limit` rows, asking every
+    /// shard its range covers.
+    pub(super) fn new(start: Bytes, end: Option<Bytes>, limit: u32, map: &ShardMap) -> ScanState {
+        ScanState {
+            shards: map.shards_overlapping(&start, end.as_deref()).into_iter().map(|shard| shard.0).collect(),
+            start,
+            end,
+            limit,
+            answered: BTreeSet::new(),
+            rows: BTreeMap::new(),
+            prepared_below: false,
+        }
+    }
+
+    /// Every shard asked has answered.
+    pub(super) fn is_complete(&self) -> bool {
+        self.shards.iter().all(|shard| self.answered.contains(shard))
+    }
+
+    pub(super) fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_ref() && self.end.as_ref().is_none_or(|end| key < end.as_ref())
+    }
+
+    /// Every row the shards returned, merged (each shard returns up to the limit).
+    pub(super) fn all_rows(&self) -> &BTreeMap<Bytes, Bytes> {
+        &self.rows
+    }
+
+    pub(super) fn limit(&self) -> usize {
+        self.limit as usize
     }
 
     pub(super) fn shards(&self) -> &[u32] {
@@ -66,25 +86,20 @@ impl ScanState {
 }
 
 impl TxnClient {
-    /// Every (scan, shard) part of the running transaction.
-    pub(super) fn scan_parts(&self) -> Vec<(usize, u32)> {
-        let Some(active) = &self.active else { return Vec::new() };
-        active
-            .scans
+    /// Every (scan, shard) part of transaction `id`'s scans from index `from` on.
+    pub(super) fn scan_parts(&self, id: TxnId, from: usize) -> Vec<(usize, u32)> {
+        let Some(txn) = self.txns.get(&id) else { return Vec::new() };
+        txn.scans
             .iter()
             .enumerate()
+            .skip(from)
             .flat_map(|(index, scan)| scan.shards.iter().map(move |shard| (index, *shard)))
             .collect()
     }
 
-    pub(super) fn send_scan(
-        &mut self,
-        index: usize,
-        shard: u32,
-        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
-    ) {
+    pub(super) fn send_scan(&mut self, id: TxnId, index: usize, shard: u32, out: &mut Out) {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
-        let Some(active) = &mut self.active else { return };
+        let Some(active) = self.txns.get_mut(&id) else { return };
         let Some(scan) = active.scans.get(index) else { return };
         let request = proto::Scan {
             shard,
@@ -97,6 +112,7 @@ impl TxnClient {
         let Phase::Reading(calls) = &mut active.phase else { return };
         let call = self.ids.call();
         calls.insert(call, ReadCall::Scan(index, shard));
+        self.calls.insert(call, id);
         self.stats.scans += 1;
         out.push(Command::Call {
             to,
@@ -109,12 +125,13 @@ impl TxnClient {
     pub(super) fn on_scan_reply(
         &mut self,
         now: Nanos,
+        id: TxnId,
         index: usize,
         shard: u32,
-        result: Result<ResponseBody, ()>,
-        out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
+        result: Result<ResponseBody, String>,
+        out: &mut Out,
     ) {
-        let Some(active) = &mut self.active else { return };
+        let Some(active) = self.txns.get_mut(&id) else { return };
         match result {
             Ok(ResponseBody::Rows(reply)) => {
                 let Some(scan) = active.scans.get_mut(index) else { return };
@@ -131,11 +148,14 @@ impl TxnClient {
                 }
             }
             Ok(ResponseBody::TooOld(_)) => {
-                self.aborted("snapshot-too-old".to_string(), out);
+                self.aborted(id, "snapshot-too-old".to_string(), out);
                 return;
             }
-            _ => active.lost_scans.push((index, shard)),
+            failure => {
+                active.last_failure = Some(describe_failure(&failure));
+                active.lost_scans.push((index, shard));
+            }
         }
-        self.reads_progressed(now, out);
+        self.reads_progressed(now, id, out);
     }
 }

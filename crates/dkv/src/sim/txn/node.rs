@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
 use virga_net::Dkv;
 
-use crate::client::{Program, TxnClient};
+use crate::client::{ClientInput, Program, TxnClient};
 use crate::config::ConfigCommand;
 use crate::service::{ConfigClient, ConfigCore, ConfigDisk, ConfigIo, ConfigIoDone};
 use crate::shard::{DataCore, DataDisk, DataIo, DataIoDone};
@@ -128,7 +128,7 @@ impl Role for DkvNode {
             }
             DkvNode::Client(client) => {
                 let input = |work| match work {
-                    DkvInput::Programs(programs) => Some(programs),
+                    DkvInput::Programs(programs) => Some(ClientInput::Programs(programs)),
                     DkvInput::Commands(_) => None,
                 };
                 let mut client_commands = Vec::new();

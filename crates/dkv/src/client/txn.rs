@@ -1,0 +1,389 @@
+//! One running transaction of a client, whichever its source: its reads at `ts_begin`, its
+//! buffered writes, and its two-phase commit.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use bytes::Bytes;
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Nanos};
+use virga_storage::{Timestamp, TxnId};
+use virga_txn::checker::TxnRecord;
+use virga_txn::AbortReason;
+
+use super::scan::ScanState;
+use super::session::SessionTxn;
+use super::{Out, Program, ProgramOutcome, ProgramResult, TxnClient};
+use crate::shard::wire::{self as shard_wire, PrepareRequest};
+use crate::shard::{ReadOp, WriteOp};
+
+#[derive(Debug, Default)]
+pub(super) struct ReadState {
+    pub(super) value: Option<Bytes>,
+    pub(super) version: Timestamp,
+    pub(super) writer: TxnId,
+    pub(super) prepared_below: bool,
+}
+
+/// A read in flight: a get of a key, or one shard's part of a scan (by its index).
+pub(super) enum ReadCall {
+    Get(Bytes),
+    Scan(usize, u32),
+}
+
+pub(super) enum Phase {
+    /// Gets and scans in flight, by call.
+    Reading(HashMap<CallId, ReadCall>),
+    /// Prepares in flight (by call), and the votes so far.
+    Preparing { commit_ts: Timestamp, calls: HashMap<CallId, u32>, yes: BTreeSet<u32>, participants: Vec<u32> },
+}
+
+/// Where a transaction's operations come from.
+pub(super) enum Source {
+    /// A program's attempt: its reads go out at once, its writes follow from what they
+    /// return, and an abort runs it again.
+    Program { program: Program, attempt: u32 },
+    /// An application's session: operations arrive one at a time, each answered.
+    Session(SessionTxn),
+}
+
+pub(super) struct Txn {
+    pub(super) source: Source,
+    pub(super) id: TxnId,
+    pub(super) ts_begin: Timestamp,
+    pub(super) reads: BTreeMap<Bytes, ReadState>,
+    pub(super) writes: BTreeMap<Bytes, Option<Bytes>>,
+    pub(super) phase: Phase,
+    /// The transaction's scans, as they come in.
+    pub(super) scans: Vec<ScanState>,
+    /// Requests to send again at the retry timer: gets by key, scans by (scan, shard),
+    /// prepares by shard.
+    pub(super) lost_gets: Vec<Bytes>,
+    pub(super) lost_scans: Vec<(usize, u32)>,
+    pub(super) lost_prepares: Vec<u32>,
+    /// Why the last request of this transaction failed (for a session's error).
+    pub(super) last_failure: Option<Failure>,
+}
+
+impl Txn {
+    pub(super) fn new(source: Source, id: TxnId, ts_begin: Timestamp) -> Txn {
+        Txn {
+            source,
+            id,
+            ts_begin,
+            reads: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            phase: Phase::Reading(HashMap::new()),
+            scans: Vec::new(),
+            lost_gets: Vec::new(),
+            lost_scans: Vec::new(),
+            lost_prepares: Vec::new(),
+            last_failure: None,
+        }
+    }
+
+    pub(super) fn is_program(&self) -> bool {
+        matches!(self.source, Source::Program { .. })
+    }
+
+    /// No read in flight and none waiting to be sent again.
+    pub(super) fn reads_done(&self) -> bool {
+        matches!(&self.phase, Phase::Reading(calls) if calls.is_empty())
+            && self.lost_gets.is_empty()
+            && self.lost_scans.is_empty()
+    }
+
+    /// The committed record of this transaction at `commit_ts`.
+    fn record(&self, commit_ts: Timestamp) -> TxnRecord {
+        TxnRecord {
+            id: self.id,
+            commit_ts,
+            reads: self.reads.iter().map(|(key, read)| (key.clone(), read.writer)).collect(),
+            writes: self.writes.keys().cloned().collect(),
+        }
+    }
+}
+
+impl TxnClient {
+    /// Starts a program's attempt.
+    pub(super) fn start_program(&mut self, now: Nanos, program: Program, attempt: u32, out: &mut Out) {
+        let id = self.next_txn_id();
+        let ts_begin = match program.snapshot_at() {
+            Some(at) => at,
+            None => self.next_ts(now),
+        };
+        let keys = program.read_keys();
+        let scans = ScanState::of_program(&program, &self.config.map);
+        let mut txn = Txn::new(Source::Program { program, attempt }, id, ts_begin);
+        txn.scans = scans;
+        self.txns.insert(id, txn);
+        let scan_parts = self.scan_parts(id, 0);
+        if keys.is_empty() && scan_parts.is_empty() {
+            self.finish_reads(now, id, out);
+            return;
+        }
+        for key in keys {
+            self.send_get(id, key, out);
+        }
+        for (index, shard) in scan_parts {
+            self.send_scan(id, index, shard, out);
+        }
+    }
+
+    pub(super) fn send_get(&mut self, id: TxnId, key: Bytes, out: &mut Out) {
+        let shard = self.shard_of(&key);
+        let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let Phase::Reading(calls) = &mut txn.phase else { return };
+        let call = self.ids.call();
+        calls.insert(call, ReadCall::Get(key.clone()));
+        self.calls.insert(call, id);
+        self.stats.gets += 1;
+        let get = proto::Get { shard, epoch, key: key.to_vec(), ts: Some(shard_wire::ts_to_wire(txn.ts_begin)) };
+        out.push(Command::Call {
+            to,
+            call,
+            request: proto::Request { body: Some(RequestBody::Get(get)) },
+            deadline: self.config.deadline,
+        });
+    }
+
+    pub(super) fn on_read_reply(
+        &mut self,
+        now: Nanos,
+        id: TxnId,
+        call: CallId,
+        result: Result<ResponseBody, String>,
+        out: &mut Out,
+    ) {
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let Phase::Reading(calls) = &mut txn.phase else { return };
+        let key = match calls.remove(&call) {
+            Some(ReadCall::Get(key)) => key,
+            Some(ReadCall::Scan(index, shard)) => return self.on_scan_reply(now, id, index, shard, result, out),
+            None => return,
+        };
+        match result {
+            Ok(ResponseBody::Value(reply)) => {
+                let writer = shard_wire::txn_from_wire(reply.writer).unwrap_or(0);
+                let read = ReadState {
+                    value: reply.found.then(|| Bytes::from(reply.value)),
+                    version: shard_wire::ts_from_wire(reply.version),
+                    writer,
+                    prepared_below: reply.prepared_below,
+                };
+                self.observed = self.observed.max(read.version);
+                txn.reads.insert(key, read);
+            }
+            // The versions this snapshot needs may be collected: run it again, newer.
+            Ok(ResponseBody::TooOld(_)) => {
+                self.aborted(id, "snapshot-too-old".to_string(), out);
+                return;
+            }
+            failure => {
+                txn.last_failure = Some(describe_failure(&failure));
+                txn.lost_gets.push(key);
+            }
+        }
+        self.reads_progressed(now, id, out);
+    }
+
+    /// After a read came back: answer the session's waiting operations, retry what was
+    /// lost, and commit once everything is in and the commit is due.
+    pub(super) fn reads_progressed(&mut self, now: Nanos, id: TxnId, out: &mut Out) {
+        self.answer_session_reads(id);
+        let Some(txn) = self.txns.get(&id) else { return };
+        let lost = !txn.lost_gets.is_empty() || !txn.lost_scans.is_empty();
+        let commit_due = match &txn.source {
+            Source::Program { .. } => true,
+            Source::Session(session) => session.commit_requested(),
+        };
+        let finish = txn.reads_done() && commit_due;
+        if lost {
+            self.arm_retry(out);
+        }
+        if finish {
+            self.finish_reads(now, id, out);
+        }
+    }
+
+    /// Every read is in and the commit is due: validate a read-only transaction here, or
+    /// prepare at every participant.
+    pub(super) fn finish_reads(&mut self, now: Nanos, id: TxnId, out: &mut Out) {
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        if let Source::Program { program, .. } = &txn.source {
+            let values: BTreeMap<Bytes, Option<Bytes>> =
+                txn.reads.iter().map(|(key, read)| (key.clone(), read.value.clone())).collect();
+            txn.writes = program.writes(&values);
+        }
+        if txn.writes.is_empty() {
+            let prepared =
+                txn.reads.values().any(|read| read.prepared_below) || txn.scans.iter().any(|scan| scan.prepared_below);
+            if prepared && !self.config.skip_local_validation {
+                self.aborted(id, AbortReason::SnapshotPrepared.name().to_string(), out);
+            } else {
+                let ts = txn.ts_begin;
+                self.committed(id, ts, true);
+            }
+            return;
+        }
+        let commit_ts = self.next_ts(now);
+        let map = &self.config.map;
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let mut participants: BTreeSet<u32> = txn.writes.keys().map(|key| map.shard_of(key).0).collect();
+        participants.extend(txn.reads.keys().map(|key| map.shard_of(key).0));
+        participants.extend(txn.scans.iter().flat_map(|scan| scan.shards().iter().copied()));
+        let participants: Vec<u32> = participants.into_iter().collect();
+        self.attempts.push(txn.record(commit_ts));
+        txn.phase = Phase::Preparing {
+            commit_ts,
+            calls: HashMap::new(),
+            yes: BTreeSet::new(),
+            participants: participants.clone(),
+        };
+        for shard in participants {
+            self.send_prepare(id, shard, out);
+        }
+    }
+
+    fn send_prepare(&mut self, id: TxnId, shard: u32, out: &mut Out) {
+        let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
+        let one_round_trip = self.config.one_round_trip;
+        let map = &self.config.map;
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let Phase::Preparing { commit_ts, calls, participants, .. } = &mut txn.phase else { return };
+        let prepare = PrepareRequest {
+            shard,
+            epoch,
+            txn: id,
+            commit_ts: *commit_ts,
+            reads: txn
+                .reads
+                .iter()
+                .filter(|(key, _)| map.shard_of(key).0 == shard)
+                .map(|(key, read)| ReadOp { key: key.clone(), version: read.version })
+                .collect(),
+            writes: txn
+                .writes
+                .iter()
+                .filter(|(key, _)| map.shard_of(key).0 == shard)
+                .map(|(key, value)| WriteOp { key: key.clone(), value: value.clone() })
+                .collect(),
+            participants: participants.clone(),
+            scans: txn.scans.iter().filter(|scan| scan.covers(shard)).map(|scan| scan.range(txn.ts_begin)).collect(),
+            commit_on_vote: participants.len() == 1 && one_round_trip,
+        };
+        let call = self.ids.call();
+        calls.insert(call, shard);
+        self.calls.insert(call, id);
+        self.stats.prepares += 1;
+        let request = proto::Request { body: Some(RequestBody::Prepare(shard_wire::prepare_to_wire(&prepare))) };
+        out.push(Command::Call { to, call, request, deadline: self.config.deadline });
+    }
+
+    pub(super) fn on_vote(&mut self, id: TxnId, call: CallId, result: Result<ResponseBody, String>, out: &mut Out) {
+        let one_round_trip = self.config.one_round_trip;
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let Phase::Preparing { calls, yes, participants, commit_ts } = &mut txn.phase else { return };
+        let Some(shard) = calls.remove(&call) else { return };
+        // A single participant commits on its vote: there is no decision to send.
+        let decide = !(participants.len() == 1 && one_round_trip);
+        match result {
+            Ok(ResponseBody::Vote(vote)) if vote.commit => {
+                yes.insert(shard);
+                if yes.len() == participants.len() {
+                    let (commit_ts, participants) = (*commit_ts, participants.clone());
+                    self.committed(id, commit_ts, false);
+                    for shard in participants.into_iter().filter(|_| decide) {
+                        self.send_decision(shard, id, true, out);
+                    }
+                }
+            }
+            Ok(ResponseBody::Vote(vote)) => {
+                let participants = participants.clone();
+                self.aborted(id, vote.reason, out);
+                for shard in participants.into_iter().filter(|_| decide) {
+                    self.send_decision(shard, id, false, out);
+                }
+            }
+            failure => {
+                txn.last_failure = Some(describe_failure(&failure));
+                txn.lost_prepares.push(shard);
+                self.arm_retry(out);
+            }
+        }
+    }
+
+    fn committed(&mut self, id: TxnId, commit_ts: Timestamp, read_only: bool) {
+        let Some(txn) = self.txns.remove(&id) else { return };
+        self.stats.committed += 1;
+        self.stats.committed_read_only += u64::from(read_only);
+        self.history.push(txn.record(commit_ts));
+        match txn.source {
+            Source::Program { attempt, .. } => self.results.push(ProgramResult {
+                outcome: ProgramOutcome::Committed { txn: id, commit_ts, read_only },
+                scans: txn.scans.iter().map(ScanState::rows).collect(),
+                reads: txn.reads.into_iter().map(|(key, read)| (key, read.value)).collect(),
+                attempts: attempt,
+            }),
+            Source::Session(session) => session.committed(commit_ts, read_only),
+        }
+    }
+
+    /// Ends a transaction's attempt with an abort: a program runs again after a pause
+    /// (until its last attempt), a session is told.
+    pub(super) fn aborted(&mut self, id: TxnId, reason: String, out: &mut Out) {
+        let Some(txn) = self.txns.remove(&id) else { return };
+        *self.stats.aborts.entry(reason.clone()).or_default() += 1;
+        match txn.source {
+            Source::Program { program, attempt } if attempt < self.config.max_attempts => {
+                // Run it again after a pause that grows with the attempts.
+                let timer = self.ids.timer();
+                self.reruns.insert(timer, (program, attempt + 1));
+                out.push(Command::SetTimer { timer, after: self.config.rerun_after * attempt.min(10) });
+            }
+            Source::Program { attempt, .. } => self.results.push(ProgramResult {
+                outcome: ProgramOutcome::Aborted { reason },
+                reads: Vec::new(),
+                scans: Vec::new(),
+                attempts: attempt,
+            }),
+            Source::Session(session) => session.fail(super::SessionError::Aborted { reason }),
+        }
+    }
+
+    /// Sends the transaction's lost requests again.
+    pub(super) fn resend_lost(&mut self, id: TxnId, out: &mut Out) {
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let scans = std::mem::take(&mut txn.lost_scans);
+        let gets = std::mem::take(&mut txn.lost_gets);
+        let prepares = std::mem::take(&mut txn.lost_prepares);
+        self.stats.retries += (gets.len() + scans.len() + prepares.len()) as u64;
+        for key in gets {
+            self.send_get(id, key, out);
+        }
+        for (index, shard) in scans {
+            self.send_scan(id, index, shard, out);
+        }
+        for shard in prepares {
+            self.send_prepare(id, shard, out);
+        }
+    }
+}
+
+/// Why a request of a transaction failed, for the error a session reports if it never
+/// gets through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Failure {
+    /// The primary asked is at a newer epoch than the client's map.
+    StaleMap { epoch: u64 },
+    /// No answer, or a refusal.
+    Unavailable(String),
+}
+
+pub(super) fn describe_failure(answer: &Result<ResponseBody, String>) -> Failure {
+    match answer {
+        Ok(ResponseBody::WrongEpoch(wrong)) => Failure::StaleMap { epoch: wrong.epoch },
+        Err(error) | Ok(ResponseBody::Error(error)) => Failure::Unavailable(error.clone()),
+        Ok(other) => Failure::Unavailable(format!("an unexpected answer: {other:?}")),
+    }
+}
