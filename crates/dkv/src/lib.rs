@@ -25,9 +25,11 @@
 //! `virga kv` shell), the store's deployment as processes (`virga kv cluster`), and its
 //! benchmark over gRPC and against etcd (`virga bench dkv` runs it in one process).
 
+pub mod api;
 pub mod cache;
 pub mod client;
 pub mod config;
+pub mod deploy;
 pub mod fuzzing;
 pub mod layout;
 pub mod raft_wire;

@@ -150,6 +150,11 @@ impl<R: Role> Running<R> {
         self.sender.send(Inbound::Input(input)).is_ok()
     }
 
+    /// A handle that hands the core work, for users that do not own the running role.
+    pub fn input_sender(&self) -> InputSender<R> {
+        InputSender { sender: self.sender.clone() }
+    }
+
     pub fn is_finished(&self) -> bool {
         self.task.is_finished()
     }
@@ -160,6 +165,24 @@ impl<R: Role> Running<R> {
             tracing::error!(%error, "a role's driver panicked");
         }
         self.core
+    }
+}
+
+/// Hands a running role work from its user (see [`Running::input_sender`]).
+pub struct InputSender<R: Role> {
+    sender: mpsc::UnboundedSender<Inbound<R>>,
+}
+
+impl<R: Role> Clone for InputSender<R> {
+    fn clone(&self) -> Self {
+        InputSender { sender: self.sender.clone() }
+    }
+}
+
+impl<R: Role> InputSender<R> {
+    /// False once the role has stopped.
+    pub fn send(&self, input: R::Input) -> bool {
+        self.sender.send(Inbound::Input(input)).is_ok()
     }
 }
 

@@ -34,11 +34,14 @@ pub enum AbortReason {
     Coordinator,
     /// The write-ahead log failed; the engine refuses further commits.
     LogFailed,
+    /// A write at or below the commit floor of a primary that took over: a read its
+    /// predecessor served under a lease may lie there (a retry at a later timestamp passes).
+    BelowCommitFloor,
 }
 
 impl AbortReason {
     /// Every reason, in the order reports list them.
-    pub const ALL: [AbortReason; 12] = [
+    pub const ALL: [AbortReason; 13] = [
         AbortReason::ReadStale,
         AbortReason::ReadPrepared,
         AbortReason::WriteAfterRead,
@@ -51,6 +54,7 @@ impl AbortReason {
         AbortReason::User,
         AbortReason::Coordinator,
         AbortReason::LogFailed,
+        AbortReason::BelowCommitFloor,
     ];
 
     /// Short stable name, used in reports and JSON.
@@ -68,6 +72,7 @@ impl AbortReason {
             AbortReason::User => "user",
             AbortReason::Coordinator => "coordinator",
             AbortReason::LogFailed => "log-failed",
+            AbortReason::BelowCommitFloor => "below-commit-floor",
         }
     }
 

@@ -300,6 +300,13 @@ impl TxnClient {
             }
             Ok(ResponseBody::Vote(vote)) => {
                 let participants = participants.clone();
+                // A primary that took over refuses commit timestamps up to its floor: the
+                // next one goes above it.
+                if let Some(floor) = vote.floor.map(|floor| shard_wire::ts_from_wire(Some(floor))) {
+                    if floor.time > self.last_ts.time {
+                        self.last_ts = Timestamp::new(floor.time, self.config.client);
+                    }
+                }
                 self.aborted(id, vote.reason, out);
                 for shard in participants.into_iter().filter(|_| decide) {
                     self.send_decision(shard, id, false, out);

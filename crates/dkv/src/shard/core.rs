@@ -423,7 +423,11 @@ impl DataCore {
         if let Err(reason) = replica.validate(txn, prepare.commit_ts, &prepare.reads, &prepare.scans, &prepare.writes) {
             self.stats.aborts += 1;
             self.voted_abort.insert((shard, txn), reason);
-            return Some(vote(Err(reason)));
+            let mut answer = vote(Err(reason));
+            if let (ResponseBody::Vote(vote), AbortReason::BelowCommitFloor) = (&mut answer, reason) {
+                vote.floor = Some(wire::ts_to_wire(replica.commit_floor()));
+            }
+            return Some(answer);
         }
         self.stats.prepares += 1;
         let record = replica.prepare(
@@ -579,8 +583,10 @@ impl DataCore {
 
 fn vote(result: Result<(), AbortReason>) -> ResponseBody {
     match result {
-        Ok(()) => ResponseBody::Vote(proto::Vote { commit: true, reason: String::new() }),
-        Err(reason) => ResponseBody::Vote(proto::Vote { commit: false, reason: reason.name().to_string() }),
+        Ok(()) => ResponseBody::Vote(proto::Vote { commit: true, reason: String::new(), floor: None }),
+        Err(reason) => {
+            ResponseBody::Vote(proto::Vote { commit: false, reason: reason.name().to_string(), floor: None })
+        }
     }
 }
 

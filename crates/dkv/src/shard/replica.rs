@@ -353,7 +353,7 @@ impl<S: VersionedStore> ShardReplica<S> {
         // After a takeover: a read the old primary served under its lease may lie at or
         // above this commit timestamp, and its latest-read state is gone.
         if !writes.is_empty() && commit_ts <= self.commit_floor {
-            return Err(AbortReason::WriteAfterRead);
+            return Err(AbortReason::BelowCommitFloor);
         }
         Ok(())
     }

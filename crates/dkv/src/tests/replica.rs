@@ -66,7 +66,7 @@ fn algorithm_one_refuses_each_conflict_and_accepts_the_rest() {
 fn a_primary_that_took_over_refuses_commits_at_or_below_the_leases_granted() {
     let mut replica = with_x_at_10();
     replica.take_over(ts(50));
-    assert_eq!(replica.validate(2, ts(50), &[], &[], &[put("y", "b")]), Err(AbortReason::WriteAfterRead));
+    assert_eq!(replica.validate(2, ts(50), &[], &[], &[put("y", "b")]), Err(AbortReason::BelowCommitFloor));
     assert_eq!(replica.validate(2, ts(51), &[], &[], &[put("y", "b")]), Ok(()));
     // A read-only part has nothing to refuse.
     assert_eq!(replica.validate(2, ts(40), &[read("x", ts(10))], &[], &[]), Ok(()));

@@ -1,0 +1,389 @@
+//! The whole store in one process (`virga kv cluster up`): three configuration replicas,
+//! the data nodes holding every shard's replicas, and one client core serving the client
+//! API, every role under the tokio driver on the in-process transport, each with its record
+//! log in its own directory under the cluster's directory.
+//!
+//! The directory remembers the layout (`cluster.txt`); opening it again restarts the same
+//! cluster from its logs: the configuration replicas replay theirs and elect a leader, the
+//! data nodes take over their shards from their own records, and the client core starts as
+//! a new client id (its transaction ids never repeat an earlier incarnation's). Nothing a
+//! commit acknowledged is lost by a kill: a primary votes commit only once its log and f
+//! backups hold the prepare durably (with `sync`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use virga_core::device::{FileStorage, Storage};
+use virga_net::driver::{Mailbox, Running};
+use virga_net::role::NoIo;
+use virga_net::{Dkv, Host, InProc};
+
+use crate::api::{Kv, LocalKv};
+use crate::client::{TxnClient, TxnClientConfig};
+use crate::layout::{replicas_to_f, Partitioning, ShardMap};
+use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
+use crate::shard::{open_data_node, DataConfig, DataCore};
+use crate::ConfigCommand;
+
+/// The layout file's name in the cluster's directory.
+pub const LAYOUT_FILE: &str = "cluster.txt";
+const CONFIG_REPLICAS: u64 = 3;
+
+/// A new cluster's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterShape {
+    pub shards: u32,
+    /// Replicas per shard (odd: 2f + 1).
+    pub replicas: usize,
+    /// Data nodes the replicas are spread over (at least `replicas`).
+    pub data_nodes: usize,
+}
+
+impl Default for ClusterShape {
+    fn default() -> Self {
+        ClusterShape { shards: 3, replicas: 3, data_nodes: 6 }
+    }
+}
+
+/// How the processes' roles run.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Fsync every group of records before acknowledging it (`--sync group`).
+    pub sync: bool,
+    /// How long to wait for the configuration service's leader and the layout.
+    pub start_within: Duration,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions { sync: true, start_within: Duration::from_secs(20) }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error("{path}: {problem}")]
+    BadLayoutFile { path: PathBuf, problem: String },
+    #[error(
+        "{path} holds a cluster of {stored}; the options ask for {asked} (leave them out, or use a new directory)"
+    )]
+    ShapeMismatch { path: PathBuf, stored: String, asked: String },
+    #[error("the layout: {0}")]
+    Layout(String),
+    #[error("opening {role}: {error}")]
+    Open { role: String, error: String },
+    #[error("{0}")]
+    NotStarted(String),
+}
+
+/// What `cluster.txt` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LayoutFile {
+    shape: ClusterShape,
+    /// How many times the cluster has been opened (the client core's id).
+    incarnation: u32,
+}
+
+fn describe(shape: &ClusterShape) -> String {
+    format!("{} shards × {} replicas on {} data nodes", shape.shards, shape.replicas, shape.data_nodes)
+}
+
+impl LayoutFile {
+    fn encode(&self) -> String {
+        let shape = &self.shape;
+        format!(
+            "virga kv cluster 1\nshards {}\nreplicas {}\ndata_nodes {}\nincarnation {}\n",
+            shape.shards, shape.replicas, shape.data_nodes, self.incarnation
+        )
+    }
+
+    fn decode(text: &str) -> Result<LayoutFile, String> {
+        let mut lines = text.lines();
+        if lines.next() != Some("virga kv cluster 1") {
+            return Err("not a virga kv cluster layout (its first line is not `virga kv cluster 1`)".to_string());
+        }
+        let mut field = |name: &str| -> Result<u64, String> {
+            let line = lines.next().ok_or_else(|| format!("no `{name}` line"))?;
+            let value = line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' '));
+            let value = value.ok_or_else(|| format!("`{line}` where `{name} N` belongs"))?;
+            value.parse().map_err(|_| format!("`{name}` is not a number: {value:?}"))
+        };
+        let shards = u32::try_from(field("shards")?).map_err(|_| "too many shards".to_string())?;
+        let replicas = field("replicas")? as usize;
+        let data_nodes = field("data_nodes")? as usize;
+        let incarnation = u32::try_from(field("incarnation")?).map_err(|_| "incarnation overflows".to_string())?;
+        Ok(LayoutFile { shape: ClusterShape { shards, replicas, data_nodes }, incarnation })
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> DeployError + '_ {
+    move |error| DeployError::Io { path: path.to_path_buf(), error }
+}
+
+/// Reads the directory's layout (a new one from `shape` when there is none), counts this
+/// opening, and writes it back durably.
+fn open_layout(dir: &Path, shape: Option<ClusterShape>) -> Result<LayoutFile, DeployError> {
+    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let path = dir.join(LAYOUT_FILE);
+    let mut layout = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let stored = LayoutFile::decode(&text)
+                .map_err(|problem| DeployError::BadLayoutFile { path: path.clone(), problem })?;
+            if let Some(asked) = shape.filter(|asked| *asked != stored.shape) {
+                let (stored, asked) = (describe(&stored.shape), describe(&asked));
+                return Err(DeployError::ShapeMismatch { path, stored, asked });
+            }
+            stored
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            LayoutFile { shape: shape.unwrap_or_default(), incarnation: 0 }
+        }
+        Err(error) => return Err(DeployError::Io { path, error }),
+    };
+    layout.incarnation = layout
+        .incarnation
+        .checked_add(1)
+        .ok_or_else(|| DeployError::BadLayoutFile { path: path.clone(), problem: "opened too often".to_string() })?;
+    let staged = dir.join(format!("{LAYOUT_FILE}.new"));
+    std::fs::write(&staged, layout.encode()).map_err(io_error(&staged))?;
+    std::fs::File::open(&staged).and_then(|file| file.sync_all()).map_err(io_error(&staged))?;
+    std::fs::rename(&staged, &path).map_err(io_error(&path))?;
+    std::fs::File::open(dir).and_then(|file| file.sync_all()).map_err(io_error(dir))?;
+    Ok(layout)
+}
+
+/// The first layout of a shape: its shards' replicas placed round robin over the data nodes.
+pub fn initial_map(shape: &ClusterShape) -> Result<ShardMap, DeployError> {
+    let f = replicas_to_f(shape.replicas).map_err(|error| DeployError::Layout(error.to_string()))?;
+    if shape.data_nodes < shape.replicas || shape.data_nodes > 64 {
+        return Err(DeployError::Layout(format!(
+            "{} data nodes for {} replicas per shard (at least as many, at most 64)",
+            shape.data_nodes, shape.replicas
+        )));
+    }
+    let nodes: Vec<String> = (0..shape.data_nodes).map(|index| format!("data-{index}")).collect();
+    ShardMap::place(&nodes, Partitioning::Hash { shards: shape.shards }, f)
+        .map_err(|error| DeployError::Layout(error.to_string()))
+}
+
+fn config_peers() -> Vec<(u64, String)> {
+    (1..=CONFIG_REPLICAS).map(|id| (id, format!("config-{id}"))).collect()
+}
+
+/// A role running under the driver, and its stop switch.
+struct Runner<R: virga_net::role::Role> {
+    running: Running<R>,
+    stop: watch::Sender<bool>,
+}
+
+impl<R: virga_net::role::Role> Runner<R> {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.running.join().await;
+    }
+}
+
+/// A running cluster.
+pub struct LocalCluster {
+    shape: ClusterShape,
+    incarnation: u32,
+    config: Vec<Runner<ConfigCore>>,
+    data: Vec<Runner<DataCore>>,
+    client: Runner<TxnClient>,
+}
+
+impl LocalCluster {
+    /// Opens the cluster in `dir`: a new one of `shape` (the default when None) if the
+    /// directory holds none, or the one it holds (then `shape`, if given, must match).
+    pub async fn open(
+        dir: &Path,
+        shape: Option<ClusterShape>,
+        options: &ClusterOptions,
+    ) -> Result<LocalCluster, DeployError> {
+        let layout = open_layout(dir, shape)?;
+        let map = initial_map(&layout.shape)?;
+        let inproc = InProc::new();
+        let mut config = Vec::new();
+        for (id, name) in config_peers() {
+            let mut replica = ReplicaConfig::new(id, config_peers(), id + u64::from(layout.incarnation) * 1000);
+            replica.sync = options.sync;
+            let storage = storage(dir, &name)?;
+            let (core, disk) = open_replica(replica, storage).map_err(|error| open_failed(&name, error.to_string()))?;
+            let mailbox = Mailbox::<ConfigCore>::new();
+            inproc.register_host(&name, Host::new().with::<Dkv>(mailbox.handler()));
+            let (stop, stopped) = watch::channel(false);
+            config.push(Runner { running: mailbox.run(name, core, Arc::clone(&inproc) as _, disk, stopped), stop });
+        }
+        let map = match install(&inproc, &config, map, layout.incarnation, options.start_within).await {
+            Ok(map) => map,
+            Err(error) => {
+                for runner in config {
+                    runner.stop().await;
+                }
+                return Err(error);
+            }
+        };
+        let replicas: Vec<String> = config_peers().into_iter().map(|(_, name)| name).collect();
+        let mut data = Vec::new();
+        for index in 0..layout.shape.data_nodes {
+            let name = format!("data-{index}");
+            let mut node = DataConfig::new(&name, map.clone());
+            node.config_replicas = replicas.clone();
+            node.session = format!("{name}@{}", layout.incarnation);
+            node.sync = options.sync;
+            let (core, disk) =
+                open_data_node(node, storage(dir, &name)?).map_err(|error| open_failed(&name, error.to_string()))?;
+            let mailbox = Mailbox::<DataCore>::new();
+            inproc.register_host(&name, Host::new().with::<Dkv>(mailbox.handler()));
+            let (stop, stopped) = watch::channel(false);
+            data.push(Runner { running: mailbox.run(name, core, Arc::clone(&inproc) as _, disk, stopped), stop });
+        }
+        let mut client_config = TxnClientConfig::new(layout.incarnation, map);
+        client_config.config_replicas = replicas;
+        let name = format!("client-{}", layout.incarnation);
+        let mailbox = Mailbox::<TxnClient>::new();
+        inproc.register_host(&name, Host::new().with::<Dkv>(mailbox.handler()));
+        let (stop, stopped) = watch::channel(false);
+        let running = mailbox.run(name, TxnClient::new(client_config), Arc::clone(&inproc) as _, NoIo, stopped);
+        Ok(LocalCluster {
+            shape: layout.shape,
+            incarnation: layout.incarnation,
+            config,
+            data,
+            client: Runner { running, stop },
+        })
+    }
+
+    pub fn shape(&self) -> ClusterShape {
+        self.shape
+    }
+
+    /// How many times the directory's cluster has been opened, this time included.
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// The client API, served by this process's client core.
+    pub fn kv(&self) -> Kv<LocalKv> {
+        let wait = self.client.running.with_core(|client| client.config().op_deadline) + Duration::from_secs(5);
+        Kv::new(LocalKv::new(self.client.running.input_sender(), wait))
+    }
+
+    /// The newest map a configuration replica has applied.
+    pub fn map(&self) -> Option<ShardMap> {
+        self.config
+            .iter()
+            .filter_map(|runner| runner.running.with_core(|core| core.state().map().cloned()))
+            .max_by_key(ShardMap::version)
+    }
+
+    /// Reads data node `name`'s core (for audits and tests).
+    pub fn with_data_node<T>(&self, name: &str, read: impl FnOnce(&DataCore) -> T) -> Option<T> {
+        let index: usize = name.strip_prefix("data-")?.parse().ok()?;
+        self.data.get(index).map(|runner| runner.running.with_core(read))
+    }
+
+    /// Stops every role cleanly: the client first, then the data nodes, then the service.
+    pub async fn stop(self) {
+        self.client.stop().await;
+        for runner in self.data {
+            runner.stop().await;
+        }
+        for runner in self.config {
+            runner.stop().await;
+        }
+    }
+}
+
+fn open_failed(role: &str, error: String) -> DeployError {
+    DeployError::Open { role: role.to_string(), error }
+}
+
+fn storage(dir: &Path, name: &str) -> Result<Arc<dyn Storage>, DeployError> {
+    let path = dir.join(name);
+    let storage = FileStorage::create_dir_all(&path).map_err(io_error(&path))?;
+    Ok(Arc::new(storage))
+}
+
+/// Waits for the service's leader, proposes the first layout (refused, harmlessly, when one
+/// is installed already) and returns the map in force.
+async fn install(
+    inproc: &Arc<InProc>,
+    config: &[Runner<ConfigCore>],
+    map: ShardMap,
+    incarnation: u32,
+    within: Duration,
+) -> Result<ShardMap, DeployError> {
+    let started = Instant::now();
+    let replicas = config_peers().into_iter().map(|(_, name)| name).collect();
+    let session = format!("admin@{incarnation}");
+    let (stop, stopped) = watch::channel(false);
+    let admin = Mailbox::<ConfigClient>::new().run(
+        session.clone(),
+        ConfigClient::new(ConfigClientConfig::new(&session, replicas)),
+        Arc::clone(inproc) as _,
+        NoIo,
+        stopped,
+    );
+    admin.input(vec![ConfigCommand::Install(map)]);
+    let mut installed = None;
+    while started.elapsed() < within {
+        if admin.with_core(|admin| !admin.outcomes().is_empty()) {
+            installed = config
+                .iter()
+                .filter(|runner| runner.running.with_core(ConfigCore::is_leader))
+                .find_map(|runner| runner.running.with_core(|core| core.state().map().cloned()));
+            if installed.is_some() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(true);
+    admin.join().await;
+    installed.ok_or_else(|| {
+        DeployError::NotStarted(format!("the configuration service installed no layout within {within:?}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_file_round_trips_and_names_what_is_wrong() {
+        let layout = LayoutFile { shape: ClusterShape { shards: 4, replicas: 5, data_nodes: 7 }, incarnation: 9 };
+        assert_eq!(LayoutFile::decode(&layout.encode()), Ok(layout));
+        let wrong = layout.encode().replace("replicas 5", "replicas five");
+        assert_eq!(LayoutFile::decode(&wrong), Err("`replicas` is not a number: \"five\"".to_string()));
+        assert!(LayoutFile::decode("hello").unwrap_err().contains("not a virga kv cluster layout"));
+        let short = "virga kv cluster 1\nshards 3\n";
+        assert_eq!(LayoutFile::decode(short), Err("no `replicas` line".to_string()));
+    }
+
+    #[test]
+    fn opening_counts_incarnations_and_refuses_another_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let shape = ClusterShape { shards: 2, replicas: 3, data_nodes: 3 };
+        assert_eq!(open_layout(dir.path(), Some(shape)).unwrap().incarnation, 1);
+        assert_eq!(open_layout(dir.path(), None).unwrap(), LayoutFile { shape, incarnation: 2 });
+        let other = ClusterShape { shards: 3, ..shape };
+        let refused = open_layout(dir.path(), Some(other)).unwrap_err();
+        assert!(matches!(refused, DeployError::ShapeMismatch { .. }), "{refused}");
+        assert_eq!(open_layout(dir.path(), Some(shape)).unwrap().incarnation, 3);
+    }
+
+    #[test]
+    fn even_replica_counts_and_too_few_nodes_are_refused() {
+        let even = initial_map(&ClusterShape { shards: 3, replicas: 2, data_nodes: 6 }).unwrap_err();
+        assert!(matches!(even, DeployError::Layout(_)), "{even}");
+        let few = initial_map(&ClusterShape { shards: 3, replicas: 5, data_nodes: 4 }).unwrap_err();
+        assert!(few.to_string().contains("4 data nodes for 5 replicas"), "{few}");
+        let map = initial_map(&ClusterShape::default()).unwrap();
+        assert_eq!((map.shard_count(), map.f()), (3, 1));
+    }
+}
