@@ -9,6 +9,8 @@ use clap::{Args, Parser, Subcommand};
 mod demo;
 mod dkv_bench;
 mod kv;
+mod kv_client;
+mod kv_cluster;
 mod ledger;
 mod limits;
 mod node;
@@ -61,9 +63,10 @@ enum Command {
     /// model's predictions (`--predict`, `--validate`, `--seed-setups`).
     #[command(subcommand)]
     Sim(sim::SimCommand),
-    /// The transactional key-value store.
-    #[command(subcommand)]
-    Kv(KvCommand),
+    /// The transactional key-value store: the distributed cluster (`virga kv cluster up`) and
+    /// its shell (`virga kv --addr A get|put|delete|scan|txn`), and the single-node engine's
+    /// audit.
+    Kv(KvArgs),
     /// Orders a block's transactions (arrival order or Fabric++) and prints the schedule as JSON.
     Schedule(ledger::ScheduleArgs),
     /// Audits a chain directory: hash links, work, transaction roots, signatures, and
@@ -74,10 +77,27 @@ enum Command {
     Block(ledger::BlockArgs),
 }
 
+#[derive(Args)]
+struct KvArgs {
+    /// The address of a `virga kv cluster up` server (host:port or a URL).
+    #[arg(long, global = true, default_value = "127.0.0.1:7400")]
+    addr: String,
+    /// Seconds to wait for the server's answer to each request.
+    #[arg(long, global = true, default_value_t = 30.0, value_parser = crate::limits::positive)]
+    wait: f64,
+    #[command(subcommand)]
+    command: KvCommand,
+}
+
 #[derive(Subcommand)]
 enum KvCommand {
     /// Recovers a store written by `virga bench kv --dir` and prints what it holds as JSON.
     Audit(kv::KvAuditArgs),
+    /// The distributed store's cluster.
+    #[command(subcommand)]
+    Cluster(kv_cluster::ClusterCommand),
+    #[command(flatten)]
+    Client(kv_client::KvClientCommand),
 }
 
 #[derive(Subcommand)]
@@ -144,7 +164,11 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Trie(args)) => bench_trie(&args),
         Command::Bench(BenchCommand::Kv(args)) => kv::bench_kv(&args),
         Command::Bench(BenchCommand::Clocks(args)) => kv::bench_clocks(&args),
-        Command::Kv(KvCommand::Audit(args)) => kv::kv_audit(&args),
+        Command::Kv(KvArgs { command: KvCommand::Audit(args), .. }) => kv::kv_audit(&args),
+        Command::Kv(KvArgs { command: KvCommand::Cluster(command), .. }) => kv_cluster::run(&command),
+        Command::Kv(KvArgs { command: KvCommand::Client(command), addr, wait }) => {
+            Ok(kv_client::run(&addr, wait, &command))
+        }
         Command::Bench(BenchCommand::Ledger(args)) => ledger::bench_ledger(&args),
         Command::Bench(BenchCommand::Rainblock(args)) => rainblock_bench::bench_rainblock(&args),
         Command::Bench(BenchCommand::Dkv(args)) => dkv_bench::bench_dkv(&args),

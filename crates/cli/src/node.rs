@@ -223,7 +223,7 @@ fn ping_cluster(args: &PingArgs) -> Result<ExitCode> {
     Ok(if silent == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-async fn stop_on_signal(stop: watch::Sender<bool>) {
+pub(crate) async fn stop_on_signal(stop: watch::Sender<bool>) {
     let interrupted = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

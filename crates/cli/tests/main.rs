@@ -3,6 +3,7 @@
 
 mod cli;
 mod kv;
+mod kv_cluster;
 mod ledger;
 mod node;
 mod sim;

@@ -41,7 +41,7 @@ pub fn error_to_proto(error: &KvError) -> proto::Error {
         KvError::ReadOnly { .. } => (Code::ReadOnly, String::new()),
         KvError::ShuttingDown => (Code::ShuttingDown, String::new()),
     };
-    proto::Error { code: code as i32, message: error.to_string(), reason }
+    proto::Error { code: code as i32, message: error.detail(), reason }
 }
 
 /// The error a response carried, for the operation on transaction `txn`.
@@ -245,8 +245,11 @@ pub struct RemoteKv {
 
 impl RemoteKv {
     /// Connects lazily (on the first call), so an unreachable server shows as that call's
-    /// `Transport` error.
+    /// `Transport` error. Call it within a tokio runtime.
     pub fn connect(address: &str, wait: Duration) -> Result<RemoteKv, KvError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(KvError::Invalid("RemoteKv::connect needs a tokio runtime".to_string()));
+        }
         let endpoint = Endpoint::from_shared(address.to_string())
             .map_err(|error| KvError::Invalid(format!("the address {address:?}: {error}")))?
             .tcp_nodelay(true)

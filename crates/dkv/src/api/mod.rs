@@ -55,6 +55,23 @@ pub enum KvError {
     Transport(String),
 }
 
+impl KvError {
+    /// What the error says beyond its kind (the whole message for the kinds that say
+    /// nothing more).
+    pub fn detail(&self) -> String {
+        match self {
+            KvError::Aborted { reason: detail }
+            | KvError::OutcomeUnknown { detail }
+            | KvError::Unavailable { detail }
+            | KvError::StaleMap { detail }
+            | KvError::Deadline(detail)
+            | KvError::Invalid(detail)
+            | KvError::Transport(detail) => detail.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
 impl From<SessionError> for KvError {
     fn from(error: SessionError) -> KvError {
         match error {

@@ -1,0 +1,98 @@
+//! `virga kv cluster up`: the distributed store's whole cluster in this process
+//! (`virga_dkv::deploy::LocalCluster`), serving the client API (`virga.kv.v1`, the service of
+//! crates/dkv/proto/kv.proto) on a gRPC address until SIGTERM or Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use virga_dkv::deploy::{ClusterOptions, ClusterShape, LocalCluster};
+
+#[derive(Subcommand)]
+pub enum ClusterCommand {
+    /// Runs a whole cluster (configuration service, data nodes, a client core) in this
+    /// process from a directory, serving the client API until stopped; the same command
+    /// restarts it from the directory.
+    Up(ClusterUpArgs),
+}
+
+#[derive(Args)]
+pub struct ClusterUpArgs {
+    /// The cluster's directory (created with a new cluster when empty).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Shards of a new cluster (default 3; an existing cluster keeps its own).
+    #[arg(long, value_parser = crate::limits::count_u64_between(1, 1024))]
+    pub shards: Option<u64>,
+    /// Replicas per shard of a new cluster: an odd count 2f+1 (default 3).
+    #[arg(long, value_parser = crate::limits::count_u64_between(1, 9))]
+    pub replicas: Option<u64>,
+    /// Data nodes of a new cluster, at least the replicas (default twice the replicas).
+    #[arg(long, value_parser = crate::limits::count_u64_between(1, 64))]
+    pub data_nodes: Option<u64>,
+    /// Where to serve the client API.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub listen: String,
+    /// Fsync each group of records before acknowledging it (group) or never (none).
+    #[arg(long, default_value = "group", value_parser = ["group", "none"])]
+    pub sync: String,
+}
+
+pub fn run(command: &ClusterCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        ClusterCommand::Up(args) => up(args),
+    }
+}
+
+/// The shape the options ask for, if any: unnamed fields take the default's.
+fn asked_shape(args: &ClusterUpArgs) -> Option<ClusterShape> {
+    if args.shards.is_none() && args.replicas.is_none() && args.data_nodes.is_none() {
+        return None;
+    }
+    let default = ClusterShape::default();
+    let replicas = args.replicas.map_or(default.replicas, |replicas| replicas as usize);
+    Some(ClusterShape {
+        shards: args.shards.map_or(default.shards, |shards| shards as u32),
+        replicas,
+        data_nodes: args.data_nodes.map_or(2 * replicas, |nodes| nodes as usize),
+    })
+}
+
+fn up(args: &ClusterUpArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async {
+        let options = ClusterOptions { sync: args.sync == "group", ..ClusterOptions::default() };
+        let listener = TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("listening on {} (--listen)", args.listen))?;
+        eprintln!("opening the cluster in {}", args.dir.display());
+        let cluster = LocalCluster::open(&args.dir, asked_shape(args), &options)
+            .await
+            .with_context(|| format!("opening the cluster in {}", args.dir.display()))?;
+        let shape = cluster.shape();
+        eprintln!(
+            "cluster up (start {}): {} shards × {} replicas on {} data nodes, 3 configuration replicas, sync {}",
+            cluster.incarnation(),
+            shape.shards,
+            shape.replicas,
+            shape.data_nodes,
+            args.sync
+        );
+        let (stop, mut stopped) = watch::channel(false);
+        tokio::spawn(crate::node::stop_on_signal(stop));
+        let shutdown = async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let (address, server) = virga_dkv::api::grpc::serve(listener, cluster.kv(), shutdown)?;
+        // Tests and scripts wait for this line.
+        println!("serving virga.kv.v1 on http://{address}");
+        server.await.context("serving the client API")?;
+        eprintln!("stopping");
+        cluster.stop().await;
+        eprintln!("stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}

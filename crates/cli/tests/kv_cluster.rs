@@ -1,0 +1,269 @@
+//! The distributed store as a process: `virga kv cluster up` serving the client API, the
+//! `virga kv` shell with its exit codes, a clean stop by SIGTERM and a restart from the
+//! directory, and SIGKILLs during transfers that lose no acknowledged commit and no money.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use virga_dkv::api::grpc::RemoteKv;
+use virga_dkv::api::{Kv, KvError};
+
+use crate::support::text;
+
+const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
+
+/// A running `virga kv cluster up` and the address it serves.
+struct Server {
+    child: Child,
+    address: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let mut child = Command::new(VIRGA)
+            .args(["kv", "cluster", "up", "--dir", &dir.display().to_string(), "--listen", "127.0.0.1:0"])
+            .args(["--shards", "3", "--replicas", "3", "--data-nodes", "4"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start virga kv cluster up");
+        let stdout = child.stdout.take().unwrap();
+        let address = serving_address(stdout);
+        Server { child, address }
+    }
+
+    fn kv(&self, args: &[&str]) -> Output {
+        Command::new(VIRGA).args(["kv", "--addr", &self.address]).args(args).output().expect("run virga kv")
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The address of the `serving virga.kv.v1 on ADDR` line (within a minute).
+fn serving_address(stdout: ChildStdout) -> String {
+    let (send, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let line = lines.recv_timeout(Duration::from_secs(60)).expect("the server says where it serves");
+        if let Some(address) = line.strip_prefix("serving virga.kv.v1 on ") {
+            return address.to_string();
+        }
+    }
+}
+
+fn out(output: &Output) -> String {
+    text(&output.stdout)
+}
+
+#[test]
+fn the_shell_reads_writes_and_exits_with_the_promised_codes_and_a_restart_keeps_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+
+    assert_eq!(server.kv(&["put", "k1", "v1"]).status.code(), Some(0));
+    assert_eq!(server.kv(&["put", "k2", "v 2"]).status.code(), Some(0));
+    let get = server.kv(&["get", "k1"]);
+    assert_eq!((get.status.code(), out(&get)), (Some(0), "v1\n".to_string()));
+    let missing = server.kv(&["get", "nothing"]);
+    assert_eq!((missing.status.code(), out(&missing)), (Some(1), String::new()));
+    assert_eq!(server.kv(&["put", "gone", "x"]).status.code(), Some(0));
+    assert_eq!(server.kv(&["delete", "gone"]).status.code(), Some(0));
+    assert_eq!(server.kv(&["get", "gone"]).status.code(), Some(1));
+    let scan = server.kv(&["scan", "k", "l"]);
+    assert_eq!((scan.status.code(), out(&scan)), (Some(0), "k1 v1\nk2 v 2\n".to_string()));
+
+    let txn = run_txn(&server, "get k1\nput k1 x\nscan k l\n");
+    assert_eq!(txn.status.code(), Some(0), "{}", text(&txn.stderr));
+    let lines: Vec<String> = out(&txn).lines().map(str::to_string).collect();
+    assert_eq!(lines[..3], ["v1", "ok", "k1=x k2=v 2"]);
+    assert!(lines[3].starts_with("committed at "), "{lines:?}");
+    let aborted = run_txn(&server, "put k1 never\nabort\n");
+    assert_eq!((aborted.status.code(), out(&aborted)), (Some(0), "ok\naborted\n".to_string()));
+
+    // A write committed between this transaction's read and its commit aborts it: 3.
+    let mut child = Command::new(VIRGA)
+        .args(["kv", "--addr", &server.address, "txn"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdin.write_all(b"get k2\nput k2 mine\n").unwrap();
+    let mut line = String::new();
+    for expected in ["v 2\n", "ok\n"] {
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, expected);
+    }
+    assert_eq!(server.kv(&["put", "k2", "theirs"]).status.code(), Some(0));
+    stdin.write_all(b"commit\n").unwrap();
+    drop(stdin);
+    let conflict = child.wait_with_output().unwrap();
+    assert_eq!(conflict.status.code(), Some(3), "{}", text(&conflict.stderr));
+    assert!(text(&conflict.stderr).contains("aborted: read-stale"), "{}", text(&conflict.stderr));
+
+    // Bad input is 2, with the problem named; nothing of the transaction is written.
+    let bad = run_txn(&server, "put k1 y\nput lonely\n");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("line 2: `put` takes a key and a value"), "{}", text(&bad.stderr));
+    let empty = server.kv(&["get", ""]);
+    assert_eq!(empty.status.code(), Some(2));
+    assert!(text(&empty.stderr).contains("an empty key"), "{}", text(&empty.stderr));
+    assert_eq!(out(&server.kv(&["get", "k1"])), "x\n");
+
+    // SIGTERM stops it cleanly; the same command brings the data back.
+    server.signal("-TERM");
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let server = Server::start(dir.path());
+    assert_eq!(out(&server.kv(&["get", "k1"])), "x\n");
+    assert_eq!(out(&server.kv(&["get", "k2"])), "theirs\n");
+    let unreachable = Command::new(VIRGA).args(["kv", "--addr", "127.0.0.1:1", "get", "k1"]).output().unwrap();
+    assert_eq!(unreachable.status.code(), Some(2));
+}
+
+fn run_txn(server: &Server, input: &str) -> Output {
+    let mut child = Command::new(VIRGA)
+        .args(["kv", "--addr", &server.address, "txn"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+const ACCOUNTS: usize = 8;
+const INITIAL: u64 = 100;
+
+fn account(index: usize) -> Bytes {
+    Bytes::from(format!("acct-{index}"))
+}
+
+fn balance(value: Option<&Bytes>) -> u64 {
+    value.and_then(|value| std::str::from_utf8(value).ok()).and_then(|text| text.parse().ok()).unwrap_or(0)
+}
+
+/// Moves 1 from `from` to `to` and marks the transfer `mark` done, in one transaction.
+async fn transfer(kv: &Kv<RemoteKv>, from: usize, to: usize, mark: String) -> Result<(), KvError> {
+    let txn = kv.begin().await?;
+    let (a, b) = (txn.get(account(from)).await?, txn.get(account(to)).await?);
+    let (a, b) = (balance(a.as_ref()), balance(b.as_ref()));
+    if a > 0 {
+        txn.put(account(from), (a - 1).to_string()).await?;
+        txn.put(account(to), (b + 1).to_string()).await?;
+    }
+    txn.put(mark, "done").await?;
+    txn.commit().await.map(|_| ())
+}
+
+/// Transfers from `clients` tasks until the server dies; the marks of those acknowledged.
+async fn transfer_until_killed(address: &str, clients: usize, round: usize) -> Vec<String> {
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let kv = Kv::new(RemoteKv::connect(address, Duration::from_secs(10)).unwrap());
+        tasks.push(tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            for n in 0.. {
+                let (from, to) = ((client + n) % ACCOUNTS, (client + 3 * n + 1) % ACCOUNTS);
+                let mark = format!("mark/{round}/{client}/{n}");
+                match transfer(&kv, from, to, mark.clone()).await {
+                    Ok(()) => acknowledged.push(mark),
+                    Err(KvError::Aborted { .. }) => {}
+                    // The server is gone (or the outcome is unknown): stop.
+                    Err(_) => break,
+                }
+            }
+            acknowledged
+        }));
+    }
+    let mut acknowledged = Vec::new();
+    for task in tasks {
+        acknowledged.extend(task.await.unwrap());
+    }
+    acknowledged
+}
+
+/// The total over the accounts, and the acknowledged marks that are missing, read in one
+/// transaction: again while it aborts (the killed client's prepared transactions are being
+/// terminated by the primaries).
+async fn audit(address: &str, marks: &[String]) -> (u64, Vec<String>) {
+    let kv = Kv::new(RemoteKv::connect(address, Duration::from_secs(30)).unwrap());
+    for _ in 0..100 {
+        match audit_once(&kv, marks).await {
+            Ok(found) => return found,
+            Err(KvError::Aborted { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(error) => panic!("the audit failed: {error}"),
+        }
+    }
+    panic!("the audit aborted 100 times");
+}
+
+async fn audit_once(kv: &Kv<RemoteKv>, marks: &[String]) -> Result<(u64, Vec<String>), KvError> {
+    let txn = kv.begin().await?;
+    let mut total = 0;
+    for index in 0..ACCOUNTS {
+        total += balance(txn.get(account(index)).await?.as_ref());
+    }
+    let mut missing = Vec::new();
+    for mark in marks {
+        if txn.get(mark.clone()).await?.is_none() {
+            missing.push(mark.clone());
+        }
+    }
+    txn.commit().await?;
+    Ok((total, missing))
+}
+
+#[test]
+fn sigkill_during_transfers_loses_no_acknowledged_commit_and_no_money() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let server = Server::start(dir.path());
+    let kv = runtime.block_on(async { Kv::new(RemoteKv::connect(&server.address, Duration::from_secs(30)).unwrap()) });
+    runtime.block_on(async {
+        for index in 0..ACCOUNTS {
+            kv.put(account(index), INITIAL.to_string()).await.unwrap();
+        }
+    });
+    drop(kv);
+    let mut server = server;
+    let mut marks = Vec::new();
+    for round in 0..2 {
+        let address = server.address.clone();
+        let running = runtime.spawn(async move { transfer_until_killed(&address, 4, round).await });
+        std::thread::sleep(Duration::from_millis(1500 + 500 * round as u64));
+        server.signal("-KILL");
+        let _ = server.child.wait();
+        let acknowledged = runtime.block_on(running).unwrap();
+        assert!(!acknowledged.is_empty(), "round {round}: transfers were acknowledged before the kill");
+        marks.extend(acknowledged);
+        server = Server::start(dir.path());
+        let (total, missing) = runtime.block_on(audit(&server.address, &marks));
+        assert_eq!(total, INITIAL * ACCOUNTS as u64, "round {round}: money is conserved");
+        assert!(missing.is_empty(), "round {round}: acknowledged transfers lost: {missing:?}");
+    }
+}
