@@ -169,11 +169,14 @@ fn start_clients(
     inproc: &Arc<InProc>,
     map: &ShardMap,
     clients: usize,
+    window: usize,
 ) -> Vec<(Running<TxnClient>, watch::Sender<bool>)> {
     (0..clients)
         .map(|index| {
             let mut config = TxnClientConfig::new(index as u32 + 1, map.clone());
             config.config_replicas = config_names();
+            // Every program of the window runs at once.
+            config.programs_in_flight = window;
             let name = format!("client-{index}");
             let mailbox = Mailbox::<TxnClient>::new();
             inproc.register_host(&name, Host::new().with::<Dkv>(mailbox.handler()));
@@ -233,7 +236,7 @@ pub fn run_inproc(config: &DkvBenchConfig, workload: &YcsbT) -> Result<DkvBenchR
         let config_roles = start_config(dir.path(), &inproc, config.sync)?;
         install(&map, &inproc).await?;
         let data = start_data(dir.path(), &inproc, &map, &nodes, workload, config.sync)?;
-        let clients = start_clients(&inproc, &map, config.clients);
+        let clients = start_clients(&inproc, &map, config.clients, config.window);
         let roles = Roles { config: config_roles, data, clients };
         let mut rngs: Vec<SmallRng> =
             (0..config.clients).map(|index| SmallRng::seed_from_u64(config.seed ^ (index as u64 + 1) << 32)).collect();
