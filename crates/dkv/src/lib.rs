@@ -16,14 +16,17 @@
 //!   unordered replication to 2f backups, read leases from f backups, failover by Algorithm
 //!   2, cooperative termination, watermark garbage collection, group commit to a record log.
 //! - [`client`]: MILANA's client ([`client::TxnClient`]): reads at `ts_begin`, local
-//!   validation of read-only transactions, two-phase commit it coordinates itself.
+//!   validation of read-only transactions, two-phase commit it coordinates itself; its
+//!   transactions come from programs or from interactive sessions.
+//! - [`api`]: the client library ([`api::Kv`] over a core in this process or a gRPC server)
+//!   and the `virga.kv.v1` service (`proto/kv.proto`); [`deploy`]: the whole cluster in one
+//!   process from a directory (`virga kv cluster up`).
 //! - [`sim`]: both in the deterministic simulator, with their checkers: the configuration
 //!   service alone (`sim::run_service`) and the whole store (`sim::txn::run_txn`, and the
 //!   scripted failover anomaly `sim::txn::lease_scenario`).
 //!
-//! Still to come: the client API (a gRPC service for other languages, a Rust library and the
-//! `virga kv` shell), the store's deployment as processes (`virga kv cluster`), and its
-//! benchmark over gRPC and against etcd (`virga bench dkv` runs it in one process).
+//! Still to come: each role as a process of its own, and the benchmark over gRPC and against
+//! etcd (`virga bench dkv` runs the store in one process).
 
 pub mod api;
 pub mod cache;
