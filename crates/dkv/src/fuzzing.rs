@@ -5,6 +5,7 @@
 
 pub mod data_node;
 pub mod raft_group;
+pub mod session;
 
 use std::sync::OnceLock;
 
@@ -16,6 +17,7 @@ use crate::{wire, ConfigCommand, ConfigState, ShardId};
 use raft_group::{Delivery, Scenario, HEARTBEAT_TICK, VOTERS};
 
 pub use data_node::dkv_shard;
+pub use session::kv_session;
 
 /// A configuration with the sample layout installed at log index 1: 5 nodes, range
 /// partitioning into 3 shards, f = 1.

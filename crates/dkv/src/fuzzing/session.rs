@@ -1,0 +1,284 @@
+//! The body of the `kv_session` fuzz target: what an application (through the client API)
+//! and the network can do to a client core's interactive sessions. Any bytes become a
+//! sequence of session operations (on transactions that exist, ended long ago, or never
+//! did; with any keys, values, ranges, limits and snapshots), answers to the core's calls
+//! (values, rows, votes for or against with or without a commit floor, refusals, stale
+//! epochs, snapshots too old, malformed and missing answers) in any order, and passing
+//! time. The core must never panic, must never answer an operation twice (`Reply` is
+//! `FnOnce`, so a second answer cannot even be written), and once every call is answered and
+//! the deadlines have passed, every operation must have had its answer.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Event, Nanos, Role, TimerId};
+use virga_net::NetError;
+use virga_storage::Timestamp;
+
+use crate::client::{ClientInput, Reply, SessionOp, SessionRequest, TxnClient, TxnClientConfig};
+use crate::layout::{Partitioning, ShardMap};
+use crate::shard::wire as shard_wire;
+
+/// Reads the fuzzer's bytes one at a time, zero once they run out.
+struct Bytes8<'a>(&'a [u8]);
+
+impl Bytes8<'_> {
+    fn next(&mut self) -> u8 {
+        let Some((&byte, rest)) = self.0.split_first() else { return 0 };
+        self.0 = rest;
+        byte
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// A short key from a small alphabet (so keys meet), empty now and then.
+    fn key(&mut self) -> Bytes {
+        let length = self.next() % 4;
+        Bytes::from((0..length).map(|_| b'a' + self.next() % 4).collect::<Vec<u8>>())
+    }
+}
+
+/// The client core under test, the calls it made and not yet answered, its timers, and the
+/// operations given and answered.
+struct Harness {
+    client: TxnClient,
+    now: Nanos,
+    calls: VecDeque<(CallId, proto::Request)>,
+    timers: Vec<TimerId>,
+    /// Transactions begun so far (so operations name real ones most of the time).
+    begun: Vec<u64>,
+    given: usize,
+    answered: Arc<Mutex<Vec<crate::client::SessionResult>>>,
+    /// Answers already looked at for new transactions.
+    seen: usize,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let nodes: Vec<String> = (0..3).map(|index| format!("node-{index}")).collect();
+        let map = ShardMap::place(&nodes, Partitioning::Hash { shards: 3 }, 1)
+            .unwrap_or_else(|error| unreachable!("the sample layout: {error}"));
+        let mut config = TxnClientConfig::new(7, map);
+        config.op_deadline = Duration::from_millis(50);
+        config.session_idle = Duration::from_millis(200);
+        let mut harness = Harness {
+            client: TxnClient::new(config),
+            now: 1_000_000_000,
+            calls: VecDeque::new(),
+            timers: Vec::new(),
+            begun: Vec::new(),
+            given: 0,
+            answered: Arc::new(Mutex::new(Vec::new())),
+            seen: 0,
+        };
+        harness.step(Event::Start);
+        harness
+    }
+
+    fn step(&mut self, event: Event<virga_net::Dkv, std::convert::Infallible, ClientInput>) {
+        let mut out = Vec::new();
+        self.client.step(self.now, event, &mut out);
+        for command in out {
+            match command {
+                // Watermarks need no answer to check anything; the rest wait for one.
+                Command::Call { request: proto::Request { body: Some(RequestBody::Watermark(_)) }, .. } => {}
+                Command::Call { call, request, .. } => self.calls.push_back((call, request)),
+                Command::SetTimer { timer, .. } => self.timers.push(timer),
+                Command::Reply { .. } | Command::Io { .. } => {}
+            }
+        }
+        let answered = self.answered.lock().unwrap_or_else(|poison| poison.into_inner());
+        for result in &answered[self.seen..] {
+            if let Ok(crate::client::SessionReply::Began { txn, .. }) = result {
+                self.begun.push(*txn);
+            }
+        }
+        self.seen = answered.len();
+    }
+
+    fn give(&mut self, op: SessionOp) {
+        self.given += 1;
+        let answered = Arc::clone(&self.answered);
+        let reply = Reply::new(move |result| answered.lock().unwrap_or_else(|poison| poison.into_inner()).push(result));
+        self.step(Event::Input(ClientInput::Session(SessionRequest { op, reply })));
+    }
+
+    fn txn(&mut self, bytes: &mut Bytes8) -> u64 {
+        match bytes.next() % 8 {
+            0 => u64::from(bytes.next()),
+            _ if self.begun.is_empty() => 1,
+            pick => self.begun[usize::from(pick) % self.begun.len()],
+        }
+    }
+
+    fn operation(&mut self, bytes: &mut Bytes8) {
+        let op = match bytes.next() % 8 {
+            0 | 1 => {
+                let at = (bytes.next() % 4 == 0).then(|| Timestamp::new(self.now - u64::from(bytes.next()), 3));
+                SessionOp::Begin { at }
+            }
+            2 => SessionOp::Get { txn: self.txn(bytes), key: bytes.key() },
+            3 => {
+                let (txn, key) = (self.txn(bytes), bytes.key());
+                let value = Bytes::from(vec![bytes.next(); usize::from(bytes.next() % 8)]);
+                SessionOp::Put { txn, key, value }
+            }
+            4 => SessionOp::Delete { txn: self.txn(bytes), key: bytes.key() },
+            5 => {
+                let (txn, start) = (self.txn(bytes), bytes.key());
+                let end = (bytes.next() % 2 == 0).then(|| bytes.key());
+                SessionOp::Scan { txn, start, end, limit: u32::from(bytes.next()) * 20 }
+            }
+            6 => SessionOp::Commit { txn: self.txn(bytes) },
+            _ => SessionOp::Abort { txn: self.txn(bytes) },
+        };
+        self.give(op);
+    }
+
+    /// Answers the call `index` calls from the oldest, with what the bytes choose.
+    fn answer(&mut self, bytes: &mut Bytes8) {
+        if self.calls.is_empty() {
+            return;
+        }
+        let index = usize::from(bytes.next()) % self.calls.len();
+        let Some((call, request)) = self.calls.remove(index) else { return };
+        let result = answer_for(&request, bytes);
+        self.step(Event::Response { call, result });
+    }
+
+    fn pass_time(&mut self, by: Duration) {
+        self.now += by.as_nanos() as u64;
+        for timer in std::mem::take(&mut self.timers) {
+            self.step(Event::Timer(timer));
+        }
+    }
+}
+
+/// An answer to `request`: a fitting one, a refusal, or none at all.
+fn answer_for(request: &proto::Request, bytes: &mut Bytes8) -> Result<proto::Response, NetError> {
+    let choice = bytes.next() % 8;
+    let body = match (&request.body, choice) {
+        (_, 0) => {
+            return Err(NetError::DeadlineExceeded { peer: "node-0".to_string(), after: Duration::from_millis(300) })
+        }
+        (_, 1) => ResponseBody::Error("refused".to_string()),
+        (_, 2) => ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: u64::from(bytes.next()) }),
+        (_, 3) => ResponseBody::TooOld(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 1))),
+        (Some(RequestBody::Get(_)), _) => ResponseBody::Value(proto::GetReply {
+            found: bytes.next() % 2 == 0,
+            value: vec![bytes.next(); usize::from(bytes.next() % 4)],
+            version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
+            writer: None,
+            prepared_below: bytes.next() % 4 == 0,
+        }),
+        (Some(RequestBody::Scan(scan)), _) => ResponseBody::Rows(proto::ScanReply {
+            rows: (0..bytes.next() % 3)
+                .map(|_| proto::Row {
+                    key: [scan.start.clone(), vec![b'a' + bytes.next() % 4]].concat(),
+                    value: vec![bytes.next()],
+                    version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
+                    writer: None,
+                })
+                .collect(),
+            prepared_below: bytes.next() % 4 == 0,
+        }),
+        (Some(RequestBody::Prepare(_)), _) => ResponseBody::Vote(proto::Vote {
+            commit: bytes.next() % 3 != 0,
+            reason: "read-stale".to_string(),
+            floor: (bytes.next() % 3 == 0)
+                .then(|| shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()) << 32, 1))),
+        }),
+        (Some(RequestBody::Decide(_)), _) => ResponseBody::Ack(proto::Ack {}),
+        // A well-formed answer to something else: it does not fit.
+        _ => ResponseBody::Ack(proto::Ack {}),
+    };
+    Ok(proto::Response { body: Some(body) })
+}
+
+/// Runs the bytes as a session's life; panics on a broken invariant.
+pub fn kv_session(data: &[u8]) {
+    run_session(data);
+}
+
+/// [`kv_session`], returning every answer given.
+fn run_session(data: &[u8]) -> Vec<crate::client::SessionResult> {
+    let mut bytes = Bytes8(data);
+    let mut harness = Harness::new();
+    while !bytes.is_empty() {
+        match bytes.next() % 4 {
+            0 | 1 => harness.operation(&mut bytes),
+            2 => harness.answer(&mut bytes),
+            _ => harness.pass_time(Duration::from_millis(u64::from(bytes.next() % 64))),
+        }
+    }
+    // The network goes quiet (every call refused) and time passes beyond every deadline:
+    // every operation must have been answered.
+    for _ in 0..64 {
+        while let Some((call, _)) = harness.calls.pop_front() {
+            harness.step(Event::Response {
+                call,
+                result: Err(NetError::DeadlineExceeded { peer: "x".into(), after: Duration::from_millis(300) }),
+            });
+        }
+        harness.pass_time(Duration::from_millis(100));
+        let answered = harness.answered.lock().unwrap_or_else(|poison| poison.into_inner());
+        if answered.len() == harness.given {
+            return answered.clone();
+        }
+    }
+    let answered = harness.answered.lock().unwrap_or_else(|poison| poison.into_inner()).len();
+    panic!("{} operations given, {answered} answered", harness.given);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random lives answer every operation, and reach every kind of answer (so the target
+    /// exercises commits, aborts, timeouts and refusals, not only the first checks).
+    #[test]
+    fn random_session_lives_answer_every_operation_with_every_kind_of_answer() {
+        use crate::client::{SessionError, SessionReply};
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+        let mut kinds = std::collections::BTreeSet::new();
+        for _ in 0..400 {
+            let length = rng.random_range(0..600);
+            let data: Vec<u8> = (0..length).map(|_| rng.random()).collect();
+            for result in run_session(&data) {
+                kinds.insert(match result {
+                    Ok(SessionReply::Committed { read_only: false, .. }) => "committed",
+                    Ok(SessionReply::Committed { read_only: true, .. }) => "committed-read-only",
+                    Ok(SessionReply::Rows(_)) => "rows",
+                    Ok(SessionReply::Value(Some(_))) => "value",
+                    Ok(_) => "other",
+                    Err(SessionError::Aborted { .. }) => "aborted",
+                    Err(SessionError::OutcomeUnknown { .. }) => "outcome-unknown",
+                    Err(SessionError::Unavailable { .. } | SessionError::StaleMap { .. }) => "unavailable",
+                    Err(SessionError::UnknownTransaction { .. }) => "unknown-transaction",
+                    Err(SessionError::Invalid(_)) => "invalid",
+                    Err(SessionError::ReadOnly { .. } | SessionError::Committing { .. }) => "refused",
+                });
+            }
+        }
+        let expected = [
+            "aborted",
+            "committed",
+            "committed-read-only",
+            "invalid",
+            "other",
+            "outcome-unknown",
+            "refused",
+            "rows",
+            "unavailable",
+            "unknown-transaction",
+            "value",
+        ];
+        assert_eq!(kinds.into_iter().collect::<Vec<_>>(), expected);
+    }
+}
