@@ -26,13 +26,59 @@ use virga_dkv::shard::{open_data_node, DataConfig, DataCore};
 use virga_dkv::{ConfigCommand, Partitioning, ShardMap};
 use virga_net::driver::{Mailbox, Running};
 use virga_net::role::NoIo;
-use virga_net::{Dkv, Host, InProc};
+use virga_net::{Dkv, Grpc, Host, InProc, Transport};
 
 use crate::kv::ycsb_t::{key, value, YcsbT, YcsbTTxn};
+
+/// How the store's roles reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DkvNet {
+    /// Calls between tasks of this process.
+    InProc,
+    /// Every configuration replica and data node behind a gRPC server of its own on
+    /// loopback, every call over TCP and HTTP/2 (as separate processes would talk).
+    Grpc,
+}
+
+/// The transport the roles run on, and how a role is made reachable on it.
+enum Net {
+    InProc(Arc<InProc>),
+    Grpc { grpc: Arc<Grpc>, stop: watch::Receiver<bool> },
+}
+
+impl Net {
+    fn transport(&self) -> Arc<dyn Transport<Dkv>> {
+        match self {
+            Net::InProc(inproc) => Arc::clone(inproc) as _,
+            Net::Grpc { grpc, .. } => Arc::clone(grpc) as _,
+        }
+    }
+
+    /// Makes `name`'s host reachable (a gRPC server on a loopback port of its own).
+    fn publish(&self, name: &str, host: Host) -> Result<()> {
+        match self {
+            Net::InProc(inproc) => inproc.register_host(name, host),
+            Net::Grpc { grpc, stop } => {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+                listener.set_nonblocking(true)?;
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                let mut stop = stop.clone();
+                let shutdown = async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                };
+                let (address, server) = virga_net::serve(listener, host, shutdown)?;
+                tokio::spawn(server);
+                grpc.set_address(name, format!("http://{address}"));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// How the store runs.
 #[derive(Clone, Debug)]
 pub struct DkvBenchConfig {
+    pub net: DkvNet,
     pub shards: u32,
     /// Replicas per shard (odd).
     pub replicas: usize,
@@ -100,11 +146,7 @@ fn config_names() -> Vec<String> {
     (1..=3).map(|id| format!("config-{id}")).collect()
 }
 
-fn start_config(
-    dir: &Path,
-    inproc: &Arc<InProc>,
-    sync: bool,
-) -> Result<Vec<(Running<ConfigCore>, watch::Sender<bool>)>> {
+fn start_config(dir: &Path, net: &Net, sync: bool) -> Result<Vec<(Running<ConfigCore>, watch::Sender<bool>)>> {
     let peers: Vec<(u64, String)> =
         config_names().into_iter().enumerate().map(|(i, name)| (i as u64 + 1, name)).collect();
     let mut running = Vec::new();
@@ -114,18 +156,18 @@ fn start_config(
         let storage: Arc<dyn Storage> = Arc::new(FileStorage::create_dir_all(dir.join(name))?);
         let (core, disk) = open_replica(config, storage).map_err(|error| anyhow!("{name}: {error}"))?;
         let mailbox = Mailbox::<ConfigCore>::new();
-        inproc.register_host(name, Host::new().with::<Dkv>(mailbox.handler()));
+        net.publish(name, Host::new().with::<Dkv>(mailbox.handler()))?;
         let (stop, stopped) = watch::channel(false);
-        running.push((mailbox.run(name.clone(), core, Arc::clone(inproc) as _, disk, stopped), stop));
+        running.push((mailbox.run(name.clone(), core, net.transport(), disk, stopped), stop));
     }
     Ok(running)
 }
 
 /// Installs `map` through the configuration service (retried until a leader applies it).
-async fn install(map: &ShardMap, inproc: &Arc<InProc>) -> Result<()> {
+async fn install(map: &ShardMap, net: &Net) -> Result<()> {
     let (stop, stopped) = watch::channel(false);
     let admin = ConfigClient::new(ConfigClientConfig::new("bench-admin", config_names()));
-    let running = Mailbox::<ConfigClient>::new().run("bench-admin", admin, Arc::clone(inproc) as _, NoIo, stopped);
+    let running = Mailbox::<ConfigClient>::new().run("bench-admin", admin, net.transport(), NoIo, stopped);
     running.input(vec![ConfigCommand::Install(map.clone())]);
     let started = Instant::now();
     while running.with_core(|admin| admin.outcomes().is_empty()) {
@@ -140,7 +182,7 @@ async fn install(map: &ShardMap, inproc: &Arc<InProc>) -> Result<()> {
 
 fn start_data(
     dir: &Path,
-    inproc: &Arc<InProc>,
+    net: &Net,
     map: &ShardMap,
     nodes: &[String],
     workload: &YcsbT,
@@ -158,30 +200,25 @@ fn start_data(
             core.load(Bytes::copy_from_slice(k), Bytes::copy_from_slice(v))
         });
         let mailbox = Mailbox::<DataCore>::new();
-        inproc.register_host(name, Host::new().with::<Dkv>(mailbox.handler()));
+        net.publish(name, Host::new().with::<Dkv>(mailbox.handler()))?;
         let (stop, stopped) = watch::channel(false);
-        running.push((mailbox.run(name.clone(), core, Arc::clone(inproc) as _, disk, stopped), stop));
+        running.push((mailbox.run(name.clone(), core, net.transport(), disk, stopped), stop));
     }
     Ok(running)
 }
 
-fn start_clients(
-    inproc: &Arc<InProc>,
-    map: &ShardMap,
-    clients: usize,
-    window: usize,
-) -> Vec<(Running<TxnClient>, watch::Sender<bool>)> {
+fn start_clients(net: &Net, map: &ShardMap, clients: usize) -> Vec<(Running<TxnClient>, watch::Sender<bool>)> {
     (0..clients)
         .map(|index| {
             let mut config = TxnClientConfig::new(index as u32 + 1, map.clone());
+            config.keep_results = false;
             config.config_replicas = config_names();
-            // Every program of the window runs at once.
-            config.programs_in_flight = window;
+            // One transaction in flight per client (the default), as each engine thread has:
+            // abort rates compare at the same concurrency. The window is the client's queue.
+            // Clients serve nothing: no server of their own.
             let name = format!("client-{index}");
-            let mailbox = Mailbox::<TxnClient>::new();
-            inproc.register_host(&name, Host::new().with::<Dkv>(mailbox.handler()));
             let (stop, stopped) = watch::channel(false);
-            (mailbox.run(name, TxnClient::new(config), Arc::clone(inproc) as _, NoIo, stopped), stop)
+            (Mailbox::<TxnClient>::new().run(name, TxnClient::new(config), net.transport(), NoIo, stopped), stop)
         })
         .collect()
 }
@@ -223,20 +260,24 @@ async fn feed(
 }
 
 /// Runs the store embedded in this process on `workload` and reports.
-pub fn run_inproc(config: &DkvBenchConfig, workload: &YcsbT) -> Result<DkvBenchReport> {
+pub fn run_store(config: &DkvBenchConfig, workload: &YcsbT) -> Result<DkvBenchReport> {
     anyhow::ensure!(config.replicas % 2 == 1, "replicas per shard must be odd, not {}", config.replicas);
     let dir = tempfile::tempdir().context("a scratch directory for the store's logs")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async {
-        let inproc = InProc::new();
+        let (stop_servers, servers_stopped) = watch::channel(false);
+        let net = match config.net {
+            DkvNet::InProc => Net::InProc(InProc::new()),
+            DkvNet::Grpc => Net::Grpc { grpc: Grpc::new(Default::default()), stop: servers_stopped },
+        };
         let node_count = (config.shards as usize).max(config.replicas);
         let nodes: Vec<String> = (0..node_count).map(|index| format!("data-{index}")).collect();
         let f = (config.replicas - 1) / 2;
         let map = ShardMap::place(&nodes, Partitioning::Hash { shards: config.shards }, f)?;
-        let config_roles = start_config(dir.path(), &inproc, config.sync)?;
-        install(&map, &inproc).await?;
-        let data = start_data(dir.path(), &inproc, &map, &nodes, workload, config.sync)?;
-        let clients = start_clients(&inproc, &map, config.clients, config.window);
+        let config_roles = start_config(dir.path(), &net, config.sync)?;
+        install(&map, &net).await?;
+        let data = start_data(dir.path(), &net, &map, &nodes, workload, config.sync)?;
+        let clients = start_clients(&net, &map, config.clients);
         let roles = Roles { config: config_roles, data, clients };
         let mut rngs: Vec<SmallRng> =
             (0..config.clients).map(|index| SmallRng::seed_from_u64(config.seed ^ (index as u64 + 1) << 32)).collect();
@@ -248,6 +289,7 @@ pub fn run_inproc(config: &DkvBenchConfig, workload: &YcsbT) -> Result<DkvBenchR
         let (committed, read_only, aborts) = tally(&roles.clients);
         let duration_s = started.elapsed().as_secs_f64();
         roles.stop();
+        let _ = stop_servers.send(true);
         let mut reasons = aborts;
         for (reason, before) in aborts_before {
             if let Some(count) = reasons.get_mut(&reason) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use virga_bench::dkv::{run_inproc, DkvBenchConfig, DkvBenchReport};
+use virga_bench::dkv::{run_store, DkvBenchConfig, DkvBenchReport, DkvNet};
 use virga_bench::kv::runner::{self, RunOptions, RunReport};
 use virga_bench::kv::virga::VirgaBackend;
 use virga_bench::kv::ycsb_t::{YcsbT, YcsbTConfig};
@@ -20,6 +20,8 @@ use virga_txn::{Durability, Engine, EngineConfig, SyncMode};
 pub enum DkvTransport {
     /// Every role in this process, on the in-process transport.
     Inproc,
+    /// Every configuration replica and data node behind its own gRPC server on loopback.
+    Grpc,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -145,6 +147,10 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
     let mut engine = Vec::new();
     for run in 0..args.runs {
         let config = DkvBenchConfig {
+            net: match args.transport {
+                DkvTransport::Inproc => DkvNet::InProc,
+                DkvTransport::Grpc => DkvNet::Grpc,
+            },
             shards: args.shards as u32,
             replicas: args.replicas,
             clients: args.clients,
@@ -154,7 +160,7 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
             sync: args.sync == DkvSync::Group,
             seed: args.seed ^ run as u64,
         };
-        let report = run_inproc(&config, &workload)?;
+        let report = run_store(&config, &workload)?;
         eprintln!(
             "  run {}: store  {:>9.0} committed/s, abort rate {:.2}%",
             run + 1,
@@ -175,7 +181,10 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
     let mut engine_rates: Vec<f64> = engine.iter().map(|r| r.committed_per_sec).collect();
     let output = Output {
         workload: "ycsb-t",
-        transport: "inproc",
+        transport: match args.transport {
+            DkvTransport::Inproc => "inproc",
+            DkvTransport::Grpc => "grpc",
+        },
         sync,
         shards: args.shards,
         replicas: args.replicas,

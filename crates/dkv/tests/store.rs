@@ -51,6 +51,7 @@ fn start_data_node(dir: &Path, name: &str, map: &ShardMap, inproc: &Arc<InProc>)
 
 fn start_client(id: u32, map: &ShardMap, inproc: &Arc<InProc>) -> (Running<TxnClient>, watch::Sender<bool>) {
     let mut config = TxnClientConfig::new(id, map.clone());
+    config.keep_history = true;
     config.config_replicas = peers().into_iter().map(|(_, name)| name).collect();
     let name = format!("client-{id}");
     let mailbox = Mailbox::<TxnClient>::new();

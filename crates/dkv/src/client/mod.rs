@@ -79,6 +79,13 @@ pub struct TxnClientConfig {
     /// A transaction with one participant commits in one round trip (the primary commits on
     /// its vote); off, it takes a prepare and a decision as any other.
     pub one_round_trip: bool,
+    /// Records every committed transaction and every prepared attempt ([`TxnClient::history`],
+    /// [`TxnClient::attempts`]) for the history checker. Off by default: the records grow
+    /// with every transaction.
+    pub keep_history: bool,
+    /// Keeps every finished program's result ([`TxnClient::results`]); off, only the
+    /// counters tell (a long-running client's results would grow without end).
+    pub keep_results: bool,
 }
 
 /// A client's timestamp scheme (both `<time, client id>`, strictly increasing per client).
@@ -109,6 +116,8 @@ impl TxnClientConfig {
             clock: ClientClock::Physical,
             watermark_every: Duration::from_millis(100),
             one_round_trip: true,
+            keep_history: false,
+            keep_results: true,
         }
     }
 }

@@ -233,7 +233,9 @@ impl TxnClient {
         participants.extend(txn.reads.keys().map(|key| map.shard_of(key).0));
         participants.extend(txn.scans.iter().flat_map(|scan| scan.shards().iter().copied()));
         let participants: Vec<u32> = participants.into_iter().collect();
-        self.attempts.push(txn.record(commit_ts));
+        if self.config.keep_history {
+            self.attempts.push(txn.record(commit_ts));
+        }
         txn.phase = Phase::Preparing {
             commit_ts,
             calls: HashMap::new(),
@@ -324,8 +326,11 @@ impl TxnClient {
         let Some(txn) = self.txns.remove(&id) else { return };
         self.stats.committed += 1;
         self.stats.committed_read_only += u64::from(read_only);
-        self.history.push(txn.record(commit_ts));
+        if self.config.keep_history {
+            self.history.push(txn.record(commit_ts));
+        }
         match txn.source {
+            Source::Program { .. } if !self.config.keep_results => {}
             Source::Program { attempt, .. } => self.results.push(ProgramResult {
                 outcome: ProgramOutcome::Committed { txn: id, commit_ts, read_only },
                 scans: txn.scans.iter().map(ScanState::rows).collect(),
@@ -348,6 +353,7 @@ impl TxnClient {
                 self.reruns.insert(timer, (program, attempt + 1));
                 out.push(Command::SetTimer { timer, after: self.config.rerun_after * attempt.min(10) });
             }
+            Source::Program { .. } if !self.config.keep_results => {}
             Source::Program { attempt, .. } => self.results.push(ProgramResult {
                 outcome: ProgramOutcome::Aborted { reason },
                 reads: Vec::new(),

@@ -244,6 +244,7 @@ pub(super) fn open_node(
     let storage: Arc<dyn Storage> = Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
     if let Some(index) = cluster.clients.iter().position(|client| client == id) {
         let mut config = TxnClientConfig::new(index as u32 + 1, cluster.map.clone());
+        config.keep_history = true;
         config.skip_local_validation = options.weakening.skip_local_validation;
         config.config_replicas = cluster.config.clone();
         config.clock = options.client_clock;
