@@ -58,6 +58,14 @@ pub struct TxnClientConfig {
     pub rerun_after: Duration,
     /// Runs of one program before its abort is final.
     pub max_attempts: u32,
+    /// A get that finds a writer prepared at or below the snapshot is sent again this many
+    /// times, `reread_after` apart, before the transaction takes the answer as it is (a
+    /// read-only one then aborts at its local validation). Once the writer is decided, the
+    /// same snapshot read has its final answer: no writer can commit below a read already
+    /// served (the key's latest read), so waiting it out is as safe as aborting. 0: MILANA's
+    /// plain rule.
+    pub prepared_rereads: u32,
+    pub reread_after: Duration,
     /// Programs running at once (aborted ones waiting to run again count).
     pub programs_in_flight: usize,
     /// How long an operation of a session may wait for the primaries before it fails
@@ -108,6 +116,8 @@ impl TxnClientConfig {
             retry_after: Duration::from_millis(20),
             rerun_after: Duration::from_millis(2),
             max_attempts: 20,
+            prepared_rereads: 3,
+            reread_after: Duration::from_millis(2),
             programs_in_flight: 1,
             op_deadline: Duration::from_secs(10),
             session_idle: Duration::from_secs(60),
@@ -165,6 +175,8 @@ pub struct ClientStats {
     pub scans: u64,
     pub prepares: u64,
     pub retries: u64,
+    /// Gets sent again to wait out a prepared writer.
+    pub rereads: u64,
     pub maps_adopted: u64,
 }
 
@@ -188,6 +200,8 @@ pub struct TxnClient {
     deciding: HashMap<CallId, (u32, TxnId, bool)>,
     lost_decisions: Vec<(u32, TxnId, bool)>,
     retry_timer: Option<TimerId>,
+    /// Gets waiting out a prepared writer go out again at this timer.
+    reread_timer: Option<TimerId>,
     /// A request failed since the map was last fetched; the fetch in flight, and which
     /// configuration replica to ask.
     map_stale: bool,
@@ -216,6 +230,7 @@ impl TxnClient {
             deciding: HashMap::new(),
             lost_decisions: Vec::new(),
             retry_timer: None,
+            reread_timer: None,
             map_stale: false,
             map_call: None,
             config_target: 0,
@@ -309,6 +324,25 @@ impl TxnClient {
             let timer = self.ids.timer();
             self.retry_timer = Some(timer);
             out.push(Command::SetTimer { timer, after: self.config.retry_after });
+        }
+    }
+
+    fn arm_reread(&mut self, out: &mut Out) {
+        if self.reread_timer.is_none() {
+            let timer = self.ids.timer();
+            self.reread_timer = Some(timer);
+            out.push(Command::SetTimer { timer, after: self.config.reread_after });
+        }
+    }
+
+    fn on_reread(&mut self, out: &mut Out) {
+        self.reread_timer = None;
+        let ids: Vec<TxnId> = self.txns.keys().copied().collect();
+        for id in ids {
+            let keys = self.txns.get_mut(&id).map(|txn| std::mem::take(&mut txn.rereads)).unwrap_or_default();
+            for key in keys {
+                self.send_get(id, key, out);
+            }
         }
     }
 
@@ -449,6 +483,7 @@ impl Role for TxnClient {
             Event::Input(ClientInput::Session(request)) => self.on_session(now, request, out),
             Event::Response { call, result } => self.on_response(now, call, result, out),
             Event::Timer(timer) if Some(timer) == self.retry_timer => self.on_retry(now, out),
+            Event::Timer(timer) if Some(timer) == self.reread_timer => self.on_reread(out),
             Event::Timer(timer) if self.reruns.contains_key(&timer) => self.on_rerun(now, timer, out),
             Event::Timer(timer) if Some(timer) == self.watermark_timer => self.broadcast_watermark(now, out),
             Event::Start => self.broadcast_watermark(now, out),

@@ -60,6 +60,9 @@ pub(super) struct Txn {
     pub(super) lost_gets: Vec<Bytes>,
     pub(super) lost_scans: Vec<(usize, u32)>,
     pub(super) lost_prepares: Vec<u32>,
+    /// Gets waiting out a prepared writer, and how often each key was read again.
+    pub(super) rereads: Vec<Bytes>,
+    pub(super) reread_counts: HashMap<Bytes, u32>,
     /// Why the last request of this transaction failed (for a session's error).
     pub(super) last_failure: Option<Failure>,
 }
@@ -77,6 +80,8 @@ impl Txn {
             lost_gets: Vec::new(),
             lost_scans: Vec::new(),
             lost_prepares: Vec::new(),
+            rereads: Vec::new(),
+            reread_counts: HashMap::new(),
             last_failure: None,
         }
     }
@@ -90,6 +95,7 @@ impl Txn {
         matches!(&self.phase, Phase::Reading(calls) if calls.is_empty())
             && self.lost_gets.is_empty()
             && self.lost_scans.is_empty()
+            && self.rereads.is_empty()
     }
 
     /// The committed record of this transaction at `commit_ts`.
@@ -163,6 +169,16 @@ impl TxnClient {
             None => return,
         };
         match result {
+            Ok(ResponseBody::Value(reply))
+                if reply.prepared_below
+                    && txn.reread_counts.get(&key).copied().unwrap_or(0) < self.config.prepared_rereads =>
+            {
+                *txn.reread_counts.entry(key.clone()).or_default() += 1;
+                txn.rereads.push(key);
+                self.stats.rereads += 1;
+                self.arm_reread(out);
+                return;
+            }
             Ok(ResponseBody::Value(reply)) => {
                 let writer = shard_wire::txn_from_wire(reply.writer).unwrap_or(0);
                 let read = ReadState {
