@@ -98,9 +98,16 @@ pub struct ClockSweepArgs {
 
 #[derive(Args, Clone, Debug)]
 pub struct KvAuditArgs {
-    /// Directory written by `virga bench kv --dir`.
+    /// Directory written by `virga bench kv --dir`, or a stopped `virga kv cluster up`
+    /// cluster's directory.
     #[arg(long)]
     pub dir: PathBuf,
+    /// For a cluster: sum the values (decimal integers) of the keys with this prefix.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// For a cluster: exit 1 unless the sum over the shards is this.
+    #[arg(long)]
+    pub expect_total: Option<u64>,
 }
 
 /// What is stored in `--dir` next to the log: the workload and its parameters.
@@ -523,6 +530,9 @@ struct AuditReport {
 }
 
 pub fn kv_audit(args: &KvAuditArgs) -> anyhow::Result<ExitCode> {
+    if virga_dkv::deploy::is_cluster_dir(&args.dir) {
+        return crate::kv_cluster::audit(args);
+    }
     let spec = read_meta(&args.dir)?.with_context(|| {
         format!(
             "{} holds no Virga key-value data (no {META_FILE}); create it with `virga bench kv --dir`",

@@ -96,3 +96,44 @@ fn up(args: &ClusterUpArgs) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     })
 }
+
+/// `virga kv audit --dir D` on a stopped cluster: every replica of every shard, as JSON;
+/// exit 1 if the replicas of a shard hold different states, or the total is not the
+/// expected one.
+pub fn audit(args: &crate::kv::KvAuditArgs) -> anyhow::Result<ExitCode> {
+    let audit = virga_dkv::deploy::audit_cluster(&args.dir, args.prefix.as_bytes())
+        .with_context(|| format!("auditing the cluster in {}", args.dir.display()))?;
+    let disagreeing = audit.disagreeing_shards();
+    let total = audit.total();
+    let replicas: Vec<serde_json::Value> = audit
+        .replicas
+        .iter()
+        .map(|replica| {
+            serde_json::json!({
+                "node": replica.node,
+                "shard": replica.shard,
+                "keys": replica.keys,
+                "committed": replica.committed,
+                "prepared": replica.prepared,
+                "digest": replica.digest,
+                "total": replica.total.to_string(),
+            })
+        })
+        .collect();
+    let report = serde_json::json!({
+        "replicas": replicas,
+        "disagreeing_shards": disagreeing,
+        "prefix": args.prefix,
+        "total": total.to_string(),
+        "expected_total": args.expect_total,
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    let wrong_total = args.expect_total.is_some_and(|expected| u128::from(expected) != total);
+    if !disagreeing.is_empty() {
+        eprintln!("error: the replicas of shard(s) {disagreeing:?} hold different states");
+    }
+    if wrong_total {
+        eprintln!("error: the total under {:?} is {total}, not {:?}", args.prefix, args.expect_total);
+    }
+    Ok(if disagreeing.is_empty() && !wrong_total { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -266,4 +266,23 @@ fn sigkill_during_transfers_loses_no_acknowledged_commit_and_no_money() {
         assert_eq!(total, INITIAL * ACCOUNTS as u64, "round {round}: money is conserved");
         assert!(missing.is_empty(), "round {round}: acknowledged transfers lost: {missing:?}");
     }
+
+    // Stopped cleanly once the backups have caught up, every replica of every shard holds
+    // the same state, and the accounts the exact total.
+    std::thread::sleep(Duration::from_secs(1));
+    server.signal("-TERM");
+    assert!(server.child.wait().unwrap().success());
+    let total = (INITIAL * ACCOUNTS as u64).to_string();
+    let dir_arg = dir.path().display().to_string();
+    let audit = Command::new(VIRGA)
+        .args(["kv", "audit", "--dir", &dir_arg, "--prefix", "acct-", "--expect-total", &total])
+        .output()
+        .unwrap();
+    assert!(audit.status.success(), "{}{}", out(&audit), text(&audit.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let replicas = report["replicas"].as_array().unwrap();
+    assert_eq!(replicas.len(), 9, "3 shards × 3 replicas: {report}");
+    let marks_committed: u64 = marks.len() as u64;
+    let committed: u64 = replicas.iter().map(|replica| replica["committed"].as_u64().unwrap()).sum();
+    assert!(committed >= 3 * marks_committed, "every replica holds the acknowledged transfers: {report}");
 }

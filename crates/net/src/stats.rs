@@ -61,12 +61,12 @@ impl NetStats {
     /// `callee`, and `response_bytes` back.
     pub fn record(&self, caller: &str, callee: &str, kind: MessageKind, request_bytes: usize, response_bytes: usize) {
         let mut counters = self.counters.lock();
-        let from = counters.peers.entry(caller.to_string()).or_default();
+        let from = peer_counters(&mut counters.peers, caller);
         from.round_trips += 1;
         from.messages_sent += 1;
         from.bytes_sent += request_bytes as u64;
         from.bytes_received += response_bytes as u64;
-        let to = counters.peers.entry(callee.to_string()).or_default();
+        let to = peer_counters(&mut counters.peers, callee);
         to.messages_sent += 1;
         to.bytes_sent += response_bytes as u64;
         to.bytes_received += request_bytes as u64;
@@ -143,4 +143,12 @@ mod tests {
         assert_eq!(stats.kinds().len(), 3);
         assert_eq!(stats.total_bytes(), 1070);
     }
+}
+
+/// The counters of `peer`, allocating its name only the first time (this runs on every call).
+fn peer_counters<'a>(peers: &'a mut BTreeMap<String, RoleTraffic>, peer: &str) -> &'a mut RoleTraffic {
+    if !peers.contains_key(peer) {
+        peers.insert(peer.to_string(), RoleTraffic::default());
+    }
+    peers.get_mut(peer).unwrap_or_else(|| unreachable!("inserted above"))
 }

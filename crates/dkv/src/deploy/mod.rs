@@ -10,6 +10,10 @@
 //! commit acknowledged is lost by a kill: a primary votes commit only once its log and f
 //! backups hold the prepare durably (with `sync`).
 
+mod audit;
+
+pub use self::audit::{audit_cluster, ClusterAudit, ReplicaAudit};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,10 +86,10 @@ pub enum DeployError {
 
 /// What `cluster.txt` holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct LayoutFile {
-    shape: ClusterShape,
+pub(crate) struct LayoutFile {
+    pub(crate) shape: ClusterShape,
     /// How many times the cluster has been opened (the client core's id).
-    incarnation: u32,
+    pub(crate) incarnation: u32,
 }
 
 fn describe(shape: &ClusterShape) -> String {
@@ -122,6 +126,18 @@ impl LayoutFile {
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> DeployError + '_ {
     move |error| DeployError::Io { path: path.to_path_buf(), error }
+}
+
+/// The layout of the cluster in `dir`, as it is.
+pub(crate) fn read_layout(dir: &Path) -> Result<LayoutFile, DeployError> {
+    let path = dir.join(LAYOUT_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io_error(&path))?;
+    LayoutFile::decode(&text).map_err(|problem| DeployError::BadLayoutFile { path, problem })
+}
+
+/// Whether `dir` holds a cluster (its layout file).
+pub fn is_cluster_dir(dir: &Path) -> bool {
+    dir.join(LAYOUT_FILE).is_file()
 }
 
 /// Reads the directory's layout (a new one from `shape` when there is none), counts this
