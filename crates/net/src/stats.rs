@@ -116,6 +116,14 @@ impl NetStats {
     }
 }
 
+/// The counters of `peer`, allocating its name only the first time (this runs on every call).
+fn peer_counters<'a>(peers: &'a mut BTreeMap<String, RoleTraffic>, peer: &str) -> &'a mut RoleTraffic {
+    if !peers.contains_key(peer) {
+        peers.insert(peer.to_string(), RoleTraffic::default());
+    }
+    peers.get_mut(peer).unwrap_or_else(|| unreachable!("inserted above"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,12 +151,4 @@ mod tests {
         assert_eq!(stats.kinds().len(), 3);
         assert_eq!(stats.total_bytes(), 1070);
     }
-}
-
-/// The counters of `peer`, allocating its name only the first time (this runs on every call).
-fn peer_counters<'a>(peers: &'a mut BTreeMap<String, RoleTraffic>, peer: &str) -> &'a mut RoleTraffic {
-    if !peers.contains_key(peer) {
-        peers.insert(peer.to_string(), RoleTraffic::default());
-    }
-    peers.get_mut(peer).unwrap_or_else(|| unreachable!("inserted above"))
 }
