@@ -71,7 +71,7 @@ pub fn audit_cluster(dir: &Path, prefix: &[u8]) -> Result<ClusterAudit, DeployEr
         let name = format!("data-{index}");
         let (core, _disk) = open_data_node(DataConfig::new(&name, map.clone()), storage(dir, &name)?)
             .map_err(|error| DeployError::Open { role: name.clone(), error: error.to_string() })?;
-        for shard in 0..map.shard_count() as u32 {
+        for shard in 0..map.shard_count() {
             let Some(replica) = core.replica(shard) else { continue };
             let rows = replica.store().scan_at(Bound::Unbounded, Bound::Unbounded, Timestamp::MAX, usize::MAX);
             let mut encoded = Vec::new();
