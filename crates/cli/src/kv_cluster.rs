@@ -112,6 +112,7 @@ pub fn audit(args: &crate::kv::KvAuditArgs) -> anyhow::Result<ExitCode> {
             serde_json::json!({
                 "node": replica.node,
                 "shard": replica.shard,
+                "member": replica.member,
                 "keys": replica.keys,
                 "committed": replica.committed,
                 "prepared": replica.prepared,
@@ -121,6 +122,7 @@ pub fn audit(args: &crate::kv::KvAuditArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let report = serde_json::json!({
+        "map_version": audit.map_version,
         "replicas": replicas,
         "disagreeing_shards": disagreeing,
         "prefix": args.prefix,

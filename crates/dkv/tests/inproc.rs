@@ -45,6 +45,12 @@ async fn commands_apply_on_every_replica_and_replay_from_their_logs_after_a_rest
     assert_eq!(state.map(), expected.map(), "the replicas' map is the oracle's");
     client.stop().await;
     stop_all(replicas, &inproc).await;
+    // Read offline (as an audit does), each stopped replica's log holds the same committed
+    // configuration.
+    for (_, name) in peers() {
+        let offline = virga_dkv::service::read_committed_state(dir.path().join(&name)).unwrap();
+        assert_eq!(offline.map(), expected.map(), "{name}'s log, read offline");
+    }
 
     // The same directories: each replica replays its records, the committed entries apply
     // again in the same order (the same hash chain), and a new leader commits its own entry

@@ -19,6 +19,9 @@ use crate::shard::{open_data_node, DataConfig};
 pub struct ReplicaAudit {
     pub node: String,
     pub shard: u32,
+    /// The node is in the shard's group in the configuration's newest map (a primary that
+    /// failed over left it; its replica stays as it was).
+    pub member: bool,
     pub keys: u64,
     pub committed: u64,
     pub prepared: u64,
@@ -31,6 +34,8 @@ pub struct ReplicaAudit {
 /// Every replica of the cluster, by shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterAudit {
+    /// The newest map the configuration replicas' logs hold committed.
+    pub map_version: u64,
     pub replicas: Vec<ReplicaAudit>,
 }
 
@@ -38,7 +43,7 @@ impl ClusterAudit {
     /// Shards whose replicas hold different committed states.
     pub fn disagreeing_shards(&self) -> Vec<u32> {
         let mut digests: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
-        for replica in &self.replicas {
+        for replica in self.replicas.iter().filter(|replica| replica.member) {
             digests.entry(replica.shard).or_default().push(&replica.digest);
         }
         digests
@@ -52,7 +57,7 @@ impl ClusterAudit {
     /// transactions committed).
     pub fn total(&self) -> u128 {
         let mut best: BTreeMap<u32, &ReplicaAudit> = BTreeMap::new();
-        for replica in &self.replicas {
+        for replica in self.replicas.iter().filter(|replica| replica.member) {
             let entry = best.entry(replica.shard).or_insert(replica);
             if replica.committed > entry.committed {
                 *entry = replica;
@@ -66,6 +71,18 @@ impl ClusterAudit {
 pub fn audit_cluster(dir: &Path, prefix: &[u8]) -> Result<ClusterAudit, DeployError> {
     let layout = read_layout(dir)?;
     let map = initial_map(&layout.shape)?;
+    let mut newest = map.clone();
+    for (_, name) in super::config_peers() {
+        let path = dir.join(&name);
+        if !path.is_dir() {
+            continue;
+        }
+        let state = crate::service::read_committed_state(&path)
+            .map_err(|error| DeployError::Open { role: name.clone(), error: error.to_string() })?;
+        if let Some(map) = state.map().filter(|map| map.version() > newest.version()) {
+            newest = map.clone();
+        }
+    }
     let mut replicas = Vec::new();
     for index in 0..layout.shape.data_nodes {
         let name = format!("data-{index}");
@@ -86,9 +103,11 @@ pub fn audit_cluster(dir: &Path, prefix: &[u8]) -> Result<ClusterAudit, DeployEr
                     total += u128::from(parsed.unwrap_or(0));
                 }
             }
+            let member = newest.group(crate::layout::ShardId(shard)).is_some_and(|group| group.contains(&name));
             replicas.push(ReplicaAudit {
                 node: name.clone(),
                 shard,
+                member,
                 keys: rows.len() as u64,
                 committed: replica.committed_in_order().len() as u64,
                 prepared: replica.prepared_count() as u64,
@@ -97,7 +116,7 @@ pub fn audit_cluster(dir: &Path, prefix: &[u8]) -> Result<ClusterAudit, DeployEr
             });
         }
     }
-    Ok(ClusterAudit { replicas })
+    Ok(ClusterAudit { map_version: newest.version(), replicas })
 }
 
 #[cfg(test)]
@@ -106,12 +125,13 @@ mod tests {
 
     fn replica(node: &str, shard: u32, committed: u64, digest: &str, total: u128) -> ReplicaAudit {
         let (node, digest) = (node.to_string(), digest.to_string());
-        ReplicaAudit { node, shard, keys: 1, committed, prepared: 0, digest, total }
+        ReplicaAudit { node, shard, member: true, keys: 1, committed, prepared: 0, digest, total }
     }
 
     #[test]
     fn a_replica_that_differs_is_named_and_the_total_takes_each_shards_most_advanced() {
         let mut audit = ClusterAudit {
+            map_version: 1,
             replicas: vec![
                 replica("data-0", 0, 5, "a", 70),
                 replica("data-1", 0, 5, "a", 70),
@@ -123,5 +143,10 @@ mod tests {
         // A backup that missed a commit: its shard is named, and the total is the newest.
         audit.replicas[3] = replica("data-2", 1, 3, "c", 29);
         assert_eq!((audit.disagreeing_shards(), audit.total()), (vec![1], 100));
+        // A replica whose node left the group (a failed-over primary) counts for nothing.
+        audit.replicas[3].member = false;
+        audit.replicas.push(replica("data-0", 1, 9, "d", 1));
+        audit.replicas[4].member = false;
+        assert_eq!((audit.disagreeing_shards(), audit.total()), (vec![], 100));
     }
 }

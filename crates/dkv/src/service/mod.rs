@@ -17,6 +17,7 @@ mod client;
 mod core;
 mod log;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use virga_log::{LogError, LogOptions, OpenMode, RecordLog, SyncPolicy};
 
 use parking_lot::Mutex;
 
+use crate::config::ConfigState;
 use crate::record_io::append_all;
 use virga_net::role::{Detached, IoExecutor};
 
@@ -211,4 +213,37 @@ pub fn open_replica(config: ReplicaConfig, at: impl IntoStorage) -> Result<(Conf
     let replica_log = ConfigLog::replay(records.iter().map(|(lsn, bytes)| (*lsn, bytes.as_slice())))?;
     let core = ConfigCore::new(config, replica_log)?;
     Ok((core, ConfigDisk { log: Arc::new(Mutex::new(log)) }))
+}
+
+/// The configuration a stopped replica's log holds committed: every entry up to its hard
+/// state's commit index applied in order, a proposal retried under the same (client, seq)
+/// once, as the running replica applies them. For audits: the replica must not be running.
+pub fn read_committed_state(at: impl IntoStorage) -> Result<ConfigState, ServiceError> {
+    use raft::{GetEntriesContext, Storage as _};
+    let options = LogOptions { sync: SyncPolicy::None, ..LogOptions::default() };
+    let mut records = Vec::new();
+    RecordLog::open_with(at, options, OpenMode::Repair, |lsn, payload| records.push((lsn, payload.to_vec())))?;
+    let log = ConfigLog::replay(records.iter().map(|(lsn, bytes)| (*lsn, bytes.as_slice())))?;
+    let commit = log.hard_state().commit.min(log.last_index().unwrap_or(0));
+    let mut state = ConfigState::new();
+    if commit == 0 {
+        return Ok(state);
+    }
+    let entries = log
+        .entries(1, commit + 1, None, GetEntriesContext::empty(false))
+        .map_err(|error| ServiceError::BadConfig { field: "log", reason: error.to_string() })?;
+    let mut sessions: BTreeMap<String, u64> = BTreeMap::new();
+    for entry in entries {
+        let proposal = (entry.get_entry_type() == raft::eraftpb::EntryType::EntryNormal && !entry.data.is_empty())
+            .then(|| crate::wire::decode_proposal(&entry.data).ok())
+            .flatten();
+        match proposal {
+            Some(proposal) if sessions.get(&proposal.client).is_none_or(|seq| *seq < proposal.seq) => {
+                let _ = state.apply(entry.index, &proposal.command);
+                sessions.insert(proposal.client, proposal.seq);
+            }
+            _ => state.skip_to(entry.index),
+        }
+    }
+    Ok(state)
 }
