@@ -17,6 +17,42 @@ pub enum ClusterCommand {
     /// process from a directory, serving the client API until stopped; the same command
     /// restarts it from the directory.
     Up(ClusterUpArgs),
+    /// Writes a cluster whose roles run as processes of their own over gRPC on loopback
+    /// ports from --base-port, and prints the command of each role.
+    Init(ClusterInitArgs),
+    /// Runs one role of a `cluster init` cluster (config-1..3, data-N or api) until SIGTERM;
+    /// the same command restarts it from the directory.
+    Node(ClusterNodeArgs),
+}
+
+#[derive(Args)]
+pub struct ClusterInitArgs {
+    /// The cluster's directory (must hold no cluster).
+    #[arg(long)]
+    pub dir: PathBuf,
+    #[arg(long, default_value_t = 3, value_parser = crate::limits::count_u64_between(1, 1024))]
+    pub shards: u64,
+    /// Replicas per shard: an odd count 2f+1.
+    #[arg(long, default_value_t = 3, value_parser = crate::limits::count_u64_between(1, 9))]
+    pub replicas: u64,
+    /// Data nodes, at least the replicas (default twice the replicas).
+    #[arg(long, value_parser = crate::limits::count_u64_between(1, 64))]
+    pub data_nodes: Option<u64>,
+    /// The configuration replicas listen from this port, then the data nodes, then the API.
+    #[arg(long, default_value_t = 7401, value_parser = crate::limits::count_u64_between(1024, 65000))]
+    pub base_port: u64,
+}
+
+#[derive(Args)]
+pub struct ClusterNodeArgs {
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The role: config-1, config-2, config-3, data-N or api.
+    #[arg(long)]
+    pub id: String,
+    /// Fsync each group of records before acknowledging it (group) or never (none).
+    #[arg(long, default_value = "group", value_parser = ["group", "none"])]
+    pub sync: String,
 }
 
 #[derive(Args)]
@@ -44,6 +80,8 @@ pub struct ClusterUpArgs {
 pub fn run(command: &ClusterCommand) -> anyhow::Result<ExitCode> {
     match command {
         ClusterCommand::Up(args) => up(args),
+        ClusterCommand::Init(args) => init(args),
+        ClusterCommand::Node(args) => node(args),
     }
 }
 
@@ -93,6 +131,48 @@ fn up(args: &ClusterUpArgs) -> anyhow::Result<ExitCode> {
         eprintln!("stopping");
         cluster.stop().await;
         eprintln!("stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn init(args: &ClusterInitArgs) -> anyhow::Result<ExitCode> {
+    let replicas = args.replicas as usize;
+    let shape = ClusterShape {
+        shards: args.shards as u32,
+        replicas,
+        data_nodes: args.data_nodes.map_or(2 * replicas, |nodes| nodes as usize),
+    };
+    let plan = virga_dkv::deploy::init_processes(&args.dir, shape, args.base_port as u16)
+        .with_context(|| format!("writing a cluster into {}", args.dir.display()))?;
+    println!(
+        "a cluster of {} shards × {} replicas in {}; start each role:",
+        shape.shards,
+        shape.replicas,
+        args.dir.display()
+    );
+    for (role, address) in &plan.roles {
+        println!("  virga kv cluster node --dir {} --id {role} &    # {address}", args.dir.display());
+    }
+    if let Some(address) = plan.address(virga_dkv::deploy::API_ROLE) {
+        println!("then: virga kv --addr {address} put k v");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn node(args: &ClusterNodeArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async {
+        let options = ClusterOptions { sync: args.sync == "group", ..ClusterOptions::default() };
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(crate::node::stop_on_signal(stop));
+        let role = args.id.clone();
+        virga_dkv::deploy::run_role(&args.dir, &args.id, &options, stopped, move |address| {
+            // Tests and scripts wait for this line.
+            println!("{role} serving on http://{address}");
+        })
+        .await
+        .with_context(|| format!("running {} of {}", args.id, args.dir.display()))?;
+        eprintln!("{} stopped", args.id);
         Ok(ExitCode::SUCCESS)
     })
 }

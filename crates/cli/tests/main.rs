@@ -4,6 +4,7 @@
 mod cli;
 mod kv;
 mod kv_cluster;
+mod kv_processes;
 mod ledger;
 mod node;
 mod sim;

@@ -71,6 +71,11 @@ impl ClusterAudit {
 pub fn audit_cluster(dir: &Path, prefix: &[u8]) -> Result<ClusterAudit, DeployError> {
     let layout = read_layout(dir)?;
     let map = initial_map(&layout.shape)?;
+    // No role may be running: replaying a live log would race its writer.
+    let _locks = super::role_names(&layout.shape)
+        .iter()
+        .map(|role| super::lock_role(dir, role))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut newest = map.clone();
     for (_, name) in super::config_peers() {
         let path = dir.join(&name);

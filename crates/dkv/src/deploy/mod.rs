@@ -11,8 +11,10 @@
 //! backups hold the prepare durably (with `sync`).
 
 mod audit;
+mod process;
 
 pub use self::audit::{audit_cluster, ClusterAudit, ReplicaAudit};
+pub use self::process::{init_processes, run_role, ProcessPlan, API_ROLE};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -82,6 +84,37 @@ pub enum DeployError {
     Open { role: String, error: String },
     #[error("{0}")]
     NotStarted(String),
+    #[error("{role} of {dir} is running in another process (it holds {dir}/{role}.lock); stop it first")]
+    InUse { role: String, dir: PathBuf },
+}
+
+/// Holds `role`'s lock in `dir` for as long as it lives.
+pub(crate) struct RoleLock {
+    _file: std::fs::File,
+}
+
+/// Takes `role`'s advisory lock in `dir`, or says who holds it.
+pub(crate) fn lock_role(dir: &Path, role: &str) -> Result<RoleLock, DeployError> {
+    let path = dir.join(format!("{role}.lock"));
+    let file =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io_error(&path))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(RoleLock { _file: file }),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            Err(DeployError::InUse { role: role.to_string(), dir: dir.to_path_buf() })
+        }
+        Err(error) => Err(DeployError::Io { path, error: error.into() }),
+    }
+}
+
+/// Every role's name in a cluster of this shape, the API server's included.
+pub(crate) fn role_names(shape: &ClusterShape) -> Vec<String> {
+    config_peers()
+        .into_iter()
+        .map(|(_, name)| name)
+        .chain((0..shape.data_nodes).map(|index| format!("data-{index}")))
+        .chain([process::API_ROLE.to_string()])
+        .collect()
 }
 
 /// What `cluster.txt` holds.
@@ -90,6 +123,8 @@ pub(crate) struct LayoutFile {
     pub(crate) shape: ClusterShape,
     /// How many times the cluster has been opened (the client core's id).
     pub(crate) incarnation: u32,
+    /// For a cluster of processes (`virga kv cluster init`): the first of its roles' ports.
+    pub(crate) base_port: Option<u16>,
 }
 
 fn describe(shape: &ClusterShape) -> String {
@@ -99,10 +134,14 @@ fn describe(shape: &ClusterShape) -> String {
 impl LayoutFile {
     fn encode(&self) -> String {
         let shape = &self.shape;
-        format!(
+        let mut text = format!(
             "virga kv cluster 1\nshards {}\nreplicas {}\ndata_nodes {}\nincarnation {}\n",
             shape.shards, shape.replicas, shape.data_nodes, self.incarnation
-        )
+        );
+        if let Some(port) = self.base_port {
+            text.push_str(&format!("base_port {port}\n"));
+        }
+        text
     }
 
     fn decode(text: &str) -> Result<LayoutFile, String> {
@@ -120,11 +159,19 @@ impl LayoutFile {
         let replicas = field("replicas")? as usize;
         let data_nodes = field("data_nodes")? as usize;
         let incarnation = u32::try_from(field("incarnation")?).map_err(|_| "incarnation overflows".to_string())?;
-        Ok(LayoutFile { shape: ClusterShape { shards, replicas, data_nodes }, incarnation })
+        let base_port = match lines.next() {
+            None => None,
+            Some(line) => {
+                let value = line.strip_prefix("base_port ").ok_or_else(|| format!("`{line}` after the incarnation"))?;
+                Some(value.parse().map_err(|_| format!("`base_port` is not a port: {value:?}"))?)
+            }
+        };
+        let shape = ClusterShape { shards, replicas, data_nodes };
+        Ok(LayoutFile { shape, incarnation, base_port })
     }
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> DeployError + '_ {
+pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> DeployError + '_ {
     move |error| DeployError::Io { path: path.to_path_buf(), error }
 }
 
@@ -156,7 +203,7 @@ fn open_layout(dir: &Path, shape: Option<ClusterShape>) -> Result<LayoutFile, De
             stored
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            LayoutFile { shape: shape.unwrap_or_default(), incarnation: 0 }
+            LayoutFile { shape: shape.unwrap_or_default(), incarnation: 0, base_port: None }
         }
         Err(error) => return Err(DeployError::Io { path, error }),
     };
@@ -164,12 +211,17 @@ fn open_layout(dir: &Path, shape: Option<ClusterShape>) -> Result<LayoutFile, De
         .incarnation
         .checked_add(1)
         .ok_or_else(|| DeployError::BadLayoutFile { path: path.clone(), problem: "opened too often".to_string() })?;
-    let staged = dir.join(format!("{LAYOUT_FILE}.new"));
-    std::fs::write(&staged, layout.encode()).map_err(io_error(&staged))?;
+    write_durably(dir, LAYOUT_FILE, &layout.encode())?;
+    Ok(layout)
+}
+
+/// Writes `text` to `dir/name` so that a crash leaves the old file or the new one whole.
+pub(crate) fn write_durably(dir: &Path, name: &str, text: &str) -> Result<(), DeployError> {
+    let (path, staged) = (dir.join(name), dir.join(format!("{name}.new")));
+    std::fs::write(&staged, text).map_err(io_error(&staged))?;
     std::fs::File::open(&staged).and_then(|file| file.sync_all()).map_err(io_error(&staged))?;
     std::fs::rename(&staged, &path).map_err(io_error(&path))?;
-    std::fs::File::open(dir).and_then(|file| file.sync_all()).map_err(io_error(dir))?;
-    Ok(layout)
+    std::fs::File::open(dir).and_then(|file| file.sync_all()).map_err(io_error(dir))
 }
 
 /// The first layout of a shape: its shards' replicas placed round robin over the data nodes.
@@ -186,7 +238,7 @@ pub fn initial_map(shape: &ClusterShape) -> Result<ShardMap, DeployError> {
         .map_err(|error| DeployError::Layout(error.to_string()))
 }
 
-fn config_peers() -> Vec<(u64, String)> {
+pub(crate) fn config_peers() -> Vec<(u64, String)> {
     (1..=CONFIG_REPLICAS).map(|id| (id, format!("config-{id}"))).collect()
 }
 
@@ -205,6 +257,7 @@ impl<R: virga_net::role::Role> Runner<R> {
 
 /// A running cluster.
 pub struct LocalCluster {
+    _locks: Vec<RoleLock>,
     shape: ClusterShape,
     incarnation: u32,
     config: Vec<Runner<ConfigCore>>,
@@ -220,6 +273,11 @@ impl LocalCluster {
         shape: Option<ClusterShape>,
         options: &ClusterOptions,
     ) -> Result<LocalCluster, DeployError> {
+        // Every role of the directory's cluster is this process's: none may run elsewhere.
+        let stored = if is_cluster_dir(dir) { Some(read_layout(dir)?.shape) } else { None };
+        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let locked = stored.or(shape).unwrap_or_default();
+        let locks = role_names(&locked).iter().map(|role| lock_role(dir, role)).collect::<Result<Vec<_>, _>>()?;
         let layout = open_layout(dir, shape)?;
         let map = initial_map(&layout.shape)?;
         let inproc = InProc::new();
@@ -266,6 +324,7 @@ impl LocalCluster {
         let (stop, stopped) = watch::channel(false);
         let running = mailbox.run(name, TxnClient::new(client_config), Arc::clone(&inproc) as _, NoIo, stopped);
         Ok(LocalCluster {
+            _locks: locks,
             shape: layout.shape,
             incarnation: layout.incarnation,
             config,
@@ -315,11 +374,11 @@ impl LocalCluster {
     }
 }
 
-fn open_failed(role: &str, error: String) -> DeployError {
+pub(crate) fn open_failed(role: &str, error: String) -> DeployError {
     DeployError::Open { role: role.to_string(), error }
 }
 
-fn storage(dir: &Path, name: &str) -> Result<Arc<dyn Storage>, DeployError> {
+pub(crate) fn storage(dir: &Path, name: &str) -> Result<Arc<dyn Storage>, DeployError> {
     let path = dir.join(name);
     let storage = FileStorage::create_dir_all(&path).map_err(io_error(&path))?;
     Ok(Arc::new(storage))
@@ -372,8 +431,15 @@ mod tests {
 
     #[test]
     fn the_layout_file_round_trips_and_names_what_is_wrong() {
-        let layout = LayoutFile { shape: ClusterShape { shards: 4, replicas: 5, data_nodes: 7 }, incarnation: 9 };
+        let layout = LayoutFile {
+            shape: ClusterShape { shards: 4, replicas: 5, data_nodes: 7 },
+            incarnation: 9,
+            base_port: None,
+        };
         assert_eq!(LayoutFile::decode(&layout.encode()), Ok(layout));
+        let ported = LayoutFile { base_port: Some(7400), ..layout };
+        assert_eq!(LayoutFile::decode(&ported.encode()), Ok(ported));
+        assert!(LayoutFile::decode(&format!("{}port 1\n", layout.encode())).is_err());
         let wrong = layout.encode().replace("replicas 5", "replicas five");
         assert_eq!(LayoutFile::decode(&wrong), Err("`replicas` is not a number: \"five\"".to_string()));
         assert!(LayoutFile::decode("hello").unwrap_err().contains("not a virga kv cluster layout"));
@@ -386,11 +452,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let shape = ClusterShape { shards: 2, replicas: 3, data_nodes: 3 };
         assert_eq!(open_layout(dir.path(), Some(shape)).unwrap().incarnation, 1);
-        assert_eq!(open_layout(dir.path(), None).unwrap(), LayoutFile { shape, incarnation: 2 });
+        assert_eq!(open_layout(dir.path(), None).unwrap(), LayoutFile { shape, incarnation: 2, base_port: None });
         let other = ClusterShape { shards: 3, ..shape };
         let refused = open_layout(dir.path(), Some(other)).unwrap_err();
         assert!(matches!(refused, DeployError::ShapeMismatch { .. }), "{refused}");
         assert_eq!(open_layout(dir.path(), Some(shape)).unwrap().incarnation, 3);
+    }
+
+    #[test]
+    fn a_role_runs_in_one_process_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_role(dir.path(), "data-0").unwrap();
+        let refused = lock_role(dir.path(), "data-0").map(|_| ()).unwrap_err();
+        assert!(
+            refused.to_string().contains("data-0 of") && refused.to_string().contains("stop it first"),
+            "{refused}"
+        );
+        assert!(lock_role(dir.path(), "data-1").is_ok());
+        drop(held);
+        assert!(lock_role(dir.path(), "data-0").is_ok());
     }
 
     #[test]
