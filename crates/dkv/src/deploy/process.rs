@@ -7,7 +7,6 @@
 //! was down stays out of that shard's group).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -230,38 +229,36 @@ fn serve_api(_: TcpListener, _: Kv<LocalKv>, _: watch::Receiver<bool>) -> Result
 
 /// Proposes the first layout (refused, harmlessly, once one is installed) and waits for the
 /// service's answer.
-fn propose_install(
+async fn propose_install(
     transport: Arc<Grpc>,
     replicas: &[String],
     map: crate::ShardMap,
     client_id: u32,
     within: Duration,
-) -> impl Future<Output = Result<(), DeployError>> + '_ {
-    async move {
-        let session = format!("admin@{client_id}");
-        let (stop, stopped) = watch::channel(false);
-        let admin = Mailbox::<ConfigClient>::new().run(
-            session.clone(),
-            ConfigClient::new(ConfigClientConfig::new(&session, replicas.to_vec())),
-            transport as Arc<dyn Transport<Dkv>>,
-            NoIo,
-            stopped,
-        );
-        admin.input(vec![ConfigCommand::Install(map)]);
-        let started = Instant::now();
-        let mut answered = false;
-        while !answered && started.elapsed() < within {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            answered = admin.with_core(|admin| !admin.outcomes().is_empty());
-        }
-        let _ = stop.send(true);
-        admin.join().await;
-        if answered {
-            Ok(())
-        } else {
-            Err(DeployError::NotStarted(format!(
-                "the configuration service did not answer within {within:?}: are config-1, config-2 and config-3 running?"
-            )))
-        }
+) -> Result<(), DeployError> {
+    let session = format!("admin@{client_id}");
+    let (stop, stopped) = watch::channel(false);
+    let admin = Mailbox::<ConfigClient>::new().run(
+        session.clone(),
+        ConfigClient::new(ConfigClientConfig::new(&session, replicas.to_vec())),
+        transport as Arc<dyn Transport<Dkv>>,
+        NoIo,
+        stopped,
+    );
+    admin.input(vec![ConfigCommand::Install(map)]);
+    let started = Instant::now();
+    let mut answered = false;
+    while !answered && started.elapsed() < within {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        answered = admin.with_core(|admin| !admin.outcomes().is_empty());
+    }
+    let _ = stop.send(true);
+    admin.join().await;
+    if answered {
+        Ok(())
+    } else {
+        Err(DeployError::NotStarted(format!(
+            "the configuration service did not answer within {within:?}: are config-1, config-2 and config-3 running?"
+        )))
     }
 }
