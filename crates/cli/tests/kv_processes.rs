@@ -61,11 +61,14 @@ fn start(dir: &Path, id: &str) -> Child {
         }
     });
     loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("{id} did not start: {}", std::fs::read_to_string(&log).unwrap_or_default()));
-        if line.contains("serving on") {
-            return child;
+        match lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line.contains("serving on") => return child,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{id} did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
         }
     }
 }
