@@ -5,6 +5,7 @@
 //! counts (the paper's Figs. 8 and 9a).
 
 pub mod dkv;
+pub mod dkv_etcd;
 pub mod kv;
 pub mod ledger;
 #[cfg(feature = "peers")]

@@ -11,6 +11,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use virga_bench::dkv::{run_store, DkvBenchConfig, DkvBenchReport, DkvNet};
+use virga_bench::dkv_etcd::{etcd_available, run_etcd, EtcdReport};
 use virga_bench::kv::runner::{self, RunOptions, RunReport};
 use virga_bench::kv::virga::VirgaBackend;
 use virga_bench::kv::ycsb_t::{YcsbT, YcsbTConfig};
@@ -71,6 +72,10 @@ pub struct DkvBenchArgs {
     runs: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Also run etcd (a three-member cluster on loopback, fsync on, linearizable reads) on the
+    /// same transactions in each round; needs `etcd` on PATH (`apt-get install etcd-server`).
+    #[arg(long)]
+    peers: bool,
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -93,6 +98,59 @@ struct Output {
     ratio: f64,
     store: Vec<DkvBenchReport>,
     single_node: Vec<RunReport>,
+    /// With `--peers`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    etcd: Option<EtcdOutput>,
+}
+
+/// etcd's figures with `--peers`.
+#[derive(Serialize)]
+struct EtcdOutput {
+    /// Medians over the runs.
+    etcd_committed_per_sec: f64,
+    etcd_abort_rate: f64,
+    /// The store's median over etcd's.
+    store_over_etcd: f64,
+    etcd: Vec<EtcdReport>,
+}
+
+impl EtcdOutput {
+    fn new(runs: Vec<EtcdReport>, store_committed_per_sec: f64) -> EtcdOutput {
+        let committed_per_sec = median(&mut runs.iter().map(|r| r.committed_per_sec).collect::<Vec<_>>());
+        EtcdOutput {
+            etcd_committed_per_sec: committed_per_sec,
+            etcd_abort_rate: median(&mut runs.iter().map(|r| r.abort_rate).collect::<Vec<_>>()),
+            store_over_etcd: store_committed_per_sec / committed_per_sec.max(1e-9),
+            etcd: runs,
+        }
+    }
+
+    fn print(&self) {
+        println!(
+            "etcd:   {:.0} committed/s (median; runs {}), abort rate {:.2}%",
+            self.etcd_committed_per_sec,
+            spread(&self.etcd.iter().map(|r| r.committed_per_sec).collect::<Vec<_>>()),
+            self.etcd_abort_rate * 100.0
+        );
+        println!("store / etcd: {:.2}", self.store_over_etcd);
+    }
+}
+
+/// One etcd run of round `run`, printed as it ends.
+fn etcd_run(config: &DkvBenchConfig, workload: &YcsbT, run: usize) -> Result<EtcdReport> {
+    let report = run_etcd(config, workload)?;
+    eprintln!(
+        "  run {}: etcd   {:>9.0} committed/s, abort rate {:.2}%{}",
+        run + 1,
+        report.committed_per_sec,
+        report.abort_rate * 100.0,
+        if report.errors > 0 {
+            format!(", {} failed calls ({:?})", report.errors, report.first_error)
+        } else {
+            String::new()
+        }
+    );
+    Ok(report)
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -133,6 +191,9 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
     if args.replicas % 2 != 1 {
         bail!("--replicas {} is even: a shard has one primary and 2f backups", args.replicas);
     }
+    if args.peers {
+        etcd_available().map_err(anyhow::Error::msg)?;
+    }
     let workload =
         YcsbT::new(YcsbTConfig { records: args.records, value_size: args.value_size, ..YcsbTConfig::default() })?;
     let sync = match args.sync {
@@ -145,6 +206,7 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
     );
     let mut store = Vec::new();
     let mut engine = Vec::new();
+    let mut etcd = Vec::new();
     for run in 0..args.runs {
         let config = DkvBenchConfig {
             net: match args.transport {
@@ -176,6 +238,9 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
             report.abort_rate * 100.0
         );
         engine.push(report);
+        if args.peers {
+            etcd.push(etcd_run(&config, &workload, run)?);
+        }
     }
     let mut store_rates: Vec<f64> = store.iter().map(|r| r.committed_per_sec).collect();
     let mut engine_rates: Vec<f64> = engine.iter().map(|r| r.committed_per_sec).collect();
@@ -195,6 +260,7 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
         single_node_committed_per_sec: median(&mut engine_rates.clone()),
         single_node_abort_rate: median(&mut engine.iter().map(|r| r.abort_rate).collect::<Vec<_>>()),
         ratio: median(&mut store_rates) / median(&mut engine_rates).max(1e-9),
+        etcd: args.peers.then(|| EtcdOutput::new(etcd, median(&mut store_rates.clone()))),
         store,
         single_node: engine,
     };
@@ -211,6 +277,9 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
         output.single_node_abort_rate * 100.0
     );
     println!("store / engine: {:.2}", output.ratio);
+    if let Some(etcd) = &output.etcd {
+        etcd.print();
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&output)?)?;
         eprintln!("wrote {}", path.display());

@@ -1,6 +1,7 @@
 //! The crate's integration tests, linked into one binary: one link of the whole stack
 //! instead of one per file. Each module is a concern of its own.
 
+mod bench_dkv;
 mod cli;
 mod kv;
 mod kv_cluster;
