@@ -142,6 +142,7 @@ fn the_missing_binary_names_the_package_to_install() {
 
 fn tiny_config() -> DkvBenchConfig {
     DkvBenchConfig {
+        net: crate::dkv::DkvNet::InProc,
         shards: 1,
         replicas: 3,
         clients: 2,
