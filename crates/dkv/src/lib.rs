@@ -20,13 +20,13 @@
 //!   transactions come from programs or from interactive sessions.
 //! - [`api`]: the client library ([`api::Kv`] over a core in this process or a gRPC server)
 //!   and the `virga.kv.v1` service (`proto/kv.proto`); [`deploy`]: the whole cluster in one
-//!   process from a directory (`virga kv cluster up`).
+//!   process from a directory (`virga kv cluster up`), or a process per role (`virga kv
+//!   cluster init|node`), and the offline audit of a stopped cluster (`virga kv audit`).
 //! - [`sim`]: both in the deterministic simulator, with their checkers: the configuration
 //!   service alone (`sim::run_service`) and the whole store (`sim::txn::run_txn`, and the
 //!   scripted failover anomaly `sim::txn::lease_scenario`).
 //!
-//! Still to come: each role as a process of its own, and the benchmark over gRPC and against
-//! etcd (`virga bench dkv` runs the store in one process).
+//! Still to come: metrics, TLS, pruning of the transaction tables and logs.
 
 pub mod api;
 pub mod cache;
