@@ -8,10 +8,10 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use virga_dkv::api::grpc::RemoteKv;
 use virga_dkv::api::{Kv, KvError};
 
+use crate::kv_money::{audit, offline_audit, open_accounts, transfer, ACCOUNTS, INITIAL};
 use crate::support::text;
 
 const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
@@ -101,13 +101,7 @@ fn the_shell_reads_writes_and_exits_with_the_promised_codes_and_a_restart_keeps_
     assert_eq!((aborted.status.code(), out(&aborted)), (Some(0), "ok\naborted\n".to_string()));
 
     // A write committed between this transaction's read and its commit aborts it: 3.
-    let mut child = Command::new(VIRGA)
-        .args(["kv", "--addr", &server.address, "txn"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_txn(&server);
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     stdin.write_all(b"get k2\nput k2 mine\n").unwrap();
@@ -144,40 +138,21 @@ fn the_shell_reads_writes_and_exits_with_the_promised_codes_and_a_restart_keeps_
     assert_eq!(unreachable.status.code(), Some(2));
 }
 
-fn run_txn(server: &Server, input: &str) -> Output {
-    let mut child = Command::new(VIRGA)
+/// `virga kv txn` with its standard streams piped.
+fn spawn_txn(server: &Server) -> Child {
+    Command::new(VIRGA)
         .args(["kv", "--addr", &server.address, "txn"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+fn run_txn(server: &Server, input: &str) -> Output {
+    let mut child = spawn_txn(server);
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     child.wait_with_output().unwrap()
-}
-
-const ACCOUNTS: usize = 8;
-const INITIAL: u64 = 100;
-
-fn account(index: usize) -> Bytes {
-    Bytes::from(format!("acct-{index}"))
-}
-
-fn balance(value: Option<&Bytes>) -> u64 {
-    value.and_then(|value| std::str::from_utf8(value).ok()).and_then(|text| text.parse().ok()).unwrap_or(0)
-}
-
-/// Moves 1 from `from` to `to` and marks the transfer `mark` done, in one transaction.
-async fn transfer(kv: &Kv<RemoteKv>, from: usize, to: usize, mark: String) -> Result<(), KvError> {
-    let txn = kv.begin().await?;
-    let (a, b) = (txn.get(account(from)).await?, txn.get(account(to)).await?);
-    let (a, b) = (balance(a.as_ref()), balance(b.as_ref()));
-    if a > 0 {
-        txn.put(account(from), (a - 1).to_string()).await?;
-        txn.put(account(to), (b + 1).to_string()).await?;
-    }
-    txn.put(mark, "done").await?;
-    txn.commit().await.map(|_| ())
 }
 
 /// Transfers from `clients` tasks until the server dies; the marks of those acknowledged.
@@ -207,49 +182,14 @@ async fn transfer_until_killed(address: &str, clients: usize, round: usize) -> V
     acknowledged
 }
 
-/// The total over the accounts, and the acknowledged marks that are missing, read in one
-/// transaction: again while it aborts (the killed client's prepared transactions are being
-/// terminated by the primaries).
-async fn audit(address: &str, marks: &[String]) -> (u64, Vec<String>) {
-    let kv = Kv::new(RemoteKv::connect(address, Duration::from_secs(30)).unwrap());
-    for _ in 0..100 {
-        match audit_once(&kv, marks).await {
-            Ok(found) => return found,
-            Err(KvError::Aborted { .. }) => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(error) => panic!("the audit failed: {error}"),
-        }
-    }
-    panic!("the audit aborted 100 times");
-}
-
-async fn audit_once(kv: &Kv<RemoteKv>, marks: &[String]) -> Result<(u64, Vec<String>), KvError> {
-    let txn = kv.begin().await?;
-    let mut total = 0;
-    for index in 0..ACCOUNTS {
-        total += balance(txn.get(account(index)).await?.as_ref());
-    }
-    let mut missing = Vec::new();
-    for mark in marks {
-        if txn.get(mark.clone()).await?.is_none() {
-            missing.push(mark.clone());
-        }
-    }
-    txn.commit().await?;
-    Ok((total, missing))
-}
-
 #[test]
 fn sigkill_during_transfers_loses_no_acknowledged_commit_and_no_money() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let server = Server::start(dir.path());
-    let kv = runtime.block_on(async { Kv::new(RemoteKv::connect(&server.address, Duration::from_secs(30)).unwrap()) });
     runtime.block_on(async {
-        for index in 0..ACCOUNTS {
-            kv.put(account(index), INITIAL.to_string()).await.unwrap();
-        }
+        open_accounts(&Kv::new(RemoteKv::connect(&server.address, Duration::from_secs(30)).unwrap())).await
     });
-    drop(kv);
     let mut server = server;
     let mut marks = Vec::new();
     for round in 0..2 {
@@ -272,14 +212,7 @@ fn sigkill_during_transfers_loses_no_acknowledged_commit_and_no_money() {
     std::thread::sleep(Duration::from_secs(1));
     server.signal("-TERM");
     assert!(server.child.wait().unwrap().success());
-    let total = (INITIAL * ACCOUNTS as u64).to_string();
-    let dir_arg = dir.path().display().to_string();
-    let audit = Command::new(VIRGA)
-        .args(["kv", "audit", "--dir", &dir_arg, "--prefix", "acct-", "--expect-total", &total])
-        .output()
-        .unwrap();
-    assert!(audit.status.success(), "{}{}", out(&audit), text(&audit.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let report = offline_audit(dir.path());
     let replicas = report["replicas"].as_array().unwrap();
     assert_eq!(replicas.len(), 9, "3 shards × 3 replicas: {report}");
     let marks_committed: u64 = marks.len() as u64;

@@ -12,17 +12,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use rand::Rng;
 use virga_dkv::api::grpc::RemoteKv;
 use virga_dkv::api::{Kv, KvError};
 use virga_dkv::deploy::{initial_map, ClusterShape};
 
+use crate::kv_money::{audit, offline_audit, open_accounts, transfer, ACCOUNTS, INITIAL};
 use crate::support::text;
 
 const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
-const ACCOUNTS: usize = 8;
-const INITIAL: u64 = 100;
 
 fn shape() -> ClusterShape {
     ClusterShape { shards: 3, replicas: 3, data_nodes: 4 }
@@ -84,26 +82,6 @@ fn terminate(child: &mut Child) {
     assert!(child.wait().unwrap().success(), "a role stops cleanly on SIGTERM");
 }
 
-fn account(index: usize) -> Bytes {
-    Bytes::from(format!("acct-{index}"))
-}
-
-fn balance(value: Option<&Bytes>) -> u64 {
-    value.and_then(|value| std::str::from_utf8(value).ok()).and_then(|text| text.parse().ok()).unwrap_or(0)
-}
-
-async fn transfer(kv: &Kv<RemoteKv>, from: usize, to: usize, mark: String) -> Result<(), KvError> {
-    let txn = kv.begin().await?;
-    let (a, b) = (txn.get(account(from)).await?, txn.get(account(to)).await?);
-    let (a, b) = (balance(a.as_ref()), balance(b.as_ref()));
-    if a > 0 {
-        txn.put(account(from), (a - 1).to_string()).await?;
-        txn.put(account(to), (b + 1).to_string()).await?;
-    }
-    txn.put(mark, "done").await?;
-    txn.commit().await.map(|_| ())
-}
-
 /// Transfers until `stop`, through every fault (an error means "try the next one"); the
 /// marks of those acknowledged, with when.
 async fn keep_transferring(address: String, client: usize, stop: Arc<AtomicBool>) -> Vec<(Instant, String)> {
@@ -122,22 +100,6 @@ async fn keep_transferring(address: String, client: usize, stop: Arc<AtomicBool>
         }
     }
     acknowledged
-}
-
-async fn audit_once(kv: &Kv<RemoteKv>, marks: &[String]) -> Result<(u64, Vec<String>), KvError> {
-    let txn = kv.begin().await?;
-    let mut total = 0;
-    for index in 0..ACCOUNTS {
-        total += balance(txn.get(account(index)).await?.as_ref());
-    }
-    let mut missing = Vec::new();
-    for mark in marks {
-        if txn.get(mark.clone()).await?.is_none() {
-            missing.push(mark.clone());
-        }
-    }
-    txn.commit().await?;
-    Ok((total, missing))
 }
 
 #[test]
@@ -160,10 +122,7 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
 
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let kv = Kv::new(RemoteKv::connect(&address, Duration::from_secs(30)).unwrap());
-        for index in 0..ACCOUNTS {
-            kv.put(account(index), INITIAL.to_string()).await.unwrap();
-        }
+        open_accounts(&Kv::new(RemoteKv::connect(&address, Duration::from_secs(30)).unwrap())).await
     });
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> =
@@ -190,16 +149,7 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
     assert!(after_faults > 0, "transfers resumed after the last restart ({} in all)", acknowledged.len());
     let marks: Vec<String> = acknowledged.into_iter().map(|(_, mark)| mark).collect();
 
-    let (total, missing) = runtime.block_on(async {
-        let kv = Kv::new(RemoteKv::connect(&address, Duration::from_secs(30)).unwrap());
-        for _ in 0..100 {
-            match audit_once(&kv, &marks).await {
-                Ok(found) => return found,
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        panic!("the audit through the API never committed");
-    });
+    let (total, missing) = runtime.block_on(audit(&address, &marks));
     assert_eq!(total, INITIAL * ACCOUNTS as u64, "money is conserved");
     assert!(missing.is_empty(), "acknowledged transfers lost: {missing:?}");
 
@@ -209,14 +159,7 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
     for (_, child) in roles.iter_mut().rev() {
         terminate(child);
     }
-    let total = (INITIAL * ACCOUNTS as u64).to_string();
-    let audit = Command::new(VIRGA)
-        .args(["kv", "audit", "--dir", &dir_arg, "--prefix", "acct-", "--expect-total", &total])
-        .output()
-        .unwrap();
-    let report = text(&audit.stdout);
-    assert!(audit.status.success(), "{report}{}", text(&audit.stderr));
-    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let report = offline_audit(dir.path());
     assert!(report["map_version"].as_u64().unwrap() >= 2, "shard 0 failed over: {report}");
     let departed: Vec<&serde_json::Value> =
         report["replicas"].as_array().unwrap().iter().filter(|replica| replica["member"] == false).collect();

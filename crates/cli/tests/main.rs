@@ -5,6 +5,7 @@ mod bench_dkv;
 mod cli;
 mod kv;
 mod kv_cluster;
+mod kv_money;
 mod kv_processes;
 mod ledger;
 mod node;

@@ -167,24 +167,14 @@ pub async fn run_role(
         let mut config = ReplicaConfig::new(id, config_peers(), id + u64::from(starts) * 1000);
         config.sync = options.sync;
         let (core, disk) = open_replica(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
-        let mailbox = Mailbox::<ConfigCore>::new();
-        serve_host(listener, Host::new().with::<Dkv>(mailbox.handler()), &stop)?;
-        let running = mailbox.run(role, core, transport as _, disk, stop.clone());
-        ready(address);
-        wait(stop).await;
-        running.join().await;
+        serve_core::<ConfigCore, _>(role, core, disk, listener, transport, stop, || ready(address)).await?;
     } else if role.starts_with("data-") {
         let mut config = DataConfig::new(role, map);
         config.config_replicas = replicas;
         config.session = format!("{role}@{starts}");
         config.sync = options.sync;
         let (core, disk) = open_data_node(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
-        let mailbox = Mailbox::<DataCore>::new();
-        serve_host(listener, Host::new().with::<Dkv>(mailbox.handler()), &stop)?;
-        let running = mailbox.run(role, core, transport as _, disk, stop.clone());
-        ready(address);
-        wait(stop).await;
-        running.join().await;
+        serve_core::<DataCore, _>(role, core, disk, listener, transport, stop, || ready(address)).await?;
     } else {
         let client_id = 1_000_000 + starts;
         propose_install(transport.clone(), &replicas, map.clone(), client_id, options.start_within).await?;
@@ -204,6 +194,29 @@ pub async fn run_role(
         wait(stop).await;
         running.join().await;
     }
+    Ok(())
+}
+
+/// Runs a replica's or a data node's core, serving its peers on `listener`, until `stop`.
+async fn serve_core<R, X>(
+    role: &str,
+    core: R,
+    disk: X,
+    listener: TcpListener,
+    transport: Arc<Grpc>,
+    stop: watch::Receiver<bool>,
+    ready: impl FnOnce(),
+) -> Result<(), DeployError>
+where
+    R: virga_net::role::Role<Protocol = Dkv>,
+    X: virga_net::role::IoExecutor<R>,
+{
+    let mailbox = Mailbox::<R>::new();
+    serve_host(listener, Host::new().with::<Dkv>(mailbox.handler()), &stop)?;
+    let running = mailbox.run(role, core, transport as _, disk, stop.clone());
+    ready();
+    wait(stop).await;
+    running.join().await;
     Ok(())
 }
 
