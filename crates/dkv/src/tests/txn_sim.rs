@@ -208,3 +208,41 @@ fn a_primary_whose_group_changes_keeps_its_reads_state() {
         assert!(report.backups_added > 0, "seed {seed} rejoined a failed primary");
     }
 }
+
+/// The session driver on a bare client: a transfer's two gets go out together, before
+/// either is answered, and an answer it did not ask for (its snapshot in the future refused
+/// as invalid) is kept as an error (a `session:` violation in a run) and the work dropped.
+#[test]
+fn the_session_driver_sends_a_transfers_gets_together_and_keeps_unexpected_answers() {
+    use bytes::Bytes;
+    use virga_net::dkv_proto::{request::Body, Request};
+    use virga_net::role::{Command, Event};
+
+    use crate::client::{ClientInput, Program, TxnClient, TxnClientConfig};
+    use crate::sim::txn::SessionClient;
+    use crate::{Partitioning, ShardMap};
+
+    let data: Vec<String> = (0..3).map(|index| format!("data-{index}")).collect();
+    let map = ShardMap::place(&data, Partitioning::Hash { shards: 1 }, 1).unwrap();
+    let mut session = SessionClient::new(TxnClient::new(TxnClientConfig::new(1, map)));
+    let (from, to) = (Bytes::from_static(b"acct-000"), Bytes::from_static(b"acct-001"));
+    let transfer = Program::Transfer { from: from.clone(), to: to.clone(), amount: 5 };
+    let mut out = Vec::new();
+    session.step(1_000, Event::Input(ClientInput::Programs(vec![transfer])), &mut out);
+    let gets: Vec<Vec<u8>> = out
+        .iter()
+        .filter_map(|command| match command {
+            Command::Call { request: Request { body: Some(Body::Get(get)) }, .. } => Some(get.key.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(gets, [from.to_vec(), to.to_vec()]);
+    assert_eq!((session.driver.remaining(), session.driver.errors().len()), (1, 0));
+
+    let future = virga_storage::Timestamp::new(u64::MAX / 2, 1);
+    let snapshot = Program::SnapshotAt { keys: vec![from], at: future };
+    session.step(2_000, Event::Input(ClientInput::Programs(vec![snapshot])), &mut out);
+    let errors = session.driver.errors();
+    assert!(errors.len() == 1 && errors[0].contains("Invalid"), "{errors:?}");
+    assert_eq!(session.driver.remaining(), 1, "the transfer still waits for its reads");
+}
