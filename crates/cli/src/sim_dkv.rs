@@ -21,7 +21,8 @@ use crate::limits;
 /// replaces the seeds, so it takes none of their options.
 #[derive(Args, Debug)]
 pub struct DkvArgs {
-    /// Seeds to run, each a full run: 3 shards of 3 replicas, 3 clients, 60 programs each.
+    /// Seeds to run, each a full run: 3 shards of 3 replicas, 3 clients, 60 programs each
+    /// (the last client's run as interactive sessions, see --session-clients).
     #[arg(long, value_parser = limits::count_u64_between(1, 10_000_000), required_unless_present = "lease_scenario")]
     pub seeds: Option<u64>,
     /// The first seed; seeds run from here up.
@@ -46,6 +47,10 @@ pub struct DkvArgs {
     /// commit a write below a read the old primary served (the anomaly --lease-scenario shows).
     #[arg(long)]
     pub no_leases: bool,
+    /// How many of the 3 clients (the last ones) run their work as interactive sessions
+    /// (begin, get, put, commit, one operation at a time) instead of programs.
+    #[arg(long, value_parser = limits::count_between(0, 3), default_value_t = 1)]
+    pub session_clients: usize,
     /// Threads running seeds (default: one per core).
     #[arg(long, value_parser = limits::count_between(1, 1_024))]
     pub workers: Option<usize>,
@@ -57,7 +62,9 @@ pub struct DkvArgs {
     /// print what each saw; exit 0 only if it appears without leases and not with them.
     #[arg(
         long,
-        conflicts_with_all = ["seeds", "first_seed", "faults", "weaken", "clock", "skew", "no_leases", "workers"]
+        conflicts_with_all = [
+            "seeds", "first_seed", "faults", "weaken", "clock", "skew", "no_leases", "session_clients", "workers"
+        ]
     )]
     pub lease_scenario: bool,
 }
@@ -122,6 +129,12 @@ struct Run {
     versions_collected: u64,
     too_old: u64,
     partitions: usize,
+    session_committed: u64,
+    session_gave_up: u64,
+    session_unavailable: u64,
+    session_stale_map: u64,
+    session_outcome_unknown: u64,
+    session_aborted_attempts: u64,
     virtual_ms: u64,
     events: u64,
     trace_digest: u64,
@@ -146,6 +159,14 @@ struct Totals {
     versions_collected: u64,
     too_old: u64,
     partitions: u64,
+    /// The session clients' work: committed, given up after every attempt aborted, ended
+    /// unavailable, by a stale map or with its commit's outcome unknown; aborted attempts.
+    session_committed: u64,
+    session_gave_up: u64,
+    session_unavailable: u64,
+    session_stale_map: u64,
+    session_outcome_unknown: u64,
+    session_aborted_attempts: u64,
     events: u64,
 }
 
@@ -166,6 +187,7 @@ struct Report {
     clock: &'static str,
     skew: &'static str,
     leases: bool,
+    session_clients: usize,
     failures: Vec<Failure>,
     totals: Totals,
     /// Each seed's run (up to 1,000 seeds).
@@ -187,10 +209,12 @@ pub fn run(args: &DkvArgs) -> anyhow::Result<ExitCode> {
     let threads = args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let weakening = args.weaken.unwrap_or_default();
     eprintln!(
-        "running {seeds} seed(s) of the distributed store (faults {}, skew {}, {} clocks{}{}) from {} on {threads} thread(s)",
+        "running {seeds} seed(s) of the distributed store (faults {}, skew {}, {} clocks, {} session client(s){}{}) \
+         from {} on {threads} thread(s)",
         args.faults.name(),
         args.skew.name(),
         args.clock.name(),
+        args.session_clients,
         if args.no_leases { ", NO LEASES" } else { "" },
         weakening.name().map(|name| format!(", weakened: {name}")).unwrap_or_default(),
         args.first_seed
@@ -231,6 +255,7 @@ fn seed_options(args: &DkvArgs, seed: u64) -> TxnRunOptions {
         },
         clock: args.skew,
         leases: !args.no_leases,
+        session_clients: args.session_clients,
         ..TxnRunOptions::new(seed)
     }
 }
@@ -282,6 +307,7 @@ fn summarize(args: &DkvArgs, seeds: u64, outcomes: &[Outcome], wall_seconds: f64
         clock: args.clock.name(),
         skew: args.skew.name(),
         leases: !args.no_leases,
+        session_clients: args.session_clients,
         failures,
         totals: totals(&reports),
         runs,
@@ -311,6 +337,12 @@ fn run_of(report: &TxnRunReport) -> Run {
         versions_collected: report.versions_collected,
         too_old: report.too_old,
         partitions: report.partitions,
+        session_committed: report.session_committed,
+        session_gave_up: report.session_gave_up,
+        session_unavailable: report.session_unavailable,
+        session_stale_map: report.session_stale_map,
+        session_outcome_unknown: report.session_outcome_unknown,
+        session_aborted_attempts: report.session_aborted_attempts,
         virtual_ms: report.virtual_ms,
         events: report.events,
         trace_digest: report.trace_digest,
@@ -335,6 +367,12 @@ fn totals(reports: &[&TxnRunReport]) -> Totals {
         totals.versions_collected += report.versions_collected;
         totals.too_old += report.too_old;
         totals.partitions += report.partitions as u64;
+        totals.session_committed += report.session_committed;
+        totals.session_gave_up += report.session_gave_up;
+        totals.session_unavailable += report.session_unavailable;
+        totals.session_stale_map += report.session_stale_map;
+        totals.session_outcome_unknown += report.session_outcome_unknown;
+        totals.session_aborted_attempts += report.session_aborted_attempts;
         totals.events += report.events;
     }
     totals
@@ -345,6 +383,7 @@ fn print_summary(report: &Report) {
     eprintln!(
         "{} seed(s), {} failure(s); {} committed ({} read-only), {} aborted attempts, {} programs gave up; \
          crashes: {} backup, {} client, {} primary; {} failovers, {} terminations; {} versions collected; \
+         sessions: {} committed, {} gave up, {} unavailable, {} stale map, {} outcome unknown; \
          {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
         report.seeds,
         report.failures.len(),
@@ -358,6 +397,11 @@ fn print_summary(report: &Report) {
         totals.failovers,
         totals.terminations,
         totals.versions_collected,
+        totals.session_committed,
+        totals.session_gave_up,
+        totals.session_unavailable,
+        totals.session_stale_map,
+        totals.session_outcome_unknown,
         totals.events,
         report.timing.wall_seconds,
         report.timing.seconds_per_seed,

@@ -19,6 +19,7 @@ fn seeds_with_faults_pass_and_their_json_names_every_run() {
         (&report["faults"], &report["weaken"], &report["clock"], &report["skew"], &report["leases"]),
         (&"all".into(), &serde_json::Value::Null, &"physical".into(), &"ntp".into(), &true.into())
     );
+    assert_eq!(report["session_clients"], 1);
     assert_eq!(report["failures"], serde_json::json!([]));
     let runs = report["runs"].as_array().unwrap();
     let seeds: Vec<u64> = runs.iter().map(|run| run["seed"].as_u64().unwrap()).collect();
@@ -29,18 +30,21 @@ fn seeds_with_faults_pass_and_their_json_names_every_run() {
     }
     let totals = &report["totals"];
     let sum = |field: &str| runs.iter().map(|run| run[field].as_u64().unwrap()).sum::<u64>();
-    for field in ["committed", "committed_read_only", "aborted_attempts", "crashes", "failovers", "events"] {
+    let fields = ["committed", "committed_read_only", "aborted_attempts", "crashes", "failovers", "events"];
+    for field in fields.into_iter().chain(["session_committed", "session_aborted_attempts", "session_unavailable"]) {
         assert_eq!(totals[field].as_u64(), Some(sum(field)), "{field}: {totals}");
     }
     let crashes = totals["crashes"].as_u64().unwrap();
     let kinds = ["backup_crashes", "client_crashes", "primary_crashes"];
     assert_eq!(kinds.iter().map(|kind| totals[kind].as_u64().unwrap()).sum::<u64>(), crashes, "{totals}");
     assert!(totals["committed_read_only"].as_u64().unwrap() > 0, "the audits commit read-only: {totals}");
+    assert!(totals["session_committed"].as_u64().unwrap() > 0, "the session client commits: {totals}");
     assert!(report["timing"]["seconds_per_seed"].as_f64().unwrap() > 0.0);
 }
 
 /// `--faults none` turns off the network's faults and every crash: with no skew either,
-/// every program of every client commits (60 programs × 3 clients per seed).
+/// every program of every client commits (60 programs × 3 clients per seed), here all three
+/// clients running theirs as sessions.
 #[test]
 fn without_faults_nothing_crashes_and_every_program_commits() {
     let dir = tempfile::tempdir().unwrap();
@@ -56,6 +60,8 @@ fn without_faults_nothing_crashes_and_every_program_commits() {
         "none",
         "--clock",
         "hybrid",
+        "--session-clients",
+        "3",
         "--json",
         path.to_str().unwrap(),
     ]);
@@ -70,6 +76,7 @@ fn without_faults_nothing_crashes_and_every_program_commits() {
         assert_eq!(totals[field], 0, "{field}: {totals}");
     }
     assert_eq!(totals["committed"], 2 * 180, "{totals}");
+    assert_eq!((&report["session_clients"], &totals["session_committed"]), (&3.into(), &(2 * 180).into()), "{totals}");
 }
 
 /// Read-only transactions that skip local validation let audits see money in flight: some
@@ -132,6 +139,7 @@ fn bad_options_are_refused_before_any_seed_runs() {
         (&["--seeds", "1", "--clock", "lamport"], "--clock"),
         (&["--seeds", "1", "--skew", "gps"], "--skew"),
         (&["--seeds", "1", "--workers", "0"], "--workers"),
+        (&["--seeds", "1", "--session-clients", "4"], "--session-clients"),
         (&["--seeds", "1", "--workers", "1025"], "--workers"),
         (&["--seeds", "1", "--first-seed=-1"], "--first-seed"),
         (&["--seeds", "1", "--first-seed", "18446744073709551616"], "--first-seed"),

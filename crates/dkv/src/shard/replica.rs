@@ -433,9 +433,14 @@ impl<S: VersionedStore> ShardReplica<S> {
             if commit {
                 let key_entry = self.store.entry(&write.key);
                 let version = Version { ts: commit_ts, writer: txn, value: write.value.clone() };
-                // Validation made the version the key's newest; on a replica rebuilt from
-                // unordered records an older one may come late, and the newer stands.
-                let _ = self.store.install(&key_entry, version, self.watermark);
+                // Validation made the version the key's newest. On a replica rebuilt from
+                // unordered records (a backup that took over holding this transaction
+                // prepared but a later writer of the key committed, whose prepare the old
+                // primary took only once this one was decided) it may come late: it goes
+                // below the newer one, so reads between the two see it.
+                if self.store.install(&key_entry, version.clone(), self.watermark).is_err() {
+                    insert_below_newer(&self.store, &key_entry, version);
+                }
             }
         }
     }
@@ -449,5 +454,41 @@ impl<S: VersionedStore> ShardReplica<S> {
             }
         }
         committed.into_iter().map(|((_, txn), entry)| (txn, entry)).collect()
+    }
+}
+
+/// Puts `version` into a key's history below the newer versions it already holds (the
+/// store only appends newest-first): the history is read back version by version, and
+/// rebuilt with `version` in its place. Nothing is collected; a version of the same
+/// timestamp already there stands.
+fn insert_below_newer<S: VersionedStore>(store: &S, entry: &S::Entry, version: Version) {
+    let mut history = Vec::new();
+    let mut at = Some(Timestamp::MAX);
+    while let Some(ts) = at {
+        let Some(visible) = store.read_at(entry, ts).visible else { break };
+        at = just_below(visible.ts);
+        history.push(visible);
+    }
+    if history.iter().any(|held| held.ts == version.ts) {
+        return;
+    }
+    history.push(version);
+    history.sort_by_key(|held| held.ts);
+    let mut history = history.into_iter();
+    if let Some(oldest) = history.next() {
+        store.reset(entry, oldest);
+    }
+    for newer in history {
+        // Strictly increasing timestamps: never refused.
+        let _ = store.install(entry, newer, Timestamp::ZERO);
+    }
+}
+
+/// The greatest timestamp below `ts`, if any.
+fn just_below(ts: Timestamp) -> Option<Timestamp> {
+    match (ts.time, ts.client) {
+        (0, 0) => None,
+        (time, 0) => Some(Timestamp::new(time - 1, u32::MAX)),
+        (time, client) => Some(Timestamp::new(time, client - 1)),
     }
 }

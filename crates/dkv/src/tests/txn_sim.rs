@@ -1,5 +1,6 @@
 //! SEMEL/MILANA under the simulator: seeds with faults keep the history serializable and the
-//! money conserved, runs replay exactly, and both weakened variants are caught.
+//! money conserved, runs replay exactly, and the weakened variants are caught; one client (or
+//! all) runs its work as interactive sessions under the same faults and checks.
 
 use crate::sim::txn::lease_scenario::lease_scenario;
 use crate::sim::txn::{run_txn, TxnRunOptions, TxnRunReport, Weakening};
@@ -16,6 +17,7 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_a
     let (mut committed, mut read_only, mut aborted, mut crashes) = (0, 0, 0, 0);
     let (mut client_crashes, mut terminations, mut by_termination, mut failovers) = (0, 0, 0, 0);
     let (mut collected, mut rejoined) = (0, 0);
+    let (mut sessions_committed, mut sessions_cut_short, mut session_aborts) = (0, 0, 0);
     for seed in 0..24 {
         let options = TxnRunOptions::new(seed);
         let report = run(&options);
@@ -32,6 +34,9 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_a
         failovers += report.failovers;
         collected += report.versions_collected;
         rejoined += report.backups_added;
+        sessions_committed += report.session_committed;
+        sessions_cut_short += report.session_unavailable + report.session_stale_map + report.session_outcome_unknown;
+        session_aborts += report.session_aborted_attempts;
     }
     // The runs did what they claim: mostly committed, read-only audits among them, conflicts
     // that aborted attempts, backups and clients that crashed, and primaries that terminated
@@ -46,6 +51,22 @@ fn transfers_and_audits_stay_serializable_through_loss_partitions_skew_crashes_a
     // A failed primary that came back rejoined as a backup, with every committed
     // transaction of its shard pushed to it (the replication check covers it).
     assert!(rejoined >= 3, "{rejoined} primaries rejoined as backups");
+    // The session client's transactions committed through the same faults (its audits
+    // checked for the total like the programs'), conflicts aborted some of its attempts,
+    // and failovers outlasted its operations' deadline.
+    assert!(sessions_committed >= 24 * 40, "{sessions_committed} session transactions committed");
+    assert!(session_aborts > 100, "{session_aborts} aborted session attempts");
+    assert!(sessions_cut_short > 0, "no session ended unavailable, by a stale map or with its outcome unknown");
+}
+
+#[test]
+fn clients_that_all_run_sessions_pass_every_check() {
+    for seed in 200..202 {
+        let options = TxnRunOptions { session_clients: 3, ..TxnRunOptions::new(seed) };
+        let report = run(&options);
+        assert!(report.passed(), "seed {seed}: {:?}\nreplay: {}", report.violations, options.replay_command());
+        assert!(report.session_committed > 0 && report.session_committed == report.committed, "{report:?}");
+    }
 }
 
 #[test]
@@ -63,6 +84,10 @@ fn without_faults_or_skew_every_program_commits() {
     let report = run(&options);
     assert!(report.passed(), "{:?}", report.violations);
     assert_eq!((report.committed, report.gave_up), (180, 0));
+    // The session client's 60 transfers, audits and scans among them.
+    assert_eq!(report.session_committed, 60, "{report:?}");
+    let cut_short = report.session_unavailable + report.session_stale_map + report.session_outcome_unknown;
+    assert_eq!(cut_short, 0, "{report:?}");
 }
 
 #[test]
@@ -90,6 +115,20 @@ fn read_only_transactions_that_skip_local_validation_are_caught() {
     let caught = caught(Weakening { skip_local_validation: true, ..Weakening::default() }, 0..6);
     assert!(!caught.is_empty(), "no seed caught read-only transactions skipping local validation");
     assert!(caught.iter().flat_map(|(_, v)| v).any(|violation| violation.starts_with("money: audit")), "{caught:?}");
+}
+
+/// The session audits' money check on its own: with every client running sessions, audits
+/// that commit without local validation read totals that never existed.
+#[test]
+fn session_audits_that_skip_local_validation_are_caught() {
+    let weakening = Weakening { skip_local_validation: true, ..Weakening::default() };
+    let money = |violation: &String| violation.starts_with("money: audit") && violation.contains("(a session)");
+    // The first seed of six that catches it is enough.
+    let caught = (0..6).find(|seed| {
+        let report = run(&TxnRunOptions { weakening, session_clients: 3, ..TxnRunOptions::new(*seed) });
+        report.violations.iter().any(money)
+    });
+    assert!(caught.is_some(), "no seed of 6 caught session audits skipping local validation");
 }
 
 #[test]
@@ -145,12 +184,13 @@ fn the_replay_command_names_every_option_that_is_not_the_default() {
         client_clock: crate::client::ClientClock::Hybrid,
         clock: virga_core::clock::SkewProfile::Ptp,
         leases: false,
+        session_clients: 0,
         ..TxnRunOptions::new(9)
     };
     assert_eq!(
         options.replay_command(),
         "virga sim dkv --seeds 1 --first-seed 9 --faults none --weaken skip-latest-read --clock hybrid --skew ptp \
-         --no-leases"
+         --no-leases --session-clients 0"
     );
     let no_skew = TxnRunOptions { clock: virga_core::clock::SkewProfile::None, ..TxnRunOptions::new(0) };
     assert_eq!(no_skew.replay_command(), "virga sim dkv --seeds 1 --first-seed 0 --skew none");
@@ -167,4 +207,53 @@ fn a_primary_whose_group_changes_keeps_its_reads_state() {
         assert!(report.passed(), "seed {seed}: {:?}\nreplay: {}", report.violations, options.replay_command());
         assert!(report.backups_added > 0, "seed {seed} rejoined a failed primary");
     }
+}
+
+/// The session driver on a bare client: a transfer's two gets go out together, before
+/// either is answered, and an answer it did not ask for (its snapshot in the future refused
+/// as invalid) is kept as an error (a `session:` violation in a run) and the work dropped.
+#[test]
+fn the_session_driver_sends_a_transfers_gets_together_and_keeps_unexpected_answers() {
+    use bytes::Bytes;
+    use virga_net::dkv_proto::{request::Body, Request};
+    use virga_net::role::{Command, Event};
+
+    use crate::client::{ClientInput, Program, TxnClient, TxnClientConfig};
+    use crate::sim::txn::SessionClient;
+    use crate::{Partitioning, ShardMap};
+
+    let data: Vec<String> = (0..3).map(|index| format!("data-{index}")).collect();
+    let map = ShardMap::place(&data, Partitioning::Hash { shards: 1 }, 1).unwrap();
+    let mut session = SessionClient::new(TxnClient::new(TxnClientConfig::new(1, map)));
+    let (from, to) = (Bytes::from_static(b"acct-000"), Bytes::from_static(b"acct-001"));
+    let transfer = Program::Transfer { from: from.clone(), to: to.clone(), amount: 5 };
+    let mut out = Vec::new();
+    session.step(1_000, Event::Input(ClientInput::Programs(vec![transfer])), &mut out);
+    let gets: Vec<Vec<u8>> = out
+        .iter()
+        .filter_map(|command| match command {
+            Command::Call { request: Request { body: Some(Body::Get(get)) }, .. } => Some(get.key.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(gets, [from.to_vec(), to.to_vec()]);
+    assert_eq!((session.driver.remaining(), session.driver.errors().len()), (1, 0));
+
+    let future = virga_storage::Timestamp::new(u64::MAX / 2, 1);
+    let snapshot = Program::SnapshotAt { keys: vec![from], at: future };
+    session.step(2_000, Event::Input(ClientInput::Programs(vec![snapshot])), &mut out);
+    let errors = session.driver.errors();
+    assert!(errors.len() == 1 && errors[0].contains("Invalid"), "{errors:?}");
+    assert_eq!(session.driver.remaining(), 1, "the transfer still waits for its reads");
+}
+/// A seed of the sessions' soak: the old primary committed a transfer and, after it, a
+/// later writer of the same keys, then crashed; its backup had the later commit but the
+/// transfer only prepared, took over and committed the transfer by termination, whose
+/// versions the store refused as older than the newest (they now go below it).
+#[test]
+fn a_decision_older_than_a_version_installed_at_a_takeover_still_installs() {
+    let options = TxnRunOptions { session_clients: 3, ..TxnRunOptions::new(6357) };
+    let report = run(&options);
+    assert!(report.passed(), "{:?}\nreplay: {}", report.violations, options.replay_command());
+    assert!(report.terminations > 0 && report.failovers > 0, "{report:?}");
 }

@@ -3,11 +3,12 @@
 //! - the committed history is serializable: virga-txn's dependency-graph checker over every
 //!   client's committed transactions across shards, plus the transactions a primary's
 //!   termination committed without word from their (crashed) client;
-//! - money is conserved: every committed audit, and the primaries at the end, hold the
-//!   initial total;
+//! - money is conserved: every committed audit (by gets or by a scan, run as a program or as
+//!   a session), and the primaries at the end, hold the initial total;
 //! - committed means durable: every committed write is installed at its shard's primary at
 //!   the end (after failovers too), and every backup holds every committed transaction;
-//! - nothing stays prepared, and every live client finishes its programs.
+//! - nothing stays prepared, and every live client finishes its programs or its sessions'
+//!   work, each session operation answered as asked.
 
 use std::collections::HashMap;
 
@@ -15,8 +16,8 @@ use virga_sim::Sim;
 use virga_storage::VersionedStore;
 use virga_txn::checker;
 
-use super::{Cluster, DkvNode, TxnRunOptions, TxnRunReport, INITIAL_BALANCE};
-use crate::client::ProgramOutcome;
+use super::{Cluster, DkvNode, SessionCounts, TxnRunOptions, TxnRunReport, INITIAL_BALANCE};
+use crate::client::{ProgramOutcome, ProgramResult};
 use crate::layout::ShardMap;
 use crate::shard::TxnStatus;
 
@@ -28,7 +29,12 @@ pub(super) struct ClientViews {
 
 #[derive(Default)]
 struct ClientView {
-    results: Vec<crate::client::ProgramResult>,
+    results: Vec<ProgramResult>,
+    /// A session client's: its committed and abandoned work, its counts and the answers it
+    /// did not expect.
+    session_results: Vec<ProgramResult>,
+    sessions: SessionCounts,
+    session_errors: Vec<String>,
     history: Vec<checker::TxnRecord>,
     attempts: Vec<checker::TxnRecord>,
     committed: u64,
@@ -42,18 +48,25 @@ impl ClientViews {
     pub(super) fn observe(&mut self, sim: &Sim<DkvNode>, clients: &[String]) {
         for id in clients {
             let view = self.views.entry(id.clone()).or_default();
-            let Some(DkvNode::Client(client)) = sim.core(id) else {
+            let Some(client) = sim.core(id).and_then(DkvNode::txn_client) else {
                 view.up = false;
                 continue;
             };
             view.up = true;
+            view.outstanding = client.outstanding();
+            if let Some(DkvNode::Session(session)) = sim.core(id) {
+                let driver = &session.driver;
+                view.session_results.extend_from_slice(&driver.results()[view.session_results.len()..]);
+                view.session_errors.extend_from_slice(&driver.errors()[view.session_errors.len()..]);
+                view.sessions = driver.counts().clone();
+                view.outstanding += driver.remaining();
+            }
             view.results.extend_from_slice(&client.results()[view.results.len()..]);
             view.history.extend_from_slice(&client.history()[view.history.len()..]);
             view.attempts.extend_from_slice(&client.attempts()[view.attempts.len()..]);
             view.committed = client.stats().committed;
             view.committed_read_only = client.stats().committed_read_only;
             view.aborts = client.stats().aborts.values().sum();
-            view.outstanding = client.outstanding();
         }
     }
 }
@@ -63,6 +76,7 @@ impl ClientViews {
 pub(super) fn settled(sim: &Sim<DkvNode>, cluster: &Cluster) -> bool {
     let clients_done = cluster.clients.iter().all(|id| match sim.core(id) {
         Some(DkvNode::Client(client)) => client.outstanding() == 0,
+        Some(DkvNode::Session(session)) => session.outstanding() == 0,
         _ => true,
     });
     let nodes_done = cluster.data.iter().all(|id| match sim.core(id) {
@@ -84,37 +98,29 @@ pub(super) fn check_run(
     let mut attempts = Vec::new();
     for id in &cluster.clients {
         let Some(view) = seen.views.get(id) else { continue };
-        report.programs += view.results.len();
+        let sessions = &view.sessions;
+        report.programs += view.results.len() + view.session_results.len();
+        report.programs += (sessions.unavailable + sessions.stale_map + sessions.outcome_unknown) as usize;
         report.committed += view.committed;
         report.committed_read_only += view.committed_read_only;
         report.aborted_attempts += view.aborts;
+        report.session_committed += sessions.committed;
+        report.session_gave_up += sessions.gave_up;
+        report.session_unavailable += sessions.unavailable;
+        report.session_stale_map += sessions.stale_map;
+        report.session_outcome_unknown += sessions.outcome_unknown;
+        report.session_aborted_attempts += sessions.aborted_attempts;
         if view.up && view.outstanding > 0 {
-            report
-                .violations
-                .push(format!("liveness: {id} has {} programs or decisions outstanding", view.outstanding));
+            report.violations.push(format!(
+                "liveness: {id} has {} programs, session work or decisions outstanding",
+                view.outstanding
+            ));
         }
-        for result in &view.results {
-            match &result.outcome {
-                ProgramOutcome::Aborted { .. } => report.gave_up += 1,
-                ProgramOutcome::Committed { txn, read_only: true, .. }
-                    if result.reads.len() == options.accounts
-                        && result.scans.iter().all(|rows| rows.len() == options.accounts) =>
-                {
-                    let sum: u64 = result.reads.iter().map(|(_, value)| crate::client::balance(value.as_ref())).sum();
-                    if sum != total {
-                        report
-                            .violations
-                            .push(format!("money: audit {txn:x} of {id} read a total of {sum}, not {total}"));
-                    }
-                }
-                ProgramOutcome::Committed { txn, .. } => {
-                    // A scan of the accounts' range sees every account (none is ever deleted).
-                    if result.scans.iter().any(|rows| rows.len() != options.accounts) {
-                        report.violations.push(format!("scan: {txn:x} of {id} missed accounts: {:?}", result.scans));
-                    }
-                }
-            }
+        for error in &view.session_errors {
+            report.violations.push(format!("session: {id}: {error}"));
         }
+        check_results(id, "program", &view.results, options.accounts, total, report);
+        check_results(id, "session", &view.session_results, options.accounts, total, report);
         history.extend(view.history.iter().cloned());
         attempts.extend(view.attempts.iter().cloned());
     }
@@ -153,6 +159,47 @@ pub(super) fn check_run(
         report.violations.push(format!("serializability: {violation}"));
     }
     check_stores(sim, cluster, &history, total, report);
+}
+
+/// Every committed audit (by gets of every account, or by scans of their range) read the
+/// total; every scan saw every account (none is ever deleted). Gives up are counted.
+fn check_results(
+    id: &str,
+    kind: &str,
+    results: &[ProgramResult],
+    accounts: usize,
+    total: u64,
+    report: &mut TxnRunReport,
+) {
+    for result in results {
+        let (txn, read_only) = match &result.outcome {
+            ProgramOutcome::Aborted { .. } => {
+                report.gave_up += 1;
+                continue;
+            }
+            ProgramOutcome::Committed { txn, read_only, .. } => (*txn, *read_only),
+        };
+        if result.scans.iter().any(|rows| rows.len() != accounts) {
+            report.violations.push(format!("scan: {kind} {txn:x} of {id} missed accounts: {:?}", result.scans));
+            continue;
+        }
+        if !read_only {
+            continue;
+        }
+        let mut sums: Vec<u64> = result
+            .scans
+            .iter()
+            .map(|rows| rows.iter().map(|(_, value)| crate::client::balance(Some(value))).sum())
+            .collect();
+        if result.reads.len() == accounts {
+            sums.push(result.reads.iter().map(|(_, value)| crate::client::balance(value.as_ref())).sum());
+        }
+        if let Some(sum) = sums.into_iter().find(|sum| *sum != total) {
+            report
+                .violations
+                .push(format!("money: audit {txn:x} of {id} (a {kind}) read a total of {sum}, not {total}"));
+        }
+    }
 }
 
 /// Whether some shard primary holds `txn` as committed.

@@ -49,6 +49,8 @@ pub fn lease_scenario(leases: bool) -> Result<LeaseScenario, SimError> {
         shards: 1,
         data_nodes: 3,
         clients: 2,
+        // Both clients run the scripted programs.
+        session_clients: 0,
         accounts: 1,
         faults: false,
         clock: SkewProfile::None,

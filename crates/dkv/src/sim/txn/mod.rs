@@ -2,11 +2,13 @@
 //! holding 3 shards of 3 replicas, and clients moving money between accounts while auditing
 //! the total, under message loss, duplication, reordering, partitions, skewed clocks, and
 //! crashes of backups, primaries (which fail over) and clients (whose transactions the
-//! primaries terminate). The checks are in `checks`.
+//! primaries terminate). The last clients run their work as interactive sessions
+//! (`session`) rather than programs. The checks are in `checks`.
 
 mod checks;
 pub mod lease_scenario;
 mod node;
+mod session;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,6 +25,7 @@ use virga_net::role::IoExecutor;
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, SimError};
 
 pub use self::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
+pub use self::session::{SessionClient, SessionCounts, SessionDriver};
 use crate::client::{ClientClock, Program, TxnClient, TxnClientConfig};
 use crate::config::ConfigCommand;
 use crate::layout::{Partitioning, ShardMap};
@@ -31,6 +34,9 @@ use crate::shard::{open_data_node, DataConfig, Weakened};
 
 /// Every account's balance at the start.
 const INITIAL_BALANCE: u64 = 1000;
+/// How long a session client's operation waits for the primaries: shorter than a
+/// failover, so some sessions end unavailable or with their outcome unknown.
+const SESSION_OP_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Deliberately broken variants the checks must catch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -88,6 +94,9 @@ pub struct TxnRunOptions {
     pub shards: u32,
     pub data_nodes: usize,
     pub clients: usize,
+    /// How many of the clients (the last ones) run their work as interactive sessions
+    /// instead of programs: the same transfers, audits and scans, one operation at a time.
+    pub session_clients: usize,
     pub accounts: usize,
     /// Programs per client; every fourth is an audit of all accounts.
     pub programs: usize,
@@ -115,6 +124,7 @@ impl TxnRunOptions {
             shards: 3,
             data_nodes: 6,
             clients: 3,
+            session_clients: 1,
             accounts: 12,
             programs: 60,
             faults: true,
@@ -131,7 +141,8 @@ impl TxnRunOptions {
 
     /// The `virga sim dkv` command that runs this seed alone with these options. It names
     /// every option the command sets that differs from its default: faults (the network's and
-    /// the crashes together), the weakening, the clients' clock, the skew and the leases. What
+    /// the crashes together), the weakening, the clients' clock, the skew, the leases and the
+    /// session clients. What
     /// the command cannot set (faults with a crash kind off, the layout, the workload) it runs
     /// as [`TxnRunOptions::new`] has it, so options that change those do not replay.
     pub fn replay_command(&self) -> String {
@@ -151,6 +162,9 @@ impl TxnRunOptions {
         if !self.leases {
             command.push_str(" --no-leases");
         }
+        if self.session_clients != TxnRunOptions::new(self.seed).session_clients {
+            command.push_str(&format!(" --session-clients {}", self.session_clients));
+        }
         command
     }
 }
@@ -160,6 +174,8 @@ impl TxnRunOptions {
 pub struct TxnRunReport {
     pub seed: u64,
     pub violations: Vec<String>,
+    /// Programs and session work that ended (committed, gave up, or, for sessions,
+    /// unavailable or of unknown outcome).
     pub programs: usize,
     pub committed: u64,
     pub committed_read_only: u64,
@@ -181,6 +197,14 @@ pub struct TxnRunReport {
     pub terminations: u64,
     pub committed_by_termination: usize,
     pub partitions: usize,
+    /// The session clients' work: committed, aborted on every attempt, ended unavailable,
+    /// by a stale map, or with its commit's outcome unknown; and their aborted attempts.
+    pub session_committed: u64,
+    pub session_gave_up: u64,
+    pub session_unavailable: u64,
+    pub session_stale_map: u64,
+    pub session_outcome_unknown: u64,
+    pub session_aborted_attempts: u64,
     pub virtual_ms: u64,
     pub events: u64,
     pub trace_digest: u64,
@@ -248,6 +272,11 @@ pub(super) fn open_node(
         config.skip_local_validation = options.weakening.skip_local_validation;
         config.config_replicas = cluster.config.clone();
         config.clock = options.client_clock;
+        if index >= options.clients.saturating_sub(options.session_clients) {
+            config.op_deadline = SESSION_OP_DEADLINE;
+            let session = SessionClient::new(TxnClient::new(config));
+            return (DkvNode::Session(Box::new(session)), Box::new(DkvDisk::None));
+        }
         return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
     }
     if id == ADMIN {
@@ -289,7 +318,8 @@ pub(super) fn open_node(
 }
 
 /// The programs of one client: transfers between random accounts; every fourth an audit,
-/// by gets or (every eighth) by a scan of the accounts' range.
+/// by gets or (every eighth) by a scan of the accounts' range. A session client runs the
+/// same work as sessions.
 fn programs(rng: &mut StdRng, options: &TxnRunOptions) -> Vec<Program> {
     let all: Vec<Bytes> = (0..options.accounts).map(account).collect();
     (0..options.programs)

@@ -1,11 +1,13 @@
 //! Every role of the distributed store as one [`Role`] for the simulator: configuration
-//! replicas, the administrator that installs the layout, data nodes and transaction clients.
+//! replicas, the administrator that installs the layout, data nodes and transaction clients
+//! (running programs, or running their work as interactive sessions).
 
 use std::convert::Infallible;
 
 use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
 use virga_net::Dkv;
 
+use super::session::SessionClient;
 use crate::client::{ClientInput, Program, TxnClient};
 use crate::config::ConfigCommand;
 use crate::service::{ConfigClient, ConfigCore, ConfigDisk, ConfigIo, ConfigIoDone};
@@ -16,6 +18,18 @@ pub enum DkvNode {
     Admin(Box<ConfigClient>),
     Data(Box<DataCore>),
     Client(Box<TxnClient>),
+    Session(Box<SessionClient>),
+}
+
+impl DkvNode {
+    /// The transaction client of a client node, whichever way it runs its work.
+    pub fn txn_client(&self) -> Option<&TxnClient> {
+        match self {
+            DkvNode::Client(client) => Some(client),
+            DkvNode::Session(session) => Some(&session.client),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -30,7 +44,8 @@ pub enum DkvIoDone {
     Data(DataIoDone),
 }
 
-/// Work for a node's user: commands for the administrator, programs for a client.
+/// Work for a node's user: commands for the administrator, programs for a client (a
+/// session client runs each as a session).
 #[derive(Debug)]
 pub enum DkvInput {
     Commands(Vec<ConfigCommand>),
@@ -134,6 +149,17 @@ impl Role for DkvNode {
                 let mut client_commands = Vec::new();
                 if let Some(event) = narrow(event, |_| None, input) {
                     client.step(now, event, &mut client_commands);
+                }
+                widen(client_commands, never, out);
+            }
+            DkvNode::Session(session) => {
+                let input = |work| match work {
+                    DkvInput::Programs(programs) => Some(ClientInput::Programs(programs)),
+                    DkvInput::Commands(_) => None,
+                };
+                let mut client_commands = Vec::new();
+                if let Some(event) = narrow(event, |_| None, input) {
+                    session.step(now, event, &mut client_commands);
                 }
                 widen(client_commands, never, out);
             }
