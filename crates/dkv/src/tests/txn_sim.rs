@@ -246,14 +246,3 @@ fn the_session_driver_sends_a_transfers_gets_together_and_keeps_unexpected_answe
     assert!(errors.len() == 1 && errors[0].contains("Invalid"), "{errors:?}");
     assert_eq!(session.driver.remaining(), 1, "the transfer still waits for its reads");
 }
-/// A seed of the sessions' soak: the old primary committed a transfer and, after it, a
-/// later writer of the same keys, then crashed; its backup had the later commit but the
-/// transfer only prepared, took over and committed the transfer by termination, whose
-/// versions the store refused as older than the newest (they now go below it).
-#[test]
-fn a_decision_older_than_a_version_installed_at_a_takeover_still_installs() {
-    let options = TxnRunOptions { session_clients: 3, ..TxnRunOptions::new(6357) };
-    let report = run(&options);
-    assert!(report.passed(), "{:?}\nreplay: {}", report.violations, options.replay_command());
-    assert!(report.terminations > 0 && report.failovers > 0, "{report:?}");
-}
