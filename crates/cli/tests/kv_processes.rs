@@ -71,6 +71,16 @@ fn start(dir: &Path, id: &str) -> Child {
     }
 }
 
+/// A role's process, killed and reaped if the test ends (or fails) while it runs.
+struct RoleProcess(Child);
+
+impl Drop for RoleProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn kill(child: &mut Child) {
     child.kill().unwrap();
     child.wait().unwrap();
@@ -114,7 +124,8 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
         .unwrap();
     assert!(init.status.success(), "{}", text(&init.stderr));
     let names = ["config-1", "config-2", "config-3", "data-0", "data-1", "data-2", "data-3", "api"];
-    let mut roles: Vec<(&str, Child)> = names.iter().map(|name| (*name, start(dir.path(), name))).collect();
+    let mut roles: Vec<(&str, RoleProcess)> =
+        names.iter().map(|name| (*name, RoleProcess(start(dir.path(), name)))).collect();
     let address = format!("http://127.0.0.1:{}", base + 7);
     let map = initial_map(&shape()).unwrap();
     let primary = map.groups()[0].primary.clone();
@@ -128,11 +139,11 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
     let clients: Vec<_> =
         (0..4).map(|client| runtime.spawn(keep_transferring(address.clone(), client, Arc::clone(&stop)))).collect();
 
-    let restart = |name: &str, down: Duration, roles: &mut Vec<(&str, Child)>| {
+    let restart = |name: &str, down: Duration, roles: &mut Vec<(&str, RoleProcess)>| {
         let position = roles.iter().position(|(role, _)| *role == name).unwrap();
-        kill(&mut roles[position].1);
+        kill(&mut roles[position].1 .0);
         std::thread::sleep(down);
-        roles[position].1 = start(dir.path(), name);
+        roles[position].1 = RoleProcess(start(dir.path(), name));
         Instant::now()
     };
     std::thread::sleep(Duration::from_millis(1500));
@@ -156,8 +167,8 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
     // Stopped once the backups caught up: the replicas of each shard's group agree, and the
     // accounts hold the exact total.
     std::thread::sleep(Duration::from_secs(1));
-    for (_, child) in roles.iter_mut().rev() {
-        terminate(child);
+    for (_, role) in roles.iter_mut().rev() {
+        terminate(&mut role.0);
     }
     let report = offline_audit(dir.path());
     assert!(report["map_version"].as_u64().unwrap() >= 2, "shard 0 failed over: {report}");
