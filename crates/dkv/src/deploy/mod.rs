@@ -11,10 +11,16 @@
 //! backups hold the prepare durably (with `sync`).
 
 mod audit;
+// Processes talk over gRPC: without the feature (the fuzz build) there are none.
+#[cfg(feature = "grpc")]
 mod process;
 
 pub use self::audit::{audit_cluster, ClusterAudit, ReplicaAudit};
-pub use self::process::{init_processes, run_role, ProcessPlan, API_ROLE};
+#[cfg(feature = "grpc")]
+pub use self::process::{init_processes, run_role, ProcessPlan};
+
+/// The name of the role serving the client API.
+pub const API_ROLE: &str = "api";
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,7 +119,7 @@ pub(crate) fn role_names(shape: &ClusterShape) -> Vec<String> {
         .into_iter()
         .map(|(_, name)| name)
         .chain((0..shape.data_nodes).map(|index| format!("data-{index}")))
-        .chain([process::API_ROLE.to_string()])
+        .chain([API_ROLE.to_string()])
         .collect()
 }
 

@@ -20,16 +20,13 @@ use virga_net::{Dkv, Grpc, Host, Transport};
 
 use super::{
     config_peers, initial_map, io_error, open_failed, read_layout, storage, write_durably, ClusterOptions,
-    ClusterShape, DeployError, LayoutFile, LAYOUT_FILE,
+    ClusterShape, DeployError, LayoutFile, API_ROLE, LAYOUT_FILE,
 };
 use crate::api::{Kv, LocalKv};
 use crate::client::{TxnClient, TxnClientConfig};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig, DataCore};
 use crate::ConfigCommand;
-
-/// The name of the role serving the client API.
-pub const API_ROLE: &str = "api";
 
 /// Every role of a cluster of processes and its address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,7 +221,6 @@ async fn wait(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-#[cfg(feature = "grpc")]
 fn serve_api(listener: TcpListener, kv: Kv<LocalKv>, mut stop: watch::Receiver<bool>) -> Result<(), DeployError> {
     let shutdown = async move {
         let _ = stop.wait_for(|stop| *stop).await;
@@ -233,11 +229,6 @@ fn serve_api(listener: TcpListener, kv: Kv<LocalKv>, mut stop: watch::Receiver<b
         .map_err(|error| DeployError::Io { path: "the API server".into(), error })?;
     tokio::spawn(server);
     Ok(())
-}
-
-#[cfg(not(feature = "grpc"))]
-fn serve_api(_: TcpListener, _: Kv<LocalKv>, _: watch::Receiver<bool>) -> Result<(), DeployError> {
-    Err(DeployError::NotStarted("the API server needs virga-dkv's `grpc` feature".to_string()))
 }
 
 /// Proposes the first layout (refused, harmlessly, once one is installed) and waits for the
