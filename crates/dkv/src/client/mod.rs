@@ -264,11 +264,6 @@ impl TxnClient {
         &self.stats
     }
 
-    /// The map the client routes by.
-    pub fn map(&self) -> &ShardMap {
-        &self.config.map
-    }
-
     /// Programs given and not finished, open session transactions, and decisions not yet
     /// acknowledged.
     pub fn outstanding(&self) -> usize {
