@@ -1,19 +1,69 @@
 //! The gRPC transport (tonic): one `Peer.Call` method per peer, the envelope in
 //! `proto/virga.proto` with an arm per protocol, each protocol's messages in its own package.
+//!
+//! Calls to a peer are batched as R2 batches messages: at most [`Batching::max_in_flight`]
+//! batch requests to a peer are being sent at once, and the calls that queue up meanwhile go
+//! out together in the next one (`Peer.CallBatch`), their answers streamed back one by one
+//! as they come. A lone call on an idle link goes out at once, as a batch of one.
 
-use parking_lot::RwLock;
+use futures_util::stream::{FuturesUnordered, Stream};
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::envelope::peer_client::PeerClient;
 use crate::envelope::peer_server::{Peer, PeerServer};
-use crate::envelope::{reply, Envelope, Reply};
+use crate::envelope::{reply, Batch, BatchReply, Envelope, Reply};
 use crate::{BoxFuture, Host, MessageKind, NetError, NetStats, Transport, WireProtocol, MAX_MESSAGE_BYTES};
+
+/// How calls to one peer are grouped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batching {
+    /// Batch requests to one peer being sent at once (each held until its answers start
+    /// coming: one round trip). More calls than this queue and go out together.
+    pub max_in_flight: usize,
+    /// Calls in one batch request.
+    pub max_calls: usize,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Batching { max_in_flight: 1, max_calls: 256 }
+    }
+}
+
+impl Batching {
+    /// Every call its own request, as soon as it is made.
+    pub const OFF: Batching = Batching { max_in_flight: usize::MAX, max_calls: 1 };
+}
+
+/// Largest batch a server accepts (a caller's [`Batching::max_calls`] above it is cut to it).
+pub const MAX_BATCH_CALLS: usize = 4096;
+
+/// How long a batch sender waits for a peer to start answering a batch.
+const BATCH_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A call waiting for its batch.
+struct Pending {
+    envelope: Envelope,
+    answer: oneshot::Sender<Result<Reply, NetError>>,
+}
+
+/// The calls queued for one peer, and the batch senders working on them.
+#[derive(Default)]
+struct Outbox {
+    queued: Vec<Pending>,
+    senders: usize,
+}
+
+type Outboxes = Arc<Mutex<HashMap<String, Outbox>>>;
 
 /// Peers at gRPC addresses (`http://127.0.0.1:7001`), carrying every [`WireProtocol`] over
 /// one connection per peer. Connections are made on first use and re-established after a
@@ -22,12 +72,44 @@ use crate::{BoxFuture, Host, MessageKind, NetError, NetStats, Transport, WirePro
 pub struct Grpc {
     addresses: RwLock<HashMap<String, String>>,
     clients: RwLock<HashMap<String, PeerClient<Channel>>>,
+    outboxes: Outboxes,
+    batching: Batching,
+    sent: Arc<BatchCounters>,
     stats: Arc<NetStats>,
+}
+
+/// Batch requests sent and the calls they carried, over every peer.
+#[derive(Debug, Default)]
+pub struct BatchCounters {
+    batches: std::sync::atomic::AtomicU64,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl BatchCounters {
+    /// (batch requests, calls in them).
+    pub fn get(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.batches.load(Relaxed), self.calls.load(Relaxed))
+    }
+
+    fn add(&self, calls: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.batches.fetch_add(1, Relaxed);
+        self.calls.fetch_add(calls as u64, Relaxed);
+    }
 }
 
 impl Grpc {
     pub fn new(addresses: HashMap<String, String>) -> Arc<Self> {
-        Arc::new(Self { addresses: RwLock::new(addresses), ..Self::default() })
+        Self::with_batching(addresses, Batching::default())
+    }
+
+    pub fn with_batching(addresses: HashMap<String, String>, batching: Batching) -> Arc<Self> {
+        let batching = Batching {
+            max_in_flight: batching.max_in_flight.max(1),
+            max_calls: batching.max_calls.clamp(1, MAX_BATCH_CALLS),
+        };
+        Arc::new(Self { addresses: RwLock::new(addresses), batching, ..Self::default() })
     }
 
     pub fn set_address(&self, peer: impl Into<String>, address: impl Into<String>) {
@@ -39,6 +121,11 @@ impl Grpc {
     /// The traffic counted so far, of every protocol.
     pub fn stats(&self) -> &NetStats {
         &self.stats
+    }
+
+    /// How the calls went out: batch requests and the calls they carried.
+    pub fn batches(&self) -> &BatchCounters {
+        &self.sent
     }
 
     fn client(&self, peer: &str) -> Result<PeerClient<Channel>, NetError> {
@@ -56,23 +143,138 @@ impl Grpc {
         self.clients.write().insert(peer.to_string(), client.clone());
         Ok(client)
     }
+
+    /// Queues `envelope` for `peer` and starts a batch sender if the link has room for one.
+    fn send(&self, peer: &str, envelope: Envelope) -> Result<oneshot::Receiver<Result<Reply, NetError>>, NetError> {
+        let client = self.client(peer)?;
+        let (answer, answered) = oneshot::channel();
+        let start_sender = {
+            let mut outboxes = self.outboxes.lock();
+            let outbox = outboxes.entry(peer.to_string()).or_default();
+            outbox.queued.push(Pending { envelope, answer });
+            let start = outbox.senders < self.batching.max_in_flight;
+            if start {
+                outbox.senders += 1;
+            }
+            start
+        };
+        if start_sender {
+            let sender = BatchSender {
+                outboxes: Arc::clone(&self.outboxes),
+                peer: peer.to_string(),
+                client,
+                max_calls: self.batching.max_calls,
+                sent: Arc::clone(&self.sent),
+            };
+            tokio::spawn(sender.run());
+        }
+        Ok(answered)
+    }
+}
+
+/// Sends a peer's queued calls, a batch at a time, until its queue is empty.
+struct BatchSender {
+    outboxes: Outboxes,
+    peer: String,
+    client: PeerClient<Channel>,
+    max_calls: usize,
+    sent: Arc<BatchCounters>,
+}
+
+impl BatchSender {
+    async fn run(mut self) {
+        loop {
+            let batch: Vec<Pending> = {
+                let mut outboxes = self.outboxes.lock();
+                let Some(outbox) = outboxes.get_mut(&self.peer) else { return };
+                if outbox.queued.is_empty() {
+                    outbox.senders -= 1;
+                    return;
+                }
+                // A call its caller gave up on (its deadline passed) is not sent.
+                outbox.queued.retain(|pending| !pending.answer.is_closed());
+                let take = outbox.queued.len().min(self.max_calls);
+                outbox.queued.drain(..take).collect()
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            self.send(batch).await;
+        }
+    }
+
+    /// Sends one batch; returns once its answers have started to come (they are handed out
+    /// by a task of their own as they arrive).
+    async fn send(&mut self, batch: Vec<Pending>) {
+        let unreachable = |peer: &str, reason: String| NetError::Unreachable { peer: peer.to_string(), reason };
+        if self.max_calls == 1 {
+            // Unbatched: a plain call, with the sender held for all of it (it has no limit).
+            for Pending { envelope, answer } in batch {
+                let result = self.client.call(envelope).await;
+                let _ = answer.send(
+                    result
+                        .map(tonic::Response::into_inner)
+                        .map_err(|status| unreachable(&self.peer, status.message().to_string())),
+                );
+            }
+            return;
+        }
+        self.sent.add(batch.len());
+        let (envelopes, mut answers): (Vec<Envelope>, Vec<Option<oneshot::Sender<_>>>) =
+            batch.into_iter().map(|pending| (pending.envelope, Some(pending.answer))).unzip();
+        // A hung peer must not hold the link: its calls fail and the next batch goes out.
+        let sent = tokio::time::timeout(BATCH_START_TIMEOUT, self.client.call_batch(Batch { calls: envelopes }));
+        let mut stream = match sent.await {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) => {
+                for answer in answers.into_iter().flatten() {
+                    let _ = answer.send(Err(unreachable(&self.peer, status.message().to_string())));
+                }
+                return;
+            }
+            Err(_) => {
+                let reason = format!("no answer to a batch within {BATCH_START_TIMEOUT:?}");
+                for answer in answers.into_iter().flatten() {
+                    let _ = answer.send(Err(unreachable(&self.peer, reason.clone())));
+                }
+                return;
+            }
+        };
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            let ended = loop {
+                match stream.message().await {
+                    Ok(Some(BatchReply { index, reply })) => {
+                        // A peer's bad index or repeated answer is dropped: that call then
+                        // fails as unanswered below, or already has its answer.
+                        let answer = answers.get_mut(index as usize).and_then(Option::take);
+                        if let Some(answer) = answer {
+                            let _ = answer.send(Ok(reply.unwrap_or_default()));
+                        }
+                    }
+                    Ok(None) => break "the peer ended the batch before answering this call".to_string(),
+                    Err(status) => break status.message().to_string(),
+                }
+            };
+            for answer in answers.into_iter().flatten() {
+                let _ = answer.send(Err(unreachable(&peer, ended.clone())));
+            }
+        });
+    }
 }
 
 impl<P: WireProtocol> Transport<P> for Grpc {
     fn call(&self, from: &str, to: &str, request: P::Request) -> BoxFuture<Result<P::Response, NetError>> {
-        let client = self.client(to);
+        let request_bytes = P::request_bytes(&request);
+        let kind = MessageKind::of::<P>(&request);
+        let envelope = Envelope { from: from.to_string(), protocol: Some(P::into_envelope(request)) };
+        let sent = self.send(to, envelope);
         let stats = Arc::clone(&self.stats);
         let (from, to) = (from.to_string(), to.to_string());
         Box::pin(async move {
-            let mut client = client?;
-            let request_bytes = P::request_bytes(&request);
-            let kind = MessageKind::of::<P>(&request);
-            let envelope = Envelope { from: from.clone(), protocol: Some(P::into_envelope(request)) };
-            let reply = client
-                .call(envelope)
-                .await
-                .map_err(|status| NetError::Unreachable { peer: to.clone(), reason: status.message().to_string() })?
-                .into_inner();
+            let reply = sent?.await.unwrap_or_else(|_| {
+                Err(NetError::Unreachable { peer: to.clone(), reason: "the call was dropped unsent".to_string() })
+            })?;
             let response = match reply.protocol.map(P::from_reply) {
                 Some(Ok(response)) => response,
                 Some(Err(reply::Protocol::NotHosted(not_hosted))) => {
@@ -92,10 +294,34 @@ impl<P: WireProtocol> Transport<P> for Grpc {
 
 struct Adapter(Host);
 
+type BatchReplies = Pin<Box<dyn Stream<Item = Result<BatchReply, tonic::Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Peer for Adapter {
     async fn call(&self, request: tonic::Request<Envelope>) -> Result<tonic::Response<Reply>, tonic::Status> {
         Ok(tonic::Response::new(self.0.answer(request.into_inner()).await))
+    }
+
+    type CallBatchStream = BatchReplies;
+
+    /// Answers every call of the batch at once, each on the stream as soon as it is ready.
+    async fn call_batch(&self, request: tonic::Request<Batch>) -> Result<tonic::Response<BatchReplies>, tonic::Status> {
+        let calls = request.into_inner().calls;
+        if calls.len() > MAX_BATCH_CALLS {
+            return Err(tonic::Status::invalid_argument(format!(
+                "a batch of {} calls is over the limit of {MAX_BATCH_CALLS}",
+                calls.len()
+            )));
+        }
+        let answers: FuturesUnordered<_> = calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, envelope)| {
+                let answer = self.0.answer(envelope);
+                async move { Ok(BatchReply { index: index as u32, reply: Some(answer.await) }) }
+            })
+            .collect();
+        Ok(tonic::Response::new(Box::pin(answers)))
     }
 }
 
@@ -246,6 +472,71 @@ mod tests {
         let kinds = grpc.stats().kinds();
         assert_eq!(kinds[&kind("health", "ping")].calls, 3);
         assert_eq!(kinds[&kind("rainblock", "head")].calls, 3);
+    }
+
+    /// Answers a head request with its caller's name, after `from`'s digits in milliseconds.
+    struct Sleepy;
+
+    impl Handler<Rainblock> for Sleepy {
+        fn handle(&self, from: String, _: Request) -> BoxFuture<Response> {
+            Box::pin(async move {
+                let millis: u64 = from.trim_start_matches(|c: char| !c.is_ascii_digit()).parse().unwrap_or(0);
+                tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+                response(ResponseBody::Head(HeadReply { head: None, state_root: from.into_bytes() }))
+            })
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_calls_share_batches_and_each_gets_its_own_answer() {
+        let grpc = grpc_peers(vec![("storage-0", Host::new().with::<Rainblock>(Arc::new(Sleepy)))]).await;
+        let calls = (0..200).map(|index| {
+            let grpc = Arc::clone(&grpc);
+            // Callers c-0, c-1 and c-2 are answered after 0, 1 and 2 ms: answers come back out of order.
+            async move {
+                (index, Transport::<Rainblock>::call(&*grpc, &format!("c-{}", index % 3), "storage-0", head()).await)
+            }
+        });
+        let answers = futures_util::future::join_all(calls).await;
+        for (index, answer) in answers {
+            let Some(ResponseBody::Head(reply)) = answer.unwrap().body else { panic!("call {index}") };
+            assert_eq!(reply.state_root, format!("c-{}", index % 3).into_bytes(), "call {index}");
+        }
+        let (batches, calls) = grpc.batches().get();
+        assert_eq!(calls, 200);
+        assert!(batches < 200, "200 calls at once went out in {batches} batches");
+        assert_eq!(grpc.stats().kinds()[&kind("rainblock", "head")].calls, 200);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_call_does_not_hold_back_the_calls_batched_with_it() {
+        let grpc = grpc_peers(vec![("storage-0", Host::new().with::<Rainblock>(Arc::new(Sleepy)))]).await;
+        // Occupy the link so that the next calls queue into one batch.
+        let first = Transport::<Rainblock>::call(&*grpc, "first-0", "storage-0", head());
+        let slow = Transport::<Rainblock>::call(&*grpc, "slow-2000", "storage-0", head());
+        let quick = Transport::<Rainblock>::call(&*grpc, "quick-0", "storage-0", head());
+        let started = std::time::Instant::now();
+        let (first, quick) = tokio::join!(first, quick);
+        assert!(first.is_ok() && quick.is_ok());
+        assert!(started.elapsed() < std::time::Duration::from_millis(1500), "{:?}", started.elapsed());
+        assert!(slow.await.is_ok());
+        assert!(started.elapsed() >= std::time::Duration::from_millis(2000));
+    }
+
+    #[tokio::test]
+    async fn a_batch_over_the_limit_is_refused_and_unbatched_calls_still_work() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (address, server) = serve(listener, storage_0(), std::future::pending()).unwrap();
+        tokio::spawn(server);
+        let mut client = PeerClient::connect(format!("http://{address}")).await.unwrap();
+        let envelope = Envelope { from: "client-0".into(), protocol: Some(Rainblock::into_envelope(head())) };
+        let refused = client.call_batch(Batch { calls: vec![envelope; MAX_BATCH_CALLS + 1] }).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(refused.message().contains("4097 calls"), "{}", refused.message());
+        let unbatched =
+            Grpc::with_batching(HashMap::from([("storage-0".into(), format!("http://{address}"))]), Batching::OFF);
+        assert!(Transport::<Rainblock>::call(&*unbatched, "client-0", "storage-0", head()).await.is_ok());
+        assert_eq!(unbatched.batches().get(), (0, 0));
     }
 
     #[tokio::test]
