@@ -28,6 +28,7 @@ impl Protocol for Dkv {
             Some(RequestBody::Fetch(_)) => "fetch",
             Some(RequestBody::Watermark(_)) => "watermark",
             Some(RequestBody::Scan(_)) => "scan",
+            Some(RequestBody::GetMany(_)) => "get_many",
             None => "empty",
         }
     }
@@ -46,6 +47,7 @@ impl Protocol for Dkv {
             Some(ResponseBody::Table(_)) => "table",
             Some(ResponseBody::TooOld(_)) => "too_old",
             Some(ResponseBody::Rows(_)) => "rows",
+            Some(ResponseBody::Values(_)) => "values",
             Some(ResponseBody::Error(_)) => "error",
             None => "empty",
         }

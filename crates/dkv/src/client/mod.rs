@@ -335,8 +335,8 @@ impl TxnClient {
         let ids: Vec<TxnId> = self.txns.keys().copied().collect();
         for id in ids {
             let keys = self.txns.get_mut(&id).map(|txn| std::mem::take(&mut txn.rereads)).unwrap_or_default();
-            for key in keys {
-                self.send_get(id, key, out);
+            if !keys.is_empty() {
+                self.send_gets(id, keys, out);
             }
         }
     }

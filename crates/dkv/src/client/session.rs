@@ -259,7 +259,7 @@ impl TxnClient {
         let in_flight = session.gets.iter().any(|(waiting_for, _)| *waiting_for == key);
         session.gets.push((key.clone(), Waiting { reply, since: now }));
         if !in_flight {
-            self.send_get(id, key, out);
+            self.send_gets(id, vec![key], out);
         }
     }
 

@@ -14,7 +14,7 @@ use super::scan::ScanState;
 use super::session::SessionTxn;
 use super::{Out, Program, ProgramOutcome, ProgramResult, TxnClient};
 use crate::shard::wire::{self as shard_wire, PrepareRequest};
-use crate::shard::{ReadOp, WriteOp};
+use crate::shard::{ReadOp, WriteOp, MAX_KEYS_PER_GET};
 
 #[derive(Debug, Default)]
 pub(super) struct ReadState {
@@ -24,9 +24,10 @@ pub(super) struct ReadState {
     pub(super) prepared_below: bool,
 }
 
-/// A read in flight: a get of a key, or one shard's part of a scan (by its index).
+/// A read in flight: gets of one shard's keys (one request), or one shard's part of a scan
+/// (by its index).
 pub(super) enum ReadCall {
-    Get(Bytes),
+    Get(Vec<Bytes>),
     Scan(usize, u32),
 }
 
@@ -65,6 +66,8 @@ pub(super) struct Txn {
     pub(super) reread_counts: HashMap<Bytes, u32>,
     /// Why the last request of this transaction failed (for a session's error).
     pub(super) last_failure: Option<Failure>,
+    /// The shard of each key read or written, routed once (hashing a key is not free).
+    pub(super) shards: HashMap<Bytes, u32>,
 }
 
 impl Txn {
@@ -83,6 +86,7 @@ impl Txn {
             rereads: Vec::new(),
             reread_counts: HashMap::new(),
             last_failure: None,
+            shards: HashMap::new(),
         }
     }
 
@@ -127,30 +131,47 @@ impl TxnClient {
             self.finish_reads(now, id, out);
             return;
         }
-        for key in keys {
-            self.send_get(id, key, out);
-        }
+        self.send_gets(id, keys, out);
         for (index, shard) in scan_parts {
             self.send_scan(id, index, shard, out);
         }
     }
 
-    pub(super) fn send_get(&mut self, id: TxnId, key: Bytes, out: &mut Out) {
-        let shard = self.shard_of(&key);
+    /// Reads `keys` at the transaction's snapshot: one request to each shard's primary (a
+    /// get for a lone key, a get_many for several).
+    pub(super) fn send_gets(&mut self, id: TxnId, keys: Vec<Bytes>, out: &mut Out) {
+        let mut by_shard: BTreeMap<u32, Vec<Bytes>> = BTreeMap::new();
+        let map = &self.config.map;
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        for key in keys {
+            let shard = *txn.shards.entry(key.clone()).or_insert_with(|| map.shard_of(&key).0);
+            by_shard.entry(shard).or_default().push(key);
+        }
+        for (shard, keys) in by_shard {
+            for part in keys.chunks(MAX_KEYS_PER_GET) {
+                self.send_shard_gets(id, shard, part.to_vec(), out);
+            }
+        }
+    }
+
+    fn send_shard_gets(&mut self, id: TxnId, shard: u32, keys: Vec<Bytes>, out: &mut Out) {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
         let Some(txn) = self.txns.get_mut(&id) else { return };
         let Phase::Reading(calls) = &mut txn.phase else { return };
         let call = self.ids.call();
-        calls.insert(call, ReadCall::Get(key.clone()));
         self.calls.insert(call, id);
-        self.stats.gets += 1;
-        let get = proto::Get { shard, epoch, key: key.to_vec(), ts: Some(shard_wire::ts_to_wire(txn.ts_begin)) };
-        out.push(Command::Call {
-            to,
-            call,
-            request: proto::Request { body: Some(RequestBody::Get(get)) },
-            deadline: self.config.deadline,
-        });
+        self.stats.gets += keys.len() as u64;
+        let ts = Some(shard_wire::ts_to_wire(txn.ts_begin));
+        let body = match keys.as_slice() {
+            [key] => RequestBody::Get(proto::Get { shard, epoch, key: key.to_vec(), ts }),
+            _ => {
+                let wire_keys = keys.iter().map(|key| key.to_vec()).collect();
+                RequestBody::GetMany(proto::GetMany { shard, epoch, keys: wire_keys, ts })
+            }
+        };
+        calls.insert(call, ReadCall::Get(keys));
+        let request = proto::Request { body: Some(body) };
+        out.push(Command::Call { to, call, request, deadline: self.config.deadline });
     }
 
     pub(super) fn on_read_reply(
@@ -163,33 +184,14 @@ impl TxnClient {
     ) {
         let Some(txn) = self.txns.get_mut(&id) else { return };
         let Phase::Reading(calls) = &mut txn.phase else { return };
-        let key = match calls.remove(&call) {
-            Some(ReadCall::Get(key)) => key,
+        let keys = match calls.remove(&call) {
+            Some(ReadCall::Get(keys)) => keys,
             Some(ReadCall::Scan(index, shard)) => return self.on_scan_reply(now, id, index, shard, result, out),
             None => return,
         };
-        match result {
-            Ok(ResponseBody::Value(reply))
-                if reply.prepared_below
-                    && txn.reread_counts.get(&key).copied().unwrap_or(0) < self.config.prepared_rereads =>
-            {
-                *txn.reread_counts.entry(key.clone()).or_default() += 1;
-                txn.rereads.push(key);
-                self.stats.rereads += 1;
-                self.arm_reread(out);
-                return;
-            }
-            Ok(ResponseBody::Value(reply)) => {
-                let writer = shard_wire::txn_from_wire(reply.writer).unwrap_or(0);
-                let read = ReadState {
-                    value: reply.found.then(|| Bytes::from(reply.value)),
-                    version: shard_wire::ts_from_wire(reply.version),
-                    writer,
-                    prepared_below: reply.prepared_below,
-                };
-                self.observed = self.observed.max(read.version);
-                txn.reads.insert(key, read);
-            }
+        let values = match result {
+            Ok(ResponseBody::Value(reply)) if keys.len() == 1 => vec![reply],
+            Ok(ResponseBody::Values(reply)) if reply.values.len() == keys.len() => reply.values,
             // The versions this snapshot needs may be collected: run it again, newer.
             Ok(ResponseBody::TooOld(_)) => {
                 self.aborted(id, "snapshot-too-old".to_string(), out);
@@ -197,8 +199,31 @@ impl TxnClient {
             }
             failure => {
                 txn.last_failure = Some(describe_failure(&failure));
-                txn.lost_gets.push(key);
+                txn.lost_gets.extend(keys);
+                return self.reads_progressed(now, id, out);
             }
+        };
+        let mut reread = false;
+        for (key, reply) in keys.into_iter().zip(values) {
+            let rereads = txn.reread_counts.get(&key).copied().unwrap_or(0);
+            if reply.prepared_below && rereads < self.config.prepared_rereads {
+                txn.reread_counts.insert(key.clone(), rereads + 1);
+                txn.rereads.push(key);
+                self.stats.rereads += 1;
+                reread = true;
+                continue;
+            }
+            let read = ReadState {
+                value: reply.found.then(|| Bytes::from(reply.value)),
+                version: shard_wire::ts_from_wire(reply.version),
+                writer: shard_wire::txn_from_wire(reply.writer).unwrap_or(0),
+                prepared_below: reply.prepared_below,
+            };
+            self.observed = self.observed.max(read.version);
+            txn.reads.insert(key, read);
+        }
+        if reread {
+            self.arm_reread(out);
         }
         self.reads_progressed(now, id, out);
     }
@@ -245,8 +270,14 @@ impl TxnClient {
         let commit_ts = self.next_ts(now);
         let map = &self.config.map;
         let Some(txn) = self.txns.get_mut(&id) else { return };
-        let mut participants: BTreeSet<u32> = txn.writes.keys().map(|key| map.shard_of(key).0).collect();
-        participants.extend(txn.reads.keys().map(|key| map.shard_of(key).0));
+        for key in txn.writes.keys().chain(txn.reads.keys()) {
+            if !txn.shards.contains_key(key) {
+                txn.shards.insert(key.clone(), map.shard_of(key).0);
+            }
+        }
+        let shards = &txn.shards;
+        let mut participants: BTreeSet<u32> =
+            txn.writes.keys().chain(txn.reads.keys()).filter_map(|key| shards.get(key).copied()).collect();
         participants.extend(txn.scans.iter().flat_map(|scan| scan.shards().iter().copied()));
         let participants: Vec<u32> = participants.into_iter().collect();
         if self.config.keep_history {
@@ -266,9 +297,10 @@ impl TxnClient {
     fn send_prepare(&mut self, id: TxnId, shard: u32, out: &mut Out) {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
         let one_round_trip = self.config.one_round_trip;
-        let map = &self.config.map;
         let Some(txn) = self.txns.get_mut(&id) else { return };
         let Phase::Preparing { commit_ts, calls, participants, .. } = &mut txn.phase else { return };
+        let shards = &txn.shards;
+        let in_shard = |key: &Bytes| shards.get(key) == Some(&shard);
         let prepare = PrepareRequest {
             shard,
             epoch,
@@ -277,13 +309,13 @@ impl TxnClient {
             reads: txn
                 .reads
                 .iter()
-                .filter(|(key, _)| map.shard_of(key).0 == shard)
+                .filter(|(key, _)| in_shard(key))
                 .map(|(key, read)| ReadOp { key: key.clone(), version: read.version })
                 .collect(),
             writes: txn
                 .writes
                 .iter()
-                .filter(|(key, _)| map.shard_of(key).0 == shard)
+                .filter(|(key, _)| in_shard(key))
                 .map(|(key, value)| WriteOp { key: key.clone(), value: value.clone() })
                 .collect(),
             participants: participants.clone(),
@@ -387,9 +419,7 @@ impl TxnClient {
         let gets = std::mem::take(&mut txn.lost_gets);
         let prepares = std::mem::take(&mut txn.lost_prepares);
         self.stats.retries += (gets.len() + scans.len() + prepares.len()) as u64;
-        for key in gets {
-            self.send_get(id, key, out);
-        }
+        self.send_gets(id, gets, out);
         for (index, shard) in scans {
             self.send_scan(id, index, shard, out);
         }

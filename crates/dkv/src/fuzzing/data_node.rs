@@ -371,7 +371,7 @@ struct Knobs {
 }
 
 /// The kinds of honest requests, each with its defaults (see [`honest`]).
-const KINDS: u8 = 10;
+const KINDS: u8 = 11;
 
 fn wire_txn(txn: TxnId) -> Option<proto::TxnId> {
     Some(wire::txn_to_wire(txn))
@@ -553,6 +553,12 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
         6 => RequestBody::Lease(proto::LeaseRequest { shard, epoch, until: ts }),
         7 => RequestBody::Fetch(proto::Fetch { shard, epoch }),
         8 => RequestBody::Watermark(proto::Watermark { client: 9, ts }),
+        10 => RequestBody::GetMany(proto::GetMany {
+            shard,
+            epoch,
+            keys: (0..=knobs.reads).map(|at| op_key(knobs, at)).collect(),
+            ts,
+        }),
         _ if knobs.commit => RequestBody::GetMap(proto::GetMap {}),
         _ => RequestBody::Propose(proto::ConfigProposal::default()),
     };

@@ -159,6 +159,16 @@ impl Harness {
     }
 }
 
+fn get_reply(bytes: &mut Bytes8) -> proto::GetReply {
+    proto::GetReply {
+        found: bytes.next() % 2 == 0,
+        value: vec![bytes.next(); usize::from(bytes.next() % 4)],
+        version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
+        writer: None,
+        prepared_below: bytes.next() % 4 == 0,
+    }
+}
+
 /// An answer to `request`: a fitting one, a refusal, or none at all.
 fn answer_for(request: &proto::Request, bytes: &mut Bytes8) -> Result<proto::Response, NetError> {
     let choice = bytes.next() % 8;
@@ -169,13 +179,12 @@ fn answer_for(request: &proto::Request, bytes: &mut Bytes8) -> Result<proto::Res
         (_, 1) => ResponseBody::Error("refused".to_string()),
         (_, 2) => ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: u64::from(bytes.next()) }),
         (_, 3) => ResponseBody::TooOld(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 1))),
-        (Some(RequestBody::Get(_)), _) => ResponseBody::Value(proto::GetReply {
-            found: bytes.next() % 2 == 0,
-            value: vec![bytes.next(); usize::from(bytes.next() % 4)],
-            version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
-            writer: None,
-            prepared_below: bytes.next() % 4 == 0,
-        }),
+        (Some(RequestBody::Get(_)), _) => ResponseBody::Value(get_reply(bytes)),
+        // Sometimes a wrong number of answers.
+        (Some(RequestBody::GetMany(get)), _) => {
+            let count = if choice == 4 { usize::from(bytes.next() % 4) } else { get.keys.len() };
+            ResponseBody::Values(proto::GetManyReply { values: (0..count).map(|_| get_reply(bytes)).collect() })
+        }
         (Some(RequestBody::Scan(scan)), _) => ResponseBody::Rows(proto::ScanReply {
             rows: (0..bytes.next() % 3)
                 .map(|_| proto::Row {

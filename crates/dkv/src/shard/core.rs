@@ -14,7 +14,7 @@ use bytes::Bytes;
 use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
 use virga_net::{Dkv, NetError};
-use virga_storage::TxnId;
+use virga_storage::{Timestamp, TxnId};
 use virga_txn::AbortReason;
 
 mod gc;
@@ -27,6 +27,9 @@ use super::replica::{ShardRecord, ShardReplica, TxnStatus, Weakened};
 use super::wire::{self, PrepareRequest};
 use super::{DataIo, DataIoDone, DataStats};
 use crate::layout::{ReplicaRole, ShardId, ShardMap};
+
+/// Most keys one get_many may ask for.
+pub const MAX_KEYS_PER_GET: usize = 1024;
 
 /// A data node's settings.
 #[derive(Debug, Clone)]
@@ -284,6 +287,7 @@ impl DataCore {
     ) {
         let response = match request.body {
             Some(RequestBody::Get(get)) => Some(self.on_get(get)),
+            Some(RequestBody::GetMany(get)) => Some(self.on_get_many(get)),
             Some(RequestBody::Scan(scan)) => Some(self.on_scan(scan)),
             Some(RequestBody::Query(query)) => self.on_query(&from, call, query),
             Some(RequestBody::Lease(lease)) => self.on_lease_request(now, &from, call, lease),
@@ -308,27 +312,64 @@ impl DataCore {
         if let Err(error) = wire::check_key(&get.key) {
             return ResponseBody::Error(format!("a malformed get: {error}"));
         }
-        if let Err(refusal) = self.primary_of(get.shard, get.epoch) {
+        let ts = wire::ts_from_wire(get.ts);
+        if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, std::slice::from_ref(&get.key)) {
             return refusal;
         }
-        if self.map.shard_of(&get.key).0 != get.shard {
-            return ResponseBody::Error(format!("the key is not in shard {}", get.shard));
+        match self.read(get.shard, get.key, ts) {
+            Some(value) => ResponseBody::Value(value),
+            None => ResponseBody::Error(format!("no replica of shard {}", get.shard)),
+        }
+    }
+
+    fn on_get_many(&mut self, get: proto::GetMany) -> ResponseBody {
+        if get.keys.is_empty() || get.keys.len() > MAX_KEYS_PER_GET {
+            return ResponseBody::Error(format!(
+                "a get_many of {} keys (1 to {MAX_KEYS_PER_GET} may be asked at once)",
+                get.keys.len()
+            ));
+        }
+        if let Some(error) = get.keys.iter().find_map(|key| wire::check_key(key).err()) {
+            return ResponseBody::Error(format!("a malformed get_many: {error}"));
         }
         let ts = wire::ts_from_wire(get.ts);
-        if let Some(refusal) = self.too_old(get.shard, ts) {
-            self.stats.too_old += 1;
+        if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, &get.keys) {
             return refusal;
         }
-        if !self.under_lease(get.shard, ts) {
-            self.stats.lease_refusals += 1;
-            return ResponseBody::Error(format!("the lease of shard {} does not cover {ts} yet; retry", get.shard));
+        let mut values = Vec::with_capacity(get.keys.len());
+        for key in get.keys {
+            match self.read(get.shard, key, ts) {
+                Some(value) => values.push(value),
+                None => return ResponseBody::Error(format!("no replica of shard {}", get.shard)),
+            }
         }
-        let Some(replica) = self.replicas.get_mut(&get.shard) else {
-            return ResponseBody::Error(format!("no replica of shard {}", get.shard));
-        };
+        ResponseBody::Values(proto::GetManyReply { values })
+    }
+
+    /// Whether this node may serve reads of `keys` in `shard` at `ts`: it is the primary at
+    /// `epoch`, the keys are the shard's, `ts` is above the watermark and under its lease.
+    fn check_read(&mut self, shard: u32, epoch: u64, ts: Timestamp, keys: &[Vec<u8>]) -> Result<(), ResponseBody> {
+        self.primary_of(shard, epoch)?;
+        if keys.iter().any(|key| self.map.shard_of(key).0 != shard) {
+            return Err(ResponseBody::Error(format!("a key is not in shard {shard}")));
+        }
+        if let Some(refusal) = self.too_old(shard, ts) {
+            self.stats.too_old += 1;
+            return Err(refusal);
+        }
+        if !self.under_lease(shard, ts) {
+            self.stats.lease_refusals += 1;
+            return Err(ResponseBody::Error(format!("the lease of shard {shard} does not cover {ts} yet; retry")));
+        }
+        Ok(())
+    }
+
+    /// The snapshot read of `key` at `ts` (None: no replica of the shard here).
+    fn read(&mut self, shard: u32, key: Vec<u8>, ts: Timestamp) -> Option<proto::GetReply> {
+        let replica = self.replicas.get_mut(&shard)?;
         self.stats.gets += 1;
-        let found = replica.get(&Bytes::from(get.key), ts);
-        ResponseBody::Value(proto::GetReply {
+        let found = replica.get(&Bytes::from(key), ts);
+        Some(proto::GetReply {
             found: found.value.is_some(),
             value: found.value.map(|value| value.to_vec()).unwrap_or_default(),
             version: Some(wire::ts_to_wire(found.version)),

@@ -23,6 +23,9 @@ fn every_honest_request_is_served_and_configuration_requests_refused() {
             (6, Some(ResponseBody::Grant(_))) => true,
             (7, Some(ResponseBody::Table(table))) => table.records.len() == 3,
             (9, reply) => is_refusal(reply),
+            (10, Some(ResponseBody::Values(values))) => {
+                values.values.len() == 2 && values.values[0].found && values.values[0].value == b"1"
+            }
             _ => false,
         };
         assert!(served, "honest request kind {kind}: {reply:?}");
@@ -128,5 +131,34 @@ fn log_records_round_trip_and_a_bad_one_is_refused_by_its_lsn() {
         let mut input = vec![0xe0, rng.random()];
         input.extend((0..rng.random_range(0..40)).map(|_| rng.random::<u8>()));
         step_requests(&input);
+    }
+}
+
+#[test]
+fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_whole() {
+    let (kind, knobs) = honest(10);
+    let mut harness = Harness::new(false);
+    let ask = |harness: &mut Harness, keys: Vec<Vec<u8>>| {
+        let Some(RequestBody::GetMany(mut get)) = build(kind, &knobs).body else { panic!("kind 10 is a get_many") };
+        get.keys = keys;
+        harness.ask(knobs.from, proto::Request { body: Some(RequestBody::GetMany(get)) })
+    };
+    let reply = ask(&mut harness, vec![]);
+    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("0 keys")), "{reply:?}");
+    let reply = ask(&mut harness, vec![b"a".to_vec(); crate::shard::MAX_KEYS_PER_GET + 1]);
+    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("1025 keys")), "{reply:?}");
+    // `m` is shard 1's (led by n1): the whole request is refused, not the rest answered.
+    let reply = ask(&mut harness, vec![b"a".to_vec(), b"m".to_vec()]);
+    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("not in shard 0")), "{reply:?}");
+    let reply = ask(&mut harness, vec![b"a".to_vec(), Vec::new()]);
+    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("malformed")), "{reply:?}");
+    // The same keys one by one and together read the same.
+    let together = ask(&mut harness, vec![b"a".to_vec(), b"b".to_vec(), b"f-absent".to_vec()]);
+    let Some(ResponseBody::Values(together)) = together else { panic!("{together:?}") };
+    for (key, value) in [b"a".as_slice(), b"b", b"f-absent"].into_iter().zip(&together.values) {
+        let (get_kind, mut get_knobs) = honest(0);
+        get_knobs.key = key.to_vec();
+        let alone = harness.ask(get_knobs.from, build(get_kind, &get_knobs));
+        assert_eq!(alone, Some(ResponseBody::Value(value.clone())), "{key:?}");
     }
 }
