@@ -63,7 +63,7 @@ fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-pub fn run(address: &str, wait: f64, command: &KvClientCommand) -> ExitCode {
+pub fn run(address: &str, wait: f64, tls: &crate::kv_cluster::TlsArgs, command: &KvClientCommand) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -72,7 +72,13 @@ pub fn run(address: &str, wait: f64, command: &KvClientCommand) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let kv = match RemoteKv::connect(&url(address), Duration::from_secs_f64(wait)) {
+        let wait = Duration::from_secs_f64(wait);
+        let connected = match tls.load() {
+            Ok(Some(tls)) => RemoteKv::connect_tls(&url(address), wait, &tls),
+            Ok(None) => RemoteKv::connect(&url(address), wait),
+            Err(error) => Err(KvError::Invalid(format!("{error:#}"))),
+        };
+        let kv = match connected {
             Ok(backend) => Kv::new(backend),
             Err(error) => return failed(&error),
         };

@@ -11,6 +11,32 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use virga_dkv::deploy::{ClusterOptions, ClusterShape, LocalCluster};
 
+/// Mutual TLS on every gRPC endpoint: this process's certificate and key, and the CA that
+/// signs every role's and client's certificate (all three, or none).
+#[derive(Args, Default)]
+pub struct TlsArgs {
+    /// This process's certificate (PEM).
+    #[arg(long, global = true, requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM, PKCS#8 or PKCS#1 or SEC1).
+    #[arg(long, global = true, requires_all = ["tls_cert", "tls_ca"])]
+    pub tls_key: Option<PathBuf>,
+    /// The CA certificate peers and clients must present certificates of (PEM).
+    #[arg(long, global = true, requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The TLS setting, read and checked, when the options name one.
+    pub fn load(&self) -> anyhow::Result<Option<virga_net::Tls>> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(virga_net::Tls::load(cert, key, ca)?)),
+            (None, None, None) => Ok(None),
+            _ => anyhow::bail!("--tls-cert, --tls-key and --tls-ca go together"),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum ClusterCommand {
     /// Runs a whole cluster (configuration service, data nodes, a client core) in this
@@ -77,11 +103,12 @@ pub struct ClusterUpArgs {
     pub sync: String,
 }
 
-pub fn run(command: &ClusterCommand) -> anyhow::Result<ExitCode> {
+pub fn run(command: &ClusterCommand, tls: &TlsArgs) -> anyhow::Result<ExitCode> {
+    let tls = tls.load()?;
     match command {
-        ClusterCommand::Up(args) => up(args),
+        ClusterCommand::Up(args) => up(args, tls),
         ClusterCommand::Init(args) => init(args),
-        ClusterCommand::Node(args) => node(args),
+        ClusterCommand::Node(args) => node(args, tls),
     }
 }
 
@@ -99,7 +126,7 @@ fn asked_shape(args: &ClusterUpArgs) -> Option<ClusterShape> {
     })
 }
 
-fn up(args: &ClusterUpArgs) -> anyhow::Result<ExitCode> {
+fn up(args: &ClusterUpArgs, tls: Option<virga_net::Tls>) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
         let options = ClusterOptions { sync: args.sync == "group", ..ClusterOptions::default() };
@@ -124,9 +151,10 @@ fn up(args: &ClusterUpArgs) -> anyhow::Result<ExitCode> {
         let shutdown = async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
-        let (address, server) = virga_dkv::api::grpc::serve(listener, cluster.kv(), shutdown)?;
+        let (address, server) = virga_dkv::api::grpc::serve(listener, cluster.kv(), tls.as_ref(), shutdown)?;
         // Tests and scripts wait for this line.
-        println!("serving virga.kv.v1 on http://{address}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        println!("serving virga.kv.v1 on {scheme}://{address}");
         server.await.context("serving the client API")?;
         eprintln!("stopping");
         cluster.stop().await;
@@ -159,10 +187,10 @@ fn init(args: &ClusterInitArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn node(args: &ClusterNodeArgs) -> anyhow::Result<ExitCode> {
+fn node(args: &ClusterNodeArgs, tls: Option<virga_net::Tls>) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
-        let options = ClusterOptions { sync: args.sync == "group", ..ClusterOptions::default() };
+        let options = ClusterOptions { sync: args.sync == "group", tls, ..ClusterOptions::default() };
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(crate::node::stop_on_signal(stop));
         let role = args.id.clone();

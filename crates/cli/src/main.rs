@@ -85,6 +85,8 @@ struct KvArgs {
     /// Seconds to wait for the server's answer to each request.
     #[arg(long, global = true, default_value_t = 30.0, value_parser = crate::limits::positive)]
     wait: f64,
+    #[command(flatten)]
+    tls: kv_cluster::TlsArgs,
     #[command(subcommand)]
     command: KvCommand,
 }
@@ -165,9 +167,9 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Kv(args)) => kv::bench_kv(&args),
         Command::Bench(BenchCommand::Clocks(args)) => kv::bench_clocks(&args),
         Command::Kv(KvArgs { command: KvCommand::Audit(args), .. }) => kv::kv_audit(&args),
-        Command::Kv(KvArgs { command: KvCommand::Cluster(command), .. }) => kv_cluster::run(&command),
-        Command::Kv(KvArgs { command: KvCommand::Client(command), addr, wait }) => {
-            Ok(kv_client::run(&addr, wait, &command))
+        Command::Kv(KvArgs { command: KvCommand::Cluster(command), tls, .. }) => kv_cluster::run(&command, &tls),
+        Command::Kv(KvArgs { command: KvCommand::Client(command), addr, wait, tls }) => {
+            Ok(kv_client::run(&addr, wait, &tls, &command))
         }
         Command::Bench(BenchCommand::Ledger(args)) => ledger::bench_ledger(&args),
         Command::Bench(BenchCommand::Rainblock(args)) => rainblock_bench::bench_rainblock(&args),

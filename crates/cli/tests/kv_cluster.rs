@@ -202,7 +202,9 @@ fn sigkill_during_transfers_loses_no_acknowledged_commit_and_no_money() {
         assert!(!acknowledged.is_empty(), "round {round}: transfers were acknowledged before the kill");
         marks.extend(acknowledged);
         server = Server::start(dir.path());
-        let (total, missing) = runtime.block_on(audit(&server.address, &marks));
+        let (total, missing) = runtime.block_on(async {
+            audit(&Kv::new(RemoteKv::connect(&server.address, Duration::from_secs(30)).unwrap()), &marks).await
+        });
         assert_eq!(total, INITIAL * ACCOUNTS as u64, "round {round}: money is conserved");
         assert!(missing.is_empty(), "round {round}: acknowledged transfers lost: {missing:?}");
     }

@@ -45,11 +45,10 @@ pub async fn transfer(kv: &Kv<RemoteKv>, from: usize, to: usize, mark: String) -
 /// The total over the accounts and the acknowledged marks that are missing, read in one
 /// transaction, again while it fails (a killed client's prepared transactions are being
 /// terminated, a restarted role is coming back).
-pub async fn audit(address: &str, marks: &[String]) -> (u64, Vec<String>) {
-    let kv = Kv::new(RemoteKv::connect(address, Duration::from_secs(30)).unwrap());
+pub async fn audit(kv: &Kv<RemoteKv>, marks: &[String]) -> (u64, Vec<String>) {
     let mut last = None;
     for _ in 0..100 {
-        match audit_once(&kv, marks).await {
+        match audit_once(kv, marks).await {
             Ok(found) => return found,
             Err(error) => last = Some(error),
         }

@@ -3,7 +3,8 @@
 //! over through the configuration service), a backup of another shard, and the API server
 //! (its client core: the primaries terminate what it left prepared); after each restart the
 //! transfers resume, nothing acknowledged is lost, the money adds up, and once stopped every
-//! replica of every shard's group holds the same state (`virga kv audit`).
+//! replica of every shard's group holds the same state (`virga kv audit`). Every role and
+//! client speaks mutual TLS, and the shell without the cluster's certificate is refused.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -21,6 +22,34 @@ use crate::kv_money::{audit, offline_audit, open_accounts, transfer, ACCOUNTS, I
 use crate::support::text;
 
 const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
+
+fn tls_file(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tls").join(name).display().to_string()
+}
+
+/// The options giving a process certificate `cert` (`node`: the cluster's CA's; `stranger`:
+/// another CA's).
+fn tls_args(cert: &str) -> Vec<String> {
+    let (cert, key) = (tls_file(&format!("{cert}.pem")), tls_file(&format!("{cert}-key.pem")));
+    ["--tls-cert".to_string(), cert, "--tls-key".to_string(), key, "--tls-ca".to_string(), tls_file("ca.pem")].into()
+}
+
+fn connect(address: &str, wait: Duration) -> Kv<RemoteKv> {
+    let tls = virga_net::Tls::load(
+        Path::new(&tls_file("node.pem")),
+        Path::new(&tls_file("node-key.pem")),
+        Path::new(&tls_file("ca.pem")),
+    )
+    .unwrap();
+    Kv::new(RemoteKv::connect_tls(address, wait, &tls).unwrap())
+}
+
+/// `virga kv --addr address get acct-0` with `extra` options: its exit status and stderr.
+fn shell_get(address: &str, extra: &[String]) -> (Option<i32>, String) {
+    let output =
+        Command::new(VIRGA).args(["kv", "--addr", address]).args(extra).args(["get", "acct-0"]).output().unwrap();
+    (output.status.code(), text(&output.stderr))
+}
 
 fn shape() -> ClusterShape {
     ClusterShape { shards: 3, replicas: 3, data_nodes: 4 }
@@ -45,6 +74,7 @@ fn start(dir: &Path, id: &str) -> Child {
     let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
     let mut child = Command::new(VIRGA)
         .args(["kv", "cluster", "node", "--dir", &dir.display().to_string(), "--id", id])
+        .args(tls_args("node"))
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
@@ -95,7 +125,7 @@ fn terminate(child: &mut Child) {
 /// Transfers until `stop`, through every fault (an error means "try the next one"); the
 /// marks of those acknowledged, with when.
 async fn keep_transferring(address: String, client: usize, stop: Arc<AtomicBool>) -> Vec<(Instant, String)> {
-    let kv = Kv::new(RemoteKv::connect(&address, Duration::from_secs(20)).unwrap());
+    let kv = connect(&address, Duration::from_secs(20));
     let mut acknowledged = Vec::new();
     for n in 0.. {
         if stop.load(Ordering::Relaxed) {
@@ -132,9 +162,15 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
     let backup = map.groups()[1].backups.iter().find(|node| **node != primary).unwrap().clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    runtime.block_on(async {
-        open_accounts(&Kv::new(RemoteKv::connect(&address, Duration::from_secs(30)).unwrap())).await
-    });
+    runtime.block_on(async { open_accounts(&connect(&address, Duration::from_secs(30))).await });
+    // The shell reads with the cluster's certificate, and is refused without it.
+    let (status, stderr) = shell_get(&address, &tls_args("node"));
+    assert_eq!(status, Some(0), "{stderr}");
+    for refused in [tls_args("stranger"), Vec::new()] {
+        let (status, stderr) = shell_get(&address, &refused);
+        assert_eq!(status, Some(2), "{refused:?}: {stderr}");
+        assert!(stderr.contains("error:"), "{stderr}");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> =
         (0..4).map(|client| runtime.spawn(keep_transferring(address.clone(), client, Arc::clone(&stop)))).collect();
@@ -160,7 +196,7 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
     assert!(after_faults > 0, "transfers resumed after the last restart ({} in all)", acknowledged.len());
     let marks: Vec<String> = acknowledged.into_iter().map(|(_, mark)| mark).collect();
 
-    let (total, missing) = runtime.block_on(audit(&address, &marks));
+    let (total, missing) = runtime.block_on(async { audit(&connect(&address, Duration::from_secs(30)), &marks).await });
     assert_eq!(total, INITIAL * ACCOUNTS as u64, "money is conserved");
     assert!(missing.is_empty(), "acknowledged transfers lost: {missing:?}");
 

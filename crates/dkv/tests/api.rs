@@ -94,7 +94,7 @@ async fn the_library_and_the_grpc_service_run_interactive_transactions_and_a_res
 
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (address, server) = serve(listener, cluster.kv(), async move {
+    let (address, server) = serve(listener, cluster.kv(), None, async move {
         let _ = stopped.await;
     })
     .unwrap();
@@ -126,4 +126,38 @@ async fn an_unreachable_server_is_a_transport_error() {
     let error = kv.get("k").await.unwrap_err();
     assert!(matches!(error, KvError::Transport(_)), "{error}");
     assert!(matches!(RemoteKv::connect("not a url", Duration::from_secs(1)), Err(KvError::Invalid(_))));
+}
+
+fn tls(cert: &str) -> virga_net::Tls {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tls");
+    let (cert_file, key_file) = (dir.join(format!("{cert}.pem")), dir.join(format!("{cert}-key.pem")));
+    virga_net::Tls::load(&cert_file, &key_file, &dir.join("ca.pem")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_client_without_a_certificate_of_the_clusters_ca_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = open(dir.path()).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (address, server) = serve(listener, cluster.kv(), Some(&tls("node")), async move {
+        let _ = stopped.await;
+    })
+    .unwrap();
+    let server = tokio::spawn(server);
+    let address = format!("http://{address}");
+    let member = Kv::new(RemoteKv::connect_tls(&address, Duration::from_secs(30), &tls("node")).unwrap());
+    member.put("secret", "1").await.unwrap();
+    assert_eq!(member.get("secret").await.unwrap(), Some(bytes("1")));
+    // A certificate of another CA, and no TLS at all: neither reads nor writes anything.
+    let stranger = Kv::new(RemoteKv::connect_tls(&address, Duration::from_secs(5), &tls("stranger")).unwrap());
+    let refused = stranger.put("secret", "2").await.unwrap_err();
+    assert!(matches!(refused, KvError::Transport(_)), "{refused}");
+    let plain = Kv::new(RemoteKv::connect(&address, Duration::from_secs(5)).unwrap());
+    let refused = plain.get("secret").await.unwrap_err();
+    assert!(matches!(refused, KvError::Transport(_)), "{refused}");
+    assert_eq!(member.get("secret").await.unwrap(), Some(bytes("1")));
+    let _ = stop_serving.send(());
+    server.await.unwrap().unwrap();
+    cluster.stop().await;
 }

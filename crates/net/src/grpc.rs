@@ -74,6 +74,8 @@ pub struct Grpc {
     clients: RwLock<HashMap<String, PeerClient<Channel>>>,
     outboxes: Outboxes,
     batching: Batching,
+    /// Mutual TLS to every peer (their addresses dialled as `https://`).
+    tls: Option<crate::Tls>,
     sent: Arc<BatchCounters>,
     stats: Arc<NetStats>,
 }
@@ -112,6 +114,12 @@ impl Grpc {
         Arc::new(Self { addresses: RwLock::new(addresses), batching, ..Self::default() })
     }
 
+    /// Peers reached over mutual TLS with `tls` (each must serve with [`serve_tls`]).
+    pub fn with_tls(addresses: HashMap<String, String>, tls: crate::Tls) -> Arc<Self> {
+        let batching = Batching::default();
+        Arc::new(Self { addresses: RwLock::new(addresses), batching, tls: Some(tls), ..Self::default() })
+    }
+
     pub fn set_address(&self, peer: impl Into<String>, address: impl Into<String>) {
         let peer = peer.into();
         self.clients.write().remove(&peer);
@@ -134,9 +142,17 @@ impl Grpc {
         }
         let address =
             self.addresses.read().get(peer).cloned().ok_or_else(|| NetError::UnknownPeer(peer.to_string()))?;
-        let endpoint = Endpoint::from_shared(address.clone())
-            .map_err(|error| NetError::Unreachable { peer: peer.to_string(), reason: format!("{address}: {error}") })?
-            .tcp_nodelay(true);
+        let unreachable = |error: &dyn std::fmt::Display| NetError::Unreachable {
+            peer: peer.to_string(),
+            reason: format!("{address}: {error}"),
+        };
+        let endpoint = match &self.tls {
+            None => Endpoint::from_shared(address.clone()).map_err(|error| unreachable(&error))?,
+            Some(tls) => Endpoint::from_shared(crate::tls::https(&address))
+                .and_then(|endpoint| endpoint.tls_config(tls.client_config()))
+                .map_err(|error| unreachable(&crate::tls::error_chain(&error)))?,
+        }
+        .tcp_nodelay(true);
         let client = PeerClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -334,13 +350,22 @@ pub fn serve(
     host: Host,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = Result<(), tonic::transport::Error>> + Send)> {
+    serve_with_tls(listener, host, None, shutdown)
+}
+
+/// [`serve`], over mutual TLS when `tls` is given: callers must present a certificate of its CA.
+pub fn serve_with_tls(
+    listener: TcpListener,
+    host: Host,
+    tls: Option<&crate::Tls>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, impl Future<Output = Result<(), tonic::transport::Error>> + Send)> {
     let address = listener.local_addr()?;
     let service = PeerServer::new(Adapter(host))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let server =
-        tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(incoming, shutdown);
+    let server = crate::tls::server_builder(tls)?.add_service(service).serve_with_incoming_shutdown(incoming, shutdown);
     Ok((address, server))
 }
 
@@ -549,5 +574,49 @@ mod tests {
         let refused = rainblock.call("client-0", "storage-2", head()).await.unwrap_err();
         assert_eq!(refused, NetError::NotHosted { peer: "storage-2".into(), protocol: "rainblock", hosted: vec![] });
         assert_eq!(grpc.stats().total_messages(), 0);
+    }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    use super::*;
+    use crate::proto::HeadRequest;
+    use crate::{request, Rainblock, RequestBody, Tls};
+    use std::path::{Path, PathBuf};
+
+    fn testdata(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tls").join(name)
+    }
+
+    fn tls(cert: &str) -> Tls {
+        Tls::load(&testdata(&format!("{cert}.pem")), &testdata(&format!("{cert}-key.pem")), &testdata("ca.pem"))
+            .unwrap()
+    }
+
+    fn head() -> crate::Request {
+        request(RequestBody::Head(HeadRequest {}))
+    }
+
+    #[tokio::test]
+    async fn over_mutual_tls_only_a_caller_with_a_certificate_of_the_ca_is_served() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let host = Host::new().with::<crate::health::Health>(Arc::new(crate::health::Responder::new("storage-0")));
+        let (address, server) = serve_with_tls(listener, host, Some(&tls("node")), std::future::pending()).unwrap();
+        tokio::spawn(server);
+        let peers = || HashMap::from([("storage-0".to_string(), format!("http://{address}"))]);
+        let member = Grpc::with_tls(peers(), tls("node"));
+        let pong = crate::health::ping(&*member, "client-0", "storage-0").await.unwrap();
+        assert_eq!(pong.node, "storage-0");
+        // A certificate of another CA, with the same names: its handshake is refused.
+        let stranger = Grpc::with_tls(peers(), tls("stranger"));
+        let refused = crate::health::ping(&*stranger, "client-0", "storage-0").await.unwrap_err();
+        assert!(matches!(refused, NetError::Unreachable { .. } | NetError::Refused { .. }), "{refused}");
+        // No TLS at all: the server speaks nothing else.
+        let plain = Grpc::new(peers());
+        assert!(crate::health::ping(&*plain, "client-0", "storage-0").await.is_err());
+        let rainblock = Transport::<Rainblock>::call(&*plain, "client-0", "storage-0", head()).await;
+        assert!(rainblock.is_err());
+        // The member still is.
+        assert!(crate::health::ping(&*member, "client-0", "storage-0").await.is_ok());
     }
 }

@@ -69,18 +69,22 @@ mod inproc;
 mod rainblock;
 pub mod role;
 mod stats;
+#[cfg(feature = "grpc")]
+pub mod tls;
 
 use std::future::Future;
 use std::pin::Pin;
 
 pub use dkv::Dkv;
 #[cfg(feature = "grpc")]
-pub use grpc::{serve, Grpc};
+pub use grpc::{serve, serve_with_tls, Grpc};
 pub use host::Host;
 pub use inproc::InProc;
 pub use proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
 pub use rainblock::{refusal, request, response, Rainblock};
 pub use stats::{KindTraffic, MessageKind, NetStats, RoleTraffic};
+#[cfg(feature = "grpc")]
+pub use tls::{Tls, TlsError};
 
 /// Largest message either transport accepts (a submission's node bag or a cold miner's top
 /// layer can be tens of megabytes).

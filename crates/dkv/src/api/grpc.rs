@@ -10,6 +10,8 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
+use virga_net::tls::{error_chain, server_builder};
+use virga_net::Tls;
 use virga_storage::{Timestamp, TxnId};
 
 use super::proto::{self, error::Code};
@@ -218,11 +220,13 @@ impl KvService {
     }
 }
 
-/// Serves `kv` on `listener` until `shutdown` completes. Returns the bound address and the
+/// Serves `kv` on `listener` until `shutdown` completes, over mutual TLS when `tls` is given
+/// (clients must present a certificate of its CA). Returns the bound address and the
 /// server's future (spawn it).
 pub fn serve(
     listener: TcpListener,
     kv: Kv<LocalKv>,
+    tls: Option<&Tls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = Result<(), tonic::transport::Error>> + Send)> {
     let address = listener.local_addr()?;
@@ -230,8 +234,7 @@ pub fn serve(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let server =
-        tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(incoming, shutdown);
+    let server = server_builder(tls)?.add_service(service).serve_with_incoming_shutdown(incoming, shutdown);
     Ok((address, server))
 }
 
@@ -247,13 +250,28 @@ impl RemoteKv {
     /// Connects lazily (on the first call), so an unreachable server shows as that call's
     /// `Transport` error. Call it within a tokio runtime.
     pub fn connect(address: &str, wait: Duration) -> Result<RemoteKv, KvError> {
+        Self::connect_with(address, wait, None)
+    }
+
+    /// [`Self::connect`] over mutual TLS: the server's certificate must come from `tls`'s CA,
+    /// and this client presents `tls`'s certificate.
+    pub fn connect_tls(address: &str, wait: Duration, tls: &Tls) -> Result<RemoteKv, KvError> {
+        Self::connect_with(address, wait, Some(tls))
+    }
+
+    fn connect_with(address: &str, wait: Duration, tls: Option<&Tls>) -> Result<RemoteKv, KvError> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(KvError::Invalid("RemoteKv::connect needs a tokio runtime".to_string()));
         }
-        let endpoint = Endpoint::from_shared(address.to_string())
-            .map_err(|error| KvError::Invalid(format!("the address {address:?}: {error}")))?
-            .tcp_nodelay(true)
-            .connect_timeout(wait);
+        let invalid = |error: String| KvError::Invalid(format!("the address {address:?}: {error}"));
+        let endpoint = match tls {
+            None => Endpoint::from_shared(address.to_string()).map_err(|error| invalid(error.to_string()))?,
+            Some(tls) => Endpoint::from_shared(virga_net::tls::https(address))
+                .and_then(|endpoint| endpoint.tls_config(tls.client_config()))
+                .map_err(|error| invalid(error_chain(&error)))?,
+        }
+        .tcp_nodelay(true)
+        .connect_timeout(wait);
         let client = proto::kv_client::KvClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);

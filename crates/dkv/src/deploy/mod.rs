@@ -66,11 +66,19 @@ pub struct ClusterOptions {
     pub sync: bool,
     /// How long to wait for the configuration service's leader and the layout.
     pub start_within: Duration,
+    /// Mutual TLS on every gRPC endpoint (between roles and to clients), when given.
+    #[cfg(feature = "grpc")]
+    pub tls: Option<virga_net::Tls>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { sync: true, start_within: Duration::from_secs(20) }
+        ClusterOptions {
+            sync: true,
+            start_within: Duration::from_secs(20),
+            #[cfg(feature = "grpc")]
+            tls: None,
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use virga_net::driver::Mailbox;
 use virga_net::role::NoIo;
-use virga_net::{Dkv, Grpc, Host, Transport};
+use virga_net::{Dkv, Grpc, Host, Tls, Transport};
 
 use super::{
     config_peers, initial_map, io_error, open_failed, read_layout, storage, write_durably, ClusterOptions,
@@ -63,15 +63,19 @@ impl ProcessPlan {
         self.roles.iter().find(|(name, _)| name == role).map(|(_, address)| *address)
     }
 
-    /// The gRPC transport to every role but the API server (whom no role calls).
-    fn transport(&self) -> Arc<Grpc> {
+    /// The gRPC transport to every role but the API server (whom no role calls), over mutual
+    /// TLS when `tls` is given.
+    fn transport(&self, tls: Option<&Tls>) -> Arc<Grpc> {
         let addresses: HashMap<String, String> = self
             .roles
             .iter()
             .filter(|(name, _)| name != API_ROLE)
             .map(|(name, address)| (name.clone(), format!("http://{address}")))
             .collect();
-        Grpc::new(addresses)
+        match tls {
+            Some(tls) => Grpc::with_tls(addresses, tls.clone()),
+            None => Grpc::new(addresses),
+        }
     }
 }
 
@@ -129,12 +133,17 @@ async fn listen(plan: &ProcessPlan, role: &str) -> Result<TcpListener, DeployErr
 }
 
 /// Serves `host` on `listener` until `stop` turns true.
-fn serve_host(listener: TcpListener, host: Host, stop: &watch::Receiver<bool>) -> Result<(), DeployError> {
+fn serve_host(
+    listener: TcpListener,
+    host: Host,
+    tls: Option<&Tls>,
+    stop: &watch::Receiver<bool>,
+) -> Result<(), DeployError> {
     let mut stop = stop.clone();
     let shutdown = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };
-    let (_, server) = virga_net::serve(listener, host, shutdown)
+    let (_, server) = virga_net::serve_with_tls(listener, host, tls, shutdown)
         .map_err(|error| DeployError::Io { path: "a role's server".into(), error })?;
     tokio::spawn(server);
     Ok(())
@@ -156,22 +165,24 @@ pub async fn run_role(
     })?;
     let _lock = super::lock_role(dir, role)?;
     let starts = count_start(dir, role)?;
-    let transport = plan.transport();
+    let tls = options.tls.as_ref();
+    let transport = plan.transport(tls);
     let listener = listen(&plan, role).await?;
+    let serving = Serving { listener, transport: Arc::clone(&transport), tls, stop: stop.clone() };
     let replicas: Vec<String> = config_peers().into_iter().map(|(_, name)| name).collect();
     let map = initial_map(&plan.shape)?;
     if let Some((id, _)) = config_peers().into_iter().find(|(_, name)| name == role) {
         let mut config = ReplicaConfig::new(id, config_peers(), id + u64::from(starts) * 1000);
         config.sync = options.sync;
         let (core, disk) = open_replica(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
-        serve_core::<ConfigCore, _>(role, core, disk, listener, transport, stop, || ready(address)).await?;
+        serve_core::<ConfigCore, _>(role, core, disk, serving, || ready(address)).await?;
     } else if role.starts_with("data-") {
         let mut config = DataConfig::new(role, map);
         config.config_replicas = replicas;
         config.session = format!("{role}@{starts}");
         config.sync = options.sync;
         let (core, disk) = open_data_node(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
-        serve_core::<DataCore, _>(role, core, disk, listener, transport, stop, || ready(address)).await?;
+        serve_core::<DataCore, _>(role, core, disk, serving, || ready(address)).await?;
     } else {
         let client_id = 1_000_000 + starts;
         propose_install(transport.clone(), &replicas, map.clone(), client_id, options.start_within).await?;
@@ -186,7 +197,7 @@ pub async fn run_role(
         );
         let wait_for = running.with_core(|client| client.config().op_deadline) + Duration::from_secs(5);
         let kv = Kv::new(LocalKv::new(running.input_sender(), wait_for));
-        serve_api(listener, kv, stop.clone())?;
+        serve_api(serving, kv)?;
         ready(address);
         wait(stop).await;
         running.join().await;
@@ -194,22 +205,30 @@ pub async fn run_role(
     Ok(())
 }
 
-/// Runs a replica's or a data node's core, serving its peers on `listener`, until `stop`.
+/// Where and how a role serves: its listener, its transport to the others, TLS, and the
+/// switch that stops it.
+struct Serving<'a> {
+    listener: TcpListener,
+    transport: Arc<Grpc>,
+    tls: Option<&'a Tls>,
+    stop: watch::Receiver<bool>,
+}
+
+/// Runs a replica's or a data node's core, serving its peers, until `stop`.
 async fn serve_core<R, X>(
     role: &str,
     core: R,
     disk: X,
-    listener: TcpListener,
-    transport: Arc<Grpc>,
-    stop: watch::Receiver<bool>,
+    serving: Serving<'_>,
     ready: impl FnOnce(),
 ) -> Result<(), DeployError>
 where
     R: virga_net::role::Role<Protocol = Dkv>,
     X: virga_net::role::IoExecutor<R>,
 {
+    let Serving { listener, transport, tls, stop } = serving;
     let mailbox = Mailbox::<R>::new();
-    serve_host(listener, Host::new().with::<Dkv>(mailbox.handler()), &stop)?;
+    serve_host(listener, Host::new().with::<Dkv>(mailbox.handler()), tls, &stop)?;
     let running = mailbox.run(role, core, transport as _, disk, stop.clone());
     ready();
     wait(stop).await;
@@ -221,11 +240,12 @@ async fn wait(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-fn serve_api(listener: TcpListener, kv: Kv<LocalKv>, mut stop: watch::Receiver<bool>) -> Result<(), DeployError> {
+fn serve_api(serving: Serving<'_>, kv: Kv<LocalKv>) -> Result<(), DeployError> {
+    let Serving { listener, tls, mut stop, .. } = serving;
     let shutdown = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };
-    let (_, server) = crate::api::grpc::serve(listener, kv, shutdown)
+    let (_, server) = crate::api::grpc::serve(listener, kv, tls, shutdown)
         .map_err(|error| DeployError::Io { path: "the API server".into(), error })?;
     tokio::spawn(server);
     Ok(())
