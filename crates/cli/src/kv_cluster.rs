@@ -79,6 +79,9 @@ pub struct ClusterNodeArgs {
     /// Fsync each group of records before acknowledging it (group) or never (none).
     #[arg(long, default_value = "group", value_parser = ["group", "none"])]
     pub sync: String,
+    /// Serve the role's Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args)]
@@ -98,6 +101,9 @@ pub struct ClusterUpArgs {
     /// Where to serve the client API.
     #[arg(long, default_value = "127.0.0.1:7400")]
     pub listen: String,
+    /// Serve every role's Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Fsync each group of records before acknowledging it (group) or never (none).
     #[arg(long, default_value = "group", value_parser = ["group", "none"])]
     pub sync: String,
@@ -105,6 +111,12 @@ pub struct ClusterUpArgs {
 
 pub fn run(command: &ClusterCommand, tls: &TlsArgs) -> anyhow::Result<ExitCode> {
     let tls = tls.load()?;
+    // The roles log what they do (failovers, takeovers, terminations, elections) to stderr.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_max_level(tracing::Level::INFO)
+        .try_init();
     match command {
         ClusterCommand::Up(args) => up(args, tls),
         ClusterCommand::Init(args) => init(args),
@@ -148,6 +160,16 @@ fn up(args: &ClusterUpArgs, tls: Option<virga_net::Tls>) -> anyhow::Result<ExitC
         );
         let (stop, mut stopped) = watch::channel(false);
         tokio::spawn(crate::node::stop_on_signal(stop));
+        if let Some(address) = args.metrics {
+            let listener = TcpListener::bind(address).await.with_context(|| format!("--metrics {address}"))?;
+            let mut stopped = stopped.clone();
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            let (address, server) = virga_dkv::deploy::serve_metrics(listener, cluster.metrics(), shutdown)?;
+            tokio::spawn(server);
+            println!("metrics on http://{address}/metrics");
+        }
         let shutdown = async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
@@ -190,7 +212,8 @@ fn init(args: &ClusterInitArgs) -> anyhow::Result<ExitCode> {
 fn node(args: &ClusterNodeArgs, tls: Option<virga_net::Tls>) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
-        let options = ClusterOptions { sync: args.sync == "group", tls, ..ClusterOptions::default() };
+        let options =
+            ClusterOptions { sync: args.sync == "group", tls, metrics: args.metrics, ..ClusterOptions::default() };
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(crate::node::stop_on_signal(stop));
         let role = args.id.clone();

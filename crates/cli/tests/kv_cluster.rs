@@ -16,24 +16,25 @@ use crate::support::text;
 
 const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
 
-/// A running `virga kv cluster up` and the address it serves.
+/// A running `virga kv cluster up`, the address it serves and where its metrics are.
 struct Server {
     child: Child,
     address: String,
+    metrics: String,
 }
 
 impl Server {
     fn start(dir: &Path) -> Server {
         let mut child = Command::new(VIRGA)
             .args(["kv", "cluster", "up", "--dir", &dir.display().to_string(), "--listen", "127.0.0.1:0"])
-            .args(["--shards", "3", "--replicas", "3", "--data-nodes", "4"])
+            .args(["--shards", "3", "--replicas", "3", "--data-nodes", "4", "--metrics", "127.0.0.1:0"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("start virga kv cluster up");
         let stdout = child.stdout.take().unwrap();
-        let address = serving_address(stdout);
-        Server { child, address }
+        let (address, metrics) = serving_addresses(stdout);
+        Server { child, address, metrics }
     }
 
     fn kv(&self, args: &[&str]) -> Output {
@@ -53,8 +54,9 @@ impl Drop for Server {
     }
 }
 
-/// The address of the `serving virga.kv.v1 on ADDR` line (within a minute).
-fn serving_address(stdout: ChildStdout) -> String {
+/// The addresses of the `metrics on URL` and `serving virga.kv.v1 on ADDR` lines (within a
+/// minute).
+fn serving_addresses(stdout: ChildStdout) -> (String, String) {
     let (send, lines) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -63,12 +65,33 @@ fn serving_address(stdout: ChildStdout) -> String {
             }
         }
     });
+    let mut metrics = String::new();
     loop {
         let line = lines.recv_timeout(Duration::from_secs(60)).expect("the server says where it serves");
+        if let Some(url) = line.strip_prefix("metrics on ") {
+            metrics = url.to_string();
+        }
         if let Some(address) = line.strip_prefix("serving virga.kv.v1 on ") {
-            return address.to_string();
+            return (address.to_string(), metrics);
         }
     }
+}
+
+/// `GET url` (`http://host:port/path`) over a plain TCP connection: the status line and body.
+fn http_get(url: &str) -> (String, String) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    write!(stream, "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The value of the sample named `name` with exactly these labels, in a text exposition.
+fn sample(exposition: &str, name_and_labels: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| line.strip_prefix(name_and_labels)?.strip_prefix(' ')?.parse().ok())
 }
 
 fn out(output: &Output) -> String {
@@ -126,6 +149,28 @@ fn the_shell_reads_writes_and_exits_with_the_promised_codes_and_a_restart_keeps_
     assert_eq!(empty.status.code(), Some(2));
     assert!(text(&empty.stderr).contains("an empty key"), "{}", text(&empty.stderr));
     assert_eq!(out(&server.kv(&["get", "k1"])), "x\n");
+
+    // Every role's metrics, as Prometheus reads them.
+    let (status, metrics) = http_get(&server.metrics);
+    assert!(status.contains("200"), "{status}");
+    let committed = sample(&metrics, r#"virga_dkv_txn_committed_total{role="api",kind="read_write"}"#);
+    assert!(committed.is_some_and(|count| count >= 6.0), "{committed:?}\n{metrics}");
+    let stale = sample(&metrics, r#"virga_dkv_txn_aborted_total{role="api",reason="read-stale"}"#);
+    assert_eq!(stale, Some(1.0), "{metrics}");
+    let leaders: f64 =
+        (1..=3).filter_map(|i| sample(&metrics, &format!(r#"virga_dkv_raft_leader{{role="config-{i}"}}"#))).sum();
+    assert_eq!(leaders, 1.0, "one configuration replica leads");
+    let leases: Vec<f64> = metrics
+        .lines()
+        .filter(|line| line.starts_with("virga_dkv_lease_remaining_seconds{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(leases.len(), 3, "a lease per shard primary: {metrics}");
+    assert!(leases.iter().all(|remaining| *remaining > 0.0), "{leases:?}");
+    assert!(metrics.contains("virga_dkv_prepare_seconds_bucket{"), "{metrics}");
+    assert!(metrics.contains("virga_dkv_txn_commit_seconds_count{"), "{metrics}");
+    assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
+    assert!(http_get(&server.metrics.replace("/metrics", "/nothing")).0.contains("404"));
 
     // SIGTERM stops it cleanly; the same command brings the data back.
     server.signal("-TERM");

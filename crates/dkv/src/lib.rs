@@ -35,6 +35,7 @@ pub mod config;
 pub mod deploy;
 pub mod fuzzing;
 pub mod layout;
+pub mod metrics;
 pub mod raft_wire;
 mod record_io;
 pub mod service;

@@ -145,6 +145,12 @@ impl<R: Role> Running<R> {
         read(&self.core.lock())
     }
 
+    /// A handle that reads the core between steps, for readers that do not own the running
+    /// role (a metrics exporter).
+    pub fn reader(&self) -> CoreReader<R> {
+        CoreReader { core: Arc::clone(&self.core) }
+    }
+
     /// Hands the core work from its user; false once the role has stopped.
     pub fn input(&self, input: R::Input) -> bool {
         self.sender.send(Inbound::Input(input)).is_ok()
@@ -165,6 +171,23 @@ impl<R: Role> Running<R> {
             tracing::error!(%error, "a role's driver panicked");
         }
         self.core
+    }
+}
+
+/// Reads a running role's core between its steps (see [`Running::reader`]).
+pub struct CoreReader<R> {
+    core: Arc<Mutex<R>>,
+}
+
+impl<R> Clone for CoreReader<R> {
+    fn clone(&self) -> Self {
+        CoreReader { core: Arc::clone(&self.core) }
+    }
+}
+
+impl<R> CoreReader<R> {
+    pub fn with_core<T>(&self, read: impl FnOnce(&R) -> T) -> T {
+        read(&self.core.lock())
     }
 }
 

@@ -178,6 +178,10 @@ pub struct ClientStats {
     /// Gets sent again to wait out a prepared writer.
     pub rereads: u64,
     pub maps_adopted: u64,
+    /// From an attempt's start to its commit (read-only: validated here; read-write: every
+    /// participant voted commit), by kind.
+    pub commit_latency_read_only: crate::metrics::LatencyHistogram,
+    pub commit_latency_read_write: crate::metrics::LatencyHistogram,
 }
 
 pub struct TxnClient {
@@ -212,6 +216,8 @@ pub struct TxnClient {
     /// Every read-write attempt that sent prepares, as it would commit.
     attempts: Vec<TxnRecord>,
     stats: ClientStats,
+    /// The clock at the step being handled.
+    now: Nanos,
 }
 
 impl TxnClient {
@@ -238,6 +244,7 @@ impl TxnClient {
             history: Vec::new(),
             attempts: Vec::new(),
             stats: ClientStats::default(),
+            now: 0,
         }
     }
 
@@ -378,6 +385,7 @@ impl TxnClient {
             Ok(ResponseBody::Map(reply)) => {
                 let map = reply.map.and_then(|map| crate::wire::map_from_proto(map).ok());
                 if let Some(map) = map.filter(|map| map.version() > self.config.map.version()) {
+                    tracing::info!(client = self.config.client, version = map.version(), "adopted a newer shard map");
                     self.config.map = map;
                     self.stats.maps_adopted += 1;
                 }
@@ -473,6 +481,7 @@ impl Role for TxnClient {
     type Input = ClientInput;
 
     fn step(&mut self, now: Nanos, event: Event<Dkv, std::convert::Infallible, ClientInput>, out: &mut Out) {
+        self.now = now;
         match event {
             Event::Input(ClientInput::Programs(programs)) => self.queue.extend(programs),
             Event::Input(ClientInput::Session(request)) => self.on_session(now, request, out),

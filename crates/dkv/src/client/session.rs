@@ -240,7 +240,7 @@ impl TxnClient {
         };
         let session =
             SessionTxn { read_only: at.is_some(), gets: Vec::new(), scans: Vec::new(), commit: None, last_used: now };
-        self.txns.insert(id, Txn::new(Source::Session(session), id, ts_begin));
+        self.txns.insert(id, Txn::new(Source::Session(session), id, ts_begin, self.now));
         reply.send(Ok(SessionReply::Began { txn: id, ts_begin }));
     }
 

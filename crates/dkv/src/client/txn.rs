@@ -68,11 +68,14 @@ pub(super) struct Txn {
     pub(super) last_failure: Option<Failure>,
     /// The shard of each key read or written, routed once (hashing a key is not free).
     pub(super) shards: HashMap<Bytes, u32>,
+    /// When this attempt began (the client's step time).
+    pub(super) started: Nanos,
 }
 
 impl Txn {
-    pub(super) fn new(source: Source, id: TxnId, ts_begin: Timestamp) -> Txn {
+    pub(super) fn new(source: Source, id: TxnId, ts_begin: Timestamp, started: Nanos) -> Txn {
         Txn {
+            started,
             source,
             id,
             ts_begin,
@@ -123,7 +126,7 @@ impl TxnClient {
         };
         let keys = program.read_keys();
         let scans = ScanState::of_program(&program, &self.config.map);
-        let mut txn = Txn::new(Source::Program { program, attempt }, id, ts_begin);
+        let mut txn = Txn::new(Source::Program { program, attempt }, id, ts_begin, self.now);
         txn.scans = scans;
         self.txns.insert(id, txn);
         let scan_parts = self.scan_parts(id, 0);
@@ -374,6 +377,12 @@ impl TxnClient {
         let Some(txn) = self.txns.remove(&id) else { return };
         self.stats.committed += 1;
         self.stats.committed_read_only += u64::from(read_only);
+        let latency = self.now.saturating_sub(txn.started);
+        if read_only {
+            self.stats.commit_latency_read_only.record(latency);
+        } else {
+            self.stats.commit_latency_read_write.record(latency);
+        }
         if self.config.keep_history {
             self.history.push(txn.record(commit_ts));
         }

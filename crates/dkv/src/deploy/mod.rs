@@ -11,17 +11,23 @@
 //! backups hold the prepare durably (with `sync`).
 
 mod audit;
+// The metrics endpoint is served by axum, which comes with the gRPC stack.
+#[cfg(feature = "grpc")]
+mod metrics;
 // Processes talk over gRPC: without the feature (the fuzz build) there are none.
 #[cfg(feature = "grpc")]
 mod process;
 
 pub use self::audit::{audit_cluster, ClusterAudit, ReplicaAudit};
 #[cfg(feature = "grpc")]
+pub use self::metrics::{serve_metrics, RoleMetrics, RoleReader};
+#[cfg(feature = "grpc")]
 pub use self::process::{init_processes, run_role, ProcessPlan};
 
 /// The name of the role serving the client API.
 pub const API_ROLE: &str = "api";
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,6 +75,8 @@ pub struct ClusterOptions {
     /// Mutual TLS on every gRPC endpoint (between roles and to clients), when given.
     #[cfg(feature = "grpc")]
     pub tls: Option<virga_net::Tls>,
+    /// Where a role of a cluster of processes serves its Prometheus metrics (`GET /metrics`).
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for ClusterOptions {
@@ -78,6 +86,7 @@ impl Default for ClusterOptions {
             start_within: Duration::from_secs(20),
             #[cfg(feature = "grpc")]
             tls: None,
+            metrics: None,
         }
     }
 }
@@ -368,6 +377,20 @@ impl LocalCluster {
             .iter()
             .filter_map(|runner| runner.running.with_core(|core| core.state().map().cloned()))
             .max_by_key(ShardMap::version)
+    }
+
+    /// Every role's metrics, read at each scrape (serve them with [`serve_metrics`]).
+    #[cfg(feature = "grpc")]
+    pub fn metrics(&self) -> RoleMetrics {
+        let mut metrics = RoleMetrics::default();
+        for (runner, (_, name)) in self.config.iter().zip(config_peers()) {
+            metrics.add(name, RoleReader::Config(runner.running.reader()));
+        }
+        for (index, runner) in self.data.iter().enumerate() {
+            metrics.add(format!("data-{index}"), RoleReader::Data(runner.running.reader()));
+        }
+        metrics.add(API_ROLE, RoleReader::Client(self.client.running.reader()));
+        metrics
     }
 
     /// Reads data node `name`'s core (for audits and tests).

@@ -14,18 +14,19 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use virga_net::driver::Mailbox;
+use virga_net::driver::{CoreReader, Mailbox};
 use virga_net::role::NoIo;
 use virga_net::{Dkv, Grpc, Host, Tls, Transport};
 
+use super::metrics::{serve_metrics, RoleMetrics, RoleReader};
 use super::{
     config_peers, initial_map, io_error, open_failed, read_layout, storage, write_durably, ClusterOptions,
     ClusterShape, DeployError, LayoutFile, API_ROLE, LAYOUT_FILE,
 };
 use crate::api::{Kv, LocalKv};
 use crate::client::{TxnClient, TxnClientConfig};
-use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
-use crate::shard::{open_data_node, DataConfig, DataCore};
+use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
+use crate::shard::{open_data_node, DataConfig};
 use crate::ConfigCommand;
 
 /// Every role of a cluster of processes and its address.
@@ -168,21 +169,29 @@ pub async fn run_role(
     let tls = options.tls.as_ref();
     let transport = plan.transport(tls);
     let listener = listen(&plan, role).await?;
-    let serving = Serving { listener, transport: Arc::clone(&transport), tls, stop: stop.clone() };
+    let metrics = match options.metrics {
+        Some(address) => Some(
+            TcpListener::bind(address)
+                .await
+                .map_err(|error| DeployError::Io { path: format!("the metrics endpoint {address}").into(), error })?,
+        ),
+        None => None,
+    };
+    let mut serving = Serving { listener, transport: Arc::clone(&transport), tls, metrics, stop: stop.clone() };
     let replicas: Vec<String> = config_peers().into_iter().map(|(_, name)| name).collect();
     let map = initial_map(&plan.shape)?;
     if let Some((id, _)) = config_peers().into_iter().find(|(_, name)| name == role) {
         let mut config = ReplicaConfig::new(id, config_peers(), id + u64::from(starts) * 1000);
         config.sync = options.sync;
         let (core, disk) = open_replica(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
-        serve_core::<ConfigCore, _>(role, core, disk, serving, || ready(address)).await?;
+        serve_core(role, core, disk, serving, RoleReader::Config, || ready(address)).await?;
     } else if role.starts_with("data-") {
         let mut config = DataConfig::new(role, map);
         config.config_replicas = replicas;
         config.session = format!("{role}@{starts}");
         config.sync = options.sync;
         let (core, disk) = open_data_node(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
-        serve_core::<DataCore, _>(role, core, disk, serving, || ready(address)).await?;
+        serve_core(role, core, disk, serving, RoleReader::Data, || ready(address)).await?;
     } else {
         let client_id = 1_000_000 + starts;
         propose_install(transport.clone(), &replicas, map.clone(), client_id, options.start_within).await?;
@@ -197,6 +206,7 @@ pub async fn run_role(
         );
         let wait_for = running.with_core(|client| client.config().op_deadline) + Duration::from_secs(5);
         let kv = Kv::new(LocalKv::new(running.input_sender(), wait_for));
+        export(role, serving.metrics.take(), RoleReader::Client(running.reader()), &stop)?;
         serve_api(serving, kv)?;
         ready(address);
         wait(stop).await;
@@ -211,28 +221,52 @@ struct Serving<'a> {
     listener: TcpListener,
     transport: Arc<Grpc>,
     tls: Option<&'a Tls>,
+    /// Where to serve the role's metrics.
+    metrics: Option<TcpListener>,
     stop: watch::Receiver<bool>,
 }
 
-/// Runs a replica's or a data node's core, serving its peers, until `stop`.
+/// Runs a replica's or a data node's core, serving its peers (and its metrics), until `stop`.
 async fn serve_core<R, X>(
     role: &str,
     core: R,
     disk: X,
     serving: Serving<'_>,
+    reader: fn(CoreReader<R>) -> RoleReader,
     ready: impl FnOnce(),
 ) -> Result<(), DeployError>
 where
     R: virga_net::role::Role<Protocol = Dkv>,
     X: virga_net::role::IoExecutor<R>,
 {
-    let Serving { listener, transport, tls, stop } = serving;
+    let Serving { listener, transport, tls, metrics, stop } = serving;
     let mailbox = Mailbox::<R>::new();
     serve_host(listener, Host::new().with::<Dkv>(mailbox.handler()), tls, &stop)?;
     let running = mailbox.run(role, core, transport as _, disk, stop.clone());
+    export(role, metrics, reader(running.reader()), &stop)?;
     ready();
     wait(stop).await;
     running.join().await;
+    Ok(())
+}
+
+/// Serves `role`'s metrics on `listener`, if any, until `stop`.
+fn export(
+    role: &str,
+    listener: Option<TcpListener>,
+    reader: RoleReader,
+    stop: &watch::Receiver<bool>,
+) -> Result<(), DeployError> {
+    let Some(listener) = listener else { return Ok(()) };
+    let mut metrics = RoleMetrics::default();
+    metrics.add(role, reader);
+    let mut stop = stop.clone();
+    let shutdown = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    };
+    let (_, server) = serve_metrics(listener, metrics, shutdown)
+        .map_err(|error| DeployError::Io { path: "the metrics endpoint".into(), error })?;
+    tokio::spawn(server);
     Ok(())
 }
 

@@ -195,6 +195,7 @@ impl ConfigCore {
         if now != self.seen {
             if now.1 == StateRole::Leader {
                 self.led_terms.push(now.0);
+                tracing::info!(replica = self.raw.raft.id, term = now.0, "leads the configuration service");
             }
             self.seen = now;
             self.draw_election_timeout();
@@ -333,6 +334,7 @@ impl ConfigCore {
                 self.send(writing.messages, out);
             }
             ConfigIoDone::Appended(Err(error)) => {
+                tracing::error!(replica = self.raw.raft.id, %error, "a log append failed: the replica stops");
                 self.failed = Some(format!("a log append failed: {error}"));
             }
         }

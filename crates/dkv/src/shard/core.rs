@@ -17,6 +17,7 @@ use virga_net::{Dkv, NetError};
 use virga_storage::{Timestamp, TxnId};
 use virga_txn::AbortReason;
 
+mod gauges;
 mod gc;
 mod lease;
 mod replication;
@@ -112,6 +113,8 @@ struct Pending {
     /// decision: it is durable here).
     waiters: Vec<(String, CallId)>,
     answered: bool,
+    /// When it was logged and sent (for the prepare latency).
+    since: Nanos,
 }
 
 /// What to do once a group of records is durable.
@@ -591,6 +594,7 @@ impl DataCore {
         };
         let DataIoDone::Appended(result) = result;
         if let Err(error) = result {
+            tracing::error!(node = %self.config.node, %error, "a log append failed: the node stops");
             self.failed = Some(format!("a log append failed: {error}"));
             return;
         }

@@ -70,6 +70,8 @@ pub struct DataStats {
     pub refusals: u64,
     /// Device appends completed.
     pub writes: u64,
+    /// From a prepare's arrival to its commit vote (logged here and held by f backups).
+    pub prepare_latency: crate::metrics::LatencyHistogram,
 }
 
 /// A data node's record log. An append (and its fsync) runs on a blocking thread of its

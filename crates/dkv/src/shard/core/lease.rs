@@ -33,7 +33,7 @@ pub(super) struct Held {
     epoch: u64,
     grants: BTreeMap<String, Timestamp>,
     /// Reads are served below this.
-    until: Timestamp,
+    pub(super) until: Timestamp,
 }
 
 #[derive(Debug, Default)]
@@ -154,6 +154,7 @@ impl DataCore {
         let seq = self.link.next_seq;
         self.link.next_seq += 1;
         self.stats.failovers_proposed += 1;
+        tracing::warn!(node = %self.config.node, ?command, "proposing a change of the shard map");
         self.link.proposal = Some((seq, command, None));
         self.resend_proposal(out);
     }
@@ -281,6 +282,7 @@ impl DataCore {
         }
         let old = std::mem::replace(&mut self.map, map);
         self.stats.maps_adopted += 1;
+        tracing::info!(node = %self.config.node, version = self.map.version(), "adopted a newer shard map");
         let node = self.config.node.clone();
         // A shard this node joins (a backup added): its replica starts empty, and its
         // primary's takeover at the new epoch pushes it every record.

@@ -73,6 +73,7 @@ impl DataCore {
             local_durable: false,
             waiters: waiter.into_iter().collect(),
             answered: false,
+            since: self.now,
         };
         self.pending.insert(key, pending);
         self.send_replicas(key, out);
@@ -120,6 +121,9 @@ impl DataCore {
         }
         let Some(pending) = self.pending.get_mut(&key) else { return };
         if safe && (!pending.answered || !pending.waiters.is_empty()) {
+            if !pending.answered && key.2 == PendingKind::Prepared && !pending.waiters.is_empty() {
+                self.stats.prepare_latency.record(self.now.saturating_sub(pending.since));
+            }
             pending.answered = true;
             let response = match key.2 {
                 PendingKind::Prepared => vote(Ok(())),
@@ -163,6 +167,7 @@ impl DataCore {
                 local_durable: true,
                 waiters: Vec::new(),
                 answered: false,
+                since: self.now,
             };
             self.pending.insert(key, pending);
             self.send_replicas(key, out);

@@ -34,6 +34,7 @@ impl DataCore {
     /// Starts taking over `shard` at `epoch`: fetches from every backup of the group.
     pub(super) fn start_takeover(&mut self, shard: u32, epoch: u64, out: &mut Vec<Command<Dkv, DataIo>>) {
         self.stats.takeovers += 1;
+        tracing::info!(node = %self.config.node, shard, epoch, "taking over the shard as its primary");
         self.leases.held.remove(&shard);
         self.takeovers.insert(shard, Takeover { epoch, ..Takeover::default() });
         self.send_fetches(shard, out);
@@ -179,6 +180,7 @@ impl DataCore {
                 local_durable: true,
                 waiters: Vec::new(),
                 answered: true,
+                since: self.now,
             };
             self.pending.insert(key, pending);
             self.send_replicas(key, out);

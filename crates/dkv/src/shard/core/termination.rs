@@ -86,6 +86,7 @@ impl DataCore {
                 continue;
             }
             self.stats.terminations += 1;
+            tracing::info!(node = %self.config.node, shard, txn, "terminating a transaction its coordinator left prepared");
             let others: Vec<u32> = entry.participants.iter().copied().filter(|other| *other != shard).collect();
             let mut terminating = Terminating::default();
             terminating.heard.insert(shard, proto::TxnPhase::Prepared);

@@ -1,0 +1,33 @@
+//! A data node's shards as its metrics show them (see `crate::metrics`).
+
+use super::DataCore;
+use crate::layout::ShardId;
+use crate::metrics::ShardGauges;
+
+impl DataCore {
+    /// Each shard this node holds a replica of: its role, epoch, lease, replication backlog
+    /// and prepared transactions, as of the last step.
+    pub fn shard_gauges(&self) -> Vec<ShardGauges> {
+        self.replicas
+            .iter()
+            .map(|(&shard, replica)| {
+                let group = self.map.group(ShardId(shard));
+                let primary = group.is_some_and(|group| group.primary == self.config.node);
+                let backlog = self.pending.iter().filter(|(key, pending)| {
+                    key.0 == shard && group.is_some_and(|group| pending.acked.len() < group.backups.len())
+                });
+                ShardGauges {
+                    shard,
+                    primary,
+                    epoch: group.map_or(0, |group| group.epoch),
+                    lease_until: self.leases.held.get(&shard).filter(|_| primary).map(|held| held.until),
+                    lease_heard_ago: (!primary)
+                        .then(|| self.leases.heard.get(&shard).map(|heard| self.now.saturating_sub(*heard)))
+                        .flatten(),
+                    replication_backlog: backlog.count(),
+                    prepared: replica.prepared_count(),
+                }
+            })
+            .collect()
+    }
+}
