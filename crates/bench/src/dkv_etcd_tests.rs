@@ -69,7 +69,7 @@ fn a_transaction_reads_linearizably_then_writes_what_the_store_writes() {
                 other => panic!("a read Txn carries {other:?}"),
             })
             .collect();
-        let Program::Ops(ops) = program(&txn, 24) else { panic!("ycsb-t programs are operations") };
+        let Program::Ops(ops) = program(&txn, &workload) else { panic!("ycsb-t programs are operations") };
         let gets: Vec<Vec<u8>> =
             ops.iter().filter_map(|op| if let TxnOp::Get(key) = op { Some(key.to_vec()) } else { None }).collect();
         assert_eq!(read_keys, gets);
@@ -142,15 +142,10 @@ fn the_missing_binary_names_the_package_to_install() {
 
 fn tiny_config() -> DkvBenchConfig {
     DkvBenchConfig {
-        net: crate::dkv::DkvNet::InProc,
         shards: 1,
-        replicas: 3,
-        clients: 2,
         window: 2,
         warmup: Duration::from_millis(200),
-        duration: Duration::from_millis(800),
-        sync: true,
-        seed: 5,
+        ..DkvBenchConfig::new(2, Duration::from_millis(800), 5)
     }
 }
 

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod demo;
 mod dkv_bench;
+mod dkv_figures;
 mod kv;
 mod kv_client;
 mod kv_cluster;

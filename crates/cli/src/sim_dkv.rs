@@ -40,6 +40,9 @@ pub struct DkvArgs {
     /// The clients' timestamps: their physical clocks, or hybrid logical clocks.
     #[arg(long, value_enum, default_value_t = Clock::Physical)]
     pub clock: Clock,
+    /// Where read-only transactions validate: at the client (MILANA) or at the primaries.
+    #[arg(long, value_enum, default_value_t = crate::dkv_bench::DkvValidation::Local)]
+    pub validation: crate::dkv_bench::DkvValidation,
     /// Clock skew of the nodes: PTP-like, NTP-like or none.
     #[arg(long, value_enum, default_value_t = SkewProfile::Ntp)]
     pub skew: SkewProfile,
@@ -254,6 +257,7 @@ fn seed_options(args: &DkvArgs, seed: u64) -> TxnRunOptions {
             Clock::Hybrid => ClientClock::Hybrid,
         },
         clock: args.skew,
+        read_only_validation: args.validation.into(),
         leases: !args.no_leases,
         session_clients: args.session_clients,
         ..TxnRunOptions::new(seed)

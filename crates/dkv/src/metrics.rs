@@ -30,6 +30,22 @@ impl LatencyHistogram {
         self.sum_nanos = self.sum_nanos.saturating_add(nanos);
     }
 
+    /// Adds `other`'s latencies to these.
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        for (count, more) in self.counts.iter_mut().zip(other.counts) {
+            *count += more;
+        }
+        self.sum_nanos = self.sum_nanos.saturating_add(other.sum_nanos);
+    }
+
+    /// Removes an earlier reading of the same histogram (what was recorded since it).
+    pub fn subtract(&mut self, earlier: &LatencyHistogram) {
+        for (count, before) in self.counts.iter_mut().zip(earlier.counts) {
+            *count = count.saturating_sub(before);
+        }
+        self.sum_nanos = self.sum_nanos.saturating_sub(earlier.sum_nanos);
+    }
+
     pub fn count(&self) -> u64 {
         self.counts.iter().sum()
     }

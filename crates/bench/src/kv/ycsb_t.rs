@@ -24,6 +24,9 @@ pub struct YcsbTConfig {
     /// Zipf exponents of the read-only and of the read-write transactions' keys.
     pub read_zipf: f64,
     pub write_zipf: f64,
+    /// Read-write transactions put without reading first (SEMEL's puts); otherwise they
+    /// read-modify-write.
+    pub blind_writes: bool,
 }
 
 impl Default for YcsbTConfig {
@@ -35,6 +38,7 @@ impl Default for YcsbTConfig {
             read_only_percent: 90,
             read_zipf: 0.99,
             write_zipf: 0.75,
+            blind_writes: false,
         }
     }
 }
@@ -125,8 +129,10 @@ impl KvWorkload for YcsbT {
     }
 
     fn execute(&self, txn: &YcsbTTxn, tx: &mut dyn KvTx) -> Result<(), TxAbort> {
-        for id in &txn.ids {
-            tx.get(&key(*id))?;
+        if !(txn.writes && self.config.blind_writes) {
+            for id in &txn.ids {
+                tx.get(&key(*id))?;
+            }
         }
         if txn.writes {
             for (position, id) in txn.ids.iter().enumerate() {

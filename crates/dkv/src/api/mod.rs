@@ -56,6 +56,23 @@ pub enum KvError {
 }
 
 impl KvError {
+    /// The kind's name, as the `.proto` spells its code (`aborted`, `outcome-unknown`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            KvError::Aborted { .. } => "aborted",
+            KvError::OutcomeUnknown { .. } => "outcome-unknown",
+            KvError::Unavailable { .. } => "unavailable",
+            KvError::StaleMap { .. } => "stale-map",
+            KvError::Deadline(_) => "deadline-exceeded",
+            KvError::Invalid(_) => "invalid-argument",
+            KvError::UnknownTransaction { .. } => "unknown-transaction",
+            KvError::Committing { .. } => "committing",
+            KvError::ReadOnly { .. } => "read-only",
+            KvError::ShuttingDown => "shutting-down",
+            KvError::Transport(_) => "transport",
+        }
+    }
+
     /// What the error says beyond its kind (the whole message for the kinds that say
     /// nothing more).
     pub fn detail(&self) -> String {

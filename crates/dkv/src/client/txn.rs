@@ -12,7 +12,7 @@ use virga_txn::AbortReason;
 
 use super::scan::ScanState;
 use super::session::SessionTxn;
-use super::{Out, Program, ProgramOutcome, ProgramResult, TxnClient};
+use super::{Out, Program, ProgramOutcome, ProgramResult, ReadOnlyValidation, TxnClient};
 use crate::shard::wire::{self as shard_wire, PrepareRequest};
 use crate::shard::{ReadOp, WriteOp, MAX_KEYS_PER_GET};
 
@@ -163,7 +163,8 @@ impl TxnClient {
         let Phase::Reading(calls) = &mut txn.phase else { return };
         let call = self.ids.call();
         self.calls.insert(call, id);
-        self.stats.gets += keys.len() as u64;
+        self.stats.gets += 1;
+        self.stats.keys_read += keys.len() as u64;
         let ts = Some(shard_wire::ts_to_wire(txn.ts_begin));
         let body = match keys.as_slice() {
             [key] => RequestBody::Get(proto::Get { shard, epoch, key: key.to_vec(), ts }),
@@ -259,7 +260,7 @@ impl TxnClient {
                 txn.reads.iter().map(|(key, read)| (key.clone(), read.value.clone())).collect();
             txn.writes = program.writes(&values);
         }
-        if txn.writes.is_empty() {
+        if txn.writes.is_empty() && self.config.read_only_validation == ReadOnlyValidation::Local {
             let prepared =
                 txn.reads.values().any(|read| read.prepared_below) || txn.scans.iter().any(|scan| scan.prepared_below);
             if prepared && !self.config.skip_local_validation {
@@ -375,10 +376,12 @@ impl TxnClient {
 
     fn committed(&mut self, id: TxnId, commit_ts: Timestamp, read_only: bool) {
         let Some(txn) = self.txns.remove(&id) else { return };
+        // Counted by what it did, however it was validated.
+        let wrote_nothing = txn.writes.is_empty();
         self.stats.committed += 1;
-        self.stats.committed_read_only += u64::from(read_only);
+        self.stats.committed_read_only += u64::from(wrote_nothing);
         let latency = self.now.saturating_sub(txn.started);
-        if read_only {
+        if wrote_nothing {
             self.stats.commit_latency_read_only.record(latency);
         } else {
             self.stats.commit_latency_read_write.record(latency);

@@ -175,6 +175,7 @@ fn encode_clients(encoder: &mut DescriptorEncoder, clients: &[(String, ClientSta
             ("get", stats.gets),
             ("scan", stats.scans),
             ("prepare", stats.prepares),
+            ("decision", stats.decisions),
             ("retry", stats.retries),
             ("reread", stats.rereads),
         ] {

@@ -79,6 +79,21 @@ fn hybrid_logical_clocks_pass_every_check_too() {
 }
 
 #[test]
+fn read_only_transactions_validated_at_the_primaries_pass_every_check() {
+    for seed in 300..306 {
+        let options = TxnRunOptions {
+            read_only_validation: crate::client::ReadOnlyValidation::Remote,
+            ..TxnRunOptions::new(seed)
+        };
+        assert!(options.replay_command().ends_with(" --validation remote"));
+        let report = run(&options);
+        assert!(report.passed(), "seed {seed}: {:?}\nreplay: {}", report.violations, options.replay_command());
+        // The audits, which write nothing, committed through prepares at the primaries.
+        assert!(report.committed_read_only > 0, "{report:?}");
+    }
+}
+
+#[test]
 fn without_faults_or_skew_every_program_commits() {
     let options = TxnRunOptions { faults: false, clock: virga_core::clock::SkewProfile::None, ..TxnRunOptions::new(3) };
     let report = run(&options);

@@ -26,7 +26,7 @@ use virga_sim::{NetConfig, Partition, Sim, SimConfig, SimError};
 
 pub use self::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
 pub use self::session::{SessionClient, SessionCounts, SessionDriver};
-use crate::client::{ClientClock, Program, TxnClient, TxnClientConfig};
+use crate::client::{ClientClock, Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
 use crate::config::ConfigCommand;
 use crate::layout::{Partitioning, ShardMap};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
@@ -114,6 +114,8 @@ pub struct TxnRunOptions {
     pub leases: bool,
     /// The clients' timestamp scheme.
     pub client_clock: ClientClock,
+    /// Where the clients validate read-only transactions.
+    pub read_only_validation: ReadOnlyValidation,
     pub weakening: Weakening,
 }
 
@@ -135,6 +137,7 @@ impl TxnRunOptions {
             primary_crashes: true,
             leases: true,
             client_clock: ClientClock::Physical,
+            read_only_validation: ReadOnlyValidation::Local,
             weakening: Weakening::default(),
         }
     }
@@ -155,6 +158,9 @@ impl TxnRunOptions {
         }
         if self.client_clock == ClientClock::Hybrid {
             command.push_str(" --clock hybrid");
+        }
+        if self.read_only_validation == ReadOnlyValidation::Remote {
+            command.push_str(" --validation remote");
         }
         if self.clock != SkewProfile::Ntp {
             command.push_str(&format!(" --skew {}", self.clock.name()));
@@ -272,6 +278,7 @@ pub(super) fn open_node(
         config.skip_local_validation = options.weakening.skip_local_validation;
         config.config_replicas = cluster.config.clone();
         config.clock = options.client_clock;
+        config.read_only_validation = options.read_only_validation;
         if index >= options.clients.saturating_sub(options.session_clients) {
             config.op_deadline = SESSION_OP_DEADLINE;
             let session = SessionClient::new(TxnClient::new(config));
