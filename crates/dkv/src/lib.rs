@@ -26,7 +26,10 @@
 //!   service alone (`sim::run_service`) and the whole store (`sim::txn::run_txn`, and the
 //!   scripted failover anomaly `sim::txn::lease_scenario`).
 //!
-//! Still to come: metrics, TLS, pruning of the transaction tables and logs.
+//! - [`metrics`]: what the cores measure of themselves (latency histograms, shard gauges),
+//!   exported by `deploy` in Prometheus's text format.
+//!
+//! Still to come: pruning of the transaction tables and logs.
 
 pub mod api;
 pub mod cache;
