@@ -21,6 +21,9 @@ pub enum DkvFigure {
     /// MILANA Fig. 3.7: read-only transactions validated at the client vs at the primaries
     /// (ycsb-t, 1 to 64 clients): throughput, latency, requests per commit.
     MilanaValidation,
+    /// The store beyond this machine: the cost model calibrated here, this machine's shape
+    /// simulated beside its measurement, MILANA's setting and 2x and 4x it extrapolated.
+    Scale,
 }
 
 pub fn run(figure: DkvFigure, args: &DkvBenchArgs) -> Result<ExitCode> {
@@ -37,6 +40,7 @@ pub fn run(figure: DkvFigure, args: &DkvBenchArgs) -> Result<ExitCode> {
     let result = match figure {
         DkvFigure::SemelTable => figures::semel_table(&base, args.records, args.value_size, args.runs)?,
         DkvFigure::MilanaSkew => figures::milana_skew(&base, args.records, args.value_size, args.runs)?,
+        DkvFigure::Scale => return scale(args, &base),
         DkvFigure::MilanaValidation => {
             let workload = YcsbT::new(YcsbTConfig {
                 records: args.records,
@@ -47,6 +51,38 @@ pub fn run(figure: DkvFigure, args: &DkvBenchArgs) -> Result<ExitCode> {
         }
     };
     print_table(&result);
+    if let Some(path) = &args.json {
+        for written in result.write(path)? {
+            eprintln!("wrote {}", written.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The scale figure: the cost model's inputs, this machine's shape measured and simulated,
+/// larger ones extrapolated.
+fn scale(args: &DkvBenchArgs, base: &virga_bench::dkv::DkvBenchConfig) -> Result<ExitCode> {
+    let workload =
+        YcsbT::new(YcsbTConfig { records: args.records, value_size: args.value_size, ..YcsbTConfig::default() })?;
+    let scratch = tempfile::tempdir()?;
+    let result = virga_bench::dkv::scale::scale_figure(base, &workload, args.runs, scratch.path())?;
+    println!("{}", result.setting);
+    println!(
+        "{:>18} {:>13} {:>7} {:>8} {:>32} {:>14} {:>8}",
+        "shape", "kind", "shards", "clients", "machines", "committed/s", "aborts"
+    );
+    for row in &result.rows {
+        println!(
+            "{:>18} {:>13} {:>7} {:>8} {:>32} {:>14.0} {:>7.2}%",
+            row.shape,
+            row.kind,
+            row.shards,
+            row.clients,
+            row.machines,
+            row.committed_per_sec,
+            row.abort_rate * 100.0
+        );
+    }
     if let Some(path) = &args.json {
         for written in result.write(path)? {
             eprintln!("wrote {}", written.display());

@@ -18,6 +18,7 @@
 
 pub mod figures;
 mod programs;
+pub mod scale;
 mod sessions;
 
 use std::collections::BTreeMap;

@@ -8,6 +8,7 @@
 mod checks;
 pub mod lease_scenario;
 mod node;
+pub mod scale;
 mod session;
 
 use std::cell::RefCell;
