@@ -142,12 +142,7 @@ impl IoExecutor<Timed> for TimedIo {
 
 /// Opens `id` of the closed-loop cluster: replicas and data nodes on memory devices (the
 /// data nodes holding `load`'s pairs), clients that keep no history.
-fn open(
-    shape: &ScaleShape,
-    cluster: &Cluster,
-    id: &str,
-    load: &Loader<'_>,
-) -> (DkvNode, Box<dyn IoExecutor<DkvNode>>) {
+fn open(shape: &ScaleShape, cluster: &Cluster, id: &str, load: &Loader<'_>) -> (DkvNode, Box<dyn IoExecutor<DkvNode>>) {
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     if let Some(index) = cluster.clients.iter().position(|client| client == id) {
         let mut config = TxnClientConfig::new(index as u32 + 1, cluster.map.clone());
