@@ -207,6 +207,11 @@ impl DataCore {
         }
     }
 
+    /// The newest map this node has adopted.
+    pub fn map(&self) -> &ShardMap {
+        &self.map
+    }
+
     pub fn node(&self) -> &str {
         &self.config.node
     }

@@ -87,12 +87,36 @@ pub struct GetResult {
 }
 
 /// MILANA's per-key state, in memory only (the lease covers its loss on failover).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct KeyCc {
     /// The largest timestamp any read of the key was served at.
     latest_read: Timestamp,
-    /// The transaction prepared on the key, and its commit timestamp.
-    prepared: Option<(TxnId, Timestamp)>,
+    /// The transactions prepared on the key, with their commit timestamps. A primary lets
+    /// one at a time prepare, but a replica rebuilt from backups' unordered records may
+    /// hold several: a writer the old primary decided, whose decision reached no backup,
+    /// and the next writer of the key it then let prepare. Each holds the key until its own
+    /// decision, and a read at or above any of them sees a prepared writer below it.
+    prepared: Vec<(TxnId, Timestamp)>,
+}
+
+impl KeyCc {
+    fn prepared_at_or_below(&self, ts: Timestamp) -> bool {
+        self.prepared.iter().any(|(_, prepared_ts)| *prepared_ts <= ts)
+    }
+
+    fn held_by_other(&self, txn: TxnId) -> bool {
+        self.prepared.iter().any(|(owner, _)| *owner != txn)
+    }
+
+    fn hold(&mut self, txn: TxnId, commit_ts: Timestamp) {
+        if !self.prepared.iter().any(|(owner, _)| *owner == txn) {
+            self.prepared.push((txn, commit_ts));
+        }
+    }
+
+    fn release(&mut self, txn: TxnId) {
+        self.prepared.retain(|(owner, _)| *owner != txn);
+    }
 }
 
 /// Deliberately broken variants, for the checkers to catch.
@@ -290,7 +314,7 @@ impl<S: VersionedStore> ShardReplica<S> {
             .collect();
         for (txn, commit_ts, keys) in prepared {
             for key in keys {
-                self.cc.entry(key).or_default().prepared = Some((txn, commit_ts));
+                self.cc.entry(key).or_default().hold(txn, commit_ts);
             }
         }
         self.commit_floor = self.commit_floor.max(floor);
@@ -301,7 +325,7 @@ impl<S: VersionedStore> ShardReplica<S> {
     pub fn get(&mut self, key: &Bytes, ts: Timestamp) -> GetResult {
         let cc = self.cc.entry(key.clone()).or_default();
         cc.latest_read = cc.latest_read.max(ts);
-        let prepared_below = cc.prepared.is_some_and(|(_, prepared_ts)| prepared_ts <= ts);
+        let prepared_below = cc.prepared_at_or_below(ts);
         let visible = self.store.find(key).and_then(|entry| self.store.read_at(&entry, ts).visible);
         match visible {
             Some(version) => {
@@ -324,8 +348,7 @@ impl<S: VersionedStore> ShardReplica<S> {
         scans: &[ScanRange],
         writes: &[WriteOp],
     ) -> Result<(), AbortReason> {
-        let held_by_other =
-            |key: &Bytes| self.cc.get(key).and_then(|cc| cc.prepared).is_some_and(|(owner, _)| owner != txn);
+        let held_by_other = |key: &Bytes| self.cc.get(key).is_some_and(|cc| cc.held_by_other(txn));
         for read in reads {
             if held_by_other(&read.key) {
                 return Err(AbortReason::ReadPrepared);
@@ -392,7 +415,7 @@ impl<S: VersionedStore> ShardReplica<S> {
                     return;
                 }
                 for write in writes {
-                    self.cc.entry(write.key.clone()).or_default().prepared = Some((*txn, *commit_ts));
+                    self.cc.entry(write.key.clone()).or_default().hold(*txn, *commit_ts);
                 }
                 let entry = TxnEntry {
                     commit_ts: *commit_ts,
@@ -426,9 +449,7 @@ impl<S: VersionedStore> ShardReplica<S> {
         let (commit_ts, writes) = (entry.commit_ts, entry.writes.clone());
         for write in &writes {
             if let Some(cc) = self.cc.get_mut(&write.key) {
-                if cc.prepared.is_some_and(|(owner, _)| owner == txn) {
-                    cc.prepared = None;
-                }
+                cc.release(txn);
             }
             if commit {
                 let key_entry = self.store.entry(&write.key);

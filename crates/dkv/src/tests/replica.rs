@@ -175,3 +175,33 @@ fn scans_read_a_snapshot_and_keep_it_free_of_phantoms() {
     assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 25)], &[]), Err(AbortReason::Phantom));
     assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 30)], &[]), Ok(()));
 }
+
+/// Found by seed 397352 of session 8's soak: the old primary decided T1 (x at 10) and then
+/// let T2 prepare x at 20; the backups had both prepares and neither decision. A replica
+/// rebuilt from them holds both writers prepared on x: a read at 15 must see a prepared
+/// writer below it (T1's, which the termination later commits), and T2's decision must not
+/// release T1's hold.
+#[test]
+fn a_rebuilt_replica_holding_two_prepared_writers_of_a_key_reports_both() {
+    let mut replica = ShardReplica::new();
+    let prepared = |txn, at, value| ShardRecord::Prepared {
+        txn,
+        commit_ts: ts(at),
+        writes: vec![put("x", value)],
+        participants: vec![0, 1],
+    };
+    // T2's prepare arrives first at this backup: the records come in any order.
+    replica.apply(&prepared(2, 20, "b"));
+    replica.apply(&prepared(1, 10, "a"));
+    replica.take_over(Timestamp::ZERO);
+    assert!(replica.get(&key("x"), ts(15)).prepared_below, "T1 is prepared below 15");
+    assert!(!replica.get(&key("x"), ts(5)).prepared_below);
+    // A new writer is refused while either holds x.
+    assert_eq!(replica.validate(3, ts(30), &[], &[], &[put("x", "c")]), Err(AbortReason::WritePrepared));
+    replica.apply(&ShardRecord::Decided { txn: 2, commit: false });
+    assert!(replica.get(&key("x"), ts(15)).prepared_below, "T2's abort leaves T1 holding x");
+    replica.apply(&ShardRecord::Decided { txn: 1, commit: true });
+    let read = replica.get(&key("x"), ts(15));
+    assert!(!read.prepared_below);
+    assert_eq!((read.writer, read.value), (1, Some(Bytes::from_static(b"a"))));
+}

@@ -162,3 +162,23 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
         assert_eq!(alone, Some(ResponseBody::Value(value.clone())), "{key:?}");
     }
 }
+
+/// Found by seed 347546 of session 8's soak: a primary whose prepare had not yet reached f
+/// backups (it had not voted) answered a terminator's query `Prepared` and counted its own
+/// shard as voted; the termination committed the transaction at the other participant,
+/// the primary then crashed, and its successor, which never saw the prepare, refused it.
+#[test]
+fn a_prepare_not_yet_on_f_backups_is_no_vote_for_a_terminator() {
+    let mut harness = Harness::new(false);
+    let (kind, knobs) = honest(2);
+    let knobs = Knobs { participants: vec![0, 1], commit: false, ..knobs };
+    let prepare = harness.request(knobs.from, build(kind, &knobs));
+    // Logged and sent to the backups; no backup has answered.
+    let early = harness.request("n1", build(5, &knobs));
+    let refused = &harness.asked[&early].1;
+    assert!(matches!(refused.as_slice(), [Some(ResponseBody::Error(e))] if e.contains("ask again")), "{refused:?}");
+    harness.complete(usize::MAX);
+    assert!(matches!(harness.answer(prepare), Some(ResponseBody::Vote(vote)) if vote.commit));
+    let late = harness.ask("n1", build(5, &knobs));
+    assert!(matches!(late, Some(ResponseBody::State(state)) if state.phase == proto::TxnPhase::Prepared as i32));
+}

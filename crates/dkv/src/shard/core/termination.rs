@@ -47,6 +47,15 @@ impl DataCore {
         let phase = match known {
             Some(TxnStatus::Committed) => proto::TxnPhase::Committed,
             Some(TxnStatus::Aborted) => proto::TxnPhase::Aborted,
+            // Prepared here but not yet held by f backups: this primary has not voted, and a
+            // crash now would lose the prepare (its successor would answer never prepared).
+            // Counting it as a vote could commit the transaction at the other participants
+            // and lose it here. The terminator asks again at its next check.
+            Some(TxnStatus::Prepared) if !self.prepare_is_safe(shard, txn) => {
+                return Some(ResponseBody::Error(format!(
+                    "transaction {txn:x} is not yet prepared on f backups of shard {shard}; ask again"
+                )));
+            }
             Some(TxnStatus::Prepared) => proto::TxnPhase::Prepared,
             None if self.voted_abort.contains_key(&(shard, txn)) => proto::TxnPhase::VotedAbort,
             None => {
@@ -65,6 +74,12 @@ impl DataCore {
         Some(state(phase))
     }
 
+    /// Whether this primary's prepare of `txn` is safe: logged here and held by f backups
+    /// (what its commit vote waits for), or no longer being replicated at all.
+    fn prepare_is_safe(&self, shard: u32, txn: TxnId) -> bool {
+        self.pending.get(&(shard, txn, PendingKind::Prepared)).is_none_or(|pending| pending.answered)
+    }
+
     /// Starts terminating every transaction prepared here longer than `termination_after`
     /// ago with no decision.
     pub(super) fn check_undecided(&mut self, now: Nanos, out: &mut Vec<Command<Dkv, DataIo>>) {
@@ -78,6 +93,10 @@ impl DataCore {
         for (shard, txn) in due {
             let leads = self.map.group(ShardId(shard)).is_some_and(|group| group.primary == self.config.node);
             if !leads || self.takeovers.contains_key(&shard) {
+                continue;
+            }
+            if !self.prepare_is_safe(shard, txn) {
+                // Its own vote is not cast yet (see `on_query`): wait for the backups.
                 continue;
             }
             let Some(entry) = self.replicas.get(&shard).and_then(|replica| replica.txn(txn)) else { continue };

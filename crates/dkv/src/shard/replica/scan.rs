@@ -55,9 +55,7 @@ impl<S: VersionedStore> ShardReplica<S> {
             }
             rows.len() < limit
         });
-        let prepared_below = self.cc.iter().any(|(key, cc)| {
-            range.contains(key) && cc.prepared.is_some_and(|(_, prepared_ts)| prepared_ts <= range.ts)
-        });
+        let prepared_below = self.cc.iter().any(|(key, cc)| range.contains(key) && cc.prepared_at_or_below(range.ts));
         self.remember_range(range);
         ScanResult { rows, prepared_below }
     }
@@ -96,10 +94,7 @@ impl<S: VersionedStore> ShardReplica<S> {
                 outcome.is_ok()
             });
             outcome?;
-            let held = self
-                .cc
-                .iter()
-                .any(|(key, cc)| range.contains(key) && cc.prepared.is_some_and(|(owner, _)| owner != txn));
+            let held = self.cc.iter().any(|(key, cc)| range.contains(key) && cc.held_by_other(txn));
             if held {
                 return Err(AbortReason::ReadPrepared);
             }

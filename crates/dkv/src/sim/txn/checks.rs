@@ -79,8 +79,13 @@ pub(super) fn settled(sim: &Sim<DkvNode>, cluster: &Cluster) -> bool {
         Some(DkvNode::Session(session)) => session.outstanding() == 0,
         _ => true,
     });
+    // Every live node also holds the newest map the service committed: a backup added just
+    // now gets its primary's records only once the primary has learned of it.
+    let newest = final_map(sim, cluster).version();
     let nodes_done = cluster.data.iter().all(|id| match sim.core(id) {
-        Some(DkvNode::Data(core)) => core.replicating() == 0 && core.unlogged() == 0 && core.undecided() == 0,
+        Some(DkvNode::Data(core)) => {
+            core.replicating() == 0 && core.unlogged() == 0 && core.undecided() == 0 && core.map().version() >= newest
+        }
         _ => true,
     });
     clients_done && nodes_done
