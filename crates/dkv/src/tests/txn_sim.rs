@@ -274,3 +274,18 @@ fn the_seeds_of_session_8s_soak_pass() {
         assert!(report.passed(), "seed {seed}: {:?}\nreplay: {}", report.violations, options.replay_command());
     }
 }
+
+/// Seeds of session 8's soak with remote validation (400,000–404,999) that ended with a
+/// transaction prepared for good: a termination round whose last answer arrived after
+/// another was lost stayed open with nothing more to come, and no round started again.
+#[test]
+fn a_termination_round_with_a_lost_answer_is_started_again() {
+    for seed in [402_982, 403_489, 404_383] {
+        let options = TxnRunOptions {
+            read_only_validation: crate::client::ReadOnlyValidation::Remote,
+            ..TxnRunOptions::new(seed)
+        };
+        let report = run(&options);
+        assert!(report.passed(), "seed {seed}: {:?}\nreplay: {}", report.violations, options.replay_command());
+    }
+}

@@ -132,18 +132,17 @@ impl DataCore {
         let Some((shard, txn, other)) = self.queries.remove(&call) else { return };
         let Some(terminating) = self.terminating.get_mut(&(shard, txn)) else { return };
         terminating.calls.retain(|pending| *pending != call);
-        match body {
-            Some(ResponseBody::State(reply)) => {
-                let phase = proto::TxnPhase::try_from(reply.phase).unwrap_or(proto::TxnPhase::Prepared);
-                terminating.heard.insert(other, phase);
-                self.conclude(shard, txn, out);
-            }
-            // No answer: forget this round; the next check starts another.
-            _ => {
-                if terminating.calls.is_empty() {
-                    self.terminating.remove(&(shard, txn));
-                }
-            }
+        if let Some(ResponseBody::State(reply)) = body {
+            let phase = proto::TxnPhase::try_from(reply.phase).unwrap_or(proto::TxnPhase::Prepared);
+            terminating.heard.insert(other, phase);
+            self.conclude(shard, txn, out);
+        }
+        // Every answer of the round is in (or lost) and none decided it: forget the round;
+        // the next check starts another. (An answer that came after a lost one would
+        // otherwise leave the round open with nothing more to come, and the transaction
+        // prepared for good.)
+        if self.terminating.get(&(shard, txn)).is_some_and(|terminating| terminating.calls.is_empty()) {
+            self.terminating.remove(&(shard, txn));
         }
     }
 
