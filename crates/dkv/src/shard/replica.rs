@@ -126,7 +126,8 @@ pub struct Weakened {
     /// scanned ranges).
     pub skip_latest_read: bool,
     /// Cooperative termination takes a participant that never received the prepare for
-    /// one that voted commit (breaking rule 2).
+    /// one that voted commit (breaking rule 2), also once that participant has recorded the
+    /// abort (asked again, it answers "voted abort").
     pub terminate_ignoring_missing_prepare: bool,
 }
 

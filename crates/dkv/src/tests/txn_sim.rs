@@ -155,8 +155,13 @@ fn primaries_that_skip_the_latest_read_check_are_caught() {
 
 #[test]
 fn a_termination_that_commits_without_every_prepare_is_caught() {
-    let caught = caught(Weakening { terminate_ignoring_missing_prepare: true, ..Weakening::default() }, 0..60);
-    assert!(!caught.is_empty(), "no seed of 60 caught terminations that ignore a missing prepare");
+    // Random seeds reached it only through a liveness bug (fixed in session 8): the prepare
+    // lost to one shard and the client's crash are scripted instead.
+    let weakened = crate::sim::txn::missing_prepare::missing_prepare_scenario(true).expect("the scenario runs");
+    assert!(weakened.split(), "the weakened terminator commits at one shard only: {weakened:?}");
+    let sound = crate::sim::txn::missing_prepare::missing_prepare_scenario(false).expect("the scenario runs");
+    assert!(!sound.split(), "{sound:?}");
+    assert_eq!(sound.prepared_shard, Some(crate::shard::TxnStatus::Aborted), "{sound:?}");
 }
 
 #[test]

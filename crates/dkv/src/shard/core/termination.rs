@@ -157,7 +157,9 @@ impl DataCore {
             .heard
             .iter()
             .map(|(shard, phase)| match phase {
-                proto::TxnPhase::NeverPrepared if weakened => (*shard, proto::TxnPhase::Prepared),
+                proto::TxnPhase::NeverPrepared | proto::TxnPhase::VotedAbort if weakened => {
+                    (*shard, proto::TxnPhase::Prepared)
+                }
                 phase => (*shard, *phase),
             })
             .collect();
@@ -168,10 +170,7 @@ impl DataCore {
             matches!(phase, proto::TxnPhase::Aborted | proto::TxnPhase::VotedAbort | proto::TxnPhase::NeverPrepared)
         }) {
             false
-        } else if participants
-            .iter()
-            .all(|participant| terminating.heard.get(participant) == Some(&proto::TxnPhase::Prepared))
-        {
+        } else if participants.iter().all(|participant| heard.get(participant) == Some(&proto::TxnPhase::Prepared)) {
             true
         } else {
             return;

@@ -7,6 +7,7 @@
 
 mod checks;
 pub mod lease_scenario;
+pub mod missing_prepare;
 mod node;
 pub mod scale;
 mod session;
