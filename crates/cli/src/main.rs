@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod demo;
+mod kairos;
 mod dkv_bench;
 mod dkv_figures;
 mod kv;
@@ -68,6 +69,9 @@ enum Command {
     /// its shell (`virga kv --addr A get|put|delete|scan|txn`), and the single-node engine's
     /// audit.
     Kv(KvArgs),
+    /// KAIROS's client caching: the ideal lease model (`virga kairos lease`).
+    #[command(subcommand)]
+    Kairos(kairos::KairosCommand),
     /// Orders a block's transactions (arrival order or Fabric++) and prints the schedule as JSON.
     Schedule(ledger::ScheduleArgs),
     /// Audits a chain directory: hash links, work, transaction roots, signatures, and
@@ -175,6 +179,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Ledger(args)) => ledger::bench_ledger(&args),
         Command::Bench(BenchCommand::Rainblock(args)) => rainblock_bench::bench_rainblock(&args),
         Command::Bench(BenchCommand::Dkv(args)) => dkv_bench::bench_dkv(&args),
+        Command::Kairos(command) => kairos::run(&command),
         Command::Schedule(args) => ledger::schedule_block(&args),
         Command::Verify(args) => ledger::verify(&args),
         Command::Block(args) => ledger::show_block(&args),

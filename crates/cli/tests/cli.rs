@@ -222,3 +222,21 @@ fn state_root_ignores_empty_hex_header_fields() {
         text(&output.stderr)
     );
 }
+
+#[test]
+fn kairos_lease_prints_the_ideal_lease_and_its_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lease.json");
+    let args = ["kairos", "lease", "--read-interval-ms", "1", "--write-interval-ms", "19", "--json"];
+    let output = virga(&[&args[..], &[file.to_str().unwrap()]].concat());
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("ideal lease: 6.000 ms"), "{}", text(&output.stdout));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(report["lease_ms"], 6.0);
+    let fresh = report["fresh_hit_rate"].as_f64().unwrap();
+    let stale = report["stale_rate"].as_f64().unwrap();
+    assert!((fresh - 0.735).abs() < 0.001 && (stale - 0.122).abs() < 0.001, "{report}");
+    let bad = virga(&["kairos", "lease", "--read-interval-ms", "-1", "--write-interval-ms", "19"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("--read-interval-ms"), "{}", text(&bad.stderr));
+}

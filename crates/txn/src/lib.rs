@@ -37,6 +37,7 @@
 #![warn(missing_docs)]
 
 mod abort;
+pub mod cache;
 mod cc;
 pub mod checker;
 mod clocks;
