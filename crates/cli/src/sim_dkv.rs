@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use virga_core::clock::SkewProfile;
 use virga_dkv::client::ClientClock;
+use virga_dkv::kairos::CacheMode;
 use virga_dkv::sim::txn::lease_scenario::{lease_scenario, LeaseScenario};
 use virga_dkv::sim::txn::{run_txn, TxnRunOptions, TxnRunReport, Weakening};
 use virga_txn::Timestamp;
@@ -34,7 +35,8 @@ pub struct DkvArgs {
     #[arg(long, value_enum, default_value_t = Faults::All)]
     pub faults: Faults,
     /// Run a deliberately weakened variant, to see the checks catch it: skip-latest-read,
-    /// skip-local-validation or terminate-ignoring-missing-prepare.
+    /// skip-local-validation, terminate-ignoring-missing-prepare or
+    /// skip-cached-latest-committed (with --cache).
     #[arg(long, value_parser = weakening)]
     pub weaken: Option<Weakening>,
     /// The clients' timestamps: their physical clocks, or hybrid logical clocks.
@@ -43,6 +45,11 @@ pub struct DkvArgs {
     /// Where read-only transactions validate: at the client (MILANA) or at the primaries.
     #[arg(long, value_enum, default_value_t = crate::dkv_bench::DkvValidation::Local)]
     pub validation: crate::dkv_bench::DkvValidation,
+    /// KAIROS: the clients cache the hottest third of the accounts across transactions under
+    /// soft leases: `none`, `lease` (the ideal lease model), `naive` (leases longer than the
+    /// run) or `static:X` (the lease with chance X of a write inside it).
+    #[arg(long, default_value = "none", value_parser = cache_mode)]
+    pub cache: CacheMode,
     /// Clock skew of the nodes: PTP-like, NTP-like or none.
     #[arg(long, value_enum, default_value_t = SkewProfile::Ntp)]
     pub skew: SkewProfile,
@@ -66,7 +73,8 @@ pub struct DkvArgs {
     #[arg(
         long,
         conflicts_with_all = [
-            "seeds", "first_seed", "faults", "weaken", "clock", "skew", "no_leases", "session_clients", "workers"
+            "seeds", "first_seed", "faults", "weaken", "clock", "skew", "no_leases", "session_clients", "workers",
+            "cache"
         ]
     )]
     pub lease_scenario: bool,
@@ -100,6 +108,10 @@ impl Clock {
             Clock::Hybrid => "hybrid",
         }
     }
+}
+
+fn cache_mode(text: &str) -> Result<CacheMode, String> {
+    CacheMode::from_name(text).map_err(|error| error.to_string())
 }
 
 fn weakening(text: &str) -> Result<Weakening, String> {
@@ -170,6 +182,10 @@ struct Totals {
     session_stale_map: u64,
     session_outcome_unknown: u64,
     session_aborted_attempts: u64,
+    /// KAIROS: reads of cached keys, those the cache served, and hits found stale.
+    cache_reads: u64,
+    cache_hits: u64,
+    stale_hits: u64,
     events: u64,
 }
 
@@ -191,6 +207,7 @@ struct Report {
     skew: &'static str,
     leases: bool,
     session_clients: usize,
+    cache: String,
     failures: Vec<Failure>,
     totals: Totals,
     /// Each seed's run (up to 1,000 seeds).
@@ -260,6 +277,7 @@ fn seed_options(args: &DkvArgs, seed: u64) -> TxnRunOptions {
         read_only_validation: args.validation.into(),
         leases: !args.no_leases,
         session_clients: args.session_clients,
+        cache: args.cache,
         ..TxnRunOptions::new(seed)
     }
 }
@@ -312,6 +330,7 @@ fn summarize(args: &DkvArgs, seeds: u64, outcomes: &[Outcome], wall_seconds: f64
         skew: args.skew.name(),
         leases: !args.no_leases,
         session_clients: args.session_clients,
+        cache: args.cache.name(),
         failures,
         totals: totals(&reports),
         runs,
@@ -377,6 +396,9 @@ fn totals(reports: &[&TxnRunReport]) -> Totals {
         totals.session_stale_map += report.session_stale_map;
         totals.session_outcome_unknown += report.session_outcome_unknown;
         totals.session_aborted_attempts += report.session_aborted_attempts;
+        totals.cache_reads += report.cache_reads;
+        totals.cache_hits += report.cache_hits;
+        totals.stale_hits += report.stale_hits;
         totals.events += report.events;
     }
     totals
@@ -388,7 +410,7 @@ fn print_summary(report: &Report) {
         "{} seed(s), {} failure(s); {} committed ({} read-only), {} aborted attempts, {} programs gave up; \
          crashes: {} backup, {} client, {} primary; {} failovers, {} terminations; {} versions collected; \
          sessions: {} committed, {} gave up, {} unavailable, {} stale map, {} outcome unknown; \
-         {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
+         cache: {} reads, {} hits, {} stale; {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
         report.seeds,
         report.failures.len(),
         totals.committed,
@@ -406,6 +428,9 @@ fn print_summary(report: &Report) {
         totals.session_unavailable,
         totals.session_stale_map,
         totals.session_outcome_unknown,
+        totals.cache_reads,
+        totals.cache_hits,
+        totals.stale_hits,
         totals.events,
         report.timing.wall_seconds,
         report.timing.seconds_per_seed,

@@ -37,6 +37,7 @@ pub mod client;
 pub mod config;
 pub mod deploy;
 pub mod fuzzing;
+pub mod kairos;
 pub mod layout;
 pub mod metrics;
 pub mod raft_wire;

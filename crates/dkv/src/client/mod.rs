@@ -100,6 +100,10 @@ pub struct TxnClientConfig {
     /// off (benchmarks draw it from the PTP-like or NTP-like skew profile; the simulator
     /// skews whole nodes instead).
     pub clock_offset_ns: i64,
+    /// KAIROS: which keys the client caches across transactions, under which lease rule
+    /// (the primaries must run the same [`crate::kairos::CacheMode`]). A transaction that
+    /// read a cached value validates at the primaries, read-only ones too.
+    pub cache: crate::kairos::CacheConfig,
 }
 
 /// Where a read-only transaction is validated (seed 004 Fig. 3.7 compares the two).
@@ -148,6 +152,7 @@ impl TxnClientConfig {
             keep_results: true,
             read_only_validation: ReadOnlyValidation::Local,
             clock_offset_ns: 0,
+            cache: crate::kairos::CacheConfig::default(),
         }
     }
 }
@@ -242,6 +247,7 @@ pub struct TxnClient {
     /// Every read-write attempt that sent prepares, as it would commit.
     attempts: Vec<TxnRecord>,
     stats: ClientStats,
+    cache: crate::kairos::ClientCache,
     /// The clock at the step being handled.
     now: Nanos,
 }
@@ -249,6 +255,7 @@ pub struct TxnClient {
 impl TxnClient {
     pub fn new(config: TxnClientConfig) -> TxnClient {
         TxnClient {
+            cache: crate::kairos::ClientCache::new(config.cache.clone()),
             config,
             ids: Ids::default(),
             next_seq: 1,
@@ -295,6 +302,17 @@ impl TxnClient {
 
     pub fn stats(&self) -> &ClientStats {
         &self.stats
+    }
+
+    /// What the client's cache did (all zero without caching).
+    pub fn cache_stats(&self) -> &crate::kairos::CacheStats {
+        self.cache.stats()
+    }
+
+    /// The client's clock at the step being handled, skew included: what a lease end is
+    /// compared with.
+    fn local_now(&self) -> Nanos {
+        self.now.saturating_add_signed(self.config.clock_offset_ns)
     }
 
     /// Programs given and not finished, open session transactions, and decisions not yet

@@ -240,7 +240,9 @@ impl TxnClient {
         };
         let session =
             SessionTxn { read_only: at.is_some(), gets: Vec::new(), scans: Vec::new(), commit: None, last_used: now };
-        self.txns.insert(id, Txn::new(Source::Session(session), id, ts_begin, self.now));
+        let mut txn = Txn::new(Source::Session(session), id, ts_begin, self.now);
+        txn.uses_cache = at.is_none();
+        self.txns.insert(id, txn);
         reply.send(Ok(SessionReply::Began { txn: id, ts_begin }));
     }
 
@@ -255,6 +257,11 @@ impl TxnClient {
         if let Some(read) = txn.reads.get(&key) {
             return reply.send(Ok(SessionReply::Value(read.value.clone())));
         }
+        if self.read_cached(id, vec![key.clone()]).is_empty() {
+            let value = self.txns.get(&id).and_then(|txn| txn.reads.get(&key)).and_then(|read| read.value.clone());
+            return reply.send(Ok(SessionReply::Value(value)));
+        }
+        let Some(txn) = self.txns.get_mut(&id) else { return };
         let Source::Session(session) = &mut txn.source else { return };
         let in_flight = session.gets.iter().any(|(waiting_for, _)| *waiting_for == key);
         session.gets.push((key.clone(), Waiting { reply, since: now }));

@@ -13,6 +13,7 @@ use virga_txn::AbortReason;
 use super::scan::ScanState;
 use super::session::SessionTxn;
 use super::{Out, Program, ProgramOutcome, ProgramResult, ReadOnlyValidation, TxnClient};
+use crate::kairos::CachedRead;
 use crate::shard::wire::{self as shard_wire, PrepareRequest};
 use crate::shard::{ReadOp, WriteOp, MAX_KEYS_PER_GET};
 
@@ -22,6 +23,8 @@ pub(super) struct ReadState {
     pub(super) version: Timestamp,
     pub(super) writer: TxnId,
     pub(super) prepared_below: bool,
+    /// Served from the client's cache (KAIROS): validated at the primaries.
+    pub(super) cached: bool,
 }
 
 /// A read in flight: gets of one shard's keys (one request), or one shard's part of a scan
@@ -70,6 +73,8 @@ pub(super) struct Txn {
     pub(super) shards: HashMap<Bytes, u32>,
     /// When this attempt began (the client's step time).
     pub(super) started: Nanos,
+    /// Reads may come from the client's cache (not a snapshot in the past).
+    pub(super) uses_cache: bool,
 }
 
 impl Txn {
@@ -90,6 +95,7 @@ impl Txn {
             reread_counts: HashMap::new(),
             last_failure: None,
             shards: HashMap::new(),
+            uses_cache: true,
         }
     }
 
@@ -127,8 +133,10 @@ impl TxnClient {
         let keys = program.read_keys();
         let scans = ScanState::of_program(&program, &self.config.map);
         let mut txn = Txn::new(Source::Program { program, attempt }, id, ts_begin, self.now);
+        txn.uses_cache = txn_may_cache(&txn);
         txn.scans = scans;
         self.txns.insert(id, txn);
+        let keys = self.read_cached(id, keys);
         let scan_parts = self.scan_parts(id, 0);
         if keys.is_empty() && scan_parts.is_empty() {
             self.finish_reads(now, id, out);
@@ -138,6 +146,31 @@ impl TxnClient {
         for (index, shard) in scan_parts {
             self.send_scan(id, index, shard, out);
         }
+    }
+
+    /// Serves the transaction's reads of `keys` that the cache holds under a live lease;
+    /// returns the others, to fetch.
+    pub(super) fn read_cached(&mut self, id: TxnId, keys: Vec<Bytes>) -> Vec<Bytes> {
+        let now = self.local_now();
+        let Some(txn) = self.txns.get_mut(&id).filter(|txn| txn.uses_cache) else { return keys };
+        let mut missed = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.cache.read(&key, txn.ts_begin, now) {
+                Some(hit) => {
+                    self.observed = self.observed.max(hit.version);
+                    let read = ReadState {
+                        value: hit.value,
+                        version: hit.version,
+                        writer: hit.writer,
+                        prepared_below: false,
+                        cached: true,
+                    };
+                    txn.reads.insert(key, read);
+                }
+                None => missed.push(key),
+            }
+        }
+        missed
     }
 
     /// Reads `keys` at the transaction's snapshot: one request to each shard's primary (a
@@ -166,11 +199,21 @@ impl TxnClient {
         self.stats.gets += 1;
         self.stats.keys_read += keys.len() as u64;
         let ts = Some(shard_wire::ts_to_wire(txn.ts_begin));
+        // A cached key's get carries the cache's mean inter-read time, for its lease.
+        let cache = &self.cache;
+        let interval = |key: &Bytes| if txn.uses_cache { cache.read_interval_ns(key) } else { 0 };
         let body = match keys.as_slice() {
-            [key] => RequestBody::Get(proto::Get { shard, epoch, key: key.to_vec(), ts }),
+            [key] => {
+                let read_interval_ns = interval(key);
+                RequestBody::Get(proto::Get { shard, epoch, key: key.to_vec(), ts, read_interval_ns })
+            }
             _ => {
                 let wire_keys = keys.iter().map(|key| key.to_vec()).collect();
-                RequestBody::GetMany(proto::GetMany { shard, epoch, keys: wire_keys, ts })
+                let mut read_intervals_ns: Vec<u64> = keys.iter().map(interval).collect();
+                if read_intervals_ns.iter().all(|&interval| interval == 0) {
+                    read_intervals_ns.clear();
+                }
+                RequestBody::GetMany(proto::GetMany { shard, epoch, keys: wire_keys, ts, read_intervals_ns })
             }
         };
         calls.insert(call, ReadCall::Get(keys));
@@ -222,8 +265,19 @@ impl TxnClient {
                 version: shard_wire::ts_from_wire(reply.version),
                 writer: shard_wire::txn_from_wire(reply.writer).unwrap_or(0),
                 prepared_below: reply.prepared_below,
+                cached: false,
             };
             self.observed = self.observed.max(read.version);
+            if txn.uses_cache && reply.lease_end_ns > 0 {
+                // Fresh up to the snapshot: the primary raised the key's latest read to it.
+                let copy = CachedRead {
+                    value: read.value.clone(),
+                    version: read.version,
+                    writer: read.writer,
+                    freshness: txn.ts_begin,
+                };
+                self.cache.fill(&key, copy, reply.lease_end_ns, read.prepared_below);
+            }
             txn.reads.insert(key, read);
         }
         if reread {
@@ -260,7 +314,8 @@ impl TxnClient {
                 txn.reads.iter().map(|(key, read)| (key.clone(), read.value.clone())).collect();
             txn.writes = program.writes(&values);
         }
-        if txn.writes.is_empty() && self.config.read_only_validation == ReadOnlyValidation::Local {
+        let any_cached = txn.reads.values().any(|read| read.cached);
+        if txn.writes.is_empty() && self.config.read_only_validation == ReadOnlyValidation::Local && !any_cached {
             let prepared =
                 txn.reads.values().any(|read| read.prepared_below) || txn.scans.iter().any(|scan| scan.prepared_below);
             if prepared && !self.config.skip_local_validation {
@@ -314,7 +369,7 @@ impl TxnClient {
                 .reads
                 .iter()
                 .filter(|(key, _)| in_shard(key))
-                .map(|(key, read)| ReadOp { key: key.clone(), version: read.version })
+                .map(|(key, read)| ReadOp { key: key.clone(), version: read.version, cached: read.cached })
                 .collect(),
             writes: txn
                 .writes
@@ -354,6 +409,10 @@ impl TxnClient {
             }
             Ok(ResponseBody::Vote(vote)) => {
                 let participants = participants.clone();
+                for key in &vote.stale {
+                    let was_hit = txn.reads.get(key.as_slice()).is_some_and(|read| read.cached);
+                    self.cache.found_stale(key, was_hit);
+                }
                 // A primary that took over refuses commit timestamps up to its floor: the
                 // next one goes above it.
                 if let Some(floor) = vote.floor.map(|floor| shard_wire::ts_from_wire(Some(floor))) {
@@ -378,6 +437,9 @@ impl TxnClient {
         let Some(txn) = self.txns.remove(&id) else { return };
         // Counted by what it did, however it was validated.
         let wrote_nothing = txn.writes.is_empty();
+        for key in txn.writes.keys() {
+            self.cache.wrote(key);
+        }
         self.stats.committed += 1;
         self.stats.committed_read_only += u64::from(wrote_nothing);
         let latency = self.now.saturating_sub(txn.started);
@@ -406,6 +468,12 @@ impl TxnClient {
     pub(super) fn aborted(&mut self, id: TxnId, reason: String, out: &mut Out) {
         let Some(txn) = self.txns.remove(&id) else { return };
         *self.stats.aborts.entry(reason.clone()).or_default() += 1;
+        // A cached copy an aborted attempt read may be what doomed it (a participant that
+        // refused for another reason first does not say): its next attempt fetches afresh,
+        // so a stale copy cannot abort a program again and again.
+        for (key, _) in txn.reads.iter().filter(|(_, read)| read.cached) {
+            self.cache.drop_copy(key);
+        }
         match txn.source {
             Source::Program { program, attempt } if attempt < self.config.max_attempts => {
                 // Run it again after a pause that grows with the attempts.
@@ -438,6 +506,15 @@ impl TxnClient {
         for shard in prepares {
             self.send_prepare(id, shard, out);
         }
+    }
+}
+
+/// Whether a transaction may read from the cache: not a snapshot in the past (a program's
+/// `SnapshotAt`, a session begun at a timestamp), whose reads must be of that time.
+fn txn_may_cache(txn: &Txn) -> bool {
+    match &txn.source {
+        Source::Program { program, .. } => program.snapshot_at().is_none(),
+        Source::Session(_) => txn.uses_cache,
     }
 }
 

@@ -518,7 +518,13 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
     let ts = Some(wire::ts_to_wire(knobs.ts));
     let (shard, epoch) = (knobs.shard, knobs.epoch);
     let body = match kind {
-        0 => RequestBody::Get(proto::Get { shard, epoch, key: knobs.key.clone(), ts }),
+        0 => RequestBody::Get(proto::Get {
+            shard,
+            epoch,
+            key: knobs.key.clone(),
+            ts,
+            read_interval_ns: u64::from(knobs.limit) << 10,
+        }),
         1 => RequestBody::Scan(proto::Scan {
             shard,
             epoch,
@@ -533,7 +539,11 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
             txn: knobs.txn,
             commit_ts: ts,
             reads: (0..knobs.reads)
-                .map(|at| proto::Read { key: op_key(knobs, at), version: Some(wire::ts_to_wire(knobs.ts2)) })
+                .map(|at| proto::Read {
+                    key: op_key(knobs, at),
+                    version: Some(wire::ts_to_wire(knobs.ts2)),
+                    cached: at % 2 == 1,
+                })
                 .collect(),
             writes: writes(knobs, 1),
             participants: knobs.participants.clone(),
@@ -558,6 +568,11 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
             epoch,
             keys: (0..=knobs.reads).map(|at| op_key(knobs, at)).collect(),
             ts,
+            // None, or one a key (a cached key's, as a caching client sends).
+            read_intervals_ns: match knobs.limit % 2 {
+                0 => Vec::new(),
+                _ => (0..=knobs.reads).map(|at| u64::from(at) << 20).collect(),
+            },
         }),
         _ if knobs.commit => RequestBody::GetMap(proto::GetMap {}),
         _ => RequestBody::Propose(proto::ConfigProposal::default()),

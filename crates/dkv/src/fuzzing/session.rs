@@ -166,6 +166,7 @@ fn get_reply(bytes: &mut Bytes8) -> proto::GetReply {
         version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
         writer: None,
         prepared_below: bytes.next() % 4 == 0,
+        lease_end_ns: u64::from(bytes.next()) << 24,
     }
 }
 
@@ -201,6 +202,7 @@ fn answer_for(request: &proto::Request, bytes: &mut Bytes8) -> Result<proto::Res
             reason: "read-stale".to_string(),
             floor: (bytes.next() % 3 == 0)
                 .then(|| shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()) << 32, 1))),
+            stale: (0..bytes.next() % 2).map(|_| vec![b'a' + bytes.next() % 4]).collect(),
         }),
         (Some(RequestBody::Decide(_)), _) => ResponseBody::Ack(proto::Ack {}),
         // A well-formed answer to something else: it does not fit.

@@ -69,6 +69,8 @@ pub struct DataConfig {
     /// How often a full garbage-collection pass runs (installs collect as they go).
     pub collect_every: Duration,
     pub weakened: Weakened,
+    /// KAIROS: the lease rule for reads of keys a client caches (none: no lease).
+    pub cache: crate::kairos::CacheMode,
 }
 
 impl DataConfig {
@@ -90,6 +92,7 @@ impl DataConfig {
             client_expiry: Duration::from_secs(5),
             collect_every: Duration::from_secs(5),
             weakened: Weakened::default(),
+            cache: crate::kairos::CacheMode::None,
         }
     }
 }
@@ -154,6 +157,8 @@ pub struct DataCore {
     fetches: HashMap<CallId, u32>,
     link: lease::ConfigLink,
     watermarks: gc::Watermarks,
+    /// Soft leases for cached reads: each cached key's write rate, nothing per client.
+    grants: crate::kairos::LeaseGrants,
     /// The clock at the step being handled.
     now: Nanos,
     stats: DataStats,
@@ -179,6 +184,7 @@ impl DataCore {
             replica.apply(record);
         }
         DataCore {
+            grants: crate::kairos::LeaseGrants::new(config.cache),
             map: config.map.clone(),
             link: lease::ConfigLink::new(&config),
             config,
@@ -324,7 +330,7 @@ impl DataCore {
         if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, std::slice::from_ref(&get.key)) {
             return refusal;
         }
-        match self.read(get.shard, get.key, ts) {
+        match self.read(get.shard, get.key, ts, get.read_interval_ns) {
             Some(value) => ResponseBody::Value(value),
             None => ResponseBody::Error(format!("no replica of shard {}", get.shard)),
         }
@@ -340,13 +346,21 @@ impl DataCore {
         if let Some(error) = get.keys.iter().find_map(|key| wire::check_key(key).err()) {
             return ResponseBody::Error(format!("a malformed get_many: {error}"));
         }
+        if !get.read_intervals_ns.is_empty() && get.read_intervals_ns.len() != get.keys.len() {
+            return ResponseBody::Error(format!(
+                "a get_many of {} keys with {} read intervals (none, or one a key)",
+                get.keys.len(),
+                get.read_intervals_ns.len()
+            ));
+        }
         let ts = wire::ts_from_wire(get.ts);
         if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, &get.keys) {
             return refusal;
         }
         let mut values = Vec::with_capacity(get.keys.len());
-        for key in get.keys {
-            match self.read(get.shard, key, ts) {
+        let intervals = get.read_intervals_ns.into_iter().chain(std::iter::repeat(0));
+        for (key, interval) in get.keys.into_iter().zip(intervals) {
+            match self.read(get.shard, key, ts, interval) {
                 Some(value) => values.push(value),
                 None => return ResponseBody::Error(format!("no replica of shard {}", get.shard)),
             }
@@ -372,10 +386,12 @@ impl DataCore {
         Ok(())
     }
 
-    /// The snapshot read of `key` at `ts` (None: no replica of the shard here).
-    fn read(&mut self, shard: u32, key: Vec<u8>, ts: Timestamp) -> Option<proto::GetReply> {
+    /// The snapshot read of `key` at `ts` (None: no replica of the shard here), with a
+    /// lease if a client caching the key asked (`read_interval_ns` > 0).
+    fn read(&mut self, shard: u32, key: Vec<u8>, ts: Timestamp, read_interval_ns: u64) -> Option<proto::GetReply> {
         let replica = self.replicas.get_mut(&shard)?;
         self.stats.gets += 1;
+        let lease_end_ns = self.grants.grant(&key, read_interval_ns, self.now);
         let found = replica.get(&Bytes::from(key), ts);
         Some(proto::GetReply {
             found: found.value.is_some(),
@@ -383,6 +399,7 @@ impl DataCore {
             version: Some(wire::ts_to_wire(found.version)),
             writer: Some(wire::txn_to_wire(found.writer)),
             prepared_below: found.prepared_below,
+            lease_end_ns,
         })
     }
 
@@ -475,6 +492,9 @@ impl DataCore {
             let mut answer = vote(Err(reason));
             if let (ResponseBody::Vote(vote), AbortReason::BelowCommitFloor) = (&mut answer, reason) {
                 vote.floor = Some(wire::ts_to_wire(replica.commit_floor()));
+            }
+            if let (ResponseBody::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
+                vote.stale = replica.stale_reads(&prepare.reads).into_iter().map(|key| key.to_vec()).collect();
             }
             return Some(answer);
         }
@@ -633,10 +653,13 @@ impl DataCore {
 
 fn vote(result: Result<(), AbortReason>) -> ResponseBody {
     match result {
-        Ok(()) => ResponseBody::Vote(proto::Vote { commit: true, reason: String::new(), floor: None }),
-        Err(reason) => {
-            ResponseBody::Vote(proto::Vote { commit: false, reason: reason.name().to_string(), floor: None })
-        }
+        Ok(()) => ResponseBody::Vote(proto::Vote { commit: true, reason: String::new(), floor: None, stale: Vec::new() }),
+        Err(reason) => ResponseBody::Vote(proto::Vote {
+            commit: false,
+            reason: reason.name().to_string(),
+            floor: None,
+            stale: Vec::new(),
+        }),
     }
 }
 

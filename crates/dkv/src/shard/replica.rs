@@ -41,6 +41,9 @@ pub struct WriteOp {
 pub struct ReadOp {
     pub key: Bytes,
     pub version: Timestamp,
+    /// The value came from the client's cache (KAIROS), possibly from long before this
+    /// transaction began.
+    pub cached: bool,
 }
 
 /// A transaction's state at a replica.
@@ -129,6 +132,9 @@ pub struct Weakened {
     /// one that voted commit (breaking rule 2), also once that participant has recorded the
     /// abort (asked again, it answers "voted abort").
     pub terminate_ignoring_missing_prepare: bool,
+    /// The primary skips the `latestCommitted` check (the version read is still the newest)
+    /// for reads a client served from its cache.
+    pub skip_cached_latest_committed: bool,
 }
 
 /// One shard's replica.
@@ -354,7 +360,8 @@ impl<S: VersionedStore> ShardReplica<S> {
             if held_by_other(&read.key) {
                 return Err(AbortReason::ReadPrepared);
             }
-            if self.newest(&read.key) != read.version {
+            let skip = read.cached && self.weakened.skip_cached_latest_committed;
+            if !skip && self.newest(&read.key) != read.version {
                 return Err(AbortReason::ReadStale);
             }
         }
@@ -380,6 +387,12 @@ impl<S: VersionedStore> ShardReplica<S> {
             return Err(AbortReason::BelowCommitFloor);
         }
         Ok(())
+    }
+
+    /// The keys of `reads` whose version is no longer the newest committed: what a caching
+    /// client must drop after a stale read aborted its transaction.
+    pub fn stale_reads(&self, reads: &[ReadOp]) -> Vec<Bytes> {
+        reads.iter().filter(|read| self.newest(&read.key) != read.version).map(|read| read.key.clone()).collect()
     }
 
     /// Prepares a validated transaction at the primary: its written keys are held, and its

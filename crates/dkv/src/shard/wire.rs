@@ -126,7 +126,7 @@ fn reads_from_wire(reads: Vec<proto::Read>) -> Result<Vec<ReadOp>, ShardWireErro
         .into_iter()
         .map(|read| {
             check_key(&read.key)?;
-            Ok(ReadOp { key: Bytes::from(read.key), version: ts_from_wire(read.version) })
+            Ok(ReadOp { key: Bytes::from(read.key), version: ts_from_wire(read.version), cached: read.cached })
         })
         .collect()
 }
@@ -215,7 +215,11 @@ pub fn prepare_to_wire(prepare: &PrepareRequest) -> proto::Prepare {
         reads: prepare
             .reads
             .iter()
-            .map(|read| proto::Read { key: read.key.to_vec(), version: Some(ts_to_wire(read.version)) })
+            .map(|read| proto::Read {
+                key: read.key.to_vec(),
+                version: Some(ts_to_wire(read.version)),
+                cached: read.cached,
+            })
             .collect(),
         writes: prepare.writes.iter().map(write_to_wire).collect(),
         participants: prepare.participants.clone(),

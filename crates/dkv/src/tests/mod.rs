@@ -246,4 +246,5 @@ fn invalid_layouts_are_refused_with_the_right_error() {
 }
 mod replica;
 mod service_sim;
+mod kairos_sim;
 mod txn_sim;

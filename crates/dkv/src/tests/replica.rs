@@ -23,7 +23,7 @@ fn put(name: &str, value: &str) -> WriteOp {
 }
 
 fn read(name: &str, version: Timestamp) -> ReadOp {
-    ReadOp { key: key(name), version }
+    ReadOp { key: key(name), version, cached: false }
 }
 
 /// A replica where transaction 1 committed `x` at 10.

@@ -152,6 +152,12 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
     assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("not in shard 0")), "{reply:?}");
     let reply = ask(&mut harness, vec![b"a".to_vec(), Vec::new()]);
     assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("malformed")), "{reply:?}");
+    // Read intervals (KAIROS) come one a key or not at all.
+    let Some(RequestBody::GetMany(mut get)) = build(kind, &knobs).body else { panic!("kind 10 is a get_many") };
+    get.keys = vec![b"a".to_vec(), b"b".to_vec()];
+    get.read_intervals_ns = vec![1_000];
+    let reply = harness.ask(knobs.from, proto::Request { body: Some(RequestBody::GetMany(get)) });
+    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("1 read intervals")), "{reply:?}");
     // The same keys one by one and together read the same.
     let together = ask(&mut harness, vec![b"a".to_vec(), b"b".to_vec(), b"f-absent".to_vec()]);
     let Some(ResponseBody::Values(together)) = together else { panic!("{together:?}") };

@@ -193,6 +193,12 @@ impl DataCore {
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
         let Some(replica) = self.replicas.get_mut(&shard) else { return };
+        if commit && self.grants.mode().caches() {
+            // The write rates the leases of cached keys come from.
+            for write in replica.txn(txn).map(|entry| entry.writes.as_slice()).unwrap_or_default() {
+                self.grants.written(&write.key, self.now);
+            }
+        }
         let record = ShardRecord::Decided { txn, commit };
         replica.apply(&record);
         self.undecided.remove(&(shard, txn));

@@ -40,6 +40,7 @@ struct ClientView {
     committed: u64,
     committed_read_only: u64,
     aborts: u64,
+    cache: crate::kairos::CacheStats,
     outstanding: usize,
     up: bool,
 }
@@ -67,6 +68,7 @@ impl ClientViews {
             view.committed = client.stats().committed;
             view.committed_read_only = client.stats().committed_read_only;
             view.aborts = client.stats().aborts.values().sum();
+            view.cache = *client.cache_stats();
         }
     }
 }
@@ -109,6 +111,9 @@ pub(super) fn check_run(
         report.committed += view.committed;
         report.committed_read_only += view.committed_read_only;
         report.aborted_attempts += view.aborts;
+        report.cache_reads += view.cache.reads;
+        report.cache_hits += view.cache.hits;
+        report.stale_hits += view.cache.stale;
         report.session_committed += sessions.committed;
         report.session_gave_up += sessions.gave_up;
         report.session_unavailable += sessions.unavailable;

@@ -30,6 +30,7 @@ pub use self::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
 pub use self::session::{SessionClient, SessionCounts, SessionDriver};
 use crate::client::{ClientClock, Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
 use crate::config::ConfigCommand;
+use crate::kairos::{CacheConfig, CacheMode};
 use crate::layout::{Partitioning, ShardMap};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig, Weakened};
@@ -49,23 +50,36 @@ pub struct Weakening {
     pub skip_local_validation: bool,
     /// Cooperative termination commits although a participant never prepared.
     pub terminate_ignoring_missing_prepare: bool,
+    /// Primaries skip the check that a cached read's version is still the newest (KAIROS's
+    /// `latestCommitted` check), so a stale cached read can commit.
+    pub skip_cached_latest_committed: bool,
 }
 
 impl Weakening {
     /// The name `--weaken` takes, if any.
     pub fn name(&self) -> Option<&'static str> {
-        match (self.skip_latest_read, self.skip_local_validation, self.terminate_ignoring_missing_prepare) {
-            (false, false, false) => None,
-            (true, false, false) => Some("skip-latest-read"),
-            (false, true, false) => Some("skip-local-validation"),
-            (false, false, true) => Some("terminate-ignoring-missing-prepare"),
+        match (
+            self.skip_latest_read,
+            self.skip_local_validation,
+            self.terminate_ignoring_missing_prepare,
+            self.skip_cached_latest_committed,
+        ) {
+            (false, false, false, false) => None,
+            (true, false, false, false) => Some("skip-latest-read"),
+            (false, true, false, false) => Some("skip-local-validation"),
+            (false, false, true, false) => Some("terminate-ignoring-missing-prepare"),
+            (false, false, false, true) => Some("skip-cached-latest-committed"),
             _ => Some("several"),
         }
     }
 
     /// The names `--weaken` takes, each weakening one thing.
-    pub const NAMES: [&'static str; 3] =
-        ["skip-latest-read", "skip-local-validation", "terminate-ignoring-missing-prepare"];
+    pub const NAMES: [&'static str; 4] = [
+        "skip-latest-read",
+        "skip-local-validation",
+        "terminate-ignoring-missing-prepare",
+        "skip-cached-latest-committed",
+    ];
 
     /// The weakening `--weaken NAME` names (the inverse of [`Weakening::name`]).
     pub fn from_name(name: &str) -> Result<Weakening, UnknownWeakening> {
@@ -74,6 +88,7 @@ impl Weakening {
             "skip-latest-read" => Ok(Weakening { skip_latest_read: true, ..none }),
             "skip-local-validation" => Ok(Weakening { skip_local_validation: true, ..none }),
             "terminate-ignoring-missing-prepare" => Ok(Weakening { terminate_ignoring_missing_prepare: true, ..none }),
+            "skip-cached-latest-committed" => Ok(Weakening { skip_cached_latest_committed: true, ..none }),
             _ => Err(UnknownWeakening { name: name.to_owned() }),
         }
     }
@@ -82,8 +97,8 @@ impl Weakening {
 /// A `--weaken` name that names no weakening.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "no weakening is called {name:?}: the names are skip-latest-read, skip-local-validation and \
-     terminate-ignoring-missing-prepare"
+    "no weakening is called {name:?}: the names are skip-latest-read, skip-local-validation, \
+     terminate-ignoring-missing-prepare and skip-cached-latest-committed"
 )]
 pub struct UnknownWeakening {
     pub name: String,
@@ -118,6 +133,8 @@ pub struct TxnRunOptions {
     pub client_clock: ClientClock,
     /// Where the clients validate read-only transactions.
     pub read_only_validation: ReadOnlyValidation,
+    /// KAIROS: how clients cache the hot third of the accounts across transactions.
+    pub cache: CacheMode,
     pub weakening: Weakening,
 }
 
@@ -140,6 +157,7 @@ impl TxnRunOptions {
             leases: true,
             client_clock: ClientClock::Physical,
             read_only_validation: ReadOnlyValidation::Local,
+            cache: CacheMode::None,
             weakening: Weakening::default(),
         }
     }
@@ -169,6 +187,9 @@ impl TxnRunOptions {
         }
         if !self.leases {
             command.push_str(" --no-leases");
+        }
+        if self.cache != CacheMode::None {
+            command.push_str(&format!(" --cache {}", self.cache.name()));
         }
         if self.session_clients != TxnRunOptions::new(self.seed).session_clients {
             command.push_str(&format!(" --session-clients {}", self.session_clients));
@@ -213,6 +234,11 @@ pub struct TxnRunReport {
     pub session_stale_map: u64,
     pub session_outcome_unknown: u64,
     pub session_aborted_attempts: u64,
+    /// KAIROS: the clients' reads of cached keys, those served from the cache, and the hits
+    /// validation found stale.
+    pub cache_reads: u64,
+    pub cache_hits: u64,
+    pub stale_hits: u64,
     pub virtual_ms: u64,
     pub events: u64,
     pub trace_digest: u64,
@@ -281,6 +307,7 @@ pub(super) fn open_node(
         config.config_replicas = cluster.config.clone();
         config.clock = options.client_clock;
         config.read_only_validation = options.read_only_validation;
+        config.cache = CacheConfig::new(options.cache, (0..options.accounts.div_ceil(3)).map(account));
         if index >= options.clients.saturating_sub(options.session_clients) {
             config.op_deadline = SESSION_OP_DEADLINE;
             let session = SessionClient::new(TxnClient::new(config));
@@ -306,7 +333,9 @@ pub(super) fn open_node(
     config.weakened = Weakened {
         skip_latest_read: options.weakening.skip_latest_read,
         terminate_ignoring_missing_prepare: options.weakening.terminate_ignoring_missing_prepare,
+        skip_cached_latest_committed: options.weakening.skip_cached_latest_committed,
     };
+    config.cache = options.cache;
     config.config_replicas = cluster.config.clone();
     config.session = format!("{id}@{incarnation}");
     config.leases = options.leases;

@@ -1,0 +1,83 @@
+//! KAIROS's inter-transaction caching (seed 004 ch. 4) on the store: clients cache a fixed
+//! set of hot keys across transactions under **soft leases** the primaries hand out without
+//! keeping any per-client state, and OCC validation at commit aborts a transaction that read
+//! a stale cached value.
+//!
+//! - [`CacheMode`] picks the lease rule, the same at clients and primaries: none (MILANA as
+//!   built), the ideal lease of the model (`virga_txn::cache`), naïve caching (leases longer
+//!   than any run) or static leases P(x).
+//! - [`ClientCache`] is a client's look-through cache: the cacheable keys, each entry's
+//!   value, version, lease end and freshness, and each key's mean inter-read time, which
+//!   its gets carry to the primary.
+//! - [`LeaseGrants`] is a primary's side: each cached key's write rate, measured from the
+//!   commits it installs, and the lease end it attaches to a read.
+
+mod client_cache;
+mod grants;
+
+use std::time::Duration;
+
+pub use self::client_cache::{CacheConfig, CacheStats, CachedRead, ClientCache};
+pub use self::grants::LeaseGrants;
+
+/// How (and whether) clients cache keys across transactions.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum CacheMode {
+    /// No inter-transaction caching: every read goes to its primary (MILANA as built).
+    #[default]
+    None,
+    /// Leases from the ideal lease model: per key, the length that maximises the expected
+    /// fresh hits for the cache's inter-read time and the key's write rate.
+    Lease,
+    /// Leases longer than any run: a cached value is served until validation finds it stale.
+    Naive,
+    /// Static leases P(x): the length with chance `x` of a write inside it.
+    Static(f64),
+}
+
+impl CacheMode {
+    /// The name `--cache` takes: `none`, `lease`, `naive`, `static:X`.
+    pub fn name(&self) -> String {
+        match self {
+            CacheMode::None => "none".to_string(),
+            CacheMode::Lease => "lease".to_string(),
+            CacheMode::Naive => "naive".to_string(),
+            CacheMode::Static(x) => format!("static:{x}"),
+        }
+    }
+
+    /// The mode a name gives (the inverse of [`CacheMode::name`]).
+    pub fn from_name(name: &str) -> Result<CacheMode, UnknownCacheMode> {
+        let unknown = || UnknownCacheMode { name: name.to_string() };
+        match name {
+            "none" => Ok(CacheMode::None),
+            "lease" => Ok(CacheMode::Lease),
+            "naive" => Ok(CacheMode::Naive),
+            _ => {
+                let x = name.strip_prefix("static:").ok_or_else(unknown)?;
+                match x.parse::<f64>() {
+                    Ok(x) if x > 0.0 && x < 1.0 => Ok(CacheMode::Static(x)),
+                    _ => Err(unknown()),
+                }
+            }
+        }
+    }
+
+    /// Whether clients cache at all.
+    pub fn caches(&self) -> bool {
+        *self != CacheMode::None
+    }
+}
+
+/// A `--cache` value that names no mode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no cache mode is called {name:?}: the modes are none, lease, naive and static:X with X in (0, 1)")]
+pub struct UnknownCacheMode {
+    pub name: String,
+}
+
+/// The longest lease a primary hands out under the model or a static rule (the seed's
+/// leases reached 5 s).
+pub const MAX_LEASE: Duration = Duration::from_secs(5);
+/// A naïve lease: longer than any run.
+pub const NAIVE_LEASE: Duration = Duration::from_secs(24 * 3600);
