@@ -73,6 +73,8 @@ pub enum DkvValidation {
     Local,
     /// At the primaries, as read-write transactions with no writes.
     Remote,
+    /// At the primaries in one round trip, nothing logged (KAIROS's way).
+    Validate,
 }
 
 impl From<DkvValidation> for ReadOnlyValidation {
@@ -80,6 +82,7 @@ impl From<DkvValidation> for ReadOnlyValidation {
         match validation {
             DkvValidation::Local => ReadOnlyValidation::Local,
             DkvValidation::Remote => ReadOnlyValidation::Remote,
+            DkvValidation::Validate => ReadOnlyValidation::Validate,
         }
     }
 }

@@ -7,9 +7,10 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod demo;
-mod kairos;
 mod dkv_bench;
 mod dkv_figures;
+mod kairos;
+mod kairos_bench;
 mod kv;
 mod kv_client;
 mod kv_cluster;
@@ -123,6 +124,10 @@ enum BenchCommand {
     /// The distributed transactional store (SEMEL/MILANA) embedded in one process against
     /// the single-node engine on the same ycsb-t transactions and durability.
     Dkv(dkv_bench::DkvBenchArgs),
+    /// KAIROS's client caching on the distributed store: no caching, the ideal lease, naive
+    /// and static leases in interleaved rounds (throughput, fresh-hit and stale rates,
+    /// messages per transaction, lease lengths), or the hit rate against the cache size.
+    Kairos(kairos_bench::KairosBenchArgs),
 }
 
 #[derive(Args)]
@@ -179,6 +184,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Ledger(args)) => ledger::bench_ledger(&args),
         Command::Bench(BenchCommand::Rainblock(args)) => rainblock_bench::bench_rainblock(&args),
         Command::Bench(BenchCommand::Dkv(args)) => dkv_bench::bench_dkv(&args),
+        Command::Bench(BenchCommand::Kairos(args)) => kairos_bench::run(&args),
         Command::Kairos(command) => kairos::run(&command),
         Command::Schedule(args) => ledger::schedule_block(&args),
         Command::Verify(args) => ledger::verify(&args),

@@ -42,7 +42,8 @@ pub struct DkvArgs {
     /// The clients' timestamps: their physical clocks, or hybrid logical clocks.
     #[arg(long, value_enum, default_value_t = Clock::Physical)]
     pub clock: Clock,
-    /// Where read-only transactions validate: at the client (MILANA) or at the primaries.
+    /// Where read-only transactions validate: at the client (MILANA), at the primaries by
+    /// two-phase commit (remote), or at the primaries in one round, nothing logged (validate).
     #[arg(long, value_enum, default_value_t = crate::dkv_bench::DkvValidation::Local)]
     pub validation: crate::dkv_bench::DkvValidation,
     /// KAIROS: the clients cache the hottest third of the accounts across transactions under

@@ -17,6 +17,7 @@
 //! measured time.
 
 pub mod figures;
+pub mod kairos;
 mod programs;
 pub mod scale;
 mod sessions;
@@ -33,6 +34,7 @@ use tokio::sync::watch;
 use virga_core::clock::SkewProfile;
 use virga_core::device::{FileStorage, Storage};
 use virga_dkv::client::{ReadOnlyValidation, TxnClient, TxnClientConfig};
+use virga_dkv::kairos::{CacheConfig, CacheMode, CacheStats};
 use virga_dkv::service::{open_replica, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
 use virga_dkv::shard::{open_data_node, DataConfig, DataCore};
 use virga_dkv::{ConfigCommand, Partitioning, ShardMap};
@@ -110,6 +112,9 @@ pub struct DkvBenchConfig {
     /// Each client's clock is off by an offset drawn from this profile.
     pub skew: SkewProfile,
     pub validation: ReadOnlyValidation,
+    /// KAIROS: the keys clients cache across transactions and the lease rule (clients and
+    /// primaries alike); none by default.
+    pub cache: CacheConfig,
 }
 
 impl DkvBenchConfig {
@@ -128,6 +133,7 @@ impl DkvBenchConfig {
             seed,
             skew: SkewProfile::None,
             validation: ReadOnlyValidation::Local,
+            cache: CacheConfig::default(),
         }
     }
 }
@@ -159,6 +165,20 @@ pub struct DkvBenchReport {
     /// Requests the clients sent to primaries per committed transaction (gets, scans,
     /// prepares, and decisions: the round trips of the protocol).
     pub requests_per_commit: f64,
+    /// KAIROS (zero without caching): the lease rule; reads of cacheable keys, those the
+    /// caches served, and the hits validation found stale; per read of a cacheable key, the
+    /// hit, fresh-hit and stale rates; the share of all reads the caches served.
+    pub cache: String,
+    pub cache_reads: u64,
+    pub cache_hits: u64,
+    pub stale_hits: u64,
+    pub hit_rate: f64,
+    pub fresh_hit_rate: f64,
+    pub stale_rate: f64,
+    pub hits_of_all_reads: f64,
+    /// Leases the primaries handed out, by length: `[lower bound in ms, count]` for lengths
+    /// in [2^k, 2^(k+1)) µs.
+    pub lease_lengths: Vec<(f64, u64)>,
 }
 
 /// A role running under the driver, and its stop switch.
@@ -194,6 +214,47 @@ impl Roles {
         }
         total
     }
+
+    /// The clients' cache counters, summed.
+    fn cache_stats(&self) -> CacheStats {
+        let mut total = CacheStats::default();
+        for client in &self.clients {
+            client.running.with_core(|client| {
+                let stats = client.cache_stats();
+                total.reads += stats.reads;
+                total.hits += stats.hits;
+                total.stale += stats.stale;
+                total.expired += stats.expired;
+                total.fills += stats.fills;
+            });
+        }
+        total
+    }
+
+    /// The leases every primary handed out, by length bucket.
+    fn lease_lengths(&self) -> BTreeMap<u32, u64> {
+        let mut total = BTreeMap::new();
+        for node in &self.data {
+            node.running.with_core(|core| {
+                for (bucket, count) in core.lease_lengths() {
+                    *total.entry(*bucket).or_insert(0) += count;
+                }
+            });
+        }
+        total
+    }
+
+    /// What the caches and primaries did between two readings.
+    fn cache_delta(&self, before: &CacheStats) -> CacheStats {
+        let after = self.cache_stats();
+        CacheStats {
+            reads: after.reads - before.reads.min(after.reads),
+            hits: after.hits - before.hits.min(after.hits),
+            stale: after.stale - before.stale.min(after.stale),
+            expired: after.expired - before.expired.min(after.expired),
+            fills: after.fills - before.fills.min(after.fills),
+        }
+    }
 }
 
 fn add_stats(total: &mut virga_dkv::client::ClientStats, stats: &virga_dkv::client::ClientStats) {
@@ -203,8 +264,10 @@ fn add_stats(total: &mut virga_dkv::client::ClientStats, stats: &virga_dkv::clie
         *total.aborts.entry(reason.clone()).or_insert(0) += count;
     }
     total.gets += stats.gets;
+    total.keys_read += stats.keys_read;
     total.scans += stats.scans;
     total.prepares += stats.prepares;
+    total.validations += stats.validations;
     total.decisions += stats.decisions;
     total.commit_latency_read_only.merge(&stats.commit_latency_read_only);
     total.commit_latency_read_write.merge(&stats.commit_latency_read_write);
@@ -255,6 +318,7 @@ fn start_data(
     nodes: &[String],
     workload: &dyn LoadInto,
     sync: bool,
+    cache: CacheMode,
 ) -> Result<Vec<Runner<DataCore>>> {
     let mut running = Vec::new();
     for name in nodes {
@@ -262,6 +326,7 @@ fn start_data(
         config.config_replicas = config_names();
         config.session = format!("{name}@bench");
         config.sync = sync;
+        config.cache = cache;
         let storage: Arc<dyn Storage> = Arc::new(FileStorage::create_dir_all(dir.join(name))?);
         let (mut core, disk) = open_data_node(config, storage).map_err(|error| anyhow!("{name}: {error}"))?;
         workload.load_into(&mut |k, v| core.load(Bytes::copy_from_slice(k), Bytes::copy_from_slice(v)));
@@ -296,6 +361,7 @@ fn start_clients(config: &DkvBenchConfig, net: &Net, map: &ShardMap) -> Vec<Runn
             client.programs_in_flight = config.in_flight;
             client.read_only_validation = config.validation;
             client.clock_offset_ns = config.skew.draw(u64::from(id), config.seed).offset_ns;
+            client.cache = config.cache.clone();
             // Clients serve nothing: no server of their own.
             let name = format!("client-{index}");
             let (stop, stopped) = watch::channel(false);
@@ -319,26 +385,30 @@ async fn start_store(config: &DkvBenchConfig, dir: &Path, workload: &dyn LoadInt
     let map = ShardMap::place(&nodes, Partitioning::Hash { shards: config.shards }, f)?;
     let config_roles = start_config(dir, &net, config.sync)?;
     install(&map, &net).await?;
-    let data = start_data(dir, &net, &map, &nodes, workload, config.sync)?;
+    let data = start_data(dir, &net, &map, &nodes, workload, config.sync, config.cache.mode)?;
     let clients = start_clients(config, &net, &map);
     Ok(Roles { config: config_roles, data, clients, data_nodes, servers })
 }
 
-/// A report of `committed`, `aborts` and the clients' requests over `duration_s`.
+/// A report of `committed`, `aborts`, the clients' requests and their caches over
+/// `duration_s`.
 fn report(
     config: &DkvBenchConfig,
     workload: &str,
     data_nodes: usize,
     duration_s: f64,
     delta: &virga_dkv::client::ClientStats,
+    cache: (&CacheStats, &BTreeMap<u32, u64>),
 ) -> DkvBenchReport {
+    let (cache, lease_lengths) = cache;
+    let per_cacheable_read = |count: u64| count as f64 / cache.reads.max(1) as f64;
     let aborts: u64 = delta.aborts.values().sum();
     let committed = delta.committed;
     let mean_us = |histogram: &virga_dkv::metrics::LatencyHistogram| {
         histogram.sum_seconds() * 1e6 / histogram.count().max(1) as f64
     };
     let latency_sum = delta.commit_latency_read_only.sum_seconds() + delta.commit_latency_read_write.sum_seconds();
-    let requests = delta.gets + delta.scans + delta.prepares + delta.decisions;
+    let requests = delta.gets + delta.scans + delta.prepares + delta.validations + delta.decisions;
     DkvBenchReport {
         workload: workload.to_string(),
         shards: config.shards,
@@ -350,6 +420,7 @@ fn report(
         validation: match config.validation {
             ReadOnlyValidation::Local => "local",
             ReadOnlyValidation::Remote => "remote",
+            ReadOnlyValidation::Validate => "validate",
         },
         duration_s,
         committed,
@@ -362,6 +433,15 @@ fn report(
         read_only_mean_us: mean_us(&delta.commit_latency_read_only),
         read_write_mean_us: mean_us(&delta.commit_latency_read_write),
         requests_per_commit: requests as f64 / committed.max(1) as f64,
+        cache: config.cache.mode.name(),
+        cache_reads: cache.reads,
+        cache_hits: cache.hits,
+        stale_hits: cache.stale,
+        hit_rate: per_cacheable_read(cache.hits),
+        fresh_hit_rate: per_cacheable_read(cache.hits - cache.stale.min(cache.hits)),
+        stale_rate: per_cacheable_read(cache.stale),
+        hits_of_all_reads: cache.hits as f64 / (cache.hits + delta.keys_read).max(1) as f64,
+        lease_lengths: lease_lengths.iter().map(|(bucket, count)| ((1u64 << bucket) as f64 / 1000.0, *count)).collect(),
     }
 }
 
@@ -380,8 +460,10 @@ fn stats_delta(
     }
     delta.aborts.retain(|_, count| *count > 0);
     delta.gets -= before.gets.min(delta.gets);
+    delta.keys_read -= before.keys_read.min(delta.keys_read);
     delta.scans -= before.scans.min(delta.scans);
     delta.prepares -= before.prepares.min(delta.prepares);
+    delta.validations -= before.validations.min(delta.validations);
     delta.decisions -= before.decisions.min(delta.decisions);
     delta.commit_latency_read_only.subtract(&before.commit_latency_read_only);
     delta.commit_latency_read_write.subtract(&before.commit_latency_read_write);

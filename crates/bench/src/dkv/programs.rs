@@ -53,12 +53,14 @@ pub fn run_store(config: &DkvBenchConfig, workload: &YcsbT) -> Result<DkvBenchRe
             (0..config.clients).map(|index| SmallRng::seed_from_u64(config.seed ^ (index as u64 + 1) << 32)).collect();
         let window = config.window.max(config.in_flight);
         feed(&roles.clients, workload, &mut rngs, window, Instant::now() + config.warmup).await;
-        let before = roles.client_stats();
+        let (before, cache_before) = (roles.client_stats(), roles.cache_stats());
         let started = Instant::now();
         feed(&roles.clients, workload, &mut rngs, window, started + config.duration).await;
         let after = roles.client_stats();
+        let cache = roles.cache_delta(&cache_before);
         let duration_s = started.elapsed().as_secs_f64();
         roles.stop();
-        Ok(report(config, "ycsb-t", roles.data_nodes, duration_s, &stats_delta(&before, &after)))
+        let leases = roles.lease_lengths();
+        Ok(report(config, "ycsb-t", roles.data_nodes, duration_s, &stats_delta(&before, &after), (&cache, &leases)))
     })
 }

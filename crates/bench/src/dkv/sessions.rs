@@ -173,9 +173,10 @@ pub fn run_store_sessions<W: KvWorkload>(
     let options =
         |duration, seed| RunOptions { threads: config.clients, duration, seed, progress: false, durable_lines: false };
     runner::run(workload, &backend, &options(config.warmup, config.seed ^ 0x5eed));
-    let before = roles.client_stats();
+    let (before, cache_before) = (roles.client_stats(), roles.cache_stats());
     let run = runner::run(workload, &backend, &options(config.duration, config.seed));
     let after = roles.client_stats();
+    let cache = roles.cache_delta(&cache_before);
     let snapshot = match snapshot {
         Some(prefix) => {
             let read = runtime.block_on(read_prefix(&backend.kvs[0], prefix));
@@ -184,7 +185,9 @@ pub fn run_store_sessions<W: KvWorkload>(
         None => None,
     };
     roles.stop();
-    let mut report = report(config, workload.name(), roles.data_nodes, run.duration_s, &stats_delta(&before, &after));
+    let leases = roles.lease_lengths();
+    let delta = stats_delta(&before, &after);
+    let mut report = report(config, workload.name(), roles.data_nodes, run.duration_s, &delta, (&cache, &leases));
     report.mean_latency_us = run.mean_us;
     Ok(SessionRun { report, runner: run, snapshot })
 }

@@ -92,6 +92,12 @@ impl YcsbT {
         &self.config
     }
 
+    /// The `count` keys read-only transactions draw most often (KAIROS's top-k cacheable
+    /// set, fixed before the run from the workload's popularity).
+    pub fn hottest(&self, count: u64) -> Vec<u64> {
+        (0..count.min(self.config.records)).map(|rank| self.reads.item_of_rank(rank)).collect()
+    }
+
     /// Draws a transaction: distinct keys, read-only or read-modify-write.
     pub fn draw(&self, rng: &mut SmallRng) -> YcsbTTxn {
         let writes = rng.random_range(0..100) >= self.config.read_only_percent;

@@ -116,6 +116,11 @@ pub enum ReadOnlyValidation {
     /// participant (Algorithm 1 on its reads at a commit timestamp), replicated to f
     /// backups, then the decision.
     Remote,
+    /// At the primaries in one round trip: a validation alone to every participant
+    /// (Algorithm 1 on its reads at the snapshot, raising their latest read), nothing logged
+    /// and no decision; KAIROS validates every read-only transaction this way, and one that
+    /// read a cached value validates so whatever this setting.
+    Validate,
 }
 
 /// A client's timestamp scheme (both `<time, client id>`, strictly increasing per client).
@@ -203,6 +208,8 @@ pub struct ClientStats {
     pub keys_read: u64,
     pub scans: u64,
     pub prepares: u64,
+    /// Validations of read-only transactions sent to participants (one round, nothing logged).
+    pub validations: u64,
     /// Decisions sent to participants (a one-participant commit needs none).
     pub decisions: u64,
     pub retries: u64,

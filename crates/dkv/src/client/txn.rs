@@ -38,7 +38,14 @@ pub(super) enum Phase {
     /// Gets and scans in flight, by call.
     Reading(HashMap<CallId, ReadCall>),
     /// Prepares in flight (by call), and the votes so far.
-    Preparing { commit_ts: Timestamp, calls: HashMap<CallId, u32>, yes: BTreeSet<u32>, participants: Vec<u32> },
+    Preparing {
+        commit_ts: Timestamp,
+        calls: HashMap<CallId, u32>,
+        yes: BTreeSet<u32>,
+        participants: Vec<u32>,
+        /// A read-only transaction's validation alone (KAIROS): no decision follows.
+        validate_only: bool,
+    },
 }
 
 /// Where a transaction's operations come from.
@@ -315,7 +322,9 @@ impl TxnClient {
             txn.writes = program.writes(&values);
         }
         let any_cached = txn.reads.values().any(|read| read.cached);
-        if txn.writes.is_empty() && self.config.read_only_validation == ReadOnlyValidation::Local && !any_cached {
+        let read_only = txn.writes.is_empty();
+        let validation = self.config.read_only_validation;
+        if read_only && validation == ReadOnlyValidation::Local && !any_cached {
             let prepared =
                 txn.reads.values().any(|read| read.prepared_below) || txn.scans.iter().any(|scan| scan.prepared_below);
             if prepared && !self.config.skip_local_validation {
@@ -326,7 +335,10 @@ impl TxnClient {
             }
             return;
         }
-        let commit_ts = self.next_ts(now);
+        // Validated alone at its snapshot: every read (a cached one's version is at or
+        // below it) must still be the newest there.
+        let validate_only = read_only && (any_cached || validation == ReadOnlyValidation::Validate);
+        let commit_ts = if validate_only { txn.ts_begin } else { self.next_ts(now) };
         let map = &self.config.map;
         let Some(txn) = self.txns.get_mut(&id) else { return };
         for key in txn.writes.keys().chain(txn.reads.keys()) {
@@ -339,7 +351,8 @@ impl TxnClient {
             txn.writes.keys().chain(txn.reads.keys()).filter_map(|key| shards.get(key).copied()).collect();
         participants.extend(txn.scans.iter().flat_map(|scan| scan.shards().iter().copied()));
         let participants: Vec<u32> = participants.into_iter().collect();
-        if self.config.keep_history {
+        // A validation prepares nothing a terminator could commit.
+        if self.config.keep_history && !validate_only {
             self.attempts.push(txn.record(commit_ts));
         }
         txn.phase = Phase::Preparing {
@@ -347,6 +360,7 @@ impl TxnClient {
             calls: HashMap::new(),
             yes: BTreeSet::new(),
             participants: participants.clone(),
+            validate_only,
         };
         for shard in participants {
             self.send_prepare(id, shard, out);
@@ -357,7 +371,8 @@ impl TxnClient {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
         let one_round_trip = self.config.one_round_trip;
         let Some(txn) = self.txns.get_mut(&id) else { return };
-        let Phase::Preparing { commit_ts, calls, participants, .. } = &mut txn.phase else { return };
+        let Phase::Preparing { commit_ts, calls, participants, validate_only, .. } = &mut txn.phase else { return };
+        let validate_only = *validate_only;
         let shards = &txn.shards;
         let in_shard = |key: &Bytes| shards.get(key) == Some(&shard);
         let prepare = PrepareRequest {
@@ -379,12 +394,17 @@ impl TxnClient {
                 .collect(),
             participants: participants.clone(),
             scans: txn.scans.iter().filter(|scan| scan.covers(shard)).map(|scan| scan.range(txn.ts_begin)).collect(),
-            commit_on_vote: participants.len() == 1 && one_round_trip,
+            commit_on_vote: participants.len() == 1 && one_round_trip && !validate_only,
+            validate_only,
         };
         let call = self.ids.call();
         calls.insert(call, shard);
         self.calls.insert(call, id);
-        self.stats.prepares += 1;
+        if validate_only {
+            self.stats.validations += 1;
+        } else {
+            self.stats.prepares += 1;
+        }
         let request = proto::Request { body: Some(RequestBody::Prepare(shard_wire::prepare_to_wire(&prepare))) };
         out.push(Command::Call { to, call, request, deadline: self.config.deadline });
     }
@@ -392,16 +412,18 @@ impl TxnClient {
     pub(super) fn on_vote(&mut self, id: TxnId, call: CallId, result: Result<ResponseBody, String>, out: &mut Out) {
         let one_round_trip = self.config.one_round_trip;
         let Some(txn) = self.txns.get_mut(&id) else { return };
-        let Phase::Preparing { calls, yes, participants, commit_ts } = &mut txn.phase else { return };
+        let Phase::Preparing { calls, yes, participants, commit_ts, validate_only } = &mut txn.phase else { return };
         let Some(shard) = calls.remove(&call) else { return };
-        // A single participant commits on its vote: there is no decision to send.
-        let decide = !(participants.len() == 1 && one_round_trip);
+        // A single participant commits on its vote, and a validation holds nothing: there is
+        // no decision to send.
+        let validate_only = *validate_only;
+        let decide = !validate_only && !(participants.len() == 1 && one_round_trip);
         match result {
             Ok(ResponseBody::Vote(vote)) if vote.commit => {
                 yes.insert(shard);
                 if yes.len() == participants.len() {
                     let (commit_ts, participants) = (*commit_ts, participants.clone());
-                    self.committed(id, commit_ts, false);
+                    self.committed(id, commit_ts, validate_only);
                     for shard in participants.into_iter().filter(|_| decide) {
                         self.send_decision(shard, id, true, out);
                     }
@@ -471,15 +493,22 @@ impl TxnClient {
         // A cached copy an aborted attempt read may be what doomed it (a participant that
         // refused for another reason first does not say): its next attempt fetches afresh,
         // so a stale copy cannot abort a program again and again.
+        let mut read_cached = false;
         for (key, _) in txn.reads.iter().filter(|(_, read)| read.cached) {
             self.cache.drop_copy(key);
+            read_cached = true;
         }
         match txn.source {
             Source::Program { program, attempt } if attempt < self.config.max_attempts => {
-                // Run it again after a pause that grows with the attempts.
+                // Run it again after a pause that grows with the attempts; at once if what
+                // it read stale came from the cache (the copies are gone, no writer to wait
+                // out).
+                let stale_copy = read_cached && reason == AbortReason::ReadStale.name();
+                let pause =
+                    if stale_copy { std::time::Duration::ZERO } else { self.config.rerun_after * attempt.min(10) };
                 let timer = self.ids.timer();
                 self.reruns.insert(timer, (program, attempt + 1));
-                out.push(Command::SetTimer { timer, after: self.config.rerun_after * attempt.min(10) });
+                out.push(Command::SetTimer { timer, after: pause });
             }
             Source::Program { .. } if !self.config.keep_results => {}
             Source::Program { attempt, .. } => self.results.push(ProgramResult {

@@ -236,7 +236,8 @@ impl Harness {
     /// one reply and that a commit vote left the transaction prepared. Returns the reply.
     fn ask(&mut self, from: &str, request: proto::Request) -> Option<ResponseBody> {
         let prepared = match &request.body {
-            Some(RequestBody::Prepare(prepare)) => {
+            // A validation alone holds nothing: its commit vote prepares nothing.
+            Some(RequestBody::Prepare(prepare)) if !prepare.validate_only => {
                 wire::txn_from_wire(prepare.txn).ok().map(|txn| (prepare.shard, txn))
             }
             _ => None,
@@ -545,7 +546,8 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
                     cached: at % 2 == 1,
                 })
                 .collect(),
-            writes: writes(knobs, 1),
+            // A read-only transaction's validation alone (KAIROS) carries no writes.
+            writes: if knobs.limit == 2 { Vec::new() } else { writes(knobs, 1) },
             participants: knobs.participants.clone(),
             scans: (0..knobs.scans)
                 .map(|_| proto::ScannedRange {
@@ -556,6 +558,7 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
                 .collect(),
             // A one-participant transaction committed on its vote, or an ordinary prepare.
             commit_on_vote: knobs.commit,
+            validate_only: knobs.limit == 2,
         }),
         3 => RequestBody::Decide(proto::Decide { shard, epoch, txn: knobs.txn, commit: knobs.commit }),
         4 => RequestBody::Replicate(proto::Replicate { shard, epoch, record: replicated(knobs) }),
@@ -571,7 +574,7 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
             // None, or one a key (a cached key's, as a caching client sends).
             read_intervals_ns: match knobs.limit % 2 {
                 0 => Vec::new(),
-                _ => (0..=knobs.reads).map(|at| u64::from(at) << 20).collect(),
+                _ => (0..=knobs.reads).map(|at| (at as u64) << 20).collect(),
             },
         }),
         _ if knobs.commit => RequestBody::GetMap(proto::GetMap {}),

@@ -1,7 +1,7 @@
 //! A primary's side of soft leases: no state per client and no callback, only each cached
 //! key's write rate, from which every read of the key gets a lease end.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use virga_net::role::Nanos;
@@ -35,6 +35,8 @@ pub struct LeaseGrants {
     /// on that ratio only; the search takes up to thousands of steps, too many for every get).
     ideal_multiples: HashMap<i32, f64>,
     granted: u64,
+    /// Leases handed out by length: bucket k counts lengths in [2^k, 2^(k+1)) µs.
+    lengths: BTreeMap<u32, u64>,
 }
 
 impl LeaseGrants {
@@ -72,8 +74,15 @@ impl LeaseGrants {
             CacheMode::Lease => self.ideal_multiple(read_interval / write_interval) * read_interval,
         };
         let cap = if self.mode == CacheMode::Naive { NAIVE_LEASE } else { MAX_LEASE };
+        let lease = lease.clamp(1.0, cap.as_nanos() as f64) as u64;
         self.granted += 1;
-        now.saturating_add(lease.clamp(1.0, cap.as_nanos() as f64) as u64)
+        *self.lengths.entry((lease / 1_000).max(1).ilog2()).or_insert(0) += 1;
+        now.saturating_add(lease)
+    }
+
+    /// Leases handed out, by length: bucket k counts lengths in [2^k, 2^(k+1)) µs.
+    pub fn lengths(&self) -> &BTreeMap<u32, u64> {
+        &self.lengths
     }
 
     /// A committed write of `key` installed at `now`.

@@ -234,6 +234,12 @@ impl DataCore {
         }
     }
 
+    /// The leases this node handed out for cached reads, by length: bucket k counts
+    /// lengths in [2^k, 2^(k+1)) µs.
+    pub fn lease_lengths(&self) -> &std::collections::BTreeMap<u32, u64> {
+        self.grants.lengths()
+    }
+
     pub fn stats(&self) -> &DataStats {
         &self.stats
     }
@@ -464,6 +470,9 @@ impl DataCore {
         {
             return Some(ResponseBody::Error(format!("key {key:?} is not in shard {shard}")));
         }
+        if prepare.validate_only {
+            return Some(self.validate_read_only(prepare));
+        }
         if let Some(reason) = self.voted_abort.get(&(shard, txn)) {
             return Some(vote(Err(*reason)));
         }
@@ -513,6 +522,40 @@ impl DataCore {
         }
         self.replicate((shard, txn, PendingKind::Prepared), record, Some((from.to_string(), call)), out);
         None
+    }
+
+    /// A read-only transaction's validation (KAIROS): Algorithm 1 on its reads at the commit
+    /// timestamp, served under the read lease as a get at that timestamp would be; on
+    /// success the reads raise their keys' latest read. Nothing is logged or remembered of
+    /// the transaction: a retry validates again.
+    fn validate_read_only(&mut self, prepare: PrepareRequest) -> ResponseBody {
+        let (shard, ts) = (prepare.shard, prepare.commit_ts);
+        if let Some(refusal) = self.too_old(shard, ts) {
+            self.stats.too_old += 1;
+            return refusal;
+        }
+        if !self.under_lease(shard, ts) {
+            self.stats.lease_refusals += 1;
+            return ResponseBody::Error(format!("the lease of shard {shard} does not cover {ts} yet; retry"));
+        }
+        let Some(replica) = self.replicas.get_mut(&shard) else {
+            return ResponseBody::Error(format!("no replica of shard {shard}"));
+        };
+        self.stats.validations += 1;
+        match replica.validate(prepare.txn, ts, &prepare.reads, &prepare.scans, &[]) {
+            Ok(()) => {
+                replica.note_validated_reads(ts, &prepare.reads, &prepare.scans);
+                vote(Ok(()))
+            }
+            Err(reason) => {
+                self.stats.aborts += 1;
+                let mut answer = vote(Err(reason));
+                if let (ResponseBody::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
+                    vote.stale = replica.stale_reads(&prepare.reads).into_iter().map(|key| key.to_vec()).collect();
+                }
+                answer
+            }
+        }
     }
 
     fn on_decide(
@@ -653,7 +696,9 @@ impl DataCore {
 
 fn vote(result: Result<(), AbortReason>) -> ResponseBody {
     match result {
-        Ok(()) => ResponseBody::Vote(proto::Vote { commit: true, reason: String::new(), floor: None, stale: Vec::new() }),
+        Ok(()) => {
+            ResponseBody::Vote(proto::Vote { commit: true, reason: String::new(), floor: None, stale: Vec::new() })
+        }
         Err(reason) => ResponseBody::Vote(proto::Vote {
             commit: false,
             reason: reason.name().to_string(),

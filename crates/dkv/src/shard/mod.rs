@@ -48,6 +48,8 @@ pub struct DataStats {
     pub scans: u64,
     /// Prepares voted commit, and voted abort.
     pub prepares: u64,
+    /// Read-only transactions validated alone (KAIROS), nothing logged.
+    pub validations: u64,
     pub aborts: u64,
     pub decisions: u64,
     /// Records logged as a backup.

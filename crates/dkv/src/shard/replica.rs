@@ -389,6 +389,19 @@ impl<S: VersionedStore> ShardReplica<S> {
         Ok(())
     }
 
+    /// A read-only transaction validated here at `commit_ts` (nothing held or logged): its
+    /// reads raise their keys' latest read and its scans are remembered, as gets and scans
+    /// at that timestamp would.
+    pub fn note_validated_reads(&mut self, commit_ts: Timestamp, reads: &[ReadOp], scans: &[ScanRange]) {
+        for read in reads {
+            let cc = self.cc.entry(read.key.clone()).or_default();
+            cc.latest_read = cc.latest_read.max(commit_ts);
+        }
+        for range in scans {
+            self.remember_range(ScanRange { ts: commit_ts, ..range.clone() });
+        }
+    }
+
     /// The keys of `reads` whose version is no longer the newest committed: what a caching
     /// client must drop after a stale read aborted its transaction.
     pub fn stale_reads(&self, reads: &[ReadOp]) -> Vec<Bytes> {

@@ -43,6 +43,8 @@ pub enum ShardWireError {
     ZeroCommitTimestamp,
     #[error("commit on vote with {participants} participants (it needs exactly one)")]
     CommitOnVoteWithOthers { participants: usize },
+    #[error("a validation carries {writes} writes (it validates a read-only transaction)")]
+    ValidateOnlyWithWrites { writes: usize },
     #[error("the transaction id has sequence number 0")]
     ZeroSequence,
     #[error("the log record does not decode: {0}")]
@@ -160,6 +162,8 @@ pub struct PrepareRequest {
     pub scans: Vec<ScanRange>,
     /// The only participant commits once its vote is safe; no decision follows.
     pub commit_on_vote: bool,
+    /// A read-only transaction's validation alone: nothing logged, held or decided.
+    pub validate_only: bool,
 }
 
 /// A range from the wire: an empty end is unbounded; the start is at most a key long.
@@ -180,6 +184,9 @@ pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, Shar
     if prepare.commit_on_vote && prepare.participants.len() != 1 {
         return Err(ShardWireError::CommitOnVoteWithOthers { participants: prepare.participants.len() });
     }
+    if prepare.validate_only && !prepare.writes.is_empty() {
+        return Err(ShardWireError::ValidateOnlyWithWrites { writes: prepare.writes.len() });
+    }
     let commit_ts = ts_from_wire(prepare.commit_ts);
     if commit_ts == Timestamp::ZERO {
         return Err(ShardWireError::ZeroCommitTimestamp);
@@ -193,6 +200,7 @@ pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, Shar
         writes: writes_from_wire(prepare.writes)?,
         participants: participants_from_wire(shard, prepare.participants)?,
         commit_on_vote: prepare.commit_on_vote,
+        validate_only: prepare.validate_only,
         scans: {
             if prepare.scans.len() > MAX_OPS_PER_SHARD {
                 return Err(ShardWireError::TooMany { what: "scans", count: prepare.scans.len() });
@@ -233,6 +241,7 @@ pub fn prepare_to_wire(prepare: &PrepareRequest) -> proto::Prepare {
             })
             .collect(),
         commit_on_vote: prepare.commit_on_vote,
+        validate_only: prepare.validate_only,
     }
 }
 

@@ -59,12 +59,8 @@ fn caching_with_remote_validation_and_all_session_clients_passes() {
 
 #[test]
 fn without_faults_every_program_commits_and_the_cache_serves_reads() {
-    let options = TxnRunOptions {
-        faults: false,
-        clock: SkewProfile::None,
-        cache: CacheMode::Naive,
-        ..TxnRunOptions::new(3)
-    };
+    let options =
+        TxnRunOptions { faults: false, clock: SkewProfile::None, cache: CacheMode::Naive, ..TxnRunOptions::new(3) };
     let report = check(&options);
     assert_eq!((report.committed, report.gave_up), (180, 0), "{report:?}");
     assert!(report.cache_hits * 4 > report.cache_reads, "{report:?}");
@@ -94,5 +90,16 @@ fn cache_mode_names_round_trip_and_bad_ones_are_refused() {
     for bad in ["lru", "static:", "static:0", "static:1", "static:x", "static:-0.5"] {
         let error = CacheMode::from_name(bad).unwrap_err().to_string();
         assert!(error.contains(bad) && error.contains("static:X"), "{error}");
+    }
+}
+
+#[test]
+fn read_only_transactions_validated_in_one_round_pass_every_check() {
+    for (seed, cache) in [(1_600, CacheMode::None), (1_601, CacheMode::None), (1_602, CacheMode::Lease)] {
+        let options =
+            TxnRunOptions { read_only_validation: ReadOnlyValidation::Validate, cache, ..TxnRunOptions::new(seed) };
+        assert!(options.replay_command().contains(" --validation validate"));
+        let report = check(&options);
+        assert!(report.committed_read_only > 0, "{report:?}");
     }
 }

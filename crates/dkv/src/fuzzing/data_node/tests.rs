@@ -188,3 +188,36 @@ fn a_prepare_not_yet_on_f_backups_is_no_vote_for_a_terminator() {
     let late = harness.ask("n1", build(5, &knobs));
     assert!(matches!(late, Some(ResponseBody::State(state)) if state.phase == proto::TxnPhase::Prepared as i32));
 }
+
+/// KAIROS's validation of a read-only transaction: a commit vote holds nothing and logs
+/// nothing, but raises the read key's latest read, so a writer below it aborts; a read
+/// whose version is no longer the newest aborts with the stale key named.
+#[test]
+fn a_validation_alone_holds_nothing_but_guards_its_reads() {
+    let mut harness = Harness::new(false);
+    let (kind, knobs) = honest(2);
+    let validation = Knobs { limit: 2, ..knobs.clone() };
+    let reply = harness.ask("client-9", build(kind, &validation));
+    assert!(matches!(&reply, Some(ResponseBody::Vote(vote)) if vote.commit), "{reply:?}");
+    let txn = wire::txn_from_wire(validation.txn).unwrap();
+    assert!(harness.core.replica(0).unwrap().txn(txn).is_none(), "a validation leaves no transaction behind");
+    // A writer of `a` at 30 < 40, the validated read's timestamp.
+    let writer = Knobs {
+        reads: 0,
+        key2: b"a".to_vec(),
+        ts: Timestamp::new(30, 3),
+        txn: wire_txn(txn_id(3, 5)),
+        ..knobs.clone()
+    };
+    let reply = harness.ask("client-9", build(kind, &writer));
+    assert!(
+        matches!(&reply, Some(ResponseBody::Vote(vote)) if !vote.commit && vote.reason == "write-after-read"),
+        "{reply:?}"
+    );
+    // A read of `a` at a version that is not its newest.
+    let stale = Knobs { limit: 2, ts2: Timestamp::new(5, 0), txn: wire_txn(txn_id(3, 6)), ..knobs };
+    let reply = harness.ask("client-9", build(kind, &stale));
+    let Some(ResponseBody::Vote(vote)) = reply else { panic!("{reply:?}") };
+    assert!(!vote.commit && vote.reason == "read-stale", "{vote:?}");
+    assert_eq!(vote.stale, vec![b"a".to_vec()]);
+}

@@ -179,8 +179,10 @@ impl TxnRunOptions {
         if self.client_clock == ClientClock::Hybrid {
             command.push_str(" --clock hybrid");
         }
-        if self.read_only_validation == ReadOnlyValidation::Remote {
-            command.push_str(" --validation remote");
+        match self.read_only_validation {
+            ReadOnlyValidation::Local => {}
+            ReadOnlyValidation::Remote => command.push_str(" --validation remote"),
+            ReadOnlyValidation::Validate => command.push_str(" --validation validate"),
         }
         if self.clock != SkewProfile::Ntp {
             command.push_str(&format!(" --skew {}", self.clock.name()));

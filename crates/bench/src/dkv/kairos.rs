@@ -1,0 +1,307 @@
+//! `virga bench kairos`: KAIROS's inter-transaction caching on the store, at the seed's
+//! setting scaled to this machine (ycsb-t: 4 keys a transaction, 90% read-only, Zipf 0.99
+//! reads and 0.75 read-writes; each client caches the hottest 0.1% of the keys).
+//!
+//! - [`compare_modes`]: the cache modes (no caching, the ideal lease, naïve, static P(x)) in
+//!   interleaved rounds: throughput, fresh-hit and stale rates, requests to the primaries
+//!   per committed transaction, and the lease lengths the primaries chose (Figs. 4.9, 4.10
+//!   and 4.16's caching bar). Every mode validates read-only transactions at the primaries
+//!   in one round with nothing logged (`ReadOnlyValidation::Validate`), as KAIROS does, so
+//!   no caching is the seed's baseline: the same code with caching off and the same
+//!   validation path.
+//! - [`hit_rate_by_cache_size`]: Fig. 4.8, the hit rate of the ideal lease against the
+//!   share of keys cached.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use serde::Serialize;
+use virga_dkv::client::ReadOnlyValidation;
+use virga_dkv::kairos::{CacheConfig, CacheMode};
+
+use super::{run_store, DkvBenchConfig, DkvBenchReport};
+use crate::kv::ycsb_t::{key, YcsbT};
+use crate::median;
+use crate::plot::{axis_number, draw, linear_axis, Chart, Line};
+
+/// The seed's cache size: 0.1% of the keys.
+pub const SEED_CACHE_FRACTION: f64 = 0.001;
+/// Fig. 4.8's cache sizes, as fractions of the keys.
+pub const CACHE_FRACTIONS: [f64; 5] = [0.0002, 0.0005, 0.001, 0.002, 0.005];
+
+/// What each client may cache: the hottest `fraction` of `workload`'s keys (at least one).
+pub fn cache_config(workload: &YcsbT, mode: CacheMode, fraction: f64) -> CacheConfig {
+    let count = ((workload.config().records as f64 * fraction).round() as u64).max(1);
+    CacheConfig::new(mode, workload.hottest(count).into_iter().map(|id| Bytes::from(key(id))))
+}
+
+/// One cache mode over its runs: medians, and the runs.
+#[derive(Debug, Serialize)]
+pub struct ModeResult {
+    pub mode: String,
+    pub committed_per_sec: f64,
+    /// The lowest and highest run.
+    pub committed_per_sec_spread: (f64, f64),
+    /// Over no caching's median in the same rounds (when it ran).
+    pub speedup_over_none: Option<f64>,
+    pub abort_rate: f64,
+    /// Per read of a cacheable key: served from the cache (fresh, or found stale).
+    pub hit_rate: f64,
+    pub fresh_hit_rate: f64,
+    pub stale_rate: f64,
+    /// Requests the clients sent to primaries (gets, prepares, decisions) per committed
+    /// transaction.
+    pub server_messages_per_txn: f64,
+    pub runs: Vec<DkvBenchReport>,
+}
+
+impl ModeResult {
+    fn new(mode: CacheMode, runs: Vec<DkvBenchReport>) -> ModeResult {
+        let of = |value: fn(&DkvBenchReport) -> f64| median(&mut runs.iter().map(value).collect::<Vec<_>>());
+        let rates = runs.iter().map(|run| run.committed_per_sec);
+        let spread = rates.fold((f64::MAX, f64::MIN), |(low, high), rate| (low.min(rate), high.max(rate)));
+        ModeResult {
+            mode: mode.name(),
+            committed_per_sec: of(|r| r.committed_per_sec),
+            committed_per_sec_spread: spread,
+            speedup_over_none: None,
+            abort_rate: of(|r| r.abort_rate),
+            hit_rate: of(|r| r.hit_rate),
+            fresh_hit_rate: of(|r| r.fresh_hit_rate),
+            stale_rate: of(|r| r.stale_rate),
+            server_messages_per_txn: of(|r| r.requests_per_commit),
+            runs,
+        }
+    }
+}
+
+/// The modes compared, and how.
+#[derive(Debug, Serialize)]
+pub struct ModeComparison {
+    pub setting: String,
+    pub transport: &'static str,
+    pub shards: u32,
+    pub replicas: usize,
+    pub clients: usize,
+    pub rounds: usize,
+    pub duration_s: f64,
+    pub cache_fraction: f64,
+    pub modes: Vec<ModeResult>,
+}
+
+/// Runs every mode once a round, `rounds` rounds, interleaved (see the module's
+/// documentation).
+pub fn compare_modes(
+    base: &DkvBenchConfig,
+    workload: &YcsbT,
+    modes: &[CacheMode],
+    fraction: f64,
+    rounds: usize,
+) -> Result<ModeComparison> {
+    let mut runs: Vec<Vec<DkvBenchReport>> = modes.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (mode, runs) in modes.iter().zip(runs.iter_mut()) {
+            let config = DkvBenchConfig {
+                cache: cache_config(workload, *mode, fraction),
+                validation: ReadOnlyValidation::Validate,
+                seed: base.seed ^ round as u64,
+                ..base.clone()
+            };
+            let report = run_store(&config, workload)?;
+            eprintln!(
+                "  round {}: {:<11} {:>8.0} committed/s, hits {:.3} (fresh {:.3}, stale {:.3}), {:.2} requests a txn",
+                round + 1,
+                mode.name(),
+                report.committed_per_sec,
+                report.hit_rate,
+                report.fresh_hit_rate,
+                report.stale_rate,
+                report.requests_per_commit
+            );
+            runs.push(report);
+        }
+    }
+    let mut results: Vec<ModeResult> =
+        modes.iter().zip(runs).map(|(mode, runs)| ModeResult::new(*mode, runs)).collect();
+    let baseline = results.iter().find(|result| result.mode == CacheMode::None.name()).map(|r| r.committed_per_sec);
+    for result in &mut results {
+        result.speedup_over_none = baseline.map(|none| result.committed_per_sec / none.max(1e-9));
+    }
+    Ok(ModeComparison {
+        setting: setting(workload),
+        transport: match base.net {
+            super::DkvNet::InProc => "inproc",
+            super::DkvNet::Grpc => "grpc",
+        },
+        shards: base.shards,
+        replicas: base.replicas,
+        clients: base.clients,
+        rounds,
+        duration_s: base.duration.as_secs_f64(),
+        cache_fraction: fraction,
+        modes: results,
+    })
+}
+
+fn setting(workload: &YcsbT) -> String {
+    let config = workload.config();
+    format!(
+        "ycsb-t ({} keys a transaction, {}% read-only, Zipf {} reads / {} read-writes) over {} records; read-only \
+         transactions validate at the primaries in one round (nothing logged) in every mode",
+        config.keys_per_txn, config.read_only_percent, config.read_zipf, config.write_zipf, config.records
+    )
+}
+
+impl ModeComparison {
+    /// Writes the JSON to `path` and, beside it, the lease lengths each mode's primaries
+    /// chose (`-leases.svg`: Fig. 4.10's distribution); returns the files written.
+    pub fn write(&self, path: &Path) -> Result<Vec<PathBuf>> {
+        std::fs::write(path, serde_json::to_string_pretty(self)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        let mut written = vec![path.to_path_buf()];
+        let lines: Vec<Line> = self
+            .modes
+            .iter()
+            .enumerate()
+            .filter_map(|(colour, mode)| {
+                let run = mode.runs.first()?;
+                let total: u64 = run.lease_lengths.iter().map(|(_, count)| count).sum();
+                let points = run
+                    .lease_lengths
+                    .iter()
+                    .map(|(ms, count)| ((ms * 1000.0).log2(), *count as f64 / total.max(1) as f64 * 100.0))
+                    .collect::<Vec<_>>();
+                (!points.is_empty()).then(|| Line { label: mode.mode.clone(), colour, dashed: false, points })
+            })
+            .collect();
+        if !lines.is_empty() {
+            let chart = Chart {
+                title: "KAIROS Fig. 4.10: lease lengths the primaries chose (first round)",
+                x_label: "log2 of the lease length in µs",
+                x_step: 1.0,
+                y_label: "share of leases, %",
+                lines,
+            };
+            let file = PathBuf::from(format!("{}-leases.svg", path.with_extension("").display()));
+            draw(&file, &chart, linear_axis(&chart), &|y| axis_number(*y))?;
+            written.push(file);
+        }
+        Ok(written)
+    }
+}
+
+/// One cache size's runs of the ideal lease.
+#[derive(Debug, Serialize)]
+pub struct SizePoint {
+    /// Keys cached, as a fraction of all keys.
+    pub fraction: f64,
+    pub keys_cached: usize,
+    pub hit_rate: f64,
+    /// Hits over every read, cached key or not.
+    pub hits_of_all_reads: f64,
+    pub committed_per_sec: f64,
+    pub runs: Vec<DkvBenchReport>,
+}
+
+/// Fig. 4.8: the ideal lease at each of [`CACHE_FRACTIONS`], interleaved rounds.
+pub fn hit_rate_by_cache_size(base: &DkvBenchConfig, workload: &YcsbT, rounds: usize) -> Result<Vec<SizePoint>> {
+    let mut runs: Vec<Vec<DkvBenchReport>> = CACHE_FRACTIONS.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (fraction, runs) in CACHE_FRACTIONS.iter().zip(runs.iter_mut()) {
+            let config = DkvBenchConfig {
+                cache: cache_config(workload, CacheMode::Lease, *fraction),
+                validation: ReadOnlyValidation::Validate,
+                seed: base.seed ^ round as u64,
+                ..base.clone()
+            };
+            let report = run_store(&config, workload)?;
+            eprintln!(
+                "  round {}: cache {:.2}% of the keys: hit rate {:.3} ({:.3} of all reads), {:.0} committed/s",
+                round + 1,
+                fraction * 100.0,
+                report.hit_rate,
+                report.hits_of_all_reads,
+                report.committed_per_sec
+            );
+            runs.push(report);
+        }
+    }
+    Ok(CACHE_FRACTIONS
+        .iter()
+        .zip(runs)
+        .map(|(fraction, runs)| {
+            let of = |value: fn(&DkvBenchReport) -> f64| median(&mut runs.iter().map(value).collect::<Vec<_>>());
+            SizePoint {
+                fraction: *fraction,
+                keys_cached: cache_config(workload, CacheMode::Lease, *fraction).keys.len(),
+                hit_rate: of(|r| r.hit_rate),
+                hits_of_all_reads: of(|r| r.hits_of_all_reads),
+                committed_per_sec: of(|r| r.committed_per_sec),
+                runs,
+            }
+        })
+        .collect())
+}
+
+/// Writes Fig. 4.8's points as JSON to `path` and its plot beside it (`-hit-rate.svg`).
+pub fn write_hit_rate(points: &[SizePoint], workload: &YcsbT, path: &Path) -> Result<Vec<PathBuf>> {
+    #[derive(Serialize)]
+    struct Output<'a> {
+        figure: &'static str,
+        setting: String,
+        points: &'a [SizePoint],
+    }
+    let output = Output { figure: "kairos-hit-rate", setting: setting(workload), points };
+    std::fs::write(path, serde_json::to_string_pretty(&output)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    let line = |label: &str, colour, value: fn(&SizePoint) -> f64| Line {
+        label: label.to_string(),
+        colour,
+        dashed: false,
+        points: points.iter().map(|point| (point.fraction * 100.0, value(point) * 100.0)).collect(),
+    };
+    let chart = Chart {
+        title: "KAIROS Fig. 4.8: hit rate vs cache size (ideal lease)",
+        x_label: "keys cached, % of all keys",
+        x_step: 0.1,
+        y_label: "hits, %",
+        lines: vec![
+            line("of the cached keys' reads", 0, |p| p.hit_rate),
+            line("of all reads", 1, |p| p.hits_of_all_reads),
+        ],
+    };
+    let file = PathBuf::from(format!("{}-hit-rate.svg", path.with_extension("").display()));
+    draw(&file, &chart, linear_axis(&chart), &|y| axis_number(*y))?;
+    Ok(vec![path.to_path_buf(), file])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::ycsb_t::YcsbTConfig;
+
+    #[test]
+    fn the_cacheable_keys_are_the_hottest_reads() {
+        let workload = YcsbT::new(YcsbTConfig { records: 10_000, ..YcsbTConfig::default() }).unwrap();
+        let config = cache_config(&workload, CacheMode::Lease, SEED_CACHE_FRACTION);
+        assert_eq!(config.keys.len(), 10);
+        // The 10 keys drawn most often in 20,000 read-only draws are the ones cached.
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..20_000 {
+            let txn = workload.draw(&mut rng);
+            if !txn.writes {
+                for id in txn.ids {
+                    *counts.entry(id).or_insert(0u32) += 1;
+                }
+            }
+        }
+        let mut by_count: Vec<(u64, u32)> = counts.into_iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(&a.1));
+        let top: Vec<u64> = by_count.iter().take(5).map(|(id, _)| *id).collect();
+        for id in top {
+            assert!(config.keys.contains(key(id).as_slice()), "key {id} is among the five hottest");
+        }
+    }
+}
