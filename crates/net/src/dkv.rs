@@ -29,6 +29,7 @@ impl Protocol for Dkv {
             Some(RequestBody::Watermark(_)) => "watermark",
             Some(RequestBody::Scan(_)) => "scan",
             Some(RequestBody::GetMany(_)) => "get_many",
+            Some(RequestBody::Invalidate(_)) => "invalidate",
             None => "empty",
         }
     }

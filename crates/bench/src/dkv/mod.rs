@@ -226,6 +226,7 @@ impl Roles {
                 total.stale += stats.stale;
                 total.expired += stats.expired;
                 total.fills += stats.fills;
+                total.invalidations += stats.invalidations;
             });
         }
         total
@@ -253,6 +254,7 @@ impl Roles {
             stale: after.stale - before.stale.min(after.stale),
             expired: after.expired - before.expired.min(after.expired),
             fills: after.fills - before.fills.min(after.fills),
+            invalidations: after.invalidations - before.invalidations.min(after.invalidations),
         }
     }
 }
@@ -349,7 +351,7 @@ impl<W: KvWorkload> LoadInto for W {
     }
 }
 
-fn start_clients(config: &DkvBenchConfig, net: &Net, map: &ShardMap) -> Vec<Runner<TxnClient>> {
+fn start_clients(config: &DkvBenchConfig, net: &Net, map: &ShardMap) -> Result<Vec<Runner<TxnClient>>> {
     (0..config.clients)
         .map(|index| {
             let id = index as u32 + 1;
@@ -362,11 +364,15 @@ fn start_clients(config: &DkvBenchConfig, net: &Net, map: &ShardMap) -> Vec<Runn
             client.read_only_validation = config.validation;
             client.clock_offset_ns = config.skew.draw(u64::from(id), config.seed).offset_ns;
             client.cache = config.cache.clone();
-            // Clients serve nothing: no server of their own.
             let name = format!("client-{index}");
+            let mailbox = Mailbox::<TxnClient>::new();
+            // A client serves nothing but EI's callbacks: a server of its own only then.
+            if config.cache.mode == CacheMode::Ei {
+                net.publish(&name, Host::new().with::<Dkv>(mailbox.handler()))?;
+            }
             let (stop, stopped) = watch::channel(false);
-            let running = Mailbox::<TxnClient>::new().run(name, TxnClient::new(client), net.transport(), NoIo, stopped);
-            Runner { running, stop }
+            let running = mailbox.run(name, TxnClient::new(client), net.transport(), NoIo, stopped);
+            Ok(Runner { running, stop })
         })
         .collect()
 }
@@ -386,7 +392,7 @@ async fn start_store(config: &DkvBenchConfig, dir: &Path, workload: &dyn LoadInt
     let config_roles = start_config(dir, &net, config.sync)?;
     install(&map, &net).await?;
     let data = start_data(dir, &net, &map, &nodes, workload, config.sync, config.cache.mode)?;
-    let clients = start_clients(config, &net, &map);
+    let clients = start_clients(config, &net, &map)?;
     Ok(Roles { config: config_roles, data, clients, data_nodes, servers })
 }
 
@@ -408,7 +414,9 @@ fn report(
         histogram.sum_seconds() * 1e6 / histogram.count().max(1) as f64
     };
     let latency_sum = delta.commit_latency_read_only.sum_seconds() + delta.commit_latency_read_write.sum_seconds();
-    let requests = delta.gets + delta.scans + delta.prepares + delta.validations + delta.decisions;
+    // EI's callbacks are messages the primaries send the clients.
+    let requests =
+        delta.gets + delta.scans + delta.prepares + delta.validations + delta.decisions + cache.invalidations;
     DkvBenchReport {
         workload: workload.to_string(),
         shards: config.shards,

@@ -544,8 +544,16 @@ impl Role for TxnClient {
             Event::Timer(timer) if self.reruns.contains_key(&timer) => self.on_rerun(now, timer, out),
             Event::Timer(timer) if Some(timer) == self.watermark_timer => self.broadcast_watermark(now, out),
             Event::Start => self.broadcast_watermark(now, out),
-            Event::Request { from, call, .. } => {
-                let response = ResponseBody::Error("a client serves no requests".to_string());
+            Event::Request { from, call, request } => {
+                let response = match request.body {
+                    // EI: a primary calls back about a key this client cached.
+                    Some(RequestBody::Invalidate(invalidate)) => {
+                        let version = shard_wire::ts_from_wire(invalidate.version);
+                        self.cache.invalidated(&invalidate.key, version);
+                        ResponseBody::Ack(proto::Ack {})
+                    }
+                    _ => ResponseBody::Error("a client serves only invalidations".to_string()),
+                };
                 out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
             }
             Event::Timer(_) | Event::IoDone { .. } => {}

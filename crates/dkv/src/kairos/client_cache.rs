@@ -62,6 +62,8 @@ pub struct CacheStats {
     pub expired: u64,
     /// Values put in the cache by a get with a lease.
     pub fills: u64,
+    /// EI: callbacks received from primaries.
+    pub invalidations: u64,
 }
 
 /// The cache of one client.
@@ -170,6 +172,15 @@ impl ClientCache {
     /// This client committed a write of `key`: its cached copy is superseded.
     pub fn wrote(&mut self, key: &[u8]) {
         self.entries.remove(key);
+    }
+
+    /// EI: a primary says `key` has a committed version at `version`: a copy older than it
+    /// is dropped.
+    pub fn invalidated(&mut self, key: &[u8], version: Timestamp) {
+        self.stats.invalidations += 1;
+        if self.entries.get(key).is_some_and(|entry| entry.read.version < version) {
+            self.entries.remove(key);
+        }
     }
 
     /// Drops the cached copy of `key` (a transaction that read it aborted).

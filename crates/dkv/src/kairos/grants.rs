@@ -1,7 +1,7 @@
 //! A primary's side of soft leases: no state per client and no callback, only each cached
 //! key's write rate, from which every read of the key gets a lease end.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 use virga_net::role::Nanos;
@@ -37,6 +37,8 @@ pub struct LeaseGrants {
     granted: u64,
     /// Leases handed out by length: bucket k counts lengths in [2^k, 2^(k+1)) µs.
     lengths: BTreeMap<u32, u64>,
+    /// EI only: the clients holding a copy of each key, called back at its next write.
+    sharers: HashMap<Bytes, BTreeSet<String>>,
 }
 
 impl LeaseGrants {
@@ -65,10 +67,14 @@ impl LeaseGrants {
         if read_interval_ns == 0 || !self.mode.caches() {
             return 0;
         }
+        if self.mode == CacheMode::Ei {
+            // A callback, not a lease: valid until the primary calls the holder back.
+            return now.saturating_add(NAIVE_LEASE.as_nanos() as u64);
+        }
         let Some(write_interval) = self.write_interval(key, now) else { return 0 };
         let read_interval = read_interval_ns as f64;
         let lease = match self.mode {
-            CacheMode::None => return 0,
+            CacheMode::None | CacheMode::Ei => return 0,
             CacheMode::Naive => NAIVE_LEASE.as_nanos() as f64,
             CacheMode::Static(x) => static_lease(write_interval, x),
             CacheMode::Lease => self.ideal_multiple(read_interval / write_interval) * read_interval,
@@ -83,6 +89,26 @@ impl LeaseGrants {
     /// Leases handed out, by length: bucket k counts lengths in [2^k, 2^(k+1)) µs.
     pub fn lengths(&self) -> &BTreeMap<u32, u64> {
         &self.lengths
+    }
+
+    /// EI: `reader` now holds a copy of `key` (asked as cached); false if the table is
+    /// full, in which case the read must not be cached (no callback would come).
+    pub fn share(&mut self, key: &[u8], reader: &str) -> bool {
+        if let Some(sharers) = self.sharers.get_mut(key) {
+            sharers.insert(reader.to_string());
+            return true;
+        }
+        if self.sharers.len() >= MAX_TRACKED_KEYS {
+            return false;
+        }
+        self.sharers.insert(Bytes::copy_from_slice(key), BTreeSet::from([reader.to_string()]));
+        true
+    }
+
+    /// EI: the clients holding a copy of `key`, which a write just superseded; the key has
+    /// none from now on.
+    pub fn take_sharers(&mut self, key: &[u8]) -> BTreeSet<String> {
+        self.sharers.remove(key).unwrap_or_default()
     }
 
     /// A committed write of `key` installed at `now`.
@@ -170,6 +196,16 @@ mod tests {
         assert!((lease - 1.0536 * MS as f64).abs() < 0.01 * MS as f64, "{lease}");
         let mut naive = LeaseGrants::new(CacheMode::Naive);
         assert_eq!(naive.grant(b"k", MS, 5), 5 + NAIVE_LEASE.as_nanos() as u64);
+    }
+
+    #[test]
+    fn ei_holds_copies_until_the_next_write_calls_their_holders_back() {
+        let mut grants = LeaseGrants::new(CacheMode::Ei);
+        assert_eq!(grants.grant(b"k", MS, 5), 5 + NAIVE_LEASE.as_nanos() as u64);
+        assert!(grants.share(b"k", "client-1") && grants.share(b"k", "client-2") && grants.share(b"k", "client-1"));
+        let called: Vec<String> = grants.take_sharers(b"k").into_iter().collect();
+        assert_eq!(called, ["client-1", "client-2"]);
+        assert!(grants.take_sharers(b"k").is_empty(), "each copy is called back once");
     }
 
     #[test]

@@ -5,12 +5,14 @@
 //!
 //! - [`CacheMode`] picks the lease rule, the same at clients and primaries: none (MILANA as
 //!   built), the ideal lease of the model (`virga_txn::cache`), naïve caching (leases longer
-//!   than any run) or static leases P(x).
+//!   than any run), static leases P(x), or explicit invalidation (EI: the primaries track
+//!   who holds a copy and call them back on a write, the seed's baseline).
 //! - [`ClientCache`] is a client's look-through cache: the cacheable keys, each entry's
 //!   value, version, lease end and freshness, and each key's mean inter-read time, which
 //!   its gets carry to the primary.
 //! - [`LeaseGrants`] is a primary's side: each cached key's write rate, measured from the
-//!   commits it installs, and the lease end it attaches to a read.
+//!   commits it installs, and the lease end it attaches to a read; under EI alone, the
+//!   clients holding each key.
 
 mod client_cache;
 mod grants;
@@ -33,6 +35,9 @@ pub enum CacheMode {
     Naive,
     /// Static leases P(x): the length with chance `x` of a write inside it.
     Static(f64),
+    /// Explicit invalidation (callbacks, as Thor): a copy is valid until its primary, which
+    /// tracks every client holding one, tells the client that a write committed.
+    Ei,
 }
 
 impl CacheMode {
@@ -43,6 +48,7 @@ impl CacheMode {
             CacheMode::Lease => "lease".to_string(),
             CacheMode::Naive => "naive".to_string(),
             CacheMode::Static(x) => format!("static:{x}"),
+            CacheMode::Ei => "ei".to_string(),
         }
     }
 
@@ -53,6 +59,7 @@ impl CacheMode {
             "none" => Ok(CacheMode::None),
             "lease" => Ok(CacheMode::Lease),
             "naive" => Ok(CacheMode::Naive),
+            "ei" => Ok(CacheMode::Ei),
             _ => {
                 let x = name.strip_prefix("static:").ok_or_else(unknown)?;
                 match x.parse::<f64>() {
@@ -71,7 +78,7 @@ impl CacheMode {
 
 /// A `--cache` value that names no mode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no cache mode is called {name:?}: the modes are none, lease, naive and static:X with X in (0, 1)")]
+#[error("no cache mode is called {name:?}: the modes are none, lease, naive, static:X with X in (0, 1), and ei")]
 pub struct UnknownCacheMode {
     pub name: String,
 }

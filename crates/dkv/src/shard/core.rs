@@ -306,8 +306,8 @@ impl DataCore {
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
         let response = match request.body {
-            Some(RequestBody::Get(get)) => Some(self.on_get(get)),
-            Some(RequestBody::GetMany(get)) => Some(self.on_get_many(get)),
+            Some(RequestBody::Get(get)) => Some(self.on_get(&from, get)),
+            Some(RequestBody::GetMany(get)) => Some(self.on_get_many(&from, get)),
             Some(RequestBody::Scan(scan)) => Some(self.on_scan(scan)),
             Some(RequestBody::Query(query)) => self.on_query(&from, call, query),
             Some(RequestBody::Lease(lease)) => self.on_lease_request(now, &from, call, lease),
@@ -328,7 +328,7 @@ impl DataCore {
         }
     }
 
-    fn on_get(&mut self, get: proto::Get) -> ResponseBody {
+    fn on_get(&mut self, from: &str, get: proto::Get) -> ResponseBody {
         if let Err(error) = wire::check_key(&get.key) {
             return ResponseBody::Error(format!("a malformed get: {error}"));
         }
@@ -336,13 +336,13 @@ impl DataCore {
         if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, std::slice::from_ref(&get.key)) {
             return refusal;
         }
-        match self.read(get.shard, get.key, ts, get.read_interval_ns) {
+        match self.read(from, get.shard, get.key, ts, get.read_interval_ns) {
             Some(value) => ResponseBody::Value(value),
             None => ResponseBody::Error(format!("no replica of shard {}", get.shard)),
         }
     }
 
-    fn on_get_many(&mut self, get: proto::GetMany) -> ResponseBody {
+    fn on_get_many(&mut self, from: &str, get: proto::GetMany) -> ResponseBody {
         if get.keys.is_empty() || get.keys.len() > MAX_KEYS_PER_GET {
             return ResponseBody::Error(format!(
                 "a get_many of {} keys (1 to {MAX_KEYS_PER_GET} may be asked at once)",
@@ -366,7 +366,7 @@ impl DataCore {
         let mut values = Vec::with_capacity(get.keys.len());
         let intervals = get.read_intervals_ns.into_iter().chain(std::iter::repeat(0));
         for (key, interval) in get.keys.into_iter().zip(intervals) {
-            match self.read(get.shard, key, ts, interval) {
+            match self.read(from, get.shard, key, ts, interval) {
                 Some(value) => values.push(value),
                 None => return ResponseBody::Error(format!("no replica of shard {}", get.shard)),
             }
@@ -392,12 +392,23 @@ impl DataCore {
         Ok(())
     }
 
-    /// The snapshot read of `key` at `ts` (None: no replica of the shard here), with a
-    /// lease if a client caching the key asked (`read_interval_ns` > 0).
-    fn read(&mut self, shard: u32, key: Vec<u8>, ts: Timestamp, read_interval_ns: u64) -> Option<proto::GetReply> {
+    /// The snapshot read of `key` at `ts` by `from` (None: no replica of the shard here),
+    /// with a lease if a client caching the key asked (`read_interval_ns` > 0); under EI,
+    /// `from` is remembered as holding a copy.
+    fn read(
+        &mut self,
+        from: &str,
+        shard: u32,
+        key: Vec<u8>,
+        ts: Timestamp,
+        read_interval_ns: u64,
+    ) -> Option<proto::GetReply> {
         let replica = self.replicas.get_mut(&shard)?;
         self.stats.gets += 1;
-        let lease_end_ns = self.grants.grant(&key, read_interval_ns, self.now);
+        let mut lease_end_ns = self.grants.grant(&key, read_interval_ns, self.now);
+        if lease_end_ns > 0 && self.grants.mode() == crate::kairos::CacheMode::Ei && !self.grants.share(&key, from) {
+            lease_end_ns = 0;
+        }
         let found = replica.get(&Bytes::from(key), ts);
         Some(proto::GetReply {
             found: found.value.is_some(),

@@ -50,6 +50,8 @@ pub struct DataStats {
     pub prepares: u64,
     /// Read-only transactions validated alone (KAIROS), nothing logged.
     pub validations: u64,
+    /// EI: callbacks sent to clients holding a copy of a key just written.
+    pub invalidations: u64,
     pub aborts: u64,
     pub decisions: u64,
     /// Records logged as a backup.

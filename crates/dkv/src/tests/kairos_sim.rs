@@ -23,7 +23,7 @@ fn check(options: &TxnRunOptions) -> TxnRunReport {
 
 #[test]
 fn every_lease_rule_stays_serializable_through_faults_and_both_skews() {
-    let modes = [CacheMode::Lease, CacheMode::Naive, CacheMode::Static(0.1)];
+    let modes = [CacheMode::Lease, CacheMode::Naive, CacheMode::Static(0.1), CacheMode::Ei];
     let (mut hits, mut stale) = (0, 0);
     for (index, mode) in modes.into_iter().enumerate() {
         for (offset, skew) in [SkewProfile::Ntp, SkewProfile::Ptp].into_iter().enumerate() {
@@ -84,7 +84,7 @@ fn a_primary_that_skips_the_check_of_cached_reads_is_caught() {
 
 #[test]
 fn cache_mode_names_round_trip_and_bad_ones_are_refused() {
-    for mode in [CacheMode::None, CacheMode::Lease, CacheMode::Naive, CacheMode::Static(0.25)] {
+    for mode in [CacheMode::None, CacheMode::Lease, CacheMode::Naive, CacheMode::Static(0.25), CacheMode::Ei] {
         assert_eq!(CacheMode::from_name(&mode.name()), Ok(mode));
     }
     for bad in ["lru", "static:", "static:0", "static:1", "static:x", "static:-0.5"] {

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Nanos};
 use virga_net::Dkv;
-use virga_storage::TxnId;
+use virga_storage::{Timestamp, TxnId};
 use virga_txn::AbortReason;
 
 use super::{AfterLog, DataCore, PendingKind};
@@ -194,9 +194,23 @@ impl DataCore {
     ) {
         let Some(replica) = self.replicas.get_mut(&shard) else { return };
         if commit && self.grants.mode().caches() {
-            // The write rates the leases of cached keys come from.
-            for write in replica.txn(txn).map(|entry| entry.writes.as_slice()).unwrap_or_default() {
+            // The write rates the leases of cached keys come from; under EI, the callbacks.
+            let (version, writes) =
+                replica.txn(txn).map_or((Timestamp::ZERO, &[][..]), |entry| (entry.commit_ts, &entry.writes[..]));
+            for write in writes {
                 self.grants.written(&write.key, self.now);
+                for sharer in self.grants.take_sharers(&write.key) {
+                    let invalidate =
+                        proto::Invalidate { key: write.key.to_vec(), version: Some(wire::ts_to_wire(version)) };
+                    let call = self.ids.call();
+                    self.stats.invalidations += 1;
+                    out.push(Command::Call {
+                        to: sharer,
+                        call,
+                        request: proto::Request { body: Some(RequestBody::Invalidate(invalidate)) },
+                        deadline: self.config.replicate_deadline,
+                    });
+                }
             }
         }
         let record = ShardRecord::Decided { txn, commit };
