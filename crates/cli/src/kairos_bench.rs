@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use virga_bench::dkv::kairos::{compare_modes, hit_rate_by_cache_size, write_hit_rate, SEED_CACHE_FRACTION};
+use virga_bench::dkv::kairos::{
+    by_load, compare_modes, hit_rate_by_cache_size, write_hit_rate, write_load, SEED_CACHE_FRACTION,
+};
 use virga_bench::dkv::{DkvBenchConfig, DkvNet};
 use virga_bench::kv::ycsb_t::{YcsbT, YcsbTConfig};
 use virga_core::clock::SkewProfile;
@@ -19,6 +21,9 @@ use crate::dkv_bench::{DkvSync, DkvTransport};
 pub enum KairosFigure {
     /// Fig. 4.8: the ideal lease's hit rate at cache sizes of 0.02% to 0.5% of the keys.
     HitRate,
+    /// Fig. 4.11's shape: each of --modes at 2 to 32 clients (rising load): throughput and
+    /// messages to and from the primaries per transaction.
+    Load,
 }
 
 #[derive(Args)]
@@ -114,6 +119,25 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
             );
         }
         for written in write_hit_rate(&points, &workload, &args.json)? {
+            eprintln!("wrote {}", written.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.figure == Some(KairosFigure::Load) {
+        eprintln!("virga bench kairos --figure load: {} rounds of {} s a point", args.runs, args.duration);
+        let points = by_load(&base, &workload, &args.modes, args.cache_fraction, args.runs)?;
+        for point in &points {
+            println!(
+                "{:>2} clients, {:<10} {:>8.0} committed/s, {:.2} messages a txn, hit rate {:.3}, {:.0} µs",
+                point.clients,
+                point.mode,
+                point.committed_per_sec,
+                point.server_messages_per_txn,
+                point.hit_rate,
+                point.mean_latency_us
+            );
+        }
+        for written in write_load(&points, &workload, &args.json)? {
             eprintln!("wrote {}", written.display());
         }
         return Ok(ExitCode::SUCCESS);

@@ -50,3 +50,37 @@ fn bench_dkv_runs_transfers_on_the_store_and_the_engine_and_audits_the_money() {
     assert!(!refused.status.success());
     assert!(text(&refused.stderr).contains("ycsb-t only"), "{}", text(&refused.stderr));
 }
+
+#[test]
+fn bench_kairos_runs_every_mode_and_writes_its_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("kairos.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_virga"))
+        .args(["bench", "kairos", "--modes", "none,lease,ei", "--records", "2000", "--duration", "0.3", "--runs", "1"])
+        .args(["--clients", "2", "--cache-fraction", "0.005"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run virga");
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "exited {:?}: {stderr}", output.status);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let modes = report["modes"].as_array().unwrap();
+    let names: Vec<&str> = modes.iter().map(|mode| mode["mode"].as_str().unwrap()).collect();
+    assert_eq!(names, ["none", "lease", "ei"]);
+    for mode in modes {
+        assert!(mode["committed_per_sec"].as_f64().unwrap() > 0.0, "{mode}");
+        assert!(mode["server_messages_per_txn"].as_f64().unwrap() > 1.0, "{mode}");
+        for rate in ["fresh_hit_rate", "stale_rate"] {
+            assert!((0.0..=1.0).contains(&mode[rate].as_f64().unwrap()), "{rate}: {mode}");
+        }
+    }
+    assert_eq!(modes[0]["runs"][0]["cache_reads"], 0, "no caching reads nothing from a cache");
+    assert!(modes[1]["runs"][0]["cache_reads"].as_u64().unwrap() > 0, "{}", modes[1]);
+    let bad = Command::new(env!("CARGO_BIN_EXE_virga"))
+        .args(["bench", "kairos", "--modes", "none,lru", "--json", "x.json"])
+        .output()
+        .expect("run virga");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("\"lru\""), "{}", text(&bad.stderr));
+}

@@ -11,6 +11,9 @@
 //!   validation path.
 //! - [`hit_rate_by_cache_size`]: Fig. 4.8, the hit rate of the ideal lease against the
 //!   share of keys cached.
+//! - [`by_load`]: Fig. 4.11's shape, explicit invalidation against the ideal lease (and no
+//!   caching) as the offered load rises with the clients: throughput and messages to and
+//!   from the primaries per transaction (EI's callbacks included).
 
 use std::path::{Path, PathBuf};
 
@@ -189,6 +192,128 @@ impl ModeComparison {
         }
         Ok(written)
     }
+}
+
+/// Client counts of the load sweep.
+pub const LOAD_CLIENTS: [usize; 5] = [2, 4, 8, 16, 32];
+
+/// One mode at one client count.
+#[derive(Debug, Serialize)]
+pub struct LoadPoint {
+    pub mode: String,
+    pub clients: usize,
+    pub committed_per_sec: f64,
+    pub server_messages_per_txn: f64,
+    pub hit_rate: f64,
+    pub stale_rate: f64,
+    pub mean_latency_us: f64,
+    pub runs: Vec<DkvBenchReport>,
+}
+
+/// Fig. 4.11's shape: every mode at every client count of [`LOAD_CLIENTS`], interleaved
+/// rounds.
+pub fn by_load(
+    base: &DkvBenchConfig,
+    workload: &YcsbT,
+    modes: &[CacheMode],
+    fraction: f64,
+    rounds: usize,
+) -> Result<Vec<LoadPoint>> {
+    let cells: Vec<(usize, CacheMode)> =
+        LOAD_CLIENTS.iter().flat_map(|clients| modes.iter().map(move |mode| (*clients, *mode))).collect();
+    let mut runs: Vec<Vec<DkvBenchReport>> = cells.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for ((clients, mode), runs) in cells.iter().zip(runs.iter_mut()) {
+            let config = DkvBenchConfig {
+                clients: *clients,
+                cache: cache_config(workload, *mode, fraction),
+                validation: ReadOnlyValidation::Validate,
+                seed: base.seed ^ round as u64,
+                ..base.clone()
+            };
+            let report = run_store(&config, workload)?;
+            eprintln!(
+                "  round {}: {clients:>2} clients, {:<10} {:>8.0} committed/s, {:.2} messages a txn, hits {:.3}",
+                round + 1,
+                mode.name(),
+                report.committed_per_sec,
+                report.requests_per_commit,
+                report.hit_rate
+            );
+            runs.push(report);
+        }
+    }
+    Ok(cells
+        .into_iter()
+        .zip(runs)
+        .map(|((clients, mode), runs)| {
+            let of = |value: fn(&DkvBenchReport) -> f64| median(&mut runs.iter().map(value).collect::<Vec<_>>());
+            LoadPoint {
+                mode: mode.name(),
+                clients,
+                committed_per_sec: of(|r| r.committed_per_sec),
+                server_messages_per_txn: of(|r| r.requests_per_commit),
+                hit_rate: of(|r| r.hit_rate),
+                stale_rate: of(|r| r.stale_rate),
+                mean_latency_us: of(|r| r.mean_latency_us),
+                runs,
+            }
+        })
+        .collect())
+}
+
+/// Writes the load sweep as JSON to `path` and its plots beside it (`-throughput.svg`,
+/// `-messages.svg`).
+pub fn write_load(points: &[LoadPoint], workload: &YcsbT, path: &Path) -> Result<Vec<PathBuf>> {
+    #[derive(Serialize)]
+    struct Output<'a> {
+        figure: &'static str,
+        setting: String,
+        points: &'a [LoadPoint],
+    }
+    let output = Output { figure: "kairos-load", setting: setting(workload), points };
+    std::fs::write(path, serde_json::to_string_pretty(&output)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    let mut modes: Vec<&str> = points.iter().map(|point| point.mode.as_str()).collect();
+    modes.dedup();
+    let lines = |value: fn(&LoadPoint) -> f64| -> Vec<Line> {
+        modes
+            .iter()
+            .enumerate()
+            .map(|(colour, mode)| Line {
+                label: mode.to_string(),
+                colour,
+                dashed: false,
+                points: points
+                    .iter()
+                    .filter(|point| point.mode == *mode)
+                    .map(|point| (point.clients as f64, value(point)))
+                    .collect(),
+            })
+            .collect()
+    };
+    let mut written = vec![path.to_path_buf()];
+    let charts = [
+        (
+            "throughput",
+            "KAIROS Fig. 4.11: throughput as the load rises",
+            "committed per second",
+            lines(|p| p.committed_per_sec),
+        ),
+        (
+            "messages",
+            "KAIROS Fig. 4.11: messages to and from the primaries",
+            "messages per committed transaction",
+            lines(|p| p.server_messages_per_txn),
+        ),
+    ];
+    for (name, title, y_label, lines) in charts {
+        let chart = Chart { title, x_label: "clients", x_step: 1.0, y_label, lines };
+        let file = PathBuf::from(format!("{}-{name}.svg", path.with_extension("").display()));
+        draw(&file, &chart, linear_axis(&chart), &|y| axis_number(*y))?;
+        written.push(file);
+    }
+    Ok(written)
 }
 
 /// One cache size's runs of the ideal lease.
