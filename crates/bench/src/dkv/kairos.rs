@@ -423,7 +423,7 @@ mod tests {
             }
         }
         let mut by_count: Vec<(u64, u32)> = counts.into_iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(&a.1));
+        by_count.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
         let top: Vec<u64> = by_count.iter().take(5).map(|(id, _)| *id).collect();
         for id in top {
             assert!(config.keys.contains(key(id).as_slice()), "key {id} is among the five hottest");

@@ -417,7 +417,8 @@ impl TxnClient {
         // A single participant commits on its vote, and a validation holds nothing: there is
         // no decision to send.
         let validate_only = *validate_only;
-        let decide = !validate_only && !(participants.len() == 1 && one_round_trip);
+        let one_round = participants.len() == 1 && one_round_trip;
+        let decide = !(validate_only || one_round);
         match result {
             Ok(ResponseBody::Vote(vote)) if vote.commit => {
                 yes.insert(shard);
