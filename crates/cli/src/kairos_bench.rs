@@ -24,6 +24,10 @@ pub enum KairosFigure {
     /// Fig. 4.11's shape: each of --modes at 2 to 32 clients (rising load): throughput and
     /// messages to and from the primaries per transaction.
     Load,
+    /// Fig. 4.16's caching bar from the cost model: each of --modes (put none first) on this
+    /// machine's shape and extrapolated to the seed's setting (5 shards x 3 replicas, 15
+    /// clients, 4-thread machines, 500 µs latency).
+    Scale,
 }
 
 #[derive(Args)]
@@ -121,6 +125,29 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
         for written in write_hit_rate(&points, &workload, &args.json)? {
             eprintln!("wrote {}", written.display());
         }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.figure == Some(KairosFigure::Scale) {
+        eprintln!("virga bench kairos --figure scale: the cost model, calibrated on this machine");
+        let scratch = tempfile::tempdir()?;
+        let figure = virga_bench::dkv::kairos_scale::kairos_scale(&workload, &args.modes, args.seed, scratch.path())?;
+        for row in &figure.rows {
+            println!(
+                "{:<20} {:<13} {:<11} {:>9.0} committed/s, x none {:.2}, aborts {:.1}%",
+                row.shape,
+                row.kind,
+                row.mode,
+                row.committed_per_sec,
+                row.speedup_over_none,
+                row.abort_rate * 100.0
+            );
+        }
+        println!(
+            "the seed: caching alone {:.2}x, with 5 sharded validators {:.2}x",
+            figure.seed_caching_alone, figure.seed_caching_and_validators
+        );
+        std::fs::write(&args.json, serde_json::to_string_pretty(&figure)?)?;
+        eprintln!("wrote {}", args.json.display());
         return Ok(ExitCode::SUCCESS);
     }
     if args.figure == Some(KairosFigure::Load) {

@@ -20,6 +20,8 @@ impl Protocol for Dkv {
             Some(RequestBody::Propose(_)) => "propose",
             Some(RequestBody::GetMap(_)) => "get_map",
             Some(RequestBody::Get(_)) => "get",
+            // A read-only transaction's validation alone costs far less than a prepare.
+            Some(RequestBody::Prepare(prepare)) if prepare.validate_only => "validate",
             Some(RequestBody::Prepare(_)) => "prepare",
             Some(RequestBody::Decide(_)) => "decide",
             Some(RequestBody::Replicate(_)) => "replicate",

@@ -18,6 +18,7 @@
 
 pub mod figures;
 pub mod kairos;
+pub mod kairos_scale;
 mod programs;
 pub mod scale;
 mod sessions;

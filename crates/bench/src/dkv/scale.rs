@@ -63,7 +63,7 @@ pub struct ScaleFigure {
 }
 
 /// ycsb-t programs for each client, drawn from its own generator.
-fn programs<'a>(workload: &'a YcsbT, clients: usize, seed: u64) -> impl FnMut(usize) -> Program + 'a {
+pub(super) fn programs<'a>(workload: &'a YcsbT, clients: usize, seed: u64) -> impl FnMut(usize) -> Program + 'a {
     let mut rngs: Vec<SmallRng> =
         (0..clients).map(|index| SmallRng::seed_from_u64(seed ^ (index as u64 + 1) << 32)).collect();
     move |client| {
@@ -72,11 +72,11 @@ fn programs<'a>(workload: &'a YcsbT, clients: usize, seed: u64) -> impl FnMut(us
     }
 }
 
-fn loader(workload: &YcsbT) -> impl Fn(&mut dyn FnMut(Bytes, Bytes)) + '_ {
+pub(super) fn loader(workload: &YcsbT) -> impl Fn(&mut dyn FnMut(Bytes, Bytes)) + '_ {
     move |sink| workload.load(&mut |key, value| sink(Bytes::copy_from_slice(key), Bytes::copy_from_slice(value)))
 }
 
-fn shape(shards: u32, clients: usize, placement: Placement, latency: Duration, seed: u64) -> ScaleShape {
+pub(super) fn shape(shards: u32, clients: usize, placement: Placement, latency: Duration, seed: u64) -> ScaleShape {
     ScaleShape {
         shards,
         data_nodes: (shards as usize).max(3),
@@ -88,10 +88,12 @@ fn shape(shards: u32, clients: usize, placement: Placement, latency: Duration, s
         warmup: Duration::from_millis(200),
         measure: Duration::from_millis(600),
         seed,
+        cache: Default::default(),
+        validation: virga_dkv::client::ReadOnlyValidation::Local,
     }
 }
 
-fn simulate(shape: &ScaleShape, costs: &StepCosts, workload: &YcsbT) -> Result<scale::ScaleRun> {
+pub(super) fn simulate(shape: &ScaleShape, costs: &StepCosts, workload: &YcsbT) -> Result<scale::ScaleRun> {
     let mut next = programs(workload, shape.clients, shape.seed);
     scale::run_closed_loop(shape, costs.clone(), &loader(workload), &mut next).map_err(|error| anyhow!("{error}"))
 }

@@ -25,7 +25,8 @@ use virga_sim::{CostModel, NetConfig, Sim, SimConfig, SimError};
 pub use self::costs::{calibrate, event_kind, StepCosts};
 use super::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
 use super::{cluster, ns, Cluster, TxnRunOptions, ADMIN};
-use crate::client::{Program, TxnClient, TxnClientConfig};
+use crate::client::{Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
+use crate::kairos::CacheConfig;
 use crate::config::ConfigCommand;
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig};
@@ -60,6 +61,10 @@ pub struct ScaleShape {
     pub warmup: Duration,
     pub measure: Duration,
     pub seed: u64,
+    /// KAIROS: what the clients cache and the lease rule (clients and primaries).
+    pub cache: CacheConfig,
+    /// Where read-only transactions validate.
+    pub validation: ReadOnlyValidation,
 }
 
 /// What a closed-loop run measured, in virtual time.
@@ -149,6 +154,8 @@ fn open(shape: &ScaleShape, cluster: &Cluster, id: &str, load: &Loader<'_>) -> (
         config.config_replicas = cluster.config.clone();
         config.keep_results = false;
         config.programs_in_flight = shape.in_flight;
+        config.cache = shape.cache.clone();
+        config.read_only_validation = shape.validation;
         return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
     }
     if id == ADMIN {
@@ -166,6 +173,7 @@ fn open(shape: &ScaleShape, cluster: &Cluster, id: &str, load: &Loader<'_>) -> (
     let mut config = DataConfig::new(id, cluster.map.clone());
     config.config_replicas = cluster.config.clone();
     config.session = format!("{id}@scale");
+    config.cache = shape.cache.mode;
     match open_data_node(config, storage) {
         Ok((mut core, disk)) => {
             load(&mut |key, value| core.load(key, value));
@@ -314,6 +322,8 @@ mod tests {
             warmup: Duration::from_millis(50),
             measure: Duration::from_millis(200),
             seed: 3,
+            cache: CacheConfig::default(),
+            validation: ReadOnlyValidation::Local,
         }
     }
 

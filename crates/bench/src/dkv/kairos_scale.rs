@@ -1,0 +1,130 @@
+//! `virga bench kairos --figure scale`: Fig. 4.16's caching bar beyond this machine, from the
+//! cost model (`virga_dkv::sim::txn::scale`): every step of the real cores timed here under
+//! each cache mode, a gRPC call's cost probed through the real driver, a log append's on this
+//! disk; then the seed's setting simulated (5 shards × 3 replicas, each data node on a
+//! 4-thread machine as the seed's D4s_v3 VMs, 15 clients on machines of their own, 500 µs
+//! one-way latency). This machine's shape is simulated beside it, so the model's ratio can
+//! be read against the measured one (`compare_modes`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use serde::Serialize;
+use virga_dkv::client::ReadOnlyValidation;
+use virga_dkv::kairos::CacheMode;
+use virga_dkv::sim::txn::scale::{self, probe, Placement, ScaleShape, StepCosts};
+
+use super::kairos::{cache_config, SEED_CACHE_FRACTION};
+use super::scale::{loader, programs, shape, simulate};
+use crate::kv::ycsb_t::YcsbT;
+
+/// One mode on one shape, in virtual time.
+#[derive(Debug, Serialize)]
+pub struct KairosScaleRow {
+    pub shape: &'static str,
+    /// `simulated` (this machine's shape) or `extrapolated` (the seed's).
+    pub kind: &'static str,
+    pub mode: String,
+    pub committed_per_sec: f64,
+    pub abort_rate: f64,
+    pub speedup_over_none: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct KairosScaleFigure {
+    pub figure: &'static str,
+    pub setting: String,
+    pub call_ns_grpc: f64,
+    pub append_ns: f64,
+    pub rows: Vec<KairosScaleRow>,
+    /// The seed's reported speedups over no caching, for comparison.
+    pub seed_caching_alone: f64,
+    pub seed_caching_and_validators: f64,
+}
+
+/// The seed's setting, on the cost model: `mode`'s caches on 5 shards of 3 replicas.
+fn seed_shape(workload: &YcsbT, mode: CacheMode, seed: u64) -> ScaleShape {
+    let placement = Placement::Spread { storage_threads: 4, client_machines: 15, client_threads: 4 };
+    ScaleShape {
+        data_nodes: 5,
+        in_flight: 8,
+        window: 16,
+        warmup: Duration::from_millis(300),
+        measure: Duration::from_millis(800),
+        cache: cache_config(workload, mode, SEED_CACHE_FRACTION),
+        validation: ReadOnlyValidation::Validate,
+        ..shape(5, 15, placement, Duration::from_micros(500), seed)
+    }
+}
+
+/// This machine's shape (every role on one 2-thread machine, 8 clients) under `mode`.
+fn here_shape(workload: &YcsbT, mode: CacheMode, seed: u64) -> ScaleShape {
+    ScaleShape {
+        cache: cache_config(workload, mode, SEED_CACHE_FRACTION),
+        validation: ReadOnlyValidation::Validate,
+        ..shape(3, 8, Placement::OneMachine { threads: 2 }, Duration::from_micros(2), seed)
+    }
+}
+
+/// Calibrates each mode's step costs here, then simulates this machine's shape and the
+/// seed's under each of `modes` (the first should be `none`, the baseline of the ratios).
+pub fn kairos_scale(workload: &YcsbT, modes: &[CacheMode], seed: u64, scratch: &Path) -> Result<KairosScaleFigure> {
+    eprintln!("  probing a gRPC call and a log append on this disk");
+    let call_ns_grpc = probe::call_ns(true, Duration::from_secs(2)).context("the gRPC call probe")?;
+    let call_ns_inproc = probe::call_ns(false, Duration::from_secs(2)).context("the in-process call probe")?;
+    let (append_ns, append_cpu_ns) = probe::append_ns(scratch, 4, 200, 200).context("the log append probe")?;
+    let mut rows = Vec::new();
+    for mode in modes {
+        let here = here_shape(workload, *mode, seed);
+        let calibration = ScaleShape { measure: Duration::from_millis(300), ..here.clone() };
+        let mut next = programs(workload, here.clients, seed);
+        let steps = scale::calibrate(&calibration, &loader(workload), &mut next).map_err(|error| anyhow!("{error}"))?;
+        let inproc = StepCosts { steps, call_ns: call_ns_inproc, append_ns, append_cpu_ns };
+        let grpc = StepCosts { call_ns: call_ns_grpc, ..inproc.clone() };
+        for (name, kind, shape, costs) in [
+            ("this machine", "simulated", here, inproc),
+            ("the seed's setting", "extrapolated", seed_shape(workload, *mode, seed), grpc),
+        ] {
+            let run = simulate(&shape, &costs, workload)?;
+            let attempts = run.committed + run.aborted;
+            eprintln!("  {kind}, {name}, {}: {:.0} committed/s", mode.name(), run.committed_per_sec);
+            rows.push(KairosScaleRow {
+                shape: name,
+                kind,
+                mode: mode.name(),
+                committed_per_sec: run.committed_per_sec,
+                abort_rate: run.aborted as f64 / attempts.max(1) as f64,
+                speedup_over_none: 0.0,
+            });
+        }
+    }
+    for index in 0..rows.len() {
+        let baseline = rows
+            .iter()
+            .find(|row| row.shape == rows[index].shape && row.mode == CacheMode::None.name())
+            .map_or(0.0, |row| row.committed_per_sec);
+        rows[index].speedup_over_none = rows[index].committed_per_sec / baseline.max(1e-9);
+    }
+    let config = workload.config();
+    let setting = format!(
+        "ycsb-t ({} records, {}% read-only, Zipf {} / {}), each client caching the hottest {}% of the keys, \
+         read-only transactions validated at the primaries in one round; steps timed on this machine per mode; \
+         extrapolated: 5 shards x 3 replicas, each data node on a 4-thread machine, 15 clients (8 transactions in \
+         flight each) on 4-thread machines, gRPC calls, 500 µs one-way latency; no sharded validators (not built)",
+        config.records,
+        config.read_only_percent,
+        config.read_zipf,
+        config.write_zipf,
+        SEED_CACHE_FRACTION * 100.0
+    );
+    Ok(KairosScaleFigure {
+        figure: "kairos-scale",
+        setting,
+        call_ns_grpc,
+        append_ns,
+        rows,
+        seed_caching_alone: 1.86,
+        seed_caching_and_validators: 2.28,
+    })
+}
