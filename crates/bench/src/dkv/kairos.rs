@@ -39,6 +39,69 @@ pub fn cache_config(workload: &YcsbT, mode: CacheMode, fraction: f64) -> CacheCo
     CacheConfig::new(mode, workload.hottest(count).into_iter().map(|id| Bytes::from(key(id))))
 }
 
+/// One point of a sweep: how many clients, which mode, what share of the keys cached.
+#[derive(Debug, Clone, Copy)]
+struct Cell {
+    clients: usize,
+    mode: CacheMode,
+    fraction: f64,
+}
+
+/// Runs every cell once a round, `rounds` rounds, interleaved (read-only transactions
+/// validated at the primaries in one round, as KAIROS does); returns each cell's runs.
+fn run_cells(
+    base: &DkvBenchConfig,
+    workload: &YcsbT,
+    cells: &[Cell],
+    rounds: usize,
+) -> Result<Vec<Vec<DkvBenchReport>>> {
+    let mut runs: Vec<Vec<DkvBenchReport>> = cells.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (cell, runs) in cells.iter().zip(runs.iter_mut()) {
+            let config = DkvBenchConfig {
+                clients: cell.clients,
+                cache: cache_config(workload, cell.mode, cell.fraction),
+                validation: ReadOnlyValidation::Validate,
+                seed: base.seed ^ round as u64,
+                ..base.clone()
+            };
+            let report = run_store(&config, workload)?;
+            eprintln!(
+                "  round {}: {:>2} clients, {:<11} cache {:.2}%: {:>8.0} committed/s, hits {:.3} (fresh {:.3}, stale \
+                 {:.3}), {:.2} messages a txn",
+                round + 1,
+                cell.clients,
+                cell.mode.name(),
+                cell.fraction * 100.0,
+                report.committed_per_sec,
+                report.hit_rate,
+                report.fresh_hit_rate,
+                report.stale_rate,
+                report.requests_per_commit
+            );
+            runs.push(report);
+        }
+    }
+    Ok(runs)
+}
+
+/// The median of `value` over `runs`.
+fn median_of(runs: &[DkvBenchReport], value: fn(&DkvBenchReport) -> f64) -> f64 {
+    median(&mut runs.iter().map(value).collect::<Vec<_>>())
+}
+
+/// Writes a sweep's points as JSON, with the figure's name and the workload's setting.
+fn write_points<T: Serialize>(path: &Path, figure: &'static str, workload: &YcsbT, points: &[T]) -> Result<()> {
+    #[derive(Serialize)]
+    struct Output<'a, T> {
+        figure: &'static str,
+        setting: String,
+        points: &'a [T],
+    }
+    let output = Output { figure, setting: setting(workload), points };
+    std::fs::write(path, serde_json::to_string_pretty(&output)?).with_context(|| format!("writing {}", path.display()))
+}
+
 /// One cache mode over its runs: medians, and the runs.
 #[derive(Debug, Serialize)]
 pub struct ModeResult {
@@ -61,7 +124,7 @@ pub struct ModeResult {
 
 impl ModeResult {
     fn new(mode: CacheMode, runs: Vec<DkvBenchReport>) -> ModeResult {
-        let of = |value: fn(&DkvBenchReport) -> f64| median(&mut runs.iter().map(value).collect::<Vec<_>>());
+        let of = |value| median_of(&runs, value);
         let rates = runs.iter().map(|run| run.committed_per_sec);
         let spread = rates.fold((f64::MAX, f64::MIN), |(low, high), rate| (low.min(rate), high.max(rate)));
         ModeResult {
@@ -102,29 +165,8 @@ pub fn compare_modes(
     fraction: f64,
     rounds: usize,
 ) -> Result<ModeComparison> {
-    let mut runs: Vec<Vec<DkvBenchReport>> = modes.iter().map(|_| Vec::new()).collect();
-    for round in 0..rounds {
-        for (mode, runs) in modes.iter().zip(runs.iter_mut()) {
-            let config = DkvBenchConfig {
-                cache: cache_config(workload, *mode, fraction),
-                validation: ReadOnlyValidation::Validate,
-                seed: base.seed ^ round as u64,
-                ..base.clone()
-            };
-            let report = run_store(&config, workload)?;
-            eprintln!(
-                "  round {}: {:<11} {:>8.0} committed/s, hits {:.3} (fresh {:.3}, stale {:.3}), {:.2} requests a txn",
-                round + 1,
-                mode.name(),
-                report.committed_per_sec,
-                report.hit_rate,
-                report.fresh_hit_rate,
-                report.stale_rate,
-                report.requests_per_commit
-            );
-            runs.push(report);
-        }
-    }
+    let cells: Vec<Cell> = modes.iter().map(|mode| Cell { clients: base.clients, mode: *mode, fraction }).collect();
+    let runs = run_cells(base, workload, &cells, rounds)?;
     let mut results: Vec<ModeResult> =
         modes.iter().zip(runs).map(|(mode, runs)| ModeResult::new(*mode, runs)).collect();
     let baseline = results.iter().find(|result| result.mode == CacheMode::None.name()).map(|r| r.committed_per_sec);
@@ -219,45 +261,23 @@ pub fn by_load(
     fraction: f64,
     rounds: usize,
 ) -> Result<Vec<LoadPoint>> {
-    let cells: Vec<(usize, CacheMode)> =
-        LOAD_CLIENTS.iter().flat_map(|clients| modes.iter().map(move |mode| (*clients, *mode))).collect();
-    let mut runs: Vec<Vec<DkvBenchReport>> = cells.iter().map(|_| Vec::new()).collect();
-    for round in 0..rounds {
-        for ((clients, mode), runs) in cells.iter().zip(runs.iter_mut()) {
-            let config = DkvBenchConfig {
-                clients: *clients,
-                cache: cache_config(workload, *mode, fraction),
-                validation: ReadOnlyValidation::Validate,
-                seed: base.seed ^ round as u64,
-                ..base.clone()
-            };
-            let report = run_store(&config, workload)?;
-            eprintln!(
-                "  round {}: {clients:>2} clients, {:<10} {:>8.0} committed/s, {:.2} messages a txn, hits {:.3}",
-                round + 1,
-                mode.name(),
-                report.committed_per_sec,
-                report.requests_per_commit,
-                report.hit_rate
-            );
-            runs.push(report);
-        }
-    }
+    let cells: Vec<Cell> = LOAD_CLIENTS
+        .iter()
+        .flat_map(|clients| modes.iter().map(move |mode| Cell { clients: *clients, mode: *mode, fraction }))
+        .collect();
+    let runs = run_cells(base, workload, &cells, rounds)?;
     Ok(cells
         .into_iter()
         .zip(runs)
-        .map(|((clients, mode), runs)| {
-            let of = |value: fn(&DkvBenchReport) -> f64| median(&mut runs.iter().map(value).collect::<Vec<_>>());
-            LoadPoint {
-                mode: mode.name(),
-                clients,
-                committed_per_sec: of(|r| r.committed_per_sec),
-                server_messages_per_txn: of(|r| r.requests_per_commit),
-                hit_rate: of(|r| r.hit_rate),
-                stale_rate: of(|r| r.stale_rate),
-                mean_latency_us: of(|r| r.mean_latency_us),
-                runs,
-            }
+        .map(|(cell, runs)| LoadPoint {
+            mode: cell.mode.name(),
+            clients: cell.clients,
+            committed_per_sec: median_of(&runs, |r| r.committed_per_sec),
+            server_messages_per_txn: median_of(&runs, |r| r.requests_per_commit),
+            hit_rate: median_of(&runs, |r| r.hit_rate),
+            stale_rate: median_of(&runs, |r| r.stale_rate),
+            mean_latency_us: median_of(&runs, |r| r.mean_latency_us),
+            runs,
         })
         .collect())
 }
@@ -265,15 +285,7 @@ pub fn by_load(
 /// Writes the load sweep as JSON to `path` and its plots beside it (`-throughput.svg`,
 /// `-messages.svg`).
 pub fn write_load(points: &[LoadPoint], workload: &YcsbT, path: &Path) -> Result<Vec<PathBuf>> {
-    #[derive(Serialize)]
-    struct Output<'a> {
-        figure: &'static str,
-        setting: String,
-        points: &'a [LoadPoint],
-    }
-    let output = Output { figure: "kairos-load", setting: setting(workload), points };
-    std::fs::write(path, serde_json::to_string_pretty(&output)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    write_points(path, "kairos-load", workload, points)?;
     let mut modes: Vec<&str> = points.iter().map(|point| point.mode.as_str()).collect();
     modes.dedup();
     let lines = |value: fn(&LoadPoint) -> f64| -> Vec<Line> {
@@ -331,55 +343,28 @@ pub struct SizePoint {
 
 /// Fig. 4.8: the ideal lease at each of [`CACHE_FRACTIONS`], interleaved rounds.
 pub fn hit_rate_by_cache_size(base: &DkvBenchConfig, workload: &YcsbT, rounds: usize) -> Result<Vec<SizePoint>> {
-    let mut runs: Vec<Vec<DkvBenchReport>> = CACHE_FRACTIONS.iter().map(|_| Vec::new()).collect();
-    for round in 0..rounds {
-        for (fraction, runs) in CACHE_FRACTIONS.iter().zip(runs.iter_mut()) {
-            let config = DkvBenchConfig {
-                cache: cache_config(workload, CacheMode::Lease, *fraction),
-                validation: ReadOnlyValidation::Validate,
-                seed: base.seed ^ round as u64,
-                ..base.clone()
-            };
-            let report = run_store(&config, workload)?;
-            eprintln!(
-                "  round {}: cache {:.2}% of the keys: hit rate {:.3} ({:.3} of all reads), {:.0} committed/s",
-                round + 1,
-                fraction * 100.0,
-                report.hit_rate,
-                report.hits_of_all_reads,
-                report.committed_per_sec
-            );
-            runs.push(report);
-        }
-    }
-    Ok(CACHE_FRACTIONS
+    let cells: Vec<Cell> = CACHE_FRACTIONS
         .iter()
+        .map(|fraction| Cell { clients: base.clients, mode: CacheMode::Lease, fraction: *fraction })
+        .collect();
+    let runs = run_cells(base, workload, &cells, rounds)?;
+    Ok(cells
+        .into_iter()
         .zip(runs)
-        .map(|(fraction, runs)| {
-            let of = |value: fn(&DkvBenchReport) -> f64| median(&mut runs.iter().map(value).collect::<Vec<_>>());
-            SizePoint {
-                fraction: *fraction,
-                keys_cached: cache_config(workload, CacheMode::Lease, *fraction).keys.len(),
-                hit_rate: of(|r| r.hit_rate),
-                hits_of_all_reads: of(|r| r.hits_of_all_reads),
-                committed_per_sec: of(|r| r.committed_per_sec),
-                runs,
-            }
+        .map(|(cell, runs)| SizePoint {
+            fraction: cell.fraction,
+            keys_cached: cache_config(workload, CacheMode::Lease, cell.fraction).keys.len(),
+            hit_rate: median_of(&runs, |r| r.hit_rate),
+            hits_of_all_reads: median_of(&runs, |r| r.hits_of_all_reads),
+            committed_per_sec: median_of(&runs, |r| r.committed_per_sec),
+            runs,
         })
         .collect())
 }
 
 /// Writes Fig. 4.8's points as JSON to `path` and its plot beside it (`-hit-rate.svg`).
 pub fn write_hit_rate(points: &[SizePoint], workload: &YcsbT, path: &Path) -> Result<Vec<PathBuf>> {
-    #[derive(Serialize)]
-    struct Output<'a> {
-        figure: &'static str,
-        setting: String,
-        points: &'a [SizePoint],
-    }
-    let output = Output { figure: "kairos-hit-rate", setting: setting(workload), points };
-    std::fs::write(path, serde_json::to_string_pretty(&output)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    write_points(path, "kairos-hit-rate", workload, points)?;
     let line = |label: &str, colour, value: fn(&SizePoint) -> f64| Line {
         label: label.to_string(),
         colour,

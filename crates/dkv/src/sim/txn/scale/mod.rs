@@ -26,8 +26,8 @@ pub use self::costs::{calibrate, event_kind, StepCosts};
 use super::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
 use super::{cluster, ns, Cluster, TxnRunOptions, ADMIN};
 use crate::client::{Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
-use crate::kairos::CacheConfig;
 use crate::config::ConfigCommand;
+use crate::kairos::CacheConfig;
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig};
 
