@@ -3,8 +3,10 @@
 //! sequence of session operations (on transactions that exist, ended long ago, or never
 //! did; with any keys, values, ranges, limits and snapshots), answers to the core's calls
 //! (values, rows, votes for or against with or without a commit floor, refusals, stale
-//! epochs, snapshots too old, malformed and missing answers) in any order, and passing
-//! time. The core must never panic, must never answer an operation twice (`Reply` is
+//! epochs, snapshots too old, malformed and missing answers) in any order, requests from
+//! peers (EI's invalidations of cached keys, malformed ones, and requests a client does not
+//! serve), and passing time; the client caches half of the keys (KAIROS), with leases or
+//! callbacks as the bytes choose. The core must never panic, must never answer an operation twice (`Reply` is
 //! `FnOnce`, so a second answer cannot even be written), and once every call is answered and
 //! the deadlines have passed, every operation must have had its answer.
 
@@ -59,13 +61,17 @@ struct Harness {
 }
 
 impl Harness {
-    fn new() -> Harness {
+    fn new(cache: crate::kairos::CacheMode) -> Harness {
         let nodes: Vec<String> = (0..3).map(|index| format!("node-{index}")).collect();
         let map = ShardMap::place(&nodes, Partitioning::Hash { shards: 3 }, 1)
             .unwrap_or_else(|error| unreachable!("the sample layout: {error}"));
         let mut config = TxnClientConfig::new(7, map);
         config.op_deadline = Duration::from_millis(50);
         config.session_idle = Duration::from_millis(200);
+        // Every key of one or two letters is cacheable (half the keys the bytes make).
+        let letters = || (b'a'..=b'd').map(|letter| vec![letter]);
+        let pairs = letters().flat_map(|first| (b'a'..=b'd').map(move |second| vec![first[0], second]));
+        config.cache = crate::kairos::CacheConfig::new(cache, letters().chain(pairs).map(Bytes::from));
         let mut harness = Harness {
             client: TxnClient::new(config),
             now: 1_000_000_000,
@@ -151,6 +157,25 @@ impl Harness {
         self.step(Event::Response { call, result });
     }
 
+    /// A request from a peer: an invalidation of a key (perhaps with no version), or a
+    /// request a client does not serve. The client answers each once and goes on.
+    fn peer_request(&mut self, bytes: &mut Bytes8) {
+        let body = match bytes.next() % 4 {
+            0 => RequestBody::Invalidate(proto::Invalidate { key: bytes.key().to_vec(), version: None }),
+            1 => RequestBody::Get(proto::Get { key: bytes.key().to_vec(), ..Default::default() }),
+            _ => RequestBody::Invalidate(proto::Invalidate {
+                key: bytes.key().to_vec(),
+                version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
+            }),
+        };
+        let call = CallId(u64::from(bytes.next()) << 40);
+        let request = proto::Request { body: Some(body) };
+        let mut out = Vec::new();
+        self.client.step(self.now, Event::Request { from: "node-0".to_string(), call, request }, &mut out);
+        let replies = out.iter().filter(|command| matches!(command, Command::Reply { .. })).count();
+        assert_eq!(replies, 1, "a peer's request must get exactly one reply: {out:?}");
+    }
+
     fn pass_time(&mut self, by: Duration) {
         self.now += by.as_nanos() as u64;
         for timer in std::mem::take(&mut self.timers) {
@@ -216,14 +241,21 @@ pub fn kv_session(data: &[u8]) {
     run_session(data);
 }
 
-/// [`kv_session`], returning every answer given.
-fn run_session(data: &[u8]) -> Vec<crate::client::SessionResult> {
+/// [`kv_session`], returning every answer given and what the client's cache did.
+fn run_session(data: &[u8]) -> (Vec<crate::client::SessionResult>, crate::kairos::CacheStats) {
     let mut bytes = Bytes8(data);
-    let mut harness = Harness::new();
+    let cache = match bytes.next() % 4 {
+        0 => crate::kairos::CacheMode::None,
+        1 => crate::kairos::CacheMode::Ei,
+        2 => crate::kairos::CacheMode::Naive,
+        _ => crate::kairos::CacheMode::Lease,
+    };
+    let mut harness = Harness::new(cache);
     while !bytes.is_empty() {
-        match bytes.next() % 4 {
-            0 | 1 => harness.operation(&mut bytes),
-            2 => harness.answer(&mut bytes),
+        match bytes.next() % 8 {
+            0..=2 => harness.operation(&mut bytes),
+            3..=5 => harness.answer(&mut bytes),
+            6 => harness.peer_request(&mut bytes),
             _ => harness.pass_time(Duration::from_millis(u64::from(bytes.next() % 64))),
         }
     }
@@ -239,7 +271,7 @@ fn run_session(data: &[u8]) -> Vec<crate::client::SessionResult> {
         harness.pass_time(Duration::from_millis(100));
         let answered = harness.answered.lock().unwrap_or_else(|poison| poison.into_inner());
         if answered.len() == harness.given {
-            return answered.clone();
+            return (answered.clone(), *harness.client.cache_stats());
         }
     }
     let answered = harness.answered.lock().unwrap_or_else(|poison| poison.into_inner()).len();
@@ -258,10 +290,16 @@ mod tests {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(16);
         let mut kinds = std::collections::BTreeSet::new();
+        let (mut hits, mut invalidations, mut fills, mut reads) = (0, 0, 0, 0);
         for _ in 0..400 {
             let length = rng.random_range(0..600);
             let data: Vec<u8> = (0..length).map(|_| rng.random()).collect();
-            for result in run_session(&data) {
+            let (answers, cache) = run_session(&data);
+            hits += cache.hits;
+            invalidations += cache.invalidations;
+            fills += cache.fills;
+            reads += cache.reads;
+            for result in answers {
                 kinds.insert(match result {
                     Ok(SessionReply::Committed { read_only: false, .. }) => "committed",
                     Ok(SessionReply::Committed { read_only: true, .. }) => "committed-read-only",
@@ -291,5 +329,10 @@ mod tests {
             "value",
         ];
         assert_eq!(kinds.into_iter().collect::<Vec<_>>(), expected);
+        // Cached reads and peers' invalidations are reached too.
+        assert!(
+            hits > 0 && invalidations > 0,
+            "{hits} hits, {invalidations} invalidations, {fills} fills, {reads} reads"
+        );
     }
 }
