@@ -16,6 +16,7 @@
 
 mod client_cache;
 mod grants;
+pub mod validator;
 
 use std::time::Duration;
 
