@@ -103,3 +103,25 @@ fn read_only_transactions_validated_in_one_round_pass_every_check() {
         assert!(report.committed_read_only > 0, "{report:?}");
     }
 }
+
+/// A transaction that reads and writes nothing has nothing to validate: it commits at once
+/// wherever read-only transactions validate (it used to wait for votes that never came).
+#[test]
+fn an_empty_transaction_commits_whatever_the_validation() {
+    use virga_net::role::{Event, Role};
+
+    use crate::client::{ClientInput, Program, ProgramOutcome, TxnClient, TxnClientConfig};
+    use crate::layout::{Partitioning, ShardMap};
+
+    let nodes: Vec<String> = (0..3).map(|index| format!("n{index}")).collect();
+    let map = ShardMap::place(&nodes, Partitioning::Hash { shards: 3 }, 1).unwrap();
+    for validation in [ReadOnlyValidation::Local, ReadOnlyValidation::Remote, ReadOnlyValidation::Validate] {
+        let mut config = TxnClientConfig::new(1, map.clone());
+        config.read_only_validation = validation;
+        let mut client = TxnClient::new(config);
+        let mut out = Vec::new();
+        client.step(1_000, Event::Input(ClientInput::Programs(vec![Program::Ops(Vec::new())])), &mut out);
+        let outcomes: Vec<&ProgramOutcome> = client.results().iter().map(|result| &result.outcome).collect();
+        assert!(matches!(outcomes.as_slice(), [ProgramOutcome::Committed { .. }]), "{validation:?}: {outcomes:?}");
+    }
+}
