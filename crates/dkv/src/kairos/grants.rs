@@ -16,6 +16,10 @@ const MAX_TRACKED_KEYS: usize = 1 << 16;
 const GAP_WEIGHT: f64 = 0.125;
 /// Buckets of `R / W` per octave in the memo of Algorithm 3's answers.
 const BUCKETS_PER_OCTAVE: f64 = 16.0;
+/// The longest lease searched, in read intervals: a key read every 76 µs or more still
+/// reaches the 5 s cap, and a search costs at most about a millisecond, once per bucket (a
+/// client sending absurd read intervals cannot stall the primary for long).
+const MAX_SEARCH_MULTIPLE: f64 = 65_536.0;
 
 /// One key's writes as this primary installed them.
 #[derive(Debug, Clone, Copy)]
@@ -143,7 +147,7 @@ impl LeaseGrants {
         let bucket = (ratio.log2() * BUCKETS_PER_OCTAVE).round().clamp(-1024.0, 1024.0) as i32;
         *self.ideal_multiples.entry(bucket).or_insert_with(|| {
             let ratio = (f64::from(bucket) / BUCKETS_PER_OCTAVE).exp2();
-            ideal_lease(1.0, 1.0 / ratio, f64::MAX).lease
+            ideal_lease(1.0, 1.0 / ratio, MAX_SEARCH_MULTIPLE).lease
         })
     }
 }
@@ -206,6 +210,17 @@ mod tests {
         let called: Vec<String> = grants.take_sharers(b"k").into_iter().collect();
         assert_eq!(called, ["client-1", "client-2"]);
         assert!(grants.take_sharers(b"k").is_empty(), "each copy is called back once");
+    }
+
+    #[test]
+    fn absurd_read_intervals_get_bounded_leases_quickly() {
+        let mut grants = LeaseGrants::new(CacheMode::Lease);
+        for interval in [1, 2, 3, u64::MAX / 2, u64::MAX] {
+            let lease = grants.grant(b"k", interval, 1_000) - 1_000;
+            assert!((1..=MAX_LEASE.as_nanos() as u64).contains(&lease), "{interval}: {lease}");
+        }
+        // A read every nanosecond of a key never written searches at most the bound.
+        assert!(ideal_lease(1.0, f64::INFINITY, MAX_SEARCH_MULTIPLE).lease <= MAX_SEARCH_MULTIPLE);
     }
 
     #[test]
