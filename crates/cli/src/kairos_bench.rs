@@ -142,6 +142,15 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
                 row.abort_rate * 100.0
             );
         }
+        for row in &figure.load {
+            println!(
+                "the seed's setting, {:>2} clients, {:<11} {:>9.0} committed/s, aborts {:.1}%",
+                row.clients,
+                row.mode,
+                row.committed_per_sec,
+                row.abort_rate * 100.0
+            );
+        }
         println!(
             "the seed: caching alone {:.2}x, with 5 sharded validators {:.2}x",
             figure.seed_caching_alone, figure.seed_caching_and_validators

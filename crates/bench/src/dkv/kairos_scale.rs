@@ -31,6 +31,18 @@ pub struct KairosScaleRow {
     pub speedup_over_none: f64,
 }
 
+/// One mode at one client count of the seed's setting, in virtual time.
+#[derive(Debug, Serialize)]
+pub struct KairosLoadRow {
+    pub mode: String,
+    pub clients: usize,
+    pub committed_per_sec: f64,
+    pub abort_rate: f64,
+}
+
+/// Client counts of the simulated load sweep (the seed ran up to 15).
+pub const SEED_LOAD_CLIENTS: [usize; 5] = [3, 6, 9, 12, 15];
+
 #[derive(Debug, Serialize)]
 pub struct KairosScaleFigure {
     pub figure: &'static str,
@@ -38,13 +50,15 @@ pub struct KairosScaleFigure {
     pub call_ns_grpc: f64,
     pub append_ns: f64,
     pub rows: Vec<KairosScaleRow>,
+    /// Fig. 4.11's shape at the seed's setting: each mode as the clients (the load) rise.
+    pub load: Vec<KairosLoadRow>,
     /// The seed's reported speedups over no caching, for comparison.
     pub seed_caching_alone: f64,
     pub seed_caching_and_validators: f64,
 }
 
 /// The seed's setting, on the cost model: `mode`'s caches on 5 shards of 3 replicas.
-fn seed_shape(workload: &YcsbT, mode: CacheMode, seed: u64) -> ScaleShape {
+fn seed_shape(workload: &YcsbT, mode: CacheMode, clients: usize, seed: u64) -> ScaleShape {
     let placement = Placement::Spread { storage_threads: 4, client_machines: 15, client_threads: 4 };
     ScaleShape {
         data_nodes: 5,
@@ -54,7 +68,7 @@ fn seed_shape(workload: &YcsbT, mode: CacheMode, seed: u64) -> ScaleShape {
         measure: Duration::from_millis(800),
         cache: cache_config(workload, mode, SEED_CACHE_FRACTION),
         validation: ReadOnlyValidation::Validate,
-        ..shape(5, 15, placement, Duration::from_micros(500), seed)
+        ..shape(5, clients, placement, Duration::from_micros(500), seed)
     }
 }
 
@@ -75,6 +89,7 @@ pub fn kairos_scale(workload: &YcsbT, modes: &[CacheMode], seed: u64, scratch: &
     let call_ns_inproc = probe::call_ns(false, Duration::from_secs(2)).context("the in-process call probe")?;
     let (append_ns, append_cpu_ns) = probe::append_ns(scratch, 4, 200, 200).context("the log append probe")?;
     let mut rows = Vec::new();
+    let mut load = Vec::new();
     for mode in modes {
         let here = here_shape(workload, *mode, seed);
         let calibration = ScaleShape { measure: Duration::from_millis(300), ..here.clone() };
@@ -82,9 +97,20 @@ pub fn kairos_scale(workload: &YcsbT, modes: &[CacheMode], seed: u64, scratch: &
         let steps = scale::calibrate(&calibration, &loader(workload), &mut next).map_err(|error| anyhow!("{error}"))?;
         let inproc = StepCosts { steps, call_ns: call_ns_inproc, append_ns, append_cpu_ns };
         let grpc = StepCosts { call_ns: call_ns_grpc, ..inproc.clone() };
+        for clients in SEED_LOAD_CLIENTS {
+            let run = simulate(&seed_shape(workload, *mode, clients, seed), &grpc, workload)?;
+            let attempts = run.committed + run.aborted;
+            eprintln!("  extrapolated, {clients} clients, {}: {:.0} committed/s", mode.name(), run.committed_per_sec);
+            load.push(KairosLoadRow {
+                mode: mode.name(),
+                clients,
+                committed_per_sec: run.committed_per_sec,
+                abort_rate: run.aborted as f64 / attempts.max(1) as f64,
+            });
+        }
         for (name, kind, shape, costs) in [
             ("this machine", "simulated", here, inproc),
-            ("the seed's setting", "extrapolated", seed_shape(workload, *mode, seed), grpc),
+            ("the seed's setting", "extrapolated", seed_shape(workload, *mode, 15, seed), grpc),
         ] {
             let run = simulate(&shape, &costs, workload)?;
             let attempts = run.committed + run.aborted;
@@ -124,6 +150,7 @@ pub fn kairos_scale(workload: &YcsbT, modes: &[CacheMode], seed: u64, scratch: &
         call_ns_grpc,
         append_ns,
         rows,
+        load,
         seed_caching_alone: 1.86,
         seed_caching_and_validators: 2.28,
     })
