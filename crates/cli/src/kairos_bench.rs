@@ -34,7 +34,8 @@ pub enum KairosFigure {
 pub struct KairosBenchArgs {
     /// The cache modes to run, each once a round: none (no caching: MILANA with read-only
     /// transactions validated at the primaries), lease (the ideal lease model), naive
-    /// (leases longer than the run), static:X (the lease with chance X of a write inside).
+    /// (leases longer than the run), static:X (the lease with chance X of a write inside),
+    /// ei (explicit invalidation: the primaries call the holders back on a write).
     #[arg(long, value_delimiter = ',', default_value = "none,lease,naive,static:0.1", value_parser = cache_mode)]
     pub modes: Vec<CacheMode>,
     #[arg(long, value_enum, default_value_t = DkvTransport::Inproc)]

@@ -48,7 +48,8 @@ pub struct DkvArgs {
     pub validation: crate::dkv_bench::DkvValidation,
     /// KAIROS: the clients cache the hottest third of the accounts across transactions under
     /// soft leases: `none`, `lease` (the ideal lease model), `naive` (leases longer than the
-    /// run) or `static:X` (the lease with chance X of a write inside it).
+    /// run), `static:X` (the lease with chance X of a write inside it) or `ei` (explicit
+    /// invalidation: the primaries call the holders back on a write).
     #[arg(long, default_value = "none", value_parser = cache_mode)]
     pub cache: CacheMode,
     /// Clock skew of the nodes: PTP-like, NTP-like or none.
