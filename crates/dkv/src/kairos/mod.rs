@@ -13,6 +13,9 @@
 //! - [`LeaseGrants`] is a primary's side: each cached key's write rate, measured from the
 //!   commits it installs, and the lease end it attaches to a read; under EI alone, the
 //!   clients holding each key.
+//! - [`validator`] is a sharded validator's state (Algorithm 5 with `ts_GC`), built and
+//!   tested as a pure state machine; validation itself still runs at the shard primaries
+//!   (`docs/kairos-validators.md` is the design of the rest).
 
 mod client_cache;
 mod grants;
