@@ -158,6 +158,9 @@ impl TxnClient {
     /// Serves the transaction's reads of `keys` that the cache holds under a live lease;
     /// returns the others, to fetch.
     pub(super) fn read_cached(&mut self, id: TxnId, keys: Vec<Bytes>) -> Vec<Bytes> {
+        if !self.cache.mode().caches() {
+            return keys;
+        }
         let now = self.local_now();
         let Some(txn) = self.txns.get_mut(&id).filter(|txn| txn.uses_cache) else { return keys };
         let mut missed = Vec::with_capacity(keys.len());
@@ -208,7 +211,8 @@ impl TxnClient {
         let ts = Some(shard_wire::ts_to_wire(txn.ts_begin));
         // A cached key's get carries the cache's mean inter-read time, for its lease.
         let cache = &self.cache;
-        let interval = |key: &Bytes| if txn.uses_cache { cache.read_interval_ns(key) } else { 0 };
+        let caching = txn.uses_cache && cache.mode().caches();
+        let interval = |key: &Bytes| if caching { cache.read_interval_ns(key) } else { 0 };
         let body = match keys.as_slice() {
             [key] => {
                 let read_interval_ns = interval(key);
@@ -216,7 +220,8 @@ impl TxnClient {
             }
             _ => {
                 let wire_keys = keys.iter().map(|key| key.to_vec()).collect();
-                let mut read_intervals_ns: Vec<u64> = keys.iter().map(interval).collect();
+                let mut read_intervals_ns: Vec<u64> =
+                    if caching { keys.iter().map(interval).collect() } else { Vec::new() };
                 if read_intervals_ns.iter().all(|&interval| interval == 0) {
                     read_intervals_ns.clear();
                 }
@@ -465,8 +470,10 @@ impl TxnClient {
         let Some(txn) = self.txns.remove(&id) else { return };
         // Counted by what it did, however it was validated.
         let wrote_nothing = txn.writes.is_empty();
-        for key in txn.writes.keys() {
-            self.cache.wrote(key);
+        if self.cache.mode().caches() {
+            for key in txn.writes.keys() {
+                self.cache.wrote(key);
+            }
         }
         self.stats.committed += 1;
         self.stats.committed_read_only += u64::from(wrote_nothing);
