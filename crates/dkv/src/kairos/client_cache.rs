@@ -7,10 +7,7 @@ use bytes::Bytes;
 use virga_net::role::Nanos;
 use virga_storage::{Timestamp, TxnId};
 
-use super::CacheMode;
-
-/// Weight of the newest gap in a key's mean inter-read time.
-const GAP_WEIGHT: f64 = 0.125;
+use super::{CacheMode, MeanGap};
 
 /// What a client caches: the mode, and the keys it may cache (fixed before the run from the
 /// workload's popularity, as the seed's top-k set).
@@ -43,12 +40,6 @@ struct Entry {
     lease_end: u64,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct ReadClock {
-    last: Nanos,
-    mean_gap: Option<f64>,
-}
-
 /// What a cache did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
@@ -71,7 +62,8 @@ pub struct CacheStats {
 pub struct ClientCache {
     config: CacheConfig,
     entries: HashMap<Bytes, Entry>,
-    clocks: HashMap<Bytes, ReadClock>,
+    /// Each cacheable key's mean inter-read time at this client, hits and misses alike.
+    read_gaps: HashMap<Bytes, MeanGap>,
     stats: CacheStats,
 }
 
@@ -124,17 +116,10 @@ impl ClientCache {
     }
 
     fn tick(&mut self, key: &Bytes, now: Nanos) {
-        match self.clocks.get_mut(key) {
-            Some(clock) => {
-                let gap = now.saturating_sub(clock.last) as f64;
-                clock.mean_gap = Some(match clock.mean_gap {
-                    None => gap,
-                    Some(mean) => mean + GAP_WEIGHT * (gap - mean),
-                });
-                clock.last = now;
-            }
+        match self.read_gaps.get_mut(key) {
+            Some(gaps) => gaps.tick(now),
             None => {
-                self.clocks.insert(key.clone(), ReadClock { last: now, mean_gap: None });
+                self.read_gaps.insert(key.clone(), MeanGap::starting(now));
             }
         }
     }
@@ -145,7 +130,7 @@ impl ClientCache {
         if !self.is_cacheable(key) {
             return 0;
         }
-        self.clocks.get(key).and_then(|clock| clock.mean_gap).map_or(0, |gap| (gap as u64).max(1))
+        self.read_gaps.get(key).and_then(|gaps| gaps.mean).map_or(0, |gap| (gap as u64).max(1))
     }
 
     /// A get at `ts` answered `read` with `lease_end` (0: none): cache it, unless a writer

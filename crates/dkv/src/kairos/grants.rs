@@ -7,13 +7,11 @@ use bytes::Bytes;
 use virga_net::role::Nanos;
 use virga_txn::cache::{ideal_lease, static_lease};
 
-use super::{CacheMode, MAX_LEASE, NAIVE_LEASE};
+use super::{CacheMode, MeanGap, MAX_LEASE, NAIVE_LEASE};
 
 /// Keys whose write rate a primary tracks at most (a key enters when a client first reads
 /// it as cached; past this many, reads of new keys get no lease).
 const MAX_TRACKED_KEYS: usize = 1 << 16;
-/// Weight of the newest gap in a key's mean inter-write time.
-const GAP_WEIGHT: f64 = 0.125;
 /// Buckets of `R / W` per octave in the memo of Algorithm 3's answers.
 const BUCKETS_PER_OCTAVE: f64 = 16.0;
 /// The longest lease searched, in read intervals: a key read every 76 µs or more still
@@ -21,20 +19,13 @@ const BUCKETS_PER_OCTAVE: f64 = 16.0;
 /// client sending absurd read intervals cannot stall the primary for long).
 const MAX_SEARCH_MULTIPLE: f64 = 65_536.0;
 
-/// One key's writes as this primary installed them.
-#[derive(Debug, Clone, Copy)]
-struct WriteRate {
-    /// The last write installed (or, before any, when tracking began).
-    last: Nanos,
-    /// The mean gap between writes, once there was one.
-    mean_gap: Option<f64>,
-}
-
 /// The lease rule of a primary and what it measures for it.
 #[derive(Debug, Default)]
 pub struct LeaseGrants {
     mode: CacheMode,
-    rates: HashMap<Bytes, WriteRate>,
+    /// Each leased key's writes as this primary installed them (counted from the first
+    /// read asked as cached).
+    write_gaps: HashMap<Bytes, MeanGap>,
     /// Algorithm 3's lease, in read intervals, by the bucket of `R / W` (the optimum depends
     /// on that ratio only; the search takes up to thousands of steps, too many for every get).
     ideal_multiples: HashMap<i32, f64>,
@@ -61,7 +52,7 @@ impl LeaseGrants {
 
     /// Keys whose write rate is tracked.
     pub fn tracked(&self) -> usize {
-        self.rates.len()
+        self.write_gaps.len()
     }
 
     /// The lease end (on this primary's clock, in ns) for a read at `now` of `key`, which a
@@ -117,13 +108,8 @@ impl LeaseGrants {
 
     /// A committed write of `key` installed at `now`.
     pub fn written(&mut self, key: &[u8], now: Nanos) {
-        if let Some(rate) = self.rates.get_mut(key) {
-            let gap = now.saturating_sub(rate.last) as f64;
-            rate.mean_gap = Some(match rate.mean_gap {
-                None => gap,
-                Some(mean) => mean + GAP_WEIGHT * (gap - mean),
-            });
-            rate.last = now;
+        if let Some(gaps) = self.write_gaps.get_mut(key) {
+            gaps.tick(now);
         }
     }
 
@@ -131,15 +117,14 @@ impl LeaseGrants {
     /// that stopped being written is not held to its old rate); None if the key is not
     /// tracked and cannot be.
     fn write_interval(&mut self, key: &[u8], now: Nanos) -> Option<f64> {
-        if !self.rates.contains_key(key) {
-            if self.rates.len() >= MAX_TRACKED_KEYS {
+        if !self.write_gaps.contains_key(key) {
+            if self.write_gaps.len() >= MAX_TRACKED_KEYS {
                 return None;
             }
-            self.rates.insert(Bytes::copy_from_slice(key), WriteRate { last: now, mean_gap: None });
+            self.write_gaps.insert(Bytes::copy_from_slice(key), MeanGap::starting(now));
         }
-        let rate = self.rates.get(key)?;
-        let since_last = now.saturating_sub(rate.last) as f64;
-        Some(rate.mean_gap.unwrap_or(0.0).max(since_last).max(1.0))
+        let gaps = self.write_gaps.get(key)?;
+        Some(gaps.mean.unwrap_or(0.0).max(gaps.since_last(now)).max(1.0))
     }
 
     /// Algorithm 3's ideal lease in read intervals for a read-to-write interval ratio.

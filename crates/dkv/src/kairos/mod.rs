@@ -23,6 +23,8 @@ pub mod validator;
 
 use std::time::Duration;
 
+use virga_net::role::Nanos;
+
 pub use self::client_cache::{CacheConfig, CacheStats, CachedRead, ClientCache};
 pub use self::grants::LeaseGrants;
 
@@ -85,6 +87,37 @@ impl CacheMode {
 #[error("no cache mode is called {name:?}: the modes are none, lease, naive, static:X with X in (0, 1), and ei")]
 pub struct UnknownCacheMode {
     pub name: String,
+}
+
+/// The mean time between one key's events (a client's reads, a primary's installed writes):
+/// an exponentially weighted average of the gaps, the newest weighing 1/8, so the estimate
+/// follows a workload that changes; and the time of the last event.
+#[derive(Debug, Clone, Copy)]
+struct MeanGap {
+    last: Nanos,
+    /// None until a second event.
+    mean: Option<f64>,
+}
+
+impl MeanGap {
+    const NEWEST_WEIGHT: f64 = 0.125;
+
+    /// Counting from an event (or the start of tracking) at `now`.
+    fn starting(now: Nanos) -> MeanGap {
+        MeanGap { last: now, mean: None }
+    }
+
+    /// Another event at `now`.
+    fn tick(&mut self, now: Nanos) {
+        let gap = now.saturating_sub(self.last) as f64;
+        self.mean = Some(self.mean.map_or(gap, |mean| mean + MeanGap::NEWEST_WEIGHT * (gap - mean)));
+        self.last = now;
+    }
+
+    /// Nanoseconds since the last event.
+    fn since_last(&self, now: Nanos) -> f64 {
+        now.saturating_sub(self.last) as f64
+    }
 }
 
 /// The longest lease a primary hands out under the model or a static rule (the seed's
