@@ -36,7 +36,8 @@ pub struct DkvArgs {
     pub faults: Faults,
     /// Run a deliberately weakened variant, to see the checks catch it: skip-latest-read,
     /// skip-local-validation, terminate-ignoring-missing-prepare or
-    /// skip-cached-latest-committed (with --cache).
+    /// skip-cached-latest-committed (with --cache), validator-skip-freshness or
+    /// validator-skip-cached-latest-committed (with --validators).
     #[arg(long, value_parser = weakening)]
     pub weaken: Option<Weakening>,
     /// The clients' timestamps: their physical clocks, or hybrid logical clocks.
@@ -52,6 +53,11 @@ pub struct DkvArgs {
     /// invalidation: the primaries call the holders back on a write).
     #[arg(long, default_value = "none", value_parser = cache_mode)]
     pub cache: CacheMode,
+    /// KAIROS: this many sharded validators judge the transactions (Algorithm 5), with the
+    /// primaries taking over read-only validation while one is down; with --faults all one
+    /// of them may crash and restart. 0: validation at the primaries.
+    #[arg(long, value_parser = limits::count_between(0, 8), default_value_t = 0)]
+    pub validators: usize,
     /// Clock skew of the nodes: PTP-like, NTP-like or none.
     #[arg(long, value_enum, default_value_t = SkewProfile::Ntp)]
     pub skew: SkewProfile,
@@ -76,7 +82,7 @@ pub struct DkvArgs {
         long,
         conflicts_with_all = [
             "seeds", "first_seed", "faults", "weaken", "clock", "skew", "no_leases", "session_clients", "workers",
-            "cache"
+            "cache", "validators"
         ]
     )]
     pub lease_scenario: bool,
@@ -188,6 +194,12 @@ struct Totals {
     cache_reads: u64,
     cache_hits: u64,
     stale_hits: u64,
+    /// KAIROS's validators: crashes, validations judged, held transactions decided from the
+    /// primaries' answers, and read-only validations the primaries took over.
+    validator_crashes: u64,
+    validator_votes: u64,
+    validator_terminations: u64,
+    validator_fallbacks: u64,
     events: u64,
 }
 
@@ -210,6 +222,7 @@ struct Report {
     leases: bool,
     session_clients: usize,
     cache: String,
+    validators: usize,
     failures: Vec<Failure>,
     totals: Totals,
     /// Each seed's run (up to 1,000 seeds).
@@ -281,6 +294,7 @@ fn seed_options(args: &DkvArgs, seed: u64) -> TxnRunOptions {
         leases: !args.no_leases,
         session_clients: args.session_clients,
         cache: args.cache,
+        validators: args.validators,
         ..TxnRunOptions::new(seed)
     }
 }
@@ -334,6 +348,7 @@ fn summarize(args: &DkvArgs, seeds: u64, outcomes: &[Outcome], wall_seconds: f64
         leases: !args.no_leases,
         session_clients: args.session_clients,
         cache: args.cache.name(),
+        validators: args.validators,
         failures,
         totals: totals(&reports),
         runs,
@@ -384,7 +399,12 @@ fn totals(reports: &[&TxnRunReport]) -> Totals {
         totals.aborted_attempts += report.aborted_attempts;
         totals.gave_up += report.gave_up as u64;
         totals.crashes += report.crashes as u64;
-        totals.backup_crashes += (report.crashes - report.client_crashes - report.primary_crashes) as u64;
+        totals.backup_crashes +=
+            (report.crashes - report.client_crashes - report.primary_crashes - report.validator_crashes) as u64;
+        totals.validator_crashes += report.validator_crashes as u64;
+        totals.validator_votes += report.validator_votes;
+        totals.validator_terminations += report.validator_terminations;
+        totals.validator_fallbacks += report.validator_fallbacks;
         totals.client_crashes += report.client_crashes as u64;
         totals.primary_crashes += report.primary_crashes as u64;
         totals.failovers += report.failovers;
@@ -413,7 +433,8 @@ fn print_summary(report: &Report) {
         "{} seed(s), {} failure(s); {} committed ({} read-only), {} aborted attempts, {} programs gave up; \
          crashes: {} backup, {} client, {} primary; {} failovers, {} terminations; {} versions collected; \
          sessions: {} committed, {} gave up, {} unavailable, {} stale map, {} outcome unknown; \
-         cache: {} reads, {} hits, {} stale; {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
+         cache: {} reads, {} hits, {} stale; validators: {} crashes, {} votes, {} terminations, \
+         {} taken over; {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
         report.seeds,
         report.failures.len(),
         totals.committed,
@@ -434,6 +455,10 @@ fn print_summary(report: &Report) {
         totals.cache_reads,
         totals.cache_hits,
         totals.stale_hits,
+        totals.validator_crashes,
+        totals.validator_votes,
+        totals.validator_terminations,
+        totals.validator_fallbacks,
         totals.events,
         report.timing.wall_seconds,
         report.timing.seconds_per_seed,

@@ -32,6 +32,8 @@ impl Protocol for Dkv {
             Some(RequestBody::Scan(_)) => "scan",
             Some(RequestBody::GetMany(_)) => "get_many",
             Some(RequestBody::Invalidate(_)) => "invalidate",
+            Some(RequestBody::Validate(_)) => "validator_validate",
+            Some(RequestBody::Release(_)) => "release",
             None => "empty",
         }
     }

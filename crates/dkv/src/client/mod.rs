@@ -22,6 +22,7 @@ mod program;
 mod scan;
 mod session;
 mod txn;
+mod validation;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -104,6 +105,9 @@ pub struct TxnClientConfig {
     /// (the primaries must run the same [`crate::kairos::CacheMode`]). A transaction that
     /// read a cached value validates at the primaries, read-only ones too.
     pub cache: crate::kairos::CacheConfig,
+    /// KAIROS's sharded validators, by index (a key's is `kairos::validator::validator_of`);
+    /// empty: every validation runs at the primaries.
+    pub validators: Vec<String>,
 }
 
 /// Where a read-only transaction is validated (seed 004 Fig. 3.7 compares the two).
@@ -158,6 +162,7 @@ impl TxnClientConfig {
             read_only_validation: ReadOnlyValidation::Local,
             clock_offset_ns: 0,
             cache: crate::kairos::CacheConfig::default(),
+            validators: Vec::new(),
         }
     }
 }
@@ -212,6 +217,12 @@ pub struct ClientStats {
     pub validations: u64,
     /// Decisions sent to participants (a one-participant commit needs none).
     pub decisions: u64,
+    /// KAIROS: validations sent to the sharded validators, releases of their held writes,
+    /// and read-only validations moved to the primaries (a validator that did not answer, or
+    /// could not judge the transaction).
+    pub validator_validations: u64,
+    pub releases: u64,
+    pub validator_fallbacks: u64,
     pub retries: u64,
     /// Gets sent again to wait out a prepared writer.
     pub rereads: u64,
@@ -241,6 +252,11 @@ pub struct TxnClient {
     /// Decisions not yet acknowledged: by call, (shard, txn, commit).
     deciding: HashMap<CallId, (u32, TxnId, bool)>,
     lost_decisions: Vec<(u32, TxnId, bool)>,
+    /// Releases of validators' held writes not yet acknowledged: by call, (validator, txn,
+    /// commit). Retried as decisions are, so a lost one does not hold keys until the
+    /// validator asks the primaries.
+    releasing: HashMap<CallId, (u32, TxnId, bool)>,
+    lost_releases: Vec<(u32, TxnId, bool)>,
     retry_timer: Option<TimerId>,
     /// Gets waiting out a prepared writer go out again at this timer.
     reread_timer: Option<TimerId>,
@@ -275,6 +291,8 @@ impl TxnClient {
             reruns: BTreeMap::new(),
             deciding: HashMap::new(),
             lost_decisions: Vec::new(),
+            releasing: HashMap::new(),
+            lost_releases: Vec::new(),
             retry_timer: None,
             reread_timer: None,
             map_stale: false,
@@ -411,6 +429,10 @@ impl TxnClient {
             self.stats.retries += 1;
             self.send_decision(shard, txn, commit, out);
         }
+        for (validator, txn, commit) in std::mem::take(&mut self.lost_releases) {
+            self.stats.retries += 1;
+            self.send_release(validator, txn, commit, out);
+        }
         self.expire_sessions(now);
         self.fetch_map(out);
     }
@@ -463,6 +485,13 @@ impl TxnClient {
             self.map_stale = true;
             self.arm_retry(out);
         }
+        if let Some(release) = self.releasing.remove(&call) {
+            if !matches!(body, Ok(ResponseBody::Ack(_))) {
+                self.lost_releases.push(release);
+                self.arm_retry(out);
+            }
+            return;
+        }
         if let Some((shard, txn, commit)) = self.deciding.remove(&call) {
             if !matches!(body, Ok(ResponseBody::Ack(_))) {
                 self.lost_decisions.push((shard, txn, commit));
@@ -474,6 +503,9 @@ impl TxnClient {
         match self.txns.get(&id).map(|txn| &txn.phase) {
             Some(Phase::Reading(calls)) if calls.contains_key(&call) => self.on_read_reply(now, id, call, body, out),
             Some(Phase::Preparing { calls, .. }) if calls.contains_key(&call) => self.on_vote(id, call, body, out),
+            Some(Phase::Validating { calls, .. }) if calls.contains_key(&call) => {
+                self.on_validator_vote(id, call, body, out)
+            }
             _ => {}
         }
         self.run_programs(now, out);
@@ -485,18 +517,26 @@ impl TxnClient {
         self.txns.values().map(|txn| txn.ts_begin).min().unwrap_or(self.last_ts)
     }
 
-    /// Tells every primary the client's watermark.
+    /// Tells every primary and validator the client's watermark and `c_freshness`.
     fn broadcast_watermark(&mut self, now: Nanos, out: &mut Out) {
         self.expire_sessions(now);
         let watermark = self.watermark();
-        let mut primaries: Vec<String> = self.config.map.groups().iter().map(|group| group.primary.clone()).collect();
-        primaries.sort();
-        primaries.dedup();
-        for primary in primaries {
+        // c_freshness: no older version than this will be presented for validation.
+        let running = self.txns.values().flat_map(|txn| txn.reads.values().map(|read| read.freshness)).min();
+        let freshness = [self.cache.freshness(), running].into_iter().flatten().fold(watermark, Timestamp::min);
+        let mut peers: Vec<String> = self.config.map.groups().iter().map(|group| group.primary.clone()).collect();
+        peers.sort();
+        peers.dedup();
+        peers.extend(self.config.validators.iter().cloned());
+        for peer in peers {
             let call = self.ids.call();
-            let request = proto::Watermark { client: self.config.client, ts: Some(shard_wire::ts_to_wire(watermark)) };
+            let request = proto::Watermark {
+                client: self.config.client,
+                ts: Some(shard_wire::ts_to_wire(watermark)),
+                freshness: Some(shard_wire::ts_to_wire(freshness)),
+            };
             out.push(Command::Call {
-                to: primary,
+                to: peer,
                 call,
                 request: proto::Request { body: Some(RequestBody::Watermark(request)) },
                 deadline: self.config.deadline,

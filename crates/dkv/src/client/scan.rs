@@ -143,7 +143,14 @@ impl TxnClient {
                     let (key, value) = (Bytes::from(row.key), Bytes::from(row.value));
                     self.observed = self.observed.max(version);
                     scan.rows.insert(key.clone(), value.clone());
-                    let read = ReadState { value: Some(value), version, writer, prepared_below: false, cached: false };
+                    let read = ReadState {
+                        value: Some(value),
+                        version,
+                        writer,
+                        prepared_below: false,
+                        cached: false,
+                        freshness: active.ts_begin,
+                    };
                     active.reads.entry(key).or_insert(read);
                 }
             }

@@ -207,7 +207,7 @@ impl TxnClient {
         let Some(Txn { source: Source::Session(session), phase, .. }) = self.txns.get_mut(&txn) else {
             return reply.send(Err(SessionError::UnknownTransaction { txn }));
         };
-        if session.commit.is_some() || matches!(phase, Phase::Preparing { .. }) {
+        if session.commit.is_some() || matches!(phase, Phase::Preparing { .. } | Phase::Validating { .. }) {
             return reply.send(Err(SessionError::Committing { txn }));
         }
         session.last_used = now;

@@ -25,6 +25,9 @@ pub(super) struct ReadState {
     pub(super) prepared_below: bool,
     /// Served from the client's cache (KAIROS): validated at the primaries.
     pub(super) cached: bool,
+    /// Up to when the version read is known to be the newest: the snapshot of the get that
+    /// fetched it (whose primary raised the key's latest read to it).
+    pub(super) freshness: Timestamp,
 }
 
 /// A read in flight: gets of one shard's keys (one request), or one shard's part of a scan
@@ -37,6 +40,15 @@ pub(super) enum ReadCall {
 pub(super) enum Phase {
     /// Gets and scans in flight, by call.
     Reading(HashMap<CallId, ReadCall>),
+    /// KAIROS: validations at the sharded validators in flight (by call, the validator's
+    /// index), and the commit votes so far; the prepares follow for a read-write one.
+    Validating {
+        commit_ts: Timestamp,
+        calls: HashMap<CallId, u32>,
+        yes: BTreeSet<u32>,
+        validators: Vec<u32>,
+        participants: Vec<u32>,
+    },
     /// Prepares in flight (by call), and the votes so far.
     Preparing {
         commit_ts: Timestamp,
@@ -71,6 +83,9 @@ pub(super) struct Txn {
     pub(super) lost_gets: Vec<Bytes>,
     pub(super) lost_scans: Vec<(usize, u32)>,
     pub(super) lost_prepares: Vec<u32>,
+    pub(super) lost_validations: Vec<u32>,
+    /// The validators holding this transaction's writes, released once it is decided.
+    pub(super) held_at: Vec<u32>,
     /// Gets waiting out a prepared writer, and how often each key was read again.
     pub(super) rereads: Vec<Bytes>,
     pub(super) reread_counts: HashMap<Bytes, u32>,
@@ -98,6 +113,8 @@ impl Txn {
             lost_gets: Vec::new(),
             lost_scans: Vec::new(),
             lost_prepares: Vec::new(),
+            lost_validations: Vec::new(),
+            held_at: Vec::new(),
             rereads: Vec::new(),
             reread_counts: HashMap::new(),
             last_failure: None,
@@ -174,6 +191,7 @@ impl TxnClient {
                         writer: hit.writer,
                         prepared_below: false,
                         cached: true,
+                        freshness: hit.freshness,
                     };
                     txn.reads.insert(key, read);
                 }
@@ -278,6 +296,7 @@ impl TxnClient {
                 writer: shard_wire::txn_from_wire(reply.writer).unwrap_or(0),
                 prepared_below: reply.prepared_below,
                 cached: false,
+                freshness: txn.ts_begin,
             };
             self.observed = self.observed.max(read.version);
             if txn.uses_cache && reply.lease_end_ns > 0 {
@@ -361,6 +380,24 @@ impl TxnClient {
             self.committed(id, commit_ts, true);
             return;
         }
+        if self.validates_at_validators(id, read_only, validate_only) {
+            self.start_validation(id, commit_ts, participants, out);
+            return;
+        }
+        self.start_prepares(id, commit_ts, participants, validate_only, out);
+    }
+
+    /// Phase 1 at the primaries: a prepare to every participant, or (`validate_only`) a
+    /// read-only transaction's one-round validation.
+    pub(super) fn start_prepares(
+        &mut self,
+        id: TxnId,
+        commit_ts: Timestamp,
+        participants: Vec<u32>,
+        validate_only: bool,
+        out: &mut Out,
+    ) {
+        let Some(txn) = self.txns.get_mut(&id) else { return };
         // A validation prepares nothing a terminator could commit.
         if self.config.keep_history && !validate_only {
             self.attempts.push(txn.record(commit_ts));
@@ -434,6 +471,7 @@ impl TxnClient {
                 yes.insert(shard);
                 if yes.len() == participants.len() {
                     let (commit_ts, participants) = (*commit_ts, participants.clone());
+                    self.release(id, true, out);
                     self.committed(id, commit_ts, validate_only);
                     for shard in participants.into_iter().filter(|_| decide) {
                         self.send_decision(shard, id, true, out);
@@ -453,6 +491,7 @@ impl TxnClient {
                         self.last_ts = Timestamp::new(floor.time, self.config.client);
                     }
                 }
+                self.release(id, false, out);
                 self.aborted(id, vote.reason, out);
                 for shard in participants.into_iter().filter(|_| decide) {
                     self.send_decision(shard, id, false, out);
@@ -466,7 +505,7 @@ impl TxnClient {
         }
     }
 
-    fn committed(&mut self, id: TxnId, commit_ts: Timestamp, read_only: bool) {
+    pub(super) fn committed(&mut self, id: TxnId, commit_ts: Timestamp, read_only: bool) {
         let Some(txn) = self.txns.remove(&id) else { return };
         // Counted by what it did, however it was validated.
         let wrote_nothing = txn.writes.is_empty();
@@ -540,13 +579,17 @@ impl TxnClient {
         let scans = std::mem::take(&mut txn.lost_scans);
         let gets = std::mem::take(&mut txn.lost_gets);
         let prepares = std::mem::take(&mut txn.lost_prepares);
-        self.stats.retries += (gets.len() + scans.len() + prepares.len()) as u64;
+        let validations = std::mem::take(&mut txn.lost_validations);
+        self.stats.retries += (gets.len() + scans.len() + prepares.len() + validations.len()) as u64;
         self.send_gets(id, gets, out);
         for (index, shard) in scans {
             self.send_scan(id, index, shard, out);
         }
         for shard in prepares {
             self.send_prepare(id, shard, out);
+        }
+        for validator in validations {
+            self.send_validation(id, validator, out);
         }
     }
 }

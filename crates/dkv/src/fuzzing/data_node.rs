@@ -565,7 +565,7 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
         5 => RequestBody::Query(proto::TxnQuery { shard, epoch, txn: knobs.txn }),
         6 => RequestBody::Lease(proto::LeaseRequest { shard, epoch, until: ts }),
         7 => RequestBody::Fetch(proto::Fetch { shard, epoch }),
-        8 => RequestBody::Watermark(proto::Watermark { client: 9, ts }),
+        8 => RequestBody::Watermark(proto::Watermark { client: 9, ts, freshness: None }),
         10 => RequestBody::GetMany(proto::GetMany {
             shard,
             epoch,

@@ -20,6 +20,7 @@
 mod client_cache;
 mod grants;
 pub mod validator;
+mod validator_core;
 
 use std::time::Duration;
 
@@ -27,6 +28,10 @@ use virga_net::role::Nanos;
 
 pub use self::client_cache::{CacheConfig, CacheStats, CachedRead, ClientCache};
 pub use self::grants::LeaseGrants;
+pub use self::validator_core::{
+    validate_from_wire, validate_to_wire, ValidateRequest, ValidateWireError, ValidatorConfig, ValidatorCore,
+    ValidatorStats, BEYOND_LEASE,
+};
 
 /// How (and whether) clients cache keys across transactions.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -24,6 +24,8 @@ mod replication;
 mod takeover;
 mod termination;
 
+pub(crate) use self::termination::termination_decision;
+
 use super::replica::{ShardRecord, ShardReplica, TxnStatus, Weakened};
 use super::wire::{self, PrepareRequest};
 use super::{DataIo, DataIoDone, DataStats};

@@ -120,7 +120,7 @@ fn writes_from_wire(writes: Vec<proto::Write>) -> Result<Vec<WriteOp>, ShardWire
     Ok(out)
 }
 
-fn reads_from_wire(reads: Vec<proto::Read>) -> Result<Vec<ReadOp>, ShardWireError> {
+pub(crate) fn reads_from_wire(reads: Vec<proto::Read>) -> Result<Vec<ReadOp>, ShardWireError> {
     if reads.len() > MAX_OPS_PER_SHARD {
         return Err(ShardWireError::TooMany { what: "reads", count: reads.len() });
     }

@@ -163,18 +163,7 @@ impl DataCore {
                 phase => (*shard, *phase),
             })
             .collect();
-        let phases: Vec<proto::TxnPhase> = heard.values().copied().collect();
-        let commit = if phases.contains(&proto::TxnPhase::Committed) {
-            true
-        } else if phases.iter().any(|phase| {
-            matches!(phase, proto::TxnPhase::Aborted | proto::TxnPhase::VotedAbort | proto::TxnPhase::NeverPrepared)
-        }) {
-            false
-        } else if participants.iter().all(|participant| heard.get(participant) == Some(&proto::TxnPhase::Prepared)) {
-            true
-        } else {
-            return;
-        };
+        let Some(commit) = termination_decision(&participants, &heard) else { return };
         self.terminating.remove(&(shard, txn));
         self.decide_here(shard, txn, commit, None, out);
         for other in participants.into_iter().filter(|other| *other != shard) {
@@ -232,6 +221,22 @@ impl DataCore {
             request: proto::Request { body: Some(RequestBody::Decide(decide)) },
             deadline: self.config.replicate_deadline,
         });
+    }
+}
+
+/// The decision the termination rules reach from the phases heard of each participant, or
+/// None while they do not decide it yet. A KAIROS validator holding the transaction's writes
+/// reaches the same decision from the same answers.
+pub(crate) fn termination_decision(participants: &[u32], heard: &BTreeMap<u32, proto::TxnPhase>) -> Option<bool> {
+    use proto::TxnPhase::{Aborted, Committed, NeverPrepared, Prepared, VotedAbort};
+    if heard.values().any(|phase| *phase == Committed) {
+        Some(true)
+    } else if heard.values().any(|phase| matches!(phase, Aborted | VotedAbort | NeverPrepared)) {
+        Some(false)
+    } else if participants.iter().all(|participant| heard.get(participant) == Some(&Prepared)) {
+        Some(true)
+    } else {
+        None
     }
 }
 

@@ -41,6 +41,7 @@ struct ClientView {
     committed_read_only: u64,
     aborts: u64,
     cache: crate::kairos::CacheStats,
+    validator_fallbacks: u64,
     outstanding: usize,
     up: bool,
 }
@@ -69,6 +70,7 @@ impl ClientViews {
             view.committed_read_only = client.stats().committed_read_only;
             view.aborts = client.stats().aborts.values().sum();
             view.cache = *client.cache_stats();
+            view.validator_fallbacks = client.stats().validator_fallbacks;
         }
     }
 }
@@ -101,6 +103,12 @@ pub(super) fn check_run(
     report: &mut TxnRunReport,
 ) {
     let total = INITIAL_BALANCE * options.accounts as u64;
+    for id in &cluster.validators {
+        if let Some(DkvNode::Validator(validator)) = sim.core(id) {
+            report.validator_votes += validator.stats().validations;
+            report.validator_terminations += validator.stats().terminations;
+        }
+    }
     let mut history = Vec::new();
     let mut attempts = Vec::new();
     for id in &cluster.clients {
@@ -114,6 +122,7 @@ pub(super) fn check_run(
         report.cache_reads += view.cache.reads;
         report.cache_hits += view.cache.hits;
         report.stale_hits += view.cache.stale;
+        report.validator_fallbacks += view.validator_fallbacks;
         report.session_committed += sessions.committed;
         report.session_gave_up += sessions.gave_up;
         report.session_unavailable += sessions.unavailable;

@@ -30,7 +30,8 @@ pub use self::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
 pub use self::session::{SessionClient, SessionCounts, SessionDriver};
 use crate::client::{ClientClock, Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
 use crate::config::ConfigCommand;
-use crate::kairos::{CacheConfig, CacheMode};
+use crate::kairos::validator::ValidatorWeakening;
+use crate::kairos::{CacheConfig, CacheMode, ValidatorConfig, ValidatorCore};
 use crate::layout::{Partitioning, ShardMap};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig, Weakened};
@@ -53,32 +54,42 @@ pub struct Weakening {
     /// Primaries skip the check that a cached read's version is still the newest (KAIROS's
     /// `latestCommitted` check), so a stale cached read can commit.
     pub skip_cached_latest_committed: bool,
+    /// KAIROS validators skip `freshness < ts_GC → abort` (Algorithm 5's own check).
+    pub validator_skip_freshness: bool,
+    /// KAIROS validators skip the latest-committed check of cached reads.
+    pub validator_skip_cached_latest_committed: bool,
 }
 
 impl Weakening {
+    fn flags(&self) -> [(bool, &'static str); 6] {
+        [
+            (self.skip_latest_read, "skip-latest-read"),
+            (self.skip_local_validation, "skip-local-validation"),
+            (self.terminate_ignoring_missing_prepare, "terminate-ignoring-missing-prepare"),
+            (self.skip_cached_latest_committed, "skip-cached-latest-committed"),
+            (self.validator_skip_freshness, "validator-skip-freshness"),
+            (self.validator_skip_cached_latest_committed, "validator-skip-cached-latest-committed"),
+        ]
+    }
+
     /// The name `--weaken` takes, if any.
     pub fn name(&self) -> Option<&'static str> {
-        match (
-            self.skip_latest_read,
-            self.skip_local_validation,
-            self.terminate_ignoring_missing_prepare,
-            self.skip_cached_latest_committed,
-        ) {
-            (false, false, false, false) => None,
-            (true, false, false, false) => Some("skip-latest-read"),
-            (false, true, false, false) => Some("skip-local-validation"),
-            (false, false, true, false) => Some("terminate-ignoring-missing-prepare"),
-            (false, false, false, true) => Some("skip-cached-latest-committed"),
+        let on: Vec<&'static str> = self.flags().into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect();
+        match on.as_slice() {
+            [] => None,
+            [one] => Some(one),
             _ => Some("several"),
         }
     }
 
     /// The names `--weaken` takes, each weakening one thing.
-    pub const NAMES: [&'static str; 4] = [
+    pub const NAMES: [&'static str; 6] = [
         "skip-latest-read",
         "skip-local-validation",
         "terminate-ignoring-missing-prepare",
         "skip-cached-latest-committed",
+        "validator-skip-freshness",
+        "validator-skip-cached-latest-committed",
     ];
 
     /// The weakening `--weaken NAME` names (the inverse of [`Weakening::name`]).
@@ -89,6 +100,10 @@ impl Weakening {
             "skip-local-validation" => Ok(Weakening { skip_local_validation: true, ..none }),
             "terminate-ignoring-missing-prepare" => Ok(Weakening { terminate_ignoring_missing_prepare: true, ..none }),
             "skip-cached-latest-committed" => Ok(Weakening { skip_cached_latest_committed: true, ..none }),
+            "validator-skip-freshness" => Ok(Weakening { validator_skip_freshness: true, ..none }),
+            "validator-skip-cached-latest-committed" => {
+                Ok(Weakening { validator_skip_cached_latest_committed: true, ..none })
+            }
             _ => Err(UnknownWeakening { name: name.to_owned() }),
         }
     }
@@ -98,7 +113,8 @@ impl Weakening {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "no weakening is called {name:?}: the names are skip-latest-read, skip-local-validation, \
-     terminate-ignoring-missing-prepare and skip-cached-latest-committed"
+     terminate-ignoring-missing-prepare, skip-cached-latest-committed, validator-skip-freshness \
+     and validator-skip-cached-latest-committed"
 )]
 pub struct UnknownWeakening {
     pub name: String,
@@ -135,6 +151,9 @@ pub struct TxnRunOptions {
     pub read_only_validation: ReadOnlyValidation,
     /// KAIROS: how clients cache the hot third of the accounts across transactions.
     pub cache: CacheMode,
+    /// KAIROS's sharded validators (0: validation at the primaries). With faults, one of
+    /// them may crash and restart.
+    pub validators: usize,
     pub weakening: Weakening,
 }
 
@@ -158,6 +177,7 @@ impl TxnRunOptions {
             client_clock: ClientClock::Physical,
             read_only_validation: ReadOnlyValidation::Local,
             cache: CacheMode::None,
+            validators: 0,
             weakening: Weakening::default(),
         }
     }
@@ -192,6 +212,9 @@ impl TxnRunOptions {
         }
         if self.cache != CacheMode::None {
             command.push_str(&format!(" --cache {}", self.cache.name()));
+        }
+        if self.validators > 0 {
+            command.push_str(&format!(" --validators {}", self.validators));
         }
         if self.session_clients != TxnRunOptions::new(self.seed).session_clients {
             command.push_str(&format!(" --session-clients {}", self.session_clients));
@@ -241,6 +264,12 @@ pub struct TxnRunReport {
     pub cache_reads: u64,
     pub cache_hits: u64,
     pub stale_hits: u64,
+    /// KAIROS's validators: crashes, votes, and held transactions they decided from the
+    /// primaries' answers; read-only validations the primaries took over.
+    pub validator_crashes: usize,
+    pub validator_votes: u64,
+    pub validator_terminations: u64,
+    pub validator_fallbacks: u64,
     pub virtual_ms: u64,
     pub events: u64,
     pub trace_digest: u64,
@@ -268,6 +297,7 @@ pub(super) struct Cluster {
     config: Vec<String>,
     data: Vec<String>,
     clients: Vec<String>,
+    validators: Vec<String>,
     /// Data nodes that are primary of a shard.
     primaries: Vec<String>,
     /// Data nodes that are primary of no shard.
@@ -282,7 +312,8 @@ pub(super) fn cluster(options: &TxnRunOptions) -> Result<Cluster, String> {
         data.iter().cloned().partition(|node| map.groups().iter().any(|group| group.primary == *node));
     let clients = (0..options.clients).map(|index| format!("client-{index}")).collect();
     let config = (1..=3).map(|index| format!("config-{index}")).collect();
-    Ok(Cluster { map, config, data, clients, primaries, backups_only })
+    let validators = (0..options.validators).map(|index| format!("validator-{index}")).collect();
+    Ok(Cluster { map, config, data, clients, validators, primaries, backups_only })
 }
 
 pub(super) type Disks = Rc<RefCell<HashMap<String, MemStorage>>>;
@@ -310,12 +341,27 @@ pub(super) fn open_node(
         config.clock = options.client_clock;
         config.read_only_validation = options.read_only_validation;
         config.cache = CacheConfig::new(options.cache, (0..options.accounts.div_ceil(3)).map(account));
+        config.validators = cluster.validators.clone();
         if index >= options.clients.saturating_sub(options.session_clients) {
             config.op_deadline = SESSION_OP_DEADLINE;
             let session = SessionClient::new(TxnClient::new(config));
             return (DkvNode::Session(Box::new(session)), Box::new(DkvDisk::None));
         }
         return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
+    }
+    if cluster.validators.iter().any(|validator| validator == id) {
+        let mut config = ValidatorConfig::new(id, cluster.map.clone());
+        config.config_replicas = cluster.config.clone();
+        config.fresh = incarnation == 0;
+        // Shorter than the seeds' partitions, so a cut-off client's caches fall below the
+        // floor and Algorithm 5's freshness check has work to do.
+        config.report_expiry = Duration::from_millis(200);
+        config.max_lag = Duration::from_millis(50);
+        config.weakened = ValidatorWeakening {
+            skip_freshness: options.weakening.validator_skip_freshness,
+            skip_cached_latest_committed: options.weakening.validator_skip_cached_latest_committed,
+        };
+        return (DkvNode::Validator(Box::new(ValidatorCore::new(config))), Box::new(DkvDisk::None));
     }
     if id == ADMIN {
         let admin =
@@ -417,6 +463,14 @@ fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (
             let back = at + rng.random_range(ns(Duration::from_secs(2))..ns(Duration::from_secs(4)));
             crashes.push((at, Some(back), cluster.primaries[rng.random_range(0..cluster.primaries.len())].clone()));
         }
+        // A validator that crashes and comes back with its state gone (KAIROS: the
+        // primaries take over read-only validation meanwhile; its floor covers what it
+        // forgot).
+        if !cluster.validators.is_empty() && rng.random_bool(0.7) {
+            let at = rng.random_range(ns(Duration::from_millis(100))..window);
+            let back = at + rng.random_range(ns(Duration::from_millis(50))..ns(Duration::from_millis(600)));
+            crashes.push((at, Some(back), cluster.validators[rng.random_range(0..cluster.validators.len())].clone()));
+        }
         if options.client_crashes && rng.random_bool(0.5) {
             let at = rng.random_range(ns(Duration::from_millis(20))..window);
             crashes.push((at, None, cluster.clients[rng.random_range(0..cluster.clients.len())].clone()));
@@ -447,6 +501,7 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         .chain([&ADMIN.to_string()])
         .chain(&cluster.data)
         .chain(&cluster.clients)
+        .chain(&cluster.validators)
         .cloned()
         .collect();
     for id in &everyone {
@@ -504,6 +559,7 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         crashes: crashes.len(),
         client_crashes: crashes.iter().filter(|(_, _, id)| cluster.clients.contains(id)).count(),
         primary_crashes: crashes.iter().filter(|(_, _, id)| cluster.primaries.contains(id)).count(),
+        validator_crashes: crashes.iter().filter(|(_, _, id)| cluster.validators.contains(id)).count(),
         virtual_ms: sim.now() / 1_000_000,
         events: sim.stats().events,
         trace_digest: sim.trace_digest(),

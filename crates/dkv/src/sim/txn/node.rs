@@ -1,6 +1,7 @@
 //! Every role of the distributed store as one [`Role`] for the simulator: configuration
 //! replicas, the administrator that installs the layout, data nodes and transaction clients
-//! (running programs, or running their work as interactive sessions).
+//! (running programs, or running their work as interactive sessions), and KAIROS's
+//! validators.
 
 use std::convert::Infallible;
 
@@ -10,6 +11,7 @@ use virga_net::Dkv;
 use super::session::SessionClient;
 use crate::client::{ClientInput, Program, TxnClient};
 use crate::config::ConfigCommand;
+use crate::kairos::ValidatorCore;
 use crate::service::{ConfigClient, ConfigCore, ConfigDisk, ConfigIo, ConfigIoDone};
 use crate::shard::{DataCore, DataDisk, DataIo, DataIoDone};
 
@@ -19,6 +21,7 @@ pub enum DkvNode {
     Data(Box<DataCore>),
     Client(Box<TxnClient>),
     Session(Box<SessionClient>),
+    Validator(Box<ValidatorCore>),
 }
 
 impl DkvNode {
@@ -151,6 +154,13 @@ impl Role for DkvNode {
                     client.step(now, event, &mut client_commands);
                 }
                 widen(client_commands, never, out);
+            }
+            DkvNode::Validator(core) => {
+                let mut validator_commands = Vec::new();
+                if let Some(event) = narrow(event, |_| None, |_| None) {
+                    core.step(now, event, &mut validator_commands);
+                }
+                widen(validator_commands, never, out);
             }
             DkvNode::Session(session) => {
                 let input = |work| match work {

@@ -41,7 +41,9 @@ struct Caller {
 impl Caller {
     fn call(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
         self.next += 1;
-        let request = proto::Request { body: Some(RequestBody::Watermark(proto::Watermark { client: 1, ts: None })) };
+        let request = proto::Request {
+            body: Some(RequestBody::Watermark(proto::Watermark { client: 1, ts: None, freshness: None })),
+        };
         out.push(Command::Call {
             to: "echo".into(),
             call: CallId(self.next),

@@ -1,0 +1,181 @@
+//! KAIROS's sharded validators at the client (seed 004 §4.2): each validator judges the
+//! reads and writes of the keys it owns (Algorithm 5); a transaction commits only if every
+//! validator votes commit.
+//!
+//! - A read-only transaction validates at the validators alone, in one round, at its
+//!   snapshot: the primaries see nothing of it.
+//! - A read-write transaction validates at the validators first and then prepares at the
+//!   primaries as before; it commits when every primary votes commit too, and the
+//!   validators holding its writes are released with the outcome. Sequential rather than in
+//!   parallel (as the seed has it) because the primaries' termination commits a transaction
+//!   every participant prepared: a prepare must not go out before the validators agreed.
+//!
+//! The primaries stay complete validators of read-only transactions (every writer passes
+//! their Algorithm 1, and a get raises a key's latest read there). So when a validator does
+//! not answer, or cannot judge (the transaction's freshness is below its floor, or its
+//! timestamp beyond its lease, as after a restart), a read-only transaction validates at the
+//! primaries instead: they take over reading validation at once. A read-write transaction
+//! needs its validators' votes, since read-only transactions validated there alone left their
+//! reads nowhere else; it retries until they answer.
+
+use std::collections::{BTreeSet, HashMap};
+
+use bytes::Bytes;
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command};
+use virga_storage::{Timestamp, TxnId};
+
+use super::txn::{describe_failure, Phase};
+use super::{Out, TxnClient};
+use crate::kairos::validator::{validator_of, ValidatorAbort};
+use crate::kairos::{validate_to_wire, ValidateRequest, BEYOND_LEASE};
+use crate::shard::ReadOp;
+
+impl TxnClient {
+    fn validator_count(&self) -> u32 {
+        self.config.validators.len() as u32
+    }
+
+    /// Whether the transaction validates at the validators: every read-write one when there
+    /// are validators, and a read-only one that validates remotely in one round, unless the
+    /// primaries must judge it (a scan's range, a read that saw a prepared writer).
+    pub(super) fn validates_at_validators(&self, id: TxnId, read_only: bool, validate_only: bool) -> bool {
+        if self.config.validators.is_empty() {
+            return false;
+        }
+        let Some(txn) = self.txns.get(&id) else { return false };
+        if !read_only {
+            return true;
+        }
+        validate_only && txn.scans.is_empty() && !txn.reads.values().any(|read| read.prepared_below)
+    }
+
+    /// Sends each validator owning a key of the transaction its part.
+    pub(super) fn start_validation(&mut self, id: TxnId, commit_ts: Timestamp, participants: Vec<u32>, out: &mut Out) {
+        let count = self.validator_count();
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let validators: BTreeSet<u32> =
+            txn.reads.keys().chain(txn.writes.keys()).map(|key| validator_of(key, count)).collect();
+        txn.phase = Phase::Validating {
+            commit_ts,
+            calls: HashMap::new(),
+            yes: BTreeSet::new(),
+            validators: validators.iter().copied().collect(),
+            participants,
+        };
+        for validator in validators {
+            self.send_validation(id, validator, out);
+        }
+    }
+
+    pub(super) fn send_validation(&mut self, id: TxnId, validator: u32, out: &mut Out) {
+        let count = self.validator_count();
+        let Some(to) = self.config.validators.get(validator as usize).cloned() else { return };
+        let deadline = self.config.deadline;
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let Phase::Validating { commit_ts, calls, participants, .. } = &mut txn.phase else { return };
+        let owned = |key: &Bytes| validator_of(key, count) == validator;
+        let reads = txn.reads.iter().filter(|(key, _)| owned(key));
+        let freshness = reads.clone().map(|(_, read)| read.freshness).min().unwrap_or(*commit_ts);
+        let reads: Vec<ReadOp> =
+            reads.map(|(key, read)| ReadOp { key: key.clone(), version: read.version, cached: read.cached }).collect();
+        let writes: Vec<Bytes> = txn.writes.keys().filter(|key| owned(key)).cloned().collect();
+        let request = ValidateRequest {
+            txn: id,
+            commit_ts: *commit_ts,
+            freshness,
+            reads,
+            participants: if writes.is_empty() { Vec::new() } else { participants.clone() },
+            writes,
+        };
+        let call = self.ids.call();
+        calls.insert(call, validator);
+        self.calls.insert(call, id);
+        self.stats.validator_validations += 1;
+        let request = proto::Request { body: Some(RequestBody::Validate(validate_to_wire(&request))) };
+        out.push(Command::Call { to, call, request, deadline });
+    }
+
+    pub(super) fn on_validator_vote(
+        &mut self,
+        id: TxnId,
+        call: CallId,
+        result: Result<ResponseBody, String>,
+        out: &mut Out,
+    ) {
+        let count = self.validator_count();
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let read_only = txn.writes.is_empty();
+        let Phase::Validating { calls, yes, validators, participants, commit_ts } = &mut txn.phase else { return };
+        let Some(validator) = calls.remove(&call) else { return };
+        match result {
+            Ok(ResponseBody::Vote(vote)) if vote.commit => {
+                let holds = txn.writes.keys().any(|key| validator_of(key, count) == validator);
+                if holds && !txn.held_at.contains(&validator) {
+                    txn.held_at.push(validator);
+                }
+                yes.insert(validator);
+                if yes.len() == validators.len() {
+                    let (commit_ts, participants) = (*commit_ts, std::mem::take(participants));
+                    if read_only {
+                        self.committed(id, commit_ts, true);
+                    } else {
+                        self.start_prepares(id, commit_ts, participants, false, out);
+                    }
+                }
+            }
+            Ok(ResponseBody::Vote(vote)) => {
+                let cannot_judge = vote.reason == ValidatorAbort::BelowGc.name() || vote.reason == BEYOND_LEASE;
+                if read_only && cannot_judge {
+                    return self.validate_at_primaries(id, out);
+                }
+                // Every validator sent a part with writes is released, not only those that
+                // voted yes so far: a vote still on its way holds them too.
+                txn.held_at = validators
+                    .iter()
+                    .copied()
+                    .filter(|validator| txn.writes.keys().any(|key| validator_of(key, count) == *validator))
+                    .collect();
+                self.release(id, false, out);
+                self.aborted(id, vote.reason, out);
+            }
+            failure => {
+                if read_only {
+                    return self.validate_at_primaries(id, out);
+                }
+                txn.last_failure = Some(describe_failure(&failure));
+                txn.lost_validations.push(validator);
+                self.arm_retry(out);
+            }
+        }
+    }
+
+    /// The primaries take over a read-only transaction's validation: one round at its
+    /// snapshot, as without validators.
+    fn validate_at_primaries(&mut self, id: TxnId, out: &mut Out) {
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let Phase::Validating { participants, .. } = &mut txn.phase else { return };
+        let (participants, ts_begin) = (std::mem::take(participants), txn.ts_begin);
+        self.stats.validator_fallbacks += 1;
+        self.start_prepares(id, ts_begin, participants, true, out);
+    }
+
+    /// Tells the validators holding the transaction's writes how it ended (retried until
+    /// each acknowledges).
+    pub(super) fn release(&mut self, id: TxnId, commit: bool, out: &mut Out) {
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        for validator in std::mem::take(&mut txn.held_at) {
+            self.send_release(validator, id, commit, out);
+        }
+    }
+
+    pub(super) fn send_release(&mut self, validator: u32, id: TxnId, commit: bool, out: &mut Out) {
+        let Some(to) = self.config.validators.get(validator as usize).cloned() else { return };
+        let release = proto::Release { txn: Some(crate::shard::wire::txn_to_wire(id)), commit };
+        let call = self.ids.call();
+        self.releasing.insert(call, (validator, id, commit));
+        self.stats.releases += 1;
+        let request = proto::Request { body: Some(RequestBody::Release(release)) };
+        out.push(Command::Call { to, call, request, deadline: self.config.deadline });
+    }
+}

@@ -1,0 +1,480 @@
+//! A KAIROS validator as a role of the store (seed 004 §4.2, Algorithm 5): one of the
+//! sharded validators, owning the keys `validator_of(key, V)`.
+//!
+//! It answers `Validate` with a vote from its [`ValidatorState`], holds a commit vote's
+//! writes until the client's `Release` (or, if that never comes, until the participant
+//! primaries say how the transaction ended: the primaries' own termination rules over
+//! `TxnQuery`), and raises its floor to `ts_GC`, the minimum of the clients' reported
+//! `c_freshness`.
+//!
+//! Its state is volatile. What keeps a restart safe is a lease on its own clock: it votes
+//! commit only for commit timestamps below `now + lease`, so every read it raised and every
+//! write it let through lies below the clock at its restart plus the lease, which is where a
+//! restarted validator puts its floor. Check 1 of Algorithm 5 (freshness below the floor:
+//! abort) and the refusal of writes at or below the floor then cover everything it forgot.
+//! (The clock must not run backwards across a restart by more than the lease; the
+//! simulator's node clocks and the process's wall clock, read at start, satisfy that.)
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
+use virga_net::{Dkv, NetError};
+use virga_storage::{Timestamp, TxnId};
+
+use super::validator::{Validation, ValidatorAbort, ValidatorState, ValidatorWeakening};
+use crate::layout::{ShardId, ShardMap, MAX_SHARDS};
+use crate::shard::wire::{self as shard_wire, ShardWireError};
+use crate::shard::{termination_decision, ReadOp};
+
+/// The reason a validator gives for a commit timestamp beyond its lease.
+pub const BEYOND_LEASE: &str = "beyond-validator-lease";
+
+/// How many released transactions a validator remembers.
+const REMEMBERED_RELEASES: usize = 65_536;
+
+/// The reason a validator gives for a transaction it was already told the outcome of.
+pub const ALREADY_RELEASED: &str = "already-released";
+
+/// A validator's settings.
+#[derive(Debug, Clone)]
+pub struct ValidatorConfig {
+    /// This validator's peer name.
+    pub node: String,
+    /// The shard map, for the primaries it asks about held transactions; newer ones come
+    /// from the configuration service.
+    pub map: ShardMap,
+    pub config_replicas: Vec<String>,
+    /// Commit votes only for timestamps below the clock plus this; a restart puts the
+    /// floor at the clock plus this.
+    pub lease: Duration,
+    /// This validator never ran before (a new cluster): it has forgotten nothing, so it
+    /// starts with its floor at zero instead of past its lease.
+    pub fresh: bool,
+    /// A held transaction with no release for this long is asked about at its primaries.
+    pub termination_after: Duration,
+    /// The period of terminations and garbage collection.
+    pub check_every: Duration,
+    /// A client whose freshness was not heard for this long no longer holds back `ts_GC`
+    /// (any floor is safe: a transaction below it aborts).
+    pub report_expiry: Duration,
+    /// The floor follows the clock at most this far behind, whatever the clients report: a
+    /// client holding an old copy for long costs it an abort (or, read-only, a validation at
+    /// the primaries) rather than the validator its memory.
+    pub max_lag: Duration,
+    pub deadline: Duration,
+    pub weakened: ValidatorWeakening,
+}
+
+impl ValidatorConfig {
+    pub fn new(node: impl Into<String>, map: ShardMap) -> ValidatorConfig {
+        ValidatorConfig {
+            node: node.into(),
+            map,
+            config_replicas: Vec::new(),
+            lease: Duration::from_millis(250),
+            fresh: true,
+            termination_after: Duration::from_secs(1),
+            check_every: Duration::from_millis(100),
+            report_expiry: Duration::from_secs(3),
+            max_lag: Duration::from_secs(10),
+            deadline: Duration::from_millis(500),
+            weakened: ValidatorWeakening::default(),
+        }
+    }
+}
+
+/// What a validator did.
+#[derive(Debug, Clone, Default)]
+pub struct ValidatorStats {
+    pub validations: u64,
+    pub commit_votes: u64,
+    /// Abort votes by reason.
+    pub aborts: BTreeMap<String, u64>,
+    pub releases: u64,
+    /// Held transactions decided from the primaries' answers, and those of them committed.
+    pub terminations: u64,
+    pub terminated_commit: u64,
+    /// Keys with state, and the floor (`ts_GC`), at the last collection.
+    pub keys: usize,
+    pub floor: Timestamp,
+}
+
+/// A transaction this validator voted commit on and holds the writes of.
+struct Held {
+    participants: Vec<u32>,
+    since: Nanos,
+    heard: BTreeMap<u32, proto::TxnPhase>,
+    calls: Vec<CallId>,
+}
+
+pub struct ValidatorCore {
+    config: ValidatorConfig,
+    state: ValidatorState,
+    ids: Ids,
+    held: HashMap<TxnId, Held>,
+    /// Termination queries in flight: the transaction and the shard asked.
+    queries: HashMap<CallId, (TxnId, u32)>,
+    /// Transactions released, newest last (at most [`REMEMBERED_RELEASES`]): a validation
+    /// that arrives after its own release (reordered, or late after the client gave up on
+    /// it) is refused rather than held with no release to come.
+    released: HashSet<TxnId>,
+    released_order: VecDeque<TxnId>,
+    /// Each client's last reported freshness and when it came.
+    reports: HashMap<u32, (Timestamp, Nanos)>,
+    tick: Option<TimerId>,
+    map_call: Option<CallId>,
+    map_stale: bool,
+    config_target: usize,
+    stats: ValidatorStats,
+}
+
+/// A checked `Validate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidateRequest {
+    pub txn: TxnId,
+    pub commit_ts: Timestamp,
+    pub freshness: Timestamp,
+    pub reads: Vec<ReadOp>,
+    pub writes: Vec<Bytes>,
+    pub participants: Vec<u32>,
+}
+
+/// Why a `Validate` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidateWireError {
+    #[error(transparent)]
+    Field(#[from] ShardWireError),
+    #[error("a validation with writes names no participant shard")]
+    NoParticipants,
+    #[error("written key {key:?} is listed twice")]
+    DuplicateWrite { key: Bytes },
+}
+
+pub fn validate_from_wire(validate: proto::Validate) -> Result<ValidateRequest, ValidateWireError> {
+    let commit_ts = shard_wire::ts_from_wire(validate.commit_ts);
+    if commit_ts == Timestamp::ZERO {
+        return Err(ShardWireError::ZeroCommitTimestamp.into());
+    }
+    if validate.writes.len() > shard_wire::MAX_OPS_PER_SHARD {
+        return Err(ShardWireError::TooMany { what: "writes", count: validate.writes.len() }.into());
+    }
+    let mut writes: Vec<Bytes> = Vec::with_capacity(validate.writes.len());
+    for key in validate.writes {
+        shard_wire::check_key(&key)?;
+        let key = Bytes::from(key);
+        if writes.contains(&key) {
+            return Err(ValidateWireError::DuplicateWrite { key });
+        }
+        writes.push(key);
+    }
+    if validate.participants.len() > MAX_SHARDS as usize {
+        return Err(ShardWireError::TooMany { what: "participants", count: validate.participants.len() }.into());
+    }
+    for (position, shard) in validate.participants.iter().enumerate() {
+        shard_wire::shard_from_wire(*shard)?;
+        if validate.participants[..position].contains(shard) {
+            return Err(ShardWireError::DuplicateParticipant { shard: *shard }.into());
+        }
+    }
+    if !writes.is_empty() && validate.participants.is_empty() {
+        return Err(ValidateWireError::NoParticipants);
+    }
+    Ok(ValidateRequest {
+        txn: shard_wire::txn_from_wire(validate.txn)?,
+        commit_ts,
+        freshness: shard_wire::ts_from_wire(validate.freshness),
+        reads: shard_wire::reads_from_wire(validate.reads)?,
+        writes,
+        participants: validate.participants,
+    })
+}
+
+pub fn validate_to_wire(request: &ValidateRequest) -> proto::Validate {
+    proto::Validate {
+        txn: Some(shard_wire::txn_to_wire(request.txn)),
+        commit_ts: Some(shard_wire::ts_to_wire(request.commit_ts)),
+        freshness: Some(shard_wire::ts_to_wire(request.freshness)),
+        reads: request
+            .reads
+            .iter()
+            .map(|read| proto::Read {
+                key: read.key.to_vec(),
+                version: Some(shard_wire::ts_to_wire(read.version)),
+                cached: read.cached,
+            })
+            .collect(),
+        writes: request.writes.iter().map(|key| key.to_vec()).collect(),
+        participants: request.participants.clone(),
+    }
+}
+
+type Out = Vec<Command<Dkv, std::convert::Infallible>>;
+
+impl ValidatorCore {
+    pub fn new(config: ValidatorConfig) -> ValidatorCore {
+        let mut state = ValidatorState::new(Timestamp::ZERO);
+        state.weaken(config.weakened);
+        ValidatorCore {
+            config,
+            state,
+            ids: Ids::default(),
+            held: HashMap::new(),
+            released: HashSet::new(),
+            released_order: VecDeque::new(),
+            queries: HashMap::new(),
+            reports: HashMap::new(),
+            tick: None,
+            map_call: None,
+            map_stale: false,
+            config_target: 0,
+            stats: ValidatorStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &ValidatorConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &ValidatorStats {
+        &self.stats
+    }
+
+    /// Transactions voted commit whose outcome this validator does not know yet.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    fn lease_end(&self, now: Nanos) -> Timestamp {
+        Timestamp::new(now.saturating_add(self.config.lease.as_nanos() as u64), 0)
+    }
+
+    fn on_start(&mut self, now: Nanos, out: &mut Out) {
+        if !self.config.fresh {
+            // Everything the previous incarnation voted on lies below its lease, which ended
+            // before this clock plus the lease.
+            let floor = Timestamp::new(now.saturating_add(self.config.lease.as_nanos() as u64), u32::MAX);
+            self.state.collect(floor);
+            tracing::info!(node = %self.config.node, floor = floor.time, "validator restarted above its old lease");
+        }
+        self.arm_tick(out);
+    }
+
+    fn arm_tick(&mut self, out: &mut Out) {
+        let timer = self.ids.timer();
+        self.tick = Some(timer);
+        out.push(Command::SetTimer { timer, after: self.config.check_every });
+    }
+
+    fn on_validate(&mut self, now: Nanos, validate: proto::Validate) -> ResponseBody {
+        let request = match validate_from_wire(validate) {
+            Ok(request) => request,
+            Err(error) => return ResponseBody::Error(format!("a malformed validation: {error}")),
+        };
+        self.stats.validations += 1;
+        let vote = if self.released.contains(&request.txn) {
+            Err(ALREADY_RELEASED.to_string())
+        } else if request.commit_ts >= self.lease_end(now) {
+            Err(BEYOND_LEASE.to_string())
+        } else {
+            let validation = Validation {
+                txn: request.txn,
+                commit_ts: request.commit_ts,
+                freshness: request.freshness,
+                reads: &request.reads,
+                writes: &request.writes,
+            };
+            self.state.validate(&validation).map_err(|abort: ValidatorAbort| abort.name().to_string())
+        };
+        match vote {
+            Ok(()) => {
+                self.stats.commit_votes += 1;
+                if !request.writes.is_empty() && !self.held.contains_key(&request.txn) {
+                    let held = Held {
+                        participants: request.participants,
+                        since: now,
+                        heard: BTreeMap::new(),
+                        calls: Vec::new(),
+                    };
+                    self.held.insert(request.txn, held);
+                }
+                ResponseBody::Vote(proto::Vote { commit: true, ..proto::Vote::default() })
+            }
+            Err(reason) => {
+                *self.stats.aborts.entry(reason.clone()).or_default() += 1;
+                ResponseBody::Vote(proto::Vote { commit: false, reason, ..proto::Vote::default() })
+            }
+        }
+    }
+
+    fn on_release(&mut self, release: proto::Release) -> ResponseBody {
+        let txn = match shard_wire::txn_from_wire(release.txn) {
+            Ok(txn) => txn,
+            Err(error) => return ResponseBody::Error(format!("a malformed release: {error}")),
+        };
+        if self.held.remove(&txn).is_some() {
+            self.stats.releases += 1;
+        }
+        self.state.decide(txn, release.commit);
+        self.remember_release(txn);
+        ResponseBody::Ack(proto::Ack {})
+    }
+
+    fn remember_release(&mut self, txn: TxnId) {
+        if !self.released.insert(txn) {
+            return;
+        }
+        self.released_order.push_back(txn);
+        if self.released_order.len() > REMEMBERED_RELEASES {
+            if let Some(oldest) = self.released_order.pop_front() {
+                self.released.remove(&oldest);
+            }
+        }
+    }
+
+    fn on_watermark(&mut self, now: Nanos, watermark: proto::Watermark) -> ResponseBody {
+        let freshness = watermark.freshness.or(watermark.ts);
+        self.reports.insert(watermark.client, (shard_wire::ts_from_wire(freshness), now));
+        ResponseBody::Ack(proto::Ack {})
+    }
+
+    /// Raises the floor to `ts_GC` (the minimum freshness of the clients heard from lately),
+    /// and asks about transactions held too long.
+    fn on_tick(&mut self, now: Nanos, out: &mut Out) {
+        let expiry = self.config.report_expiry.as_nanos() as u64;
+        self.reports.retain(|_, (_, at)| now.saturating_sub(*at) < expiry);
+        let lagging = Timestamp::new(now.saturating_sub(self.config.max_lag.as_nanos() as u64), 0);
+        let reported = self.reports.values().map(|(freshness, _)| *freshness).min();
+        self.state.collect(reported.map_or(lagging, |ts_gc| ts_gc.max(lagging)));
+        self.stats.keys = self.state.len();
+        self.stats.floor = self.state.floor();
+        self.terminate_held(now, out);
+        self.fetch_map(out);
+        self.arm_tick(out);
+    }
+
+    fn terminate_held(&mut self, now: Nanos, out: &mut Out) {
+        let after = self.config.termination_after.as_nanos() as u64;
+        let due: Vec<TxnId> = self
+            .held
+            .iter()
+            .filter(|(_, held)| held.calls.is_empty() && now.saturating_sub(held.since) >= after)
+            .map(|(txn, _)| *txn)
+            .collect();
+        for txn in due {
+            let Some(held) = self.held.get_mut(&txn) else { continue };
+            held.heard.clear();
+            for shard in held.participants.clone() {
+                let Some(group) = self.config.map.group(ShardId(shard)) else { continue };
+                let call = self.ids.call();
+                self.queries.insert(call, (txn, shard));
+                held.calls.push(call);
+                let query = proto::TxnQuery { shard, epoch: group.epoch, txn: Some(shard_wire::txn_to_wire(txn)) };
+                out.push(Command::Call {
+                    to: group.primary.clone(),
+                    call,
+                    request: proto::Request { body: Some(RequestBody::Query(query)) },
+                    deadline: self.config.deadline,
+                });
+            }
+        }
+    }
+
+    fn on_state(&mut self, call: CallId, body: Result<ResponseBody, String>) {
+        let Some((txn, shard)) = self.queries.remove(&call) else { return };
+        let Some(held) = self.held.get_mut(&txn) else { return };
+        held.calls.retain(|pending| *pending != call);
+        match body {
+            Ok(ResponseBody::State(state)) => {
+                let phase = proto::TxnPhase::try_from(state.phase).unwrap_or(proto::TxnPhase::Prepared);
+                held.heard.insert(shard, phase);
+            }
+            // A primary may have changed: ask the configuration service before the next round.
+            _ => self.map_stale = true,
+        }
+        let Some(commit) = termination_decision(&held.participants, &held.heard) else { return };
+        self.held.remove(&txn);
+        self.state.decide(txn, commit);
+        self.remember_release(txn);
+        self.stats.terminations += 1;
+        self.stats.terminated_commit += u64::from(commit);
+        tracing::info!(node = %self.config.node, txn, commit, "validator learned a held transaction's outcome from its primaries");
+    }
+
+    fn fetch_map(&mut self, out: &mut Out) {
+        if !self.map_stale || self.map_call.is_some() || self.config.config_replicas.is_empty() {
+            return;
+        }
+        let call = self.ids.call();
+        self.map_call = Some(call);
+        let replicas = &self.config.config_replicas;
+        let to = replicas[self.config_target % replicas.len()].clone();
+        out.push(Command::Call {
+            to,
+            call,
+            request: proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) },
+            deadline: self.config.deadline,
+        });
+    }
+
+    fn on_map(&mut self, body: Result<ResponseBody, String>) {
+        self.map_call = None;
+        match body {
+            Ok(ResponseBody::Map(reply)) => {
+                let map = reply.map.and_then(|map| crate::wire::map_from_proto(map).ok());
+                if let Some(map) = map.filter(|map| map.version() > self.config.map.version()) {
+                    self.config.map = map;
+                }
+                self.map_stale = false;
+            }
+            _ => self.config_target += 1,
+        }
+    }
+
+    fn on_response(&mut self, call: CallId, result: Result<proto::Response, NetError>) {
+        let body = match result {
+            Ok(proto::Response { body: Some(body) }) => Ok(body),
+            Ok(proto::Response { body: None }) => Err("an empty response".to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        if self.map_call == Some(call) {
+            self.on_map(body);
+        } else {
+            self.on_state(call, body);
+        }
+    }
+}
+
+impl Role for ValidatorCore {
+    type Protocol = Dkv;
+    type Io = std::convert::Infallible;
+    type IoDone = std::convert::Infallible;
+    type Input = std::convert::Infallible;
+
+    fn step(
+        &mut self,
+        now: Nanos,
+        event: Event<Dkv, std::convert::Infallible, std::convert::Infallible>,
+        out: &mut Out,
+    ) {
+        match event {
+            Event::Start => self.on_start(now, out),
+            Event::Request { from, call, request } => {
+                let response = match request.body {
+                    Some(RequestBody::Validate(validate)) => self.on_validate(now, validate),
+                    Some(RequestBody::Release(release)) => self.on_release(release),
+                    Some(RequestBody::Watermark(watermark)) => self.on_watermark(now, watermark),
+                    _ => ResponseBody::Error("a validator serves only validations, releases and watermarks".into()),
+                };
+                out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+            }
+            Event::Response { call, result } => self.on_response(call, result),
+            Event::Timer(timer) if Some(timer) == self.tick => self.on_tick(now, out),
+            Event::Timer(_) => {}
+            Event::IoDone { result, .. } => match result {},
+            Event::Input(input) => match input {},
+        }
+    }
+}
