@@ -67,7 +67,8 @@ struct KeyState {
     latest_read: Timestamp,
     /// None: not known since the state was made, so at or below the floor then.
     latest_committed: Option<Timestamp>,
-    prepared: Option<TxnId>,
+    /// The transaction holding a prepared write, and its commit timestamp.
+    prepared: Option<(TxnId, Timestamp)>,
 }
 
 /// The state of one validator.
@@ -123,7 +124,7 @@ impl ValidatorState {
             state.latest_read = state.latest_read.max(ts);
         }
         for key in validation.writes {
-            self.keys.entry(key.clone()).or_default().prepared = Some(txn);
+            self.keys.entry(key.clone()).or_default().prepared = Some((txn, ts));
         }
         if !validation.writes.is_empty() {
             self.held.insert(txn, (ts, validation.writes.to_vec()));
@@ -134,10 +135,12 @@ impl ValidatorState {
     /// Algorithm 1's checks, against the keys' state or, for a key without state, the floor.
     fn check(&self, validation: &Validation<'_>) -> Result<(), AbortReason> {
         let (txn, ts) = (validation.txn, validation.commit_ts);
-        let held_by_other = |state: &KeyState| state.prepared.is_some_and(|holder| holder != txn);
+        let held_by_other = |state: &KeyState| state.prepared.is_some_and(|(holder, _)| holder != txn);
         for read in validation.reads {
             let Some(state) = self.keys.get(&read.key) else { continue };
-            if held_by_other(state) {
+            // A writer held above this commit timestamp lands above the read, whatever its
+            // outcome (as a get at a snapshot waits only for writers prepared at or below it).
+            if state.prepared.is_some_and(|(holder, holder_ts)| holder != txn && holder_ts <= ts) {
                 return Err(AbortReason::ReadPrepared);
             }
             let skip = read.cached && self.weakened.skip_cached_latest_committed;
@@ -169,7 +172,7 @@ impl ValidatorState {
         let Some((ts, writes)) = self.held.remove(&txn) else { return };
         for key in writes {
             let Some(state) = self.keys.get_mut(&key) else { continue };
-            if state.prepared == Some(txn) {
+            if state.prepared.is_some_and(|(holder, _)| holder == txn) {
                 state.prepared = None;
             }
             if commit {

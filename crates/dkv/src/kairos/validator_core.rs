@@ -478,3 +478,6 @@ impl Role for ValidatorCore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,8 @@
 //! KAIROS's caching under the simulator: every lease rule keeps the history serializable and
 //! the money conserved through the same faults as MILANA alone, stale cached reads abort,
-//! and a primary that lets a stale cached read through is caught.
+//! and a primary that lets a stale cached read through is caught. With sharded validators
+//! (which crash and restart in the faulty seeds) the same holds, and each weakened validator
+//! is caught.
 
 use virga_core::clock::SkewProfile;
 
@@ -123,5 +125,67 @@ fn an_empty_transaction_commits_whatever_the_validation() {
         client.step(1_000, Event::Input(ClientInput::Programs(vec![Program::Ops(Vec::new())])), &mut out);
         let outcomes: Vec<&ProgramOutcome> = client.results().iter().map(|result| &result.outcome).collect();
         assert!(matches!(outcomes.as_slice(), [ProgramOutcome::Committed { .. }]), "{validation:?}: {outcomes:?}");
+    }
+}
+
+#[test]
+fn sharded_validators_keep_every_lease_rule_serializable_through_crashes_and_both_skews() {
+    let modes = [CacheMode::None, CacheMode::Lease, CacheMode::Naive, CacheMode::Static(0.1), CacheMode::Ei];
+    let (mut crashes, mut votes, mut taken_over, mut stale) = (0, 0, 0, 0);
+    for (index, mode) in modes.into_iter().enumerate() {
+        for (offset, skew) in [SkewProfile::Ntp, SkewProfile::Ptp].into_iter().enumerate() {
+            let seed = 2_000 + 10 * index as u64 + offset as u64;
+            let validators = 2 + offset;
+            let options = TxnRunOptions { cache: mode, clock: skew, validators, ..TxnRunOptions::new(seed) };
+            assert!(options.replay_command().contains(&format!("--validators {validators}")));
+            let report = check(&options);
+            crashes += report.validator_crashes;
+            votes += report.validator_votes;
+            taken_over += report.validator_fallbacks;
+            stale += report.stale_hits;
+        }
+    }
+    assert!(crashes >= 3, "{crashes} validator crashes");
+    assert!(votes > 1_000 && taken_over > 0 && stale > 0, "{votes} votes, {taken_over} taken over, {stale} stale hits");
+}
+
+#[test]
+fn without_faults_the_validators_judge_every_remote_validation_and_every_program_commits() {
+    let options = TxnRunOptions {
+        faults: false,
+        clock: SkewProfile::None,
+        cache: CacheMode::Naive,
+        validators: 2,
+        ..TxnRunOptions::new(4)
+    };
+    let report = check(&options);
+    assert_eq!((report.committed, report.gave_up), (180, 0), "{report:?}");
+    assert!(report.cache_hits > 0 && report.validator_votes > 100, "{report:?}");
+    // Every release arrived. (Some read-only validations move to the primaries even so: the
+    // simulator's validators keep their floor at most 50 ms behind, below which a copy's
+    // freshness cannot be judged there.)
+    assert_eq!(report.validator_terminations, 0, "{report:?}");
+    assert!(report.validator_fallbacks * 10 < report.validator_votes, "{report:?}");
+}
+
+#[test]
+fn each_weakened_validator_is_caught() {
+    for weakening in [
+        Weakening { validator_skip_freshness: true, ..Weakening::default() },
+        Weakening { validator_skip_cached_latest_committed: true, ..Weakening::default() },
+    ] {
+        let name = weakening.name().unwrap_or_default();
+        assert_eq!(Weakening::from_name(name), Ok(weakening));
+        let caught = (0..8).find_map(|seed| {
+            let options =
+                TxnRunOptions { weakening, cache: CacheMode::Naive, validators: 2, ..TxnRunOptions::new(seed) };
+            let report = run(&options);
+            (!report.passed()).then_some(report.violations)
+        });
+        let violations = caught.unwrap_or_else(|| panic!("no seed caught {name}"));
+        assert!(
+            violations.iter().any(|violation| violation.starts_with("money") || violation.contains("serializ")),
+            "{violations:?}"
+        );
     }
 }

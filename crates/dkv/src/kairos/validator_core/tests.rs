@@ -1,0 +1,225 @@
+//! The validator role's own rules, step by step: votes, holds and releases, the lease on
+//! its clock and the floor of a restart, garbage collection from the clients' freshness,
+//! termination through the primaries, and malformed requests.
+
+use std::convert::Infallible;
+
+use virga_net::role::{Command, Event};
+
+use super::*;
+use crate::layout::{Partitioning, ShardMap};
+
+const MS: u64 = 1_000_000;
+/// The validator's clock at the start of every test (timestamps are clock readings).
+const T0: u64 = 1_000_000 * MS;
+
+fn map() -> ShardMap {
+    let nodes: Vec<String> = (0..3).map(|index| format!("data-{index}")).collect();
+    ShardMap::place(&nodes, Partitioning::Hash { shards: 3 }, 1).unwrap()
+}
+
+fn validator(fresh: bool) -> ValidatorCore {
+    let mut config = ValidatorConfig::new("validator-0", map());
+    config.fresh = fresh;
+    let mut core = ValidatorCore::new(config);
+    let mut out = Vec::new();
+    core.step(T0, Event::Start, &mut out);
+    core
+}
+
+fn ts(time: u64) -> Timestamp {
+    Timestamp::new(time, 1)
+}
+
+fn read(key: &str, version: u64, cached: bool) -> proto::Read {
+    proto::Read { key: key.as_bytes().to_vec(), version: Some(shard_wire::ts_to_wire(ts(version))), cached }
+}
+
+fn validate(txn: u32, commit: u64, freshness: u64, reads: Vec<proto::Read>, writes: &[&str]) -> proto::Request {
+    let validate = proto::Validate {
+        txn: Some(proto::TxnId { client: 1, seq: txn }),
+        commit_ts: Some(shard_wire::ts_to_wire(ts(commit))),
+        freshness: Some(shard_wire::ts_to_wire(ts(freshness))),
+        reads,
+        writes: writes.iter().map(|key| key.as_bytes().to_vec()).collect(),
+        participants: if writes.is_empty() { Vec::new() } else { vec![0, 1] },
+    };
+    proto::Request { body: Some(RequestBody::Validate(validate)) }
+}
+
+fn release(txn: u32, commit: bool) -> proto::Request {
+    let release = proto::Release { txn: Some(proto::TxnId { client: 1, seq: txn }), commit };
+    proto::Request { body: Some(RequestBody::Release(release)) }
+}
+
+/// The answer of the validator to `request` at `now`.
+fn ask(core: &mut ValidatorCore, now: u64, request: proto::Request) -> ResponseBody {
+    let mut out: Vec<Command<Dkv, Infallible>> = Vec::new();
+    core.step(now, Event::Request { from: "client-1".into(), call: CallId(7), request }, &mut out);
+    match out.as_slice() {
+        [Command::Reply { response: proto::Response { body: Some(body) }, .. }] => body.clone(),
+        other => panic!("expected one reply, got {other:?}"),
+    }
+}
+
+/// The vote: Ok, or the abort reason.
+fn vote(core: &mut ValidatorCore, now: u64, request: proto::Request) -> Result<(), String> {
+    match ask(core, now, request) {
+        ResponseBody::Vote(vote) if vote.commit => Ok(()),
+        ResponseBody::Vote(vote) => Err(vote.reason),
+        other => panic!("not a vote: {other:?}"),
+    }
+}
+
+#[test]
+fn a_held_write_blocks_readers_until_released_and_its_commit_makes_older_reads_stale() {
+    let mut core = validator(true);
+    let now = T0 + MS;
+    assert_eq!(vote(&mut core, now, validate(1, T0, T0, vec![], &["k"])), Ok(()));
+    assert_eq!(core.held(), 1);
+    // A reader of the held key aborts, whatever it read.
+    let reader = || validate(2, T0 + 5, T0 + 5, vec![read("k", 0, true)], &[]);
+    assert_eq!(vote(&mut core, now, reader()), Err("read-prepared".into()));
+    assert!(matches!(ask(&mut core, now, release(1, true)), ResponseBody::Ack(_)));
+    assert_eq!(core.held(), 0);
+    // Committed at T0: a cached copy of the version before it is stale.
+    assert_eq!(vote(&mut core, now, reader()), Err("read-stale".into()));
+    assert_eq!(vote(&mut core, now, validate(3, T0 + 5, T0 + 5, vec![read("k", T0, true)], &[])), Ok(()));
+    // That read raised the key's latest read: a writer below it aborts.
+    assert_eq!(vote(&mut core, now, validate(4, T0 + 4, T0 + 4, vec![], &["k"])), Err("write-after-read".into()));
+}
+
+#[test]
+fn a_validation_after_its_own_release_is_refused_rather_than_held_for_good() {
+    let mut core = validator(true);
+    let now = T0 + MS;
+    assert!(matches!(ask(&mut core, now, release(9, false)), ResponseBody::Ack(_)));
+    assert_eq!(vote(&mut core, now, validate(9, T0, T0, vec![], &["k"])), Err(ALREADY_RELEASED.into()));
+    assert_eq!(core.held(), 0);
+}
+
+#[test]
+fn commit_votes_stay_below_the_lease_and_a_restart_starts_above_it() {
+    let lease = ValidatorConfig::new("v", map()).lease.as_nanos() as u64;
+    let mut core = validator(true);
+    assert_eq!(vote(&mut core, T0, validate(1, T0 + lease, T0, vec![], &["k"])), Err(BEYOND_LEASE.into()));
+    assert_eq!(vote(&mut core, T0, validate(2, T0 + lease - 1, T0, vec![read("j", 0, true)], &[])), Ok(()));
+    // Restarted at T0 (its clock at least where it was): everything the old incarnation could
+    // have let through lies at or below the new floor.
+    let mut restarted = validator(false);
+    let floor = T0 + lease;
+    // A write at or below the floor might pass under a forgotten read.
+    assert_eq!(vote(&mut restarted, T0, validate(3, floor - 1, floor, vec![], &["k"])), Err("write-after-read".into()));
+    // A read known fresh only below the floor might have missed a forgotten write.
+    let stale_risk = validate(4, floor - 1, floor - 1, vec![read("k", 0, true)], &[]);
+    assert_eq!(vote(&mut restarted, T0, stale_risk), Err("below-gc".into()));
+    // Later, above the floor, it judges as before.
+    let later = T0 + 2 * lease;
+    assert_eq!(vote(&mut restarted, later, validate(5, floor + 1, floor + 1, vec![], &["k"])), Ok(()));
+}
+
+#[test]
+fn the_floor_follows_the_oldest_freshness_the_clients_report() {
+    let mut core = validator(true);
+    let watermark = |client: u32, freshness: u64| {
+        let watermark = proto::Watermark {
+            client,
+            ts: Some(shard_wire::ts_to_wire(ts(freshness + 100))),
+            freshness: Some(shard_wire::ts_to_wire(ts(freshness))),
+        };
+        proto::Request { body: Some(RequestBody::Watermark(watermark)) }
+    };
+    let now = T0 + MS;
+    assert_eq!(vote(&mut core, now, validate(1, T0, T0, vec![read("a", 0, false)], &[])), Ok(()));
+    ask(&mut core, now, watermark(1, T0 + 50));
+    ask(&mut core, now, watermark(2, T0 + 20));
+    let mut out = Vec::new();
+    let tick = core.tick.expect("armed at start");
+    core.step(now, Event::Timer(tick), &mut out);
+    assert_eq!(core.stats().floor, ts(T0 + 20), "the minimum over clients, not the newest");
+    assert_eq!(core.stats().keys, 0, "the read at T0 lies below the floor: its state is gone");
+    assert_eq!(
+        vote(&mut core, now, validate(2, T0 + 30, T0 + 19, vec![read("a", 0, true)], &[])),
+        Err("below-gc".into())
+    );
+    // A client silent past the expiry no longer holds the floor back.
+    let later = now + core.config().report_expiry.as_nanos() as u64;
+    ask(&mut core, later, watermark(1, T0 + 60));
+    let tick = core.tick.expect("armed again");
+    core.step(later, Event::Timer(tick), &mut out);
+    assert_eq!(core.stats().floor, ts(T0 + 60));
+}
+
+/// Steps the validator's tick at `now` and returns the termination queries it sent: (call,
+/// primary, shard).
+fn tick_queries(core: &mut ValidatorCore, now: u64) -> Vec<(CallId, String, u32)> {
+    let mut out = Vec::new();
+    let tick = core.tick.expect("armed");
+    core.step(now, Event::Timer(tick), &mut out);
+    out.into_iter()
+        .filter_map(|command| match command {
+            Command::Call { to, call, request: proto::Request { body: Some(RequestBody::Query(query)) }, .. } => {
+                Some((call, to, query.shard))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn answer(core: &mut ValidatorCore, call: CallId, phase: proto::TxnPhase) {
+    let response = proto::Response { body: Some(ResponseBody::State(proto::TxnState { phase: phase as i32 })) };
+    core.step(T0, Event::Response { call, result: Ok(response) }, &mut Vec::new());
+}
+
+#[test]
+fn a_held_write_with_no_release_is_decided_by_what_its_primaries_know() {
+    let after = ValidatorConfig::new("v", map()).termination_after.as_nanos() as u64;
+    for (phases, commit) in [
+        ([proto::TxnPhase::Prepared, proto::TxnPhase::Prepared], true),
+        ([proto::TxnPhase::Prepared, proto::TxnPhase::NeverPrepared], false),
+        ([proto::TxnPhase::Committed, proto::TxnPhase::Prepared], true),
+    ] {
+        let mut core = validator(true);
+        assert_eq!(vote(&mut core, T0, validate(1, T0, T0, vec![], &["k"])), Ok(()));
+        assert!(tick_queries(&mut core, T0 + after / 2).is_empty(), "not overdue yet");
+        let queries = tick_queries(&mut core, T0 + after);
+        let shards: Vec<u32> = queries.iter().map(|(_, _, shard)| *shard).collect();
+        assert_eq!(shards, vec![0, 1], "one query per participant");
+        for (primary, shard) in queries.iter().map(|(_, to, shard)| (to, shard)) {
+            assert_eq!(Some(primary), map().group(ShardId(*shard)).map(|group| &group.primary));
+        }
+        answer(&mut core, queries[0].0, phases[0]);
+        answer(&mut core, queries[1].0, phases[1]);
+        assert_eq!((core.held(), core.stats().terminated_commit), (0, u64::from(commit)), "{phases:?}");
+        // Committed: a copy older than the write is stale; aborted: the old version stands.
+        let reader = validate(2, T0 + 5, T0 + 5, vec![read("k", 0, true)], &[]);
+        assert_eq!(vote(&mut core, T0 + 1, reader).is_ok(), !commit, "{phases:?}");
+    }
+}
+
+#[test]
+fn malformed_requests_get_an_error_and_change_nothing() {
+    let mut core = validator(true);
+    let mut zero = validate(1, 0, 0, vec![], &["k"]);
+    let Some(RequestBody::Validate(body)) = &mut zero.body else { unreachable!() };
+    body.commit_ts = None;
+    let twice = validate(2, T0, T0, vec![], &["k", "k"]);
+    let mut orphan = validate(3, T0, T0, vec![], &["k"]);
+    let Some(RequestBody::Validate(body)) = &mut orphan.body else { unreachable!() };
+    body.participants.clear();
+    let empty_key = validate(4, T0, T0, vec![read("", 0, false)], &[]);
+    for (request, expected) in [
+        (zero, "commit timestamp is zero"),
+        (twice, "listed twice"),
+        (orphan, "names no participant"),
+        (empty_key, "key is empty"),
+        (proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) }, "serves only"),
+        (release(0, true), "sequence number 0"),
+    ] {
+        match ask(&mut core, T0, request) {
+            ResponseBody::Error(error) => assert!(error.contains(expected), "{error} lacks {expected:?}"),
+            other => panic!("expected an error with {expected:?}, got {other:?}"),
+        }
+    }
+    assert_eq!((core.held(), core.stats().commit_votes), (0, 0));
+}
