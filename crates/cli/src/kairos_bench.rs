@@ -72,6 +72,10 @@ pub struct KairosBenchArgs {
     pub sync: DkvSync,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Fig. 4.16's third bar: every mode also runs with this many sharded validators
+    /// (standing alone, each a role of its own) in the same rounds. 0: none.
+    #[arg(long, default_value_t = 0, value_parser = crate::limits::count_between(0, 16), conflicts_with = "figure")]
+    pub validators: usize,
     /// Reproduce one of the seed's figures instead of comparing --modes.
     #[arg(long, value_enum)]
     pub figure: Option<KairosFigure>,
@@ -190,21 +194,23 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
         args.runs,
         args.duration
     );
-    let comparison = compare_modes(&base, &workload, &args.modes, args.cache_fraction, args.runs)?;
+    let comparison = compare_modes(&base, &workload, &args.modes, args.cache_fraction, args.validators, args.runs)?;
     println!(
-        "{:<11} {:>12} {:>13} {:>7} {:>7} {:>7} {:>9} {:>8}",
-        "mode", "committed/s", "runs", "hits", "fresh", "stale", "msgs/txn", "x none"
+        "{:<11} {:>10} {:>12} {:>13} {:>7} {:>7} {:>7} {:>9} {:>10} {:>8}",
+        "mode", "validators", "committed/s", "runs", "hits", "fresh", "stale", "msgs/txn", "val. msgs", "x none"
     );
     for mode in &comparison.modes {
         println!(
-            "{:<11} {:>12.0} {:>13} {:>7.3} {:>7.3} {:>7.3} {:>9.2} {:>8}",
+            "{:<11} {:>10} {:>12.0} {:>13} {:>7.3} {:>7.3} {:>7.3} {:>9.2} {:>10.2} {:>8}",
             mode.mode,
+            mode.validators,
             mode.committed_per_sec,
             format!("{:.0}–{:.0}", mode.committed_per_sec_spread.0, mode.committed_per_sec_spread.1),
             mode.hit_rate,
             mode.fresh_hit_rate,
             mode.stale_rate,
             mode.server_messages_per_txn,
+            mode.validator_messages_per_txn,
             mode.speedup_over_none.map_or("-".to_string(), |speedup| format!("{speedup:.2}")),
         );
     }

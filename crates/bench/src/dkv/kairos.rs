@@ -45,6 +45,8 @@ struct Cell {
     clients: usize,
     mode: CacheMode,
     fraction: f64,
+    /// Sharded validators (0: validation at the primaries).
+    validators: usize,
 }
 
 /// Runs every cell once a round, `rounds` rounds, interleaved (read-only transactions
@@ -62,16 +64,18 @@ fn run_cells(
                 clients: cell.clients,
                 cache: cache_config(workload, cell.mode, cell.fraction),
                 validation: ReadOnlyValidation::Validate,
+                validators: cell.validators,
                 seed: base.seed ^ round as u64,
                 ..base.clone()
             };
             let report = run_store(&config, workload)?;
             eprintln!(
-                "  round {}: {:>2} clients, {:<11} cache {:.2}%: {:>8.0} committed/s, hits {:.3} (fresh {:.3}, stale \
-                 {:.3}), {:.2} messages a txn",
+                "  round {}: {:>2} clients, {:<11} {} validators, cache {:.2}%: {:>8.0} committed/s, hits {:.3} (fresh \
+                 {:.3}, stale {:.3}), {:.2} messages a txn",
                 round + 1,
                 cell.clients,
                 cell.mode.name(),
+                cell.validators,
                 cell.fraction * 100.0,
                 report.committed_per_sec,
                 report.hit_rate,
@@ -106,6 +110,8 @@ fn write_points<T: Serialize>(path: &Path, figure: &'static str, workload: &Ycsb
 #[derive(Debug, Serialize)]
 pub struct ModeResult {
     pub mode: String,
+    /// Sharded validators (0: validation at the primaries).
+    pub validators: usize,
     pub committed_per_sec: f64,
     /// The lowest and highest run.
     pub committed_per_sec_spread: (f64, f64),
@@ -119,16 +125,20 @@ pub struct ModeResult {
     /// Requests the clients sent to primaries (gets, prepares, decisions) per committed
     /// transaction.
     pub server_messages_per_txn: f64,
+    /// Requests the clients sent to validators (validations, releases) per committed
+    /// transaction.
+    pub validator_messages_per_txn: f64,
     pub runs: Vec<DkvBenchReport>,
 }
 
 impl ModeResult {
-    fn new(mode: CacheMode, runs: Vec<DkvBenchReport>) -> ModeResult {
+    fn new(mode: CacheMode, validators: usize, runs: Vec<DkvBenchReport>) -> ModeResult {
         let of = |value| median_of(&runs, value);
         let rates = runs.iter().map(|run| run.committed_per_sec);
         let spread = rates.fold((f64::MAX, f64::MIN), |(low, high), rate| (low.min(rate), high.max(rate)));
         ModeResult {
             mode: mode.name(),
+            validators,
             committed_per_sec: of(|r| r.committed_per_sec),
             committed_per_sec_spread: spread,
             speedup_over_none: None,
@@ -137,6 +147,7 @@ impl ModeResult {
             fresh_hit_rate: of(|r| r.fresh_hit_rate),
             stale_rate: of(|r| r.stale_rate),
             server_messages_per_txn: of(|r| r.requests_per_commit),
+            validator_messages_per_txn: of(|r| r.validator_requests_per_commit),
             runs,
         }
     }
@@ -163,13 +174,24 @@ pub fn compare_modes(
     workload: &YcsbT,
     modes: &[CacheMode],
     fraction: f64,
+    validators: usize,
     rounds: usize,
 ) -> Result<ModeComparison> {
-    let cells: Vec<Cell> = modes.iter().map(|mode| Cell { clients: base.clients, mode: *mode, fraction }).collect();
+    // Fig. 4.16: with validators, every mode runs both ways in the same rounds.
+    let layouts: &[usize] = if validators == 0 { &[0] } else { &[0, validators] };
+    let cells: Vec<Cell> = layouts
+        .iter()
+        .flat_map(|validators| {
+            modes.iter().map(|mode| Cell { clients: base.clients, mode: *mode, fraction, validators: *validators })
+        })
+        .collect();
     let runs = run_cells(base, workload, &cells, rounds)?;
     let mut results: Vec<ModeResult> =
-        modes.iter().zip(runs).map(|(mode, runs)| ModeResult::new(*mode, runs)).collect();
-    let baseline = results.iter().find(|result| result.mode == CacheMode::None.name()).map(|r| r.committed_per_sec);
+        cells.iter().zip(runs).map(|(cell, runs)| ModeResult::new(cell.mode, cell.validators, runs)).collect();
+    let baseline = results
+        .iter()
+        .find(|result| result.mode == CacheMode::None.name() && result.validators == 0)
+        .map(|r| r.committed_per_sec);
     for result in &mut results {
         result.speedup_over_none = baseline.map(|none| result.committed_per_sec / none.max(1e-9));
     }
@@ -193,7 +215,8 @@ fn setting(workload: &YcsbT) -> String {
     let config = workload.config();
     format!(
         "ycsb-t ({} keys a transaction, {}% read-only, Zipf {} reads / {} read-writes) over {} records; read-only \
-         transactions validate at the primaries in one round (nothing logged) in every mode",
+         transactions validate in one round (nothing logged) in every mode, at the primaries or, with validators, \
+         at the validators alone",
         config.keys_per_txn, config.read_only_percent, config.read_zipf, config.write_zipf, config.records
     )
 }
@@ -263,7 +286,9 @@ pub fn by_load(
 ) -> Result<Vec<LoadPoint>> {
     let cells: Vec<Cell> = LOAD_CLIENTS
         .iter()
-        .flat_map(|clients| modes.iter().map(move |mode| Cell { clients: *clients, mode: *mode, fraction }))
+        .flat_map(|clients| {
+            modes.iter().map(move |mode| Cell { clients: *clients, mode: *mode, fraction, validators: 0 })
+        })
         .collect();
     let runs = run_cells(base, workload, &cells, rounds)?;
     Ok(cells
@@ -345,7 +370,7 @@ pub struct SizePoint {
 pub fn hit_rate_by_cache_size(base: &DkvBenchConfig, workload: &YcsbT, rounds: usize) -> Result<Vec<SizePoint>> {
     let cells: Vec<Cell> = CACHE_FRACTIONS
         .iter()
-        .map(|fraction| Cell { clients: base.clients, mode: CacheMode::Lease, fraction: *fraction })
+        .map(|fraction| Cell { clients: base.clients, mode: CacheMode::Lease, fraction: *fraction, validators: 0 })
         .collect();
     let runs = run_cells(base, workload, &cells, rounds)?;
     Ok(cells

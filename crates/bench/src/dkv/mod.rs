@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use virga_core::clock::SkewProfile;
 use virga_core::device::{FileStorage, Storage};
 use virga_dkv::client::{ReadOnlyValidation, TxnClient, TxnClientConfig};
-use virga_dkv::kairos::{CacheConfig, CacheMode, CacheStats};
+use virga_dkv::kairos::{CacheConfig, CacheMode, CacheStats, ValidatorConfig, ValidatorCore};
 use virga_dkv::service::{open_replica, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
 use virga_dkv::shard::{open_data_node, DataConfig, DataCore};
 use virga_dkv::{ConfigCommand, Partitioning, ShardMap};
@@ -116,6 +116,8 @@ pub struct DkvBenchConfig {
     /// KAIROS: the keys clients cache across transactions and the lease rule (clients and
     /// primaries alike); none by default.
     pub cache: CacheConfig,
+    /// KAIROS: this many sharded validators (0: validation at the primaries).
+    pub validators: usize,
 }
 
 impl DkvBenchConfig {
@@ -135,6 +137,7 @@ impl DkvBenchConfig {
             skew: SkewProfile::None,
             validation: ReadOnlyValidation::Local,
             cache: CacheConfig::default(),
+            validators: 0,
         }
     }
 }
@@ -166,6 +169,10 @@ pub struct DkvBenchReport {
     /// Requests the clients sent to primaries per committed transaction (gets, scans,
     /// prepares, and decisions: the round trips of the protocol).
     pub requests_per_commit: f64,
+    /// KAIROS: sharded validators, and the requests clients sent them (validations and
+    /// releases) per committed transaction.
+    pub validators: usize,
+    pub validator_requests_per_commit: f64,
     /// KAIROS (zero without caching): the lease rule; reads of cacheable keys, those the
     /// caches served, and the hits validation found stale; per read of a cacheable key, the
     /// hit, fresh-hit and stale rates; the share of all reads the caches served.
@@ -193,6 +200,7 @@ struct Roles {
     config: Vec<Runner<ConfigCore>>,
     data: Vec<Runner<DataCore>>,
     clients: Vec<Runner<TxnClient>>,
+    validators: Vec<Runner<ValidatorCore>>,
     data_nodes: usize,
     /// Stops the gRPC servers.
     servers: watch::Sender<bool>,
@@ -201,6 +209,7 @@ struct Roles {
 impl Roles {
     fn stop(&self) {
         let switches = self.config.iter().map(|r| &r.stop).chain(self.data.iter().map(|r| &r.stop));
+        let switches = switches.chain(self.validators.iter().map(|r| &r.stop));
         for stop in switches.chain(self.clients.iter().map(|r| &r.stop)) {
             let _ = stop.send(true);
         }
@@ -272,6 +281,9 @@ fn add_stats(total: &mut virga_dkv::client::ClientStats, stats: &virga_dkv::clie
     total.prepares += stats.prepares;
     total.validations += stats.validations;
     total.decisions += stats.decisions;
+    total.validator_validations += stats.validator_validations;
+    total.releases += stats.releases;
+    total.validator_fallbacks += stats.validator_fallbacks;
     total.commit_latency_read_only.merge(&stats.commit_latency_read_only);
     total.commit_latency_read_write.merge(&stats.commit_latency_read_write);
 }
@@ -365,6 +377,7 @@ fn start_clients(config: &DkvBenchConfig, net: &Net, map: &ShardMap) -> Result<V
             client.read_only_validation = config.validation;
             client.clock_offset_ns = config.skew.draw(u64::from(id), config.seed).offset_ns;
             client.cache = config.cache.clone();
+            client.validators = validator_names(config.validators);
             let name = format!("client-{index}");
             let mailbox = Mailbox::<TxnClient>::new();
             // A client serves nothing but EI's callbacks: a server of its own only then.
@@ -373,6 +386,26 @@ fn start_clients(config: &DkvBenchConfig, net: &Net, map: &ShardMap) -> Result<V
             }
             let (stop, stopped) = watch::channel(false);
             let running = mailbox.run(name, TxnClient::new(client), net.transport(), NoIo, stopped);
+            Ok(Runner { running, stop })
+        })
+        .collect()
+}
+
+fn validator_names(count: usize) -> Vec<String> {
+    (0..count).map(|index| format!("validator-{index}")).collect()
+}
+
+/// KAIROS's validators, standing alone (each a role of its own, as a data node is).
+fn start_validators(net: &Net, map: &ShardMap, count: usize) -> Result<Vec<Runner<ValidatorCore>>> {
+    validator_names(count)
+        .into_iter()
+        .map(|name| {
+            let mut config = ValidatorConfig::new(&name, map.clone());
+            config.config_replicas = config_names();
+            let mailbox = Mailbox::<ValidatorCore>::new();
+            net.publish(&name, Host::new().with::<Dkv>(mailbox.handler()))?;
+            let (stop, stopped) = watch::channel(false);
+            let running = mailbox.run(name, ValidatorCore::new(config), net.transport(), NoIo, stopped);
             Ok(Runner { running, stop })
         })
         .collect()
@@ -393,8 +426,9 @@ async fn start_store(config: &DkvBenchConfig, dir: &Path, workload: &dyn LoadInt
     let config_roles = start_config(dir, &net, config.sync)?;
     install(&map, &net).await?;
     let data = start_data(dir, &net, &map, &nodes, workload, config.sync, config.cache.mode)?;
+    let validators = start_validators(&net, &map, config.validators)?;
     let clients = start_clients(config, &net, &map)?;
-    Ok(Roles { config: config_roles, data, clients, data_nodes, servers })
+    Ok(Roles { config: config_roles, data, clients, validators, data_nodes, servers })
 }
 
 /// A report of `committed`, `aborts`, the clients' requests and their caches over
@@ -442,6 +476,8 @@ fn report(
         read_only_mean_us: mean_us(&delta.commit_latency_read_only),
         read_write_mean_us: mean_us(&delta.commit_latency_read_write),
         requests_per_commit: requests as f64 / committed.max(1) as f64,
+        validators: config.validators,
+        validator_requests_per_commit: (delta.validator_validations + delta.releases) as f64 / committed.max(1) as f64,
         cache: config.cache.mode.name(),
         cache_reads: cache.reads,
         cache_hits: cache.hits,
@@ -474,6 +510,9 @@ fn stats_delta(
     delta.prepares -= before.prepares.min(delta.prepares);
     delta.validations -= before.validations.min(delta.validations);
     delta.decisions -= before.decisions.min(delta.decisions);
+    delta.validator_validations -= before.validator_validations.min(delta.validator_validations);
+    delta.releases -= before.releases.min(delta.releases);
+    delta.validator_fallbacks -= before.validator_fallbacks.min(delta.validator_fallbacks);
     delta.commit_latency_read_only.subtract(&before.commit_latency_read_only);
     delta.commit_latency_read_write.subtract(&before.commit_latency_read_write);
     delta

@@ -480,10 +480,7 @@ impl TxnClient {
             }
             Ok(ResponseBody::Vote(vote)) => {
                 let participants = participants.clone();
-                for key in &vote.stale {
-                    let was_hit = txn.reads.get(key.as_slice()).is_some_and(|read| read.cached);
-                    self.cache.found_stale(key, was_hit);
-                }
+                self.note_stale(id, &vote.stale);
                 // A primary that took over refuses commit timestamps up to its floor: the
                 // next one goes above it.
                 if let Some(floor) = vote.floor.map(|floor| shard_wire::ts_from_wire(Some(floor))) {
@@ -502,6 +499,15 @@ impl TxnClient {
                 txn.lost_prepares.push(shard);
                 self.arm_retry(out);
             }
+        }
+    }
+
+    /// A vote named these keys' versions read as superseded: their cached copies go.
+    pub(super) fn note_stale(&mut self, id: TxnId, stale: &[Vec<u8>]) {
+        let Some(txn) = self.txns.get(&id) else { return };
+        for key in stale {
+            let was_hit = txn.reads.get(key.as_slice()).is_some_and(|read| read.cached);
+            self.cache.found_stale(key, was_hit);
         }
     }
 

@@ -136,6 +136,7 @@ impl TxnClient {
                     .copied()
                     .filter(|validator| txn.writes.keys().any(|key| validator_of(key, count) == *validator))
                     .collect();
+                self.note_stale(id, &vote.stale);
                 self.release(id, false, out);
                 self.aborted(id, vote.reason, out);
             }

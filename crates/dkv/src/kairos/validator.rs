@@ -167,6 +167,15 @@ impl ValidatorState {
         Ok(())
     }
 
+    /// The reads whose version is no longer the newest this validator knows (a stale
+    /// vote names them, so the client drops those cached copies).
+    pub fn stale_reads<'r>(&self, reads: &'r [ReadOp]) -> impl Iterator<Item = &'r Bytes> + use<'_, 'r> {
+        reads.iter().filter_map(move |read| {
+            let newest = self.keys.get(&read.key)?.latest_committed?;
+            (newest != read.version).then_some(&read.key)
+        })
+    }
+
     /// The outcome of a transaction this validator voted commit on (any other is ignored).
     pub fn decide(&mut self, txn: TxnId, commit: bool) {
         let Some((ts, writes)) = self.held.remove(&txn) else { return };

@@ -23,6 +23,7 @@ use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::{Dkv, NetError};
 use virga_storage::{Timestamp, TxnId};
+use virga_txn::AbortReason;
 
 use super::validator::{Validation, ValidatorAbort, ValidatorState, ValidatorWeakening};
 use crate::layout::{ShardId, ShardMap, MAX_SHARDS};
@@ -213,6 +214,23 @@ pub fn validate_to_wire(request: &ValidateRequest) -> proto::Validate {
 
 type Out = Vec<Command<Dkv, std::convert::Infallible>>;
 
+/// Why the role votes abort: its own rules, or the state's.
+enum Abort {
+    AlreadyReleased,
+    BeyondLease,
+    Validator(ValidatorAbort),
+}
+
+impl Abort {
+    fn name(&self) -> &'static str {
+        match self {
+            Abort::AlreadyReleased => ALREADY_RELEASED,
+            Abort::BeyondLease => BEYOND_LEASE,
+            Abort::Validator(abort) => abort.name(),
+        }
+    }
+}
+
 impl ValidatorCore {
     pub fn new(config: ValidatorConfig) -> ValidatorCore {
         let mut state = ValidatorState::new(Timestamp::ZERO);
@@ -275,9 +293,9 @@ impl ValidatorCore {
         };
         self.stats.validations += 1;
         let vote = if self.released.contains(&request.txn) {
-            Err(ALREADY_RELEASED.to_string())
+            Err(Abort::AlreadyReleased)
         } else if request.commit_ts >= self.lease_end(now) {
-            Err(BEYOND_LEASE.to_string())
+            Err(Abort::BeyondLease)
         } else {
             let validation = Validation {
                 txn: request.txn,
@@ -286,7 +304,7 @@ impl ValidatorCore {
                 reads: &request.reads,
                 writes: &request.writes,
             };
-            self.state.validate(&validation).map_err(|abort: ValidatorAbort| abort.name().to_string())
+            self.state.validate(&validation).map_err(Abort::Validator)
         };
         match vote {
             Ok(()) => {
@@ -302,9 +320,16 @@ impl ValidatorCore {
                 }
                 ResponseBody::Vote(proto::Vote { commit: true, ..proto::Vote::default() })
             }
-            Err(reason) => {
+            Err(abort) => {
+                let stale = match abort {
+                    Abort::Validator(ValidatorAbort::Check(AbortReason::ReadStale)) => {
+                        self.state.stale_reads(&request.reads).map(|key| key.to_vec()).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                let reason = abort.name().to_string();
                 *self.stats.aborts.entry(reason.clone()).or_default() += 1;
-                ResponseBody::Vote(proto::Vote { commit: false, reason, ..proto::Vote::default() })
+                ResponseBody::Vote(proto::Vote { commit: false, reason, stale, ..proto::Vote::default() })
             }
         }
     }
