@@ -64,7 +64,12 @@ pub struct ClusterInitArgs {
     /// Data nodes, at least the replicas (default twice the replicas).
     #[arg(long, value_parser = crate::limits::count_u64_between(1, 64))]
     pub data_nodes: Option<u64>,
-    /// The configuration replicas listen from this port, then the data nodes, then the API.
+    /// KAIROS's sharded validators, each a role of its own (`validator-N`): transactions
+    /// validate there before they prepare at the primaries. 0: validation at the primaries.
+    #[arg(long, default_value_t = 0, value_parser = crate::limits::count_between(0, 16))]
+    pub validators: usize,
+    /// The configuration replicas listen from this port, then the data nodes, the validators,
+    /// then the API.
     #[arg(long, default_value_t = 7401, value_parser = crate::limits::count_u64_between(1024, 65000))]
     pub base_port: u64,
 }
@@ -73,7 +78,7 @@ pub struct ClusterInitArgs {
 pub struct ClusterNodeArgs {
     #[arg(long)]
     pub dir: PathBuf,
-    /// The role: config-1, config-2, config-3, data-N or api.
+    /// The role: config-1, config-2, config-3, data-N, validator-N or api.
     #[arg(long)]
     pub id: String,
     /// Fsync each group of records before acknowledging it (group) or never (none).
@@ -98,6 +103,9 @@ pub struct ClusterUpArgs {
     /// Data nodes of a new cluster, at least the replicas (default twice the replicas).
     #[arg(long, value_parser = crate::limits::count_u64_between(1, 64))]
     pub data_nodes: Option<u64>,
+    /// KAIROS's sharded validators of a new cluster (default 0: validation at the primaries).
+    #[arg(long, value_parser = crate::limits::count_between(0, 16))]
+    pub validators: Option<usize>,
     /// Where to serve the client API.
     #[arg(long, default_value = "127.0.0.1:7400")]
     pub listen: String,
@@ -126,7 +134,7 @@ pub fn run(command: &ClusterCommand, tls: &TlsArgs) -> anyhow::Result<ExitCode> 
 
 /// The shape the options ask for, if any: unnamed fields take the default's.
 fn asked_shape(args: &ClusterUpArgs) -> Option<ClusterShape> {
-    if args.shards.is_none() && args.replicas.is_none() && args.data_nodes.is_none() {
+    if args.shards.is_none() && args.replicas.is_none() && args.data_nodes.is_none() && args.validators.is_none() {
         return None;
     }
     let default = ClusterShape::default();
@@ -135,6 +143,7 @@ fn asked_shape(args: &ClusterUpArgs) -> Option<ClusterShape> {
         shards: args.shards.map_or(default.shards, |shards| shards as u32),
         replicas,
         data_nodes: args.data_nodes.map_or(2 * replicas, |nodes| nodes as usize),
+        validators: args.validators.unwrap_or(default.validators),
     })
 }
 
@@ -191,6 +200,7 @@ fn init(args: &ClusterInitArgs) -> anyhow::Result<ExitCode> {
         shards: args.shards as u32,
         replicas,
         data_nodes: args.data_nodes.map_or(2 * replicas, |nodes| nodes as usize),
+        validators: args.validators,
     };
     let plan = virga_dkv::deploy::init_processes(&args.dir, shape, args.base_port as u16)
         .with_context(|| format!("writing a cluster into {}", args.dir.display()))?;

@@ -52,7 +52,7 @@ fn shell_get(address: &str, extra: &[String]) -> (Option<i32>, String) {
 }
 
 fn shape() -> ClusterShape {
-    ClusterShape { shards: 3, replicas: 3, data_nodes: 4 }
+    ClusterShape { shards: 3, replicas: 3, data_nodes: 4, validators: 0 }
 }
 
 /// A base port with the next `count` ports free on loopback, below Linux's ephemeral range
@@ -214,4 +214,61 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
         departed.iter().any(|replica| replica["node"] == primary.as_str() && replica["shard"] == 0),
         "the killed primary left shard 0's group: {report}"
     );
+}
+
+/// KAIROS's validators as processes: SIGKILL one during transfers (which validate there
+/// before they prepare at the primaries). It comes back above its old lease, the transfers
+/// go on, and nothing acknowledged is lost.
+#[test]
+fn a_validator_killed_during_transfers_restarts_above_its_lease_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().display().to_string();
+    let base = free_ports(10);
+    let init = Command::new(VIRGA)
+        .args(["kv", "cluster", "init", "--dir", &dir_arg, "--shards", "3", "--replicas", "3", "--data-nodes", "4"])
+        .args(["--validators", "2", "--base-port", &base.to_string()])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", text(&init.stderr));
+    let names = [
+        "config-1",
+        "config-2",
+        "config-3",
+        "data-0",
+        "data-1",
+        "data-2",
+        "data-3",
+        "validator-0",
+        "validator-1",
+        "api",
+    ];
+    let mut roles: Vec<(&str, RoleProcess)> =
+        names.iter().map(|name| (*name, RoleProcess(start(dir.path(), name)))).collect();
+    let address = format!("http://127.0.0.1:{}", base + 9);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async { open_accounts(&connect(&address, Duration::from_secs(30))).await });
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> =
+        (0..4).map(|client| runtime.spawn(keep_transferring(address.clone(), client, Arc::clone(&stop)))).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let position = roles.iter().position(|(role, _)| *role == "validator-0").unwrap();
+    kill(&mut roles[position].1 .0);
+    std::thread::sleep(Duration::from_millis(800));
+    roles[position].1 = RoleProcess(start(dir.path(), "validator-0"));
+    let back = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let acknowledged: Vec<(Instant, String)> =
+        clients.into_iter().flat_map(|client| runtime.block_on(client).unwrap()).collect();
+    let after = acknowledged.iter().filter(|(at, _)| *at > back).count();
+    assert!(after > 0, "transfers resumed after the validator came back ({} in all)", acknowledged.len());
+    let marks: Vec<String> = acknowledged.into_iter().map(|(_, mark)| mark).collect();
+    let (total, missing) = runtime.block_on(async { audit(&connect(&address, Duration::from_secs(30)), &marks).await });
+    assert_eq!(total, INITIAL * ACCOUNTS as u64, "money is conserved");
+    assert!(missing.is_empty(), "acknowledged transfers lost: {missing:?}");
+    let log = std::fs::read_to_string(dir.path().join("validator-0.stderr")).unwrap();
+    assert!(log.contains("validator restarted above its old lease"), "{log}");
+    for (_, role) in roles.iter_mut().rev() {
+        terminate(&mut role.0);
+    }
 }

@@ -11,7 +11,7 @@ use virga_dkv::api::{Kv, KvBackend, KvError};
 use virga_dkv::deploy::{ClusterOptions, ClusterShape, LocalCluster};
 
 fn shape() -> ClusterShape {
-    ClusterShape { shards: 3, replicas: 3, data_nodes: 4 }
+    ClusterShape { shards: 3, replicas: 3, data_nodes: 4, validators: 0 }
 }
 
 async fn open(dir: &std::path::Path) -> LocalCluster {

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use virga_net::driver::{system_now, CoreReader};
 
 use crate::client::{ClientStats, TxnClient};
+use crate::kairos::{ValidatorCore, ValidatorStats};
 use crate::metrics::{LatencyHistogram, ShardGauges};
 use crate::service::ConfigCore;
 use crate::shard::{DataCore, DataStats};
@@ -28,6 +29,7 @@ pub enum RoleReader {
     Config(CoreReader<ConfigCore>),
     Data(CoreReader<DataCore>),
     Client(CoreReader<TxnClient>),
+    Validator(CoreReader<ValidatorCore>),
 }
 
 /// The roles a process exports, by name.
@@ -64,6 +66,8 @@ struct Snapshot {
     clients: Vec<(String, ClientStats)>,
     data: Vec<(String, DataStats, Vec<ShardGauges>)>,
     config: Vec<(String, ConfigGauges)>,
+    /// Each validator's counters and the transactions it holds.
+    validators: Vec<(String, ValidatorStats, usize)>,
 }
 
 struct ConfigGauges {
@@ -85,6 +89,10 @@ impl Snapshot {
                 RoleReader::Data(reader) => {
                     let (stats, shards) = reader.with_core(|core| (core.stats().clone(), core.shard_gauges()));
                     snapshot.data.push((name.clone(), stats, shards));
+                }
+                RoleReader::Validator(reader) => {
+                    let (stats, held) = reader.with_core(|core| (core.stats().clone(), core.held()));
+                    snapshot.validators.push((name.clone(), stats, held));
                 }
                 RoleReader::Config(reader) => snapshot.config.push((
                     name.clone(),
@@ -156,6 +164,7 @@ impl Collector for RoleMetrics {
         let snapshot = Snapshot::take(&self.roles);
         encode_clients(&mut encoder, &snapshot.clients)?;
         encode_data(&mut encoder, &snapshot.data)?;
+        encode_validators(&mut encoder, &snapshot.validators)?;
         encode_config(&mut encoder, &snapshot.config)
     }
 }
@@ -252,6 +261,34 @@ fn encode_data(encoder: &mut DescriptorEncoder, nodes: &[(String, DataStats, Vec
         .gauges(encoder, &backlog)?;
     family("virga_dkv_prepared_transactions", "Transactions prepared at the replica, undecided.")
         .gauges(encoder, &prepared)
+}
+
+fn encode_validators(
+    encoder: &mut DescriptorEncoder,
+    validators: &[(String, ValidatorStats, usize)],
+) -> std::fmt::Result {
+    let (mut events, mut aborted, mut held, mut keys) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (name, stats, holding) in validators {
+        for (event, count) in [
+            ("validation", stats.validations),
+            ("commit_vote", stats.commit_votes),
+            ("release", stats.releases),
+            ("termination", stats.terminations),
+        ] {
+            events.push((with(role(name), "event", event), count));
+        }
+        for (reason, count) in &stats.aborts {
+            aborted.push((with(role(name), "reason", reason), *count));
+        }
+        held.push((role(name), *holding as f64));
+        keys.push((role(name), stats.keys as f64));
+    }
+    let family = |name, help| Family { name, help };
+    family("virga_dkv_validator_events", "What a KAIROS validator did, by event.").counters(encoder, &events)?;
+    family("virga_dkv_validator_aborts", "A validator's abort votes, by reason.").counters(encoder, &aborted)?;
+    family("virga_dkv_validator_held_transactions", "Transactions voted commit whose outcome the validator awaits.")
+        .gauges(encoder, &held)?;
+    family("virga_dkv_validator_keys", "Keys the validator keeps state of (above its floor).").gauges(encoder, &keys)
 }
 
 fn encode_config(encoder: &mut DescriptorEncoder, replicas: &[(String, ConfigGauges)]) -> std::fmt::Result {

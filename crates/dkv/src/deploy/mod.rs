@@ -40,6 +40,7 @@ use virga_net::{Dkv, Host, InProc};
 
 use crate::api::{Kv, LocalKv};
 use crate::client::{TxnClient, TxnClientConfig};
+use crate::kairos::{ValidatorConfig, ValidatorCore};
 use crate::layout::{replicas_to_f, Partitioning, ShardMap};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig, DataCore};
@@ -57,11 +58,13 @@ pub struct ClusterShape {
     pub replicas: usize,
     /// Data nodes the replicas are spread over (at least `replicas`).
     pub data_nodes: usize,
+    /// KAIROS's sharded validators (0: validation at the primaries).
+    pub validators: usize,
 }
 
 impl Default for ClusterShape {
     fn default() -> Self {
-        ClusterShape { shards: 3, replicas: 3, data_nodes: 6 }
+        ClusterShape { shards: 3, replicas: 3, data_nodes: 6, validators: 0 }
     }
 }
 
@@ -136,8 +139,13 @@ pub(crate) fn role_names(shape: &ClusterShape) -> Vec<String> {
         .into_iter()
         .map(|(_, name)| name)
         .chain((0..shape.data_nodes).map(|index| format!("data-{index}")))
+        .chain(validator_names(shape))
         .chain([API_ROLE.to_string()])
         .collect()
+}
+
+pub(crate) fn validator_names(shape: &ClusterShape) -> Vec<String> {
+    (0..shape.validators).map(|index| format!("validator-{index}")).collect()
 }
 
 /// What `cluster.txt` holds.
@@ -151,7 +159,10 @@ pub(crate) struct LayoutFile {
 }
 
 fn describe(shape: &ClusterShape) -> String {
-    format!("{} shards × {} replicas on {} data nodes", shape.shards, shape.replicas, shape.data_nodes)
+    format!(
+        "{} shards × {} replicas on {} data nodes, {} validators",
+        shape.shards, shape.replicas, shape.data_nodes, shape.validators
+    )
 }
 
 impl LayoutFile {
@@ -163,6 +174,9 @@ impl LayoutFile {
         );
         if let Some(port) = self.base_port {
             text.push_str(&format!("base_port {port}\n"));
+        }
+        if shape.validators > 0 {
+            text.push_str(&format!("validators {}\n", shape.validators));
         }
         text
     }
@@ -182,14 +196,22 @@ impl LayoutFile {
         let replicas = field("replicas")? as usize;
         let data_nodes = field("data_nodes")? as usize;
         let incarnation = u32::try_from(field("incarnation")?).map_err(|_| "incarnation overflows".to_string())?;
-        let base_port = match lines.next() {
-            None => None,
-            Some(line) => {
-                let value = line.strip_prefix("base_port ").ok_or_else(|| format!("`{line}` after the incarnation"))?;
-                Some(value.parse().map_err(|_| format!("`base_port` is not a port: {value:?}"))?)
+        // Then, each when it applies: the base port of a cluster of processes, the validators.
+        let (mut base_port, mut validators) = (None, 0);
+        for line in lines {
+            if let Some(value) = line.strip_prefix("base_port ") {
+                base_port = Some(value.parse().map_err(|_| format!("`base_port` is not a port: {value:?}"))?);
+            } else if let Some(value) = line.strip_prefix("validators ") {
+                validators = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|count| (1..=16).contains(count))
+                    .ok_or_else(|| format!("`validators` is not a count from 1 to 16: {value:?}"))?;
+            } else {
+                return Err(format!("`{line}` after the incarnation"));
             }
-        };
-        let shape = ClusterShape { shards, replicas, data_nodes };
+        }
+        let shape = ClusterShape { shards, replicas, data_nodes, validators };
         Ok(LayoutFile { shape, incarnation, base_port })
     }
 }
@@ -285,6 +307,7 @@ pub struct LocalCluster {
     incarnation: u32,
     config: Vec<Runner<ConfigCore>>,
     data: Vec<Runner<DataCore>>,
+    validators: Vec<Runner<ValidatorCore>>,
     client: Runner<TxnClient>,
 }
 
@@ -339,8 +362,21 @@ impl LocalCluster {
             let (stop, stopped) = watch::channel(false);
             data.push(Runner { running: mailbox.run(name, core, Arc::clone(&inproc) as _, disk, stopped), stop });
         }
+        let mut validators = Vec::new();
+        for name in validator_names(&layout.shape) {
+            let mut config = ValidatorConfig::new(&name, map.clone());
+            config.config_replicas = replicas.clone();
+            // Its state is volatile: only the cluster's first opening has nothing to forget.
+            config.fresh = layout.incarnation == 1;
+            let mailbox = Mailbox::<ValidatorCore>::new();
+            inproc.register_host(&name, Host::new().with::<Dkv>(mailbox.handler()));
+            let (stop, stopped) = watch::channel(false);
+            let core = ValidatorCore::new(config);
+            validators.push(Runner { running: mailbox.run(name, core, Arc::clone(&inproc) as _, NoIo, stopped), stop });
+        }
         let mut client_config = TxnClientConfig::new(layout.incarnation, map);
         client_config.config_replicas = replicas;
+        client_config.validators = validator_names(&layout.shape);
         let name = format!("client-{}", layout.incarnation);
         let mailbox = Mailbox::<TxnClient>::new();
         inproc.register_host(&name, Host::new().with::<Dkv>(mailbox.handler()));
@@ -352,6 +388,7 @@ impl LocalCluster {
             incarnation: layout.incarnation,
             config,
             data,
+            validators,
             client: Runner { running, stop },
         })
     }
@@ -402,6 +439,9 @@ impl LocalCluster {
     /// Stops every role cleanly: the client first, then the data nodes, then the service.
     pub async fn stop(self) {
         self.client.stop().await;
+        for runner in self.validators {
+            runner.stop().await;
+        }
         for runner in self.data {
             runner.stop().await;
         }
@@ -469,7 +509,7 @@ mod tests {
     #[test]
     fn the_layout_file_round_trips_and_names_what_is_wrong() {
         let layout = LayoutFile {
-            shape: ClusterShape { shards: 4, replicas: 5, data_nodes: 7 },
+            shape: ClusterShape { shards: 4, replicas: 5, data_nodes: 7, validators: 2 },
             incarnation: 9,
             base_port: None,
         };
@@ -487,7 +527,7 @@ mod tests {
     #[test]
     fn opening_counts_incarnations_and_refuses_another_shape() {
         let dir = tempfile::tempdir().unwrap();
-        let shape = ClusterShape { shards: 2, replicas: 3, data_nodes: 3 };
+        let shape = ClusterShape { shards: 2, replicas: 3, data_nodes: 3, validators: 0 };
         assert_eq!(open_layout(dir.path(), Some(shape)).unwrap().incarnation, 1);
         assert_eq!(open_layout(dir.path(), None).unwrap(), LayoutFile { shape, incarnation: 2, base_port: None });
         let other = ClusterShape { shards: 3, ..shape };
@@ -512,9 +552,9 @@ mod tests {
 
     #[test]
     fn even_replica_counts_and_too_few_nodes_are_refused() {
-        let even = initial_map(&ClusterShape { shards: 3, replicas: 2, data_nodes: 6 }).unwrap_err();
+        let even = initial_map(&ClusterShape { shards: 3, replicas: 2, data_nodes: 6, validators: 0 }).unwrap_err();
         assert!(matches!(even, DeployError::Layout(_)), "{even}");
-        let few = initial_map(&ClusterShape { shards: 3, replicas: 5, data_nodes: 4 }).unwrap_err();
+        let few = initial_map(&ClusterShape { shards: 3, replicas: 5, data_nodes: 4, validators: 0 }).unwrap_err();
         assert!(few.to_string().contains("4 data nodes for 5 replicas"), "{few}");
         let map = initial_map(&ClusterShape::default()).unwrap();
         assert_eq!((map.shard_count(), map.f()), (3, 1));

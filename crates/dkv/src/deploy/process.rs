@@ -1,7 +1,7 @@
 //! The store's roles as processes of their own over gRPC (`virga kv cluster init` and
 //! `virga kv cluster node`): the directory's layout names every role and its loopback port
-//! (the three configuration replicas from the base port, then the data nodes, then the API
-//! server); each process runs one role from its own subdirectory, reaching the others over
+//! (the three configuration replicas from the base port, then the data nodes, KAIROS's
+//! validators if any, then the API server); each process runs one role from its own subdirectory, reaching the others over
 //! the gRPC transport. A role killed at any moment restarts with the same command: it
 //! replays its log and takes up its part again (a data node whose shard failed over while it
 //! was down stays out of that shard's group).
@@ -25,6 +25,7 @@ use super::{
 };
 use crate::api::{Kv, LocalKv};
 use crate::client::{TxnClient, TxnClientConfig};
+use crate::kairos::{ValidatorConfig, ValidatorCore};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig};
 use crate::ConfigCommand;
@@ -192,11 +193,18 @@ pub async fn run_role(
         config.sync = options.sync;
         let (core, disk) = open_data_node(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
         serve_core(role, core, disk, serving, RoleReader::Data, || ready(address)).await?;
+    } else if role.starts_with("validator-") {
+        let mut config = ValidatorConfig::new(role, map);
+        config.config_replicas = replicas;
+        // Its state is volatile: a restart starts above every vote it may have cast.
+        config.fresh = starts == 1;
+        serve_core(role, ValidatorCore::new(config), NoIo, serving, RoleReader::Validator, || ready(address)).await?;
     } else {
         let client_id = 1_000_000 + starts;
         propose_install(transport.clone(), &replicas, map.clone(), client_id, options.start_within).await?;
         let mut config = TxnClientConfig::new(client_id, map);
         config.config_replicas = replicas;
+        config.validators = super::validator_names(&plan.shape);
         let running = Mailbox::<TxnClient>::new().run(
             format!("client-{client_id}"),
             TxnClient::new(config),
