@@ -1,4 +1,5 @@
-//! Bodies of virga-dkv's fuzz targets (`fuzz/fuzz_targets/dkv_decode.rs`, `raft_wire.rs`),
+//! Bodies of virga-dkv's fuzz targets (`fuzz/fuzz_targets/dkv_decode.rs`, `raft_wire.rs`,
+//! `dkv_shard.rs`, `kv_session.rs`, `kairos_validator.rs`),
 //! kept in the library so the regular test suite runs them too. Each panics only on a real
 //! bug: a dkv message decoded to something invalid or that does not re-encode to itself; a
 //! Raft message that passed `raft_wire`'s checks and then panicked raft-rs.
@@ -6,6 +7,7 @@
 pub mod data_node;
 pub mod raft_group;
 pub mod session;
+pub mod validator;
 
 use std::sync::OnceLock;
 
@@ -18,6 +20,7 @@ use raft_group::{Delivery, Scenario, HEARTBEAT_TICK, VOTERS};
 
 pub use data_node::dkv_shard;
 pub use session::kv_session;
+pub use validator::kairos_validator;
 
 /// A configuration with the sample layout installed at log index 1: 5 nodes, range
 /// partitioning into 3 shards, f = 1.

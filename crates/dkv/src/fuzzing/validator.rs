@@ -1,0 +1,248 @@
+//! The body of the `kairos_validator` fuzz target: a KAIROS validator fed any sequence of
+//! requests (raw bytes decoded as a request, or validations, releases and watermarks built
+//! from the input), clock advances with its ticks, and answers to its termination queries
+//! (any phase, or a failure). It must answer every request exactly once, never hold more
+//! transactions than it voted commit with writes, and a validation it accepts must encode
+//! back to itself.
+
+use std::collections::HashSet;
+
+use prost::Message as _;
+use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use virga_net::role::{CallId, Command, Event, Role, TimerId};
+use virga_net::NetError;
+
+use crate::kairos::{validate_from_wire, validate_to_wire, ValidatorConfig, ValidatorCore};
+use crate::layout::{Partitioning, ShardMap};
+use crate::shard::wire as shard_wire;
+
+/// Most operations one input runs.
+const MAX_OPS: usize = 64;
+const MS: u64 = 1_000_000;
+const START: u64 = 1_000_000 * MS;
+
+/// What an input came to.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ValidatorTally {
+    pub requests: usize,
+    pub commit_votes: usize,
+    pub abort_votes: usize,
+    pub errors: usize,
+    pub terminated: u64,
+}
+
+struct Harness {
+    core: ValidatorCore,
+    now: u64,
+    next_call: u64,
+    tick: Option<TimerId>,
+    queries: Vec<CallId>,
+    /// Transactions voted commit with writes: the most the validator may hold.
+    holders: HashSet<u64>,
+    tally: ValidatorTally,
+}
+
+pub fn kairos_validator(data: &[u8]) {
+    run_validator(data);
+}
+
+/// The body of [`kairos_validator`].
+pub fn run_validator(data: &[u8]) -> ValidatorTally {
+    let Some((&first, mut input)) = data.split_first() else { return ValidatorTally::default() };
+    let nodes: Vec<String> = (0..3).map(|index| format!("data-{index}")).collect();
+    let Ok(map) = ShardMap::place(&nodes, Partitioning::Hash { shards: 3 }, 1) else {
+        return ValidatorTally::default();
+    };
+    let mut config = ValidatorConfig::new("validator-0", map);
+    config.fresh = first & 1 == 0;
+    let mut harness = Harness {
+        core: ValidatorCore::new(config),
+        now: START,
+        next_call: 0,
+        tick: None,
+        queries: Vec::new(),
+        holders: HashSet::new(),
+        tally: ValidatorTally::default(),
+    };
+    harness.step(Event::Start);
+    for _ in 0..MAX_OPS {
+        let Some((&tag, rest)) = input.split_first() else { break };
+        input = rest;
+        match tag % 6 {
+            0 => {
+                let Some(request) = raw_request(&mut input) else { break };
+                harness.ask(request);
+            }
+            1 => {
+                let Some(request) = built_validation(&mut input, harness.now) else { break };
+                harness.ask(request);
+            }
+            2 => {
+                let Some([seq, commit]) = take::<2>(&mut input) else { break };
+                let release = proto::Release {
+                    txn: Some(proto::TxnId { client: 1, seq: u32::from(seq) }),
+                    commit: commit & 1 == 1,
+                };
+                harness.ask(proto::Request { body: Some(RequestBody::Release(release)) });
+            }
+            3 => {
+                let Some([client, back]) = take::<2>(&mut input) else { break };
+                let freshness =
+                    shard_wire::ts_to_wire(virga_storage::Timestamp::new(harness.now - u64::from(back) * MS, 1));
+                let watermark = proto::Watermark { client: u32::from(client), ts: None, freshness: Some(freshness) };
+                harness.ask(proto::Request { body: Some(RequestBody::Watermark(watermark)) });
+            }
+            4 => {
+                let Some([advance]) = take::<1>(&mut input) else { break };
+                harness.now += u64::from(advance) * 10 * MS;
+                if let Some(tick) = harness.tick.take() {
+                    harness.step(Event::Timer(tick));
+                }
+            }
+            _ => {
+                let Some([phase]) = take::<1>(&mut input) else { break };
+                harness.answer(phase);
+            }
+        }
+    }
+    harness.tally.terminated = harness.core.stats().terminations;
+    harness.tally
+}
+
+fn take<const N: usize>(input: &mut &[u8]) -> Option<[u8; N]> {
+    let (head, rest) = input.split_first_chunk::<N>()?;
+    *input = rest;
+    Some(*head)
+}
+
+fn raw_request(input: &mut &[u8]) -> Option<proto::Request> {
+    let [low, high] = take::<2>(input)?;
+    let length = usize::from(u16::from_le_bytes([low, high])).min(input.len());
+    let (bytes, rest) = input.split_at(length);
+    *input = rest;
+    Some(proto::Request::decode(bytes).unwrap_or_default())
+}
+
+/// A validation of small keys and timestamps near the validator's clock.
+fn built_validation(input: &mut &[u8], now: u64) -> Option<proto::Request> {
+    let [seq, commit_back, fresh_back, shape] = take::<4>(input)?;
+    let ts = |back: u8| Some(shard_wire::ts_to_wire(virga_storage::Timestamp::new(now - u64::from(back) * MS, 1)));
+    let mut reads = Vec::new();
+    for _ in 0..shape % 4 {
+        let [key, version] = take::<2>(input)?;
+        reads.push(proto::Read {
+            key: vec![b'k', b'0' + key % 8],
+            version: if version == 0 { None } else { ts(version) },
+            cached: key & 0x80 != 0,
+        });
+    }
+    let writes: Vec<Vec<u8>> =
+        (0..(shape >> 2) % 3).map(|index| vec![b'k', b'0' + (seq.wrapping_add(index)) % 8]).collect();
+    let validate = proto::Validate {
+        txn: Some(proto::TxnId { client: 1, seq: u32::from(seq) }),
+        commit_ts: ts(commit_back),
+        freshness: ts(fresh_back),
+        reads,
+        participants: if writes.is_empty() { Vec::new() } else { vec![0, u32::from(shape >> 4) % 3] },
+        writes,
+    };
+    Some(proto::Request { body: Some(RequestBody::Validate(validate)) })
+}
+
+impl Harness {
+    fn step(
+        &mut self,
+        event: Event<virga_net::Dkv, std::convert::Infallible, std::convert::Infallible>,
+    ) -> Vec<Command<virga_net::Dkv, std::convert::Infallible>> {
+        let mut out = Vec::new();
+        self.core.step(self.now, event, &mut out);
+        let mut replies = Vec::new();
+        for command in out {
+            match command {
+                Command::SetTimer { timer, .. } => self.tick = Some(timer),
+                Command::Call { call, request: proto::Request { body: Some(RequestBody::Query(_)) }, .. } => {
+                    self.queries.push(call)
+                }
+                other => replies.push(other),
+            }
+        }
+        replies
+    }
+
+    fn ask(&mut self, request: proto::Request) {
+        self.next_call += 1;
+        let call = CallId(self.next_call);
+        let accepted = match &request.body {
+            Some(RequestBody::Validate(validate)) => validate_from_wire(validate.clone()).ok(),
+            _ => None,
+        };
+        if let Some(accepted) = &accepted {
+            assert_eq!(
+                validate_from_wire(validate_to_wire(accepted)).as_ref(),
+                Ok(accepted),
+                "a validation did not round-trip"
+            );
+        }
+        let replies = self.step(Event::Request { from: "client-1".into(), call, request });
+        self.tally.requests += 1;
+        let [Command::Reply { call: answered, response, .. }] = replies.as_slice() else {
+            panic!("a request got {} commands back, not one reply: {replies:?}", replies.len());
+        };
+        assert_eq!(*answered, call, "the reply names another call");
+        match &response.body {
+            Some(ResponseBody::Vote(vote)) if vote.commit => {
+                self.tally.commit_votes += 1;
+                if let Some(accepted) = accepted.filter(|accepted| !accepted.writes.is_empty()) {
+                    self.holders.insert(accepted.txn);
+                }
+            }
+            Some(ResponseBody::Vote(_)) => self.tally.abort_votes += 1,
+            Some(ResponseBody::Ack(_)) => {}
+            Some(ResponseBody::Error(_)) => self.tally.errors += 1,
+            other => panic!("a validator answered {other:?}"),
+        }
+        assert!(self.core.held() <= self.holders.len(), "holds {} of {} voted", self.core.held(), self.holders.len());
+    }
+
+    /// Answers the oldest termination query: a phase, or (past the phases) a failure.
+    fn answer(&mut self, phase: u8) {
+        if self.queries.is_empty() {
+            return;
+        }
+        let call = self.queries.remove(0);
+        let result = match proto::TxnPhase::try_from(i32::from(phase % 6)) {
+            Ok(phase) => {
+                Ok(proto::Response { body: Some(ResponseBody::State(proto::TxnState { phase: phase as i32 })) })
+            }
+            Err(_) => Err(NetError::Unreachable { peer: "data-0".into(), reason: "fuzzed".into() }),
+        };
+        let replies = self.step(Event::Response { call, result });
+        assert!(replies.is_empty(), "an answer to a query made the validator reply: {replies:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    #[test]
+    fn random_inputs_get_one_reply_each_and_exercise_votes_and_terminations() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut total = ValidatorTally::default();
+        for _ in 0..2_000 {
+            let length = rng.random_range(0..400);
+            let data: Vec<u8> = (0..length).map(|_| rng.random()).collect();
+            let tally = run_validator(&data);
+            total.requests += tally.requests;
+            total.commit_votes += tally.commit_votes;
+            total.abort_votes += tally.abort_votes;
+            total.errors += tally.errors;
+            total.terminated += tally.terminated;
+        }
+        assert!(total.commit_votes > 100 && total.abort_votes > 100 && total.errors > 100, "{total:?}");
+        assert!(total.terminated > 0, "{total:?}");
+    }
+}
