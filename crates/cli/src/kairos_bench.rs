@@ -72,9 +72,10 @@ pub struct KairosBenchArgs {
     pub sync: DkvSync,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Fig. 4.16's third bar: every mode also runs with this many sharded validators
-    /// (standing alone, each a role of its own) in the same rounds. 0: none.
-    #[arg(long, default_value_t = 0, value_parser = crate::limits::count_between(0, 16), conflicts_with = "figure")]
+    /// Fig. 4.16's third bar: every mode also runs with this many sharded validators in the
+    /// same rounds (standing alone, each a role of its own; with --figure scale, co-located
+    /// with the clients, as the seed's). 0: none. Not with --figure hit-rate or load.
+    #[arg(long, default_value_t = 0, value_parser = crate::limits::count_between(0, 16))]
     pub validators: usize,
     /// Reproduce one of the seed's figures instead of comparing --modes.
     #[arg(long, value_enum)]
@@ -114,6 +115,11 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
         skew: args.skew,
         ..DkvBenchConfig::new(args.clients, Duration::from_secs_f64(args.duration), args.seed)
     };
+    let sweeps = matches!(args.figure, Some(KairosFigure::HitRate | KairosFigure::Load));
+    if sweeps && args.validators > 0 {
+        eprintln!("error: --validators goes with the mode comparison or --figure scale, not --figure hit-rate or load");
+        return Ok(ExitCode::from(2));
+    }
     if args.figure == Some(KairosFigure::HitRate) {
         eprintln!("virga bench kairos --figure hit-rate: {} rounds of {} s a cache size", args.runs, args.duration);
         let points = hit_rate_by_cache_size(&base, &workload, args.runs)?;
@@ -135,13 +141,20 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
     if args.figure == Some(KairosFigure::Scale) {
         eprintln!("virga bench kairos --figure scale: the cost model, calibrated on this machine");
         let scratch = tempfile::tempdir()?;
-        let figure = virga_bench::dkv::kairos_scale::kairos_scale(&workload, &args.modes, args.seed, scratch.path())?;
+        let figure = virga_bench::dkv::kairos_scale::kairos_scale(
+            &workload,
+            &args.modes,
+            args.validators,
+            args.seed,
+            scratch.path(),
+        )?;
         for row in &figure.rows {
             println!(
-                "{:<20} {:<13} {:<11} {:>9.0} committed/s, x none {:.2}, aborts {:.1}%",
+                "{:<20} {:<13} {:<11} {:>2} validators {:>9.0} committed/s, x none {:.2}, aborts {:.1}%",
                 row.shape,
                 row.kind,
                 row.mode,
+                row.validators,
                 row.committed_per_sec,
                 row.speedup_over_none,
                 row.abort_rate * 100.0

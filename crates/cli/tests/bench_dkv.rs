@@ -57,7 +57,7 @@ fn bench_kairos_runs_every_mode_and_writes_its_rates() {
     let json = dir.path().join("kairos.json");
     let output = Command::new(env!("CARGO_BIN_EXE_virga"))
         .args(["bench", "kairos", "--modes", "none,lease,ei", "--records", "2000", "--duration", "0.3", "--runs", "1"])
-        .args(["--clients", "2", "--cache-fraction", "0.005"])
+        .args(["--clients", "2", "--cache-fraction", "0.005", "--validators", "2"])
         .arg("--json")
         .arg(&json)
         .output()
@@ -66,11 +66,20 @@ fn bench_kairos_runs_every_mode_and_writes_its_rates() {
     assert!(output.status.success(), "exited {:?}: {stderr}", output.status);
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let modes = report["modes"].as_array().unwrap();
-    let names: Vec<&str> = modes.iter().map(|mode| mode["mode"].as_str().unwrap()).collect();
-    assert_eq!(names, ["none", "lease", "ei"]);
+    let names: Vec<(&str, u64)> =
+        modes.iter().map(|mode| (mode["mode"].as_str().unwrap(), mode["validators"].as_u64().unwrap())).collect();
+    assert_eq!(names, [("none", 0), ("lease", 0), ("ei", 0), ("none", 2), ("lease", 2), ("ei", 2)]);
+    // With validators, read-only transactions leave the primaries: fewer messages there, and
+    // the validators get theirs.
+    for (alone, with) in modes[..3].iter().zip(&modes[3..]) {
+        let primaries = |mode: &serde_json::Value| mode["server_messages_per_txn"].as_f64().unwrap();
+        assert!(primaries(with) < primaries(alone), "{alone}\n{with}");
+        assert!(with["validator_messages_per_txn"].as_f64().unwrap() > 0.5, "{with}");
+        assert_eq!(alone["validator_messages_per_txn"].as_f64(), Some(0.0), "{alone}");
+    }
     for mode in modes {
         assert!(mode["committed_per_sec"].as_f64().unwrap() > 0.0, "{mode}");
-        assert!(mode["server_messages_per_txn"].as_f64().unwrap() > 1.0, "{mode}");
+        assert!(mode["server_messages_per_txn"].as_f64().unwrap() > 0.5, "{mode}");
         for rate in ["fresh_hit_rate", "stale_rate"] {
             assert!((0.0..=1.0).contains(&mode[rate].as_f64().unwrap()), "{rate}: {mode}");
         }
@@ -83,4 +92,10 @@ fn bench_kairos_runs_every_mode_and_writes_its_rates() {
         .expect("run virga");
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("\"lru\""), "{}", text(&bad.stderr));
+    let sweep = Command::new(env!("CARGO_BIN_EXE_virga"))
+        .args(["bench", "kairos", "--figure", "load", "--validators", "2", "--json", "x.json"])
+        .output()
+        .expect("run virga");
+    assert_eq!(sweep.status.code(), Some(2));
+    assert!(text(&sweep.stderr).contains("--validators"), "{}", text(&sweep.stderr));
 }

@@ -90,6 +90,7 @@ pub(super) fn shape(shards: u32, clients: usize, placement: Placement, latency: 
         seed,
         cache: Default::default(),
         validation: virga_dkv::client::ReadOnlyValidation::Local,
+        validators: 0,
     }
 }
 

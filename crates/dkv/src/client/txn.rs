@@ -48,6 +48,8 @@ pub(super) enum Phase {
         yes: BTreeSet<u32>,
         validators: Vec<u32>,
         participants: Vec<u32>,
+        /// The validator of each key read or written, hashed once.
+        owners: HashMap<Bytes, u32>,
     },
     /// Prepares in flight (by call), and the votes so far.
     Preparing {

@@ -54,14 +54,16 @@ impl TxnClient {
     pub(super) fn start_validation(&mut self, id: TxnId, commit_ts: Timestamp, participants: Vec<u32>, out: &mut Out) {
         let count = self.validator_count();
         let Some(txn) = self.txns.get_mut(&id) else { return };
-        let validators: BTreeSet<u32> =
-            txn.reads.keys().chain(txn.writes.keys()).map(|key| validator_of(key, count)).collect();
+        let owners: HashMap<Bytes, u32> =
+            txn.reads.keys().chain(txn.writes.keys()).map(|key| (key.clone(), validator_of(key, count))).collect();
+        let validators: BTreeSet<u32> = owners.values().copied().collect();
         txn.phase = Phase::Validating {
             commit_ts,
             calls: HashMap::new(),
             yes: BTreeSet::new(),
             validators: validators.iter().copied().collect(),
             participants,
+            owners,
         };
         for validator in validators {
             self.send_validation(id, validator, out);
@@ -69,12 +71,11 @@ impl TxnClient {
     }
 
     pub(super) fn send_validation(&mut self, id: TxnId, validator: u32, out: &mut Out) {
-        let count = self.validator_count();
         let Some(to) = self.config.validators.get(validator as usize).cloned() else { return };
         let deadline = self.config.deadline;
         let Some(txn) = self.txns.get_mut(&id) else { return };
-        let Phase::Validating { commit_ts, calls, participants, .. } = &mut txn.phase else { return };
-        let owned = |key: &Bytes| validator_of(key, count) == validator;
+        let Phase::Validating { commit_ts, calls, participants, owners, .. } = &mut txn.phase else { return };
+        let owned = |key: &Bytes| owners.get(key) == Some(&validator);
         let reads = txn.reads.iter().filter(|(key, _)| owned(key));
         let freshness = reads.clone().map(|(_, read)| read.freshness).min().unwrap_or(*commit_ts);
         let reads: Vec<ReadOp> =
@@ -103,14 +104,15 @@ impl TxnClient {
         result: Result<ResponseBody, String>,
         out: &mut Out,
     ) {
-        let count = self.validator_count();
         let Some(txn) = self.txns.get_mut(&id) else { return };
         let read_only = txn.writes.is_empty();
-        let Phase::Validating { calls, yes, validators, participants, commit_ts } = &mut txn.phase else { return };
+        let Phase::Validating { calls, yes, validators, participants, commit_ts, owners } = &mut txn.phase else {
+            return;
+        };
         let Some(validator) = calls.remove(&call) else { return };
         match result {
             Ok(ResponseBody::Vote(vote)) if vote.commit => {
-                let holds = txn.writes.keys().any(|key| validator_of(key, count) == validator);
+                let holds = txn.writes.keys().any(|key| owners.get(key) == Some(&validator));
                 if holds && !txn.held_at.contains(&validator) {
                     txn.held_at.push(validator);
                 }
@@ -134,7 +136,7 @@ impl TxnClient {
                 txn.held_at = validators
                     .iter()
                     .copied()
-                    .filter(|validator| txn.writes.keys().any(|key| validator_of(key, count) == *validator))
+                    .filter(|validator| txn.writes.keys().any(|key| owners.get(key) == Some(validator)))
                     .collect();
                 self.note_stale(id, &vote.stale);
                 self.release(id, false, out);

@@ -1,18 +1,19 @@
 //! The body of the `kairos_validator` fuzz target: a KAIROS validator fed any sequence of
 //! requests (raw bytes decoded as a request, or validations, releases and watermarks built
 //! from the input), clock advances with its ticks, and answers to its termination queries
-//! (any phase, or a failure). It must answer every request exactly once, never hold more
-//! transactions than it voted commit with writes, and a validation it accepts must encode
-//! back to itself.
+//! (any phase, or a failure). It must answer every request exactly once (a read-only
+//! validation it parks behind a held writer, later: by the end, once its wait has passed),
+//! never hold more transactions than it voted commit with writes, and a validation it accepts
+//! must encode back to itself.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use prost::Message as _;
 use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Role, TimerId};
 use virga_net::NetError;
 
-use crate::kairos::{validate_from_wire, validate_to_wire, ValidatorConfig, ValidatorCore};
+use crate::kairos::{validate_from_wire, validate_to_wire, ValidateRequest, ValidatorConfig, ValidatorCore};
 use crate::layout::{Partitioning, ShardMap};
 use crate::shard::wire as shard_wire;
 
@@ -28,6 +29,8 @@ pub struct ValidatorTally {
     pub commit_votes: usize,
     pub abort_votes: usize,
     pub errors: usize,
+    /// Read-only validations that waited for a held writer's release.
+    pub parked: usize,
     pub terminated: u64,
 }
 
@@ -37,6 +40,8 @@ struct Harness {
     next_call: u64,
     tick: Option<TimerId>,
     queries: Vec<CallId>,
+    /// Requests asked and not yet answered (parked validations), with what each was.
+    pending: HashMap<CallId, Option<ValidateRequest>>,
     /// Transactions voted commit with writes: the most the validator may hold.
     holders: HashSet<u64>,
     tally: ValidatorTally,
@@ -61,6 +66,7 @@ pub fn run_validator(data: &[u8]) -> ValidatorTally {
         next_call: 0,
         tick: None,
         queries: Vec::new(),
+        pending: HashMap::new(),
         holders: HashSet::new(),
         tally: ValidatorTally::default(),
     };
@@ -105,6 +111,12 @@ pub fn run_validator(data: &[u8]) -> ValidatorTally {
             }
         }
     }
+    // Past every parked validation's wait: each is answered at the next tick.
+    harness.now += 2 * harness.core.config().park_for.as_nanos() as u64 + 1;
+    if let Some(tick) = harness.tick.take() {
+        harness.step(Event::Timer(tick));
+    }
+    assert!(harness.pending.is_empty(), "{} requests never answered", harness.pending.len());
     harness.tally.terminated = harness.core.stats().terminations;
     harness.tally
 }
@@ -150,45 +162,28 @@ fn built_validation(input: &mut &[u8], now: u64) -> Option<proto::Request> {
 }
 
 impl Harness {
-    fn step(
-        &mut self,
-        event: Event<virga_net::Dkv, std::convert::Infallible, std::convert::Infallible>,
-    ) -> Vec<Command<virga_net::Dkv, std::convert::Infallible>> {
+    /// Steps the validator; every reply must answer a pending request, once.
+    fn step(&mut self, event: Event<virga_net::Dkv, std::convert::Infallible, std::convert::Infallible>) {
         let mut out = Vec::new();
         self.core.step(self.now, event, &mut out);
-        let mut replies = Vec::new();
         for command in out {
             match command {
                 Command::SetTimer { timer, .. } => self.tick = Some(timer),
                 Command::Call { call, request: proto::Request { body: Some(RequestBody::Query(_)) }, .. } => {
                     self.queries.push(call)
                 }
-                other => replies.push(other),
+                Command::Reply { call, response, .. } => {
+                    let asked = self.pending.remove(&call);
+                    let Some(accepted) = asked else { panic!("a reply to {call:?}, which is not pending") };
+                    self.tally_reply(accepted, &response);
+                }
+                other => panic!("a validator sent {other:?}"),
             }
         }
-        replies
+        assert!(self.core.held() <= self.holders.len(), "holds {} of {} voted", self.core.held(), self.holders.len());
     }
 
-    fn ask(&mut self, request: proto::Request) {
-        self.next_call += 1;
-        let call = CallId(self.next_call);
-        let accepted = match &request.body {
-            Some(RequestBody::Validate(validate)) => validate_from_wire(validate.clone()).ok(),
-            _ => None,
-        };
-        if let Some(accepted) = &accepted {
-            assert_eq!(
-                validate_from_wire(validate_to_wire(accepted)).as_ref(),
-                Ok(accepted),
-                "a validation did not round-trip"
-            );
-        }
-        let replies = self.step(Event::Request { from: "client-1".into(), call, request });
-        self.tally.requests += 1;
-        let [Command::Reply { call: answered, response, .. }] = replies.as_slice() else {
-            panic!("a request got {} commands back, not one reply: {replies:?}", replies.len());
-        };
-        assert_eq!(*answered, call, "the reply names another call");
+    fn tally_reply(&mut self, accepted: Option<ValidateRequest>, response: &proto::Response) {
         match &response.body {
             Some(ResponseBody::Vote(vote)) if vote.commit => {
                 self.tally.commit_votes += 1;
@@ -201,7 +196,27 @@ impl Harness {
             Some(ResponseBody::Error(_)) => self.tally.errors += 1,
             other => panic!("a validator answered {other:?}"),
         }
-        assert!(self.core.held() <= self.holders.len(), "holds {} of {} voted", self.core.held(), self.holders.len());
+    }
+
+    fn ask(&mut self, request: proto::Request) {
+        self.next_call += 1;
+        let call = CallId(self.next_call);
+        let accepted = match &request.body {
+            Some(RequestBody::Validate(validate)) => validate_from_wire(validate.clone()).ok(),
+            _ => None,
+        };
+        if let Some(accepted) = &accepted {
+            let again = validate_from_wire(validate_to_wire(accepted));
+            assert_eq!(again.as_ref(), Ok(accepted), "a validation did not round-trip");
+        }
+        let may_wait = accepted.as_ref().is_some_and(|accepted| accepted.writes.is_empty());
+        self.pending.insert(call, accepted);
+        self.step(Event::Request { from: "client-1".into(), call, request });
+        self.tally.requests += 1;
+        if self.pending.contains_key(&call) {
+            assert!(may_wait, "only a read-only validation may wait for its answer");
+            self.tally.parked += 1;
+        }
     }
 
     /// Answers the oldest termination query: a phase, or (past the phases) a failure.
@@ -216,8 +231,7 @@ impl Harness {
             }
             Err(_) => Err(NetError::Unreachable { peer: "data-0".into(), reason: "fuzzed".into() }),
         };
-        let replies = self.step(Event::Response { call, result });
-        assert!(replies.is_empty(), "an answer to a query made the validator reply: {replies:?}");
+        self.step(Event::Response { call, result });
     }
 }
 
@@ -241,8 +255,9 @@ mod tests {
             total.abort_votes += tally.abort_votes;
             total.errors += tally.errors;
             total.terminated += tally.terminated;
+            total.parked += tally.parked;
         }
         assert!(total.commit_votes > 100 && total.abort_votes > 100 && total.errors > 100, "{total:?}");
-        assert!(total.terminated > 0, "{total:?}");
+        assert!(total.terminated > 0 && total.parked > 0, "{total:?}");
     }
 }

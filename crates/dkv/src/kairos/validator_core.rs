@@ -66,6 +66,9 @@ pub struct ValidatorConfig {
     /// the primaries) rather than the validator its memory.
     pub max_lag: Duration,
     pub deadline: Duration,
+    /// How long a read-only validation blocked by a held writer waits for its release before
+    /// it aborts (checked at each tick; zero: abort at once, as Algorithm 1 has it).
+    pub park_for: Duration,
     pub weakened: ValidatorWeakening,
 }
 
@@ -82,6 +85,7 @@ impl ValidatorConfig {
             report_expiry: Duration::from_secs(3),
             max_lag: Duration::from_secs(10),
             deadline: Duration::from_millis(500),
+            park_for: Duration::from_millis(50),
             weakened: ValidatorWeakening::default(),
         }
     }
@@ -92,6 +96,8 @@ impl ValidatorConfig {
 pub struct ValidatorStats {
     pub validations: u64,
     pub commit_votes: u64,
+    /// Read-only validations that waited for a held writer's release.
+    pub parked: u64,
     /// Abort votes by reason.
     pub aborts: BTreeMap<String, u64>,
     pub releases: u64,
@@ -101,6 +107,14 @@ pub struct ValidatorStats {
     /// Keys with state, and the floor (`ts_GC`), at the last collection.
     pub keys: usize,
     pub floor: Timestamp,
+}
+
+/// A read-only validation waiting for a held writer's release.
+struct Parked {
+    from: String,
+    call: CallId,
+    request: ValidateRequest,
+    since: Nanos,
 }
 
 /// A transaction this validator voted commit on and holds the writes of.
@@ -123,6 +137,7 @@ pub struct ValidatorCore {
     /// it) is refused rather than held with no release to come.
     released: HashSet<TxnId>,
     released_order: VecDeque<TxnId>,
+    parked: Vec<Parked>,
     /// Each client's last reported freshness and when it came.
     reports: HashMap<u32, (Timestamp, Nanos)>,
     tick: Option<TimerId>,
@@ -242,6 +257,7 @@ impl ValidatorCore {
             held: HashMap::new(),
             released: HashSet::new(),
             released_order: VecDeque::new(),
+            parked: Vec::new(),
             queries: HashMap::new(),
             reports: HashMap::new(),
             tick: None,
@@ -286,38 +302,53 @@ impl ValidatorCore {
         out.push(Command::SetTimer { timer, after: self.config.check_every });
     }
 
-    fn on_validate(&mut self, now: Nanos, validate: proto::Validate) -> ResponseBody {
+    /// Votes on a validation, or (`None`) parks it: a read-only one whose only obstacle is a
+    /// writer held at or below its timestamp waits for that writer's release, as a get waits
+    /// out a prepared writer, rather than abort a transaction that may well be valid.
+    fn on_validate(&mut self, now: Nanos, from: &str, call: CallId, validate: proto::Validate) -> Option<ResponseBody> {
         let request = match validate_from_wire(validate) {
             Ok(request) => request,
-            Err(error) => return ResponseBody::Error(format!("a malformed validation: {error}")),
+            Err(error) => return Some(ResponseBody::Error(format!("a malformed validation: {error}"))),
         };
         self.stats.validations += 1;
-        let vote = if self.released.contains(&request.txn) {
-            Err(Abort::AlreadyReleased)
-        } else if request.commit_ts >= self.lease_end(now) {
-            Err(Abort::BeyondLease)
-        } else {
-            let validation = Validation {
-                txn: request.txn,
-                commit_ts: request.commit_ts,
-                freshness: request.freshness,
-                reads: &request.reads,
-                writes: &request.writes,
-            };
-            self.state.validate(&validation).map_err(Abort::Validator)
+        let vote = self.judge(now, &request);
+        let blocked = matches!(vote, Err(Abort::Validator(ValidatorAbort::Check(AbortReason::ReadPrepared))));
+        if blocked && request.writes.is_empty() && !self.config.park_for.is_zero() {
+            self.stats.parked += 1;
+            self.parked.push(Parked { from: from.to_string(), call, request, since: now });
+            return None;
+        }
+        Some(self.vote_body(&request, vote))
+    }
+
+    /// Algorithm 5 and the role's own rules; a commit vote with writes holds them.
+    fn judge(&mut self, now: Nanos, request: &ValidateRequest) -> Result<(), Abort> {
+        if self.released.contains(&request.txn) {
+            return Err(Abort::AlreadyReleased);
+        }
+        if request.commit_ts >= self.lease_end(now) {
+            return Err(Abort::BeyondLease);
+        }
+        let validation = Validation {
+            txn: request.txn,
+            commit_ts: request.commit_ts,
+            freshness: request.freshness,
+            reads: &request.reads,
+            writes: &request.writes,
         };
+        self.state.validate(&validation).map_err(Abort::Validator)?;
+        if !request.writes.is_empty() && !self.held.contains_key(&request.txn) {
+            let participants = request.participants.clone();
+            let held = Held { participants, since: now, heard: BTreeMap::new(), calls: Vec::new() };
+            self.held.insert(request.txn, held);
+        }
+        Ok(())
+    }
+
+    fn vote_body(&mut self, request: &ValidateRequest, vote: Result<(), Abort>) -> ResponseBody {
         match vote {
             Ok(()) => {
                 self.stats.commit_votes += 1;
-                if !request.writes.is_empty() && !self.held.contains_key(&request.txn) {
-                    let held = Held {
-                        participants: request.participants,
-                        since: now,
-                        heard: BTreeMap::new(),
-                        calls: Vec::new(),
-                    };
-                    self.held.insert(request.txn, held);
-                }
                 ResponseBody::Vote(proto::Vote { commit: true, ..proto::Vote::default() })
             }
             Err(abort) => {
@@ -331,6 +362,29 @@ impl ValidatorCore {
                 *self.stats.aborts.entry(reason.clone()).or_default() += 1;
                 ResponseBody::Vote(proto::Vote { commit: false, reason, stale, ..proto::Vote::default() })
             }
+        }
+    }
+
+    /// Judges the parked validations again (a writer was released): each still blocked
+    /// waits on until `park_for` has passed (`expire`), then aborts.
+    fn retry_parked(&mut self, now: Nanos, expire: bool, out: &mut Out) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let park_for = self.config.park_for.as_nanos() as u64;
+        for parked in std::mem::take(&mut self.parked) {
+            let vote = self.judge(now, &parked.request);
+            let blocked = matches!(vote, Err(Abort::Validator(ValidatorAbort::Check(AbortReason::ReadPrepared))));
+            if blocked && !(expire && now.saturating_sub(parked.since) >= park_for) {
+                self.parked.push(parked);
+                continue;
+            }
+            let response = self.vote_body(&parked.request, vote);
+            out.push(Command::Reply {
+                to: parked.from,
+                call: parked.call,
+                response: proto::Response { body: Some(response) },
+            });
         }
     }
 
@@ -376,6 +430,7 @@ impl ValidatorCore {
         self.stats.keys = self.state.len();
         self.stats.floor = self.state.floor();
         self.terminate_held(now, out);
+        self.retry_parked(now, true, out);
         self.fetch_map(out);
         self.arm_tick(out);
     }
@@ -488,14 +543,25 @@ impl Role for ValidatorCore {
             Event::Start => self.on_start(now, out),
             Event::Request { from, call, request } => {
                 let response = match request.body {
-                    Some(RequestBody::Validate(validate)) => self.on_validate(now, validate),
-                    Some(RequestBody::Release(release)) => self.on_release(release),
-                    Some(RequestBody::Watermark(watermark)) => self.on_watermark(now, watermark),
-                    _ => ResponseBody::Error("a validator serves only validations, releases and watermarks".into()),
+                    Some(RequestBody::Validate(validate)) => self.on_validate(now, &from, call, validate),
+                    Some(RequestBody::Release(release)) => {
+                        let response = self.on_release(release);
+                        self.retry_parked(now, false, out);
+                        Some(response)
+                    }
+                    Some(RequestBody::Watermark(watermark)) => Some(self.on_watermark(now, watermark)),
+                    _ => {
+                        Some(ResponseBody::Error("a validator serves only validations, releases and watermarks".into()))
+                    }
                 };
-                out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+                if let Some(response) = response {
+                    out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+                }
             }
-            Event::Response { call, result } => self.on_response(call, result),
+            Event::Response { call, result } => {
+                self.on_response(call, result);
+                self.retry_parked(now, false, out);
+            }
             Event::Timer(timer) if Some(timer) == self.tick => self.on_tick(now, out),
             Event::Timer(_) => {}
             Event::IoDone { result, .. } => match result {},

@@ -19,8 +19,14 @@ fn map() -> ShardMap {
 }
 
 fn validator(fresh: bool) -> ValidatorCore {
+    validator_parking(fresh, Duration::ZERO)
+}
+
+/// A validator whose blocked read-only validations wait up to `park_for`.
+fn validator_parking(fresh: bool, park_for: Duration) -> ValidatorCore {
     let mut config = ValidatorConfig::new("validator-0", map());
     config.fresh = fresh;
+    config.park_for = park_for;
     let mut core = ValidatorCore::new(config);
     let mut out = Vec::new();
     core.step(T0, Event::Start, &mut out);
@@ -226,4 +232,58 @@ fn malformed_requests_get_an_error_and_change_nothing() {
         }
     }
     assert_eq!((core.held(), core.stats().commit_votes), (0, 0));
+}
+
+/// Every reply the step produced: (call, vote or other answer).
+fn replies(out: Vec<Command<Dkv, Infallible>>) -> Vec<(CallId, ResponseBody)> {
+    out.into_iter()
+        .filter_map(|command| match command {
+            Command::Reply { call, response: proto::Response { body: Some(body) }, .. } => Some((call, body)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn is_commit(body: &ResponseBody) -> bool {
+    matches!(body, ResponseBody::Vote(vote) if vote.commit)
+}
+
+#[test]
+fn a_read_only_validation_behind_a_held_writer_waits_for_its_release_or_its_time() {
+    let park_for = Duration::from_millis(50);
+    let mut core = validator_parking(true, park_for);
+    let now = T0 + MS;
+    assert_eq!(vote(&mut core, now, validate(1, T0, T0, vec![], &["k"])), Ok(()));
+    // A read-only reader of the held key gets no answer yet.
+    let mut out = Vec::new();
+    let reader = validate(2, T0 + 5, T0 + 5, vec![read("k", 0, true)], &[]);
+    core.step(now, Event::Request { from: "client-2".into(), call: CallId(20), request: reader }, &mut out);
+    assert!(replies(out).is_empty(), "parked");
+    assert_eq!(core.stats().parked, 1);
+    // The writer aborts: the version read stands, and the waiting reader commits.
+    let mut out = Vec::new();
+    core.step(now, Event::Request { from: "client-1".into(), call: CallId(21), request: release(1, false) }, &mut out);
+    let answered = replies(out);
+    assert_eq!(answered.len(), 2, "{answered:?}");
+    assert!(answered.iter().any(|(call, body)| *call == CallId(20) && is_commit(body)), "{answered:?}");
+    // Another writer held, a reader parked behind it, and no release: the tick past
+    // `park_for` aborts the reader.
+    assert_eq!(vote(&mut core, now, validate(3, T0 + 10, T0 + 10, vec![], &["k"])), Ok(()));
+    let mut out = Vec::new();
+    let reader = validate(4, T0 + 20, T0 + 20, vec![read("k", 0, true)], &[]);
+    core.step(now, Event::Request { from: "client-2".into(), call: CallId(22), request: reader }, &mut out);
+    assert!(replies(out).is_empty());
+    let tick = core.tick.expect("armed");
+    let mut out = Vec::new();
+    core.step(now + park_for.as_nanos() as u64, Event::Timer(tick), &mut out);
+    let answered = replies(out);
+    assert!(
+        matches!(answered.as_slice(), [(CallId(22), ResponseBody::Vote(vote))] if vote.reason == "read-prepared"),
+        "{answered:?}"
+    );
+    // A read-write transaction never waits (it would hold its own writes meanwhile).
+    assert_eq!(
+        vote(&mut core, now, validate(5, T0 + 30, T0 + 30, vec![read("k", 0, true)], &["j"])),
+        Err("read-prepared".into())
+    );
 }

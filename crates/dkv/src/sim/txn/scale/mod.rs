@@ -27,7 +27,7 @@ use super::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
 use super::{cluster, ns, Cluster, TxnRunOptions, ADMIN};
 use crate::client::{Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
 use crate::config::ConfigCommand;
-use crate::kairos::CacheConfig;
+use crate::kairos::{CacheConfig, ValidatorConfig, ValidatorCore};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig};
 
@@ -65,6 +65,8 @@ pub struct ScaleShape {
     pub cache: CacheConfig,
     /// Where read-only transactions validate.
     pub validation: ReadOnlyValidation,
+    /// KAIROS's sharded validators, co-located with the clients (0: none).
+    pub validators: usize,
 }
 
 /// What a closed-loop run measured, in virtual time.
@@ -87,6 +89,7 @@ pub enum RoleKind {
     Admin,
     Data,
     Client,
+    Validator,
 }
 
 impl RoleKind {
@@ -97,6 +100,8 @@ impl RoleKind {
             RoleKind::Client
         } else if node.starts_with("config-") {
             RoleKind::Config
+        } else if node.starts_with("validator-") {
+            RoleKind::Validator
         } else {
             RoleKind::Admin
         }
@@ -108,6 +113,7 @@ impl RoleKind {
             RoleKind::Admin => "admin",
             RoleKind::Data => "data",
             RoleKind::Client => "client",
+            RoleKind::Validator => "validator",
         }
     }
 }
@@ -156,7 +162,13 @@ fn open(shape: &ScaleShape, cluster: &Cluster, id: &str, load: &Loader<'_>) -> (
         config.programs_in_flight = shape.in_flight;
         config.cache = shape.cache.clone();
         config.read_only_validation = shape.validation;
+        config.validators = cluster.validators.clone();
         return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
+    }
+    if cluster.validators.iter().any(|validator| validator == id) {
+        let mut config = ValidatorConfig::new(id, cluster.map.clone());
+        config.config_replicas = cluster.config.clone();
+        return (DkvNode::Validator(Box::new(ValidatorCore::new(config))), Box::new(DkvDisk::None));
     }
     if id == ADMIN {
         let admin = ConfigClient::new(ConfigClientConfig::new(ADMIN, cluster.config.clone()));
@@ -187,7 +199,8 @@ fn open(shape: &ScaleShape, cluster: &Cluster, id: &str, load: &Loader<'_>) -> (
 /// The machine and its threads of each role, as `placement` puts them.
 fn machines(placement: Placement, cluster: &Cluster) -> Vec<(String, usize, usize)> {
     let admin = ADMIN.to_string();
-    let everyone = cluster.config.iter().chain([&admin]).chain(&cluster.data).chain(&cluster.clients);
+    let everyone =
+        cluster.config.iter().chain([&admin]).chain(&cluster.data).chain(&cluster.clients).chain(&cluster.validators);
     match placement {
         Placement::OneMachine { threads } => everyone.map(|id| (id.clone(), 0, threads)).collect(),
         Placement::Spread { storage_threads, client_machines, client_threads } => {
@@ -202,6 +215,14 @@ fn machines(placement: Placement, cluster: &Cluster) -> Vec<(String, usize, usiz
             placed.extend(
                 cluster
                     .clients
+                    .iter()
+                    .enumerate()
+                    .map(|(index, id)| (id.clone(), storage + index % machines, client_threads)),
+            );
+            // Validators share the clients' machines, as the seed co-locates them.
+            placed.extend(
+                cluster
+                    .validators
                     .iter()
                     .enumerate()
                     .map(|(index, id)| (id.clone(), storage + index % machines, client_threads)),
@@ -222,6 +243,7 @@ pub fn run_closed_loop(
         shards: shape.shards,
         data_nodes: shape.data_nodes,
         clients: shape.clients,
+        validators: shape.validators,
         ..TxnRunOptions::new(shape.seed)
     };
     let cluster = cluster(&options).map_err(|reason| SimError::InvalidConfig { field: "layout".into(), reason })?;
@@ -324,6 +346,7 @@ mod tests {
             seed: 3,
             cache: CacheConfig::default(),
             validation: ReadOnlyValidation::Local,
+            validators: 0,
         }
     }
 
