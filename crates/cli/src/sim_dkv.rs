@@ -245,12 +245,13 @@ pub fn run(args: &DkvArgs) -> anyhow::Result<ExitCode> {
     let weakening = args.weaken.unwrap_or_default();
     eprintln!(
         "running {seeds} seed(s) of the distributed store (faults {}, skew {}, {} clocks, {} session client(s), \
-         cache {}{}{}) from {} on {threads} thread(s)",
+         cache {}, {} validator(s){}{}) from {} on {threads} thread(s)",
         args.faults.name(),
         args.skew.name(),
         args.clock.name(),
         args.session_clients,
         args.cache.name(),
+        args.validators,
         if args.no_leases { ", NO LEASES" } else { "" },
         weakening.name().map(|name| format!(", weakened: {name}")).unwrap_or_default(),
         args.first_seed

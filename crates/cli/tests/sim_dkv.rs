@@ -126,6 +126,25 @@ fn skipping_local_validation_is_caught_and_each_failure_replays() {
     assert_eq!(run(&replayed), run(&report), "the replay runs the same trace");
 }
 
+/// KAIROS's validators: the seeds pass, and the JSON counts their crashes and votes.
+#[test]
+fn seeds_with_validators_pass_and_count_what_the_validators_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("validators.json");
+    let args = ["sim", "dkv", "--seeds", "3", "--first-seed", "70", "--cache", "lease", "--validators", "2"];
+    let output = virga(&[&args[..], &["--json", path.to_str().unwrap()]].concat());
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("2 validator(s)") && stderr.contains("3 seed(s), 0 failure(s)"), "{stderr}");
+    let report = json(&path);
+    assert_eq!(report["validators"], 2);
+    let totals = &report["totals"];
+    assert!(totals["validator_votes"].as_u64().unwrap() > 100, "{totals}");
+    let kinds = ["backup_crashes", "client_crashes", "primary_crashes", "validator_crashes"];
+    let crashes = kinds.iter().map(|kind| totals[kind].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(Some(crashes), totals["crashes"].as_u64(), "{totals}");
+}
+
 /// Each case: options and what the error must name. None of them starts a seed.
 #[test]
 fn bad_options_are_refused_before_any_seed_runs() {
@@ -143,6 +162,9 @@ fn bad_options_are_refused_before_any_seed_runs() {
         (&["--seeds", "1", "--skew", "gps"], "--skew"),
         (&["--seeds", "1", "--workers", "0"], "--workers"),
         (&["--seeds", "1", "--session-clients", "4"], "--session-clients"),
+        (&["--seeds", "1", "--validators", "9"], "--validators"),
+        (&["--seeds", "1", "--weaken", "skip-everything"], "validator-skip-freshness"),
+        (&["--lease-scenario", "--validators", "2"], "--validators"),
         (&["--seeds", "1", "--workers", "1025"], "--workers"),
         (&["--seeds", "1", "--first-seed=-1"], "--first-seed"),
         (&["--seeds", "1", "--first-seed", "18446744073709551616"], "--first-seed"),
