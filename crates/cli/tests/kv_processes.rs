@@ -142,6 +142,24 @@ async fn keep_transferring(address: String, client: usize, stop: Arc<AtomicBool>
     acknowledged
 }
 
+/// Collects the stopped transfer clients' acknowledgements and checks them: some came after
+/// `since` (the last restart), the money adds up, and every acknowledged transfer is there.
+fn audit_transfers(
+    runtime: &tokio::runtime::Runtime,
+    address: &str,
+    clients: Vec<tokio::task::JoinHandle<Vec<(Instant, String)>>>,
+    since: Instant,
+) {
+    let acknowledged: Vec<(Instant, String)> =
+        clients.into_iter().flat_map(|client| runtime.block_on(client).unwrap()).collect();
+    let after = acknowledged.iter().filter(|(at, _)| *at > since).count();
+    assert!(after > 0, "transfers resumed after the last restart ({} in all)", acknowledged.len());
+    let marks: Vec<String> = acknowledged.into_iter().map(|(_, mark)| mark).collect();
+    let (total, missing) = runtime.block_on(async { audit(&connect(address, Duration::from_secs(30)), &marks).await });
+    assert_eq!(total, INITIAL * ACCOUNTS as u64, "money is conserved");
+    assert!(missing.is_empty(), "acknowledged transfers lost: {missing:?}");
+}
+
 #[test]
 fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree() {
     let dir = tempfile::tempdir().unwrap();
@@ -190,15 +208,7 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
     let api_back = restart("api", Duration::from_millis(200), &mut roles);
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
-    let acknowledged: Vec<(Instant, String)> =
-        clients.into_iter().flat_map(|client| runtime.block_on(client).unwrap()).collect();
-    let after_faults = acknowledged.iter().filter(|(at, _)| *at > api_back).count();
-    assert!(after_faults > 0, "transfers resumed after the last restart ({} in all)", acknowledged.len());
-    let marks: Vec<String> = acknowledged.into_iter().map(|(_, mark)| mark).collect();
-
-    let (total, missing) = runtime.block_on(async { audit(&connect(&address, Duration::from_secs(30)), &marks).await });
-    assert_eq!(total, INITIAL * ACCOUNTS as u64, "money is conserved");
-    assert!(missing.is_empty(), "acknowledged transfers lost: {missing:?}");
+    audit_transfers(&runtime, &address, clients, api_back);
 
     // Stopped once the backups caught up: the replicas of each shard's group agree, and the
     // accounts hold the exact total.
@@ -258,14 +268,7 @@ fn a_validator_killed_during_transfers_restarts_above_its_lease_and_loses_nothin
     let back = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
-    let acknowledged: Vec<(Instant, String)> =
-        clients.into_iter().flat_map(|client| runtime.block_on(client).unwrap()).collect();
-    let after = acknowledged.iter().filter(|(at, _)| *at > back).count();
-    assert!(after > 0, "transfers resumed after the validator came back ({} in all)", acknowledged.len());
-    let marks: Vec<String> = acknowledged.into_iter().map(|(_, mark)| mark).collect();
-    let (total, missing) = runtime.block_on(async { audit(&connect(&address, Duration::from_secs(30)), &marks).await });
-    assert_eq!(total, INITIAL * ACCOUNTS as u64, "money is conserved");
-    assert!(missing.is_empty(), "acknowledged transfers lost: {missing:?}");
+    audit_transfers(&runtime, &address, clients, back);
     let log = std::fs::read_to_string(dir.path().join("validator-0.stderr")).unwrap();
     assert!(log.contains("validator restarted above its old lease"), "{log}");
     for (_, role) in roles.iter_mut().rev() {

@@ -39,6 +39,7 @@ pub mod deploy;
 pub mod fuzzing;
 pub mod kairos;
 pub mod layout;
+mod map_refresh;
 pub mod metrics;
 pub mod raft_wire;
 mod record_io;

@@ -262,9 +262,7 @@ pub struct TxnClient {
     reread_timer: Option<TimerId>,
     /// A request failed since the map was last fetched; the fetch in flight, and which
     /// configuration replica to ask.
-    map_stale: bool,
-    map_call: Option<CallId>,
-    config_target: usize,
+    map_refresh: crate::map_refresh::MapRefresh,
     results: Vec<ProgramResult>,
     history: Vec<TxnRecord>,
     /// Every read-write attempt that sent prepares, as it would commit.
@@ -295,9 +293,7 @@ impl TxnClient {
             lost_releases: Vec::new(),
             retry_timer: None,
             reread_timer: None,
-            map_stale: false,
-            map_call: None,
-            config_target: 0,
+            map_refresh: Default::default(),
             results: Vec::new(),
             history: Vec::new(),
             attempts: Vec::new(),
@@ -440,33 +436,15 @@ impl TxnClient {
     /// Asks the configuration service for the map after a failed request (a primary may
     /// have changed).
     fn fetch_map(&mut self, out: &mut Out) {
-        if !self.map_stale || self.map_call.is_some() || self.config.config_replicas.is_empty() {
-            return;
-        }
-        let call = self.ids.call();
-        self.map_call = Some(call);
-        let to = self.config.config_replicas[self.config_target % self.config.config_replicas.len()].clone();
-        out.push(Command::Call {
-            to,
-            call,
-            request: proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) },
-            deadline: self.config.deadline,
-        });
+        let replicas = &self.config.config_replicas;
+        out.extend(self.map_refresh.fetch(&mut self.ids, replicas, self.config.deadline));
     }
 
     fn on_map(&mut self, body: Result<ResponseBody, String>) {
-        self.map_call = None;
-        match body {
-            Ok(ResponseBody::Map(reply)) => {
-                let map = reply.map.and_then(|map| crate::wire::map_from_proto(map).ok());
-                if let Some(map) = map.filter(|map| map.version() > self.config.map.version()) {
-                    tracing::info!(client = self.config.client, version = map.version(), "adopted a newer shard map");
-                    self.config.map = map;
-                    self.stats.maps_adopted += 1;
-                }
-                self.map_stale = false;
-            }
-            _ => self.config_target += 1,
+        if let Some(map) = self.map_refresh.answered(body, &self.config.map) {
+            tracing::info!(client = self.config.client, version = map.version(), "adopted a newer shard map");
+            self.config.map = map;
+            self.stats.maps_adopted += 1;
         }
     }
 
@@ -476,13 +454,13 @@ impl TxnClient {
             Ok(proto::Response { body: None }) => Err("an empty response".to_string()),
             Err(error) => Err(error.to_string()),
         };
-        if self.map_call == Some(call) {
+        if self.map_refresh.is_fetch(call) {
             self.on_map(body);
             return;
         }
         if matches!(body, Err(_) | Ok(ResponseBody::Error(_) | ResponseBody::WrongEpoch(_))) {
             // A primary may have changed (a watermark that did not arrive says so too).
-            self.map_stale = true;
+            self.map_refresh.mark_stale();
             self.arm_retry(out);
         }
         if let Some(release) = self.releasing.remove(&call) {

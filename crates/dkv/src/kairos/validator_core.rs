@@ -27,6 +27,7 @@ use virga_txn::AbortReason;
 
 use super::validator::{Validation, ValidatorAbort, ValidatorState, ValidatorWeakening};
 use crate::layout::{ShardId, ShardMap, MAX_SHARDS};
+use crate::map_refresh::MapRefresh;
 use crate::shard::wire::{self as shard_wire, ShardWireError};
 use crate::shard::{termination_decision, ReadOp};
 
@@ -141,9 +142,7 @@ pub struct ValidatorCore {
     /// Each client's last reported freshness and when it came.
     reports: HashMap<u32, (Timestamp, Nanos)>,
     tick: Option<TimerId>,
-    map_call: Option<CallId>,
-    map_stale: bool,
-    config_target: usize,
+    map_refresh: MapRefresh,
     stats: ValidatorStats,
 }
 
@@ -261,9 +260,7 @@ impl ValidatorCore {
             queries: HashMap::new(),
             reports: HashMap::new(),
             tick: None,
-            map_call: None,
-            map_stale: false,
-            config_target: 0,
+            map_refresh: MapRefresh::default(),
             stats: ValidatorStats::default(),
         }
     }
@@ -472,7 +469,7 @@ impl ValidatorCore {
                 held.heard.insert(shard, phase);
             }
             // A primary may have changed: ask the configuration service before the next round.
-            _ => self.map_stale = true,
+            _ => self.map_refresh.mark_stale(),
         }
         let Some(commit) = termination_decision(&held.participants, &held.heard) else { return };
         self.held.remove(&txn);
@@ -484,33 +481,7 @@ impl ValidatorCore {
     }
 
     fn fetch_map(&mut self, out: &mut Out) {
-        if !self.map_stale || self.map_call.is_some() || self.config.config_replicas.is_empty() {
-            return;
-        }
-        let call = self.ids.call();
-        self.map_call = Some(call);
-        let replicas = &self.config.config_replicas;
-        let to = replicas[self.config_target % replicas.len()].clone();
-        out.push(Command::Call {
-            to,
-            call,
-            request: proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) },
-            deadline: self.config.deadline,
-        });
-    }
-
-    fn on_map(&mut self, body: Result<ResponseBody, String>) {
-        self.map_call = None;
-        match body {
-            Ok(ResponseBody::Map(reply)) => {
-                let map = reply.map.and_then(|map| crate::wire::map_from_proto(map).ok());
-                if let Some(map) = map.filter(|map| map.version() > self.config.map.version()) {
-                    self.config.map = map;
-                }
-                self.map_stale = false;
-            }
-            _ => self.config_target += 1,
-        }
+        out.extend(self.map_refresh.fetch(&mut self.ids, &self.config.config_replicas, self.config.deadline));
     }
 
     fn on_response(&mut self, call: CallId, result: Result<proto::Response, NetError>) {
@@ -519,8 +490,10 @@ impl ValidatorCore {
             Ok(proto::Response { body: None }) => Err("an empty response".to_string()),
             Err(error) => Err(error.to_string()),
         };
-        if self.map_call == Some(call) {
-            self.on_map(body);
+        if self.map_refresh.is_fetch(call) {
+            if let Some(map) = self.map_refresh.answered(body, &self.config.map) {
+                self.config.map = map;
+            }
         } else {
             self.on_state(call, body);
         }
