@@ -26,7 +26,7 @@ use virga_storage::{Timestamp, TxnId};
 use virga_txn::AbortReason;
 
 use super::validator::{Validation, ValidatorAbort, ValidatorState, ValidatorWeakening};
-use crate::layout::{ShardId, ShardMap, MAX_SHARDS};
+use crate::layout::{ShardId, ShardMap};
 use crate::map_refresh::MapRefresh;
 use crate::shard::wire::{self as shard_wire, ShardWireError};
 use crate::shard::{termination_decision, ReadOp};
@@ -185,15 +185,7 @@ pub fn validate_from_wire(validate: proto::Validate) -> Result<ValidateRequest, 
         }
         writes.push(key);
     }
-    if validate.participants.len() > MAX_SHARDS as usize {
-        return Err(ShardWireError::TooMany { what: "participants", count: validate.participants.len() }.into());
-    }
-    for (position, shard) in validate.participants.iter().enumerate() {
-        shard_wire::shard_from_wire(*shard)?;
-        if validate.participants[..position].contains(shard) {
-            return Err(ShardWireError::DuplicateParticipant { shard: *shard }.into());
-        }
-    }
+    shard_wire::check_participants(&validate.participants)?;
     if !writes.is_empty() && validate.participants.is_empty() {
         return Err(ValidateWireError::NoParticipants);
     }
@@ -212,15 +204,7 @@ pub fn validate_to_wire(request: &ValidateRequest) -> proto::Validate {
         txn: Some(shard_wire::txn_to_wire(request.txn)),
         commit_ts: Some(shard_wire::ts_to_wire(request.commit_ts)),
         freshness: Some(shard_wire::ts_to_wire(request.freshness)),
-        reads: request
-            .reads
-            .iter()
-            .map(|read| proto::Read {
-                key: read.key.to_vec(),
-                version: Some(shard_wire::ts_to_wire(read.version)),
-                cached: read.cached,
-            })
-            .collect(),
+        reads: request.reads.iter().map(shard_wire::read_to_wire).collect(),
         writes: request.writes.iter().map(|key| key.to_vec()).collect(),
         participants: request.participants.clone(),
     }

@@ -120,6 +120,10 @@ fn writes_from_wire(writes: Vec<proto::Write>) -> Result<Vec<WriteOp>, ShardWire
     Ok(out)
 }
 
+pub(crate) fn read_to_wire(read: &ReadOp) -> proto::Read {
+    proto::Read { key: read.key.to_vec(), version: Some(ts_to_wire(read.version)), cached: read.cached }
+}
+
 pub(crate) fn reads_from_wire(reads: Vec<proto::Read>) -> Result<Vec<ReadOp>, ShardWireError> {
     if reads.len() > MAX_OPS_PER_SHARD {
         return Err(ShardWireError::TooMany { what: "reads", count: reads.len() });
@@ -133,7 +137,8 @@ pub(crate) fn reads_from_wire(reads: Vec<proto::Read>) -> Result<Vec<ReadOp>, Sh
         .collect()
 }
 
-fn participants_from_wire(shard: u32, participants: Vec<u32>) -> Result<Vec<u32>, ShardWireError> {
+/// A transaction's participant shards: at most every shard, each in range, none twice.
+pub(crate) fn check_participants(participants: &[u32]) -> Result<(), ShardWireError> {
     if participants.len() > MAX_SHARDS as usize {
         return Err(ShardWireError::TooMany { what: "participants", count: participants.len() });
     }
@@ -143,6 +148,11 @@ fn participants_from_wire(shard: u32, participants: Vec<u32>) -> Result<Vec<u32>
             return Err(ShardWireError::DuplicateParticipant { shard: *participant });
         }
     }
+    Ok(())
+}
+
+fn participants_from_wire(shard: u32, participants: Vec<u32>) -> Result<Vec<u32>, ShardWireError> {
+    check_participants(&participants)?;
     if !participants.contains(&shard) {
         return Err(ShardWireError::NotAParticipant { shard });
     }
@@ -220,15 +230,7 @@ pub fn prepare_to_wire(prepare: &PrepareRequest) -> proto::Prepare {
         epoch: prepare.epoch,
         txn: Some(txn_to_wire(prepare.txn)),
         commit_ts: Some(ts_to_wire(prepare.commit_ts)),
-        reads: prepare
-            .reads
-            .iter()
-            .map(|read| proto::Read {
-                key: read.key.to_vec(),
-                version: Some(ts_to_wire(read.version)),
-                cached: read.cached,
-            })
-            .collect(),
+        reads: prepare.reads.iter().map(read_to_wire).collect(),
         writes: prepare.writes.iter().map(write_to_wire).collect(),
         participants: prepare.participants.clone(),
         scans: prepare
