@@ -195,11 +195,13 @@ struct Totals {
     cache_hits: u64,
     stale_hits: u64,
     /// KAIROS's validators: crashes, validations judged, held transactions decided from the
-    /// primaries' answers, and read-only validations the primaries took over.
+    /// primaries' answers, read-only validations the primaries took over, and read-write
+    /// transactions they validated in a validator's place.
     validator_crashes: u64,
     validator_votes: u64,
     validator_terminations: u64,
     validator_fallbacks: u64,
+    validator_takeovers: u64,
     events: u64,
 }
 
@@ -406,6 +408,7 @@ fn totals(reports: &[&TxnRunReport]) -> Totals {
         totals.validator_votes += report.validator_votes;
         totals.validator_terminations += report.validator_terminations;
         totals.validator_fallbacks += report.validator_fallbacks;
+        totals.validator_takeovers += report.validator_takeovers;
         totals.client_crashes += report.client_crashes as u64;
         totals.primary_crashes += report.primary_crashes as u64;
         totals.failovers += report.failovers;
@@ -435,7 +438,7 @@ fn print_summary(report: &Report) {
          crashes: {} backup, {} client, {} primary; {} failovers, {} terminations; {} versions collected; \
          sessions: {} committed, {} gave up, {} unavailable, {} stale map, {} outcome unknown; \
          cache: {} reads, {} hits, {} stale; validators: {} crashes, {} votes, {} terminations, \
-         {} taken over; {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
+         {} read-only and {} read-write taken over; {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
         report.seeds,
         report.failures.len(),
         totals.committed,
@@ -460,6 +463,7 @@ fn print_summary(report: &Report) {
         totals.validator_votes,
         totals.validator_terminations,
         totals.validator_fallbacks,
+        totals.validator_takeovers,
         totals.events,
         report.timing.wall_seconds,
         report.timing.seconds_per_seed,

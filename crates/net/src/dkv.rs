@@ -34,6 +34,7 @@ impl Protocol for Dkv {
             Some(RequestBody::Invalidate(_)) => "invalidate",
             Some(RequestBody::Validate(_)) => "validator_validate",
             Some(RequestBody::Release(_)) => "release",
+            Some(RequestBody::ValidatorLease(_)) => "validator_lease",
             None => "empty",
         }
     }
@@ -53,6 +54,7 @@ impl Protocol for Dkv {
             Some(ResponseBody::TooOld(_)) => "too_old",
             Some(ResponseBody::Rows(_)) => "rows",
             Some(ResponseBody::Values(_)) => "values",
+            Some(ResponseBody::ValidatorGrant(_)) => "validator_grant",
             Some(ResponseBody::Error(_)) => "error",
             None => "empty",
         }

@@ -284,6 +284,7 @@ fn add_stats(total: &mut virga_dkv::client::ClientStats, stats: &virga_dkv::clie
     total.validator_validations += stats.validator_validations;
     total.releases += stats.releases;
     total.validator_fallbacks += stats.validator_fallbacks;
+    total.validator_takeovers += stats.validator_takeovers;
     total.commit_latency_read_only.merge(&stats.commit_latency_read_only);
     total.commit_latency_read_write.merge(&stats.commit_latency_read_write);
 }
@@ -392,15 +393,16 @@ fn start_clients(config: &DkvBenchConfig, net: &Net, map: &ShardMap) -> Result<V
 }
 
 fn validator_names(count: usize) -> Vec<String> {
-    (0..count).map(|index| format!("validator-{index}")).collect()
+    (0..count as u32).map(virga_dkv::kairos::validator_name).collect()
 }
 
 /// KAIROS's validators, standing alone (each a role of its own, as a data node is).
 fn start_validators(net: &Net, map: &ShardMap, count: usize) -> Result<Vec<Runner<ValidatorCore>>> {
     validator_names(count)
         .into_iter()
-        .map(|name| {
-            let mut config = ValidatorConfig::new(&name, map.clone());
+        .enumerate()
+        .map(|(index, name)| {
+            let mut config = ValidatorConfig::new(index as u32, map.clone());
             config.config_replicas = config_names();
             let mailbox = Mailbox::<ValidatorCore>::new();
             net.publish(&name, Host::new().with::<Dkv>(mailbox.handler()))?;
@@ -513,6 +515,7 @@ fn stats_delta(
     delta.validator_validations -= before.validator_validations.min(delta.validator_validations);
     delta.releases -= before.releases.min(delta.releases);
     delta.validator_fallbacks -= before.validator_fallbacks.min(delta.validator_fallbacks);
+    delta.validator_takeovers -= before.validator_takeovers.min(delta.validator_takeovers);
     delta.commit_latency_read_only.subtract(&before.commit_latency_read_only);
     delta.commit_latency_read_write.subtract(&before.commit_latency_read_write);
     delta

@@ -223,6 +223,9 @@ pub struct ClientStats {
     pub validator_validations: u64,
     pub releases: u64,
     pub validator_fallbacks: u64,
+    /// Read-write transactions prepared at the primaries passing over a validator (the
+    /// primaries validated in its place, above its lease).
+    pub validator_takeovers: u64,
     pub retries: u64,
     /// Gets sent again to wait out a prepared writer.
     pub rereads: u64,
@@ -257,6 +260,9 @@ pub struct TxnClient {
     /// validator asks the primaries.
     releasing: HashMap<CallId, (u32, TxnId, bool)>,
     lost_releases: Vec<(u32, TxnId, bool)>,
+    /// Validators that did not answer or could not vote lately, and until when the client
+    /// goes straight to the primaries in their place.
+    validators_down: HashMap<u32, Nanos>,
     retry_timer: Option<TimerId>,
     /// Gets waiting out a prepared writer go out again at this timer.
     reread_timer: Option<TimerId>,
@@ -291,6 +297,7 @@ impl TxnClient {
             lost_decisions: Vec::new(),
             releasing: HashMap::new(),
             lost_releases: Vec::new(),
+            validators_down: HashMap::new(),
             retry_timer: None,
             reread_timer: None,
             map_refresh: Default::default(),

@@ -85,7 +85,9 @@ pub(super) struct Txn {
     pub(super) lost_gets: Vec<Bytes>,
     pub(super) lost_scans: Vec<(usize, u32)>,
     pub(super) lost_prepares: Vec<u32>,
-    pub(super) lost_validations: Vec<u32>,
+    /// KAIROS: the validators this attempt passed over (the primaries validate in their
+    /// place, above their leases).
+    pub(super) passed_over: Vec<u32>,
     /// The validators holding this transaction's writes, released once it is decided.
     pub(super) held_at: Vec<u32>,
     /// Gets waiting out a prepared writer, and how often each key was read again.
@@ -115,7 +117,7 @@ impl Txn {
             lost_gets: Vec::new(),
             lost_scans: Vec::new(),
             lost_prepares: Vec::new(),
-            lost_validations: Vec::new(),
+            passed_over: Vec::new(),
             held_at: Vec::new(),
             rereads: Vec::new(),
             reread_counts: HashMap::new(),
@@ -445,6 +447,7 @@ impl TxnClient {
             scans: txn.scans.iter().filter(|scan| scan.covers(shard)).map(|scan| scan.range(txn.ts_begin)).collect(),
             commit_on_vote: participants.len() == 1 && one_round_trip && !validate_only,
             validate_only,
+            takeover_validators: if validate_only { Vec::new() } else { txn.passed_over.clone() },
         };
         let call = self.ids.call();
         calls.insert(call, shard);
@@ -587,17 +590,13 @@ impl TxnClient {
         let scans = std::mem::take(&mut txn.lost_scans);
         let gets = std::mem::take(&mut txn.lost_gets);
         let prepares = std::mem::take(&mut txn.lost_prepares);
-        let validations = std::mem::take(&mut txn.lost_validations);
-        self.stats.retries += (gets.len() + scans.len() + prepares.len() + validations.len()) as u64;
+        self.stats.retries += (gets.len() + scans.len() + prepares.len()) as u64;
         self.send_gets(id, gets, out);
         for (index, shard) in scans {
             self.send_scan(id, index, shard, out);
         }
         for shard in prepares {
             self.send_prepare(id, shard, out);
-        }
-        for validator in validations {
-            self.send_validation(id, validator, out);
         }
     }
 }

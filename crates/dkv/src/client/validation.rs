@@ -10,13 +10,20 @@
 //!   parallel (as the seed has it) because the primaries' termination commits a transaction
 //!   every participant prepared: a prepare must not go out before the validators agreed.
 //!
-//! The primaries stay complete validators of read-only transactions (every writer passes
-//! their Algorithm 1, and a get raises a key's latest read there). So when a validator does
-//! not answer, or cannot judge (the transaction's freshness is below its floor, or its
-//! timestamp beyond its lease, as after a restart), a read-only transaction validates at the
-//! primaries instead: they take over reading validation at once. A read-write transaction
-//! needs its validators' votes, since read-only transactions validated there alone left their
-//! reads nowhere else; it retries until they answer.
+//! When a validator does not answer, or has no lease to vote under (as after a restart), the
+//! primaries take over its part:
+//! - A read-only transaction validates at the primaries instead, at once. They stay complete
+//!   validators of read-only transactions (every writer passes their Algorithm 1, and a get
+//!   raises a key's latest read there).
+//! - A read-write transaction prepares at the primaries passing over the validator: they
+//!   validate it in the validator's place, but only above the validator lease they granted
+//!   (a read the validator vouched for alone lies below it), so an attempt under it aborts
+//!   with the floor to pass and runs again above it (`shard::core::validator_leases`).
+//!
+//! A validator that did not answer is passed over directly for a while, without waiting for it
+//! again.
+//! (A read-write transaction whose freshness is below a validator's floor aborts: its cached
+//! reads may be stale.)
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -30,6 +37,9 @@ use super::{Out, TxnClient};
 use crate::kairos::validator::{validator_of, ValidatorAbort};
 use crate::kairos::{validate_to_wire, ValidateRequest, BEYOND_LEASE};
 use crate::shard::ReadOp;
+
+/// How long a validator that did not answer is passed over directly.
+const PASS_OVER_FOR_NS: u64 = 500_000_000;
 
 impl TxnClient {
     fn validator_count(&self) -> u32 {
@@ -50,13 +60,18 @@ impl TxnClient {
         validate_only && txn.scans.is_empty() && !txn.reads.values().any(|read| read.prepared_below)
     }
 
-    /// Sends each validator owning a key of the transaction its part.
+    /// Sends each validator owning a key of the transaction its part; one known to be down
+    /// is passed over at once.
     pub(super) fn start_validation(&mut self, id: TxnId, commit_ts: Timestamp, participants: Vec<u32>, out: &mut Out) {
         let count = self.validator_count();
+        let now = self.now;
+        self.validators_down.retain(|_, until| *until > now);
         let Some(txn) = self.txns.get_mut(&id) else { return };
         let owners: HashMap<Bytes, u32> =
             txn.reads.keys().chain(txn.writes.keys()).map(|key| (key.clone(), validator_of(key, count))).collect();
         let validators: BTreeSet<u32> = owners.values().copied().collect();
+        let (down, up): (Vec<u32>, Vec<u32>) =
+            validators.iter().partition(|validator| self.validators_down.contains_key(validator));
         txn.phase = Phase::Validating {
             commit_ts,
             calls: HashMap::new(),
@@ -65,7 +80,13 @@ impl TxnClient {
             participants,
             owners,
         };
-        for validator in validators {
+        if !down.is_empty() && txn.writes.is_empty() {
+            return self.validate_at_primaries(id, out);
+        }
+        for validator in down {
+            self.pass_over(id, validator, out);
+        }
+        for validator in up {
             self.send_validation(id, validator, out);
         }
     }
@@ -117,7 +138,7 @@ impl TxnClient {
                     txn.held_at.push(validator);
                 }
                 yes.insert(validator);
-                if yes.len() == validators.len() {
+                if yes.len() + txn.passed_over.len() == validators.len() {
                     let (commit_ts, participants) = (*commit_ts, std::mem::take(participants));
                     if read_only {
                         self.committed(id, commit_ts, true);
@@ -126,9 +147,14 @@ impl TxnClient {
                     }
                 }
             }
+            Ok(ResponseBody::Vote(vote)) if vote.reason == BEYOND_LEASE => {
+                if read_only {
+                    return self.validate_at_primaries(id, out);
+                }
+                self.pass_over(id, validator, out);
+            }
             Ok(ResponseBody::Vote(vote)) => {
-                let cannot_judge = vote.reason == ValidatorAbort::BelowGc.name() || vote.reason == BEYOND_LEASE;
-                if read_only && cannot_judge {
+                if read_only && vote.reason == ValidatorAbort::BelowGc.name() {
                     return self.validate_at_primaries(id, out);
                 }
                 // Every validator sent a part with writes is released, not only those that
@@ -143,13 +169,36 @@ impl TxnClient {
                 self.aborted(id, vote.reason, out);
             }
             failure => {
+                txn.last_failure = Some(describe_failure(&failure));
+                self.validators_down.insert(validator, self.now.saturating_add(PASS_OVER_FOR_NS));
                 if read_only {
                     return self.validate_at_primaries(id, out);
                 }
-                txn.last_failure = Some(describe_failure(&failure));
-                txn.lost_validations.push(validator);
-                self.arm_retry(out);
+                self.pass_over(id, validator, out);
             }
+        }
+    }
+
+    /// The primaries validate a read-write transaction in `validator`'s place. The validator
+    /// may still hold the transaction's writes (its vote may have been lost), so it is
+    /// released with the outcome too. Once every validator voted commit or was passed over,
+    /// the prepares go out, naming those passed over.
+    fn pass_over(&mut self, id: TxnId, validator: u32, out: &mut Out) {
+        let Some(txn) = self.txns.get_mut(&id) else { return };
+        let Phase::Validating { yes, validators, participants, commit_ts, owners, .. } = &mut txn.phase else {
+            return;
+        };
+        if txn.passed_over.contains(&validator) {
+            return;
+        }
+        txn.passed_over.push(validator);
+        if txn.writes.keys().any(|key| owners.get(key) == Some(&validator)) && !txn.held_at.contains(&validator) {
+            txn.held_at.push(validator);
+        }
+        if yes.len() + txn.passed_over.len() == validators.len() {
+            let (commit_ts, participants) = (*commit_ts, std::mem::take(participants));
+            self.stats.validator_takeovers += 1;
+            self.start_prepares(id, commit_ts, participants, false, out);
         }
     }
 

@@ -145,7 +145,7 @@ pub(crate) fn role_names(shape: &ClusterShape) -> Vec<String> {
 }
 
 pub(crate) fn validator_names(shape: &ClusterShape) -> Vec<String> {
-    (0..shape.validators).map(|index| format!("validator-{index}")).collect()
+    (0..shape.validators as u32).map(crate::kairos::validator_name).collect()
 }
 
 /// What `cluster.txt` holds.
@@ -363,8 +363,8 @@ impl LocalCluster {
             data.push(Runner { running: mailbox.run(name, core, Arc::clone(&inproc) as _, disk, stopped), stop });
         }
         let mut validators = Vec::new();
-        for name in validator_names(&layout.shape) {
-            let mut config = ValidatorConfig::new(&name, map.clone());
+        for (index, name) in validator_names(&layout.shape).into_iter().enumerate() {
+            let mut config = ValidatorConfig::new(index as u32, map.clone());
             config.config_replicas = replicas.clone();
             // Its state is volatile: only the cluster's first opening has nothing to forget.
             config.fresh = layout.incarnation == 1;

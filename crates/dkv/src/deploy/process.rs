@@ -193,8 +193,8 @@ pub async fn run_role(
         config.sync = options.sync;
         let (core, disk) = open_data_node(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
         serve_core(role, core, disk, serving, RoleReader::Data, || ready(address)).await?;
-    } else if role.starts_with("validator-") {
-        let mut config = ValidatorConfig::new(role, map);
+    } else if let Some(index) = crate::kairos::validator_index(role) {
+        let mut config = ValidatorConfig::new(index, map);
         config.config_replicas = replicas;
         // Its state is volatile: a restart starts above every vote it may have cast.
         config.fresh = starts == 1;

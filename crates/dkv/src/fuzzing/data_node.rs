@@ -60,6 +60,7 @@ pub fn sample_records() -> Vec<(u32, ShardRecord)> {
                 commit_ts: at(10, 1),
                 writes: vec![put("b", "20")],
                 participants: vec![0],
+                takeover_of: Vec::new(),
             },
         ),
         (0, ShardRecord::Decided { txn: T1, commit: true }),
@@ -70,6 +71,7 @@ pub fn sample_records() -> Vec<(u32, ShardRecord)> {
                 commit_ts: at(30, 1),
                 writes: vec![put("c", "30")],
                 participants: vec![0, 1],
+                takeover_of: Vec::new(),
             },
         ),
         (
@@ -79,6 +81,7 @@ pub fn sample_records() -> Vec<(u32, ShardRecord)> {
                 commit_ts: at(30, 1),
                 writes: vec![put("k", "40")],
                 participants: vec![0, 1],
+                takeover_of: Vec::new(),
             },
         ),
         (
@@ -88,6 +91,7 @@ pub fn sample_records() -> Vec<(u32, ShardRecord)> {
                 commit_ts: at(20, 2),
                 writes: vec![put("h", "33")],
                 participants: vec![1],
+                takeover_of: Vec::new(),
             },
         ),
         (1, ShardRecord::Decided { txn: T3, commit: true }),
@@ -369,10 +373,12 @@ struct Knobs {
     limit: u32,
     /// The replicated record: prepared, decided, lease, fence, none.
     record: u8,
+    /// KAIROS validators a prepare passes over (and a replicated prepare names).
+    takeover: Vec<u32>,
 }
 
 /// The kinds of honest requests, each with its defaults (see [`honest`]).
-const KINDS: u8 = 11;
+const KINDS: u8 = 12;
 
 fn wire_txn(txn: TxnId) -> Option<proto::TxnId> {
     Some(wire::txn_to_wire(txn))
@@ -399,6 +405,7 @@ fn honest(kind: u8) -> (u8, Knobs) {
         participants: vec![0],
         limit: 10,
         record: 0,
+        takeover: Vec::new(),
     };
     let kind = kind % KINDS;
     let knobs = match kind {
@@ -422,6 +429,8 @@ fn honest(kind: u8) -> (u8, Knobs) {
         6 => Knobs { from: "n1", shard: 1, ts: at(1000, 0), ..base },
         7 => Knobs { from: "n1", shard: 1, ..base },
         8 => Knobs { ts: at(5, 0), ..base },
+        // A validator's lease request; a prepare passing over validator 1.
+        11 => Knobs { from: "validator-0", ts: at(1000, 0), ..base },
         // The configuration service's arms, refused.
         _ => base,
     };
@@ -455,7 +464,7 @@ fn key_pool(value: u8) -> Vec<u8> {
 
 fn edit(knobs: &mut Knobs, field: u8, value: u8) {
     let pick = |options: &[u32]| options[usize::from(value) % options.len()];
-    match field % 14 {
+    match field % 15 {
         0 => knobs.from = SENDERS[usize::from(value) % SENDERS.len()],
         1 => knobs.shard = pick(&[0, 1, 2, 3, 1023, 1024, u32::MAX]),
         2 => knobs.epoch = [0, 1, 2, 3, u64::MAX][usize::from(value) % 5],
@@ -492,7 +501,11 @@ fn edit(knobs: &mut Knobs, field: u8, value: u8) {
             knobs.scans = usize::from(value % 3);
             knobs.limit = [0, 1, 2, u32::MAX][usize::from(value >> 2) % 4];
         }
-        _ => knobs.record = value % 5,
+        13 => knobs.record = value % 5,
+        _ => match value % 4 {
+            0 => knobs.takeover.clear(),
+            at => knobs.takeover.push([1, 255, 256, u32::MAX][usize::from(at)]),
+        },
     }
 }
 
@@ -559,6 +572,7 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
             // A one-participant transaction committed on its vote, or an ordinary prepare.
             commit_on_vote: knobs.commit,
             validate_only: knobs.limit == 2,
+            takeover_validators: knobs.takeover.clone(),
         }),
         3 => RequestBody::Decide(proto::Decide { shard, epoch, txn: knobs.txn, commit: knobs.commit }),
         4 => RequestBody::Replicate(proto::Replicate { shard, epoch, record: replicated(knobs) }),
@@ -577,6 +591,12 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
                 _ => (0..=knobs.reads).map(|at| (at as u64) << 20).collect(),
             },
         }),
+        11 => RequestBody::ValidatorLease(proto::ValidatorLease {
+            validator: knobs.limit,
+            shard,
+            epoch,
+            until_ns: knobs.ts.time,
+        }),
         _ if knobs.commit => RequestBody::GetMap(proto::GetMap {}),
         _ => RequestBody::Propose(proto::ConfigProposal::default()),
     };
@@ -592,6 +612,7 @@ fn replicated(knobs: &Knobs) -> Option<proto::ShardRecord> {
             commit_ts: ts,
             writes: writes(knobs, 1),
             participants: knobs.participants.clone(),
+            takeover_validators: knobs.takeover.clone(),
         }),
         1 => Record::Decided(proto::DecidedTxn { txn: knobs.txn, commit: knobs.commit }),
         2 => Record::Lease(proto::LeaseGranted { epoch: knobs.epoch, until: ts }),

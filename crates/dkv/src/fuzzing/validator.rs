@@ -40,6 +40,8 @@ struct Harness {
     next_call: u64,
     tick: Option<TimerId>,
     queries: Vec<CallId>,
+    /// Validator lease renewals not answered yet.
+    renewals: Vec<CallId>,
     /// Requests asked and not yet answered (parked validations), with what each was.
     pending: HashMap<CallId, Option<ValidateRequest>>,
     /// Transactions voted commit with writes: the most the validator may hold.
@@ -58,7 +60,7 @@ pub fn run_validator(data: &[u8]) -> ValidatorTally {
     let Ok(map) = ShardMap::place(&nodes, Partitioning::Hash { shards: 3 }, 1) else {
         return ValidatorTally::default();
     };
-    let mut config = ValidatorConfig::new("validator-0", map);
+    let mut config = ValidatorConfig::new(0, map);
     config.fresh = first & 1 == 0;
     let mut harness = Harness {
         core: ValidatorCore::new(config),
@@ -66,11 +68,16 @@ pub fn run_validator(data: &[u8]) -> ValidatorTally {
         next_call: 0,
         tick: None,
         queries: Vec::new(),
+        renewals: Vec::new(),
         pending: HashMap::new(),
         holders: HashSet::new(),
         tally: ValidatorTally::default(),
     };
     harness.step(Event::Start);
+    // The primaries grant long leases at first; later grants come from the input.
+    while !harness.renewals.is_empty() {
+        harness.grant(u8::MAX);
+    }
     for _ in 0..MAX_OPS {
         let Some((&tag, rest)) = input.split_first() else { break };
         input = rest;
@@ -107,7 +114,11 @@ pub fn run_validator(data: &[u8]) -> ValidatorTally {
             }
             _ => {
                 let Some([phase]) = take::<1>(&mut input) else { break };
-                harness.answer(phase);
+                if phase >= 0xc0 {
+                    harness.grant(phase);
+                } else {
+                    harness.answer(phase);
+                }
             }
         }
     }
@@ -172,6 +183,9 @@ impl Harness {
                 Command::Call { call, request: proto::Request { body: Some(RequestBody::Query(_)) }, .. } => {
                     self.queries.push(call)
                 }
+                Command::Call {
+                    call, request: proto::Request { body: Some(RequestBody::ValidatorLease(_)) }, ..
+                } => self.renewals.push(call),
                 Command::Reply { call, response, .. } => {
                     let asked = self.pending.remove(&call);
                     let Some(accepted) = asked else { panic!("a reply to {call:?}, which is not pending") };
@@ -219,6 +233,28 @@ impl Harness {
         }
     }
 
+    /// Answers the oldest lease renewal: a grant of up to 630 ms past the clock, reporting
+    /// writes validated in the validator's place up to 31 ms back (`knob` 0xff: a long
+    /// grant and none), or a refusal or failure.
+    fn grant(&mut self, knob: u8) {
+        if self.renewals.is_empty() {
+            return;
+        }
+        let call = self.renewals.remove(0);
+        let result = match knob & 0x3f {
+            0 => Err(NetError::Unreachable { peer: "data-0".into(), reason: "fuzzed".into() }),
+            1 => Ok(proto::Response { body: Some(ResponseBody::Error("fuzzed".into())) }),
+            _ if knob == u8::MAX => Ok(grant_body(self.now + 10_000 * MS, None)),
+            reach => {
+                let high = (knob & 0x40 != 0).then(|| {
+                    shard_wire::ts_to_wire(virga_storage::Timestamp::new(self.now - u64::from(reach >> 1) * MS, 1))
+                });
+                Ok(grant_body(self.now + u64::from(reach) * 10 * MS, high))
+            }
+        };
+        self.step(Event::Response { call, result });
+    }
+
     /// Answers the oldest termination query: a phase, or (past the phases) a failure.
     fn answer(&mut self, phase: u8) {
         if self.queries.is_empty() {
@@ -233,6 +269,10 @@ impl Harness {
         };
         self.step(Event::Response { call, result });
     }
+}
+
+fn grant_body(until_ns: u64, takeover_high: Option<proto::Timestamp>) -> proto::Response {
+    proto::Response { body: Some(ResponseBody::ValidatorGrant(proto::ValidatorGrant { until_ns, takeover_high })) }
 }
 
 #[cfg(test)]

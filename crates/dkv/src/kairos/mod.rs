@@ -29,8 +29,8 @@ use virga_net::role::Nanos;
 pub use self::client_cache::{CacheConfig, CacheStats, CachedRead, ClientCache};
 pub use self::grants::LeaseGrants;
 pub use self::validator_core::{
-    validate_from_wire, validate_to_wire, ValidateRequest, ValidateWireError, ValidatorConfig, ValidatorCore,
-    ValidatorStats, BEYOND_LEASE,
+    validate_from_wire, validate_to_wire, validator_index, validator_name, ValidateRequest, ValidateWireError,
+    ValidatorConfig, ValidatorCore, ValidatorStats, BEYOND_LEASE,
 };
 
 /// How (and whether) clients cache keys across transactions.

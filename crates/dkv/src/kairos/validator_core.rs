@@ -14,6 +14,12 @@
 //! abort) and the refusal of writes at or below the floor then cover everything it forgot.
 //! (The clock must not run backwards across a restart by more than the lease; the
 //! simulator's node clocks and the process's wall clock, read at start, satisfy that.)
+//!
+//! It also votes commit only below the validator lease the primaries of the shards of the
+//! keys it judges granted it, renewed at each tick. A primary validates a read-write transaction that passed over this
+//! validator only above that lease, and answers the next renewal with the highest such
+//! commit timestamp, to which the validator raises its floor before it votes again
+//! (`shard::core::validator_leases` has the argument).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -40,11 +46,23 @@ const REMEMBERED_RELEASES: usize = 65_536;
 /// The reason a validator gives for a transaction it was already told the outcome of.
 pub const ALREADY_RELEASED: &str = "already-released";
 
+/// The peer name of validator `index`.
+pub fn validator_name(index: u32) -> String {
+    format!("validator-{index}")
+}
+
+/// The index of the validator called `name` (None: not a validator's name).
+pub fn validator_index(name: &str) -> Option<u32> {
+    name.strip_prefix("validator-")?.parse().ok()
+}
+
 /// A validator's settings.
 #[derive(Debug, Clone)]
 pub struct ValidatorConfig {
-    /// This validator's peer name.
+    /// This validator's peer name, [`validator_name`] of its index.
     pub node: String,
+    /// Its index: it owns the keys `validator_of(key, V) == index`.
+    pub index: u32,
     /// The shard map, for the primaries it asks about held transactions; newer ones come
     /// from the configuration service.
     pub map: ShardMap,
@@ -74,9 +92,10 @@ pub struct ValidatorConfig {
 }
 
 impl ValidatorConfig {
-    pub fn new(node: impl Into<String>, map: ShardMap) -> ValidatorConfig {
+    pub fn new(index: u32, map: ShardMap) -> ValidatorConfig {
         ValidatorConfig {
-            node: node.into(),
+            node: validator_name(index),
+            index,
             map,
             config_replicas: Vec::new(),
             lease: Duration::from_millis(250),
@@ -105,6 +124,9 @@ pub struct ValidatorStats {
     /// Held transactions decided from the primaries' answers, and those of them committed.
     pub terminations: u64,
     pub terminated_commit: u64,
+    /// Times a primary's grant raised the floor past writes validated in this validator's
+    /// place.
+    pub takeover_floors: u64,
     /// Keys with state, and the floor (`ts_GC`), at the last collection.
     pub keys: usize,
     pub floor: Timestamp,
@@ -143,6 +165,10 @@ pub struct ValidatorCore {
     reports: HashMap<u32, (Timestamp, Nanos)>,
     tick: Option<TimerId>,
     map_refresh: MapRefresh,
+    /// Per shard, the end of the validator lease its primary granted (ns), and the renewals
+    /// in flight (the shard asked).
+    grants: BTreeMap<u32, Nanos>,
+    renewals: HashMap<CallId, u32>,
     stats: ValidatorStats,
 }
 
@@ -245,6 +271,8 @@ impl ValidatorCore {
             reports: HashMap::new(),
             tick: None,
             map_refresh: MapRefresh::default(),
+            grants: BTreeMap::new(),
+            renewals: HashMap::new(),
             stats: ValidatorStats::default(),
         }
     }
@@ -266,6 +294,54 @@ impl ValidatorCore {
         Timestamp::new(now.saturating_add(self.config.lease.as_nanos() as u64), 0)
     }
 
+    /// Commit votes go only to timestamps below this: its own lease, and the grant of the
+    /// primary of every shard holding a key of `request` (a shard with none yet, as after a
+    /// start, allows nothing). Only those primaries could validate the keys in its place.
+    fn vote_bound(&self, now: Nanos, request: &ValidateRequest) -> Timestamp {
+        let keys = request.reads.iter().map(|read| &read.key).chain(&request.writes);
+        let granted = keys
+            .map(|key| self.grants.get(&self.config.map.shard_of(key).0).copied().unwrap_or(0))
+            .min()
+            .unwrap_or(u64::MAX);
+        self.lease_end(now).min(Timestamp::new(granted, 0))
+    }
+
+    /// Asks every shard's primary for the lease up to the clock plus `lease`.
+    fn renew_leases(&mut self, now: Nanos, out: &mut Out) {
+        let until_ns = now.saturating_add(self.config.lease.as_nanos() as u64);
+        for (shard, group) in self.config.map.groups().iter().enumerate() {
+            let shard = shard as u32;
+            let call = self.ids.call();
+            self.renewals.insert(call, shard);
+            let lease = proto::ValidatorLease { validator: self.config.index, shard, epoch: group.epoch, until_ns };
+            out.push(Command::Call {
+                to: group.primary.clone(),
+                call,
+                request: proto::Request { body: Some(RequestBody::ValidatorLease(lease)) },
+                deadline: self.config.deadline,
+            });
+        }
+    }
+
+    /// A primary's answer to a renewal: first the floor rises to the highest commit
+    /// timestamp validated in this validator's place, then the grant counts.
+    fn on_grant(&mut self, shard: u32, body: Result<ResponseBody, String>) {
+        match body {
+            Ok(ResponseBody::ValidatorGrant(grant)) => {
+                let takeover_high = shard_wire::ts_from_wire(grant.takeover_high);
+                if takeover_high > self.state.floor() {
+                    self.state.collect(takeover_high);
+                    self.stats.takeover_floors += 1;
+                    tracing::info!(node = %self.config.node, shard, floor = takeover_high.time, "validator's floor raised past writes validated in its place");
+                }
+                let granted = self.grants.entry(shard).or_default();
+                *granted = (*granted).max(grant.until_ns);
+            }
+            // The primary may have changed: ask the configuration service before the next round.
+            _ => self.map_refresh.mark_stale(),
+        }
+    }
+
     fn on_start(&mut self, now: Nanos, out: &mut Out) {
         if !self.config.fresh {
             // Everything the previous incarnation voted on lies below its lease, which ended
@@ -274,6 +350,7 @@ impl ValidatorCore {
             self.state.collect(floor);
             tracing::info!(node = %self.config.node, floor = floor.time, "validator restarted above its old lease");
         }
+        self.renew_leases(now, out);
         self.arm_tick(out);
     }
 
@@ -307,7 +384,7 @@ impl ValidatorCore {
         if self.released.contains(&request.txn) {
             return Err(Abort::AlreadyReleased);
         }
-        if request.commit_ts >= self.lease_end(now) {
+        if request.commit_ts >= self.vote_bound(now, request) {
             return Err(Abort::BeyondLease);
         }
         let validation = Validation {
@@ -413,6 +490,7 @@ impl ValidatorCore {
         self.terminate_held(now, out);
         self.retry_parked(now, true, out);
         self.fetch_map(out);
+        self.renew_leases(now, out);
         self.arm_tick(out);
     }
 
@@ -478,6 +556,8 @@ impl ValidatorCore {
             if let Some(map) = self.map_refresh.answered(body, &self.config.map) {
                 self.config.map = map;
             }
+        } else if let Some(shard) = self.renewals.remove(&call) {
+            self.on_grant(shard, body);
         } else {
             self.on_state(call, body);
         }

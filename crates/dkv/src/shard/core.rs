@@ -23,6 +23,7 @@ mod lease;
 mod replication;
 mod takeover;
 mod termination;
+mod validator_leases;
 
 pub(crate) use self::termination::termination_decision;
 
@@ -73,6 +74,11 @@ pub struct DataConfig {
     pub weakened: Weakened,
     /// KAIROS: the lease rule for reads of keys a client caches (none: no lease).
     pub cache: crate::kairos::CacheMode,
+    /// KAIROS: the longest lease a validator is granted past this node's clock.
+    pub validator_lease: Duration,
+    /// KAIROS: how long a validator's renewals are refused after a transaction passed over
+    /// it (so that a validator its clients cannot reach stops voting).
+    pub validator_revoke_for: Duration,
 }
 
 impl DataConfig {
@@ -95,6 +101,8 @@ impl DataConfig {
             collect_every: Duration::from_secs(5),
             weakened: Weakened::default(),
             cache: crate::kairos::CacheMode::None,
+            validator_lease: Duration::from_millis(250),
+            validator_revoke_for: Duration::from_secs(1),
         }
     }
 }
@@ -161,6 +169,7 @@ pub struct DataCore {
     watermarks: gc::Watermarks,
     /// Soft leases for cached reads: each cached key's write rate, nothing per client.
     grants: crate::kairos::LeaseGrants,
+    validator_leases: validator_leases::ValidatorLeases,
     /// The clock at the step being handled.
     now: Nanos,
     stats: DataStats,
@@ -187,6 +196,7 @@ impl DataCore {
         }
         DataCore {
             grants: crate::kairos::LeaseGrants::new(config.cache),
+            validator_leases: validator_leases::ValidatorLeases::default(),
             map: config.map.clone(),
             link: lease::ConfigLink::new(&config),
             config,
@@ -321,6 +331,7 @@ impl DataCore {
             },
             Some(RequestBody::Decide(decide)) => self.on_decide(&from, call, decide, out),
             Some(RequestBody::Replicate(replicate)) => self.on_replicate(&from, call, replicate),
+            Some(RequestBody::ValidatorLease(lease)) => Some(self.on_validator_lease(lease)),
             Some(_) => Some(ResponseBody::Error("a data node serves no configuration requests".to_string())),
             None => Some(ResponseBody::Error("an empty dkv request".to_string())),
         };
@@ -508,6 +519,18 @@ impl DataCore {
                 },
             };
         }
+        if !prepare.takeover_validators.is_empty() {
+            if let Err(floor) = self.check_takeover(shard, &prepare.takeover_validators, prepare.commit_ts) {
+                self.stats.aborts += 1;
+                self.voted_abort.insert((shard, txn), AbortReason::BelowCommitFloor);
+                let mut answer = vote(Err(AbortReason::BelowCommitFloor));
+                if let ResponseBody::Vote(vote) = &mut answer {
+                    vote.floor = Some(wire::ts_to_wire(floor));
+                }
+                return Some(answer);
+            }
+        }
+        let replica = self.replicas.get_mut(&shard)?;
         if let Err(reason) = replica.validate(txn, prepare.commit_ts, &prepare.reads, &prepare.scans, &prepare.writes) {
             self.stats.aborts += 1;
             self.voted_abort.insert((shard, txn), reason);
@@ -521,14 +544,14 @@ impl DataCore {
             return Some(answer);
         }
         self.stats.prepares += 1;
-        let record = replica.prepare(
+        let record = ShardRecord::Prepared {
             txn,
-            prepare.commit_ts,
-            &prepare.reads,
-            &prepare.scans,
-            prepare.writes,
-            prepare.participants,
-        );
+            commit_ts: prepare.commit_ts,
+            writes: prepare.writes,
+            participants: prepare.participants,
+            takeover_of: prepare.takeover_validators,
+        };
+        let record = replica.prepare(record, &prepare.reads, &prepare.scans);
         self.undecided.insert((shard, txn), now);
         if prepare.commit_on_vote {
             self.commit_on_vote.insert((shard, txn));

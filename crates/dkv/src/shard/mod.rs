@@ -71,6 +71,10 @@ pub struct DataStats {
     pub lease_refusals: u64,
     pub too_old: u64,
     pub versions_collected: u64,
+    /// KAIROS: read-write transactions validated here in place of a validator they passed
+    /// over, and validator lease renewals refused because one did.
+    pub validator_takeovers: u64,
+    pub validator_lease_refusals: u64,
     /// Requests refused (malformed, wrong epoch, not this node's shard).
     pub refusals: u64,
     /// Device appends completed.

@@ -61,13 +61,17 @@ pub struct TxnEntry {
     pub writes: Vec<WriteOp>,
     pub participants: Vec<u32>,
     pub status: TxnStatus,
+    /// The KAIROS validators it passed over.
+    pub takeover_of: Vec<u32>,
 }
 
 /// What a replica logs and replicates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShardRecord {
     /// The primary voted commit: the transaction holds its written keys.
-    Prepared { txn: TxnId, commit_ts: Timestamp, writes: Vec<WriteOp>, participants: Vec<u32> },
+    /// `takeover_of`: the KAIROS validators it passed over (this shard validated it in their
+    /// place), kept so that every later primary knows how high their floors must go.
+    Prepared { txn: TxnId, commit_ts: Timestamp, writes: Vec<WriteOp>, participants: Vec<u32>, takeover_of: Vec<u32> },
     /// The coordinator's decision.
     Decided { txn: TxnId, commit: bool },
     /// This backup granted the primary of `epoch` a read lease up to `until`.
@@ -135,6 +139,10 @@ pub struct Weakened {
     /// The primary skips the `latestCommitted` check (the version read is still the newest)
     /// for reads a client served from its cache.
     pub skip_cached_latest_committed: bool,
+    /// The primary validates a read-write transaction in place of a KAIROS validator it
+    /// passed over at any commit timestamp, even one under the lease it granted that
+    /// validator (whose reads it cannot see).
+    pub skip_validator_lease: bool,
 }
 
 /// One shard's replica.
@@ -158,6 +166,9 @@ pub struct ShardReplica<S: VersionedStore = MvStore> {
     txns: HashMap<TxnId, TxnEntry>,
     /// Decisions replicated before their prepare (a backup's unordered records).
     early_decisions: HashMap<TxnId, bool>,
+    /// KAIROS: per validator, the highest commit timestamp of a transaction prepared here
+    /// in its place (rebuilt from the records, so a new primary knows it too).
+    validator_takeovers: BTreeMap<u32, Timestamp>,
     weakened: Weakened,
 }
 
@@ -186,8 +197,15 @@ impl<S: VersionedStore> ShardReplica<S> {
             range_reads: Vec::new(),
             txns: HashMap::new(),
             early_decisions: HashMap::new(),
+            validator_takeovers: BTreeMap::new(),
             weakened: Weakened::default(),
         }
+    }
+
+    /// The highest commit timestamp of a transaction prepared here in `validator`'s place
+    /// (zero: none).
+    pub fn takeover_high(&self, validator: u32) -> Timestamp {
+        self.validator_takeovers.get(&validator).copied().unwrap_or(Timestamp::ZERO)
     }
 
     pub fn weaken(&mut self, weakened: Weakened) {
@@ -270,6 +288,7 @@ impl<S: VersionedStore> ShardReplica<S> {
                 commit_ts: entry.commit_ts,
                 writes: entry.writes.clone(),
                 participants: entry.participants.clone(),
+                takeover_of: entry.takeover_of.clone(),
             });
             match entry.status {
                 TxnStatus::Prepared => {}
@@ -408,26 +427,14 @@ impl<S: VersionedStore> ShardReplica<S> {
         reads.iter().filter(|read| self.newest(&read.key) != read.version).map(|read| read.key.clone()).collect()
     }
 
-    /// Prepares a validated transaction at the primary: its written keys are held, and its
-    /// reads raise their keys' latest read to the commit timestamp (a later writer below it
-    /// would invalidate what this transaction read). Returns the record to log and replicate.
-    pub fn prepare(
-        &mut self,
-        txn: TxnId,
-        commit_ts: Timestamp,
-        reads: &[ReadOp],
-        scans: &[ScanRange],
-        writes: Vec<WriteOp>,
-        participants: Vec<u32>,
-    ) -> ShardRecord {
-        for read in reads {
-            let cc = self.cc.entry(read.key.clone()).or_default();
-            cc.latest_read = cc.latest_read.max(commit_ts);
+    /// Prepares a validated transaction at the primary (`record`, a [`ShardRecord::Prepared`]):
+    /// its written keys are held, and its reads raise their keys' latest read to the commit
+    /// timestamp (a later writer below it would invalidate what this transaction read).
+    /// Returns the record to log and replicate.
+    pub fn prepare(&mut self, record: ShardRecord, reads: &[ReadOp], scans: &[ScanRange]) -> ShardRecord {
+        if let ShardRecord::Prepared { commit_ts, .. } = &record {
+            self.note_validated_reads(*commit_ts, reads, scans);
         }
-        for range in scans {
-            self.remember_range(ScanRange { ts: commit_ts, ..range.clone() });
-        }
-        let record = ShardRecord::Prepared { txn, commit_ts, writes, participants };
         self.apply(&record);
         record
     }
@@ -437,9 +444,13 @@ impl<S: VersionedStore> ShardReplica<S> {
     /// Idempotent: a record seen twice changes nothing the second time.
     pub fn apply(&mut self, record: &ShardRecord) {
         match record {
-            ShardRecord::Prepared { txn, commit_ts, writes, participants } => {
+            ShardRecord::Prepared { txn, commit_ts, writes, participants, takeover_of } => {
                 if self.txns.contains_key(txn) {
                     return;
+                }
+                for validator in takeover_of {
+                    let high = self.validator_takeovers.entry(*validator).or_default();
+                    *high = (*high).max(*commit_ts);
                 }
                 for write in writes {
                     self.cc.entry(write.key.clone()).or_default().hold(*txn, *commit_ts);
@@ -449,6 +460,7 @@ impl<S: VersionedStore> ShardReplica<S> {
                     writes: writes.clone(),
                     participants: participants.clone(),
                     status: TxnStatus::Prepared,
+                    takeover_of: takeover_of.clone(),
                 };
                 self.txns.insert(*txn, entry);
                 if let Some(commit) = self.early_decisions.remove(txn) {

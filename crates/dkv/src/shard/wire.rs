@@ -15,6 +15,8 @@ pub const MAX_KEY_BYTES: usize = 1024;
 pub const MAX_VALUE_BYTES: usize = 1 << 20;
 /// Most reads, and most writes, one shard's part of a transaction may carry.
 pub const MAX_OPS_PER_SHARD: usize = 4096;
+/// Most validators a store may have (a validator's index is below this).
+pub const MAX_VALIDATORS: u32 = 256;
 
 /// Why a shard message is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +47,12 @@ pub enum ShardWireError {
     CommitOnVoteWithOthers { participants: usize },
     #[error("a validation carries {writes} writes (it validates a read-only transaction)")]
     ValidateOnlyWithWrites { writes: usize },
+    #[error("validator {validator} is out of range (at most {max} validators)", max = MAX_VALIDATORS)]
+    BadValidator { validator: u32 },
+    #[error("validator {validator} is passed over twice")]
+    DuplicateValidator { validator: u32 },
+    #[error("a validation passes over validators (only a transaction with writes can)")]
+    ValidateOnlyWithTakeover,
     #[error("the transaction id has sequence number 0")]
     ZeroSequence,
     #[error("the log record does not decode: {0}")]
@@ -159,6 +167,19 @@ fn participants_from_wire(shard: u32, participants: Vec<u32>) -> Result<Vec<u32>
     Ok(participants)
 }
 
+/// The validators a transaction passed over: each in range, none twice.
+pub(crate) fn takeover_from_wire(validators: Vec<u32>) -> Result<Vec<u32>, ShardWireError> {
+    for (position, validator) in validators.iter().enumerate() {
+        if *validator >= MAX_VALIDATORS {
+            return Err(ShardWireError::BadValidator { validator: *validator });
+        }
+        if validators[..position].contains(validator) {
+            return Err(ShardWireError::DuplicateValidator { validator: *validator });
+        }
+    }
+    Ok(validators)
+}
+
 /// A checked prepare: this shard's part of a transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrepareRequest {
@@ -174,6 +195,8 @@ pub struct PrepareRequest {
     pub commit_on_vote: bool,
     /// A read-only transaction's validation alone: nothing logged, held or decided.
     pub validate_only: bool,
+    /// KAIROS: the validators this transaction passed over, validated here in their place.
+    pub takeover_validators: Vec<u32>,
 }
 
 /// A range from the wire: an empty end is unbounded; the start is at most a key long.
@@ -197,6 +220,9 @@ pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, Shar
     if prepare.validate_only && !prepare.writes.is_empty() {
         return Err(ShardWireError::ValidateOnlyWithWrites { writes: prepare.writes.len() });
     }
+    if prepare.validate_only && !prepare.takeover_validators.is_empty() {
+        return Err(ShardWireError::ValidateOnlyWithTakeover);
+    }
     let commit_ts = ts_from_wire(prepare.commit_ts);
     if commit_ts == Timestamp::ZERO {
         return Err(ShardWireError::ZeroCommitTimestamp);
@@ -211,6 +237,7 @@ pub fn prepare_from_wire(prepare: proto::Prepare) -> Result<PrepareRequest, Shar
         participants: participants_from_wire(shard, prepare.participants)?,
         commit_on_vote: prepare.commit_on_vote,
         validate_only: prepare.validate_only,
+        takeover_validators: takeover_from_wire(prepare.takeover_validators)?,
         scans: {
             if prepare.scans.len() > MAX_OPS_PER_SHARD {
                 return Err(ShardWireError::TooMany { what: "scans", count: prepare.scans.len() });
@@ -244,18 +271,22 @@ pub fn prepare_to_wire(prepare: &PrepareRequest) -> proto::Prepare {
             .collect(),
         commit_on_vote: prepare.commit_on_vote,
         validate_only: prepare.validate_only,
+        takeover_validators: prepare.takeover_validators.clone(),
     }
 }
 
 pub fn record_to_wire(record: &ShardRecord) -> proto::ShardRecord {
     use proto::shard_record::Record;
     let record = match record {
-        ShardRecord::Prepared { txn, commit_ts, writes, participants } => Record::Prepared(proto::PreparedTxn {
-            txn: Some(txn_to_wire(*txn)),
-            commit_ts: Some(ts_to_wire(*commit_ts)),
-            writes: writes.iter().map(write_to_wire).collect(),
-            participants: participants.clone(),
-        }),
+        ShardRecord::Prepared { txn, commit_ts, writes, participants, takeover_of } => {
+            Record::Prepared(proto::PreparedTxn {
+                txn: Some(txn_to_wire(*txn)),
+                commit_ts: Some(ts_to_wire(*commit_ts)),
+                writes: writes.iter().map(write_to_wire).collect(),
+                participants: participants.clone(),
+                takeover_validators: takeover_of.clone(),
+            })
+        }
         ShardRecord::Decided { txn, commit } => {
             Record::Decided(proto::DecidedTxn { txn: Some(txn_to_wire(*txn)), commit: *commit })
         }
@@ -281,6 +312,7 @@ pub fn record_from_wire(shard: u32, record: proto::ShardRecord) -> Result<ShardR
                 commit_ts,
                 writes: writes_from_wire(prepared.writes)?,
                 participants: participants_from_wire(shard, prepared.participants)?,
+                takeover_of: takeover_from_wire(prepared.takeover_validators)?,
             })
         }
         Record::Decided(decided) => {

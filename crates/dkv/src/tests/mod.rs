@@ -248,3 +248,4 @@ mod kairos_sim;
 mod replica;
 mod service_sim;
 mod txn_sim;
+mod validator_takeover;

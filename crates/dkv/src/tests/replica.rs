@@ -29,7 +29,13 @@ fn read(name: &str, version: Timestamp) -> ReadOp {
 /// A replica where transaction 1 committed `x` at 10.
 fn with_x_at_10() -> ShardReplica {
     let mut replica = ShardReplica::new();
-    replica.prepare(1, ts(10), &[], &[], vec![put("x", "a")], vec![0]);
+    replica.apply(&ShardRecord::Prepared {
+        txn: 1,
+        commit_ts: ts(10),
+        writes: vec![put("x", "a")],
+        participants: vec![0],
+        takeover_of: vec![],
+    });
     replica.apply(&ShardRecord::Decided { txn: 1, commit: true });
     replica
 }
@@ -48,7 +54,13 @@ fn algorithm_one_refuses_each_conflict_and_accepts_the_rest() {
     assert_eq!(replica.validate(2, ts(25), &[], &[], &[put("x", "b")]), Err(AbortReason::WriteAfterRead));
     assert_eq!(replica.validate(2, ts(31), &[], &[], &[put("x", "b")]), Ok(()));
     // Transaction 3 holds x: others may neither read nor write it; 3 itself may.
-    replica.prepare(3, ts(40), &[], &[], vec![put("x", "c")], vec![0]);
+    replica.apply(&ShardRecord::Prepared {
+        txn: 3,
+        commit_ts: ts(40),
+        writes: vec![put("x", "c")],
+        participants: vec![0],
+        takeover_of: vec![],
+    });
     assert_eq!(replica.validate(2, ts(50), &[read("x", ts(10))], &[], &[]), Err(AbortReason::ReadPrepared));
     assert_eq!(replica.validate(2, ts(50), &[], &[], &[put("x", "d")]), Err(AbortReason::WritePrepared));
     assert_eq!(replica.validate(3, ts(40), &[read("x", ts(10))], &[], &[put("x", "c")]), Ok(()));
@@ -76,8 +88,13 @@ fn a_primary_that_took_over_refuses_commits_at_or_below_the_leases_granted() {
 fn records_are_idempotent_and_a_decision_may_come_before_its_prepare() {
     let mut replica = ShardReplica::new();
     let decided = ShardRecord::Decided { txn: 7, commit: true };
-    let prepared =
-        ShardRecord::Prepared { txn: 7, commit_ts: ts(5), writes: vec![put("k", "v")], participants: vec![0] };
+    let prepared = ShardRecord::Prepared {
+        txn: 7,
+        commit_ts: ts(5),
+        writes: vec![put("k", "v")],
+        participants: vec![0],
+        takeover_of: vec![],
+    };
     replica.apply(&decided);
     assert_eq!(replica.decided_early(7), Some(true));
     replica.apply(&prepared);
@@ -113,7 +130,7 @@ proptest! {
     ) {
         let mut records = Vec::new();
         for (txn, writes) in &txns {
-            records.push(ShardRecord::Prepared { txn: *txn, commit_ts: ts(*txn * 10), writes: writes.clone(), participants: vec![0] });
+            records.push(ShardRecord::Prepared { txn: *txn, commit_ts: ts(*txn * 10), writes: writes.clone(), participants: vec![0], takeover_of: vec![] });
             records.push(ShardRecord::Decided { txn: *txn, commit: true });
         }
         // A deterministic shuffle driven by `order`.
@@ -156,7 +173,13 @@ fn range(start: &str, end: &str, at: u64) -> crate::shard::ScanRange {
 #[test]
 fn scans_read_a_snapshot_and_keep_it_free_of_phantoms() {
     let mut replica = with_x_at_10();
-    replica.prepare(2, ts(20), &[], &[], vec![put("y", "b")], vec![0]);
+    replica.apply(&ShardRecord::Prepared {
+        txn: 2,
+        commit_ts: ts(20),
+        writes: vec![put("y", "b")],
+        participants: vec![0],
+        takeover_of: vec![],
+    });
     replica.apply(&ShardRecord::Decided { txn: 2, commit: true });
     // At 15, y does not exist yet; at 25 both do; z is outside the range.
     let keys = |found: crate::shard::ScanResult| found.rows.into_iter().map(|(key, _)| key).collect::<Vec<_>>();
@@ -169,7 +192,13 @@ fn scans_read_a_snapshot_and_keep_it_free_of_phantoms() {
     assert_eq!(replica.validate(3, ts(26), &[], &[], &[put("q", "c")]), Ok(()));
     assert_eq!(replica.validate(3, ts(25), &[], &[], &[put("zz", "c")]), Ok(()));
     // A scanning transaction whose range gained a key after its scan aborts at prepare.
-    replica.prepare(4, ts(30), &[], &[], vec![put("m", "d")], vec![0]);
+    replica.apply(&ShardRecord::Prepared {
+        txn: 4,
+        commit_ts: ts(30),
+        writes: vec![put("m", "d")],
+        participants: vec![0],
+        takeover_of: vec![],
+    });
     assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 25)], &[]), Err(AbortReason::ReadPrepared));
     replica.apply(&ShardRecord::Decided { txn: 4, commit: true });
     assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 25)], &[]), Err(AbortReason::Phantom));
@@ -189,6 +218,7 @@ fn a_rebuilt_replica_holding_two_prepared_writers_of_a_key_reports_both() {
         commit_ts: ts(at),
         writes: vec![put("x", value)],
         participants: vec![0, 1],
+        takeover_of: vec![],
     };
     // T2's prepare arrives first at this backup: the records come in any order.
     replica.apply(&prepared(2, 20, "b"));

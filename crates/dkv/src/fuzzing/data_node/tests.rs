@@ -23,6 +23,7 @@ fn every_honest_request_is_served_and_configuration_requests_refused() {
             (6, Some(ResponseBody::Grant(_))) => true,
             (7, Some(ResponseBody::Table(table))) => table.records.len() == 3,
             (9, reply) => is_refusal(reply),
+            (11, Some(ResponseBody::ValidatorGrant(grant))) => grant.until_ns > 0,
             (10, Some(ResponseBody::Values(values))) => {
                 values.values.len() == 2 && values.values[0].found && values.values[0].value == b"1"
             }

@@ -24,13 +24,39 @@ fn validator(fresh: bool) -> ValidatorCore {
 
 /// A validator whose blocked read-only validations wait up to `park_for`.
 fn validator_parking(fresh: bool, park_for: Duration) -> ValidatorCore {
-    let mut config = ValidatorConfig::new("validator-0", map());
+    let mut config = ValidatorConfig::new(0, map());
     config.fresh = fresh;
     config.park_for = park_for;
     let mut core = ValidatorCore::new(config);
     let mut out = Vec::new();
     core.step(T0, Event::Start, &mut out);
+    // Every shard's primary grants a lease longer than any test: the validator's own lease
+    // on its clock is the bound these tests look at.
+    for (call, _) in renewals(out) {
+        grant(&mut core, T0, call, u64::MAX / 2, 0);
+    }
     core
+}
+
+/// The validator lease renewals among `out`: (call, shard).
+fn renewals(out: Vec<Command<Dkv, Infallible>>) -> Vec<(CallId, u32)> {
+    out.into_iter()
+        .filter_map(|command| match command {
+            Command::Call {
+                call, request: proto::Request { body: Some(RequestBody::ValidatorLease(lease)) }, ..
+            } => Some((call, lease.shard)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A primary's grant up to `until_ns`, reporting writes validated in the validator's place
+/// up to `takeover_high`.
+fn grant(core: &mut ValidatorCore, now: u64, call: CallId, until_ns: u64, takeover_high: u64) {
+    let takeover_high = (takeover_high > 0).then(|| shard_wire::ts_to_wire(ts(takeover_high)));
+    let grant = proto::ValidatorGrant { until_ns, takeover_high };
+    let response = proto::Response { body: Some(ResponseBody::ValidatorGrant(grant)) };
+    core.step(now, Event::Response { call, result: Ok(response) }, &mut Vec::new());
 }
 
 fn ts(time: u64) -> Timestamp {
@@ -110,7 +136,7 @@ fn a_validation_after_its_own_release_is_refused_rather_than_held_for_good() {
 
 #[test]
 fn commit_votes_stay_below_the_lease_and_a_restart_starts_above_it() {
-    let lease = ValidatorConfig::new("v", map()).lease.as_nanos() as u64;
+    let lease = ValidatorConfig::new(0, map()).lease.as_nanos() as u64;
     let mut core = validator(true);
     assert_eq!(vote(&mut core, T0, validate(1, T0 + lease, T0, vec![], &["k"])), Err(BEYOND_LEASE.into()));
     assert_eq!(vote(&mut core, T0, validate(2, T0 + lease - 1, T0, vec![read("j", 0, true)], &[])), Ok(()));
@@ -183,7 +209,7 @@ fn answer(core: &mut ValidatorCore, call: CallId, phase: proto::TxnPhase) {
 
 #[test]
 fn a_held_write_with_no_release_is_decided_by_what_its_primaries_know() {
-    let after = ValidatorConfig::new("v", map()).termination_after.as_nanos() as u64;
+    let after = ValidatorConfig::new(0, map()).termination_after.as_nanos() as u64;
     for (phases, commit) in [
         ([proto::TxnPhase::Prepared, proto::TxnPhase::Prepared], true),
         ([proto::TxnPhase::Prepared, proto::TxnPhase::NeverPrepared], false),
@@ -286,4 +312,39 @@ fn a_read_only_validation_behind_a_held_writer_waits_for_its_release_or_its_time
         vote(&mut core, now, validate(5, T0 + 30, T0 + 30, vec![read("k", 0, true)], &["j"])),
         Err("read-prepared".into())
     );
+}
+
+#[test]
+fn commit_votes_need_every_primarys_grant_and_a_takeover_raises_the_floor_first() {
+    let mut config = ValidatorConfig::new(0, map());
+    config.fresh = true;
+    let mut core = ValidatorCore::new(config);
+    let mut out = Vec::new();
+    core.step(T0, Event::Start, &mut out);
+    let asked = renewals(out);
+    assert_eq!(asked.iter().map(|(_, shard)| *shard).collect::<Vec<_>>(), vec![0, 1, 2], "one per shard");
+    let writer = |txn, commit| validate(txn, commit, commit, vec![], &["k"]);
+    assert_eq!(vote(&mut core, T0, writer(1, T0 + 1)), Err(BEYOND_LEASE.into()), "no grant yet");
+    // Only the grant of the shard holding `k` bounds a vote on `k`.
+    let shard_of_k = map().shard_of(b"k").0;
+    for (call, shard) in &asked {
+        if *shard != shard_of_k {
+            grant(&mut core, T0, *call, T0 + 100, 0);
+        }
+    }
+    assert_eq!(vote(&mut core, T0, writer(2, T0 + 1)), Err(BEYOND_LEASE.into()), "k's shard granted nothing");
+    let (call_k, _) = asked.iter().find(|(_, shard)| *shard == shard_of_k).copied().unwrap();
+    grant(&mut core, T0, call_k, T0 + 80, 0);
+    assert_eq!(vote(&mut core, T0, writer(3, T0 + 80)), Err(BEYOND_LEASE.into()), "bounded by the grant");
+    assert_eq!(vote(&mut core, T0, validate(4, T0 + 79, T0 + 79, vec![read("j", 0, true)], &["k"])), Ok(()));
+    // A primary validated writes up to T0 + 90 in this validator's place (after its lease
+    // ran out): the floor rises there before anything else is voted.
+    let mut out = Vec::new();
+    let tick = core.tick.expect("armed");
+    core.step(T0 + 50, Event::Timer(tick), &mut out);
+    let asked = renewals(out);
+    grant(&mut core, T0 + 50, asked[0].0, 0, T0 + 90);
+    assert_eq!(core.stats().takeover_floors, 1);
+    let stale_risk = validate(5, T0 + 60, T0 + 89, vec![read("j", 0, true)], &[]);
+    assert_eq!(vote(&mut core, T0 + 50, stale_risk), Err("below-gc".into()));
 }

@@ -154,6 +154,7 @@ impl DataCore {
                     commit_ts: entry.commit_ts,
                     writes: entry.writes.clone(),
                     participants: entry.participants.clone(),
+                    takeover_of: entry.takeover_of.clone(),
                 };
                 resumed.push(((*shard, txn, PendingKind::Prepared), record));
                 self.undecided.insert((*shard, txn), now);

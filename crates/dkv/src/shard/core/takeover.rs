@@ -36,6 +36,7 @@ impl DataCore {
         self.stats.takeovers += 1;
         tracing::info!(node = %self.config.node, shard, epoch, "taking over the shard as its primary");
         self.leases.held.remove(&shard);
+        self.assume_validator_leases(shard);
         self.takeovers.insert(shard, Takeover { epoch, ..Takeover::default() });
         self.send_fetches(shard, out);
     }

@@ -42,6 +42,7 @@ struct ClientView {
     aborts: u64,
     cache: crate::kairos::CacheStats,
     validator_fallbacks: u64,
+    validator_takeovers: u64,
     outstanding: usize,
     up: bool,
 }
@@ -71,6 +72,7 @@ impl ClientViews {
             view.aborts = client.stats().aborts.values().sum();
             view.cache = *client.cache_stats();
             view.validator_fallbacks = client.stats().validator_fallbacks;
+            view.validator_takeovers = client.stats().validator_takeovers;
         }
     }
 }
@@ -123,6 +125,7 @@ pub(super) fn check_run(
         report.cache_hits += view.cache.hits;
         report.stale_hits += view.cache.stale;
         report.validator_fallbacks += view.validator_fallbacks;
+        report.validator_takeovers += view.validator_takeovers;
         report.session_committed += sessions.committed;
         report.session_gave_up += sessions.gave_up;
         report.session_unavailable += sessions.unavailable;

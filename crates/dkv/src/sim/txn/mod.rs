@@ -58,10 +58,12 @@ pub struct Weakening {
     pub validator_skip_freshness: bool,
     /// KAIROS validators skip the latest-committed check of cached reads.
     pub validator_skip_cached_latest_committed: bool,
+    /// Primaries validate in place of a passed-over validator under the lease they granted it.
+    pub skip_validator_lease: bool,
 }
 
 impl Weakening {
-    fn flags(&self) -> [(bool, &'static str); 6] {
+    fn flags(&self) -> [(bool, &'static str); 7] {
         [
             (self.skip_latest_read, "skip-latest-read"),
             (self.skip_local_validation, "skip-local-validation"),
@@ -69,6 +71,7 @@ impl Weakening {
             (self.skip_cached_latest_committed, "skip-cached-latest-committed"),
             (self.validator_skip_freshness, "validator-skip-freshness"),
             (self.validator_skip_cached_latest_committed, "validator-skip-cached-latest-committed"),
+            (self.skip_validator_lease, "skip-validator-lease"),
         ]
     }
 
@@ -83,13 +86,14 @@ impl Weakening {
     }
 
     /// The names `--weaken` takes, each weakening one thing.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "skip-latest-read",
         "skip-local-validation",
         "terminate-ignoring-missing-prepare",
         "skip-cached-latest-committed",
         "validator-skip-freshness",
         "validator-skip-cached-latest-committed",
+        "skip-validator-lease",
     ];
 
     /// The weakening `--weaken NAME` names (the inverse of [`Weakening::name`]).
@@ -104,6 +108,7 @@ impl Weakening {
             "validator-skip-cached-latest-committed" => {
                 Ok(Weakening { validator_skip_cached_latest_committed: true, ..none })
             }
+            "skip-validator-lease" => Ok(Weakening { skip_validator_lease: true, ..none }),
             _ => Err(UnknownWeakening { name: name.to_owned() }),
         }
     }
@@ -113,8 +118,8 @@ impl Weakening {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "no weakening is called {name:?}: the names are skip-latest-read, skip-local-validation, \
-     terminate-ignoring-missing-prepare, skip-cached-latest-committed, validator-skip-freshness \
-     and validator-skip-cached-latest-committed"
+     terminate-ignoring-missing-prepare, skip-cached-latest-committed, validator-skip-freshness, \
+     validator-skip-cached-latest-committed and skip-validator-lease"
 )]
 pub struct UnknownWeakening {
     pub name: String,
@@ -265,11 +270,13 @@ pub struct TxnRunReport {
     pub cache_hits: u64,
     pub stale_hits: u64,
     /// KAIROS's validators: crashes, votes, and held transactions they decided from the
-    /// primaries' answers; read-only validations the primaries took over.
+    /// primaries' answers; read-only validations the primaries took over, and read-write
+    /// transactions they validated in a validator's place.
     pub validator_crashes: usize,
     pub validator_votes: u64,
     pub validator_terminations: u64,
     pub validator_fallbacks: u64,
+    pub validator_takeovers: u64,
     pub virtual_ms: u64,
     pub events: u64,
     pub trace_digest: u64,
@@ -312,7 +319,7 @@ pub(super) fn cluster(options: &TxnRunOptions) -> Result<Cluster, String> {
         data.iter().cloned().partition(|node| map.groups().iter().any(|group| group.primary == *node));
     let clients = (0..options.clients).map(|index| format!("client-{index}")).collect();
     let config = (1..=3).map(|index| format!("config-{index}")).collect();
-    let validators = (0..options.validators).map(|index| format!("validator-{index}")).collect();
+    let validators = (0..options.validators as u32).map(crate::kairos::validator_name).collect();
     Ok(Cluster { map, config, data, clients, validators, primaries, backups_only })
 }
 
@@ -350,7 +357,7 @@ pub(super) fn open_node(
         return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
     }
     if cluster.validators.iter().any(|validator| validator == id) {
-        let mut config = ValidatorConfig::new(id, cluster.map.clone());
+        let mut config = ValidatorConfig::new(crate::kairos::validator_index(id).unwrap_or(0), cluster.map.clone());
         config.config_replicas = cluster.config.clone();
         config.fresh = incarnation == 0;
         // Shorter than the seeds' partitions, so a cut-off client's caches fall below the
@@ -382,6 +389,7 @@ pub(super) fn open_node(
         skip_latest_read: options.weakening.skip_latest_read,
         terminate_ignoring_missing_prepare: options.weakening.terminate_ignoring_missing_prepare,
         skip_cached_latest_committed: options.weakening.skip_cached_latest_committed,
+        skip_validator_lease: options.weakening.skip_validator_lease,
     };
     config.cache = options.cache;
     config.config_replicas = cluster.config.clone();

@@ -166,7 +166,7 @@ fn open(shape: &ScaleShape, cluster: &Cluster, id: &str, load: &Loader<'_>) -> (
         return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
     }
     if cluster.validators.iter().any(|validator| validator == id) {
-        let mut config = ValidatorConfig::new(id, cluster.map.clone());
+        let mut config = ValidatorConfig::new(crate::kairos::validator_index(id).unwrap_or(0), cluster.map.clone());
         config.config_replicas = cluster.config.clone();
         return (DkvNode::Validator(Box::new(ValidatorCore::new(config))), Box::new(DkvDisk::None));
     }
