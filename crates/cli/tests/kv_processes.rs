@@ -17,6 +17,7 @@ use rand::Rng;
 use virga_dkv::api::grpc::RemoteKv;
 use virga_dkv::api::{Kv, KvError};
 use virga_dkv::deploy::{initial_map, ClusterShape};
+use virga_dkv::kairos::validator::validator_of;
 
 use crate::kv_money::{audit, offline_audit, open_accounts, transfer, ACCOUNTS, INITIAL};
 use crate::support::text;
@@ -144,20 +145,31 @@ async fn keep_transferring(address: String, client: usize, stop: Arc<AtomicBool>
 
 /// Collects the stopped transfer clients' acknowledgements and checks them: some came after
 /// `since` (the last restart), the money adds up, and every acknowledged transfer is there.
+/// Returns them, each with when it was acknowledged.
 fn audit_transfers(
     runtime: &tokio::runtime::Runtime,
     address: &str,
     clients: Vec<tokio::task::JoinHandle<Vec<(Instant, String)>>>,
     since: Instant,
-) {
+) -> Vec<(Instant, String)> {
     let acknowledged: Vec<(Instant, String)> =
         clients.into_iter().flat_map(|client| runtime.block_on(client).unwrap()).collect();
     let after = acknowledged.iter().filter(|(at, _)| *at > since).count();
     assert!(after > 0, "transfers resumed after the last restart ({} in all)", acknowledged.len());
-    let marks: Vec<String> = acknowledged.into_iter().map(|(_, mark)| mark).collect();
+    let marks: Vec<String> = acknowledged.iter().map(|(_, mark)| mark.clone()).collect();
     let (total, missing) = runtime.block_on(async { audit(&connect(address, Duration::from_secs(30)), &marks).await });
     assert_eq!(total, INITIAL * ACCOUNTS as u64, "money is conserved");
     assert!(missing.is_empty(), "acknowledged transfers lost: {missing:?}");
+    acknowledged
+}
+
+/// The keys the transfer that wrote `mark` ("mark/CLIENT/N", as `keep_transferring` names
+/// it) read and wrote.
+fn transfer_keys(mark: &str) -> Vec<Vec<u8>> {
+    let numbers: Vec<usize> = mark.split('/').skip(1).filter_map(|part| part.parse().ok()).collect();
+    let [client, n] = numbers[..] else { panic!("not a transfer's mark: {mark}") };
+    let (from, to) = ((client + n) % ACCOUNTS, (client + 3 * n + 1) % ACCOUNTS);
+    vec![format!("acct-{from}").into_bytes(), format!("acct-{to}").into_bytes(), mark.as_bytes().to_vec()]
 }
 
 #[test]
@@ -230,7 +242,7 @@ fn roles_killed_one_by_one_during_transfers_lose_nothing_and_the_replicas_agree(
 /// before they prepare at the primaries). It comes back above its old lease, the transfers
 /// go on, and nothing acknowledged is lost.
 #[test]
-fn a_validator_killed_during_transfers_restarts_above_its_lease_and_loses_nothing() {
+fn a_validator_killed_during_transfers_is_taken_over_by_the_primaries_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let dir_arg = dir.path().display().to_string();
     let base = free_ports(10);
@@ -263,12 +275,27 @@ fn a_validator_killed_during_transfers_restarts_above_its_lease_and_loses_nothin
     std::thread::sleep(Duration::from_millis(1500));
     let position = roles.iter().position(|(role, _)| *role == "validator-0").unwrap();
     kill(&mut roles[position].1 .0);
-    std::thread::sleep(Duration::from_millis(800));
+    let killed = Instant::now();
+    // Down for 3 s: transfers touching its keys go on, validated by the primaries in its
+    // place once its lease has run out.
+    std::thread::sleep(Duration::from_secs(3));
     roles[position].1 = RoleProcess(start(dir.path(), "validator-0"));
     let back = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
-    audit_transfers(&runtime, &address, clients, back);
+    let acknowledged = audit_transfers(&runtime, &address, clients, back);
+    // Transfers with a key of validator-0's, acknowledged while it was down: the primaries
+    // validated them in its place.
+    let owned_by_0 = |mark: &str| transfer_keys(mark).iter().any(|key| validator_of(key, 2) == 0);
+    let taken_over = acknowledged
+        .iter()
+        .filter(|(at, mark)| *at > killed + Duration::from_secs(1) && *at < back && owned_by_0(mark))
+        .count();
+    assert!(
+        taken_over > 0,
+        "no transfer of validator-0's keys committed while it was down ({} in all)",
+        acknowledged.len()
+    );
     let log = std::fs::read_to_string(dir.path().join("validator-0.stderr")).unwrap();
     assert!(log.contains("validator restarted above its old lease"), "{log}");
     for (_, role) in roles.iter_mut().rev() {

@@ -263,6 +263,8 @@ pub struct TxnClient {
     /// Validators that did not answer or could not vote lately, and until when the client
     /// goes straight to the primaries in their place.
     validators_down: HashMap<u32, Nanos>,
+    /// Watermarks in flight to validators: an acknowledgement says the validator is back.
+    watermark_calls: HashMap<CallId, u32>,
     retry_timer: Option<TimerId>,
     /// Gets waiting out a prepared writer go out again at this timer.
     reread_timer: Option<TimerId>,
@@ -298,6 +300,7 @@ impl TxnClient {
             releasing: HashMap::new(),
             lost_releases: Vec::new(),
             validators_down: HashMap::new(),
+            watermark_calls: HashMap::new(),
             retry_timer: None,
             reread_timer: None,
             map_refresh: Default::default(),
@@ -470,6 +473,12 @@ impl TxnClient {
             self.map_refresh.mark_stale();
             self.arm_retry(out);
         }
+        if let Some(validator) = self.watermark_calls.remove(&call) {
+            if matches!(body, Ok(ResponseBody::Ack(_))) {
+                self.validators_down.remove(&validator);
+            }
+            return;
+        }
         if let Some(release) = self.releasing.remove(&call) {
             if !matches!(body, Ok(ResponseBody::Ack(_))) {
                 self.lost_releases.push(release);
@@ -512,9 +521,13 @@ impl TxnClient {
         let mut peers: Vec<String> = self.config.map.groups().iter().map(|group| group.primary.clone()).collect();
         peers.sort();
         peers.dedup();
+        let primaries = peers.len();
         peers.extend(self.config.validators.iter().cloned());
-        for peer in peers {
+        for (index, peer) in peers.into_iter().enumerate() {
             let call = self.ids.call();
+            if let Some(validator) = index.checked_sub(primaries) {
+                self.watermark_calls.insert(call, validator as u32);
+            }
             let request = proto::Watermark {
                 client: self.config.client,
                 ts: Some(shard_wire::ts_to_wire(watermark)),

@@ -88,6 +88,8 @@ pub(super) struct Txn {
     /// KAIROS: the validators this attempt passed over (the primaries validate in their
     /// place, above their leases).
     pub(super) passed_over: Vec<u32>,
+    /// Validators this attempt asked again after a validation went unanswered.
+    pub(super) validation_resent: Vec<u32>,
     /// The validators holding this transaction's writes, released once it is decided.
     pub(super) held_at: Vec<u32>,
     /// Gets waiting out a prepared writer, and how often each key was read again.
@@ -118,6 +120,7 @@ impl Txn {
             lost_scans: Vec::new(),
             lost_prepares: Vec::new(),
             passed_over: Vec::new(),
+            validation_resent: Vec::new(),
             held_at: Vec::new(),
             rereads: Vec::new(),
             reread_counts: HashMap::new(),

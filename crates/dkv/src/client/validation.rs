@@ -20,8 +20,8 @@
 //!   (a read the validator vouched for alone lies below it), so an attempt under it aborts
 //!   with the floor to pass and runs again above it (`shard::core::validator_leases`).
 //!
-//! A validator that did not answer is passed over directly for a while, without waiting for it
-//! again.
+//! A validator that did not answer twice is passed over directly for a while, without waiting
+//! for it again, until it acknowledges one of the client's watermarks.
 //! (A read-write transaction whose freshness is below a validator's floor aborts: its cached
 //! reads may be stale.)
 
@@ -38,7 +38,7 @@ use crate::kairos::validator::{validator_of, ValidatorAbort};
 use crate::kairos::{validate_to_wire, ValidateRequest, BEYOND_LEASE};
 use crate::shard::ReadOp;
 
-/// How long a validator that did not answer is passed over directly.
+/// How long a validator that did not answer (twice) is passed over directly.
 const PASS_OVER_FOR_NS: u64 = 500_000_000;
 
 impl TxnClient {
@@ -170,10 +170,17 @@ impl TxnClient {
             }
             failure => {
                 txn.last_failure = Some(describe_failure(&failure));
-                self.validators_down.insert(validator, self.now.saturating_add(PASS_OVER_FOR_NS));
                 if read_only {
                     return self.validate_at_primaries(id, out);
                 }
+                // One lost message is not a failed validator: asked once more first, since
+                // passing over it costs a wait past its lease (and revokes it a while).
+                if !txn.validation_resent.contains(&validator) {
+                    txn.validation_resent.push(validator);
+                    self.stats.retries += 1;
+                    return self.send_validation(id, validator, out);
+                }
+                self.validators_down.insert(validator, self.now.saturating_add(PASS_OVER_FOR_NS));
                 self.pass_over(id, validator, out);
             }
         }
