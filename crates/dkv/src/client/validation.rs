@@ -186,22 +186,20 @@ impl TxnClient {
         }
     }
 
-    /// The primaries validate a read-write transaction in `validator`'s place. The validator
-    /// may still hold the transaction's writes (its vote may have been lost), so it is
-    /// released with the outcome too. Once every validator voted commit or was passed over,
-    /// the prepares go out, naming those passed over.
+    /// The primaries validate a read-write transaction in `validator`'s place. (Should the
+    /// validator hold the transaction's writes, its vote lost, its termination frees them
+    /// once the primaries know the outcome: a release to it might never be acknowledged.)
+    /// Once every validator voted commit or was passed over, the prepares go out, naming
+    /// those passed over.
     fn pass_over(&mut self, id: TxnId, validator: u32, out: &mut Out) {
         let Some(txn) = self.txns.get_mut(&id) else { return };
-        let Phase::Validating { yes, validators, participants, commit_ts, owners, .. } = &mut txn.phase else {
+        let Phase::Validating { yes, validators, participants, commit_ts, .. } = &mut txn.phase else {
             return;
         };
         if txn.passed_over.contains(&validator) {
             return;
         }
         txn.passed_over.push(validator);
-        if txn.writes.keys().any(|key| owners.get(key) == Some(&validator)) && !txn.held_at.contains(&validator) {
-            txn.held_at.push(validator);
-        }
         if yes.len() + txn.passed_over.len() == validators.len() {
             let (commit_ts, participants) = (*commit_ts, std::mem::take(participants));
             self.stats.validator_takeovers += 1;
