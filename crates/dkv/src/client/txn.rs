@@ -423,8 +423,10 @@ impl TxnClient {
 
     fn send_prepare(&mut self, id: TxnId, shard: u32, out: &mut Out) {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
+        let validators = self.config.validators.len() as u32;
         let one_round_trip = self.config.one_round_trip;
         let Some(txn) = self.txns.get_mut(&id) else { return };
+        let takeover = takeover_here(txn, shard, validators);
         let Phase::Preparing { commit_ts, calls, participants, validate_only, .. } = &mut txn.phase else { return };
         let validate_only = *validate_only;
         let shards = &txn.shards;
@@ -450,7 +452,7 @@ impl TxnClient {
             scans: txn.scans.iter().filter(|scan| scan.covers(shard)).map(|scan| scan.range(txn.ts_begin)).collect(),
             commit_on_vote: participants.len() == 1 && one_round_trip && !validate_only,
             validate_only,
-            takeover_validators: if validate_only { Vec::new() } else { txn.passed_over.clone() },
+            takeover_validators: if validate_only { Vec::new() } else { takeover },
         };
         let call = self.ids.call();
         calls.insert(call, shard);
@@ -602,6 +604,21 @@ impl TxnClient {
             self.send_prepare(id, shard, out);
         }
     }
+}
+
+/// The validators `txn` passed over that own a key it writes in `shard`: that shard's primary
+/// validates those writes in their place (only a write can land under a read a validator
+/// vouched for alone; the reads are validated by the primaries anyway).
+fn takeover_here(txn: &Txn, shard: u32, validators: u32) -> Vec<u32> {
+    if txn.passed_over.is_empty() {
+        return Vec::new();
+    }
+    let written_here = |validator: u32| {
+        txn.writes.keys().any(|key| {
+            txn.shards.get(key) == Some(&shard) && crate::kairos::validator::validator_of(key, validators) == validator
+        })
+    };
+    txn.passed_over.iter().copied().filter(|validator| written_here(*validator)).collect()
 }
 
 /// Whether a transaction may read from the cache: not a snapshot in the past (a program's

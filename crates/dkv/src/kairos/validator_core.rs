@@ -15,8 +15,8 @@
 //! (The clock must not run backwards across a restart by more than the lease; the
 //! simulator's node clocks and the process's wall clock, read at start, satisfy that.)
 //!
-//! It also votes commit only below the validator lease the primaries of the shards of the
-//! keys it judges granted it, renewed at each tick. A primary validates a read-write transaction that passed over this
+//! It also votes commit on a read-only transaction only below the validator lease the
+//! primaries of the shards it read granted it, renewed at each tick. A primary validates a read-write transaction that passed over this
 //! validator only above that lease, and answers the next renewal with the highest such
 //! commit timestamp, to which the validator raises its floor before it votes again
 //! (`shard::core::validator_leases` has the argument).
@@ -294,13 +294,18 @@ impl ValidatorCore {
         Timestamp::new(now.saturating_add(self.config.lease.as_nanos() as u64), 0)
     }
 
-    /// Commit votes go only to timestamps below this: its own lease, and the grant of the
-    /// primary of every shard holding a key of `request` (a shard with none yet, as after a
-    /// start, allows nothing). Only those primaries could validate the keys in its place.
+    /// Commit votes go only to timestamps below this: its own lease and, for a read-only
+    /// transaction, the grant of the primary of every shard holding a key it read (a shard
+    /// with none yet, as after a start, allows nothing). Only a read-only transaction's reads
+    /// rest on this validator alone; a read-write one's are validated by its primaries too.
     fn vote_bound(&self, now: Nanos, request: &ValidateRequest) -> Timestamp {
-        let keys = request.reads.iter().map(|read| &read.key).chain(&request.writes);
-        let granted = keys
-            .map(|key| self.grants.get(&self.config.map.shard_of(key).0).copied().unwrap_or(0))
+        if !request.writes.is_empty() {
+            return self.lease_end(now);
+        }
+        let granted = request
+            .reads
+            .iter()
+            .map(|read| self.grants.get(&self.config.map.shard_of(&read.key).0).copied().unwrap_or(0))
             .min()
             .unwrap_or(u64::MAX);
         self.lease_end(now).min(Timestamp::new(granted, 0))

@@ -323,20 +323,22 @@ fn commit_votes_need_every_primarys_grant_and_a_takeover_raises_the_floor_first(
     core.step(T0, Event::Start, &mut out);
     let asked = renewals(out);
     assert_eq!(asked.iter().map(|(_, shard)| *shard).collect::<Vec<_>>(), vec![0, 1, 2], "one per shard");
-    let writer = |txn, commit| validate(txn, commit, commit, vec![], &["k"]);
-    assert_eq!(vote(&mut core, T0, writer(1, T0 + 1)), Err(BEYOND_LEASE.into()), "no grant yet");
-    // Only the grant of the shard holding `k` bounds a vote on `k`.
+    let reader = |txn, commit| validate(txn, commit, commit, vec![read("k", 0, true)], &[]);
+    assert_eq!(vote(&mut core, T0, reader(1, T0 + 1)), Err(BEYOND_LEASE.into()), "no grant yet");
+    // A read-write transaction's reads are validated by its primaries too: no grant needed.
+    assert_eq!(vote(&mut core, T0, validate(2, T0 + 1, T0 + 1, vec![read("j", 0, true)], &["i"])), Ok(()));
+    // Only the grant of the shard holding `k` bounds a vouch for a read of `k`.
     let shard_of_k = map().shard_of(b"k").0;
     for (call, shard) in &asked {
         if *shard != shard_of_k {
             grant(&mut core, T0, *call, T0 + 100, 0);
         }
     }
-    assert_eq!(vote(&mut core, T0, writer(2, T0 + 1)), Err(BEYOND_LEASE.into()), "k's shard granted nothing");
+    assert_eq!(vote(&mut core, T0, reader(3, T0 + 1)), Err(BEYOND_LEASE.into()), "k's shard granted nothing");
     let (call_k, _) = asked.iter().find(|(_, shard)| *shard == shard_of_k).copied().unwrap();
     grant(&mut core, T0, call_k, T0 + 80, 0);
-    assert_eq!(vote(&mut core, T0, writer(3, T0 + 80)), Err(BEYOND_LEASE.into()), "bounded by the grant");
-    assert_eq!(vote(&mut core, T0, validate(4, T0 + 79, T0 + 79, vec![read("j", 0, true)], &["k"])), Ok(()));
+    assert_eq!(vote(&mut core, T0, reader(4, T0 + 80)), Err(BEYOND_LEASE.into()), "bounded by the grant");
+    assert_eq!(vote(&mut core, T0, reader(5, T0 + 79)), Ok(()));
     // A primary validated writes up to T0 + 90 in this validator's place (after its lease
     // ran out): the floor rises there before anything else is voted.
     let mut out = Vec::new();
@@ -345,6 +347,6 @@ fn commit_votes_need_every_primarys_grant_and_a_takeover_raises_the_floor_first(
     let asked = renewals(out);
     grant(&mut core, T0 + 50, asked[0].0, 0, T0 + 90);
     assert_eq!(core.stats().takeover_floors, 1);
-    let stale_risk = validate(5, T0 + 60, T0 + 89, vec![read("j", 0, true)], &[]);
+    let stale_risk = validate(6, T0 + 60, T0 + 89, vec![read("j", 0, true)], &[]);
     assert_eq!(vote(&mut core, T0 + 50, stale_risk), Err("below-gc".into()));
 }
