@@ -4,8 +4,9 @@
 //!
 //! - A read-only transaction validates at the validators alone, in one round, at its
 //!   snapshot: the primaries see nothing of it.
-//! - A read-write transaction validates at the validators first and then prepares at the
-//!   primaries as before; it commits when every primary votes commit too, and the
+//! - A read-write transaction validates its writes at the validators owning them first (its
+//!   reads are judged by its primaries, which run Algorithm 1 in full), and then prepares at
+//!   the primaries as before; it commits when every primary votes commit too, and the
 //!   validators holding its writes are released with the outcome. Sequential rather than in
 //!   parallel (as the seed has it) because the primaries' termination commits a transaction
 //!   every participant prepared: a prepare must not go out before the validators agreed.
@@ -67,8 +68,11 @@ impl TxnClient {
         let now = self.now;
         self.validators_down.retain(|_, until| *until > now);
         let Some(txn) = self.txns.get_mut(&id) else { return };
-        let owners: HashMap<Bytes, u32> =
-            txn.reads.keys().chain(txn.writes.keys()).map(|key| (key.clone(), validator_of(key, count))).collect();
+        // A read-write transaction's reads are judged by its primaries (Algorithm 1 in full):
+        // the validators judge only its writes, against the reads they vouched for alone.
+        let judged: Box<dyn Iterator<Item = &Bytes>> =
+            if txn.writes.is_empty() { Box::new(txn.reads.keys()) } else { Box::new(txn.writes.keys()) };
+        let owners: HashMap<Bytes, u32> = judged.map(|key| (key.clone(), validator_of(key, count))).collect();
         let validators: BTreeSet<u32> = owners.values().copied().collect();
         let (down, up): (Vec<u32>, Vec<u32>) =
             validators.iter().partition(|validator| self.validators_down.contains_key(validator));
@@ -97,7 +101,8 @@ impl TxnClient {
         let Some(txn) = self.txns.get_mut(&id) else { return };
         let Phase::Validating { commit_ts, calls, participants, owners, .. } = &mut txn.phase else { return };
         let owned = |key: &Bytes| owners.get(key) == Some(&validator);
-        let reads = txn.reads.iter().filter(|(key, _)| owned(key));
+        let read_only = txn.writes.is_empty();
+        let reads = txn.reads.iter().filter(|(key, _)| read_only && owned(key));
         let freshness = reads.clone().map(|(_, read)| read.freshness).min().unwrap_or(*commit_ts);
         let reads: Vec<ReadOp> =
             reads.map(|(key, read)| ReadOp { key: key.clone(), version: read.version, cached: read.cached }).collect();

@@ -194,7 +194,7 @@ fn each_weakened_validator_is_caught() {
 
 /// A primary that validates in a passed-over validator's place under the lease it granted
 /// that validator lets a write land under a cached read the validator vouched for alone.
-/// The seeds are the first four of seven in 10,000 where that shows (it takes a validator
+/// The seeds are the first four of six in 10,000 where that shows (it takes a validator
 /// alive but cut off from a client while that client writes a key the validator vouched for);
 /// the same seeds pass unweakened. (A change to the protocol's timing moves them: find them
 /// again with `virga sim dkv --seeds 10000 --validators 2 --cache naive --weaken
@@ -203,7 +203,7 @@ fn each_weakened_validator_is_caught() {
 fn a_primary_taking_over_under_the_validators_lease_is_caught() {
     let weakening = Weakening { skip_validator_lease: true, ..Weakening::default() };
     assert_eq!(Weakening::from_name("skip-validator-lease"), Ok(weakening));
-    for seed in [405, 4698, 5309, 5494] {
+    for seed in [2961, 6255, 6755, 6948] {
         let honest = TxnRunOptions { cache: CacheMode::Naive, validators: 2, ..TxnRunOptions::new(seed) };
         let report = check(&honest);
         assert!(report.validator_takeovers > 0, "{report:?}");
