@@ -34,7 +34,8 @@ pub(super) struct ValidatorLeases {
     granted: HashMap<(u32, u32), Nanos>,
     /// Per shard, the lease every validator is assumed to hold since this node led it.
     assumed: HashMap<u32, Nanos>,
-    /// Renewals are refused until then: a transaction passed over the validator.
+    /// Renewals are refused until then: a transaction passing over the validator was refused
+    /// under its lease.
     revoked_until: HashMap<(u32, u32), Nanos>,
 }
 
