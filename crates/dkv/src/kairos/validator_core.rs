@@ -16,10 +16,10 @@
 //! simulator's node clocks and the process's wall clock, read at start, satisfy that.)
 //!
 //! It also votes commit on a read-only transaction only below the validator lease the
-//! primaries of the shards it read granted it, renewed at each tick. A primary validates a read-write transaction that passed over this
-//! validator only above that lease, and answers the next renewal with the highest such
-//! commit timestamp, to which the validator raises its floor before it votes again
-//! (`shard::core::validator_leases` has the argument).
+//! primaries of the shards it read granted it, renewed at each tick. A primary validates a
+//! read-write transaction that passed over this validator only above that lease, and answers
+//! the next renewal with the highest such commit timestamp, to which the validator raises its
+//! floor before it votes again (`shard::core::validator_leases` has the argument).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
