@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use virga_storage::{Timestamp, VersionedStore};
+use virga_storage::{Timestamp, TxnId, VersionedStore};
 use virga_txn::AbortReason;
 
 use crate::shard::{ReadOp, ShardRecord, ShardReplica, TxnStatus, WriteOp};
@@ -26,16 +26,15 @@ fn read(name: &str, version: Timestamp) -> ReadOp {
     ReadOp { key: key(name), version, cached: false }
 }
 
+/// The prepare of a transaction of shard 0 alone.
+fn prepared_alone(txn: TxnId, commit_ts: Timestamp, writes: Vec<WriteOp>) -> ShardRecord {
+    ShardRecord::Prepared { txn, commit_ts, writes, participants: vec![0], takeover_of: vec![] }
+}
+
 /// A replica where transaction 1 committed `x` at 10.
 fn with_x_at_10() -> ShardReplica {
     let mut replica = ShardReplica::new();
-    replica.apply(&ShardRecord::Prepared {
-        txn: 1,
-        commit_ts: ts(10),
-        writes: vec![put("x", "a")],
-        participants: vec![0],
-        takeover_of: vec![],
-    });
+    replica.apply(&prepared_alone(1, ts(10), vec![put("x", "a")]));
     replica.apply(&ShardRecord::Decided { txn: 1, commit: true });
     replica
 }
@@ -54,13 +53,7 @@ fn algorithm_one_refuses_each_conflict_and_accepts_the_rest() {
     assert_eq!(replica.validate(2, ts(25), &[], &[], &[put("x", "b")]), Err(AbortReason::WriteAfterRead));
     assert_eq!(replica.validate(2, ts(31), &[], &[], &[put("x", "b")]), Ok(()));
     // Transaction 3 holds x: others may neither read nor write it; 3 itself may.
-    replica.apply(&ShardRecord::Prepared {
-        txn: 3,
-        commit_ts: ts(40),
-        writes: vec![put("x", "c")],
-        participants: vec![0],
-        takeover_of: vec![],
-    });
+    replica.apply(&prepared_alone(3, ts(40), vec![put("x", "c")]));
     assert_eq!(replica.validate(2, ts(50), &[read("x", ts(10))], &[], &[]), Err(AbortReason::ReadPrepared));
     assert_eq!(replica.validate(2, ts(50), &[], &[], &[put("x", "d")]), Err(AbortReason::WritePrepared));
     assert_eq!(replica.validate(3, ts(40), &[read("x", ts(10))], &[], &[put("x", "c")]), Ok(()));
@@ -173,13 +166,7 @@ fn range(start: &str, end: &str, at: u64) -> crate::shard::ScanRange {
 #[test]
 fn scans_read_a_snapshot_and_keep_it_free_of_phantoms() {
     let mut replica = with_x_at_10();
-    replica.apply(&ShardRecord::Prepared {
-        txn: 2,
-        commit_ts: ts(20),
-        writes: vec![put("y", "b")],
-        participants: vec![0],
-        takeover_of: vec![],
-    });
+    replica.apply(&prepared_alone(2, ts(20), vec![put("y", "b")]));
     replica.apply(&ShardRecord::Decided { txn: 2, commit: true });
     // At 15, y does not exist yet; at 25 both do; z is outside the range.
     let keys = |found: crate::shard::ScanResult| found.rows.into_iter().map(|(key, _)| key).collect::<Vec<_>>();
@@ -192,13 +179,7 @@ fn scans_read_a_snapshot_and_keep_it_free_of_phantoms() {
     assert_eq!(replica.validate(3, ts(26), &[], &[], &[put("q", "c")]), Ok(()));
     assert_eq!(replica.validate(3, ts(25), &[], &[], &[put("zz", "c")]), Ok(()));
     // A scanning transaction whose range gained a key after its scan aborts at prepare.
-    replica.apply(&ShardRecord::Prepared {
-        txn: 4,
-        commit_ts: ts(30),
-        writes: vec![put("m", "d")],
-        participants: vec![0],
-        takeover_of: vec![],
-    });
+    replica.apply(&prepared_alone(4, ts(30), vec![put("m", "d")]));
     assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 25)], &[]), Err(AbortReason::ReadPrepared));
     replica.apply(&ShardRecord::Decided { txn: 4, commit: true });
     assert_eq!(replica.validate(5, ts(40), &[], &[range("a", "z", 25)], &[]), Err(AbortReason::Phantom));
