@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use virga_bench::dkv::kairos::{
     by_load, compare_modes, hit_rate_by_cache_size, write_hit_rate, write_load, SEED_CACHE_FRACTION,
 };
-use virga_bench::dkv::{DkvBenchConfig, DkvNet};
+use virga_bench::dkv::{DkvBenchConfig, DkvNet, Placement};
 use virga_bench::kv::ycsb_t::{YcsbT, YcsbTConfig};
 use virga_core::clock::SkewProfile;
 use virga_dkv::kairos::CacheMode;
@@ -28,6 +28,12 @@ pub enum KairosFigure {
     /// machine's shape and extrapolated to the seed's setting (5 shards x 3 replicas, 15
     /// clients, 4-thread machines, 500 µs latency).
     Scale,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KairosPlacement {
+    Shared,
+    Split,
 }
 
 #[derive(Args)]
@@ -77,6 +83,11 @@ pub struct KairosBenchArgs {
     /// with the clients, as the seed's). 0: none. Not with --figure hit-rate or load.
     #[arg(long, default_value_t = 0, value_parser = crate::limits::count_between(0, 16))]
     pub validators: usize,
+    /// Where the roles run: shared (every role on both cores) or split (the servers on one
+    /// core, the clients and validators on the other: the seed's servers saturating on
+    /// machines of their own, scaled down).
+    #[arg(long, value_enum, default_value_t = KairosPlacement::Shared)]
+    pub placement: KairosPlacement,
     /// Reproduce one of the seed's figures instead of comparing --modes.
     #[arg(long, value_enum)]
     pub figure: Option<KairosFigure>,
@@ -113,6 +124,10 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
         window: args.in_flight.max(4),
         sync: args.sync == DkvSync::Group,
         skew: args.skew,
+        placement: match args.placement {
+            KairosPlacement::Shared => Placement::Shared,
+            KairosPlacement::Split => Placement::Split,
+        },
         ..DkvBenchConfig::new(args.clients, Duration::from_secs_f64(args.duration), args.seed)
     };
     let sweeps = matches!(args.figure, Some(KairosFigure::HitRate | KairosFigure::Load));
@@ -197,7 +212,8 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!(
-        "virga bench kairos: {} on {} shards x {} replicas, {} clients, cache {:.2}% of {} keys, {} rounds of {} s",
+        "virga bench kairos: {} on {} shards x {} replicas, {} clients, cache {:.2}% of {} keys, {} rounds of {} s, \
+         {:?} placement",
         args.modes.iter().map(CacheMode::name).collect::<Vec<_>>().join(", "),
         args.shards,
         args.replicas,
@@ -205,7 +221,8 @@ pub fn run(args: &KairosBenchArgs) -> Result<ExitCode> {
         args.cache_fraction * 100.0,
         args.records,
         args.runs,
-        args.duration
+        args.duration,
+        args.placement
     );
     let comparison = compare_modes(&base, &workload, &args.modes, args.cache_fraction, args.validators, args.runs)?;
     println!(

@@ -164,6 +164,7 @@ pub struct ModeComparison {
     pub rounds: usize,
     pub duration_s: f64,
     pub cache_fraction: f64,
+    pub placement: super::Placement,
     pub modes: Vec<ModeResult>,
 }
 
@@ -207,6 +208,7 @@ pub fn compare_modes(
         rounds,
         duration_s: base.duration.as_secs_f64(),
         cache_fraction: fraction,
+        placement: base.placement,
         modes: results,
     })
 }

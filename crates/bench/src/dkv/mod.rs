@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use serde::Serialize;
+use tokio::runtime::Handle;
 use tokio::sync::watch;
 use virga_core::clock::SkewProfile;
 use virga_core::device::{FileStorage, Storage};
@@ -93,6 +94,19 @@ impl Net {
     }
 }
 
+/// Where the roles run on the machine's cores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Every role on one runtime over every core: servers and clients compete for them.
+    #[default]
+    Shared,
+    /// The seed's topology scaled down: the servers (configuration replicas and data nodes)
+    /// on a runtime of one thread, the clients and the validators (co-located with them, as
+    /// the seed's) on another, so the servers saturate as machines of their own would.
+    Split,
+}
+
 /// How the store runs.
 #[derive(Clone, Debug)]
 pub struct DkvBenchConfig {
@@ -118,6 +132,7 @@ pub struct DkvBenchConfig {
     pub cache: CacheConfig,
     /// KAIROS: this many sharded validators (0: validation at the primaries).
     pub validators: usize,
+    pub placement: Placement,
 }
 
 impl DkvBenchConfig {
@@ -138,6 +153,7 @@ impl DkvBenchConfig {
             validation: ReadOnlyValidation::Local,
             cache: CacheConfig::default(),
             validators: 0,
+            placement: Placement::Shared,
         }
     }
 }
@@ -413,8 +429,38 @@ fn start_validators(net: &Net, map: &ShardMap, count: usize) -> Result<Vec<Runne
         .collect()
 }
 
-/// Starts a store holding `workload`'s initial data (call within the runtime).
-async fn start_store(config: &DkvBenchConfig, dir: &Path, workload: &dyn LoadInto) -> Result<Roles> {
+/// Runs `start` with its tasks spawned on `servers` when given (the split placement), else
+/// on the current runtime.
+fn on_servers<T>(servers: Option<&Handle>, start: impl FnOnce() -> T) -> T {
+    match servers {
+        Some(handle) => {
+            let _entered = handle.enter();
+            start()
+        }
+        None => start(),
+    }
+}
+
+/// The runtimes of a run: the clients' (which drives the run), and the servers' when the
+/// placement splits them.
+fn runtimes(placement: Placement) -> Result<(tokio::runtime::Runtime, Option<tokio::runtime::Runtime>)> {
+    let build = |threads: usize, name: &str| {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).thread_name(name).enable_all().build()
+    };
+    Ok(match placement {
+        Placement::Shared => (build(2, "store")?, None),
+        Placement::Split => (build(1, "clients")?, Some(build(1, "servers")?)),
+    })
+}
+
+/// Starts a store holding `workload`'s initial data (call within the clients' runtime;
+/// the servers' tasks go to `servers` when given).
+async fn start_store(
+    config: &DkvBenchConfig,
+    dir: &Path,
+    workload: &dyn LoadInto,
+    servers_runtime: Option<&Handle>,
+) -> Result<Roles> {
     anyhow::ensure!(config.replicas % 2 == 1, "replicas per shard must be odd, not {}", config.replicas);
     let (servers, servers_stopped) = watch::channel(false);
     let net = match config.net {
@@ -425,9 +471,10 @@ async fn start_store(config: &DkvBenchConfig, dir: &Path, workload: &dyn LoadInt
     let nodes: Vec<String> = (0..data_nodes).map(|index| format!("data-{index}")).collect();
     let f = (config.replicas - 1) / 2;
     let map = ShardMap::place(&nodes, Partitioning::Hash { shards: config.shards }, f)?;
-    let config_roles = start_config(dir, &net, config.sync)?;
+    let config_roles = on_servers(servers_runtime, || start_config(dir, &net, config.sync))?;
     install(&map, &net).await?;
-    let data = start_data(dir, &net, &map, &nodes, workload, config.sync, config.cache.mode)?;
+    let data =
+        on_servers(servers_runtime, || start_data(dir, &net, &map, &nodes, workload, config.sync, config.cache.mode))?;
     let validators = start_validators(&net, &map, config.validators)?;
     let clients = start_clients(config, &net, &map)?;
     Ok(Roles { config: config_roles, data, clients, validators, data_nodes, servers })

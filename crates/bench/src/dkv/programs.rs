@@ -9,7 +9,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use virga_dkv::client::{ClientInput, Program, TxnClient, TxnOp};
 
-use super::{report, start_store, stats_delta, DkvBenchConfig, DkvBenchReport, Runner};
+use super::{report, runtimes, start_store, stats_delta, DkvBenchConfig, DkvBenchReport, Runner};
 use crate::kv::ycsb_t::{key, value, YcsbT, YcsbTTxn};
 
 /// A generated transaction as a client program: its gets, then (read-write) its puts; a
@@ -46,9 +46,10 @@ async fn feed(clients: &[Runner<TxnClient>], workload: &YcsbT, rngs: &mut [Small
 /// Runs the store embedded in this process on ycsb-t programs and reports.
 pub fn run_store(config: &DkvBenchConfig, workload: &YcsbT) -> Result<DkvBenchReport> {
     let dir = tempfile::tempdir().context("a scratch directory for the store's logs")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let (runtime, servers_runtime) = runtimes(config.placement)?;
+    let servers = servers_runtime.as_ref().map(|servers| servers.handle().clone());
     runtime.block_on(async {
-        let roles = start_store(config, dir.path(), workload).await?;
+        let roles = start_store(config, dir.path(), workload, servers.as_ref()).await?;
         let mut rngs: Vec<SmallRng> =
             (0..config.clients).map(|index| SmallRng::seed_from_u64(config.seed ^ (index as u64 + 1) << 32)).collect();
         let window = config.window.max(config.in_flight);
