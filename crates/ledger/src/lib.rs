@@ -9,6 +9,7 @@
 //! - [`verify`]: header, work, signature and re-execution checks of a block.
 //! - [`store`]: the append-only chain store.
 //! - [`chain`]: a chain on disk with its state, reopened after crashes and audited.
+//! - [`wlc`]: ChainifyDB's Whatever-Ledger Consensus: digests, LedgerBlocks and the c-of-k vote.
 
 #![forbid(unsafe_code)]
 
@@ -24,3 +25,4 @@ pub mod pow;
 pub mod store;
 pub mod tx;
 pub mod verify;
+pub mod wlc;

@@ -1,0 +1,31 @@
+//! Whatever-Ledger Consensus (ChainifyDB, seed 002 ch. 4): organizations execute a block
+//! however their own databases do, then agree on its *effects*.
+//!
+//! - [`digest`]: the rows the digest triggers write ([`DigestRow`]), each hashed by the
+//!   organization's execution server, and the block's digest hash over them in
+//!   `[table, PK, serial]` order.
+//! - [`ledger_block`]: the [`LedgerBlock`] (the transactions' SQL, a success bit each, the
+//!   digest hash, the previous block's hash) and the check of a chain of them.
+//! - [`vote`]: the c-of-k vote over the organizations' LedgerBlock hashes.
+//!
+//! All of it is pure: the databases, the servers and their messages live in
+//! `virga-chainify`.
+
+pub mod digest;
+pub mod ledger_block;
+pub mod vote;
+
+pub use self::digest::{digest_hash, DigestOp, DigestRow};
+pub use self::ledger_block::{verify_chain, ChainProblem, LedgerBlock};
+pub use self::vote::{AgreementPolicy, PolicyError, VoteOutcome};
+
+/// A SHA-256 hash.
+pub type Hash = [u8; 32];
+
+/// Feeds `bytes` to `hasher` after their length, so that no two sequences of fields hash
+/// alike by shifting bytes from one field to the next.
+fn update_field(hasher: &mut sha2::Sha256, bytes: &[u8]) {
+    use sha2::Digest;
+    hasher.update((bytes.len() as u64).to_be_bytes());
+    hasher.update(bytes);
+}
