@@ -110,7 +110,7 @@ mod tests {
             row("checking", "7", 0, "1:7|3:100", DigestOp::Insert),
         ];
         for variant in variants {
-            assert_ne!(digest_hash(&base), digest_hash(&[variant.clone()]), "{variant:?}");
+            assert_ne!(digest_hash(&base), digest_hash(std::slice::from_ref(&variant)), "{variant:?}");
         }
         assert_ne!(digest_hash(&base), digest_hash(&[]), "a block with no effects differs from one with some");
     }
