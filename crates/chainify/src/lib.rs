@@ -1,0 +1,27 @@
+//! ChainifyDB (seed 002 ch. 4) over real, unmodified databases: each organization keeps
+//! its own DBMS, executes every block there however it does, and the organizations agree on
+//! the block's effects through digest rows that triggers write (`virga_ledger::wlc`).
+//!
+//! - [`schema`]: the shared tables an organization exposes, with identifiers checked before
+//!   they reach any SQL text.
+//! - [`dialect`]: the digest tables and triggers each DBMS gets, built so that PostgreSQL and
+//!   SQLite write the same canonical row image byte for byte.
+//! - [`organization`]: what an organization's database does for the pipeline, and
+//!   [`sqlite::SqliteOrganization`], SQLite through rusqlite (bundled).
+//! - [`smallbank`]: SmallBank as portable SQL statement templates, and its blocks.
+
+#![forbid(unsafe_code)]
+
+pub mod dialect;
+pub mod organization;
+pub mod schema;
+pub mod smallbank;
+pub mod sqlite;
+
+pub use self::dialect::Dialect;
+pub use self::organization::{BlockEffects, Organization, OrganizationError, Transaction};
+pub use self::schema::{Column, ColumnKind, SchemaError, SharedTable};
+pub use self::sqlite::SqliteOrganization;
+
+#[cfg(test)]
+mod tests;

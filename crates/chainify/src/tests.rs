@@ -1,0 +1,226 @@
+//! Organizations on SQLite executing the same blocks: the same effects give the same
+//! digest hash, a tampered organization is outvoted, and the state equals an oracle's.
+
+use std::collections::BTreeMap;
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use virga_ledger::wlc::{verify_chain, AgreementPolicy, DigestOp, LedgerBlock, VoteOutcome};
+
+use crate::smallbank::{self, Kind};
+use crate::sqlite::SqliteSync;
+use crate::{Organization, OrganizationError, SqliteOrganization, Transaction};
+
+const CUSTOMERS: u64 = 200;
+
+fn organization(name: &str) -> SqliteOrganization {
+    let mut org = SqliteOrganization::in_memory(name).unwrap();
+    org.install(&smallbank::tables()).unwrap();
+    for block in smallbank::load_blocks(CUSTOMERS, 64) {
+        let effects = org.execute_block(&block).unwrap();
+        assert!(effects.successful.iter().all(|ok| *ok));
+    }
+    org
+}
+
+fn ledger_block(number: u64, previous: [u8; 32], block: &[Transaction], effects: &crate::BlockEffects) -> LedgerBlock {
+    LedgerBlock {
+        number,
+        transactions: block.iter().map(Transaction::sql).collect(),
+        successful: effects.successful.clone(),
+        digest: effects.digest_hash(),
+        previous,
+    }
+}
+
+#[test]
+fn organizations_on_different_storage_reach_the_same_hashes_block_after_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut on_file = SqliteOrganization::open("org-file", &dir.path().join("org.db"), SqliteSync::Full).unwrap();
+    on_file.install(&smallbank::tables()).unwrap();
+    for block in smallbank::load_blocks(CUSTOMERS, 64) {
+        on_file.execute_block(&block).unwrap();
+    }
+    let mut in_memory = organization("org-memory");
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut chain: Vec<LedgerBlock> = Vec::new();
+    let mut failures = 0;
+    for number in 0..20 {
+        let block = smallbank::random_block(&mut rng, CUSTOMERS, 50);
+        let one = in_memory.execute_block(&block).unwrap();
+        let other = on_file.execute_block(&block).unwrap();
+        assert_eq!(one.successful, other.successful, "block {number}");
+        assert_eq!(one.digest_hash(), other.digest_hash(), "block {number}");
+        assert!(!one.digests.is_empty());
+        failures += one.successful.iter().filter(|ok| !**ok).count();
+        let previous = chain.last().map_or([0; 32], LedgerBlock::hash);
+        chain.push(ledger_block(number, previous, &block, &one));
+    }
+    assert!(failures > 0, "some withdrawals past the savings balance fail");
+    assert_eq!(verify_chain(&chain), Ok(()));
+}
+
+#[test]
+fn the_row_image_is_canonical_and_serials_rise_per_key() {
+    let mut org = organization("org");
+    let block = vec![
+        Transaction::new(vec!["UPDATE accounts SET name = 'a|b~' WHERE custid = 7".to_string()]),
+        smallbank::statements(Kind::DepositChecking, 7, 0, 5),
+        smallbank::statements(Kind::DepositChecking, 7, 0, 6),
+        Transaction::new(vec!["DELETE FROM accounts WHERE custid = 9".to_string()]),
+    ];
+    let effects = org.execute_block(&block).unwrap();
+    let mut rows: Vec<(String, String, u64, String, DigestOp)> =
+        effects.digests.iter().map(|d| (d.table.clone(), d.pk.clone(), d.serial, d.image.clone(), d.op)).collect();
+    rows.sort();
+    let checking = 5_000 + 7; // the load gives customer n 5,000 + n % 50
+    assert_eq!(
+        rows,
+        vec![
+            ("accounts".into(), "7".into(), 0, "1:7|4:a|b~".into(), DigestOp::Update),
+            ("accounts".into(), "9".into(), 0, "1:9|10:customer-9".into(), DigestOp::Delete),
+            ("checking".into(), "7".into(), 0, format!("1:7|4:{}", checking + 5), DigestOp::Update),
+            ("checking".into(), "7".into(), 1, format!("1:7|4:{}", checking + 11), DigestOp::Update),
+        ]
+    );
+    // The digest tables are emptied for the next block.
+    assert!(org.execute_block(&[]).unwrap().digests.is_empty());
+}
+
+#[test]
+fn a_failed_transaction_leaves_no_effect_and_is_recorded() {
+    let mut org = organization("org");
+    let overdraw = smallbank::statements(Kind::TransactSavings, 3, 0, -1_000_000);
+    let effects = org.execute_block(&[overdraw, smallbank::statements(Kind::DepositChecking, 4, 0, 1)]).unwrap();
+    assert_eq!(effects.successful, vec![false, true]);
+    assert!(effects.digests.iter().all(|row| row.pk == "4"), "{:?}", effects.digests);
+}
+
+#[test]
+fn a_tampered_organization_is_outvoted_and_told_to_recover() {
+    let mut orgs: Vec<SqliteOrganization> = ["org-1", "org-2", "org-3"].iter().map(|name| organization(name)).collect();
+    // Outside the chain: org-3's administrator raises a balance. The trigger records it, so
+    // the next block's effects differ there.
+    orgs[2].connection().execute("UPDATE checking SET bal = bal + 100 WHERE custid = 5", []).unwrap();
+    let block = smallbank::random_block(&mut SmallRng::seed_from_u64(3), CUSTOMERS, 20);
+    let hashes: Vec<(String, [u8; 32])> = orgs
+        .iter_mut()
+        .map(|org| {
+            let effects = org.execute_block(&block).unwrap();
+            (org.name().to_string(), ledger_block(0, [0; 32], &block, &effects).hash())
+        })
+        .collect();
+    let policy = AgreementPolicy::new(2, 3).unwrap();
+    let heard = || hashes.iter().map(|(name, hash)| (name.as_str(), *hash));
+    assert!(matches!(policy.decide("org-1", hashes[0].1, heard()), VoteOutcome::Commit { votes: 2, .. }));
+    assert_eq!(policy.decide("org-3", hashes[2].1, heard()), VoteOutcome::Recover { consensus: hashes[0].1, votes: 2 });
+    // Under All-3 nobody commits.
+    let all = AgreementPolicy::new(3, 3).unwrap();
+    assert_eq!(all.decide("org-1", hashes[0].1, heard()), VoteOutcome::Undecided { heard: 3 });
+}
+
+#[test]
+fn an_organization_without_its_triggers_refuses_to_execute() {
+    let mut org = organization("org");
+    org.connection().execute_batch("DROP TRIGGER chainify_checking_update").unwrap();
+    let error = org.execute_block(&[smallbank::statements(Kind::DepositChecking, 1, 0, 1)]).unwrap_err();
+    assert!(
+        matches!(&error, OrganizationError::MissingTrigger { table, trigger, .. } if table == "checking" && trigger == "chainify_checking_update"),
+        "{error}"
+    );
+    // Reinstalling puts it back.
+    org.install(&smallbank::tables()).unwrap();
+    org.check_installed().unwrap();
+}
+
+/// SmallBank's effects as a serial replay computes them.
+#[derive(Default)]
+struct Oracle {
+    savings: BTreeMap<u64, i64>,
+    checking: BTreeMap<u64, i64>,
+}
+
+impl Oracle {
+    fn loaded(customers: u64) -> Oracle {
+        let mut oracle = Oracle::default();
+        for id in 0..customers {
+            oracle.savings.insert(id, 10_000 + (id % 100) as i64);
+            oracle.checking.insert(id, 5_000 + (id % 50) as i64);
+        }
+        oracle
+    }
+
+    /// Applies one transaction; false if it fails (and changes nothing).
+    fn apply(&mut self, kind: Kind, a: u64, b: u64, amount: i64) -> bool {
+        let amount_abs = amount.abs();
+        match kind {
+            Kind::Balance => {}
+            Kind::DepositChecking => *self.checking.get_mut(&a).unwrap() += amount_abs,
+            Kind::TransactSavings => {
+                let savings = self.savings.get_mut(&a).unwrap();
+                if *savings + amount < 0 {
+                    return false;
+                }
+                *savings += amount;
+            }
+            Kind::Amalgamate => {
+                let total = self.savings[&a] + self.checking[&a];
+                *self.checking.get_mut(&b).unwrap() += total;
+                self.savings.insert(a, 0);
+                self.checking.insert(a, 0);
+            }
+            Kind::WriteCheck => {
+                let penalty = i64::from(self.checking[&a] + self.savings[&a] < amount_abs);
+                *self.checking.get_mut(&a).unwrap() -= amount_abs + penalty;
+            }
+            Kind::SendPayment => {
+                if self.checking[&a] >= amount_abs {
+                    *self.checking.get_mut(&a).unwrap() -= amount_abs;
+                    *self.checking.get_mut(&b).unwrap() += amount_abs;
+                }
+            }
+        }
+        true
+    }
+}
+
+#[test]
+fn the_database_equals_a_serial_replay_of_the_blocks() {
+    let mut org = organization("org");
+    let mut oracle = Oracle::loaded(CUSTOMERS);
+    let mut rng = SmallRng::seed_from_u64(11);
+    let kinds = [
+        Kind::Balance,
+        Kind::DepositChecking,
+        Kind::TransactSavings,
+        Kind::Amalgamate,
+        Kind::WriteCheck,
+        Kind::SendPayment,
+    ];
+    for _ in 0..30 {
+        // Few customers so that transactions of a block touch the same rows.
+        let block: Vec<(Kind, u64, u64, i64)> = (0..40)
+            .map(|_| {
+                let a = rand::Rng::random_range(&mut rng, 0..20);
+                let b = (a + rand::Rng::random_range(&mut rng, 1..20)) % 20;
+                let kind = kinds[rand::Rng::random_range(&mut rng, 0..kinds.len())];
+                (kind, a, b, rand::Rng::random_range(&mut rng, -15_000..3_000))
+            })
+            .collect();
+        let transactions: Vec<Transaction> =
+            block.iter().map(|(kind, a, b, amount)| smallbank::statements(*kind, *a, *b, *amount)).collect();
+        let effects = org.execute_block(&transactions).unwrap();
+        let expected: Vec<bool> =
+            block.iter().map(|(kind, a, b, amount)| oracle.apply(*kind, *a, *b, *amount)).collect();
+        assert_eq!(effects.successful, expected);
+    }
+    for (table, expected) in [("savings", &oracle.savings), ("checking", &oracle.checking)] {
+        let mut select = org.connection().prepare(&format!("SELECT custid, bal FROM {table} ORDER BY custid")).unwrap();
+        let actual: BTreeMap<u64, i64> = select
+            .query_map([], |row| Ok((row.get::<_, i64>(0)? as u64, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(&actual, expected, "{table}");
+    }
+}
