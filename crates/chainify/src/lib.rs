@@ -7,21 +7,29 @@
 //! - [`dialect`]: the digest tables and triggers each DBMS gets, built so that PostgreSQL and
 //!   SQLite write the same canonical row image byte for byte.
 //! - [`organization`]: what an organization's database does for the pipeline, and
-//!   [`sqlite::SqliteOrganization`], SQLite through rusqlite (bundled).
+//!   [`sqlite::SqliteOrganization`], SQLite through rusqlite (bundled), and
+//!   [`postgres::PostgresOrganization`], PostgreSQL through the `postgres` client.
+//! - [`postgres_server`]: a private PostgreSQL instance started for an organization.
 //! - [`smallbank`]: SmallBank as portable SQL statement templates, and its blocks.
 
 #![forbid(unsafe_code)]
 
 pub mod dialect;
 pub mod organization;
+pub mod postgres;
+pub mod postgres_server;
 pub mod schema;
 pub mod smallbank;
 pub mod sqlite;
 
 pub use self::dialect::Dialect;
 pub use self::organization::{BlockEffects, Organization, OrganizationError, Transaction};
+pub use self::postgres::PostgresOrganization;
+pub use self::postgres_server::PostgresServer;
 pub use self::schema::{Column, ColumnKind, SchemaError, SharedTable};
 pub use self::sqlite::SqliteOrganization;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_postgres;
