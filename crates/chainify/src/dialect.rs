@@ -119,6 +119,56 @@ impl Dialect {
     }
 }
 
+impl Dialect {
+    /// A query with one row if the table `name` exists (names are checked identifiers).
+    pub fn table_exists(self, name: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("SELECT name FROM sqlite_master WHERE type = 'table' AND name = '{name}'"),
+            Dialect::Postgres => {
+                format!("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename = '{name}'")
+            }
+        }
+    }
+
+    /// A query with one row if `trigger` is installed on `table` and enabled (a disabled
+    /// trigger records nothing either).
+    pub fn trigger_enabled(self, table: &str, trigger: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name = '{trigger}' AND tbl_name = '{table}'"
+            ),
+            Dialect::Postgres => format!(
+                "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE t.tgname = '{trigger}' \
+                 AND c.relname = '{table}' AND t.tgenabled <> 'D'"
+            ),
+        }
+    }
+
+    /// A query of the names of the tables whose names start with `chainify_ckpt_`.
+    pub fn checkpoint_tables(self) -> String {
+        match self {
+            Dialect::Sqlite => {
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'chainify_ckpt_%'".to_string()
+            }
+            Dialect::Postgres => "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename \
+                                  LIKE 'chainify_ckpt_%'"
+                .to_string(),
+        }
+    }
+}
+
+/// The table holding `table`'s rows as of the end of block `block`.
+pub fn checkpoint_table(block: u64, table: &str) -> String {
+    format!("chainify_ckpt_{block:016x}_{table}")
+}
+
+/// The block a checkpoint table's name gives, if it is one.
+pub fn checkpoint_block(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("chainify_ckpt_")?;
+    let (hex, _) = rest.split_at_checked(16)?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// The canonical image of `row` (`NEW` or `OLD` in a trigger; a table alias in a query).
 pub fn image_expression(table: &SharedTable, row: &str) -> String {
     let fields: Vec<String> = table

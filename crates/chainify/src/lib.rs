@@ -23,7 +23,9 @@ pub mod smallbank;
 pub mod sqlite;
 
 pub use self::dialect::Dialect;
-pub use self::organization::{BlockEffects, Organization, OrganizationError, Transaction};
+pub use self::organization::{
+    BlockEffects, DatabaseOrganization, Organization, OrganizationError, SqlSession, Transaction,
+};
 pub use self::postgres::PostgresOrganization;
 pub use self::postgres_server::PostgresServer;
 pub use self::schema::{Column, ColumnKind, SchemaError, SharedTable};

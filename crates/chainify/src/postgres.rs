@@ -1,21 +1,12 @@
-//! An organization on PostgreSQL, through the synchronous `postgres` client.
+//! Organizations on PostgreSQL, through the synchronous `postgres` client.
 
-use postgres::{Client, NoTls};
-use virga_ledger::wlc::{DigestOp, DigestRow};
+use postgres::{Client, NoTls, SimpleQueryMessage};
 
 use crate::dialect::Dialect;
-use crate::organization::{BlockEffects, Organization, OrganizationError, Transaction};
-use crate::schema::SharedTable;
+use crate::organization::{DatabaseOrganization, OrganizationError, SqlSession};
 
-pub struct PostgresOrganization {
-    name: String,
-    client: Client,
-    tables: Vec<SharedTable>,
-}
-
-fn database(org: &str, what: &str, error: postgres::Error) -> OrganizationError {
-    OrganizationError::Database { org: org.to_string(), what: what.to_string(), error: error.to_string() }
-}
+/// An organization whose database is PostgreSQL.
+pub type PostgresOrganization = DatabaseOrganization<Client>;
 
 impl PostgresOrganization {
     /// Connects to the database `connection` names (`host=… port=… user=… dbname=…`);
@@ -25,121 +16,46 @@ impl PostgresOrganization {
         connection: &str,
         synchronous_commit: bool,
     ) -> Result<PostgresOrganization, OrganizationError> {
-        let mut client = Client::connect(connection, NoTls).map_err(|error| database(name, "connecting", error))?;
+        let failed = |what: &str, error: postgres::Error| OrganizationError::Database {
+            org: name.to_string(),
+            what: what.to_string(),
+            error: error.to_string(),
+        };
+        let mut client = Client::connect(connection, NoTls).map_err(|error| failed("connecting", error))?;
         let setting = if synchronous_commit { "on" } else { "off" };
         client
             .batch_execute(&format!("SET synchronous_commit = {setting}; SET client_min_messages = warning"))
-            .map_err(|error| database(name, "configuring the session", error))?;
-        Ok(PostgresOrganization { name: name.to_string(), client, tables: Vec::new() })
-    }
-
-    /// The client, for what happens outside the chain (an administrator's statements, or a
-    /// test's tampering).
-    pub fn client(&mut self) -> &mut Client {
-        &mut self.client
-    }
-
-    fn take_digests(&mut self) -> Result<Vec<DigestRow>, OrganizationError> {
-        let name = self.name.clone();
-        let mut transaction =
-            self.client.transaction().map_err(|error| database(&name, "taking the digests", error))?;
-        let mut rows = Vec::new();
-        for table in &self.tables {
-            let digest = table.digest_table();
-            let read = transaction
-                .query(&format!("SELECT pk, serial, image, op FROM {digest}"), &[])
-                .map_err(|error| database(&name, &format!("reading {digest}"), error))?;
-            for row in read {
-                let (pk, serial, image, op): (String, i64, String, String) =
-                    (row.get(0), row.get(1), row.get(2), row.get(3));
-                let bad =
-                    |op: String| OrganizationError::BadDigest { org: name.clone(), table: table.name.clone(), op };
-                let kind = DigestOp::from_letter(&op).ok_or_else(|| bad(op.clone()))?;
-                let serial = u64::try_from(serial).map_err(|_| bad(format!("serial {serial}")))?;
-                rows.push(DigestRow { table: table.name.clone(), pk, serial, image, op: kind });
-            }
-            transaction
-                .batch_execute(&format!("DELETE FROM {digest}"))
-                .map_err(|error| database(&name, &format!("emptying {digest}"), error))?;
-        }
-        transaction.commit().map_err(|error| database(&name, "taking the digests", error))?;
-        Ok(rows)
+            .map_err(|error| failed("configuring the session", error))?;
+        Ok(DatabaseOrganization::new(name, client))
     }
 }
 
-impl Organization for PostgresOrganization {
-    fn name(&self) -> &str {
-        &self.name
+impl SqlSession for Client {
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    fn batch(&mut self, sql: &str) -> Result<(), String> {
+        self.batch_execute(sql).map_err(|error| error.to_string())
     }
 
-    fn install(&mut self, tables: &[SharedTable]) -> Result<(), OrganizationError> {
-        for table in tables {
-            table.check().map_err(|error| OrganizationError::Schema { org: self.name.clone(), error })?;
+    fn atomically(&mut self, statements: &[String]) -> Result<(), String> {
+        let mut transaction = self.transaction().map_err(|error| error.to_string())?;
+        for statement in statements {
+            transaction.batch_execute(statement).map_err(|error| error.to_string())?;
         }
-        let name = self.name.clone();
-        let mut transaction = self.client.transaction().map_err(|error| database(&name, "installing", error))?;
-        for table in tables {
-            let mut statements =
-                vec![Dialect::Postgres.create_table(table), Dialect::Postgres.create_digest_table(table)];
-            statements.extend(Dialect::Postgres.create_triggers(table));
-            for statement in statements {
-                transaction
-                    .batch_execute(&statement)
-                    .map_err(|error| database(&name, &format!("installing {}", table.name), error))?;
-            }
-        }
-        transaction.commit().map_err(|error| database(&name, "installing", error))?;
-        self.tables = tables.to_vec();
-        Ok(())
+        transaction.commit().map_err(|error| error.to_string())
     }
 
-    fn check_installed(&mut self) -> Result<(), OrganizationError> {
-        for table in &self.tables {
-            let present = self
-                .client
-                .query_opt(
-                    "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = $1",
-                    &[&table.name],
-                )
-                .map_err(|error| database(&self.name, "checking the tables", error))?;
-            if present.is_none() {
-                return Err(OrganizationError::MissingTable { org: self.name.clone(), table: table.name.clone() });
-            }
-            for trigger in Dialect::Postgres.trigger_names(table) {
-                // Present and enabled: a disabled trigger records nothing either.
-                let present = self
-                    .client
-                    .query_opt(
-                        "SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE t.tgname = $1 AND \
-                         c.relname = $2 AND t.tgenabled <> 'D'",
-                        &[&trigger, &table.name],
-                    )
-                    .map_err(|error| database(&self.name, "checking the triggers", error))?;
-                if present.is_none() {
-                    return Err(OrganizationError::MissingTrigger {
-                        org: self.name.clone(),
-                        table: table.name.clone(),
-                        trigger,
-                    });
+    fn texts(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        // The simple protocol returns every column as text.
+        let messages = self.simple_query(sql).map_err(|error| error.to_string())?;
+        Ok(messages
+            .into_iter()
+            .filter_map(|message| match message {
+                SimpleQueryMessage::Row(row) => {
+                    Some((0..row.len()).map(|at| row.get(at).map(str::to_string)).collect())
                 }
-            }
-        }
-        Ok(())
-    }
-
-    fn execute_block(&mut self, transactions: &[Transaction]) -> Result<BlockEffects, OrganizationError> {
-        self.check_installed()?;
-        let mut successful = Vec::with_capacity(transactions.len());
-        for transaction in transactions {
-            let name = self.name.clone();
-            let mut open =
-                self.client.transaction().map_err(|error| database(&name, "beginning a transaction", error))?;
-            // A failing statement leaves the transaction aborted; dropping `open` rolls it back.
-            let ran = transaction.statements.iter().try_for_each(|statement| open.batch_execute(statement));
-            let committed = ran.is_ok() && open.commit().is_ok();
-            successful.push(committed);
-        }
-        let digests = self.take_digests()?;
-        Ok(BlockEffects { successful, digests })
+                _ => None,
+            })
+            .collect())
     }
 }

@@ -36,7 +36,7 @@ pub struct SharedTable {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {
     #[error(
-        "{0:?} is not an identifier Virga splices into SQL: use 1 to 48 of a-z, 0-9 and _, not starting with a digit"
+        "{0:?} is not an identifier Virga splices into SQL: use 1 to 32 of a-z, 0-9 and _, not starting with a digit"
     )]
     BadIdentifier(String),
     #[error("table {table}: the primary key {key:?} is not one of its columns")]
@@ -49,11 +49,15 @@ pub enum SchemaError {
     Reserved { table: String },
 }
 
+/// The longest shared table or column name: Virga's own names add up to 31 characters to
+/// a table's (a checkpoint's), and PostgreSQL cuts identifiers at 63.
+pub const MAX_IDENTIFIER: usize = 32;
+
 /// Whether `name` is safe to splice into SQL unquoted in both dialects (lower case, so that
 /// PostgreSQL's folding leaves it as written).
 pub fn check_identifier(name: &str) -> Result<(), SchemaError> {
     let ok = !name.is_empty()
-        && name.len() <= 48
+        && name.len() <= MAX_IDENTIFIER
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     if ok {
@@ -110,7 +114,7 @@ mod tests {
 
     #[test]
     fn identifiers_that_could_break_out_of_sql_are_refused() {
-        for bad in ["", "Checking", "bal; DROP TABLE x", "1abc", "a-b", "\"q\"", &"x".repeat(49)] {
+        for bad in ["", "Checking", "bal; DROP TABLE x", "1abc", "a-b", "\"q\"", &"x".repeat(33)] {
             assert_eq!(check_identifier(bad), Err(SchemaError::BadIdentifier(bad.to_string())), "{bad:?}");
         }
         for good in ["checking", "_t", "t2", "custid"] {

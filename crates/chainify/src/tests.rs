@@ -9,11 +9,11 @@ use virga_ledger::wlc::{verify_chain, AgreementPolicy, DigestOp, LedgerBlock, Vo
 
 use crate::smallbank::{self, Kind};
 use crate::sqlite::SqliteSync;
-use crate::{Organization, OrganizationError, SqliteOrganization, Transaction};
+use crate::{DatabaseOrganization, Organization, OrganizationError, SqlSession, SqliteOrganization, Transaction};
 
-const CUSTOMERS: u64 = 200;
+pub(crate) const CUSTOMERS: u64 = 200;
 
-fn organization(name: &str) -> SqliteOrganization {
+pub(crate) fn organization(name: &str) -> SqliteOrganization {
     let mut org = SqliteOrganization::in_memory(name).unwrap();
     org.install(&smallbank::tables()).unwrap();
     for block in smallbank::load_blocks(CUSTOMERS, 64) {
@@ -101,7 +101,7 @@ fn a_tampered_organization_is_outvoted_and_told_to_recover() {
     let mut orgs: Vec<SqliteOrganization> = ["org-1", "org-2", "org-3"].iter().map(|name| organization(name)).collect();
     // Outside the chain: org-3's administrator raises a balance. The trigger records it, so
     // the next block's effects differ there.
-    orgs[2].connection().execute("UPDATE checking SET bal = bal + 100 WHERE custid = 5", []).unwrap();
+    orgs[2].session().execute("UPDATE checking SET bal = bal + 100 WHERE custid = 5", []).unwrap();
     let block = smallbank::random_block(&mut SmallRng::seed_from_u64(3), CUSTOMERS, 20);
     let hashes: Vec<(String, [u8; 32])> = orgs
         .iter_mut()
@@ -122,7 +122,7 @@ fn a_tampered_organization_is_outvoted_and_told_to_recover() {
 #[test]
 fn an_organization_without_its_triggers_refuses_to_execute() {
     let mut org = organization("org");
-    org.connection().execute_batch("DROP TRIGGER chainify_checking_update").unwrap();
+    org.session().execute_batch("DROP TRIGGER chainify_checking_update").unwrap();
     let error = org.execute_block(&[smallbank::statements(Kind::DepositChecking, 1, 0, 1)]).unwrap_err();
     assert!(
         matches!(&error, OrganizationError::MissingTrigger { table, trigger, .. } if table == "checking" && trigger == "chainify_checking_update"),
@@ -215,7 +215,7 @@ fn the_database_equals_a_serial_replay_of_the_blocks() {
         assert_eq!(effects.successful, expected);
     }
     for (table, expected) in [("savings", &oracle.savings), ("checking", &oracle.checking)] {
-        let mut select = org.connection().prepare(&format!("SELECT custid, bal FROM {table} ORDER BY custid")).unwrap();
+        let mut select = org.session().prepare(&format!("SELECT custid, bal FROM {table} ORDER BY custid")).unwrap();
         let actual: BTreeMap<u64, i64> = select
             .query_map([], |row| Ok((row.get::<_, i64>(0)? as u64, row.get(1)?)))
             .unwrap()
@@ -223,4 +223,57 @@ fn the_database_equals_a_serial_replay_of_the_blocks() {
             .unwrap();
         assert_eq!(&actual, expected, "{table}");
     }
+}
+
+#[test]
+fn a_restored_checkpoint_brings_back_the_state_its_constraints_and_its_triggers() {
+    checkpoint_round_trip(organization("honest"), organization("restored"));
+}
+
+/// Two organizations loaded alike: one runs blocks honestly, the other is checkpointed,
+/// tampered with and restored, and must then give the honest one's effects.
+pub(crate) fn checkpoint_round_trip<S: SqlSession>(
+    mut honest: DatabaseOrganization<S>,
+    mut restored: DatabaseOrganization<S>,
+) {
+    let mut rng = SmallRng::seed_from_u64(23);
+    let blocks: Vec<Vec<Transaction>> = (0..6).map(|_| smallbank::random_block(&mut rng, CUSTOMERS, 30)).collect();
+    for block in &blocks[..3] {
+        honest.execute_block(block).unwrap();
+        restored.execute_block(block).unwrap();
+    }
+    restored.checkpoint(2).unwrap();
+    let at_checkpoint = restored.state_hash().unwrap();
+    assert_eq!(at_checkpoint, honest.state_hash().unwrap());
+    // Later blocks, then tampering with the data and removing a trigger behind the chain's back.
+    restored.execute_block(&blocks[3]).unwrap();
+    restored.session().batch("UPDATE savings SET bal = 1 WHERE custid < 50").unwrap();
+    let trigger = S::DIALECT.trigger_names(&smallbank::tables()[1]).remove(0);
+    restored
+        .session()
+        .batch(&format!(
+            "DROP TRIGGER {trigger}{}",
+            match S::DIALECT {
+                crate::Dialect::Sqlite => "",
+                crate::Dialect::Postgres => " ON savings",
+            }
+        ))
+        .unwrap();
+    assert!(matches!(restored.check_installed(), Err(OrganizationError::MissingTrigger { .. })));
+    assert_eq!(restored.checkpoints().unwrap(), vec![2]);
+    restored.restore(2).unwrap();
+    assert_eq!(restored.state_hash().unwrap(), at_checkpoint);
+    restored.check_installed().unwrap();
+    // Replaying from the checkpoint gives the honest organization's effects, block by block.
+    for block in &blocks[3..] {
+        let expected = honest.execute_block(block).unwrap();
+        assert_eq!(restored.execute_block(block).unwrap(), expected);
+    }
+    // The check on savings came back with the table.
+    let overdraw = smallbank::statements(Kind::TransactSavings, 1, 0, -10_000_000);
+    assert_eq!(restored.execute_block(&[overdraw]).unwrap().successful, vec![false]);
+    assert!(matches!(restored.restore(7), Err(OrganizationError::NoCheckpoint { block: 7, .. })));
+    restored.reset().unwrap();
+    assert!(restored.checkpoints().unwrap().is_empty());
+    assert_eq!(restored.execute_block(&[]).unwrap().digests.len(), 0);
 }

@@ -102,9 +102,22 @@ fn nulls_negative_numbers_and_any_text_have_one_image_in_both() {
 fn a_postgres_organization_with_a_disabled_trigger_refuses_to_execute() {
     let Some((server, _dir)) = postgres() else { return };
     let mut pg = loaded(PostgresOrganization::connect("org-pg", &server.connection_string(), false).unwrap(), 10);
-    pg.client().batch_execute("ALTER TABLE savings DISABLE TRIGGER chainify_savings").unwrap();
+    pg.session().batch_execute("ALTER TABLE savings DISABLE TRIGGER chainify_savings").unwrap();
     let error = pg.execute_block(&[smallbank::statements(smallbank::Kind::DepositChecking, 1, 0, 1)]).unwrap_err();
     assert!(matches!(&error, OrganizationError::MissingTrigger { table, .. } if table == "savings"), "{error}");
-    pg.client().batch_execute("ALTER TABLE savings ENABLE TRIGGER chainify_savings").unwrap();
+    pg.session().batch_execute("ALTER TABLE savings ENABLE TRIGGER chainify_savings").unwrap();
     pg.check_installed().unwrap();
+}
+
+#[test]
+fn a_restored_postgres_checkpoint_brings_back_the_state_its_constraints_and_its_triggers() {
+    let Some((server, _dir)) = postgres() else { return };
+    let mut admin = postgres::Client::connect(&server.connection_string(), postgres::NoTls).unwrap();
+    admin.batch_execute("CREATE DATABASE honest").unwrap();
+    admin.batch_execute("CREATE DATABASE restored").unwrap();
+    let open = |database: &str| {
+        let connection = server.connection_string().replace("dbname=postgres", &format!("dbname={database}"));
+        loaded(PostgresOrganization::connect(database, &connection, false).unwrap(), crate::tests::CUSTOMERS)
+    };
+    crate::tests::checkpoint_round_trip(open("honest"), open("restored"));
 }
