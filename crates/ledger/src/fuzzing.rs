@@ -34,6 +34,18 @@ pub fn block_decode(data: &[u8]) {
     let _ = transactions_root(&block.transactions);
 }
 
+/// Any bytes as a WLC LedgerBlock: a named error, or a block whose encoding is exactly the
+/// input (one encoding per block) and whose chain of one verifies as the first block or not.
+pub fn wlc_ledger_block(data: &[u8]) {
+    let Ok(block) = crate::wlc::LedgerBlock::decode(data) else {
+        return;
+    };
+    assert_eq!(block.encode(), data, "a decoded LedgerBlock re-encodes differently");
+    assert_eq!(block.successful.len(), block.transactions.len());
+    let _ = block.hash();
+    let _ = crate::wlc::verify_chain(std::slice::from_ref(&block));
+}
+
 #[cfg(test)]
 mod tests {
     use alloy_consensus::Header;
@@ -107,6 +119,26 @@ mod tests {
         for _ in 0..2000 {
             let len = rng.random_range(0..64);
             block_decode(&(0..len).map(|_| rng.random()).collect::<Vec<u8>>());
+        }
+    }
+
+    #[test]
+    fn smoke_wlc_ledger_block() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let seed = crate::wlc::LedgerBlock {
+            number: 4,
+            transactions: vec![
+                "UPDATE checking SET bal = bal + 1 WHERE custid = 3".to_string(),
+                "SELECT 1".to_string(),
+            ],
+            successful: vec![true, false],
+            digest: [5; 32],
+            previous: [6; 32],
+        }
+        .encode();
+        wlc_ledger_block(&seed);
+        for _ in 0..2000 {
+            wlc_ledger_block(&mutate(&mut rng, &seed));
         }
     }
 }

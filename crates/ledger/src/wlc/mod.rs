@@ -16,7 +16,7 @@ pub mod ledger_block;
 pub mod vote;
 
 pub use self::digest::{digest_hash, DigestOp, DigestRow};
-pub use self::ledger_block::{verify_chain, ChainProblem, LedgerBlock};
+pub use self::ledger_block::{verify_chain, ChainProblem, DecodeError, LedgerBlock};
 pub use self::vote::{AgreementPolicy, PolicyError, VoteOutcome};
 
 /// A SHA-256 hash.
