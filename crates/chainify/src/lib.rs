@@ -11,18 +11,25 @@
 //!   [`postgres::PostgresOrganization`], PostgreSQL through the `postgres` client.
 //! - [`postgres_server`]: a private PostgreSQL instance started for an organization.
 //! - [`smallbank`]: SmallBank as portable SQL statement templates, and its blocks.
+//! - [`consortium`]: the organizations executing, voting, committing to their [`ledger`]s,
+//!   checkpointing and recovering (in the order of [`recovery`]).
 
 #![forbid(unsafe_code)]
 
+pub mod consortium;
 pub mod dialect;
+pub mod ledger;
 pub mod organization;
 pub mod postgres;
 pub mod postgres_server;
+pub mod recovery;
 pub mod schema;
 pub mod smallbank;
 pub mod sqlite;
 
+pub use self::consortium::{BlockReport, Consortium, ConsortiumConfig, ConsortiumError, Member};
 pub use self::dialect::Dialect;
+pub use self::ledger::{Ledger, LedgerError};
 pub use self::organization::{
     BlockEffects, DatabaseOrganization, Organization, OrganizationError, SqlSession, Transaction,
 };
@@ -33,5 +40,7 @@ pub use self::sqlite::SqliteOrganization;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_consortium;
 #[cfg(test)]
 mod tests_postgres;

@@ -92,6 +92,10 @@ pub trait Organization: Send {
 
     /// Drops every shared table and checkpoint and installs them empty (a full replay).
     fn reset(&mut self) -> Result<(), OrganizationError>;
+
+    /// Runs `sql` outside the chain, as an administrator (or an attacker) with access to the
+    /// database would: what the digests and the vote are there to catch.
+    fn run_outside_chain(&mut self, sql: &str) -> Result<(), OrganizationError>;
 }
 
 /// A connection to a database, as the organization needs it.
@@ -314,5 +318,9 @@ impl<S: SqlSession> Organization for DatabaseOrganization<S> {
         }
         statements.extend(self.tables.iter().flat_map(Self::install_statements));
         self.session.atomically(&statements).map_err(|error| self.failed("resetting the shared tables", error))
+    }
+
+    fn run_outside_chain(&mut self, sql: &str) -> Result<(), OrganizationError> {
+        self.session.batch(sql).map_err(|error| self.failed("running a statement outside the chain", error))
     }
 }
