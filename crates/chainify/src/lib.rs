@@ -13,6 +13,8 @@
 //! - [`smallbank`]: SmallBank as portable SQL statement templates, and its blocks.
 //! - [`consortium`]: the organizations executing, voting, committing to their [`ledger`]s,
 //!   checkpointing and recovering (in the order of [`recovery`]).
+//! - [`run`]: `virga chainify up` (the consortium on SmallBank beside PostgreSQL alone) and
+//!   `virga chainify verify`.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +25,7 @@ pub mod organization;
 pub mod postgres;
 pub mod postgres_server;
 pub mod recovery;
+pub mod run;
 pub mod schema;
 pub mod smallbank;
 pub mod sqlite;

@@ -75,8 +75,28 @@ pub trait Organization: Send {
     /// back if any statement fails), then takes the block's digest rows.
     fn execute_block(&mut self, transactions: &[Transaction]) -> Result<BlockEffects, OrganizationError>;
 
-    /// A hash of every shared table's rows (their canonical images), to compare whole states.
-    fn state_hash(&mut self) -> Result<Hash, OrganizationError>;
+    /// Takes `tables` as the shared tables of a database that already holds them, changing
+    /// nothing (to verify it).
+    fn attach(&mut self, tables: &[SharedTable]) -> Result<(), OrganizationError>;
+
+    /// Each shared table's hash over its rows' canonical images, in the tables' order.
+    fn table_hashes(&mut self) -> Result<Vec<(String, Hash)>, OrganizationError>;
+
+    /// A hash of every shared table's rows, to compare whole states.
+    fn state_hash(&mut self) -> Result<Hash, OrganizationError> {
+        let rows: Vec<DigestRow> = self
+            .table_hashes()?
+            .into_iter()
+            .map(|(table, hash)| DigestRow {
+                pk: String::new(),
+                serial: 0,
+                image: hash.iter().map(|byte| format!("{byte:02x}")).collect(),
+                op: DigestOp::Insert,
+                table,
+            })
+            .collect();
+        Ok(digest_hash(&rows))
+    }
 
     /// Copies every shared table as it is after block `block` (`CREATE TABLE … AS`).
     fn checkpoint(&mut self, block: u64) -> Result<(), OrganizationError>;
@@ -219,8 +239,16 @@ impl<S: SqlSession> Organization for DatabaseOrganization<S> {
         Ok(BlockEffects { successful, digests })
     }
 
-    fn state_hash(&mut self) -> Result<Hash, OrganizationError> {
-        let mut rows = Vec::new();
+    fn attach(&mut self, tables: &[SharedTable]) -> Result<(), OrganizationError> {
+        for table in tables {
+            table.check().map_err(|error| OrganizationError::Schema { org: self.name.clone(), error })?;
+        }
+        self.tables = tables.to_vec();
+        self.check_installed()
+    }
+
+    fn table_hashes(&mut self) -> Result<Vec<(String, Hash)>, OrganizationError> {
+        let mut hashes = Vec::new();
         for table in self.tables.clone() {
             let sql = format!(
                 "SELECT CAST(t.{key} AS TEXT), {image} FROM {name} t",
@@ -228,17 +256,18 @@ impl<S: SqlSession> Organization for DatabaseOrganization<S> {
                 image = image_expression(&table, "t"),
                 name = table.name
             );
+            let mut rows = Vec::new();
             for row in self.texts("reading the state", &sql)? {
                 let mut fields = row.into_iter();
                 let (Some(Some(pk)), Some(Some(image))) = (fields.next(), fields.next()) else {
-                    return Err(
-                        self.failed("reading the state", format!("table {} returned a NULL key or image", table.name))
-                    );
+                    let problem = format!("table {} returned a NULL key or image", table.name);
+                    return Err(self.failed("reading the state", problem));
                 };
                 rows.push(DigestRow { table: table.name.clone(), pk, serial: 0, image, op: DigestOp::Insert });
             }
+            hashes.push((table.name.clone(), digest_hash(&rows)));
         }
-        Ok(digest_hash(&rows))
+        Ok(hashes)
     }
 
     fn checkpoint(&mut self, block: u64) -> Result<(), OrganizationError> {

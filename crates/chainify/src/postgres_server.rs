@@ -45,7 +45,7 @@ pub struct PostgresServer {
 }
 
 impl PostgresServer {
-    /// Creates a cluster in `dir` (which must be empty or absent) and starts it.
+    /// Starts the cluster in `dir`, creating it first unless `dir` already holds one.
     pub fn start(dir: &Path, port: u16) -> Result<PostgresServer, ServerError> {
         let binaries = find_binaries().ok_or(ServerError::NotInstalled)?;
         let run_as = if is_root() { Some(postgres_user()?) } else { None };
@@ -56,16 +56,28 @@ impl PostgresServer {
         }
         let server = PostgresServer { binaries, data: dir.to_path_buf(), run_as, port };
         let data = server.data.display().to_string();
-        server.run("initdb", &["-D", &data, "-U", "virga", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])?;
+        if !dir.join("PG_VERSION").exists() {
+            server.initdb()?;
+        }
         let options = format!("-k {data} -p {port} -c listen_addresses=''");
         let log = format!("{data}/server.log");
         server.run("pg_ctl", &["-D", &data, "-o", &options, "-l", &log, "-w", "-t", "30", "start"])?;
         Ok(server)
     }
 
+    fn initdb(&self) -> Result<(), ServerError> {
+        let data = self.data.display().to_string();
+        self.run("initdb", &["-D", &data, "-U", "virga", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+    }
+
     /// The connection string of its `postgres` database over the socket.
     pub fn connection_string(&self) -> String {
-        format!("host={} port={} user=virga dbname=postgres", self.data.display(), self.port)
+        self.database("postgres")
+    }
+
+    /// The connection string of database `name`.
+    pub fn database(&self, name: &str) -> String {
+        format!("host={} port={} user=virga dbname={name}", self.data.display(), self.port)
     }
 
     fn run(&self, program: &str, args: &[&str]) -> Result<(), ServerError> {

@@ -129,8 +129,11 @@ impl Organization for Liar {
         }
         Ok(effects)
     }
-    fn state_hash(&mut self) -> Result<virga_ledger::wlc::Hash, crate::OrganizationError> {
-        self.0.state_hash()
+    fn attach(&mut self, tables: &[crate::SharedTable]) -> Result<(), crate::OrganizationError> {
+        self.0.attach(tables)
+    }
+    fn table_hashes(&mut self) -> Result<Vec<(String, virga_ledger::wlc::Hash)>, crate::OrganizationError> {
+        self.0.table_hashes()
     }
     fn checkpoint(&mut self, block: u64) -> Result<(), crate::OrganizationError> {
         self.0.checkpoint(block)

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod chainify;
 mod demo;
 mod dkv_bench;
 mod dkv_figures;
@@ -73,6 +74,10 @@ enum Command {
     /// KAIROS's client caching: the ideal lease model (`virga kairos lease`).
     #[command(subcommand)]
     Kairos(kairos::KairosCommand),
+    /// ChainifyDB: organizations on their own PostgreSQL and SQLite databases agreeing on
+    /// each block's effects (`virga chainify up`, `virga chainify verify --dir D`).
+    #[command(subcommand)]
+    Chainify(chainify::ChainifyCommand),
     /// Orders a block's transactions (arrival order or Fabric++) and prints the schedule as JSON.
     Schedule(ledger::ScheduleArgs),
     /// Audits a chain directory: hash links, work, transaction roots, signatures, and
@@ -186,6 +191,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Dkv(args)) => dkv_bench::bench_dkv(&args),
         Command::Bench(BenchCommand::Kairos(args)) => kairos_bench::run(&args),
         Command::Kairos(command) => kairos::run(&command),
+        Command::Chainify(command) => chainify::run(&command),
         Command::Schedule(args) => ledger::schedule_block(&args),
         Command::Verify(args) => ledger::verify(&args),
         Command::Block(args) => ledger::show_block(&args),

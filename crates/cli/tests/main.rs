@@ -2,6 +2,7 @@
 //! instead of one per file. Each module is a concern of its own.
 
 mod bench_dkv;
+mod chainify;
 mod cli;
 mod kv;
 mod kv_cluster;
