@@ -185,15 +185,7 @@ impl Consortium {
                 .collect();
             running
                 .into_iter()
-                .map(|thread| {
-                    thread.join().unwrap_or_else(|_| {
-                        Err(OrganizationError::Database {
-                            org: "?".to_string(),
-                            what: "executing a block".to_string(),
-                            error: "the organization's thread panicked".to_string(),
-                        })
-                    })
-                })
+                .map(|thread| thread.join().unwrap_or_else(|_| Err(panicked("executing a block"))))
                 .collect()
         });
         Ok(effects
@@ -274,22 +266,41 @@ impl Consortium {
         Err(ConsortiumError::Unrecoverable { org: name, block: target.unwrap_or(0) })
     }
 
-    /// Every organization that holds the agreed chain up to `number` checkpoints it and drops
-    /// its oldest checkpoints beyond the number kept.
+    /// Every organization that holds the agreed chain up to `number` checkpoints it (all at
+    /// once, one thread each, as they execute) and drops its oldest checkpoints beyond the
+    /// number kept.
     fn checkpoint(&mut self, number: u64) -> Result<(), ConsortiumError> {
-        for member in &mut self.members {
-            if member.ledger.blocks().len() as u64 != number + 1 {
-                continue;
-            }
-            member.organization.checkpoint(number)?;
-            member.checkpoint_hashes.insert(number, member.organization.state_hash()?);
-            let held = member.organization.checkpoints()?;
-            for old in to_drop(&held, self.config.keep_checkpoints) {
-                member.organization.drop_checkpoint(old)?;
-                member.checkpoint_hashes.remove(&old);
-            }
-        }
+        let keep = self.config.keep_checkpoints;
+        let results: Vec<Result<(), OrganizationError>> = std::thread::scope(|scope| {
+            let running: Vec<_> = self
+                .members
+                .iter_mut()
+                .filter(|member| member.ledger.blocks().len() as u64 == number + 1)
+                .map(|member| scope.spawn(move || checkpoint_member(member, number, keep)))
+                .collect();
+            running.into_iter().map(|thread| thread.join().unwrap_or_else(|_| Err(panicked("checkpointing")))).collect()
+        });
+        results.into_iter().collect::<Result<(), _>>()?;
         Ok(())
+    }
+}
+
+fn checkpoint_member(member: &mut Member, number: u64, keep: usize) -> Result<(), OrganizationError> {
+    member.organization.checkpoint(number)?;
+    member.checkpoint_hashes.insert(number, member.organization.state_hash()?);
+    let held = member.organization.checkpoints()?;
+    for old in to_drop(&held, keep) {
+        member.organization.drop_checkpoint(old)?;
+        member.checkpoint_hashes.remove(&old);
+    }
+    Ok(())
+}
+
+fn panicked(what: &str) -> OrganizationError {
+    OrganizationError::Database {
+        org: "?".to_string(),
+        what: what.to_string(),
+        error: "the organization's thread panicked".to_string(),
     }
 }
 
