@@ -14,16 +14,23 @@ use crate::{Organization, SqliteOrganization};
 
 const CUSTOMERS: u64 = 120;
 
-fn consortium(policy: AgreementPolicy) -> Consortium {
-    let members = (1..=3)
+/// Three organizations on SQLite in memory, org-2 a [`Liar`] if `liar`.
+fn members(liar: bool) -> Vec<Member> {
+    (1..=3)
         .map(|index| {
             let mut org = SqliteOrganization::in_memory(&format!("org-{index}")).unwrap();
             org.install(&smallbank::tables()).unwrap();
-            Member::new(Box::new(org), Ledger::in_memory())
+            let organization: Box<dyn Organization> =
+                if liar && index == 2 { Box::new(Liar(org)) } else { Box::new(org) };
+            Member::new(organization, Ledger::in_memory())
         })
-        .collect();
+        .collect()
+}
+
+/// Three honest organizations, checkpointing every third block, with the customers loaded.
+fn consortium(policy: AgreementPolicy) -> Consortium {
     let config = ConsortiumConfig { policy, checkpoint_every: 3, keep_checkpoints: 3 };
-    let mut consortium = Consortium::new(members, config).unwrap();
+    let mut consortium = Consortium::new(members(false), config).unwrap();
     for block in smallbank::load_blocks(CUSTOMERS, 60) {
         let report = consortium.run_block(&block).unwrap();
         assert!(report.recovered.is_empty());
@@ -157,17 +164,9 @@ impl Organization for Liar {
 
 #[test]
 fn a_lying_organization_is_outvoted_every_block_and_named_unrecoverable() {
-    let members: Vec<Member> = (1..=3)
-        .map(|index| {
-            let mut org = SqliteOrganization::in_memory(&format!("org-{index}")).unwrap();
-            org.install(&smallbank::tables()).unwrap();
-            let organization: Box<dyn Organization> = if index == 2 { Box::new(Liar(org)) } else { Box::new(org) };
-            Member::new(organization, Ledger::in_memory())
-        })
-        .collect();
     let config =
         ConsortiumConfig { policy: AgreementPolicy::new(2, 3).unwrap(), checkpoint_every: 2, keep_checkpoints: 3 };
-    let mut consortium = Consortium::new(members, config).unwrap();
+    let mut consortium = Consortium::new(members(true), config).unwrap();
     let mut rng = SmallRng::seed_from_u64(10);
     let blocks = smallbank::load_blocks(CUSTOMERS, 60)
         .into_iter()
@@ -179,25 +178,14 @@ fn a_lying_organization_is_outvoted_every_block_and_named_unrecoverable() {
         assert!(report.failed[0].1.contains("cannot reach the agreed effects"), "{}", report.failed[0].1);
     }
     let chain = consortium.chain().to_vec();
-    let members = consortium.members_mut();
-    assert_eq!(members[0].ledger.blocks(), chain.as_slice());
-    assert_eq!(members[2].ledger.blocks(), chain.as_slice());
-    assert!(members[1].ledger.blocks().is_empty(), "the liar never committed a block");
+    let held = consortium.members_mut();
+    assert_eq!(held[0].ledger.blocks(), chain.as_slice());
+    assert_eq!(held[2].ledger.blocks(), chain.as_slice());
+    assert!(held[1].ledger.blocks().is_empty(), "the liar never committed a block");
     // Under All-3 the liar stops the chain instead: no block is agreed.
-    let mut all = consortium_with(AgreementPolicy::new(3, 3).unwrap(), true);
+    let config =
+        ConsortiumConfig { policy: AgreementPolicy::new(3, 3).unwrap(), checkpoint_every: 3, keep_checkpoints: 3 };
+    let mut all = Consortium::new(members(true), config).unwrap();
     let error = all.run_block(&smallbank::load_blocks(CUSTOMERS, 200).remove(0)).unwrap_err();
     assert!(matches!(error, ConsortiumError::NoConsensus { block: 0, agree: 3 }), "{error}");
-}
-
-fn consortium_with(policy: AgreementPolicy, liar: bool) -> Consortium {
-    let members = (1..=3)
-        .map(|index| {
-            let mut org = SqliteOrganization::in_memory(&format!("org-{index}")).unwrap();
-            org.install(&smallbank::tables()).unwrap();
-            let organization: Box<dyn Organization> =
-                if liar && index == 2 { Box::new(Liar(org)) } else { Box::new(org) };
-            Member::new(organization, Ledger::in_memory())
-        })
-        .collect();
-    Consortium::new(members, ConsortiumConfig { policy, checkpoint_every: 3, keep_checkpoints: 3 }).unwrap()
 }
