@@ -11,6 +11,8 @@
 //!   [`postgres::PostgresOrganization`], PostgreSQL through the `postgres` client.
 //! - [`postgres_server`]: a private PostgreSQL instance started for an organization.
 //! - [`smallbank`]: SmallBank as portable SQL statement templates, and its blocks.
+//! - [`analysis`]: each transaction's key intervals read and written, from its SQL
+//!   (`sqlparser`), and the block's dependency stages.
 //! - [`consortium`]: the organizations executing, voting, committing to their [`ledger`]s,
 //!   checkpointing and recovering (in the order of [`recovery`]).
 //! - [`run`]: `virga chainify up` (the consortium on SmallBank beside PostgreSQL alone) and
@@ -18,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod analysis;
 pub mod consortium;
 pub mod dialect;
 pub mod ledger;

@@ -136,12 +136,56 @@ pub trait SqlSession: Send {
 pub struct DatabaseOrganization<S> {
     name: String,
     session: S,
+    /// More sessions to the same database: with any, a block runs in the stages of its
+    /// semantic analysis, each stage's transactions spread over these sessions at once.
+    workers: Vec<S>,
     tables: Vec<SharedTable>,
 }
 
 impl<S: SqlSession> DatabaseOrganization<S> {
     pub fn new(name: &str, session: S) -> DatabaseOrganization<S> {
-        DatabaseOrganization { name: name.to_string(), session, tables: Vec::new() }
+        DatabaseOrganization { name: name.to_string(), session, workers: Vec::new(), tables: Vec::new() }
+    }
+
+    /// Runs blocks in parallel stages over `workers` (see [`crate::analysis`]).
+    pub fn with_workers(mut self, workers: Vec<S>) -> DatabaseOrganization<S> {
+        self.workers = workers;
+        self
+    }
+
+    /// Each transaction of `transactions` run once, stage by stage, the transactions of a
+    /// stage spread over the worker sessions at once; success bits in block order.
+    fn execute_staged(&mut self, transactions: &[Transaction]) -> Vec<bool> {
+        let footprints: Vec<_> = transactions.iter().map(|txn| crate::analysis::footprint(txn, &self.tables)).collect();
+        let mut successful = vec![false; transactions.len()];
+        for stage in crate::analysis::stages(&footprints) {
+            if stage.len() == 1 {
+                successful[stage[0]] = self.session.atomically(&transactions[stage[0]].statements).is_ok();
+                continue;
+            }
+            let lanes = self.workers.len();
+            let results: Vec<Vec<(usize, bool)>> = std::thread::scope(|scope| {
+                let running: Vec<_> = self
+                    .workers
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(lane, worker)| {
+                        let mine: Vec<usize> = stage.iter().copied().skip(lane).step_by(lanes).collect();
+                        scope.spawn(move || {
+                            mine.into_iter()
+                                .map(|at| (at, worker.atomically(&transactions[at].statements).is_ok()))
+                                .collect()
+                        })
+                    })
+                    .collect();
+                // A panicked lane's transactions count as failed; the vote then tells.
+                running.into_iter().map(|lane| lane.join().unwrap_or_default()).collect()
+            });
+            for (at, ok) in results.into_iter().flatten() {
+                successful[at] = ok;
+            }
+        }
+        successful
     }
 
     /// The session, for what happens outside the chain (an administrator's statements, or a
@@ -234,7 +278,11 @@ impl<S: SqlSession> Organization for DatabaseOrganization<S> {
         self.check_installed()?;
         // A statement that fails (a violated check, say) rolls its transaction back: the
         // block records it as unsuccessful, with no effect and no digest row.
-        let successful = transactions.iter().map(|txn| self.session.atomically(&txn.statements).is_ok()).collect();
+        let successful = if self.workers.is_empty() {
+            transactions.iter().map(|txn| self.session.atomically(&txn.statements).is_ok()).collect()
+        } else {
+            self.execute_staged(transactions)
+        };
         let digests = self.take_digests()?;
         Ok(BlockEffects { successful, digests })
     }

@@ -16,18 +16,36 @@ impl PostgresOrganization {
         connection: &str,
         synchronous_commit: bool,
     ) -> Result<PostgresOrganization, OrganizationError> {
-        let failed = |what: &str, error: postgres::Error| OrganizationError::Database {
-            org: name.to_string(),
-            what: what.to_string(),
-            error: error.to_string(),
-        };
-        let mut client = Client::connect(connection, NoTls).map_err(|error| failed("connecting", error))?;
-        let setting = if synchronous_commit { "on" } else { "off" };
-        client
-            .batch_execute(&format!("SET synchronous_commit = {setting}; SET client_min_messages = warning"))
-            .map_err(|error| failed("configuring the session", error))?;
-        Ok(DatabaseOrganization::new(name, client))
+        PostgresOrganization::connect_with_workers(name, connection, synchronous_commit, 0)
     }
+
+    /// As [`PostgresOrganization::connect`], with `workers` more connections that run each
+    /// block's stages in parallel (none: serial execution).
+    pub fn connect_with_workers(
+        name: &str,
+        connection: &str,
+        synchronous_commit: bool,
+        workers: usize,
+    ) -> Result<PostgresOrganization, OrganizationError> {
+        let open = || {
+            session(connection, synchronous_commit).map_err(|error| OrganizationError::Database {
+                org: name.to_string(),
+                what: "connecting".to_string(),
+                error: error.to_string(),
+            })
+        };
+        let main = open()?;
+        let workers = (0..workers).map(|_| open()).collect::<Result<Vec<_>, _>>()?;
+        Ok(DatabaseOrganization::new(name, main).with_workers(workers))
+    }
+}
+
+/// A connection with the session's settings.
+fn session(connection: &str, synchronous_commit: bool) -> Result<Client, postgres::Error> {
+    let mut client = Client::connect(connection, NoTls)?;
+    let setting = if synchronous_commit { "on" } else { "off" };
+    client.batch_execute(&format!("SET synchronous_commit = {setting}; SET client_min_messages = warning"))?;
+    Ok(client)
 }
 
 impl SqlSession for Client {

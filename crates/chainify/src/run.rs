@@ -54,6 +54,8 @@ pub struct UpConfig {
     /// outside the chain (the recovery it causes is measured).
     pub tamper_before: Option<u64>,
     pub seed: u64,
+    /// Connections per organization that run each block's stages in parallel (0: serial).
+    pub workers: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +95,8 @@ pub struct UpReport {
     /// with the same durability, in the same run.
     pub postgres_alone_tps: Option<f64>,
     pub durability: String,
+    /// Connections per organization running a block's stages in parallel (0: serial).
+    pub workers: usize,
     /// Where the time went, summed over the SmallBank blocks (execution runs at every
     /// organization at once).
     pub execute_seconds: f64,
@@ -130,7 +134,7 @@ fn layout(sqlite_only: bool) -> Vec<OrganizationInfo> {
 
 /// Opens (creating them if absent) the databases of `dir`'s organizations, starting their
 /// servers. `install`: create the shared tables and triggers; else attach to them as they are.
-fn open(dir: &Path, infos: &[OrganizationInfo], install: bool) -> Result<Opened, RunError> {
+fn open(dir: &Path, infos: &[OrganizationInfo], install: bool, workers: usize) -> Result<Opened, RunError> {
     let mut servers = Vec::new();
     let mut organizations = Vec::new();
     for info in infos {
@@ -138,11 +142,17 @@ fn open(dir: &Path, infos: &[OrganizationInfo], install: bool) -> Result<Opened,
         let mut organization: Box<dyn Organization> = match info.database {
             DatabaseKind::Sqlite => {
                 std::fs::create_dir_all(&home).map_err(|error| RunError::Io(format!("{}: {error}", home.display())))?;
-                Box::new(SqliteOrganization::open(&info.name, &home.join("db.sqlite"), SqliteSync::Full)?)
+                Box::new(SqliteOrganization::open_with_workers(
+                    &info.name,
+                    &home.join("db.sqlite"),
+                    SqliteSync::Full,
+                    workers,
+                )?)
             }
             DatabaseKind::Postgres => {
                 let server = PostgresServer::start(&home.join("pgdata"), 5432)?;
-                let org = PostgresOrganization::connect(&info.name, &server.connection_string(), true)?;
+                let org =
+                    PostgresOrganization::connect_with_workers(&info.name, &server.connection_string(), true, workers)?;
                 servers.push(server);
                 Box::new(org)
             }
@@ -177,7 +187,7 @@ pub fn up(config: &UpConfig, progress: &mut dyn FnMut(u64, u64)) -> Result<UpRep
     }
     let json = serde_json::to_string_pretty(&infos).map_err(|error| RunError::Io(error.to_string()))?;
     std::fs::write(&layout_path, json).map_err(|error| RunError::Io(format!("{}: {error}", layout_path.display())))?;
-    let opened = open(&config.dir, &infos, true)?;
+    let opened = open(&config.dir, &infos, true, config.workers)?;
     let mut members = Vec::new();
     for (organization, info) in opened.organizations.into_iter().zip(&infos) {
         members.push(Member::new(organization, Ledger::open(&config.dir.join(&info.name).join("ledger"))?));
@@ -207,6 +217,7 @@ pub fn up(config: &UpConfig, progress: &mut dyn FnMut(u64, u64)) -> Result<UpRep
         load_seconds,
         postgres_alone_tps: None,
         durability: "PostgreSQL synchronous_commit = on, SQLite synchronous = FULL (WAL)".to_string(),
+        workers: config.workers,
         execute_seconds: 0.0,
         agree_seconds: 0.0,
         checkpoint_seconds: 0.0,
@@ -314,7 +325,7 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, VerifyProblem> {
             });
         }
     }
-    let mut opened = open(dir, &infos, false).map_err(VerifyProblem::Run)?;
+    let mut opened = open(dir, &infos, false, 0).map_err(VerifyProblem::Run)?;
     for (organization, ledger) in opened.organizations.iter_mut().zip(&ledgers) {
         let name = organization.name().to_string();
         let mut replay = SqliteOrganization::in_memory("replay").map_err(RunError::from)?;

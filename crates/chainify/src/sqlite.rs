@@ -38,12 +38,29 @@ fn opening(name: &str, what: String, error: rusqlite::Error) -> OrganizationErro
 impl SqliteOrganization {
     /// A database in a file, in WAL mode with the given durability.
     pub fn open(name: &str, path: &Path, sync: SqliteSync) -> Result<SqliteOrganization, OrganizationError> {
-        let connection =
-            Connection::open(path).map_err(|error| opening(name, format!("opening {}", path.display()), error))?;
-        connection
-            .execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {};", sync.name()))
-            .map_err(|error| opening(name, "setting the journal mode".to_string(), error))?;
-        Ok(DatabaseOrganization::new(name, connection))
+        SqliteOrganization::open_with_workers(name, path, sync, 0)
+    }
+
+    /// As [`SqliteOrganization::open`], with `workers` more connections that run each
+    /// block's stages at once (SQLite still lets one writer in at a time; they wait for it).
+    pub fn open_with_workers(
+        name: &str,
+        path: &Path,
+        sync: SqliteSync,
+        workers: usize,
+    ) -> Result<SqliteOrganization, OrganizationError> {
+        let open = || {
+            let connection =
+                Connection::open(path).map_err(|error| opening(name, format!("opening {}", path.display()), error))?;
+            connection
+                .execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {};", sync.name()))
+                .and_then(|()| connection.busy_timeout(std::time::Duration::from_secs(30)))
+                .map_err(|error| opening(name, "setting the journal mode".to_string(), error))?;
+            Ok(connection)
+        };
+        let main = open()?;
+        let workers = (0..workers).map(|_| open()).collect::<Result<Vec<_>, OrganizationError>>()?;
+        Ok(DatabaseOrganization::new(name, main).with_workers(workers))
     }
 
     /// A database in memory (the simulator's organizations, and tests).

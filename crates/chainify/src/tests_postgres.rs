@@ -121,3 +121,24 @@ fn a_restored_postgres_checkpoint_brings_back_the_state_its_constraints_and_its_
     };
     crate::tests::checkpoint_round_trip(open("honest"), open("restored"));
 }
+
+#[test]
+fn staged_execution_over_several_connections_gives_the_effects_of_serial_execution() {
+    let Some((server, _dir)) = postgres() else { return };
+    let mut admin = postgres::Client::connect(&server.connection_string(), postgres::NoTls).unwrap();
+    admin.batch_execute("CREATE DATABASE serial").unwrap();
+    admin.batch_execute("CREATE DATABASE staged").unwrap();
+    let url = |database: &str| server.connection_string().replace("dbname=postgres", &format!("dbname={database}"));
+    let customers = 40;
+    let mut serial = loaded(PostgresOrganization::connect("serial", &url("serial"), false).unwrap(), customers);
+    let mut staged =
+        loaded(PostgresOrganization::connect_with_workers("staged", &url("staged"), false, 3).unwrap(), customers);
+    let mut rng = SmallRng::seed_from_u64(29);
+    for number in 0..8 {
+        let block = smallbank::random_block(&mut rng, customers, 60);
+        let (one, other) = (serial.execute_block(&block).unwrap(), staged.execute_block(&block).unwrap());
+        assert_eq!(one.successful, other.successful, "block {number}");
+        assert_eq!(one.digest_hash(), other.digest_hash(), "block {number}");
+    }
+    assert_eq!(serial.state_hash().unwrap(), staged.state_hash().unwrap());
+}

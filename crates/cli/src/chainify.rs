@@ -65,6 +65,10 @@ pub struct ChainifyUpArgs {
     pub tamper_before: Option<u64>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Connections per organization that run each block's stages (from the semantic
+    /// analysis of its SQL) in parallel; 0 runs every block serially.
+    #[arg(long, default_value_t = 0, value_parser = crate::limits::count_between(0, 64))]
+    pub workers: usize,
     /// Where the JSON report goes.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -111,6 +115,7 @@ fn run_up(args: &ChainifyUpArgs) -> anyhow::Result<ExitCode> {
         checkpoint_every: args.checkpoint_every,
         tamper_before: args.tamper_before,
         seed: args.seed,
+        workers: args.workers,
     };
     eprintln!(
         "virga chainify up: {} organizations, {} customers, {} blocks of {} (loading first)",
@@ -170,4 +175,11 @@ fn print_report(report: &UpReport) {
         println!("not recovered      {org} at block {block}: {why}");
     }
     println!("durability         {}", report.durability);
+    println!(
+        "execution          {}",
+        match report.workers {
+            0 => "serial, block order".to_string(),
+            workers => format!("staged by semantic analysis, {workers} connections per organization"),
+        }
+    );
 }
