@@ -147,6 +147,11 @@ impl<S: SqlSession> DatabaseOrganization<S> {
         DatabaseOrganization { name: name.to_string(), session, workers: Vec::new(), tables: Vec::new() }
     }
 
+    /// The worker sessions.
+    pub fn workers_mut(&mut self) -> &mut [S] {
+        &mut self.workers
+    }
+
     /// Runs blocks in parallel stages over `workers` (see [`crate::analysis`]).
     pub fn with_workers(mut self, workers: Vec<S>) -> DatabaseOrganization<S> {
         self.workers = workers;

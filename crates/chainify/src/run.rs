@@ -92,7 +92,8 @@ pub struct UpReport {
     pub seconds: f64,
     pub load_seconds: f64,
     /// The same SmallBank transactions on one PostgreSQL alone (no triggers, no consortium),
-    /// with the same durability, in the same run.
+    /// with the same durability and as many connections as each organization uses, in the
+    /// same run.
     pub postgres_alone_tps: Option<f64>,
     pub durability: String,
     /// Connections per organization running a block's stages in parallel (0: serial).
@@ -259,26 +260,39 @@ pub fn up(config: &UpConfig, progress: &mut dyn FnMut(u64, u64)) -> Result<UpRep
 }
 
 /// The same transactions on one PostgreSQL alone: the shared tables without triggers,
-/// loaded alike, then the SmallBank blocks one transaction at a time; transactions a second.
+/// loaded alike, then the SmallBank transactions, on as many connections as each
+/// organization runs its stages on (one with serial execution), each connection taking the
+/// next transaction in block order and PostgreSQL's own locking ordering the conflicts;
+/// transactions a second.
 fn postgres_alone(dir: &Path, config: &UpConfig, blocks: &[Vec<Transaction>]) -> Result<f64, RunError> {
     let server = PostgresServer::start(dir, 5432)?;
-    let mut client = PostgresOrganization::connect("alone", &server.connection_string(), true)?;
-    let alone = |error: String| RunError::Io(format!("PostgreSQL alone: {error}"));
+    let connections = config.workers.max(1);
+    let mut alone =
+        PostgresOrganization::connect_with_workers("alone", &server.connection_string(), true, connections)?;
+    let failed = |error: String| RunError::Io(format!("PostgreSQL alone: {error}"));
     let tables: Vec<String> = smallbank::tables().iter().map(|table| Dialect::Postgres.create_table(table)).collect();
-    client.session().atomically(&tables).map_err(alone)?;
+    alone.session().atomically(&tables).map_err(failed)?;
     for block in smallbank::load_blocks(config.customers, 5_000) {
         for transaction in block {
-            client.session().atomically(&transaction.statements).map_err(alone)?;
+            alone.session().atomically(&transaction.statements).map_err(failed)?;
         }
     }
+    let transactions: Vec<&Transaction> = blocks.iter().flatten().collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let started = Instant::now();
-    let mut count = 0u64;
-    for transaction in blocks.iter().flatten() {
-        // A failing transaction (a withdrawal past the balance) counts as the consortium's do.
-        let _ = client.session().atomically(&transaction.statements);
-        count += 1;
-    }
-    Ok(count as f64 / started.elapsed().as_secs_f64().max(1e-9))
+    std::thread::scope(|scope| {
+        for worker in alone.workers_mut() {
+            let (next, transactions) = (&next, &transactions);
+            scope.spawn(move || loop {
+                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(transaction) = transactions.get(at) else { break };
+                // A failing transaction (a withdrawal past the balance) counts, as the
+                // consortium's do.
+                let _ = worker.atomically(&transaction.statements);
+            });
+        }
+    });
+    Ok(transactions.len() as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
 
 /// What `virga chainify verify` found.
