@@ -255,7 +255,7 @@ impl Analyzer<'_> {
         if rekeys {
             keys = Keys::all();
         }
-        vec![Access { table: target.table.clone(), write: true, keys: keys.clone() }]
+        vec![Access { table: target.table.clone(), write: true, keys }]
     }
 
     fn insert(&self, insert: &sqlparser::ast::Insert) -> Vec<Access> {
