@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use virga_ledger::wlc::{AgreementPolicy, Hash, LedgerBlock, VoteOutcome};
+use alloy_primitives::Address;
+use virga_ledger::tx::SigningKey;
+use virga_ledger::wlc::{counted_votes, AgreementPolicy, Hash, LedgerBlock, SignedVote, VoteOutcome};
 
 use crate::ledger::{Ledger, LedgerError};
 use crate::organization::{BlockEffects, Organization, OrganizationError, Transaction};
@@ -74,10 +76,16 @@ pub struct BlockReport {
     pub agree: Duration,
     pub checkpoint: Duration,
     pub recover: Duration,
+    /// Signing the votes and checking them (part of `agree`).
+    pub crypto: Duration,
 }
 
 pub struct Consortium {
     members: Vec<Member>,
+    /// Each organization's signing key, and every organization's address by name: the fixed
+    /// membership each commit server checks votes against.
+    keys: Vec<SigningKey>,
+    addresses: BTreeMap<String, Address>,
     config: ConsortiumConfig,
     chain: Vec<LedgerBlock>,
 }
@@ -89,7 +97,16 @@ impl Consortium {
         if members.iter().any(|member| member.ledger.blocks() != first.as_slice()) {
             return Err(ConsortiumError::LedgersDiffer { lengths });
         }
-        Ok(Consortium { members, config, chain: first })
+        // Keys derived from the member's place, the same on every run (a deployment gives
+        // each organization its own).
+        let keys: Vec<SigningKey> =
+            (0..members.len()).map(|at| SigningKey::from_seed(0x5749_0000 + at as u64)).collect();
+        let addresses = members
+            .iter()
+            .zip(&keys)
+            .map(|(member, key)| (member.organization.name().to_string(), key.address()))
+            .collect();
+        Ok(Consortium { members, keys, addresses, config, chain: first })
     }
 
     /// The agreed chain.
@@ -110,7 +127,8 @@ impl Consortium {
         let mut blocks = self.execute_everywhere(number, previous, transactions)?;
         let execute = started.elapsed();
         let started = Instant::now();
-        let mut agreed = self.vote(&blocks);
+        let mut crypto = Duration::ZERO;
+        let mut agreed = self.vote(number, &blocks, &mut crypto);
         let mut recover = Duration::ZERO;
         if agreed.is_none() {
             // No effects reached the policy: every organization rebuilds its state up to the
@@ -122,7 +140,7 @@ impl Consortium {
                 }
             }
             blocks = self.execute_everywhere(number, previous, transactions)?;
-            agreed = self.vote(&blocks);
+            agreed = self.vote(number, &blocks, &mut crypto);
             recover += rebuilding.elapsed();
         }
         let Some(agreed) = agreed else {
@@ -141,6 +159,7 @@ impl Consortium {
             transactions: transactions.len(),
             successful: self.chain[number as usize].successful.iter().filter(|ok| **ok).count(),
             execute,
+            crypto,
             ..BlockReport::default()
         };
         for (at, block) in blocks.iter().enumerate() {
@@ -207,14 +226,30 @@ impl Consortium {
             .collect())
     }
 
-    /// The hash every organization's vote agrees on, if one reached the policy.
-    fn vote(&self, blocks: &[Option<LedgerBlock>]) -> Option<Hash> {
-        let votes: Vec<(&str, Hash)> = blocks
+    /// The hash the votes agree on, if one reached the policy. Each organization signs its
+    /// LedgerBlock's hash for the block, and every organization checks every vote before
+    /// counting it (k × k signature checks, as each commit server makes them); the time
+    /// spent signing and checking is added to `crypto`.
+    fn vote(&self, number: u64, blocks: &[Option<LedgerBlock>], crypto: &mut Duration) -> Option<Hash> {
+        let started = Instant::now();
+        let votes: Vec<SignedVote> = blocks
             .iter()
             .zip(&self.members)
-            .filter_map(|(block, member)| Some((member.organization.name(), block.as_ref()?.hash())))
+            .zip(&self.keys)
+            .filter_map(|((block, member), key)| {
+                Some(SignedVote::sign(key, member.organization.name(), number, block.as_ref()?.hash()))
+            })
             .collect();
-        votes.iter().find_map(|(name, own)| match self.config.policy.decide(name, *own, votes.iter().copied()) {
+        let mut counted = Vec::new();
+        for _ in &self.members {
+            let refused;
+            (counted, refused) = counted_votes(&votes, &self.addresses, number);
+            for reason in refused {
+                tracing::warn!(%reason, "a vote was refused");
+            }
+        }
+        *crypto += started.elapsed();
+        counted.iter().find_map(|(name, own)| match self.config.policy.decide(name, *own, counted.iter().copied()) {
             VoteOutcome::Commit { hash, .. } | VoteOutcome::Recover { consensus: hash, .. } => Some(hash),
             VoteOutcome::Undecided { .. } => None,
         })

@@ -104,6 +104,9 @@ pub struct UpReport {
     pub agree_seconds: f64,
     pub checkpoint_seconds: f64,
     pub recover_seconds: f64,
+    /// Signing and checking the votes (one signature per organization a block, every vote
+    /// checked by every organization), within `agree_seconds`.
+    pub crypto_seconds: f64,
     pub recoveries: Vec<Recovery>,
     /// Organizations that could not recover, by block.
     pub failed: Vec<(u64, String, String)>,
@@ -223,6 +226,7 @@ pub fn up(config: &UpConfig, progress: &mut dyn FnMut(u64, u64)) -> Result<UpRep
         agree_seconds: 0.0,
         checkpoint_seconds: 0.0,
         recover_seconds: 0.0,
+        crypto_seconds: 0.0,
         recoveries: Vec::new(),
         failed: Vec::new(),
     };
@@ -241,6 +245,7 @@ pub fn up(config: &UpConfig, progress: &mut dyn FnMut(u64, u64)) -> Result<UpRep
         report.agree_seconds += done.agree.as_secs_f64();
         report.checkpoint_seconds += done.checkpoint.as_secs_f64();
         report.recover_seconds += done.recover.as_secs_f64();
+        report.crypto_seconds += done.crypto.as_secs_f64();
         for (organization, attempts) in done.recovered {
             let seconds = done.recover.as_secs_f64();
             report.recoveries.push(Recovery { block: done.number, organization, attempts, seconds });

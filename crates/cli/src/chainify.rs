@@ -162,8 +162,13 @@ fn print_report(report: &UpReport) {
     }
     println!("agreed blocks      {} (the load's included)", report.agreed_blocks);
     println!(
-        "time               execute {:.1} s, vote and ledgers {:.1} s, checkpoints {:.1} s, recovery {:.1} s",
-        report.execute_seconds, report.agree_seconds, report.checkpoint_seconds, report.recover_seconds
+        "time               execute {:.1} s, vote and ledgers {:.1} s (signatures {:.3} s), checkpoints {:.1} s, \
+         recovery {:.1} s",
+        report.execute_seconds,
+        report.agree_seconds,
+        report.crypto_seconds,
+        report.checkpoint_seconds,
+        report.recover_seconds
     );
     for recovery in &report.recoveries {
         println!(

@@ -46,6 +46,21 @@ pub fn wlc_ledger_block(data: &[u8]) {
     let _ = crate::wlc::verify_chain(std::slice::from_ref(&block));
 }
 
+/// Any bytes as a WLC signed vote: a named error, or a vote that re-encodes to exactly the
+/// input and whose check against a fixed membership names a reason or passes, never panics.
+pub fn wlc_signed_vote(data: &[u8]) {
+    let Ok(vote) = crate::wlc::SignedVote::decode(data) else {
+        return;
+    };
+    assert_eq!(vote.encode(), data, "a decoded vote re-encodes differently");
+    let members = std::collections::BTreeMap::from([
+        ("org-1".to_string(), crate::tx::SigningKey::from_seed(1).address()),
+        ("org-2".to_string(), crate::tx::SigningKey::from_seed(2).address()),
+    ]);
+    let _ = vote.check(&members, vote.block);
+    let _ = crate::wlc::counted_votes(std::slice::from_ref(&vote), &members, 0);
+}
+
 #[cfg(test)]
 mod tests {
     use alloy_consensus::Header;
@@ -139,6 +154,16 @@ mod tests {
         wlc_ledger_block(&seed);
         for _ in 0..2000 {
             wlc_ledger_block(&mutate(&mut rng, &seed));
+        }
+    }
+
+    #[test]
+    fn smoke_wlc_signed_vote() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let seed = crate::wlc::SignedVote::sign(&crate::tx::SigningKey::from_seed(1), "org-1", 3, [9; 32]).encode();
+        wlc_signed_vote(&seed);
+        for _ in 0..500 {
+            wlc_signed_vote(&mutate(&mut rng, &seed));
         }
     }
 }

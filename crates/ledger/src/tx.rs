@@ -140,6 +140,30 @@ impl fmt::Debug for SigningKey {
     }
 }
 
+/// The address whose key made `signature` over `hash`: `r` and `s` nonzero and below the
+/// curve order, `s` in the lower half (EIP-2), and a public key recoverable from them.
+pub fn recover_address(hash: B256, signature: &Signature) -> Result<Address, TxError> {
+    let (r, s) = (signature.r(), signature.s());
+    if r.is_zero() {
+        return Err(TxError::InvalidSignature("r is zero"));
+    }
+    if s.is_zero() {
+        return Err(TxError::InvalidSignature("s is zero"));
+    }
+    if s > SECP256K1N_HALF {
+        return Err(TxError::HighS);
+    }
+    let mut compact = [0u8; 64];
+    compact[..32].copy_from_slice(&r.to_be_bytes::<32>());
+    compact[32..].copy_from_slice(&s.to_be_bytes::<32>());
+    let recovery_id = if signature.v() { RecoveryId::One } else { RecoveryId::Zero };
+    let recoverable = RecoverableSignature::from_compact(&compact, recovery_id)
+        .map_err(|_| TxError::InvalidSignature("r is not below the curve order"))?;
+    let public =
+        SECP256K1.recover_ecdsa(Message::from_digest(hash.0), &recoverable).map_err(|_| TxError::Unrecoverable)?;
+    Ok(public_key_address(&public))
+}
+
 fn public_key_address(public: &PublicKey) -> Address {
     let uncompressed = public.serialize_uncompressed();
     Address::from_slice(&keccak256(&uncompressed[1..])[12..])
@@ -249,27 +273,7 @@ impl SignedTransfer {
     /// Rejects `s` above secp256k1n/2 as Ethereum has since Homestead. The chain id is not
     /// compared with anything here; execution does that.
     pub fn recover_sender(&self) -> Result<Address, TxError> {
-        let signature = self.signature();
-        let (r, s) = (signature.r(), signature.s());
-        if r.is_zero() {
-            return Err(TxError::InvalidSignature("r is zero"));
-        }
-        if s.is_zero() {
-            return Err(TxError::InvalidSignature("s is zero"));
-        }
-        if s > SECP256K1N_HALF {
-            return Err(TxError::HighS);
-        }
-        let mut compact = [0u8; 64];
-        compact[..32].copy_from_slice(&r.to_be_bytes::<32>());
-        compact[32..].copy_from_slice(&s.to_be_bytes::<32>());
-        let recovery_id = if signature.v() { RecoveryId::One } else { RecoveryId::Zero };
-        let recoverable = RecoverableSignature::from_compact(&compact, recovery_id)
-            .map_err(|_| TxError::InvalidSignature("r is not below the curve order"))?;
-        let public = SECP256K1
-            .recover_ecdsa(Message::from_digest(self.signing_hash().0), &recoverable)
-            .map_err(|_| TxError::Unrecoverable)?;
-        Ok(public_key_address(&public))
+        recover_address(self.signing_hash(), self.signature())
     }
 
     /// The length of [`SignedTransfer::encode`]'s output.

@@ -6,17 +6,20 @@
 //!   `[table, PK, serial]` order.
 //! - [`ledger_block`]: the [`LedgerBlock`] (the transactions' SQL, a success bit each, the
 //!   digest hash, the previous block's hash) and the check of a chain of them.
-//! - [`vote`]: the c-of-k vote over the organizations' LedgerBlock hashes.
+//! - [`vote`]: the c-of-k vote over the organizations' LedgerBlock hashes, and
+//!   [`signed_vote`]: the signed votes it counts, checked before counting.
 //!
 //! All of it is pure: the databases, the servers and their messages live in
 //! `virga-chainify`.
 
 pub mod digest;
 pub mod ledger_block;
+pub mod signed_vote;
 pub mod vote;
 
 pub use self::digest::{digest_hash, DigestOp, DigestRow};
 pub use self::ledger_block::{verify_chain, ChainProblem, DecodeError, LedgerBlock};
+pub use self::signed_vote::{counted_votes, SignedVote, VoteRefused};
 pub use self::vote::{AgreementPolicy, PolicyError, VoteOutcome};
 
 /// A SHA-256 hash.
