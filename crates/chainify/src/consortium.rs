@@ -4,8 +4,11 @@
 //! phase). An organization whose hash lost recovers from its checkpoints; every K blocks the
 //! organizations that committed take a checkpoint and keep the newest few.
 //!
-//! Each organization hears every vote here, so all of them reach the same outcome; the roles
-//! split over a transport, with signed messages, come with the servers.
+//! This is the pipeline's in-process driver: it runs the threads and the database I/O and
+//! times the phases. The decisions it takes are pure functions it calls: the vote and the
+//! signed votes' checks (`virga_ledger::wlc`) and the order of recovery attempts
+//! ([`crate::recovery`]). Each organization hears every vote here, so all of them reach the
+//! same outcome. The servers as role cores over a transport come later.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
