@@ -56,6 +56,7 @@ pub struct UpConfig {
     pub seed: u64,
     /// Connections per organization that run each block's stages in parallel (0: serial).
     pub workers: usize,
+    pub skew: smallbank::Skew,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +82,8 @@ pub struct UpReport {
     pub policy: String,
     pub customers: u64,
     pub block_size: usize,
+    /// How the transactions pick customers: `uniform` or `zipf:S`.
+    pub skew: String,
     /// SmallBank blocks run (after the load).
     pub blocks: u64,
     /// Blocks whose LedgerBlock hash the policy's number of organizations shared (the load
@@ -174,7 +177,9 @@ fn open(dir: &Path, infos: &[OrganizationInfo], install: bool, workers: usize) -
 /// The SmallBank blocks of a run: the same for every organization and for PostgreSQL alone.
 fn workload(config: &UpConfig) -> Vec<Vec<Transaction>> {
     let mut rng = SmallRng::seed_from_u64(config.seed);
-    (0..config.blocks).map(|_| smallbank::random_block(&mut rng, config.customers, config.block_size)).collect()
+    (0..config.blocks)
+        .map(|_| smallbank::random_block_skewed(&mut rng, config.customers, config.block_size, config.skew))
+        .collect()
 }
 
 /// Runs the consortium; `progress` hears of each block (its number among the workload's,
@@ -212,6 +217,10 @@ pub fn up(config: &UpConfig, progress: &mut dyn FnMut(u64, u64)) -> Result<UpRep
         policy: format!("any {} of {}", config.policy.agree, config.policy.of),
         customers: config.customers,
         block_size: config.block_size,
+        skew: match config.skew {
+            smallbank::Skew::Uniform => "uniform".to_string(),
+            smallbank::Skew::Zipf(exponent) => format!("zipf:{exponent}"),
+        },
         blocks: config.blocks,
         agreed_blocks: 0,
         transactions: 0,

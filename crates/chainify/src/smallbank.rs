@@ -104,14 +104,37 @@ pub fn statements(kind: Kind, a: u64, b: u64, amount: i64) -> Transaction {
     Transaction::new(statements)
 }
 
+/// How a block's transactions pick their customers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Skew {
+    Uniform,
+    /// Zipf with this exponent over the customers (the seed's hot setting: 1.1), customer 0
+    /// the hottest.
+    Zipf(f64),
+}
+
 /// SmallBank's mix (Balance, DepositChecking, TransactSavings, Amalgamate and WriteCheck
 /// 15% each, SendPayment 25%) over customers drawn uniformly from `0..customers`.
 pub fn random_block<R: Rng>(rng: &mut R, customers: u64, size: usize) -> Vec<Transaction> {
+    random_block_skewed(rng, customers, size, Skew::Uniform)
+}
+
+/// As [`random_block`], the customers drawn as `skew` says.
+pub fn random_block_skewed<R: Rng>(rng: &mut R, customers: u64, size: usize, skew: Skew) -> Vec<Transaction> {
     let customers = customers.max(2);
+    // An exponent rand_distr refuses (negative, not a number) falls back to uniform.
+    let zipf = match skew {
+        Skew::Zipf(exponent) => rand_distr::Zipf::new(customers as f64, exponent).ok(),
+        Skew::Uniform => None,
+    };
+    let pick = |rng: &mut R| match &zipf {
+        Some(zipf) => (rand_distr::Distribution::sample(zipf, rng) as u64).saturating_sub(1).min(customers - 1),
+        None => rng.random_range(0..customers),
+    };
     (0..size)
         .map(|_| {
-            let a = rng.random_range(0..customers);
-            let mut b = rng.random_range(0..customers);
+            let a = pick(rng);
+            let mut b = pick(rng);
             if b == a {
                 b = (a + 1) % customers;
             }
@@ -131,4 +154,36 @@ pub fn random_block<R: Rng>(rng: &mut R, customers: u64, size: usize) -> Vec<Tra
             statements(kind, a, b, amount)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::SmallRng;
+    use rand::SeedableRng;
+
+    use super::*;
+
+    /// How often customer 0 is the first customer of a transaction, over 50 blocks of 100.
+    fn share_of_customer_zero(skew: Skew) -> f64 {
+        let mut rng = SmallRng::seed_from_u64(3);
+        let mut hits = 0;
+        for _ in 0..50 {
+            for transaction in random_block_skewed(&mut rng, 1_000, 100, skew) {
+                let sql = transaction.sql();
+                assert!(!sql.contains("custid = 1000"), "customers stay below 1000: {sql}");
+                hits += usize::from(
+                    sql.contains("custid = 0\n") || sql.contains("custid = 0;") || sql.ends_with("custid = 0"),
+                );
+            }
+        }
+        hits as f64 / 5_000.0
+    }
+
+    #[test]
+    fn zipf_makes_the_first_customers_hot_and_uniform_does_not() {
+        let hot = share_of_customer_zero(Skew::Zipf(1.1));
+        let flat = share_of_customer_zero(Skew::Uniform);
+        assert!(hot > 0.1, "customer 0 appears in {hot} of Zipf(1.1) transactions");
+        assert!(flat < 0.02, "customer 0 appears in {flat} of uniform transactions");
+    }
 }

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use virga_chainify::run::{up, verify, UpConfig, UpReport};
+use virga_chainify::smallbank::Skew;
 use virga_ledger::wlc::AgreementPolicy;
 
 #[derive(Subcommand)]
@@ -69,9 +70,20 @@ pub struct ChainifyUpArgs {
     /// analysis of its SQL) in parallel; 0 runs every block serially.
     #[arg(long, default_value_t = 0, value_parser = crate::limits::count_between(0, 64))]
     pub workers: usize,
+    /// Draw customers from a Zipf distribution with this exponent (the seed's hot setting:
+    /// 1.1) instead of uniformly.
+    #[arg(long, value_parser = zipf_exponent)]
+    pub zipf: Option<f64>,
     /// Where the JSON report goes.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+fn zipf_exponent(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(exponent) if exponent > 0.0 && exponent <= 5.0 => Ok(exponent),
+        _ => Err("must be a number above 0 and at most 5".to_string()),
+    }
 }
 
 pub fn run(command: &ChainifyCommand) -> anyhow::Result<ExitCode> {
@@ -116,6 +128,7 @@ fn run_up(args: &ChainifyUpArgs) -> anyhow::Result<ExitCode> {
         tamper_before: args.tamper_before,
         seed: args.seed,
         workers: args.workers,
+        skew: args.zipf.map_or(Skew::Uniform, Skew::Zipf),
     };
     eprintln!(
         "virga chainify up: {} organizations, {} customers, {} blocks of {} (loading first)",
@@ -148,6 +161,7 @@ fn print_report(report: &UpReport) {
         report.organizations.iter().map(|org| format!("{} ({:?})", org.name, org.database).to_lowercase()).collect();
     println!("organizations      {}", names.join(", "));
     println!("policy             {}", report.policy);
+    println!("customers drawn    {}", report.skew);
     println!("loaded             {} customers in {:.1} s", report.customers, report.load_seconds);
     println!(
         "ran                {} blocks of {}: {} transactions ({} successful) in {:.1} s",

@@ -36,6 +36,10 @@ fn a_sqlite_consortium_recovers_from_tampering_and_its_directory_verifies() {
         "2",
         "--checkpoint-every",
         "2",
+        "--zipf",
+        "1.1",
+        "--workers",
+        "2",
         "--json",
         report_arg,
     ]);
@@ -46,6 +50,7 @@ fn a_sqlite_consortium_recovers_from_tampering_and_its_directory_verifies() {
     assert!(report["tps"].as_f64().unwrap() > 0.0);
     assert!(report["postgres_alone_tps"].is_null());
     assert_eq!(report["recoveries"][0]["organization"], "org-3", "{report}");
+    assert_eq!((report["skew"].as_str(), report["workers"].as_u64()), (Some("zipf:1.1"), Some(2)));
     let verified = virga(&["chainify", "verify", "--dir", dir_arg]);
     assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
     assert!(String::from_utf8_lossy(&verified.stdout).starts_with("ok: 3 organizations, 7 agreed blocks"));
@@ -102,4 +107,7 @@ fn bad_chainify_options_are_refused_with_what_is_wrong() {
     let refused = virga(&["chainify", "up", "--customers", "3"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--customers"));
+    let refused = virga(&["chainify", "up", "--sqlite-only", "--zipf", "0"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("must be a number above 0 and at most 5"));
 }
