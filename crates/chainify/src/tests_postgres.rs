@@ -116,7 +116,7 @@ fn a_restored_postgres_checkpoint_brings_back_the_state_its_constraints_and_its_
     admin.batch_execute("CREATE DATABASE honest").unwrap();
     admin.batch_execute("CREATE DATABASE restored").unwrap();
     let open = |database: &str| {
-        let connection = server.connection_string().replace("dbname=postgres", &format!("dbname={database}"));
+        let connection = server.database(database);
         loaded(PostgresOrganization::connect(database, &connection, false).unwrap(), crate::tests::CUSTOMERS)
     };
     crate::tests::checkpoint_round_trip(open("honest"), open("restored"));
@@ -128,7 +128,7 @@ fn staged_execution_over_several_connections_gives_the_effects_of_serial_executi
     let mut admin = postgres::Client::connect(&server.connection_string(), postgres::NoTls).unwrap();
     admin.batch_execute("CREATE DATABASE serial").unwrap();
     admin.batch_execute("CREATE DATABASE staged").unwrap();
-    let url = |database: &str| server.connection_string().replace("dbname=postgres", &format!("dbname={database}"));
+    let url = |database: &str| server.database(database);
     let customers = 40;
     let mut serial = loaded(PostgresOrganization::connect("serial", &url("serial"), false).unwrap(), customers);
     let mut staged =
