@@ -61,6 +61,55 @@ pub fn wlc_signed_vote(data: &[u8]) {
     let _ = crate::wlc::counted_votes(std::slice::from_ref(&vote), &members, 0);
 }
 
+/// Any bytes as one of ChainifyDB's signed pipeline messages, the first byte choosing which
+/// (proposal, batch, agreement, chained batch, ordered block): a named error, or a message
+/// that re-encodes to exactly the rest of the input and whose checks against fixed keys
+/// name a reason or pass, never panic.
+pub fn wlc_messages(data: &[u8]) {
+    use crate::wlc::{Agreement, ChainedTx, OrderedBlock, Proposal, ProposalBatch};
+    let Some((kind, bytes)) = data.split_first() else {
+        return;
+    };
+    let key = crate::tx::SigningKey::from_seed(1);
+    let known = std::collections::BTreeMap::from([("org-1".to_string(), key.address())]);
+    match kind % 5 {
+        0 => {
+            if let Ok(proposal) = Proposal::decode(bytes) {
+                assert_eq!(proposal.encode(), bytes, "a decoded proposal re-encodes differently");
+                let _ = proposal.check(&known);
+            }
+        }
+        1 => {
+            if let Ok(batch) = ProposalBatch::decode(bytes) {
+                assert_eq!(batch.encode(), bytes, "a decoded batch re-encodes differently");
+                let _ = batch.hash();
+            }
+        }
+        2 => {
+            if let Ok(agreement) = Agreement::decode(bytes) {
+                assert_eq!(agreement.encode(), bytes, "a decoded agreement re-encodes differently");
+                let _ = agreement.check(&known, &agreement.batch);
+            }
+        }
+        3 => {
+            if let Ok(chained) = ChainedTx::decode(bytes) {
+                assert_eq!(chained.encode(), bytes, "a decoded chained batch re-encodes differently");
+                let _ = chained.check(&known, 1);
+            }
+        }
+        _ => {
+            if let Ok(block) = OrderedBlock::decode(bytes) {
+                assert_eq!(block.encode(), bytes, "a decoded ordered block re-encodes differently");
+                let _ = block.check(key.address());
+                assert_eq!(
+                    block.proposals().count(),
+                    block.batches.iter().map(|b| b.batch.proposals.len()).sum::<usize>()
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use alloy_consensus::Header;
@@ -164,6 +213,26 @@ mod tests {
         wlc_signed_vote(&seed);
         for _ in 0..500 {
             wlc_signed_vote(&mutate(&mut rng, &seed));
+        }
+    }
+
+    #[test]
+    fn smoke_wlc_messages() {
+        use crate::wlc::{Agreement, ChainedTx, OrderedBlock, Proposal, ProposalBatch};
+        let mut rng = StdRng::seed_from_u64(5);
+        let key = SigningKey::from_seed(1);
+        let proposal = Proposal::sign(&key, "client-1", 1, vec!["UPDATE t SET v = 1 WHERE k = 2".to_string()]);
+        let batch = ProposalBatch { origin: "org-1".to_string(), number: 1, proposals: vec![proposal.clone()] };
+        let agreement = Agreement::sign(&key, "org-1", batch.hash());
+        let chained = ChainedTx { batch: batch.clone(), agreements: vec![agreement.clone()] };
+        let block = OrderedBlock::sign(&key, 2, [3; 32], vec![chained.clone()]);
+        let seeds = [proposal.encode(), batch.encode(), agreement.encode(), chained.encode(), block.encode()];
+        for (kind, seed) in seeds.iter().enumerate() {
+            let framed: Vec<u8> = std::iter::once(kind as u8).chain(seed.iter().copied()).collect();
+            wlc_messages(&framed);
+            for _ in 0..300 {
+                wlc_messages(&mutate(&mut rng, &framed));
+            }
         }
     }
 }

@@ -6,6 +6,9 @@
 //!   `[table, PK, serial]` order.
 //! - [`ledger_block`]: the [`LedgerBlock`] (the transactions' SQL, a success bit each, the
 //!   digest hash, the previous block's hash) and the check of a chain of them.
+//! - [`messages`]: what flows before the vote, each signed: a client's [`Proposal`], an
+//!   organization's [`ProposalBatch`] and the others' [`Agreement`]s on it, the agreed
+//!   [`ChainedTx`] the ordering service orders, and its signed [`OrderedBlock`].
 //! - [`vote`]: the c-of-k vote over the organizations' LedgerBlock hashes, and
 //!   [`signed_vote`]: the signed votes it counts, checked before counting.
 //!
@@ -14,11 +17,13 @@
 
 pub mod digest;
 pub mod ledger_block;
+pub mod messages;
 pub mod signed_vote;
 pub mod vote;
 
 pub use self::digest::{digest_hash, DigestOp, DigestRow};
 pub use self::ledger_block::{verify_chain, ChainProblem, DecodeError, LedgerBlock};
+pub use self::messages::{Agreement, ChainedTx, MessageError, OrderedBlock, Proposal, ProposalBatch, Refused};
 pub use self::signed_vote::{counted_votes, SignedVote, VoteRefused};
 pub use self::vote::{AgreementPolicy, PolicyError, VoteOutcome};
 
