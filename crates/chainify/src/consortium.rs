@@ -40,9 +40,104 @@ pub struct Member {
     pub checkpoint_hashes: BTreeMap<u64, Hash>,
 }
 
+/// A block to execute after a rebuild, and the LedgerBlock hash it must reach.
+pub struct NextBlock<'a> {
+    pub number: u64,
+    pub previous: Hash,
+    pub transactions: &'a [Transaction],
+    pub expected: Hash,
+}
+
 impl Member {
     pub fn new(organization: Box<dyn Organization>, ledger: Ledger) -> Member {
         Member { organization, ledger, checkpoint_hashes: BTreeMap::new() }
+    }
+
+    /// Executes a block and builds this organization's LedgerBlock from its effects.
+    pub fn execute(
+        &mut self,
+        number: u64,
+        previous: Hash,
+        transactions: &[Transaction],
+    ) -> Result<LedgerBlock, OrganizationError> {
+        let effects = self.organization.execute_block(transactions)?;
+        Ok(LedgerBlock {
+            number,
+            transactions: transactions.iter().map(Transaction::sql).collect(),
+            successful: effects.successful.clone(),
+            digest: effects.digest_hash(),
+            previous,
+        })
+    }
+
+    /// Checkpoints the database after block `number` and drops its oldest checkpoints
+    /// beyond `keep`, remembering each kept checkpoint's state hash.
+    pub fn checkpoint(&mut self, number: u64, keep: usize) -> Result<(), OrganizationError> {
+        self.organization.checkpoint(number)?;
+        self.checkpoint_hashes.insert(number, self.organization.state_hash()?);
+        let held = self.organization.checkpoints()?;
+        for old in to_drop(&held, keep) {
+            self.organization.drop_checkpoint(old)?;
+            self.checkpoint_hashes.remove(&old);
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the database to the effects of `chain` (the agreed blocks from 0), and then,
+    /// if `next` is given, to the effects of executing it with the hash it expects: from the
+    /// newest checkpoint that is unchanged since it was taken, then older ones, then a full
+    /// replay (the seed's order). Returns the attempts it took, and `next`'s LedgerBlock.
+    pub fn rebuild(
+        &mut self,
+        chain: &[LedgerBlock],
+        next: Option<NextBlock<'_>>,
+    ) -> Result<(usize, Option<LedgerBlock>), ConsortiumError> {
+        let name = self.organization.name().to_string();
+        let checkpoints = self.organization.checkpoints()?;
+        let target = chain.len() as u64 + u64::from(next.is_some());
+        let plan = if target == 0 { vec![Attempt::FullReplay] } else { attempts(&checkpoints, target) };
+        for (tried, attempt) in plan.into_iter().enumerate() {
+            let from = match attempt {
+                Attempt::FromCheckpoint(block) if block as usize >= chain.len() => continue,
+                Attempt::FromCheckpoint(block) => {
+                    self.organization.restore(block)?;
+                    let expected = self.checkpoint_hashes.get(&block).copied();
+                    if expected.is_some_and(|expected| self.organization.state_hash().ok() != Some(expected)) {
+                        tracing::warn!(org = %name, block, "a checkpoint changed since it was taken: skipped");
+                        continue;
+                    }
+                    block as usize + 1
+                }
+                Attempt::FullReplay => {
+                    self.organization.reset()?;
+                    0
+                }
+            };
+            if !self.replays(&chain[from..])? {
+                continue;
+            }
+            let Some(next) = &next else {
+                tracing::info!(org = %name, ?attempt, "recovered to the agreed effects");
+                return Ok((tried + 1, None));
+            };
+            let executed = self.execute(next.number, next.previous, next.transactions)?;
+            if executed.hash() == next.expected {
+                tracing::info!(org = %name, ?attempt, block = next.number, "recovered to the agreed effects");
+                return Ok((tried + 1, Some(executed)));
+            }
+        }
+        Err(ConsortiumError::Unrecoverable { org: name, block: target.saturating_sub(1) })
+    }
+
+    /// Whether executing `blocks` again gives each one's agreed success bits and digest.
+    fn replays(&mut self, blocks: &[LedgerBlock]) -> Result<bool, OrganizationError> {
+        for agreed in blocks {
+            let replayed = self.organization.execute_block(&replay_transactions(agreed))?;
+            if replayed.successful != agreed.successful || replayed.digest_hash() != agreed.digest {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -261,47 +356,13 @@ impl Consortium {
     /// Rebuilds organization `at` to the agreed effects up to block `target` (None: empty),
     /// then completes its ledger; returns the attempts it took.
     fn recover(&mut self, at: usize, target: Option<u64>) -> Result<usize, ConsortiumError> {
-        let member = &mut self.members[at];
-        let name = member.organization.name().to_string();
-        let checkpoints = member.organization.checkpoints()?;
-        let plan = match target {
-            Some(target) => attempts(&checkpoints, target + 1),
-            None => vec![Attempt::FullReplay],
-        };
         let end = target.map_or(0, |target| target as usize + 1);
-        for (tried, attempt) in plan.into_iter().enumerate() {
-            let from = match attempt {
-                Attempt::FromCheckpoint(block) => {
-                    member.organization.restore(block)?;
-                    let expected = member.checkpoint_hashes.get(&block).copied();
-                    if expected.is_some_and(|expected| member.organization.state_hash().ok() != Some(expected)) {
-                        tracing::warn!(org = %name, block, "a checkpoint changed since it was taken: skipped");
-                        continue;
-                    }
-                    block as usize + 1
-                }
-                Attempt::FullReplay => {
-                    member.organization.reset()?;
-                    0
-                }
-            };
-            let mut matches = true;
-            for agreed in &self.chain[from..end] {
-                let replayed = member.organization.execute_block(&replay_transactions(agreed))?;
-                if replayed.successful != agreed.successful || replayed.digest_hash() != agreed.digest {
-                    matches = false;
-                    break;
-                }
-            }
-            if matches {
-                tracing::info!(org = %name, ?attempt, "recovered to the agreed effects");
-                for block in &self.chain[member.ledger.blocks().len().min(end)..end] {
-                    member.ledger.append(block.clone())?;
-                }
-                return Ok(tried + 1);
-            }
+        let member = &mut self.members[at];
+        let (tries, _) = member.rebuild(&self.chain[..end], None)?;
+        for block in &self.chain[member.ledger.blocks().len().min(end)..end] {
+            member.ledger.append(block.clone())?;
         }
-        Err(ConsortiumError::Unrecoverable { org: name, block: target.unwrap_or(0) })
+        Ok(tries)
     }
 
     /// Every organization that holds the agreed chain up to `number` checkpoints it (all at
@@ -324,14 +385,7 @@ impl Consortium {
 }
 
 fn checkpoint_member(member: &mut Member, number: u64, keep: usize) -> Result<(), OrganizationError> {
-    member.organization.checkpoint(number)?;
-    member.checkpoint_hashes.insert(number, member.organization.state_hash()?);
-    let held = member.organization.checkpoints()?;
-    for old in to_drop(&held, keep) {
-        member.organization.drop_checkpoint(old)?;
-        member.checkpoint_hashes.remove(&old);
-    }
-    Ok(())
+    member.checkpoint(number, keep)
 }
 
 fn panicked(what: &str) -> OrganizationError {

@@ -25,15 +25,17 @@ pub mod consortium;
 pub mod dialect;
 pub mod ledger;
 pub mod organization;
+pub mod pipeline;
 pub mod postgres;
 pub mod postgres_server;
 pub mod recovery;
 pub mod run;
 pub mod schema;
+pub mod sim;
 pub mod smallbank;
 pub mod sqlite;
 
-pub use self::consortium::{BlockReport, Consortium, ConsortiumConfig, ConsortiumError, Member};
+pub use self::consortium::{BlockReport, Consortium, ConsortiumConfig, ConsortiumError, Member, NextBlock};
 pub use self::dialect::Dialect;
 pub use self::ledger::{Ledger, LedgerError};
 pub use self::organization::{

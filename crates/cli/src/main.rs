@@ -21,6 +21,7 @@ mod node;
 mod rainblock_bench;
 mod shape;
 mod sim;
+mod sim_chainify;
 mod sim_config_service;
 mod sim_dkv;
 mod sim_seeds;

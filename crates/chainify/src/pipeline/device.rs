@@ -1,0 +1,119 @@
+//! The devices the pipeline's cores drive: an organization's database and ledger (one
+//! [`Member`], shared with whoever restarts the organization's servers, since the database
+//! outlives them), and the orderer's log.
+
+use std::sync::{Arc, Mutex};
+
+use virga_ledger::wlc::{LedgerBlock, OrderedBlock, SignedVote};
+
+use super::PipelineIo;
+use super::PipelineIoDone;
+use crate::consortium::{Member, NextBlock};
+
+/// An organization's database and ledger as its execution server's device.
+pub struct OrganizationDevice {
+    member: Arc<Mutex<Member>>,
+    checkpoint_every: u64,
+    keep_checkpoints: usize,
+}
+
+/// The orderer's log of blocks.
+#[derive(Clone, Default)]
+pub struct OrdererLog {
+    blocks: Arc<Mutex<Vec<OrderedBlock>>>,
+}
+
+impl OrdererLog {
+    pub fn blocks(&self) -> Vec<OrderedBlock> {
+        self.blocks.lock().map(|blocks| blocks.clone()).unwrap_or_default()
+    }
+
+    pub fn execute(&self, op: PipelineIo) -> PipelineIoDone {
+        let Ok(mut blocks) = self.blocks.lock() else {
+            return PipelineIoDone::LoadedBlocks(Vec::new());
+        };
+        match op {
+            PipelineIo::LoadBlocks => PipelineIoDone::LoadedBlocks(blocks.clone()),
+            PipelineIo::Persist(block) => {
+                blocks.push(block);
+                PipelineIoDone::Persisted
+            }
+            _ => PipelineIoDone::Persisted,
+        }
+    }
+}
+
+/// A commit server's log of its own votes (the newest ones, by block).
+#[derive(Clone, Default)]
+pub struct VoteLog {
+    votes: Arc<Mutex<std::collections::BTreeMap<u64, SignedVote>>>,
+}
+
+/// How many blocks of votes a vote log keeps.
+const KEPT_VOTES: usize = 1024;
+
+impl VoteLog {
+    pub fn execute(&self, op: PipelineIo) -> PipelineIoDone {
+        let Ok(mut votes) = self.votes.lock() else {
+            return PipelineIoDone::LoadedVotes(Vec::new());
+        };
+        match op {
+            PipelineIo::LogVote(vote) => {
+                let block = vote.block;
+                votes.insert(block, vote);
+                while votes.len() > KEPT_VOTES {
+                    votes.pop_first();
+                }
+                PipelineIoDone::VoteLogged(block)
+            }
+            _ => PipelineIoDone::LoadedVotes(votes.values().cloned().collect()),
+        }
+    }
+}
+
+impl OrganizationDevice {
+    pub fn new(member: Arc<Mutex<Member>>, checkpoint_every: u64, keep_checkpoints: usize) -> OrganizationDevice {
+        OrganizationDevice { member, checkpoint_every: checkpoint_every.max(1), keep_checkpoints }
+    }
+
+    pub fn execute(&mut self, op: PipelineIo) -> PipelineIoDone {
+        let Ok(mut member) = self.member.lock() else {
+            return PipelineIoDone::Loaded(Err("the organization's database lock is poisoned".to_string()));
+        };
+        match op {
+            PipelineIo::Load => {
+                let chain = member.ledger.blocks().to_vec();
+                let loaded = member.rebuild(&chain, None).map_err(|error| error.to_string());
+                PipelineIoDone::Loaded(
+                    loaded.map(|_| (chain.len() as u64, chain.last().map_or([0; 32], LedgerBlock::hash))),
+                )
+            }
+            PipelineIo::Execute { number, previous, transactions } => PipelineIoDone::Executed(
+                member.execute(number, previous, &transactions).map_err(|error| error.to_string()),
+            ),
+            PipelineIo::Append(block) => PipelineIoDone::Appended(self.append(&mut member, block)),
+            PipelineIo::Recover { number, previous, transactions, consensus } => {
+                let chain = member.ledger.blocks().to_vec();
+                let next = NextBlock { number, previous, transactions: &transactions, expected: consensus };
+                let rebuilt = match member.rebuild(&chain, Some(next)) {
+                    Ok((attempts, Some(block))) => self.append(&mut member, block.clone()).map(|()| (block, attempts)),
+                    Ok((_, None)) => Err("a rebuild with a block to execute returned none".to_string()),
+                    Err(error) => Err(error.to_string()),
+                };
+                PipelineIoDone::Recovered(rebuilt)
+            }
+            PipelineIo::LoadBlocks | PipelineIo::Persist(_) | PipelineIo::LoadVotes | PipelineIo::LogVote(_) => {
+                PipelineIoDone::Loaded(Err("an organization's database keeps no orderer or vote log".to_string()))
+            }
+        }
+    }
+
+    fn append(&self, member: &mut Member, block: LedgerBlock) -> Result<(), String> {
+        let number = block.number;
+        member.ledger.append(block).map_err(|error| error.to_string())?;
+        if (number + 1) % self.checkpoint_every == 0 {
+            member.checkpoint(number, self.keep_checkpoints).map_err(|error| error.to_string())?;
+        }
+        Ok(())
+    }
+}

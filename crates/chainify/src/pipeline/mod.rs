@@ -1,0 +1,270 @@
+//! ChainifyDB's pipeline as role cores (seed 002 §4.3): each server is a state machine of
+//! events in and commands out, with no clock, socket, thread or database call of its own;
+//! a database operation is a device operation ([`PipelineIo`]) that the organization's
+//! device runs on its DBMS ([`device::OrganizationDevice`]). The same cores run in the
+//! deterministic simulator ([`crate::sim`]) on in-memory SQLite.
+//!
+//! One transaction's path:
+//!
+//! 1. A [`client::ClientCore`] signs a [`Proposal`] and sends it to its organization's
+//!    [`chainify_server::ChainifyServer`], which checks the client's signature and
+//!    sequence number and gathers proposals into a [`ProposalBatch`].
+//! 2. The ChainifyServer asks the other organizations' ChainifyServers to agree: each checks
+//!    every proposal of the batch and signs the batch's hash ([`Agreement`]). With the
+//!    agreements the policy asks for, the [`ChainedTx`] goes to the
+//!    [`orderer::OrderingServer`].
+//! 3. The orderer checks the agreements, cuts blocks by size or time, logs each on its
+//!    device before anyone hears of it, signs it ([`OrderedBlock`]) and hands blocks to the
+//!    execution servers that ask (a long poll).
+//! 4. Each organization's [`execution::ExecutionServer`] checks the block and executes it
+//!    on its database, builds its LedgerBlock and asks its
+//!    [`commit::CommitServer`] to decide.
+//! 5. The commit servers exchange signed votes ([`SignedVote`]) and decide by the c-of-k
+//!    policy: commit (the execution server appends the LedgerBlock, checkpointing every K
+//!    blocks), or recover towards the agreed hash (restore a checkpoint, replay, execute
+//!    again). The execution server then tells its ChainifyServer, which answers the
+//!    clients.
+
+pub mod chainify_server;
+pub mod client;
+pub mod commit;
+pub mod device;
+pub mod execution;
+pub mod node;
+pub mod orderer;
+mod seq_window;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use alloy_primitives::Address;
+use virga_ledger::wlc::{
+    Agreement, AgreementPolicy, ChainedTx, Hash, LedgerBlock, OrderedBlock, Proposal, ProposalBatch, SignedVote,
+};
+use virga_net::role::Protocol;
+use virga_net::NetError;
+
+use crate::organization::Transaction;
+
+/// The node name of organization `org`'s server `role` (`chainify`, `exec`, `commit`).
+pub fn node_name(org: &str, role: &str) -> String {
+    format!("{org}/{role}")
+}
+
+/// The organization a node name belongs to (`org-1/commit` → `org-1`).
+pub fn organization_of(node: &str) -> Option<&str> {
+    node.split_once('/').map(|(org, _)| org)
+}
+
+/// The ordering service's node name.
+pub const ORDERER: &str = "orderer";
+
+/// What every server knows of the consortium: its members and their public keys, the clients
+/// and the organization each belongs to, the orderer's key, and the pipeline's settings.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// The organizations' addresses by name (each signs agreements and votes).
+    pub organizations: BTreeMap<String, Address>,
+    /// The clients' addresses, and the organization each client belongs to.
+    pub clients: BTreeMap<String, Address>,
+    pub client_orgs: BTreeMap<String, String>,
+    pub orderer: Address,
+    /// The c-of-k vote on LedgerBlock hashes.
+    pub policy: AgreementPolicy,
+    /// How many organizations (the origin included) must agree to a batch before it is
+    /// ordered.
+    pub agreements: usize,
+    /// A ChainifyServer cuts a batch at this many proposals, or after `batch_wait`.
+    pub batch_size: usize,
+    pub batch_wait: Duration,
+    /// The orderer cuts a block at this many transactions, or after `block_wait`.
+    pub block_size: usize,
+    pub block_wait: Duration,
+    /// A checkpoint after every K-th committed block, and how many are kept.
+    pub checkpoint_every: u64,
+    pub keep_checkpoints: usize,
+    /// How long a call waits for its answer, and how long a server waits before retrying
+    /// a call that failed.
+    pub call_deadline: Duration,
+    pub retry_after: Duration,
+}
+
+impl PipelineConfig {
+    pub fn client_org(&self, client: &str) -> Option<&str> {
+        self.client_orgs.get(client).map(String::as_str)
+    }
+
+    /// Every organization but `org`.
+    pub fn peers_of<'a>(&'a self, org: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.organizations.keys().map(String::as_str).filter(move |name| *name != org)
+    }
+}
+
+/// What a client's transaction came to at its organization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub client: String,
+    pub seq: u64,
+    /// The block it was executed in.
+    pub block: u64,
+    /// Whether it committed at the database (a SmallBank transaction whose condition fails
+    /// is rolled back the same way at every organization).
+    pub successful: bool,
+}
+
+/// What a commit server decided for its execution server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The organization's own LedgerBlock hash reached the policy.
+    Commit,
+    /// Another hash did: the organization recovers towards it.
+    Recover { consensus: Hash },
+}
+
+/// The pipeline's requests.
+#[derive(Debug, Clone)]
+pub enum Request {
+    /// Client → its ChainifyServer.
+    Propose(Proposal),
+    /// ChainifyServer → another organization's ChainifyServer.
+    Agree(ProposalBatch),
+    /// ChainifyServer → orderer.
+    Order(ChainedTx),
+    /// Execution server → orderer: the blocks from `from` on (held until there is one).
+    Fetch { from: u64 },
+    /// Execution server → its commit server: its LedgerBlock hash for `block`, or none
+    /// when its database failed to execute the block.
+    Decide { block: u64, hash: Option<Hash> },
+    /// Commit server → another organization's: its vote for `block`, if it has one.
+    Vote { block: u64, vote: Option<SignedVote> },
+    /// Execution server → its ChainifyServer: what the clients' transactions came to.
+    Committed(Vec<Outcome>),
+}
+
+/// The pipeline's responses.
+#[derive(Debug, Clone)]
+pub enum Response {
+    Done(Outcome),
+    Agreed(Agreement),
+    Ordered,
+    Blocks(Vec<OrderedBlock>),
+    Decided(Decision),
+    /// The callee's own vote for the block asked about, if it has voted.
+    VoteAck(Option<SignedVote>),
+    Ack,
+    /// The request was refused; the reason names what was wrong.
+    Refused(String),
+}
+
+/// The pipeline's protocol.
+pub struct ChainifyProtocol;
+
+impl Protocol for ChainifyProtocol {
+    type Request = Request;
+    type Response = Response;
+
+    fn request_kind(request: &Request) -> &'static str {
+        match request {
+            Request::Propose(_) => "propose",
+            Request::Agree(_) => "agree",
+            Request::Order(_) => "order",
+            Request::Fetch { .. } => "fetch",
+            Request::Decide { .. } => "decide",
+            Request::Vote { .. } => "vote",
+            Request::Committed(_) => "committed",
+        }
+    }
+
+    fn response_kind(response: &Response) -> &'static str {
+        match response {
+            Response::Done(_) => "done",
+            Response::Agreed(_) => "agreed",
+            Response::Ordered => "ordered",
+            Response::Blocks(_) => "blocks",
+            Response::Decided(_) => "decided",
+            Response::VoteAck(_) => "vote-ack",
+            Response::Ack => "ack",
+            Response::Refused(_) => "refused",
+        }
+    }
+
+    /// The signed messages' own encodings; the small control messages a few bytes each.
+    fn request_bytes(request: &Request) -> usize {
+        match request {
+            Request::Propose(proposal) => proposal.encode().len(),
+            Request::Agree(batch) => batch.encode().len(),
+            Request::Order(chained) => chained.encode().len(),
+            Request::Fetch { .. } => 9,
+            Request::Decide { .. } => 42,
+            Request::Vote { vote, .. } => 9 + vote.as_ref().map_or(0, |vote| vote.encode().len()),
+            Request::Committed(outcomes) => outcomes.iter().map(|outcome| outcome.client.len() + 18).sum(),
+        }
+    }
+
+    fn response_bytes(response: &Response) -> usize {
+        match response {
+            Response::Done(outcome) => outcome.client.len() + 18,
+            Response::Agreed(agreement) => agreement.encode().len(),
+            Response::Blocks(blocks) => blocks.iter().map(|block| block.encode().len()).sum(),
+            Response::VoteAck(vote) => 1 + vote.as_ref().map_or(0, |vote| vote.encode().len()),
+            Response::Refused(reason) => reason.len(),
+            Response::Ordered | Response::Decided(_) | Response::Ack => 34,
+        }
+    }
+
+    fn check(peer: &str, response: Response) -> Result<Response, NetError> {
+        match response {
+            Response::Refused(reason) => Err(NetError::Refused { peer: peer.to_string(), reason }),
+            other => Ok(other),
+        }
+    }
+}
+
+/// The devices' operations: an organization's database and ledger, and the orderer's log.
+#[derive(Debug)]
+pub enum PipelineIo {
+    /// Bring the database to the organization's ledger (after a crash it may hold effects
+    /// of a block the ledger lacks) and report the ledger's length and last hash.
+    Load,
+    /// Execute a block's transactions and build the organization's LedgerBlock.
+    Execute {
+        number: u64,
+        previous: Hash,
+        transactions: Vec<Transaction>,
+    },
+    /// Append the agreed LedgerBlock to the ledger; checkpoint if it is a K-th block.
+    Append(LedgerBlock),
+    /// Rebuild the database from a checkpoint (newest first, then a full replay) until
+    /// executing the block again gives the `consensus` hash; then append it.
+    Recover {
+        number: u64,
+        previous: Hash,
+        transactions: Vec<Transaction>,
+        consensus: Hash,
+    },
+    /// The orderer's log: read every block, or append one.
+    LoadBlocks,
+    Persist(OrderedBlock),
+    /// A commit server's log of its own votes: read them, or log one before it is sent (so
+    /// that a restarted commit server still answers for the blocks it voted on, and never
+    /// votes two ways).
+    LoadVotes,
+    LogVote(SignedVote),
+}
+
+#[derive(Debug)]
+pub enum PipelineIoDone {
+    Loaded(Result<(u64, Hash), String>),
+    Executed(Result<LedgerBlock, String>),
+    Appended(Result<(), String>),
+    /// The block agreed, and how many rebuild attempts it took.
+    Recovered(Result<(LedgerBlock, usize), String>),
+    LoadedBlocks(Vec<OrderedBlock>),
+    Persisted,
+    LoadedVotes(Vec<SignedVote>),
+    VoteLogged(u64),
+}
+
+/// The event and command types every pipeline core handles.
+pub type PipelineEvent<Input> = virga_net::role::Event<ChainifyProtocol, PipelineIoDone, Input>;
+pub type PipelineCommand = virga_net::role::Command<ChainifyProtocol, PipelineIo>;

@@ -1,0 +1,395 @@
+//! ChainifyDB's pipeline in the deterministic simulator: three organizations on in-memory
+//! SQLite (real databases, and deterministic), an orderer, and clients, under the faults a
+//! seed draws: lost and duplicated messages, a lagging organization, crashed and restarted
+//! servers (the orderer among them), and one faulty organization that lies about its
+//! effects, has its database changed outside the chain, or both. One faulty organization
+//! is what Any-2 of 3 tolerates.
+//!
+//! After the run every check of [`checks`] compares the organizations with an oracle: a
+//! fresh database executing the orderer's blocks serially.
+
+mod checks;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use virga_ledger::tx::SigningKey;
+use virga_ledger::wlc::{Agreement, AgreementPolicy, ChainedTx, OrderedBlock, Proposal, ProposalBatch};
+use virga_sim::{LinkConfig, NetConfig, Sim, SimConfig};
+
+use crate::consortium::Member;
+use crate::ledger::Ledger;
+use crate::organization::Organization;
+use crate::pipeline::chainify_server::ChainifyServer;
+use crate::pipeline::client::{ClientConfig, ClientCore};
+use crate::pipeline::commit::{CommitServer, CommitWeakness};
+use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
+use crate::pipeline::execution::{ExecutionServer, ExecutionWeakness};
+use crate::pipeline::node::{ChainifyNode, NodeDevice};
+use crate::pipeline::orderer::OrderingServer;
+use crate::pipeline::{node_name, PipelineConfig, ORDERER};
+use crate::smallbank::{self, Skew};
+use crate::sqlite::SqliteOrganization;
+
+pub use checks::Violation;
+
+/// The client that loads the customers in the first ordered blocks.
+const LOADER: &str = "loader";
+const MS: u64 = 1_000_000;
+
+/// A deliberately broken protocol, which the checks must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weakening {
+    /// Every commit server commits its own effects without waiting for the vote.
+    CommitWithoutQuorum,
+}
+
+impl Weakening {
+    pub fn name(self) -> &'static str {
+        match self {
+            Weakening::CommitWithoutQuorum => "commit-without-quorum",
+        }
+    }
+}
+
+/// One simulated run.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    pub seed: u64,
+    /// Clients, one organization each in turn, and the proposals each sends.
+    pub clients: usize,
+    pub transactions: u64,
+    pub customers: u64,
+    /// Whether the seed draws faults; without, the run is the fault-free pipeline.
+    pub faults: bool,
+    /// Force a faulty organization whose database is changed outside the chain.
+    pub force_tamper: bool,
+    pub weakening: Option<Weakening>,
+}
+
+impl SimOptions {
+    pub fn new(seed: u64) -> SimOptions {
+        SimOptions {
+            seed,
+            clients: 3,
+            transactions: 40,
+            customers: 30,
+            faults: true,
+            force_tamper: false,
+            weakening: None,
+        }
+    }
+
+    /// The command that runs this seed again.
+    pub fn replay_command(&self) -> String {
+        let mut command = format!(
+            "virga sim chainify --seeds 1 --first-seed {} --clients {} --transactions {}",
+            self.seed, self.clients, self.transactions
+        );
+        if !self.faults {
+            command.push_str(" --no-faults");
+        }
+        if self.force_tamper {
+            command.push_str(" --tamper");
+        }
+        if let Some(weakening) = self.weakening {
+            command.push_str(&format!(" --weaken {}", weakening.name()));
+        }
+        command
+    }
+}
+
+/// The faults a seed drew.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The faulty organization, if any, and what it does.
+    pub faulty: Option<String>,
+    pub lies: bool,
+    /// When (virtual ns) and which statement changes its database outside the chain.
+    pub tamper: Option<(u64, String)>,
+    /// The organization whose links are slow.
+    pub lagging: Option<String>,
+    /// (node, down at, up at).
+    pub crashes: Vec<(String, u64, u64)>,
+    pub lossy: bool,
+}
+
+/// What a run came to.
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    pub options: SimOptions,
+    pub faults: Faults,
+    pub ordered_blocks: u64,
+    /// Each organization's ledger height.
+    pub heights: BTreeMap<String, u64>,
+    /// Client proposals answered with an outcome, refused, and unanswered in time.
+    pub answered: u64,
+    pub refused: u64,
+    pub timed_out: u64,
+    pub recoveries: u64,
+    pub recovery_attempts: u64,
+    /// The tampered organization's database still holds the change: no agreed block
+    /// touched the changed row after it, so no digest could show it.
+    pub undetected_tamper: bool,
+    pub virtual_ms: u64,
+    pub violations: Vec<Violation>,
+    pub trace_digest: u64,
+}
+
+/// Everything one run builds and the checks read.
+struct Cluster {
+    config: Arc<PipelineConfig>,
+    org_keys: BTreeMap<String, SigningKey>,
+    client_keys: BTreeMap<String, SigningKey>,
+    orderer_key: SigningKey,
+    members: BTreeMap<String, Arc<Mutex<Member>>>,
+    log: OrdererLog,
+    vote_logs: BTreeMap<String, VoteLog>,
+    clients: Vec<ClientConfig>,
+}
+
+fn org_names() -> Vec<String> {
+    (1..=3).map(|index| format!("org-{index}")).collect()
+}
+
+fn build_cluster(options: &SimOptions) -> Result<Cluster, String> {
+    let orgs = org_names();
+    let org_keys: BTreeMap<String, SigningKey> = orgs
+        .iter()
+        .enumerate()
+        .map(|(at, name)| (name.clone(), SigningKey::from_seed(0x5749_0000 + at as u64)))
+        .collect();
+    let mut client_keys = BTreeMap::new();
+    let mut client_orgs = BTreeMap::new();
+    let mut clients = Vec::new();
+    client_keys.insert(LOADER.to_string(), SigningKey::from_seed(0x5749_1000));
+    client_orgs.insert(LOADER.to_string(), orgs[0].clone());
+    for index in 0..options.clients {
+        let name = format!("client-{index}");
+        let organization = orgs[index % orgs.len()].clone();
+        client_keys.insert(name.clone(), SigningKey::from_seed(0x5749_2000 + index as u64));
+        client_orgs.insert(name.clone(), organization.clone());
+        clients.push(ClientConfig {
+            name,
+            organization,
+            window: 2,
+            transactions: options.transactions,
+            customers: options.customers,
+            skew: Skew::Zipf(1.1),
+            seed: options.seed ^ (index as u64).wrapping_mul(0x9e37_79b9),
+            deadline: Duration::from_secs(2),
+        });
+    }
+    let orderer_key = SigningKey::from_seed(0x5749_3000);
+    let policy = AgreementPolicy::new(2, 3).map_err(|error| error.to_string())?;
+    let config = Arc::new(PipelineConfig {
+        organizations: org_keys.iter().map(|(name, key)| (name.clone(), key.address())).collect(),
+        clients: client_keys.iter().map(|(name, key)| (name.clone(), key.address())).collect(),
+        client_orgs,
+        orderer: orderer_key.address(),
+        policy,
+        agreements: 2,
+        batch_size: 4,
+        batch_wait: Duration::from_millis(1),
+        block_size: 12,
+        block_wait: Duration::from_millis(2),
+        checkpoint_every: 4,
+        keep_checkpoints: 3,
+        call_deadline: Duration::from_millis(300),
+        retry_after: Duration::from_millis(20),
+    });
+    let mut members = BTreeMap::new();
+    for name in &orgs {
+        members.insert(name.clone(), Arc::new(Mutex::new(fresh_member(name)?)));
+    }
+    let log = OrdererLog::default();
+    let vote_logs = orgs.iter().map(|name| (name.clone(), VoteLog::default())).collect();
+    let cluster = Cluster { config, org_keys, client_keys, orderer_key, members, log, vote_logs, clients };
+    load_customers(&cluster, options.customers)?;
+    Ok(cluster)
+}
+
+/// An organization on an in-memory SQLite database with SmallBank's tables installed.
+fn fresh_member(name: &str) -> Result<Member, String> {
+    let mut organization = SqliteOrganization::in_memory(name).map_err(|error| error.to_string())?;
+    organization.install(&smallbank::tables()).map_err(|error| error.to_string())?;
+    Ok(Member::new(Box::new(organization), Ledger::in_memory()))
+}
+
+/// The customers as the first ordered blocks: the loader's proposals, agreed by every
+/// organization, in the orderer's log before it starts.
+fn load_customers(cluster: &Cluster, customers: u64) -> Result<(), String> {
+    let loader = cluster.client_keys.get(LOADER).ok_or("no loader key")?;
+    let mut previous = [0; 32];
+    let mut seq = 0;
+    for (number, block) in smallbank::load_blocks(customers, 64).into_iter().enumerate() {
+        let proposals = block
+            .into_iter()
+            .map(|transaction| {
+                seq += 1;
+                Proposal::sign(loader, LOADER, seq, transaction.statements)
+            })
+            .collect();
+        let batch = ProposalBatch { origin: "org-1".to_string(), number: u64::MAX - number as u64, proposals };
+        let hash = batch.hash();
+        let agreements = cluster.org_keys.iter().map(|(name, key)| Agreement::sign(key, name, hash)).collect();
+        let ordered =
+            OrderedBlock::sign(&cluster.orderer_key, number as u64, previous, vec![ChainedTx { batch, agreements }]);
+        previous = ordered.hash();
+        cluster.log.execute(crate::pipeline::PipelineIo::Persist(ordered));
+    }
+    Ok(())
+}
+
+/// The faults of a seed, drawn from its own stream.
+fn draw_faults(options: &SimOptions, rng: &mut StdRng) -> Faults {
+    let mut faults = Faults::default();
+    if !options.faults && !options.force_tamper {
+        return faults;
+    }
+    let orgs = org_names();
+    let faulty = orgs[rng.random_range(0..orgs.len())].clone();
+    let tampered = options.force_tamper || (options.faults && rng.random_bool(0.4));
+    faults.lies = options.faults && rng.random_bool(0.4);
+    if tampered {
+        let customer = rng.random_range(0..options.customers.max(1));
+        let at = rng.random_range(20..200) * MS;
+        faults.tamper = Some((at, format!("UPDATE checking SET bal = bal + 7 WHERE custid = {customer}")));
+    }
+    if faults.lies || tampered {
+        faults.faulty = Some(faulty);
+    }
+    if !options.faults {
+        return faults;
+    }
+    if rng.random_bool(0.5) {
+        faults.lagging = Some(orgs[rng.random_range(0..orgs.len())].clone());
+    }
+    faults.lossy = rng.random_bool(0.5);
+    let mut nodes: Vec<String> = vec![ORDERER.to_string()];
+    for org in &orgs {
+        for role in ["chainify", "exec", "commit"] {
+            nodes.push(node_name(org, role));
+        }
+    }
+    for _ in 0..rng.random_range(0..=3) {
+        let node = nodes[rng.random_range(0..nodes.len())].clone();
+        let down = rng.random_range(10..300) * MS;
+        let up = down + rng.random_range(5..60) * MS;
+        faults.crashes.push((node, down, up));
+    }
+    faults
+}
+
+fn make_node(
+    cluster: &Cluster,
+    faults: &Faults,
+    weakening: Option<Weakening>,
+    node: &str,
+) -> (ChainifyNode, Box<dyn virga_net::role::IoExecutor<ChainifyNode>>) {
+    let config = Arc::clone(&cluster.config);
+    let commit_weakness = weakening.map(|Weakening::CommitWithoutQuorum| CommitWeakness::CommitWithoutQuorum);
+    if node == ORDERER {
+        return (
+            ChainifyNode::Orderer(Box::new(OrderingServer::new(cluster.orderer_key.clone(), config))),
+            Box::new(NodeDevice::Orderer(cluster.log.clone())),
+        );
+    }
+    if let Some(client) = cluster.clients.iter().find(|client| client.name == node) {
+        let key = cluster.client_keys.get(node).cloned().unwrap_or_else(|| SigningKey::from_seed(0));
+        return (ChainifyNode::Client(Box::new(ClientCore::new(client.clone(), key))), Box::new(NodeDevice::None));
+    }
+    let (org, role) = node.split_once('/').unwrap_or((node, ""));
+    let key = cluster.org_keys.get(org).cloned().unwrap_or_else(|| SigningKey::from_seed(0));
+    let lies = faults.lies && faults.faulty.as_deref() == Some(org);
+    match (role, cluster.members.get(org)) {
+        ("exec", Some(member)) => (
+            ChainifyNode::Execution(Box::new(ExecutionServer::new(
+                org,
+                config.clone(),
+                lies.then_some(ExecutionWeakness::LieAboutEffects),
+            ))),
+            Box::new(NodeDevice::Organization(Box::new(OrganizationDevice::new(
+                Arc::clone(member),
+                config.checkpoint_every,
+                config.keep_checkpoints,
+            )))),
+        ),
+        ("commit", _) => (
+            ChainifyNode::Commit(Box::new(CommitServer::new(org, key, config, commit_weakness))),
+            Box::new(NodeDevice::Votes(cluster.vote_logs.get(org).cloned().unwrap_or_default())),
+        ),
+        _ => (ChainifyNode::Chainify(Box::new(ChainifyServer::new(org, key, config))), Box::new(NodeDevice::None)),
+    }
+}
+
+/// Runs one seed and checks it.
+pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
+    let cluster = Arc::new(build_cluster(options)?);
+    let mut rng = StdRng::seed_from_u64(options.seed ^ 0xc4a1_f1db);
+    let faults = draw_faults(options, &mut rng);
+    let mut nodes: Vec<String> = vec![ORDERER.to_string()];
+    for org in org_names() {
+        for role in ["chainify", "exec", "commit"] {
+            nodes.push(node_name(&org, role));
+        }
+    }
+    nodes.extend(cluster.clients.iter().map(|client| client.name.clone()));
+    let mut net = NetConfig::default();
+    if let Some(lagging) = &faults.lagging {
+        for a in nodes.iter().filter(|node| node.starts_with(&format!("{lagging}/"))) {
+            for b in nodes.iter().filter(|node| !node.starts_with(&format!("{lagging}/"))) {
+                net.links.push(LinkConfig {
+                    a: a.clone(),
+                    b: b.clone(),
+                    latency: Some(Duration::from_millis(4)),
+                    bandwidth: None,
+                });
+            }
+        }
+    }
+    let mut sim: Sim<ChainifyNode> =
+        Sim::new(SimConfig { seed: options.seed, net, ..SimConfig::default() }).map_err(|error| error.to_string())?;
+    if faults.lossy {
+        sim.set_net_faults(0.02, 0.02).map_err(|error| error.to_string())?;
+    }
+    for node in &nodes {
+        let (core, device) = make_node(&cluster, &faults, options.weakening, node);
+        sim.add_node(node.clone(), core, device).map_err(|error| error.to_string())?;
+    }
+    let factory_cluster = Arc::clone(&cluster);
+    let factory_faults = faults.clone();
+    let weakening = options.weakening;
+    sim.set_factory(move |node| make_node(&factory_cluster, &factory_faults, weakening, node));
+    for (node, down, up) in &faults.crashes {
+        sim.crash_at(*down, node).map_err(|error| error.to_string())?;
+        sim.restart_at(*up, node).map_err(|error| error.to_string())?;
+    }
+    if let Some((at, statement)) = &faults.tamper {
+        sim.run_until(*at);
+        if let Some(member) = faults.faulty.as_ref().and_then(|org| cluster.members.get(org)) {
+            let mut member = member.lock().map_err(|_| "a poisoned organization lock")?;
+            member.organization.run_outside_chain(statement).map_err(|error| error.to_string())?;
+        }
+    }
+    let limit = 60_000 * MS;
+    let clients: Vec<String> = cluster.clients.iter().map(|client| client.name.clone()).collect();
+    sim.run_while(limit, |sim| {
+        !clients.iter().all(|name| matches!(sim.core(name), Some(ChainifyNode::Client(core)) if core.is_done()))
+    });
+    // Every organization catches up with the orderer's log.
+    let ordered = cluster.log.blocks().len() as u64;
+    let orgs = org_names();
+    let caught_up = |sim: &Sim<ChainifyNode>| {
+        orgs.iter().all(|org| matches!(sim.core(&node_name(org, "exec")), Some(ChainifyNode::Execution(core)) if core.height() >= ordered))
+    };
+    let end = sim.now() + 10_000 * MS;
+    sim.run_while(end, |sim| !caught_up(sim));
+    checks::check(options, &cluster, &sim, faults)
+}
+
+#[cfg(test)]
+mod tests;
