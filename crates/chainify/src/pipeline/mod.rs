@@ -33,6 +33,8 @@ pub mod execution;
 pub mod node;
 pub mod orderer;
 mod seq_window;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -157,6 +159,7 @@ pub enum Response {
 }
 
 /// The pipeline's protocol.
+#[derive(Debug)]
 pub struct ChainifyProtocol;
 
 impl Protocol for ChainifyProtocol {
