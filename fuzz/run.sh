@@ -50,10 +50,11 @@ if [[ "${1:-}" == "--ci" ]]; then
     run wlc_ledger_block -seed=1 -runs=500000
     run wlc_signed_vote -seed=1 -runs=100000
     run wlc_messages -seed=1 -runs=100000
+    run wlc_wire -seed=1 -runs=200000
 else
     for name in node_decoder proof_verifier bag_application wal_record log_segment tx_decode block_decode \
-        storage_checkpoint peer_request dkv_decode raft_wire dkv_shard kv_session kairos_validator wlc_ledger_block wlc_signed_vote wlc_messages; do
+        storage_checkpoint peer_request dkv_decode raft_wire dkv_shard kv_session kairos_validator wlc_ledger_block wlc_signed_vote wlc_messages wlc_wire; do
         run "$name" -max_total_time="${FUZZ_SECONDS:-60}"
     done
 fi
-echo "fuzz: 17 passed, 0 failed"
+echo "fuzz: 18 passed, 0 failed"

@@ -1,7 +1,8 @@
 // Compiles proto/virga.proto (the envelope), the protocols' packages (proto/rainblock.proto,
-// proto/health.proto) and the distributed store's layout messages (proto/dkv.proto) with
+// proto/health.proto) the distributed store's layout messages (proto/dkv.proto) and ChainifyDB's (proto/chainify.proto) with
 // protox (a protobuf compiler written in Rust), so building needs no `protoc` on the machine.
-const PROTOS: [&str; 4] = ["proto/virga.proto", "proto/rainblock.proto", "proto/health.proto", "proto/dkv.proto"];
+const PROTOS: [&str; 5] =
+    ["proto/virga.proto", "proto/rainblock.proto", "proto/health.proto", "proto/dkv.proto", "proto/chainify.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in PROTOS {

@@ -34,6 +34,9 @@ pub struct ChainifySimArgs {
     /// Always change the faulty organization's database outside the chain.
     #[arg(long)]
     pub tamper: bool,
+    /// Every message crosses the wire encoding and is decoded before a core sees it.
+    #[arg(long)]
+    pub wire: bool,
     /// Run a deliberately weakened protocol, to see the checks catch it.
     #[arg(long, value_enum)]
     pub weaken: Option<WeakenArg>,
@@ -116,6 +119,7 @@ pub fn run(args: &ChainifySimArgs) -> anyhow::Result<ExitCode> {
         faults: !args.no_faults,
         force_tamper: args.tamper,
         weakening,
+        wire: args.wire,
         ..SimOptions::new(seed)
     };
     let (outcomes, wall_seconds) = crate::sim::run_seeds(

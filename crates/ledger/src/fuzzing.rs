@@ -110,6 +110,22 @@ pub fn wlc_messages(data: &[u8]) {
     }
 }
 
+/// Any bytes as a ChainifyDB pipeline request (first byte even) or response (odd): a named
+/// `WireError`, or a message that re-encodes to exactly the rest of the input.
+pub fn wlc_wire(data: &[u8]) {
+    use crate::wlc::wire::{decode_request, decode_response, encode_request, encode_response};
+    let Some((kind, bytes)) = data.split_first() else {
+        return;
+    };
+    if kind % 2 == 0 {
+        if let Ok(request) = decode_request(bytes) {
+            assert_eq!(encode_request(&request), bytes, "a decoded request re-encodes differently");
+        }
+    } else if let Ok(response) = decode_response(bytes) {
+        assert_eq!(encode_response(&response), bytes, "a decoded response re-encodes differently");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use alloy_consensus::Header;
@@ -232,6 +248,23 @@ mod tests {
             wlc_messages(&framed);
             for _ in 0..300 {
                 wlc_messages(&mutate(&mut rng, &framed));
+            }
+        }
+    }
+
+    #[test]
+    fn smoke_wlc_wire() {
+        use crate::wlc::wire::{encode_request, encode_response};
+        let mut rng = StdRng::seed_from_u64(6);
+        let (requests, responses) = crate::wlc::wire::tests::samples();
+        let framed = requests
+            .iter()
+            .map(|request| std::iter::once(0).chain(encode_request(request)).collect::<Vec<u8>>())
+            .chain(responses.iter().map(|response| std::iter::once(1).chain(encode_response(response)).collect()));
+        for seed in framed {
+            wlc_wire(&seed);
+            for _ in 0..200 {
+                wlc_wire(&mutate(&mut rng, &seed));
             }
         }
     }

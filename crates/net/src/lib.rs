@@ -38,6 +38,11 @@ mod generated {
                 include!(concat!(env!("OUT_DIR"), "/virga.dkv.v1.rs"));
             }
         }
+        pub mod chainify {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/virga.chainify.v1.rs"));
+            }
+        }
     }
 }
 
@@ -53,12 +58,19 @@ pub mod dkv_proto {
     pub use crate::generated::virga::dkv::v1::*;
 }
 
+/// ChainifyDB's pipeline messages (package `virga.chainify.v1`): byte bodies that
+/// virga-chainify's `pipeline::wire` encodes, decodes and checks; carried by [`Chainify`].
+pub mod chainify_proto {
+    pub use crate::generated::virga::chainify::v1::*;
+}
+
 /// The envelope every peer call travels in (package `virga.v1`): the protocol's message in
 /// the arm of its protocol.
 pub mod envelope {
     pub use crate::generated::virga::v1::*;
 }
 
+mod chainify;
 mod dkv;
 pub mod driver;
 #[cfg(feature = "grpc")]
@@ -75,6 +87,7 @@ pub mod tls;
 use std::future::Future;
 use std::pin::Pin;
 
+pub use chainify::Chainify;
 pub use dkv::Dkv;
 #[cfg(feature = "grpc")]
 pub use grpc::{serve, serve_with_tls, Grpc};

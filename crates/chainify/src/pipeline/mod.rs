@@ -40,9 +40,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use alloy_primitives::Address;
-use virga_ledger::wlc::{
-    Agreement, AgreementPolicy, ChainedTx, Hash, LedgerBlock, OrderedBlock, Proposal, ProposalBatch, SignedVote,
-};
+pub use virga_ledger::wlc::wire::{self, Decision, Outcome, Request, Response};
+use virga_ledger::wlc::{AgreementPolicy, Hash, LedgerBlock, OrderedBlock, SignedVote};
 use virga_net::role::Protocol;
 use virga_net::NetError;
 
@@ -100,62 +99,6 @@ impl PipelineConfig {
     pub fn peers_of<'a>(&'a self, org: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.organizations.keys().map(String::as_str).filter(move |name| *name != org)
     }
-}
-
-/// What a client's transaction came to at its organization.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub client: String,
-    pub seq: u64,
-    /// The block it was executed in.
-    pub block: u64,
-    /// Whether it committed at the database (a SmallBank transaction whose condition fails
-    /// is rolled back the same way at every organization).
-    pub successful: bool,
-}
-
-/// What a commit server decided for its execution server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// The organization's own LedgerBlock hash reached the policy.
-    Commit,
-    /// Another hash did: the organization recovers towards it.
-    Recover { consensus: Hash },
-}
-
-/// The pipeline's requests.
-#[derive(Debug, Clone)]
-pub enum Request {
-    /// Client → its ChainifyServer.
-    Propose(Proposal),
-    /// ChainifyServer → another organization's ChainifyServer.
-    Agree(ProposalBatch),
-    /// ChainifyServer → orderer.
-    Order(ChainedTx),
-    /// Execution server → orderer: the blocks from `from` on (held until there is one).
-    Fetch { from: u64 },
-    /// Execution server → its commit server: its LedgerBlock hash for `block`, or none
-    /// when its database failed to execute the block.
-    Decide { block: u64, hash: Option<Hash> },
-    /// Commit server → another organization's: its vote for `block`, if it has one.
-    Vote { block: u64, vote: Option<SignedVote> },
-    /// Execution server → its ChainifyServer: what the clients' transactions came to.
-    Committed(Vec<Outcome>),
-}
-
-/// The pipeline's responses.
-#[derive(Debug, Clone)]
-pub enum Response {
-    Done(Outcome),
-    Agreed(Agreement),
-    Ordered,
-    Blocks(Vec<OrderedBlock>),
-    Decided(Decision),
-    /// The callee's own vote for the block asked about, if it has voted.
-    VoteAck(Option<SignedVote>),
-    Ack,
-    /// The request was refused; the reason names what was wrong.
-    Refused(String),
 }
 
 /// The pipeline's protocol.

@@ -17,7 +17,7 @@ use virga_sim::Sim;
 
 use super::{fresh_member, org_names, Cluster, Faults, SimOptions, SimReport};
 use crate::organization::Transaction;
-use crate::pipeline::node::ChainifyNode;
+use crate::pipeline::node::{ChainifyNode, NodeDevice, PipelineNode};
 use crate::pipeline::node_name;
 
 /// A check that failed.
@@ -87,12 +87,15 @@ fn replay(
     Ok(Replay { chain, outcomes })
 }
 
-pub(super) fn check(
+pub(super) fn check<R: PipelineNode>(
     options: &SimOptions,
     cluster: &Cluster,
-    sim: &Sim<ChainifyNode>,
+    sim: &Sim<R>,
     faults: Faults,
-) -> Result<SimReport, String> {
+) -> Result<SimReport, String>
+where
+    NodeDevice: virga_net::role::IoExecutor<R>,
+{
     let mut violations = Vec::new();
     let blocks = cluster.log.blocks();
     let mut oracle = fresh_member("oracle")?;
@@ -155,7 +158,7 @@ pub(super) fn check(
         trace_digest: sim.trace_digest(),
     };
     for client in &cluster.clients {
-        let Some(ChainifyNode::Client(core)) = sim.core(&client.name) else {
+        let Some(ChainifyNode::Client(core)) = sim.core(&client.name).map(R::node) else {
             continue;
         };
         let stats = core.stats();
@@ -173,7 +176,7 @@ pub(super) fn check(
         }
     }
     for org in org_names() {
-        if let Some(ChainifyNode::Execution(core)) = sim.core(&node_name(&org, "exec")) {
+        if let Some(ChainifyNode::Execution(core)) = sim.core(&node_name(&org, "exec")).map(R::node) {
             report.recoveries += core.stats().recovered;
             report.recovery_attempts += core.stats().recovery_attempts;
         }

@@ -28,7 +28,7 @@ use crate::pipeline::client::{ClientConfig, ClientCore};
 use crate::pipeline::commit::{CommitServer, CommitWeakness};
 use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
 use crate::pipeline::execution::{ExecutionServer, ExecutionWeakness};
-use crate::pipeline::node::{ChainifyNode, NodeDevice};
+use crate::pipeline::node::{ChainifyNode, NodeDevice, PipelineNode, WireNode};
 use crate::pipeline::orderer::OrderingServer;
 use crate::pipeline::{node_name, PipelineConfig, ORDERER};
 use crate::smallbank::{self, Skew};
@@ -68,6 +68,8 @@ pub struct SimOptions {
     /// Force a faulty organization whose database is changed outside the chain.
     pub force_tamper: bool,
     pub weakening: Option<Weakening>,
+    /// Every message crosses the wire encoding, decoded before a core sees it.
+    pub wire: bool,
 }
 
 impl SimOptions {
@@ -80,6 +82,7 @@ impl SimOptions {
             faults: true,
             force_tamper: false,
             weakening: None,
+            wire: false,
         }
     }
 
@@ -94,6 +97,9 @@ impl SimOptions {
         }
         if self.force_tamper {
             command.push_str(" --tamper");
+        }
+        if self.wire {
+            command.push_str(" --wire");
         }
         if let Some(weakening) = self.weakening {
             command.push_str(&format!(" --weaken {}", weakening.name()));
@@ -284,23 +290,36 @@ fn draw_faults(options: &SimOptions, rng: &mut StdRng) -> Faults {
     faults
 }
 
-fn make_node(
+fn make_node<R: PipelineNode>(
     cluster: &Cluster,
     faults: &Faults,
     weakening: Option<Weakening>,
     node: &str,
-) -> (ChainifyNode, Box<dyn virga_net::role::IoExecutor<ChainifyNode>>) {
+) -> (R, Box<dyn virga_net::role::IoExecutor<R>>)
+where
+    NodeDevice: virga_net::role::IoExecutor<R>,
+{
+    let (core, device) = make_core(cluster, faults, weakening, node);
+    (R::wrap(core), Box::new(device))
+}
+
+fn make_core(
+    cluster: &Cluster,
+    faults: &Faults,
+    weakening: Option<Weakening>,
+    node: &str,
+) -> (ChainifyNode, NodeDevice) {
     let config = Arc::clone(&cluster.config);
     let commit_weakness = weakening.map(|Weakening::CommitWithoutQuorum| CommitWeakness::CommitWithoutQuorum);
     if node == ORDERER {
         return (
             ChainifyNode::Orderer(Box::new(OrderingServer::new(cluster.orderer_key.clone(), config))),
-            Box::new(NodeDevice::Orderer(cluster.log.clone())),
+            NodeDevice::Orderer(cluster.log.clone()),
         );
     }
     if let Some(client) = cluster.clients.iter().find(|client| client.name == node) {
         let key = cluster.client_keys.get(node).cloned().unwrap_or_else(|| SigningKey::from_seed(0));
-        return (ChainifyNode::Client(Box::new(ClientCore::new(client.clone(), key))), Box::new(NodeDevice::None));
+        return (ChainifyNode::Client(Box::new(ClientCore::new(client.clone(), key))), NodeDevice::None);
     }
     let (org, role) = node.split_once('/').unwrap_or((node, ""));
     let key = cluster.org_keys.get(org).cloned().unwrap_or_else(|| SigningKey::from_seed(0));
@@ -312,22 +331,33 @@ fn make_node(
                 config.clone(),
                 lies.then_some(ExecutionWeakness::LieAboutEffects),
             ))),
-            Box::new(NodeDevice::Organization(Box::new(OrganizationDevice::new(
+            NodeDevice::Organization(Box::new(OrganizationDevice::new(
                 Arc::clone(member),
                 config.checkpoint_every,
                 config.keep_checkpoints,
-            )))),
+            ))),
         ),
         ("commit", _) => (
             ChainifyNode::Commit(Box::new(CommitServer::new(org, key, config, commit_weakness))),
-            Box::new(NodeDevice::Votes(cluster.vote_logs.get(org).cloned().unwrap_or_default())),
+            NodeDevice::Votes(cluster.vote_logs.get(org).cloned().unwrap_or_default()),
         ),
-        _ => (ChainifyNode::Chainify(Box::new(ChainifyServer::new(org, key, config))), Box::new(NodeDevice::None)),
+        _ => (ChainifyNode::Chainify(Box::new(ChainifyServer::new(org, key, config))), NodeDevice::None),
     }
 }
 
 /// Runs one seed and checks it.
 pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
+    if options.wire {
+        run_nodes::<WireNode>(options)
+    } else {
+        run_nodes::<ChainifyNode>(options)
+    }
+}
+
+fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, String>
+where
+    NodeDevice: virga_net::role::IoExecutor<R>,
+{
     let cluster = Arc::new(build_cluster(options)?);
     let mut rng = StdRng::seed_from_u64(options.seed ^ 0xc4a1_f1db);
     let faults = draw_faults(options, &mut rng);
@@ -351,13 +381,13 @@ pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
             }
         }
     }
-    let mut sim: Sim<ChainifyNode> =
+    let mut sim: Sim<R> =
         Sim::new(SimConfig { seed: options.seed, net, ..SimConfig::default() }).map_err(|error| error.to_string())?;
     if faults.lossy {
         sim.set_net_faults(0.02, 0.02).map_err(|error| error.to_string())?;
     }
     for node in &nodes {
-        let (core, device) = make_node(&cluster, &faults, options.weakening, node);
+        let (core, device) = make_node::<R>(&cluster, &faults, options.weakening, node);
         sim.add_node(node.clone(), core, device).map_err(|error| error.to_string())?;
     }
     let factory_cluster = Arc::clone(&cluster);
@@ -378,13 +408,15 @@ pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
     let limit = 60_000 * MS;
     let clients: Vec<String> = cluster.clients.iter().map(|client| client.name.clone()).collect();
     sim.run_while(limit, |sim| {
-        !clients.iter().all(|name| matches!(sim.core(name), Some(ChainifyNode::Client(core)) if core.is_done()))
+        !clients
+            .iter()
+            .all(|name| matches!(sim.core(name).map(R::node), Some(ChainifyNode::Client(core)) if core.is_done()))
     });
     // Every organization catches up with the orderer's log.
     let ordered = cluster.log.blocks().len() as u64;
     let orgs = org_names();
-    let caught_up = |sim: &Sim<ChainifyNode>| {
-        orgs.iter().all(|org| matches!(sim.core(&node_name(org, "exec")), Some(ChainifyNode::Execution(core)) if core.height() >= ordered))
+    let caught_up = |sim: &Sim<R>| {
+        orgs.iter().all(|org| matches!(sim.core(&node_name(org, "exec")).map(R::node), Some(ChainifyNode::Execution(core)) if core.height() >= ordered))
     };
     let end = sim.now() + 10_000 * MS;
     sim.run_while(end, |sim| !caught_up(sim));

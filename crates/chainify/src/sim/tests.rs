@@ -54,3 +54,14 @@ fn committing_without_the_vote_is_caught() {
         .count();
     assert!(caught >= 8, "only {caught} of 16 weakened seeds were caught");
 }
+
+/// The same seeds with every message crossing the wire encoding: the decoders take every
+/// message the servers send, and the run is as checked.
+#[test]
+fn seeds_with_every_message_on_the_wire_agree_with_the_serial_replay() {
+    for seed in 200..206 {
+        let report = run(&SimOptions { wire: true, ..SimOptions::new(seed) });
+        assert!(report.violations.is_empty(), "{:?}\nreplay: {}", report.violations, report.options.replay_command());
+        assert!(report.answered > 0);
+    }
+}

@@ -9,6 +9,7 @@
 //! - [`messages`]: what flows before the vote, each signed: a client's [`Proposal`], an
 //!   organization's [`ProposalBatch`] and the others' [`Agreement`]s on it, the agreed
 //!   [`ChainedTx`] the ordering service orders, and its signed [`OrderedBlock`].
+//! - [`wire`]: the pipeline servers' requests and responses and their bytes.
 //! - [`vote`]: the c-of-k vote over the organizations' LedgerBlock hashes, and
 //!   [`signed_vote`]: the signed votes it counts, checked before counting.
 //!
@@ -20,6 +21,7 @@ pub mod ledger_block;
 pub mod messages;
 pub mod signed_vote;
 pub mod vote;
+pub mod wire;
 
 pub use self::digest::{digest_hash, DigestOp, DigestRow};
 pub use self::ledger_block::{verify_chain, ChainProblem, DecodeError, LedgerBlock};
