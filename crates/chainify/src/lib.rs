@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+pub mod bench;
 pub mod consortium;
 pub mod dialect;
 pub mod ledger;

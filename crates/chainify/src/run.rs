@@ -124,13 +124,13 @@ pub struct Recovery {
 }
 
 /// The running databases of a directory's organizations.
-struct Opened {
+pub(crate) struct Opened {
     /// Kept running for as long as the organizations use them.
-    servers: Vec<PostgresServer>,
-    organizations: Vec<Box<dyn Organization>>,
+    pub(crate) servers: Vec<PostgresServer>,
+    pub(crate) organizations: Vec<Box<dyn Organization>>,
 }
 
-fn layout(sqlite_only: bool) -> Vec<OrganizationInfo> {
+pub(crate) fn layout(sqlite_only: bool) -> Vec<OrganizationInfo> {
     (1..=3)
         .map(|index| OrganizationInfo {
             name: format!("org-{index}"),
@@ -141,7 +141,7 @@ fn layout(sqlite_only: bool) -> Vec<OrganizationInfo> {
 
 /// Opens (creating them if absent) the databases of `dir`'s organizations, starting their
 /// servers. `install`: create the shared tables and triggers; else attach to them as they are.
-fn open(dir: &Path, infos: &[OrganizationInfo], install: bool, workers: usize) -> Result<Opened, RunError> {
+pub(crate) fn open(dir: &Path, infos: &[OrganizationInfo], install: bool, workers: usize) -> Result<Opened, RunError> {
     let mut servers = Vec::new();
     let mut organizations = Vec::new();
     for info in infos {
@@ -273,40 +273,63 @@ pub fn up(config: &UpConfig, progress: &mut dyn FnMut(u64, u64)) -> Result<UpRep
     Ok(report)
 }
 
-/// The same transactions on one PostgreSQL alone: the shared tables without triggers,
-/// loaded alike, then the SmallBank transactions, on as many connections as each
-/// organization runs its stages on (one with serial execution), each connection taking the
-/// next transaction in block order and PostgreSQL's own locking ordering the conflicts;
-/// transactions a second.
+/// The same transactions on one PostgreSQL alone (see [`Alone`]); transactions a second.
 fn postgres_alone(dir: &Path, config: &UpConfig, blocks: &[Vec<Transaction>]) -> Result<f64, RunError> {
-    let server = PostgresServer::start(dir, 5432)?;
-    let connections = config.workers.max(1);
-    let mut alone =
-        PostgresOrganization::connect_with_workers("alone", &server.connection_string(), true, connections)?;
-    let failed = |error: String| RunError::Io(format!("PostgreSQL alone: {error}"));
-    let tables: Vec<String> = smallbank::tables().iter().map(|table| Dialect::Postgres.create_table(table)).collect();
-    alone.session().atomically(&tables).map_err(failed)?;
-    for block in smallbank::load_blocks(config.customers, 5_000) {
-        for transaction in block {
-            alone.session().atomically(&transaction.statements).map_err(failed)?;
+    let mut alone = Alone::start(dir, config.customers, config.workers.max(1))?;
+    let transactions: Vec<Transaction> = blocks.iter().flatten().cloned().collect();
+    Ok(alone.run(&transactions))
+}
+
+/// One PostgreSQL alone, for comparison: the shared tables without triggers, loaded alike,
+/// run on as many connections as asked (as many as each organization runs its stages on,
+/// or as there are clients), each connection taking the next transaction in order and
+/// PostgreSQL's own locking ordering the conflicts.
+pub(crate) struct Alone {
+    organization: PostgresOrganization,
+    _server: PostgresServer,
+}
+
+impl Alone {
+    pub(crate) fn start(dir: &Path, customers: u64, connections: usize) -> Result<Alone, RunError> {
+        let server = PostgresServer::start(dir, 5432)?;
+        let mut organization =
+            PostgresOrganization::connect_with_workers("alone", &server.connection_string(), true, connections.max(1))?;
+        let failed = |error: String| RunError::Io(format!("PostgreSQL alone: {error}"));
+        let tables: Vec<String> =
+            smallbank::tables().iter().map(|table| Dialect::Postgres.create_table(table)).collect();
+        organization.session().atomically(&tables).map_err(failed)?;
+        for block in smallbank::load_blocks(customers, 5_000) {
+            for transaction in block {
+                organization.session().atomically(&transaction.statements).map_err(failed)?;
+            }
         }
+        Ok(Alone { organization, _server: server })
     }
-    let transactions: Vec<&Transaction> = blocks.iter().flatten().collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let started = Instant::now();
-    std::thread::scope(|scope| {
-        for worker in alone.workers_mut() {
-            let (next, transactions) = (&next, &transactions);
-            scope.spawn(move || loop {
-                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(transaction) = transactions.get(at) else { break };
-                // A failing transaction (a withdrawal past the balance) counts, as the
-                // consortium's do.
-                let _ = worker.atomically(&transaction.statements);
-            });
-        }
-    });
-    Ok(transactions.len() as f64 / started.elapsed().as_secs_f64().max(1e-9))
+
+    /// Runs `transactions` on every connection at once; transactions a second.
+    pub(crate) fn run(&mut self, transactions: &[Transaction]) -> f64 {
+        let connections = self.organization.workers_mut().len();
+        self.run_on(connections, transactions)
+    }
+
+    /// Runs `transactions` on the first `connections` connections at once.
+    pub(crate) fn run_on(&mut self, connections: usize, transactions: &[Transaction]) -> f64 {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            for worker in self.organization.workers_mut().iter_mut().take(connections.max(1)) {
+                let next = &next;
+                scope.spawn(move || loop {
+                    let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(transaction) = transactions.get(at) else { break };
+                    // A failing transaction (a withdrawal past the balance) counts, as the
+                    // consortium's do.
+                    let _ = worker.atomically(&transaction.statements);
+                });
+            }
+        });
+        transactions.len() as f64 / started.elapsed().as_secs_f64().max(1e-9)
+    }
 }
 
 /// What `virga chainify verify` found.

@@ -360,3 +360,35 @@ fn a_sqlite_file_with_worker_connections_gives_the_effects_of_serial_execution()
     }
     assert_eq!(serial.state_hash().unwrap(), staged.state_hash().unwrap());
 }
+
+/// The pipeline's servers under the tokio driver, every message on the wire encoding, over
+/// three SQLite organizations: clients get answers, and every organization ends with every
+/// ordered block.
+#[test]
+fn the_pipeline_bench_runs_its_servers_over_real_databases() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::bench::BenchConfig {
+        dir: dir.path().join("consortium"),
+        sqlite_only: true,
+        customers: 300,
+        clients: vec![2],
+        skews: vec![crate::smallbank::Skew::Zipf(1.1)],
+        policy: virga_ledger::wlc::AgreementPolicy::new(2, 3).unwrap(),
+        runs: 1,
+        warmup: std::time::Duration::from_millis(200),
+        duration: std::time::Duration::from_millis(800),
+        window: 4,
+        block_size: 32,
+        batch_size: 8,
+        workers: 0,
+        alone_transactions: 10,
+        seed: 1,
+    };
+    let report = crate::bench::run(&config, &mut |_| {}).unwrap();
+    assert_eq!(report.points.len(), 1);
+    let point = &report.points[0];
+    assert!(point.answered > 0 && point.tps > 0.0, "{point:?}");
+    assert!(point.successful <= point.answered);
+    assert!(point.postgres_alone_tps.is_none());
+    assert!((point.execute_share + point.decide_share + point.apply_share - 1.0).abs() < 1e-6);
+}

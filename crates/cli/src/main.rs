@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod chainify;
+mod chainify_bench;
 mod demo;
 mod dkv_bench;
 mod dkv_figures;
@@ -134,6 +135,10 @@ enum BenchCommand {
     /// and static leases in interleaved rounds (throughput, fresh-hit and stale rates,
     /// messages per transaction, lease lengths), or the hit rate against the cache size.
     Kairos(kairos_bench::KairosBenchArgs),
+    /// ChainifyDB's pipeline servers (one process, every message on the wire encoding) over
+    /// two PostgreSQL organizations and one SQLite (or three SQLite): throughput against 3, 6,
+    /// 12 and 24 clients, Zipf and uniform, each point next to PostgreSQL alone.
+    Chainify(chainify_bench::ChainifyBenchArgs),
 }
 
 #[derive(Args)]
@@ -191,6 +196,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Rainblock(args)) => rainblock_bench::bench_rainblock(&args),
         Command::Bench(BenchCommand::Dkv(args)) => dkv_bench::bench_dkv(&args),
         Command::Bench(BenchCommand::Kairos(args)) => kairos_bench::run(&args),
+        Command::Bench(BenchCommand::Chainify(args)) => chainify_bench::run_bench(&args),
         Command::Kairos(command) => kairos::run(&command),
         Command::Chainify(command) => chainify::run(&command),
         Command::Schedule(args) => ledger::schedule_block(&args),

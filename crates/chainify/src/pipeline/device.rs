@@ -76,6 +76,15 @@ impl OrganizationDevice {
         OrganizationDevice { member, checkpoint_every: checkpoint_every.max(1), keep_checkpoints }
     }
 
+    /// Another handle on the same database and ledger.
+    pub fn share(&self) -> OrganizationDevice {
+        OrganizationDevice {
+            member: Arc::clone(&self.member),
+            checkpoint_every: self.checkpoint_every,
+            keep_checkpoints: self.keep_checkpoints,
+        }
+    }
+
     pub fn execute(&mut self, op: PipelineIo) -> PipelineIoDone {
         let Ok(mut member) = self.member.lock() else {
             return PipelineIoDone::Loaded(Err("the organization's database lock is poisoned".to_string()));

@@ -38,6 +38,11 @@ pub struct ExecutionStats {
     pub dropped_batches: u64,
     /// Device failures, each retried.
     pub failures: Vec<String>,
+    /// Time (on the server's clock) spent executing blocks on the database, waiting for the
+    /// commit server's decision, and appending or recovering.
+    pub execute_ns: u64,
+    pub decide_ns: u64,
+    pub apply_ns: u64,
 }
 
 /// The block in hand and where it is in the pipeline.
@@ -79,6 +84,9 @@ pub struct ExecutionServer {
     deciding: Option<CallId>,
     current: Option<Current>,
     timers: std::collections::BTreeMap<TimerId, TimerFor>,
+    /// The clock at this step, and when the current phase began.
+    now: Nanos,
+    phase_since: Nanos,
     stats: ExecutionStats,
 }
 
@@ -98,6 +106,8 @@ impl ExecutionServer {
             deciding: None,
             current: None,
             timers: Default::default(),
+            now: 0,
+            phase_since: 0,
             stats: ExecutionStats::default(),
         }
     }
@@ -111,7 +121,15 @@ impl ExecutionServer {
         self.next
     }
 
-    pub fn step(&mut self, _now: Nanos, event: PipelineEvent<()>, out: &mut Vec<PipelineCommand>) {
+    /// The time since the current phase began, and the phase now begins anew.
+    fn lap(&mut self) -> u64 {
+        let elapsed = self.now.saturating_sub(self.phase_since);
+        self.phase_since = self.now;
+        elapsed
+    }
+
+    pub fn step(&mut self, now: Nanos, event: PipelineEvent<()>, out: &mut Vec<PipelineCommand>) {
+        self.now = now;
         match event {
             Event::Start => out.push(Command::Io { io: self.ids.io(), op: PipelineIo::Load }),
             Event::IoDone { result, .. } => self.device_done(result, out),
@@ -230,6 +248,7 @@ impl ExecutionServer {
         };
         self.current = Some(Current { block, transactions, outcomes, own: None });
         self.phase = Phase::Executing;
+        self.phase_since = self.now;
         out.push(Command::Io { io: self.ids.io(), op });
     }
 
@@ -255,6 +274,9 @@ impl ExecutionServer {
     }
 
     fn decided(&mut self, decision: Decision, out: &mut Vec<PipelineCommand>) {
+        if matches!(self.phase, Phase::Deciding) {
+            self.stats.decide_ns += self.lap();
+        }
         let Some(current) = &self.current else {
             return;
         };
@@ -296,6 +318,7 @@ impl ExecutionServer {
                 out.push(Command::Io { io: self.ids.io(), op: PipelineIo::Load });
             }
             (PipelineIoDone::Executed(result), Phase::Executing) => {
+                self.stats.execute_ns += self.lap();
                 match result {
                     Ok(own) => {
                         self.stats.executed += 1;
@@ -341,6 +364,7 @@ impl ExecutionServer {
     /// The block is in the ledger: tell the ChainifyServer what its clients' transactions
     /// came to, and move on.
     fn finish(&mut self, out: &mut Vec<PipelineCommand>) {
+        self.stats.apply_ns += self.lap();
         let Some(current) = self.current.take() else {
             return;
         };

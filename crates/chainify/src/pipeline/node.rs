@@ -28,14 +28,36 @@ pub enum NodeDevice {
     None,
 }
 
-impl IoExecutor<ChainifyNode> for NodeDevice {
-    fn execute(&mut self, op: PipelineIo) -> PipelineIoDone {
+impl NodeDevice {
+    fn run(&mut self, op: PipelineIo) -> PipelineIoDone {
         match self {
             NodeDevice::Organization(device) => device.execute(op),
             NodeDevice::Orderer(log) => log.execute(op),
             NodeDevice::Votes(log) => log.execute(op),
             NodeDevice::None => PipelineIoDone::Loaded(Err("this node has no device".to_string())),
         }
+    }
+
+    /// A database operation runs on a thread of its own under a real driver, so that the
+    /// driver's other servers go on meanwhile; the logs' operations are quick and stay.
+    fn detached(&mut self, op: PipelineIo) -> Result<virga_net::role::Detached<PipelineIoDone>, PipelineIo> {
+        match self {
+            NodeDevice::Organization(device) => {
+                let mut device = device.share();
+                Ok(Box::new(move || device.execute(op)))
+            }
+            _ => Err(op),
+        }
+    }
+}
+
+impl IoExecutor<ChainifyNode> for NodeDevice {
+    fn execute(&mut self, op: PipelineIo) -> PipelineIoDone {
+        self.run(op)
+    }
+
+    fn detach(&mut self, op: PipelineIo) -> Result<virga_net::role::Detached<PipelineIoDone>, PipelineIo> {
+        self.detached(op)
     }
 }
 
@@ -178,6 +200,10 @@ impl PipelineNode for WireNode {
 
 impl IoExecutor<WireNode> for NodeDevice {
     fn execute(&mut self, op: PipelineIo) -> PipelineIoDone {
-        <NodeDevice as IoExecutor<ChainifyNode>>::execute(self, op)
+        self.run(op)
+    }
+
+    fn detach(&mut self, op: PipelineIo) -> Result<virga_net::role::Detached<PipelineIoDone>, PipelineIo> {
+        self.detached(op)
     }
 }

@@ -1,0 +1,454 @@
+//! `virga bench chainify`: the pipeline's servers (the role cores of [`crate::pipeline`])
+//! under the tokio driver in one process, every message crossing the wire encoding on the
+//! in-process transport, over three organizations' real databases (two PostgreSQL and one
+//! SQLite, or three SQLite), with SmallBank clients; the seed's Table 4.2 and Fig. 4.11a
+//! shape (throughput against the number of clients, Zipf and uniform), each point next to
+//! one PostgreSQL alone running the same kind of transactions on as many connections, in
+//! the same run, interleaved.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use serde::Serialize;
+use tokio::sync::watch;
+use virga_ledger::tx::SigningKey;
+use virga_ledger::wlc::{Agreement, AgreementPolicy, ChainedTx, OrderedBlock, Proposal, ProposalBatch};
+use virga_net::driver::{CoreReader, Mailbox};
+use virga_net::InProc;
+
+use crate::consortium::Member;
+use crate::ledger::Ledger;
+use crate::pipeline::chainify_server::ChainifyServer;
+use crate::pipeline::client::{ClientConfig, ClientCore};
+use crate::pipeline::commit::CommitServer;
+use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
+use crate::pipeline::execution::ExecutionServer;
+use crate::pipeline::node::{ChainifyNode, NodeDevice, WireNode};
+use crate::pipeline::orderer::OrderingServer;
+use crate::pipeline::{node_name, PipelineConfig, PipelineIo, ORDERER};
+use crate::run::{layout, open, Alone, OrganizationInfo, RunError};
+use crate::smallbank::{self, Skew};
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub dir: PathBuf,
+    pub sqlite_only: bool,
+    pub customers: u64,
+    /// The numbers of clients, each a point (the seed's 3, 6, 12, 24).
+    pub clients: Vec<usize>,
+    pub skews: Vec<Skew>,
+    pub policy: AgreementPolicy,
+    /// Rounds of every point, interleaved.
+    pub runs: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Proposals each client keeps in flight.
+    pub window: usize,
+    pub block_size: usize,
+    pub batch_size: usize,
+    /// Database connections each organization executes a block's stages on (0: serial).
+    pub workers: usize,
+    /// Transactions PostgreSQL alone runs per point.
+    pub alone_transactions: usize,
+    pub seed: u64,
+}
+
+/// One point: a number of clients under one skew, in one round.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchPoint {
+    pub round: usize,
+    pub clients: usize,
+    pub skew: String,
+    /// Transactions answered a second (each executed by every organization).
+    pub tps: f64,
+    pub answered: u64,
+    pub successful: u64,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    /// The share of the execution servers' time (summed over organizations) spent executing
+    /// on the database, waiting for the vote, and appending or recovering.
+    pub execute_share: f64,
+    pub decide_share: f64,
+    pub apply_share: f64,
+    /// PostgreSQL alone on `clients` connections, measured right after; absent with
+    /// `--sqlite-only`.
+    pub postgres_alone_tps: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub organizations: Vec<OrganizationInfo>,
+    pub policy: String,
+    pub customers: u64,
+    pub block_size: usize,
+    pub window: usize,
+    pub workers: usize,
+    pub durability: String,
+    pub load_seconds: f64,
+    pub points: Vec<BenchPoint>,
+}
+
+fn skew_name(skew: Skew) -> String {
+    match skew {
+        Skew::Uniform => "uniform".to_string(),
+        Skew::Zipf(exponent) => format!("zipf:{exponent}"),
+    }
+}
+
+/// The keys and settings of a bench consortium: organizations, the loader and every
+/// client of every point, the orderer.
+struct Keys {
+    orgs: BTreeMap<String, SigningKey>,
+    clients: BTreeMap<String, (SigningKey, String)>,
+    orderer: SigningKey,
+}
+
+const LOADER: &str = "loader";
+
+fn keys(infos: &[OrganizationInfo], client_names: &[String]) -> Keys {
+    let orgs: BTreeMap<String, SigningKey> = infos
+        .iter()
+        .enumerate()
+        .map(|(at, info)| (info.name.clone(), SigningKey::from_seed(0x5749_0000 + at as u64)))
+        .collect();
+    let mut clients = BTreeMap::new();
+    clients.insert(LOADER.to_string(), (SigningKey::from_seed(0x5749_1000), infos[0].name.clone()));
+    for (at, name) in client_names.iter().enumerate() {
+        let org = infos[at % infos.len()].name.clone();
+        clients.insert(name.clone(), (SigningKey::from_seed(0x5749_2000 + at as u64), org));
+    }
+    Keys { orgs, clients, orderer: SigningKey::from_seed(0x5749_3000) }
+}
+
+/// The customers as ordered block 0: one batch of the loader's proposals, agreed by all.
+fn genesis(keys: &Keys, customers: u64, origin: &str) -> OrderedBlock {
+    let loader = &keys.clients[LOADER].0;
+    let proposals = smallbank::load_blocks(customers, 256)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(at, transaction)| Proposal::sign(loader, LOADER, at as u64 + 1, transaction.statements))
+        .collect();
+    let batch = ProposalBatch { origin: origin.to_string(), number: u64::MAX, proposals };
+    let hash = batch.hash();
+    let agreements = keys.orgs.iter().map(|(name, key)| Agreement::sign(key, name, hash)).collect();
+    OrderedBlock::sign(&keys.orderer, 0, [0; 32], vec![ChainedTx { batch, agreements }])
+}
+
+/// The servers running in this process, and readers of their cores.
+struct Running {
+    transport: Arc<InProc>,
+    execs: Vec<CoreReader<WireNode>>,
+    orderer: CoreReader<WireNode>,
+}
+
+fn spawn(
+    transport: &Arc<InProc>,
+    name: &str,
+    node: ChainifyNode,
+    device: NodeDevice,
+    shutdown: watch::Receiver<bool>,
+) -> CoreReader<WireNode> {
+    let mailbox: Mailbox<WireNode> = Mailbox::new();
+    transport.register::<virga_net::Chainify>(name.to_string(), mailbox.handler());
+    let running = mailbox.run(name.to_string(), WireNode::new(node), Arc::clone(transport) as _, device, shutdown);
+    running.reader()
+}
+
+fn exec_of(node: &WireNode) -> Option<&ExecutionServer> {
+    match crate::pipeline::node::PipelineNode::node(node) {
+        ChainifyNode::Execution(core) => Some(core),
+        _ => None,
+    }
+}
+
+fn client_of(node: &WireNode) -> Option<&ClientCore> {
+    match crate::pipeline::node::PipelineNode::node(node) {
+        ChainifyNode::Client(core) => Some(core),
+        _ => None,
+    }
+}
+
+/// The execution servers' heights, and their summed (execute, decide, apply) times.
+fn exec_state(running: &Running) -> (Vec<u64>, [u64; 3]) {
+    let mut heights = Vec::new();
+    let mut times = [0; 3];
+    for reader in &running.execs {
+        reader.with_core(|node| {
+            if let Some(exec) = exec_of(node) {
+                heights.push(exec.height());
+                let stats = exec.stats();
+                times[0] += stats.execute_ns;
+                times[1] += stats.decide_ns;
+                times[2] += stats.apply_ns;
+            }
+        });
+    }
+    (heights, times)
+}
+
+fn orderer_height(running: &Running) -> u64 {
+    running.orderer.with_core(|node| match crate::pipeline::node::PipelineNode::node(node) {
+        ChainifyNode::Orderer(core) => core.blocks().len() as u64,
+        _ => 0,
+    })
+}
+
+/// Waits until every organization holds every ordered block (the orderer's log holds the
+/// genesis, so at least one).
+async fn drain(running: &Running, limit: Duration) -> Result<(), RunError> {
+    let started = Instant::now();
+    loop {
+        let ordered = orderer_height(running);
+        let (heights, _) = exec_state(running);
+        if ordered > 0 && heights.iter().all(|height| *height >= ordered) {
+            return Ok(());
+        }
+        if started.elapsed() > limit {
+            return Err(RunError::Io(format!(
+                "the organizations hold {heights:?} of {ordered} ordered blocks after {limit:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let at = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)] as f64 / 1e6
+}
+
+/// Runs the benchmark; `progress` hears of each point as it is measured.
+///
+/// The databases are opened, and PostgreSQL alone started, before the runtime: the
+/// `postgres` client runs a runtime of its own, which may not start inside another. The
+/// databases are closed after it, for the same reason.
+pub fn run(config: &BenchConfig, progress: &mut dyn FnMut(&BenchPoint)) -> Result<BenchReport, RunError> {
+    std::fs::create_dir_all(&config.dir).map_err(|error| RunError::Io(format!("{}: {error}", config.dir.display())))?;
+    let infos = layout(config.sqlite_only);
+    let opened = open(&config.dir, &infos, true, config.workers)?;
+    let mut members = Vec::new();
+    for (organization, info) in opened.organizations.into_iter().zip(&infos) {
+        let ledger = Ledger::open(&config.dir.join(&info.name).join("ledger"))?;
+        members.push(Arc::new(Mutex::new(Member::new(organization, ledger))));
+    }
+    let connections = config.clients.iter().copied().max().unwrap_or(1);
+    let mut alone = match config.sqlite_only {
+        true => None,
+        false => Some(Alone::start(&config.dir.join("alone"), config.customers, connections)?),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|error| RunError::Io(format!("starting the runtime: {error}")))?;
+    let result = runtime.block_on(run_async(config, &infos, &members, alone.as_mut(), progress));
+    drop(runtime);
+    drop(members);
+    drop(alone);
+    drop(opened.servers);
+    result
+}
+
+async fn run_async(
+    config: &BenchConfig,
+    infos: &[OrganizationInfo],
+    members: &[Arc<Mutex<Member>>],
+    mut alone: Option<&mut Alone>,
+    progress: &mut dyn FnMut(&BenchPoint),
+) -> Result<BenchReport, RunError> {
+    let mut points_plan = Vec::new();
+    for round in 0..config.runs.max(1) {
+        for skew in &config.skews {
+            for clients in &config.clients {
+                points_plan.push((round, *skew, *clients));
+            }
+        }
+    }
+    let client_names: Vec<String> = points_plan
+        .iter()
+        .enumerate()
+        .flat_map(|(point, (_, _, clients))| (0..*clients).map(move |at| format!("client-{point}-{at}")))
+        .collect();
+    let keys = keys(infos, &client_names);
+    let pipeline = Arc::new(PipelineConfig {
+        organizations: keys.orgs.iter().map(|(name, key)| (name.clone(), key.address())).collect(),
+        clients: keys.clients.iter().map(|(name, (key, _))| (name.clone(), key.address())).collect(),
+        client_orgs: keys.clients.iter().map(|(name, (_, org))| (name.clone(), org.clone())).collect(),
+        orderer: keys.orderer.address(),
+        policy: config.policy,
+        agreements: config.policy.agree,
+        batch_size: config.batch_size,
+        batch_wait: Duration::from_millis(2),
+        block_size: config.block_size,
+        block_wait: Duration::from_millis(10),
+        checkpoint_every: 1_000_000,
+        keep_checkpoints: 3,
+        call_deadline: Duration::from_secs(5),
+        retry_after: Duration::from_millis(50),
+    });
+    let log = OrdererLog::default();
+    log.execute(PipelineIo::Persist(genesis(&keys, config.customers, &infos[0].name)));
+    let transport = InProc::new();
+    let (stop_servers, servers_shutdown) = watch::channel(false);
+    let orderer = spawn(
+        &transport,
+        ORDERER,
+        ChainifyNode::Orderer(Box::new(OrderingServer::new(keys.orderer.clone(), Arc::clone(&pipeline)))),
+        NodeDevice::Orderer(log.clone()),
+        servers_shutdown.clone(),
+    );
+    let mut execs = Vec::new();
+    for (member, info) in members.iter().zip(infos) {
+        let member = Arc::clone(member);
+        let key = keys.orgs[&info.name].clone();
+        let org = info.name.as_str();
+        let device = OrganizationDevice::new(member, pipeline.checkpoint_every, pipeline.keep_checkpoints);
+        execs.push(spawn(
+            &transport,
+            &node_name(org, "exec"),
+            ChainifyNode::Execution(Box::new(ExecutionServer::new(org, Arc::clone(&pipeline), None))),
+            NodeDevice::Organization(Box::new(device)),
+            servers_shutdown.clone(),
+        ));
+        spawn(
+            &transport,
+            &node_name(org, "commit"),
+            ChainifyNode::Commit(Box::new(CommitServer::new(org, key.clone(), Arc::clone(&pipeline), None))),
+            NodeDevice::Votes(VoteLog::default()),
+            servers_shutdown.clone(),
+        );
+        spawn(
+            &transport,
+            &node_name(org, "chainify"),
+            ChainifyNode::Chainify(Box::new(ChainifyServer::new(org, key, Arc::clone(&pipeline)))),
+            NodeDevice::None,
+            servers_shutdown.clone(),
+        );
+    }
+    let running = Running { transport, execs, orderer };
+    let started = Instant::now();
+    drain(&running, Duration::from_secs(3600)).await?;
+    let load_seconds = started.elapsed().as_secs_f64();
+    let mut report = BenchReport {
+        organizations: infos.to_vec(),
+        policy: format!("any {} of {}", config.policy.agree, config.policy.of),
+        customers: config.customers,
+        block_size: config.block_size,
+        window: config.window,
+        workers: config.workers,
+        durability: "PostgreSQL synchronous_commit = on, SQLite synchronous = FULL (WAL); the orderer's and the votes' logs in memory".to_string(),
+        load_seconds,
+        points: Vec::new(),
+    };
+    let mut rng = SmallRng::seed_from_u64(config.seed);
+    for (point, (round, skew, clients)) in points_plan.into_iter().enumerate() {
+        let mut measured = measure(config, &running, &pipeline, &keys, point, skew, clients).await?;
+        measured.round = round;
+        if let Some(alone) = alone.as_mut() {
+            let transactions =
+                smallbank::random_block_skewed(&mut rng, config.customers, config.alone_transactions, skew);
+            measured.postgres_alone_tps = Some(alone.run_on(clients, &transactions));
+        }
+        progress(&measured);
+        report.points.push(measured);
+    }
+    let _ = stop_servers.send(true);
+    Ok(report)
+}
+
+/// One point: `clients` clients for the warm-up and the measured window, then drained.
+async fn measure(
+    config: &BenchConfig,
+    running: &Running,
+    pipeline: &Arc<PipelineConfig>,
+    keys: &Keys,
+    point: usize,
+    skew: Skew,
+    clients: usize,
+) -> Result<BenchPoint, RunError> {
+    let (stop, shutdown) = watch::channel(false);
+    let mut readers = Vec::new();
+    for at in 0..clients {
+        let name = format!("client-{point}-{at}");
+        let (key, org) = keys.clients[&name].clone();
+        let client = ClientConfig {
+            name: name.clone(),
+            organization: org,
+            window: config.window,
+            transactions: u64::MAX,
+            customers: config.customers,
+            skew,
+            seed: config.seed ^ ((point as u64) << 20) ^ at as u64,
+            deadline: pipeline.call_deadline * 4,
+        };
+        readers.push(spawn(
+            &running.transport,
+            &name,
+            ChainifyNode::Client(Box::new(ClientCore::new(client, key))),
+            NodeDevice::None,
+            shutdown.clone(),
+        ));
+    }
+    let counts = |readers: &[CoreReader<WireNode>]| {
+        let mut answered = 0;
+        let mut successful = 0;
+        let mut latencies = Vec::new();
+        for reader in readers {
+            reader.with_core(|node| {
+                if let Some(client) = client_of(node) {
+                    answered += client.stats().outcomes.len() as u64;
+                    successful += client.stats().outcomes.iter().filter(|outcome| outcome.successful).count() as u64;
+                    latencies.push(client.stats().latencies.len());
+                }
+            });
+        }
+        (answered, successful, latencies)
+    };
+    tokio::time::sleep(config.warmup).await;
+    let (answered_before, successful_before, latency_marks) = counts(&readers);
+    let (_, times_before) = exec_state(running);
+    let window_started = Instant::now();
+    tokio::time::sleep(config.duration).await;
+    let (answered_after, successful_after, _) = counts(&readers);
+    let (_, times_after) = exec_state(running);
+    let seconds = window_started.elapsed().as_secs_f64();
+    let mut latencies: Vec<u64> = Vec::new();
+    for (reader, mark) in readers.iter().zip(latency_marks) {
+        reader.with_core(|node| {
+            if let Some(client) = client_of(node) {
+                latencies.extend(client.stats().latencies.iter().skip(mark).copied());
+            }
+        });
+    }
+    latencies.sort_unstable();
+    let _ = stop.send(true);
+    for at in 0..clients {
+        running.transport.unregister(&format!("client-{point}-{at}"));
+    }
+    drain(running, Duration::from_secs(600)).await?;
+    let spent: Vec<f64> = (0..3).map(|at| times_after[at].saturating_sub(times_before[at]) as f64).collect();
+    let total = spent.iter().sum::<f64>().max(1.0);
+    let answered = answered_after - answered_before;
+    Ok(BenchPoint {
+        round: 0,
+        clients,
+        skew: skew_name(skew),
+        tps: answered as f64 / seconds.max(1e-9),
+        answered,
+        successful: successful_after - successful_before,
+        latency_p50_ms: percentile(&latencies, 0.5),
+        latency_p99_ms: percentile(&latencies, 0.99),
+        execute_share: spent[0] / total,
+        decide_share: spent[1] / total,
+        apply_share: spent[2] / total,
+        postgres_alone_tps: None,
+    })
+}
