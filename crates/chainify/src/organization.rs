@@ -229,6 +229,47 @@ impl<S: SqlSession> DatabaseOrganization<S> {
         Ok(rows)
     }
 
+    /// Serial execution with one commit a block: each transaction inside a savepoint (a
+    /// failing statement rolls back to it, so the transaction leaves no effect and no
+    /// digest row, as on its own), the digests read and emptied, then one commit. A crash
+    /// loses the whole block or nothing, and the pipeline answers no client before the
+    /// block is decided, so every answered transaction is as durable as with a commit each.
+    fn execute_in_one_transaction(&mut self, transactions: &[Transaction]) -> Result<BlockEffects, OrganizationError> {
+        let result = self.run_in_one_transaction(transactions);
+        if result.is_err() {
+            let _ = self.session.batch("ROLLBACK");
+        }
+        result
+    }
+
+    fn run_in_one_transaction(&mut self, transactions: &[Transaction]) -> Result<BlockEffects, OrganizationError> {
+        let batch =
+            |this: &mut Self, sql: &str, what: &str| this.session.batch(sql).map_err(|error| this.failed(what, error));
+        batch(self, "BEGIN", "starting the block's transaction")?;
+        let mut successful = Vec::with_capacity(transactions.len());
+        for transaction in transactions {
+            batch(self, "SAVEPOINT chainify_txn", "opening a transaction's savepoint")?;
+            let ok = transaction.statements.iter().all(|statement| self.session.batch(statement).is_ok());
+            if !ok {
+                batch(self, "ROLLBACK TO SAVEPOINT chainify_txn", "rolling a failed transaction back")?;
+            }
+            batch(self, "RELEASE SAVEPOINT chainify_txn", "releasing a transaction's savepoint")?;
+            successful.push(ok);
+        }
+        let mut digests = Vec::new();
+        for table in self.tables.clone() {
+            let digest = table.digest_table();
+            let read = self
+                .texts("reading the digests", &format!("SELECT pk, CAST(serial AS TEXT), image, op FROM {digest}"))?;
+            for row in read {
+                digests.push(self.digest_row(&table, row)?);
+            }
+            batch(self, &format!("DELETE FROM {digest}"), "emptying the digest tables")?;
+        }
+        batch(self, "COMMIT", "committing the block")?;
+        Ok(BlockEffects { successful, digests })
+    }
+
     fn digest_row(&self, table: &SharedTable, row: Vec<Option<String>>) -> Result<DigestRow, OrganizationError> {
         let bad = |problem: String| OrganizationError::BadDigest {
             org: self.name.clone(),
@@ -281,13 +322,12 @@ impl<S: SqlSession> Organization for DatabaseOrganization<S> {
 
     fn execute_block(&mut self, transactions: &[Transaction]) -> Result<BlockEffects, OrganizationError> {
         self.check_installed()?;
+        if self.workers.is_empty() {
+            return self.execute_in_one_transaction(transactions);
+        }
         // A statement that fails (a violated check, say) rolls its transaction back: the
         // block records it as unsuccessful, with no effect and no digest row.
-        let successful = if self.workers.is_empty() {
-            transactions.iter().map(|txn| self.session.atomically(&txn.statements).is_ok()).collect()
-        } else {
-            self.execute_staged(transactions)
-        };
+        let successful = self.execute_staged(transactions);
         let digests = self.take_digests()?;
         Ok(BlockEffects { successful, digests })
     }

@@ -58,6 +58,9 @@ pub struct CommitServer {
     /// Checked votes heard, by block and organization (the first of each counts).
     heard: BTreeMap<u64, BTreeMap<String, Hash>>,
     own: BTreeMap<u64, SignedVote>,
+    /// Peers that asked for this server's vote on a block before it had one: they have
+    /// nothing to ask it again for, so its vote is sent to them once it has one.
+    owed: BTreeMap<u64, std::collections::BTreeSet<String>>,
     deciding: Option<Deciding>,
     /// Vote requests in flight, by peer.
     asking: BTreeMap<CallId, String>,
@@ -81,6 +84,7 @@ impl CommitServer {
             loaded: false,
             heard: BTreeMap::new(),
             own: BTreeMap::new(),
+            owed: BTreeMap::new(),
             deciding: None,
             asking: BTreeMap::new(),
             pull_timer: None,
@@ -172,7 +176,11 @@ impl CommitServer {
                 if let Some(vote) = vote {
                     self.hear(&peer, block, vote)?;
                 }
-                Ok(Some(Response::VoteAck(self.own.get(&block).cloned())))
+                let own = self.own.get(&block).cloned();
+                if own.is_none() {
+                    self.owed.entry(block).or_default().insert(peer);
+                }
+                Ok(Some(Response::VoteAck(own)))
             }
             other => Err(format!(
                 "a commit server does not serve {} from {from}",
@@ -208,17 +216,19 @@ impl CommitServer {
     }
 
     /// Asks every peer whose vote for the block being decided is missing (sending this
-    /// server's own), unless a request to it is in flight; and again after a while.
+    /// server's own), unless a request to it is in flight, and sends the vote to every peer
+    /// it is owed to; and asks again after a while.
     fn ask_peers(&mut self, out: &mut Vec<PipelineCommand>) {
         let Some(deciding) = self.deciding.as_ref().filter(|deciding| deciding.logged) else {
             return;
         };
         let block = deciding.block;
         let heard = self.heard.get(&block);
+        let owed = self.owed.remove(&block).unwrap_or_default();
         let missing: Vec<String> = self
             .config
             .peers_of(&self.org)
-            .filter(|peer| !heard.is_some_and(|heard| heard.contains_key(*peer)))
+            .filter(|peer| !heard.is_some_and(|heard| heard.contains_key(*peer)) || owed.contains(*peer))
             .filter(|peer| !self.asking.values().any(|asked| asked == peer))
             .map(str::to_string)
             .collect();
@@ -292,6 +302,7 @@ impl CommitServer {
         let floor = deciding.block.saturating_sub(KEPT_BLOCKS);
         self.heard = self.heard.split_off(&floor);
         self.own = self.own.split_off(&floor);
+        self.owed = self.owed.split_off(&floor);
         out.push(Command::Reply {
             to: node_name(&self.org, "exec"),
             call: deciding.call,
