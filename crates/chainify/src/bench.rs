@@ -92,6 +92,18 @@ pub struct BenchReport {
     pub points: Vec<BenchPoint>,
 }
 
+/// How the organizations and PostgreSQL alone make transactions durable.
+pub fn durability(workers: usize, more: &str) -> String {
+    let commits = if workers == 0 {
+        "organizations commit once a block (each transaction in a savepoint; no client is answered before its block is decided)"
+    } else {
+        "organizations commit each transaction (staged on worker connections)"
+    };
+    format!(
+        "PostgreSQL synchronous_commit = on, SQLite synchronous = FULL (WAL); {commits}; PostgreSQL alone commits each transaction{more}"
+    )
+}
+
 fn skew_name(skew: Skew) -> String {
     match skew {
         Skew::Uniform => "uniform".to_string(),
@@ -344,7 +356,7 @@ async fn run_async(
         block_size: config.block_size,
         window: config.window,
         workers: config.workers,
-        durability: "PostgreSQL synchronous_commit = on, SQLite synchronous = FULL (WAL); the orderer's and the votes' logs in memory".to_string(),
+        durability: durability(config.workers, "; the orderer's and the votes' logs in memory"),
         load_seconds,
         points: Vec::new(),
     };

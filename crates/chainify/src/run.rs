@@ -229,7 +229,7 @@ pub fn up(config: &UpConfig, progress: &mut dyn FnMut(u64, u64)) -> Result<UpRep
         seconds: 0.0,
         load_seconds,
         postgres_alone_tps: None,
-        durability: "PostgreSQL synchronous_commit = on, SQLite synchronous = FULL (WAL)".to_string(),
+        durability: crate::bench::durability(config.workers, ""),
         workers: config.workers,
         execute_seconds: 0.0,
         agree_seconds: 0.0,

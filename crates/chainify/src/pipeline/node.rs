@@ -39,7 +39,9 @@ impl NodeDevice {
     }
 
     /// A database operation runs on a thread of its own under a real driver, so that the
-    /// driver's other servers go on meanwhile; the logs' operations are quick and stay.
+    /// driver's other servers go on meanwhile; the logs' operations are quick and stay (the
+    /// operation is handed back by value, as the trait asks).
+    #[allow(clippy::result_large_err)]
     fn detached(&mut self, op: PipelineIo) -> Result<virga_net::role::Detached<PipelineIoDone>, PipelineIo> {
         match self {
             NodeDevice::Organization(device) => {
@@ -56,6 +58,7 @@ impl IoExecutor<ChainifyNode> for NodeDevice {
         self.run(op)
     }
 
+    #[allow(clippy::result_large_err)]
     fn detach(&mut self, op: PipelineIo) -> Result<virga_net::role::Detached<PipelineIoDone>, PipelineIo> {
         self.detached(op)
     }
@@ -203,6 +206,7 @@ impl IoExecutor<WireNode> for NodeDevice {
         self.run(op)
     }
 
+    #[allow(clippy::result_large_err)]
     fn detach(&mut self, op: PipelineIo) -> Result<virga_net::role::Detached<PipelineIoDone>, PipelineIo> {
         self.detached(op)
     }

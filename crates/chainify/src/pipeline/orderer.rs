@@ -30,6 +30,9 @@ pub struct OrdererStats {
     pub duplicates: u64,
 }
 
+/// A block being logged: its device operation, and the calls to acknowledge once it is.
+type Persisting = (IoId, OrderedBlock, Vec<(String, CallId)>);
+
 pub struct OrderingServer {
     key: SigningKey,
     config: Arc<PipelineConfig>,
@@ -41,7 +44,7 @@ pub struct OrderingServer {
     /// Batches waiting for a block, with the calls to acknowledge once it is logged.
     pending: Vec<(ChainedTx, Vec<(String, CallId)>)>,
     /// The block being logged, and the calls waiting for it.
-    persisting: Option<(IoId, OrderedBlock, Vec<(String, CallId)>)>,
+    persisting: Option<Persisting>,
     cut_timer: Option<TimerId>,
     /// Each execution server's waiting fetch.
     fetchers: BTreeMap<String, (CallId, u64)>,
