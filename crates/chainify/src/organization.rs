@@ -213,7 +213,8 @@ impl<S: SqlSession> DatabaseOrganization<S> {
         statements
     }
 
-    fn take_digests(&mut self) -> Result<Vec<DigestRow>, OrganizationError> {
+    /// Every digest row of every shared table, as the database holds them now.
+    fn read_digests(&mut self) -> Result<Vec<DigestRow>, OrganizationError> {
         let mut rows = Vec::new();
         for table in self.tables.clone() {
             let digest = table.digest_table();
@@ -223,6 +224,11 @@ impl<S: SqlSession> DatabaseOrganization<S> {
                 rows.push(self.digest_row(&table, row)?);
             }
         }
+        Ok(rows)
+    }
+
+    fn take_digests(&mut self) -> Result<Vec<DigestRow>, OrganizationError> {
+        let rows = self.read_digests()?;
         let empty: Vec<String> =
             self.tables.iter().map(|table| format!("DELETE FROM {}", table.digest_table())).collect();
         self.session.atomically(&empty).map_err(|error| self.failed("emptying the digest tables", error))?;
@@ -256,15 +262,9 @@ impl<S: SqlSession> DatabaseOrganization<S> {
             batch(self, "RELEASE SAVEPOINT chainify_txn", "releasing a transaction's savepoint")?;
             successful.push(ok);
         }
-        let mut digests = Vec::new();
+        let digests = self.read_digests()?;
         for table in self.tables.clone() {
-            let digest = table.digest_table();
-            let read = self
-                .texts("reading the digests", &format!("SELECT pk, CAST(serial AS TEXT), image, op FROM {digest}"))?;
-            for row in read {
-                digests.push(self.digest_row(&table, row)?);
-            }
-            batch(self, &format!("DELETE FROM {digest}"), "emptying the digest tables")?;
+            batch(self, &format!("DELETE FROM {}", table.digest_table()), "emptying the digest tables")?;
         }
         batch(self, "COMMIT", "committing the block")?;
         Ok(BlockEffects { successful, digests })

@@ -201,16 +201,11 @@ impl Proposal {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![FORMAT];
-        self.put(&mut out);
-        out
+        encode_with(|out| self.put(out))
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Proposal, MessageError> {
-        let mut reader = Reader::open("proposal", bytes)?;
-        let proposal = Proposal::take(&mut reader)?;
-        reader.finish()?;
-        Ok(proposal)
+        decode_with("proposal", bytes, Proposal::take)
     }
 }
 
@@ -241,16 +236,11 @@ impl ProposalBatch {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![FORMAT];
-        self.put(&mut out);
-        out
+        encode_with(|out| self.put(out))
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ProposalBatch, MessageError> {
-        let mut reader = Reader::open("proposal batch", bytes)?;
-        let batch = ProposalBatch::take(&mut reader)?;
-        reader.finish()?;
-        Ok(batch)
+        decode_with("proposal batch", bytes, ProposalBatch::take)
     }
 }
 
@@ -290,16 +280,11 @@ impl Agreement {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![FORMAT];
-        self.put(&mut out);
-        out
+        encode_with(|out| self.put(out))
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Agreement, MessageError> {
-        let mut reader = Reader::open("agreement", bytes)?;
-        let agreement = Agreement::take(&mut reader)?;
-        reader.finish()?;
-        Ok(agreement)
+        decode_with("agreement", bytes, Agreement::take)
     }
 }
 
@@ -339,16 +324,11 @@ impl ChainedTx {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![FORMAT];
-        self.put(&mut out);
-        out
+        encode_with(|out| self.put(out))
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ChainedTx, MessageError> {
-        let mut reader = Reader::open("chained transaction", bytes)?;
-        let chained = ChainedTx::take(&mut reader)?;
-        reader.finish()?;
-        Ok(chained)
+        decode_with("chained transaction", bytes, ChainedTx::take)
     }
 }
 
@@ -412,6 +392,25 @@ impl OrderedBlock {
         reader.finish()?;
         Ok(OrderedBlock { number, previous, batches, signature })
     }
+}
+
+/// A message's bytes: the format byte, then what `put` writes.
+fn encode_with(put: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = vec![FORMAT];
+    put(&mut out);
+    out
+}
+
+/// A message from exactly `bytes`: the format byte, what `take` reads, and nothing after.
+fn decode_with<T>(
+    message: &'static str,
+    bytes: &[u8],
+    take: impl FnOnce(&mut Reader) -> Result<T, MessageError>,
+) -> Result<T, MessageError> {
+    let mut reader = Reader::open(message, bytes)?;
+    let value = take(&mut reader)?;
+    reader.finish()?;
+    Ok(value)
 }
 
 fn put_name(out: &mut Vec<u8>, name: &str) {
