@@ -14,6 +14,10 @@ use virga_net::NetError;
 use super::seq_window::SeqWindow;
 use super::{node_name, organization_of, PipelineCommand, PipelineConfig, PipelineEvent, Request, Response, ORDERER};
 
+/// How many agreed batches a server remembers; a retry of an older one is checked afresh
+/// (and refused as a replay, its proposals being seen).
+const KEPT_AGREED_BATCHES: usize = 65_536;
+
 /// What a ChainifyServer counted.
 #[derive(Debug, Clone, Default)]
 pub struct ChainifyStats {
@@ -54,8 +58,10 @@ pub struct ChainifyServer {
     /// organizations' clients.
     accepted: SeqWindow,
     agreed: SeqWindow,
-    /// Batches this server agreed to, so that a retried request gets the same answer.
+    /// Batches this server agreed to, so that a retried request gets the same answer (the
+    /// newest ones, oldest first in `agreed_order`).
     agreed_batches: BTreeSet<Hash>,
+    agreed_order: std::collections::VecDeque<Hash>,
     forming: Vec<Proposal>,
     cut_timer: Option<TimerId>,
     next_batch: u64,
@@ -77,6 +83,7 @@ impl ChainifyServer {
             accepted: SeqWindow::default(),
             agreed: SeqWindow::default(),
             agreed_batches: BTreeSet::new(),
+            agreed_order: std::collections::VecDeque::new(),
             forming: Vec::new(),
             cut_timer: None,
             next_batch: 0,
@@ -325,6 +332,12 @@ impl ChainifyServer {
                 self.agreed.insert(&proposal.client, proposal.seq);
             }
             self.agreed_batches.insert(hash);
+            self.agreed_order.push_back(hash);
+            while self.agreed_order.len() > KEPT_AGREED_BATCHES {
+                if let Some(oldest) = self.agreed_order.pop_front() {
+                    self.agreed_batches.remove(&oldest);
+                }
+            }
             self.stats.agreed_for_peers += 1;
         }
         Ok(Agreement::sign(&self.key, &self.org, hash))
