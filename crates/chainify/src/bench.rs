@@ -16,7 +16,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use tokio::sync::watch;
 use virga_ledger::tx::SigningKey;
-use virga_ledger::wlc::{Agreement, AgreementPolicy, ChainedTx, OrderedBlock, Proposal, ProposalBatch};
+use virga_ledger::wlc::{Agreement, AgreementPolicy, BlockCut, ChainedTx, Proposal, ProposalBatch};
 use virga_net::driver::{CoreReader, Mailbox};
 use virga_net::InProc;
 
@@ -28,8 +28,8 @@ use crate::pipeline::commit::CommitServer;
 use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
 use crate::pipeline::execution::ExecutionServer;
 use crate::pipeline::node::{ChainifyNode, NodeDevice, WireNode};
-use crate::pipeline::orderer::OrderingServer;
-use crate::pipeline::{node_name, PipelineConfig, PipelineIo, ORDERER};
+use crate::pipeline::orderer::{founding_records, OrderingServer};
+use crate::pipeline::{node_name, orderer_names, PipelineConfig, RaftTiming};
 use crate::run::{layout, open, Alone, OrganizationInfo, RunError};
 use crate::smallbank::{self, Skew};
 
@@ -54,6 +54,8 @@ pub struct BenchConfig {
     pub workers: usize,
     /// Transactions PostgreSQL alone runs per point.
     pub alone_transactions: usize,
+    /// Replicas of the ordering service's Raft group.
+    pub orderers: usize,
     pub seed: u64,
 }
 
@@ -137,7 +139,7 @@ fn keys(infos: &[OrganizationInfo], client_names: &[String]) -> Keys {
 }
 
 /// The customers as ordered block 0: one batch of the loader's proposals, agreed by all.
-fn genesis(keys: &Keys, customers: u64, origin: &str) -> OrderedBlock {
+fn genesis(keys: &Keys, customers: u64, origin: &str) -> BlockCut {
     let loader = &keys.clients[LOADER].0;
     let proposals = smallbank::load_blocks(customers, 256)
         .into_iter()
@@ -148,14 +150,14 @@ fn genesis(keys: &Keys, customers: u64, origin: &str) -> OrderedBlock {
     let batch = ProposalBatch { origin: origin.to_string(), number: u64::MAX, proposals };
     let hash = batch.hash();
     let agreements = keys.orgs.iter().map(|(name, key)| Agreement::sign(key, name, hash)).collect();
-    OrderedBlock::sign(&keys.orderer, 0, [0; 32], vec![ChainedTx { batch, agreements }])
+    BlockCut { batches: vec![ChainedTx { batch, agreements }] }
 }
 
 /// The servers running in this process, and readers of their cores.
 struct Running {
     transport: Arc<InProc>,
     execs: Vec<CoreReader<WireNode>>,
-    orderer: CoreReader<WireNode>,
+    orderers: Vec<CoreReader<WireNode>>,
 }
 
 fn spawn(
@@ -203,14 +205,18 @@ fn exec_state(running: &Running) -> (Vec<u64>, [u64; 3]) {
     (heights, times)
 }
 
+/// The most blocks an orderer replica has applied.
 fn orderer_height(running: &Running) -> u64 {
-    running.orderer.with_core(|node| match crate::pipeline::node::PipelineNode::node(node) {
-        ChainifyNode::Orderer(core) => core.blocks().len() as u64,
-        _ => 0,
-    })
+    let heights = running.orderers.iter().map(|reader| {
+        reader.with_core(|node| match crate::pipeline::node::PipelineNode::node(node) {
+            ChainifyNode::Orderer(core) => core.blocks().len() as u64,
+            _ => 0,
+        })
+    });
+    heights.max().unwrap_or(0)
 }
 
-/// Waits until every organization holds every ordered block (the orderer's log holds the
+/// Waits until every organization holds every ordered block (the orderers' log holds the
 /// genesis, so at least one).
 async fn drain(running: &Running, limit: Duration) -> Result<(), RunError> {
     let started = Instant::now();
@@ -295,6 +301,8 @@ async fn run_async(
         clients: keys.clients.iter().map(|(name, (key, _))| (name.clone(), key.address())).collect(),
         client_orgs: keys.clients.iter().map(|(name, (_, org))| (name.clone(), org.clone())).collect(),
         orderer: keys.orderer.address(),
+        orderers: orderer_names(config.orderers.max(1)),
+        raft: RaftTiming::default(),
         policy: config.policy,
         agreements: config.policy.agree,
         batch_size: config.batch_size,
@@ -306,17 +314,20 @@ async fn run_async(
         call_deadline: Duration::from_secs(5),
         retry_after: Duration::from_millis(50),
     });
-    let log = OrdererLog::default();
-    log.execute(PipelineIo::Persist(genesis(&keys, config.customers, &infos[0].name)));
+    let founding = founding_records(pipeline.orderers.len(), &[genesis(&keys, config.customers, &infos[0].name)]);
     let transport = InProc::new();
     let (stop_servers, servers_shutdown) = watch::channel(false);
-    let orderer = spawn(
-        &transport,
-        ORDERER,
-        ChainifyNode::Orderer(Box::new(OrderingServer::new(keys.orderer.clone(), Arc::clone(&pipeline)))),
-        NodeDevice::Orderer(log.clone()),
-        servers_shutdown.clone(),
-    );
+    let orderers: Vec<CoreReader<WireNode>> = pipeline
+        .orderers
+        .iter()
+        .enumerate()
+        .map(|(at, name)| {
+            let core = OrderingServer::new(name, keys.orderer.clone(), Arc::clone(&pipeline), config.seed + at as u64);
+            let log = OrdererLog::with_records(founding.clone());
+            let device = NodeDevice::Orderer(log);
+            spawn(&transport, name, ChainifyNode::Orderer(Box::new(core)), device, servers_shutdown.clone())
+        })
+        .collect();
     let mut execs = Vec::new();
     for (member, info) in members.iter().zip(infos) {
         let member = Arc::clone(member);
@@ -345,7 +356,7 @@ async fn run_async(
             servers_shutdown.clone(),
         );
     }
-    let running = Running { transport, execs, orderer };
+    let running = Running { transport, execs, orderers };
     let started = Instant::now();
     drain(&running, Duration::from_secs(3600)).await?;
     let load_seconds = started.elapsed().as_secs_f64();
@@ -356,7 +367,10 @@ async fn run_async(
         block_size: config.block_size,
         window: config.window,
         workers: config.workers,
-        durability: durability(config.workers, "; the orderer's and the votes' logs in memory"),
+        durability: durability(
+            config.workers,
+            &format!("; {} orderer replicas (Raft), their logs and the votes' in memory", pipeline.orderers.len()),
+        ),
         load_seconds,
         points: Vec::new(),
     };

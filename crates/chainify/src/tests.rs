@@ -382,6 +382,7 @@ fn the_pipeline_bench_runs_its_servers_over_real_databases() {
         batch_size: 8,
         workers: 0,
         alone_transactions: 10,
+        orderers: 3,
         seed: 1,
     };
     let report = crate::bench::run(&config, &mut |_| {}).unwrap();

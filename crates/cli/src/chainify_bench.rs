@@ -55,6 +55,9 @@ pub struct ChainifyBenchArgs {
     /// Connections per organization that run each block's stages in parallel; 0: serial.
     #[arg(long, default_value_t = 0, value_parser = limits::count_between(0, 64))]
     pub workers: usize,
+    /// Replicas of the ordering service (a Raft group; 1 is a single orderer).
+    #[arg(long, default_value_t = 3, value_parser = limits::count_between(1, 7))]
+    pub orderers: usize,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Where the JSON report goes.
@@ -96,6 +99,7 @@ pub fn run_bench(args: &ChainifyBenchArgs) -> anyhow::Result<ExitCode> {
         batch_size: args.batch_size,
         workers: args.workers,
         alone_transactions: 4_000,
+        orderers: args.orderers,
         seed: args.seed,
     };
     eprintln!(

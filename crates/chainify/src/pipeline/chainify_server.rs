@@ -12,7 +12,9 @@ use virga_net::role::{CallId, Command, Event, Ids, Nanos, TimerId};
 use virga_net::NetError;
 
 use super::seq_window::SeqWindow;
-use super::{node_name, organization_of, PipelineCommand, PipelineConfig, PipelineEvent, Request, Response, ORDERER};
+use super::{
+    node_name, organization_of, OrdererTarget, PipelineCommand, PipelineConfig, PipelineEvent, Request, Response,
+};
 
 /// How many agreed batches a server remembers; a retry of an older one is checked afresh
 /// (and refused as a replay, its proposals being seen).
@@ -70,6 +72,7 @@ pub struct ChainifyServer {
     waiting: BTreeMap<(String, u64), (String, CallId)>,
     calls: BTreeMap<CallId, CallFor>,
     timers: BTreeMap<TimerId, TimerFor>,
+    orderer: OrdererTarget,
     stats: ChainifyStats,
 }
 
@@ -91,6 +94,7 @@ impl ChainifyServer {
             waiting: BTreeMap::new(),
             calls: BTreeMap::new(),
             timers: BTreeMap::new(),
+            orderer: OrdererTarget::default(),
             stats: ChainifyStats::default(),
         }
     }
@@ -233,7 +237,7 @@ impl ChainifyServer {
                     return;
                 };
                 let chained = ChainedTx { batch: pending.batch.clone(), agreements: pending.agreements.clone() };
-                (ORDERER.to_string(), Request::Order(chained))
+                (self.orderer.name(&self.config).to_string(), Request::Order(chained))
             }
         };
         let call = self.ids.call();
@@ -284,8 +288,16 @@ impl ChainifyServer {
                 // Its proposals now wait for their outcomes, answered through `waiting`.
                 self.pending.remove(&batch);
             }
+            (CallFor::Order { batch }, Ok(Response::NotLeader(leader))) => {
+                self.orderer.redirect(&self.config, &leader);
+                self.retry_later(CallFor::Order { batch }, out);
+            }
             (CallFor::Order { batch }, Err(NetError::Refused { reason, .. })) => {
                 self.abandon(batch, &format!("the orderer refused the batch: {reason}"), out);
+            }
+            (CallFor::Order { batch }, Err(_)) => {
+                self.orderer.rotate(&self.config);
+                self.retry_later(CallFor::Order { batch }, out);
             }
             (purpose, _) => self.retry_later(purpose, out),
         }

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use virga_ledger::wlc::{LedgerBlock, OrderedBlock, SignedVote};
+use virga_ledger::wlc::{LedgerBlock, SignedVote};
 
 use super::PipelineIo;
 use super::PipelineIoDone;
@@ -17,28 +17,30 @@ pub struct OrganizationDevice {
     keep_checkpoints: usize,
 }
 
-/// The orderer's log of blocks.
+/// An orderer replica's Raft log: its records in order (kept in memory, outliving the
+/// replica's restarts as a device does).
 #[derive(Clone, Default)]
 pub struct OrdererLog {
-    blocks: Arc<Mutex<Vec<OrderedBlock>>>,
+    records: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
 impl OrdererLog {
-    pub fn blocks(&self) -> Vec<OrderedBlock> {
-        self.blocks.lock().map(|blocks| blocks.clone()).unwrap_or_default()
+    /// A log that starts with `records` (a founded group's history).
+    pub fn with_records(records: Vec<Vec<u8>>) -> OrdererLog {
+        OrdererLog { records: Arc::new(Mutex::new(records)) }
     }
 
     pub fn execute(&self, op: PipelineIo) -> PipelineIoDone {
-        let Ok(mut blocks) = self.blocks.lock() else {
-            return PipelineIoDone::LoadedBlocks(Vec::new());
+        let Ok(mut records) = self.records.lock() else {
+            return PipelineIoDone::RaftAppended(Err("the orderer log's lock is poisoned".to_string()));
         };
         match op {
-            PipelineIo::LoadBlocks => PipelineIoDone::LoadedBlocks(blocks.clone()),
-            PipelineIo::Persist(block) => {
-                blocks.push(block);
-                PipelineIoDone::Persisted
+            PipelineIo::LoadRaft => PipelineIoDone::LoadedRaft(records.clone()),
+            PipelineIo::AppendRaft(more) => {
+                records.extend(more);
+                PipelineIoDone::RaftAppended(Ok(()))
             }
-            _ => PipelineIoDone::Persisted,
+            _ => PipelineIoDone::RaftAppended(Err("an orderer's log keeps only Raft records".to_string())),
         }
     }
 }
@@ -111,7 +113,7 @@ impl OrganizationDevice {
                 };
                 PipelineIoDone::Recovered(rebuilt)
             }
-            PipelineIo::LoadBlocks | PipelineIo::Persist(_) | PipelineIo::LoadVotes | PipelineIo::LogVote(_) => {
+            PipelineIo::LoadRaft | PipelineIo::AppendRaft(_) | PipelineIo::LoadVotes | PipelineIo::LogVote(_) => {
                 PipelineIoDone::Loaded(Err("an organization's database keeps no orderer or vote log".to_string()))
             }
         }

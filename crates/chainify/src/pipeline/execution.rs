@@ -12,7 +12,7 @@ use virga_net::role::{CallId, Command, Event, Ids, Nanos, TimerId};
 
 use super::{
     node_name, Decision, Outcome, PipelineCommand, PipelineConfig, PipelineEvent, PipelineIo, PipelineIoDone, Request,
-    Response, ORDERER,
+    Response,
 };
 use crate::organization::Transaction;
 
@@ -63,6 +63,7 @@ enum Phase {
 }
 
 enum TimerFor {
+    Load,
     Fetch,
     Decide,
     Recover,
@@ -87,6 +88,9 @@ pub struct ExecutionServer {
     /// The clock at this step, and when the current phase began.
     now: Nanos,
     phase_since: Nanos,
+    orderer: super::OrdererTarget,
+    /// Rebuilds (loads or recoveries) failed in a row (their retries back off).
+    failed_recoveries: u32,
     stats: ExecutionStats,
 }
 
@@ -108,6 +112,8 @@ impl ExecutionServer {
             timers: Default::default(),
             now: 0,
             phase_since: 0,
+            orderer: super::OrdererTarget::default(),
+            failed_recoveries: 0,
             stats: ExecutionStats::default(),
         }
     }
@@ -137,7 +143,12 @@ impl ExecutionServer {
                 self.fetching = None;
                 match result {
                     Ok(Response::Blocks(blocks)) => self.fetched(blocks),
-                    _ => self.later(TimerFor::Fetch, out),
+                    // A replica that is down, or has nothing newer before the deadline (it
+                    // may be cut off from the others): ask the next one.
+                    _ => {
+                        self.orderer.rotate(&self.config);
+                        self.later(TimerFor::Fetch, out);
+                    }
                 }
             }
             Event::Response { call, result } if self.deciding == Some(call) => {
@@ -151,6 +162,7 @@ impl ExecutionServer {
             Event::Response { .. } => {}
             Event::Timer(timer) => match self.timers.remove(&timer) {
                 Some(TimerFor::Fetch) | None => {}
+                Some(TimerFor::Load) => out.push(Command::Io { io: self.ids.io(), op: PipelineIo::Load }),
                 Some(TimerFor::Decide) => self.ask_commit_server(out),
                 Some(TimerFor::Recover) => {
                     if let Phase::Recovering { consensus } = self.phase {
@@ -181,7 +193,7 @@ impl ExecutionServer {
             self.fetching = Some(call);
             let from = self.next + self.queue.len() as u64 + u64::from(self.current.is_some());
             out.push(Command::Call {
-                to: ORDERER.to_string(),
+                to: self.orderer.name(&self.config).to_string(),
                 call,
                 request: Request::Fetch { from },
                 deadline: self.config.call_deadline,
@@ -192,6 +204,17 @@ impl ExecutionServer {
                 self.execute(block, out);
             }
         }
+    }
+
+    /// A rebuild replays history: one that keeps failing (no checkpoint and no replay
+    /// reaches the agreed hash, or the ledger's own) is retried ever less often, up to 256
+    /// times the retry interval.
+    fn back_off(&mut self, purpose: TimerFor, out: &mut Vec<PipelineCommand>) {
+        self.failed_recoveries = self.failed_recoveries.saturating_add(1);
+        let after = self.config.retry_after.saturating_mul(1 << self.failed_recoveries.min(8));
+        let timer = self.ids.timer();
+        self.timers.insert(timer, purpose);
+        out.push(Command::SetTimer { timer, after });
     }
 
     fn later(&mut self, purpose: TimerFor, out: &mut Vec<PipelineCommand>) {
@@ -309,13 +332,14 @@ impl ExecutionServer {
     fn device_done(&mut self, result: PipelineIoDone, out: &mut Vec<PipelineCommand>) {
         match (result, &self.phase) {
             (PipelineIoDone::Loaded(Ok((height, last))), Phase::Loading) => {
+                self.failed_recoveries = 0;
                 self.next = height;
                 self.last_ledger_hash = last;
                 self.phase = Phase::Idle;
             }
             (PipelineIoDone::Loaded(Err(error)), Phase::Loading) => {
                 self.stats.failures.push(error);
-                out.push(Command::Io { io: self.ids.io(), op: PipelineIo::Load });
+                self.back_off(TimerFor::Load, out);
             }
             (PipelineIoDone::Executed(result), Phase::Executing) => {
                 self.stats.execute_ns += self.lap();
@@ -336,6 +360,7 @@ impl ExecutionServer {
                 self.finish(out);
             }
             (PipelineIoDone::Recovered(Ok((block, attempts))), Phase::Recovering { .. }) => {
+                self.failed_recoveries = 0;
                 self.stats.recovered += 1;
                 self.stats.recovery_attempts += attempts as u64;
                 if let Some(current) = &mut self.current {
@@ -355,7 +380,7 @@ impl ExecutionServer {
             }
             (PipelineIoDone::Recovered(Err(error)), Phase::Recovering { .. }) => {
                 self.stats.failures.push(error);
-                self.later(TimerFor::Recover, out);
+                self.back_off(TimerFor::Recover, out);
             }
             _ => {}
         }

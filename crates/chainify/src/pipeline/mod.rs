@@ -13,9 +13,10 @@
 //!    every proposal of the batch and signs the batch's hash ([`Agreement`]). With the
 //!    agreements the policy asks for, the [`ChainedTx`] goes to the
 //!    [`orderer::OrderingServer`].
-//! 3. The orderer checks the agreements, cuts blocks by size or time, logs each on its
-//!    device before anyone hears of it, signs it ([`OrderedBlock`]) and hands blocks to the
-//!    execution servers that ask (a long poll).
+//! 3. The ordering service, a Raft group of [`orderer::OrderingServer`] replicas, checks
+//!    the agreements; its leader cuts blocks by size or time and replicates each cut; every
+//!    replica derives the same signed block from it ([`OrderedBlock`]) and hands blocks to
+//!    the execution servers that ask (a long poll).
 //! 4. Each organization's [`execution::ExecutionServer`] checks the block and executes it
 //!    on its database, builds its LedgerBlock and asks its
 //!    [`commit::CommitServer`] to decide.
@@ -41,7 +42,7 @@ use std::time::Duration;
 
 use alloy_primitives::Address;
 pub use virga_ledger::wlc::wire::{self, Decision, Outcome, Request, Response};
-use virga_ledger::wlc::{AgreementPolicy, Hash, LedgerBlock, OrderedBlock, SignedVote};
+use virga_ledger::wlc::{AgreementPolicy, Hash, LedgerBlock, SignedVote};
 use virga_net::role::Protocol;
 use virga_net::NetError;
 
@@ -57,8 +58,51 @@ pub fn organization_of(node: &str) -> Option<&str> {
     node.split_once('/').map(|(org, _)| org)
 }
 
-/// The ordering service's node name.
-pub const ORDERER: &str = "orderer";
+/// The names of an ordering service of `replicas` replicas.
+pub fn orderer_names(replicas: usize) -> Vec<String> {
+    (1..=replicas).map(|at| format!("orderer-{at}")).collect()
+}
+
+/// The ordering service's Raft clock: a tick, and elections and heartbeats in ticks.
+#[derive(Debug, Clone, Copy)]
+pub struct RaftTiming {
+    pub tick: Duration,
+    /// Ticks without a leader before a follower campaigns (randomized in [n, 2n)).
+    pub election_ticks: usize,
+    pub heartbeat_ticks: usize,
+}
+
+impl Default for RaftTiming {
+    /// A 10 ms tick, elections after 10–20 ticks, heartbeats every 2.
+    fn default() -> RaftTiming {
+        RaftTiming { tick: Duration::from_millis(10), election_ticks: 10, heartbeat_ticks: 2 }
+    }
+}
+
+/// The orderer replica a server sends to: the leader it was last pointed at, or the next
+/// replica in turn after a failure.
+#[derive(Debug, Clone, Default)]
+pub struct OrdererTarget {
+    at: usize,
+}
+
+impl OrdererTarget {
+    pub fn name<'a>(&self, config: &'a PipelineConfig) -> &'a str {
+        config.orderers.get(self.at % config.orderers.len().max(1)).map_or("", String::as_str)
+    }
+
+    /// A replica said who leads (empty: it knows no leader, so try the next).
+    pub fn redirect(&mut self, config: &PipelineConfig, leader: &str) {
+        match config.orderers.iter().position(|name| name == leader) {
+            Some(at) => self.at = at,
+            None => self.rotate(config),
+        }
+    }
+
+    pub fn rotate(&mut self, config: &PipelineConfig) {
+        self.at = (self.at + 1) % config.orderers.len().max(1);
+    }
+}
 
 /// What every server knows of the consortium: its members and their public keys, the clients
 /// and the organization each belongs to, the orderer's key, and the pipeline's settings.
@@ -70,6 +114,9 @@ pub struct PipelineConfig {
     pub clients: BTreeMap<String, Address>,
     pub client_orgs: BTreeMap<String, String>,
     pub orderer: Address,
+    /// The ordering service's replicas (Raft ids 1, 2, … in this order).
+    pub orderers: Vec<String>,
+    pub raft: RaftTiming,
     /// The c-of-k vote on LedgerBlock hashes.
     pub policy: AgreementPolicy,
     /// How many organizations (the origin included) must agree to a batch before it is
@@ -118,6 +165,7 @@ impl Protocol for ChainifyProtocol {
             Request::Decide { .. } => "decide",
             Request::Vote { .. } => "vote",
             Request::Committed(_) => "committed",
+            Request::Raft(_) => "raft",
         }
     }
 
@@ -131,6 +179,7 @@ impl Protocol for ChainifyProtocol {
             Response::VoteAck(_) => "vote-ack",
             Response::Ack => "ack",
             Response::Refused(_) => "refused",
+            Response::NotLeader(_) => "not-leader",
         }
     }
 
@@ -144,6 +193,7 @@ impl Protocol for ChainifyProtocol {
             Request::Decide { .. } => 42,
             Request::Vote { vote, .. } => 9 + vote.as_ref().map_or(0, |vote| vote.encode().len()),
             Request::Committed(outcomes) => outcomes.iter().map(|outcome| outcome.client.len() + 18).sum(),
+            Request::Raft(bytes) => bytes.len(),
         }
     }
 
@@ -153,7 +203,7 @@ impl Protocol for ChainifyProtocol {
             Response::Agreed(agreement) => agreement.encode().len(),
             Response::Blocks(blocks) => blocks.iter().map(|block| block.encode().len()).sum(),
             Response::VoteAck(vote) => 1 + vote.as_ref().map_or(0, |vote| vote.encode().len()),
-            Response::Refused(reason) => reason.len(),
+            Response::Refused(reason) | Response::NotLeader(reason) => reason.len(),
             Response::Ordered | Response::Decided(_) | Response::Ack => 34,
         }
     }
@@ -188,9 +238,9 @@ pub enum PipelineIo {
         transactions: Vec<Transaction>,
         consensus: Hash,
     },
-    /// The orderer's log: read every block, or append one.
-    LoadBlocks,
-    Persist(OrderedBlock),
+    /// An orderer replica's Raft log: read every record, or append some.
+    LoadRaft,
+    AppendRaft(Vec<Vec<u8>>),
     /// A commit server's log of its own votes: read them, or log one before it is sent (so
     /// that a restarted commit server still answers for the blocks it voted on, and never
     /// votes two ways).
@@ -205,8 +255,8 @@ pub enum PipelineIoDone {
     Appended(Result<(), String>),
     /// The block agreed, and how many rebuild attempts it took.
     Recovered(Result<(LedgerBlock, usize), String>),
-    LoadedBlocks(Vec<OrderedBlock>),
-    Persisted,
+    LoadedRaft(Vec<Vec<u8>>),
+    RaftAppended(Result<(), String>),
     LoadedVotes(Vec<SignedVote>),
     VoteLogged(u64),
 }

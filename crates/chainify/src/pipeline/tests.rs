@@ -34,6 +34,8 @@ fn config() -> Arc<PipelineConfig> {
         clients: BTreeMap::from([("client-0".to_string(), client_key().address())]),
         client_orgs: BTreeMap::from([("client-0".to_string(), "org-1".to_string())]),
         orderer: orderer_key().address(),
+        orderers: orderer_names(1),
+        raft: RaftTiming::default(),
         policy: AgreementPolicy::new(2, 3).unwrap(),
         agreements: 2,
         batch_size: 1,
@@ -131,17 +133,52 @@ fn chained(agreeing: &[u64]) -> ChainedTx {
     ChainedTx { batch, agreements }
 }
 
+/// Completes every Raft log append among `out` (clearing it), and says what was replied.
+fn complete_appends(orderer: &mut OrderingServer, out: &mut Vec<PipelineCommand>) -> Vec<PipelineCommand> {
+    let mut seen = Vec::new();
+    while !out.is_empty() {
+        for command in std::mem::take(out) {
+            if let Command::Io { io, op: PipelineIo::AppendRaft(_) } = &command {
+                let done = PipelineIoDone::RaftAppended(Ok(()));
+                orderer.step(0, Event::IoDone { io: *io, result: done }, out);
+            }
+            seen.push(command);
+        }
+    }
+    seen
+}
+
+/// A one-replica ordering group, opened on an empty log and ticked until it leads.
+fn leading_orderer() -> OrderingServer {
+    let mut orderer = OrderingServer::new("orderer-1", orderer_key(), config(), 7);
+    let mut out = Vec::new();
+    orderer.step(0, Event::Start, &mut out);
+    orderer.step(
+        0,
+        Event::IoDone { io: virga_net::role::IoId(0), result: PipelineIoDone::LoadedRaft(Vec::new()) },
+        &mut out,
+    );
+    for _ in 0..100 {
+        let seen = complete_appends(&mut orderer, &mut out);
+        if orderer.is_leader() {
+            return orderer;
+        }
+        let tick = seen.iter().rev().find_map(|command| match command {
+            Command::SetTimer { timer, .. } => Some(*timer),
+            _ => None,
+        });
+        orderer.step(0, Event::Timer(tick.expect("the replica keeps its tick armed")), &mut out);
+    }
+    panic!("a one-replica group elected no leader in 100 ticks");
+}
+
 #[test]
 fn the_orderer_refuses_batches_without_the_agreements_it_needs() {
-    let mut orderer = OrderingServer::new(orderer_key(), config());
+    let mut orderer = OrderingServer::new("orderer-1", orderer_key(), config(), 7);
     let mut out = Vec::new();
     orderer.step(0, request("org-1/chainify", 1, Request::Order(chained(&[1, 2]))), &mut out);
     assert!(reply(&out, 1).unwrap().unwrap_err().contains("reading its log"));
-    orderer.step(
-        0,
-        Event::IoDone { io: virga_net::role::IoId(0), result: PipelineIoDone::LoadedBlocks(Vec::new()) },
-        &mut out,
-    );
+    let mut orderer = leading_orderer();
     orderer.step(0, request("org-1/chainify", 2, Request::Order(chained(&[1]))), &mut out);
     assert!(reply(&out, 2).unwrap().unwrap_err().contains("agreements from 1"));
     orderer.step(0, request("org-2/chainify", 3, Request::Order(chained(&[1, 2]))), &mut out);
@@ -151,12 +188,47 @@ fn the_orderer_refuses_batches_without_the_agreements_it_needs() {
     orderer.step(0, request("org-1/chainify", 4, Request::Order(forged)), &mut out);
     assert!(reply(&out, 4).unwrap().unwrap_err().contains("signed by"));
     out.clear();
+    assert!(orderer.blocks().is_empty(), "nothing refused was ordered");
     orderer.step(0, request("org-1/chainify", 5, Request::Order(chained(&[1, 2]))), &mut out);
-    let logged = out
-        .iter()
-        .any(|command| matches!(command, Command::Io { op: PipelineIo::Persist(block), .. } if block.number == 0));
-    assert!(logged, "the agreed batch is cut into block 0 and logged: {out:?}");
-    assert_eq!(orderer.stats().refused.len(), 4);
+    let seen = complete_appends(&mut orderer, &mut out);
+    assert_eq!(reply(&seen, 5), Some(Ok(Response::Ordered)), "{seen:?}");
+    assert_eq!(orderer.blocks().len(), 1);
+    assert_eq!(orderer.blocks()[0].batches, vec![chained(&[1, 2])]);
+    assert_eq!(orderer.blocks()[0].check(orderer_key().address()), Ok(()));
+    assert_eq!(orderer.stats().refused.len(), 3);
+    // Sent again after a lost acknowledgement: answered from the log, not ordered twice.
+    orderer.step(0, request("org-1/chainify", 6, Request::Order(chained(&[1, 2]))), &mut out);
+    assert_eq!(reply(&out, 6), Some(Ok(Response::Ordered)));
+    assert_eq!((orderer.blocks().len(), orderer.stats().duplicates), (1, 1));
+}
+
+#[test]
+fn an_orderer_refuses_raft_traffic_from_strangers_and_bytes_that_do_not_decode() {
+    let mut orderer = leading_orderer();
+    let mut out = Vec::new();
+    orderer.step(0, request("org-1/chainify", 1, Request::Raft(vec![0x0a, 0x00])), &mut out);
+    assert!(reply(&out, 1).unwrap().unwrap_err().contains("not an orderer replica"));
+    orderer.step(0, request("orderer-1", 2, Request::Raft(vec![0xff; 7])), &mut out);
+    assert!(reply(&out, 2).unwrap().unwrap_err().contains("does not decode"));
+    assert!(orderer.is_leader());
+    let term = orderer.led_terms().to_vec();
+    orderer.step(0, request("org-1/chainify", 3, Request::Order(chained(&[1, 2]))), &mut out);
+    complete_appends(&mut orderer, &mut out);
+    assert_eq!((orderer.blocks().len(), orderer.led_terms()), (1, term.as_slice()));
+}
+
+#[test]
+fn an_orderer_that_does_not_lead_names_the_leader_it_knows() {
+    let mut orderer = OrderingServer::new("orderer-1", orderer_key(), config(), 7);
+    let mut out = Vec::new();
+    orderer.step(
+        0,
+        Event::IoDone { io: virga_net::role::IoId(0), result: PipelineIoDone::LoadedRaft(Vec::new()) },
+        &mut out,
+    );
+    orderer.step(0, request("org-1/chainify", 1, Request::Order(chained(&[1, 2]))), &mut out);
+    assert_eq!(reply(&out, 1), Some(Ok(Response::NotLeader(String::new()))));
+    assert!(orderer.blocks().is_empty());
 }
 
 #[test]

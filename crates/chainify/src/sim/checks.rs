@@ -1,7 +1,9 @@
 //! The checks of a simulated run, against an oracle: a fresh database that executes the
-//! orderer's logged blocks serially.
+//! ordered blocks serially.
 //!
-//! - the orderer's log is a signed, chained sequence, and no proposal is in it twice;
+//! - every orderer replica's blocks are a prefix of the longest replica's (Raft keeps what
+//!   it committed: a crashed leader loses no block);
+//! - the ordered blocks are a signed, chained sequence, and no proposal is in them twice;
 //! - every organization's ledger is a prefix of the oracle's LedgerBlocks (agreement and
 //!   validity: what was committed is what serial execution gives);
 //! - every organization holds every block at the end (liveness after the faults end);
@@ -57,7 +59,7 @@ fn replay(
     let mut previous_ordered = [0; 32];
     for (at, block) in blocks.iter().enumerate() {
         if block.number != at as u64 || block.previous != previous_ordered || block.check(config.orderer).is_err() {
-            violations.push(Violation::Safety(format!("the orderer's log breaks at block {at}")));
+            violations.push(Violation::Safety(format!("the ordered blocks break at block {at}")));
             break;
         }
         previous_ordered = block.hash();
@@ -87,6 +89,24 @@ fn replay(
     Ok(Replay { chain, outcomes })
 }
 
+/// The longest chain of blocks an orderer replica has applied.
+pub(super) fn ordered_blocks<R: PipelineNode>(cluster: &Cluster, sim: &Sim<R>) -> Vec<OrderedBlock>
+where
+    NodeDevice: virga_net::role::IoExecutor<R>,
+{
+    cluster
+        .config
+        .orderers
+        .iter()
+        .filter_map(|name| match sim.core(name).map(R::node) {
+            Some(ChainifyNode::Orderer(core)) => Some(core.blocks()),
+            _ => None,
+        })
+        .max_by_key(|blocks| blocks.len())
+        .map(<[OrderedBlock]>::to_vec)
+        .unwrap_or_default()
+}
+
 pub(super) fn check<R: PipelineNode>(
     options: &SimOptions,
     cluster: &Cluster,
@@ -97,7 +117,13 @@ where
     NodeDevice: virga_net::role::IoExecutor<R>,
 {
     let mut violations = Vec::new();
-    let blocks = cluster.log.blocks();
+    let blocks = ordered_blocks(cluster, sim);
+    for name in &cluster.config.orderers {
+        let Some(ChainifyNode::Orderer(core)) = sim.core(name).map(R::node) else { continue };
+        if let Some(at) = core.blocks().iter().zip(&blocks).position(|(held, longest)| held != longest) {
+            violations.push(Violation::Safety(format!("{name}'s block {at} differs from another replica's")));
+        }
+    }
     let mut oracle = fresh_member("oracle")?;
     let replay = replay(cluster, &blocks, &mut oracle, &mut violations)?;
     let oracle_state: Hash = oracle.organization.state_hash().map_err(|error| error.to_string())?;
@@ -117,12 +143,12 @@ where
         heights.insert(org.clone(), ledger.len() as u64);
         if let Some(at) = ledger.iter().zip(&replay.chain).position(|(held, agreed)| held != agreed) {
             violations.push(Violation::Safety(format!(
-                "{org}'s LedgerBlock {at} differs from the serial replay of the orderer's blocks"
+                "{org}'s LedgerBlock {at} differs from the serial replay of the ordered blocks"
             )));
             continue;
         }
         if ledger.len() > replay.chain.len() {
-            violations.push(Violation::Safety(format!("{org} holds blocks the orderer never logged")));
+            violations.push(Violation::Safety(format!("{org} holds blocks the ordering service never ordered")));
             continue;
         }
         if ledger.len() < replay.chain.len() {

@@ -1,12 +1,13 @@
 //! ChainifyDB's pipeline in the deterministic simulator: three organizations on in-memory
-//! SQLite (real databases, and deterministic), an orderer, and clients, under the faults a
-//! seed draws: lost and duplicated messages, a lagging organization, crashed and restarted
-//! servers (the orderer among them), and one faulty organization that lies about its
-//! effects, has its database changed outside the chain, or both. One faulty organization
-//! is what Any-2 of 3 tolerates.
+//! SQLite (real databases, and deterministic), an ordering service of three Raft replicas,
+//! and clients, under the faults a seed draws: lost and duplicated messages, a lagging
+//! organization, crashed and restarted servers (orderer replicas among them, and the
+//! orderers' leader of the moment), and one faulty organization that lies about its effects,
+//! has its database changed outside the chain, or both. One faulty organization is what
+//! Any-2 of 3 tolerates.
 //!
 //! After the run every check of [`checks`] compares the organizations with an oracle: a
-//! fresh database executing the orderer's blocks serially.
+//! fresh database executing the ordered blocks serially.
 
 mod checks;
 
@@ -17,7 +18,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use virga_ledger::tx::SigningKey;
-use virga_ledger::wlc::{Agreement, AgreementPolicy, ChainedTx, OrderedBlock, Proposal, ProposalBatch};
+use virga_ledger::wlc::{Agreement, AgreementPolicy, BlockCut, ChainedTx, Proposal, ProposalBatch};
 use virga_sim::{LinkConfig, NetConfig, Sim, SimConfig};
 
 use crate::consortium::Member;
@@ -29,8 +30,8 @@ use crate::pipeline::commit::{CommitServer, CommitWeakness};
 use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
 use crate::pipeline::execution::{ExecutionServer, ExecutionWeakness};
 use crate::pipeline::node::{ChainifyNode, NodeDevice, PipelineNode, WireNode};
-use crate::pipeline::orderer::OrderingServer;
-use crate::pipeline::{node_name, PipelineConfig, ORDERER};
+use crate::pipeline::orderer::{founding_records, OrderingServer};
+use crate::pipeline::{node_name, orderer_names, PipelineConfig, RaftTiming};
 use crate::smallbank::{self, Skew};
 use crate::sqlite::SqliteOrganization;
 
@@ -120,6 +121,8 @@ pub struct Faults {
     pub lagging: Option<String>,
     /// (node, down at, up at).
     pub crashes: Vec<(String, u64, u64)>,
+    /// Whichever orderer replica leads at the first time is down until the second.
+    pub leader_crash: Option<(u64, u64)>,
     pub lossy: bool,
 }
 
@@ -152,7 +155,10 @@ struct Cluster {
     client_keys: BTreeMap<String, SigningKey>,
     orderer_key: SigningKey,
     members: BTreeMap<String, Arc<Mutex<Member>>>,
-    log: OrdererLog,
+    /// Each orderer replica's Raft log.
+    logs: BTreeMap<String, OrdererLog>,
+    /// Seeds the orderers' elections.
+    seed: u64,
     vote_logs: BTreeMap<String, VoteLog>,
     clients: Vec<ClientConfig>,
 }
@@ -196,6 +202,8 @@ fn build_cluster(options: &SimOptions) -> Result<Cluster, String> {
         clients: client_keys.iter().map(|(name, key)| (name.clone(), key.address())).collect(),
         client_orgs,
         orderer: orderer_key.address(),
+        orderers: orderer_names(3),
+        raft: RaftTiming { tick: Duration::from_millis(5), ..RaftTiming::default() },
         policy,
         agreements: 2,
         batch_size: 4,
@@ -211,10 +219,21 @@ fn build_cluster(options: &SimOptions) -> Result<Cluster, String> {
     for name in &orgs {
         members.insert(name.clone(), Arc::new(Mutex::new(fresh_member(name)?)));
     }
-    let log = OrdererLog::default();
     let vote_logs = orgs.iter().map(|name| (name.clone(), VoteLog::default())).collect();
-    let cluster = Cluster { config, org_keys, client_keys, orderer_key, members, log, vote_logs, clients };
-    load_customers(&cluster, options.customers)?;
+    let mut cluster = Cluster {
+        config,
+        org_keys,
+        client_keys,
+        orderer_key,
+        members,
+        logs: BTreeMap::new(),
+        seed: options.seed,
+        vote_logs,
+        clients,
+    };
+    let founding = founding_records(cluster.config.orderers.len(), &customer_cuts(&cluster, options.customers)?);
+    cluster.logs =
+        cluster.config.orderers.iter().map(|name| (name.clone(), OrdererLog::with_records(founding.clone()))).collect();
     Ok(cluster)
 }
 
@@ -226,10 +245,10 @@ fn fresh_member(name: &str) -> Result<Member, String> {
 }
 
 /// The customers as the first ordered blocks: the loader's proposals, agreed by every
-/// organization, in the orderer's log before it starts.
-fn load_customers(cluster: &Cluster, customers: u64) -> Result<(), String> {
+/// organization, committed in the ordering group's log before it starts.
+fn customer_cuts(cluster: &Cluster, customers: u64) -> Result<Vec<BlockCut>, String> {
     let loader = cluster.client_keys.get(LOADER).ok_or("no loader key")?;
-    let mut previous = [0; 32];
+    let mut cuts = Vec::new();
     let mut seq = 0;
     for (number, block) in smallbank::load_blocks(customers, 64).into_iter().enumerate() {
         let proposals = block
@@ -242,12 +261,9 @@ fn load_customers(cluster: &Cluster, customers: u64) -> Result<(), String> {
         let batch = ProposalBatch { origin: "org-1".to_string(), number: u64::MAX - number as u64, proposals };
         let hash = batch.hash();
         let agreements = cluster.org_keys.iter().map(|(name, key)| Agreement::sign(key, name, hash)).collect();
-        let ordered =
-            OrderedBlock::sign(&cluster.orderer_key, number as u64, previous, vec![ChainedTx { batch, agreements }]);
-        previous = ordered.hash();
-        cluster.log.execute(crate::pipeline::PipelineIo::Persist(ordered));
+        cuts.push(BlockCut { batches: vec![ChainedTx { batch, agreements }] });
     }
-    Ok(())
+    Ok(cuts)
 }
 
 /// The faults of a seed, drawn from its own stream.
@@ -275,7 +291,11 @@ fn draw_faults(options: &SimOptions, rng: &mut StdRng) -> Faults {
         faults.lagging = Some(orgs[rng.random_range(0..orgs.len())].clone());
     }
     faults.lossy = rng.random_bool(0.5);
-    let mut nodes: Vec<String> = vec![ORDERER.to_string()];
+    if rng.random_bool(0.3) {
+        let down = rng.random_range(30..250) * MS;
+        faults.leader_crash = Some((down, down + rng.random_range(20..300) * MS));
+    }
+    let mut nodes: Vec<String> = orderer_names(3);
     for org in &orgs {
         for role in ["chainify", "exec", "commit"] {
             nodes.push(node_name(org, role));
@@ -311,10 +331,12 @@ fn make_core(
 ) -> (ChainifyNode, NodeDevice) {
     let config = Arc::clone(&cluster.config);
     let commit_weakness = weakening.map(|Weakening::CommitWithoutQuorum| CommitWeakness::CommitWithoutQuorum);
-    if node == ORDERER {
+    if let Some(log) = cluster.logs.get(node) {
+        let at = cluster.config.orderers.iter().position(|name| name == node).unwrap_or(0) as u64;
+        let seed = cluster.seed ^ (at + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         return (
-            ChainifyNode::Orderer(Box::new(OrderingServer::new(cluster.orderer_key.clone(), config))),
-            NodeDevice::Orderer(cluster.log.clone()),
+            ChainifyNode::Orderer(Box::new(OrderingServer::new(node, cluster.orderer_key.clone(), config, seed))),
+            NodeDevice::Orderer(log.clone()),
         );
     }
     if let Some(client) = cluster.clients.iter().find(|client| client.name == node) {
@@ -354,6 +376,43 @@ pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
     }
 }
 
+/// The faults that happen at a moment of the run rather than at a node: the tamper, and the
+/// crash of whichever orderer replica leads then; in time order.
+fn intervene<R: PipelineNode>(sim: &mut Sim<R>, cluster: &Cluster, faults: &Faults) -> Result<(), String>
+where
+    NodeDevice: virga_net::role::IoExecutor<R>,
+{
+    let mut moments: Vec<(u64, bool)> = Vec::new();
+    if let Some((at, _)) = &faults.tamper {
+        moments.push((*at, true));
+    }
+    if let Some((down, _)) = faults.leader_crash {
+        moments.push((down, false));
+    }
+    moments.sort();
+    for (at, is_tamper) in moments {
+        sim.run_until(at);
+        if is_tamper {
+            let (Some((_, statement)), Some(member)) =
+                (&faults.tamper, faults.faulty.as_ref().and_then(|org| cluster.members.get(org)))
+            else {
+                continue;
+            };
+            let mut member = member.lock().map_err(|_| "a poisoned organization lock")?;
+            member.organization.run_outside_chain(statement).map_err(|error| error.to_string())?;
+        } else if let Some((_, up)) = faults.leader_crash {
+            let leader = cluster.config.orderers.iter().find(
+                |name| matches!(sim.core(name).map(R::node), Some(ChainifyNode::Orderer(core)) if core.is_leader()),
+            );
+            if let Some(leader) = leader.cloned() {
+                sim.crash(&leader).map_err(|error| error.to_string())?;
+                sim.restart_at(up, &leader).map_err(|error| error.to_string())?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, String>
 where
     NodeDevice: virga_net::role::IoExecutor<R>,
@@ -361,7 +420,7 @@ where
     let cluster = Arc::new(build_cluster(options)?);
     let mut rng = StdRng::seed_from_u64(options.seed ^ 0xc4a1_f1db);
     let faults = draw_faults(options, &mut rng);
-    let mut nodes: Vec<String> = vec![ORDERER.to_string()];
+    let mut nodes: Vec<String> = cluster.config.orderers.clone();
     for org in org_names() {
         for role in ["chainify", "exec", "commit"] {
             nodes.push(node_name(&org, role));
@@ -398,13 +457,7 @@ where
         sim.crash_at(*down, node).map_err(|error| error.to_string())?;
         sim.restart_at(*up, node).map_err(|error| error.to_string())?;
     }
-    if let Some((at, statement)) = &faults.tamper {
-        sim.run_until(*at);
-        if let Some(member) = faults.faulty.as_ref().and_then(|org| cluster.members.get(org)) {
-            let mut member = member.lock().map_err(|_| "a poisoned organization lock")?;
-            member.organization.run_outside_chain(statement).map_err(|error| error.to_string())?;
-        }
-    }
+    intervene(&mut sim, &cluster, &faults)?;
     let limit = 60_000 * MS;
     let clients: Vec<String> = cluster.clients.iter().map(|client| client.name.clone()).collect();
     sim.run_while(limit, |sim| {
@@ -412,8 +465,8 @@ where
             .iter()
             .all(|name| matches!(sim.core(name).map(R::node), Some(ChainifyNode::Client(core)) if core.is_done()))
     });
-    // Every organization catches up with the orderer's log.
-    let ordered = cluster.log.blocks().len() as u64;
+    // Every organization catches up with the ordering service's log.
+    let ordered = checks::ordered_blocks(&cluster, &sim).len() as u64;
     let orgs = org_names();
     let caught_up = |sim: &Sim<R>| {
         orgs.iter().all(|org| matches!(sim.core(&node_name(org, "exec")).map(R::node), Some(ChainifyNode::Execution(core)) if core.height() >= ordered))

@@ -21,11 +21,11 @@ fn a_seed_replays_exactly() {
 }
 
 /// Seeds under every fault: lost and duplicated messages, a lagging organization, crashed
-/// servers (the orderer among them), and an organization that lies, is tampered with, or
+/// servers (orderer replicas among them, and the orderers' leader of the moment), and an organization that lies, is tampered with, or
 /// both. The soak (`virga sim chainify --seeds 100000`) runs many more.
 #[test]
 fn seeds_under_faults_agree_with_the_serial_replay() {
-    let (mut liars, mut tampers, mut crashes, mut recoveries) = (0, 0, 0, 0);
+    let (mut liars, mut tampers, mut crashes, mut recoveries, mut leader_crashes) = (0, 0, 0, 0, 0);
     for seed in 100..130 {
         let report = run(&SimOptions::new(seed));
         assert!(report.violations.is_empty(), "{:?}\nreplay: {}", report.violations, report.options.replay_command());
@@ -33,7 +33,9 @@ fn seeds_under_faults_agree_with_the_serial_replay() {
         tampers += u64::from(report.faults.tamper.is_some());
         crashes += report.faults.crashes.len();
         recoveries += report.recoveries;
+        leader_crashes += usize::from(report.faults.leader_crash.is_some());
     }
+    assert!(leader_crashes >= 3, "only {leader_crashes} seeds crashed the orderers' leader");
     assert!(liars >= 5 && tampers >= 5 && crashes >= 15, "the seeds drew too few faults: {liars} {tampers} {crashes}");
     assert!(recoveries > 0);
 }

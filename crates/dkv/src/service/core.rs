@@ -24,7 +24,7 @@ use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
 use virga_net::{Dkv, NetError};
 
-use super::log::ConfigLog;
+use super::ConfigLog;
 use super::{ConfigIo, ConfigIoDone, ReplicaConfig, ServiceStats};
 use crate::config::{Applied, ConfigRefusal, ConfigState};
 use crate::raft_wire::{self, Receiver};

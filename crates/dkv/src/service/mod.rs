@@ -15,7 +15,6 @@
 
 mod client;
 mod core;
-mod log;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,8 +31,8 @@ use virga_net::role::{Detached, IoExecutor};
 
 pub use self::client::{ClientOutcome, ConfigClient, ConfigClientConfig};
 pub use self::core::{ConfigCore, Outcome};
-pub use self::log::{ConfigLog, ConfigLogError};
 use crate::raft_wire::RaftWireError;
+pub use virga_raft::log::{RaftLog as ConfigLog, RaftLogError as ConfigLogError};
 
 /// One replica's settings.
 #[derive(Debug, Clone)]

@@ -394,6 +394,32 @@ impl OrderedBlock {
     }
 }
 
+/// The batches of one block as an ordering service replicates them before the block is
+/// numbered, chained and signed (a Raft entry: every replica derives the same block from it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockCut {
+    pub batches: Vec<ChainedTx>,
+}
+
+impl BlockCut {
+    pub fn encode(&self) -> Vec<u8> {
+        encode_with(|out| {
+            out.extend((self.batches.len() as u32).to_be_bytes());
+            for chained in &self.batches {
+                chained.put(out);
+            }
+        })
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<BlockCut, MessageError> {
+        decode_with("block cut", bytes, |reader| {
+            let count = reader.count32("batch count", MAX_BATCHES)?;
+            let batches = (0..count).map(|_| ChainedTx::take(reader)).collect::<Result<_, _>>()?;
+            Ok(BlockCut { batches })
+        })
+    }
+}
+
 /// A message's bytes: the format byte, then what `put` writes.
 fn encode_with(put: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let mut out = vec![FORMAT];

@@ -45,6 +45,12 @@ fn every_message_round_trips_and_checks() {
     let next = OrderedBlock::sign(&orderer, 1, block.hash(), vec![]);
     assert_ne!(next.hash(), block.hash());
     assert!(matches!(block.check(keys[0].address()), Err(Refused::WrongSigner { .. })));
+    let cut = BlockCut { batches: vec![chained.clone(), chained.clone()] };
+    let bytes = cut.encode();
+    assert_eq!(BlockCut::decode(&bytes).as_ref(), Ok(&cut));
+    for end in 0..bytes.len() {
+        assert!(BlockCut::decode(&bytes[..end]).is_err(), "a cut cut at {end}");
+    }
 }
 
 #[test]

@@ -25,7 +25,9 @@ pub mod wire;
 
 pub use self::digest::{digest_hash, DigestOp, DigestRow};
 pub use self::ledger_block::{verify_chain, ChainProblem, DecodeError, LedgerBlock};
-pub use self::messages::{Agreement, ChainedTx, MessageError, OrderedBlock, Proposal, ProposalBatch, Refused};
+pub use self::messages::{
+    Agreement, BlockCut, ChainedTx, MessageError, OrderedBlock, Proposal, ProposalBatch, Refused,
+};
 pub use self::signed_vote::{counted_votes, SignedVote, VoteRefused};
 pub use self::vote::{AgreementPolicy, PolicyError, VoteOutcome};
 

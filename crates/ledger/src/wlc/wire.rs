@@ -44,6 +44,9 @@ pub enum Request {
     Vote { block: u64, vote: Option<SignedVote> },
     /// Execution server → its ChainifyServer: what the clients' transactions came to.
     Committed(Vec<Outcome>),
+    /// Orderer replica → another: a batch of Raft messages, as the Raft layer encodes them
+    /// (decoded and checked by the receiving replica, not here).
+    Raft(Vec<u8>),
 }
 
 /// The pipeline's responses.
@@ -59,6 +62,8 @@ pub enum Response {
     Ack,
     /// The request was refused; the reason names what was wrong.
     Refused(String),
+    /// An orderer replica that does not lead: the leader it knows (empty when none).
+    NotLeader(String),
 }
 
 /// The most blocks in one answer, outcomes in one notice, and bytes of one refusal.
@@ -67,6 +72,8 @@ pub const MAX_OUTCOMES: usize = 1 << 20;
 pub const MAX_REASON: usize = 4096;
 /// The longest nested message (an ordered block of the largest batches).
 pub const MAX_NESTED: usize = 256 << 20;
+/// The longest orderer replica name in a redirect.
+pub const MAX_LEADER_NAME: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -116,6 +123,7 @@ pub fn encode_request(request: &Request) -> Vec<u8> {
                 put_bytes(&mut out, &vote.encode());
             }
         }
+        Request::Raft(batch) => nested(&mut out, 8, batch),
         Request::Committed(outcomes) => {
             out.push(7);
             out.extend((outcomes.len() as u32).to_be_bytes());
@@ -137,6 +145,7 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, WireError> {
         5 => "decide",
         6 => "vote",
         7 => "committed",
+        8 => "raft",
         other => return Err(WireError::UnknownKind(other)),
     };
     let mut reader = Reader { kind, bytes: body, at: 0 };
@@ -160,6 +169,7 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, WireError> {
             };
             Request::Vote { block, vote }
         }
+        8 => Request::Raft(reader.nested()?.to_vec()),
         _ => {
             let count = reader.count("outcome count", MAX_OUTCOMES)?;
             Request::Committed((0..count).map(|_| reader.outcome()).collect::<Result<_, _>>()?)
@@ -207,6 +217,10 @@ pub fn encode_response(response: &Response) -> Vec<u8> {
             out.push(8);
             put_bytes(&mut out, reason.as_bytes());
         }
+        Response::NotLeader(leader) => {
+            out.push(9);
+            put_bytes(&mut out, leader.as_bytes());
+        }
     }
     out
 }
@@ -222,6 +236,7 @@ pub fn decode_response(bytes: &[u8]) -> Result<Response, WireError> {
         6 => "vote-ack",
         7 => "ack",
         8 => "refused",
+        9 => "not-leader",
         other => return Err(WireError::UnknownKind(other)),
     };
     let mut reader = Reader { kind, bytes: body, at: 0 };
@@ -253,13 +268,8 @@ pub fn decode_response(bytes: &[u8]) -> Result<Response, WireError> {
             Response::VoteAck(vote)
         }
         7 => Response::Ack,
-        _ => {
-            let len = reader.count("reason length", MAX_REASON)?;
-            let reason = reader.take(len, "reason")?;
-            Response::Refused(
-                String::from_utf8(reason.to_vec()).map_err(|_| WireError::NotUtf8 { kind, field: "reason" })?,
-            )
-        }
+        8 => Response::Refused(reader.text("reason", MAX_REASON)?),
+        _ => Response::NotLeader(reader.text("leader", MAX_LEADER_NAME)?),
     };
     reader.finish()?;
     Ok(response)
@@ -326,6 +336,13 @@ impl<'a> Reader<'a> {
             return Err(WireError::TooLong { kind: self.kind, field, len: u64::from(count), max });
         }
         Ok(count as usize)
+    }
+
+    /// A length-prefixed UTF-8 text of at most `max` bytes.
+    fn text(&mut self, field: &'static str, max: usize) -> Result<String, WireError> {
+        let len = self.count(field, max)?;
+        let bytes = self.take(len, field)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| WireError::NotUtf8 { kind: self.kind, field })
     }
 
     fn nested(&mut self) -> Result<&'a [u8], WireError> {

@@ -21,6 +21,7 @@ pub(crate) fn samples() -> (Vec<Request>, Vec<Response>) {
         Request::Vote { block: 4, vote: Some(vote.clone()) },
         Request::Vote { block: 4, vote: None },
         Request::Committed(vec![outcome.clone(), Outcome { successful: false, ..outcome.clone() }]),
+        Request::Raft(vec![0x0a, 0x02, 0x08, 0x01]),
     ];
     let responses = vec![
         Response::Done(outcome),
@@ -33,6 +34,8 @@ pub(crate) fn samples() -> (Vec<Request>, Vec<Response>) {
         Response::VoteAck(None),
         Response::Ack,
         Response::Refused("the batch replays proposal 3 of client-1".to_string()),
+        Response::NotLeader("orderer-2".to_string()),
+        Response::NotLeader(String::new()),
     ];
     (requests, responses)
 }

@@ -1,4 +1,4 @@
-//! A configuration replica's Raft log in memory (raft-rs's `Storage`), and its records on
+//! A replica's Raft log in memory (raft-rs's `Storage`), and its records on
 //! the device.
 //!
 //! raft-rs reads its log through `Storage` and never writes it: the replica's core writes
@@ -6,19 +6,19 @@
 //! same as one [`proto::RaftLogRecord`] to its record log. Replaying those records in order
 //! rebuilds the log after a restart: a record's entries replace the log from their first
 //! index on (a new leader's entries overwrite a conflicting suffix), its hard state replaces
-//! the hard state. The log is never compacted in this version of the service (configuration
-//! changes are rare and small), so it starts at index 1 and has no snapshot.
+//! the hard state. The log is never compacted (Virga's groups replicate rare configuration
+//! changes, or blocks that are kept anyway), so it starts at index 1 and has no snapshot.
 
 use prost::Message;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 use virga_net::dkv_proto as proto;
 
-use crate::raft_wire::{self, RaftWireError};
+use crate::wire::{self as raft_wire, RaftWireError};
 
 /// Why the records on a replica's device do not make a log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigLogError {
+pub enum RaftLogError {
     #[error("record {lsn} does not decode: {error}")]
     Undecodable { lsn: u64, error: prost::DecodeError },
     #[error("record {lsn}: {error}")]
@@ -37,13 +37,13 @@ pub enum ConfigLogError {
 
 /// The in-memory log of one replica: entries from index 1, hard state, membership.
 #[derive(Debug, Clone, Default)]
-pub struct ConfigLog {
+pub struct RaftLog {
     entries: Vec<Entry>,
     hard_state: HardState,
     conf_state: ConfState,
 }
 
-impl ConfigLog {
+impl RaftLog {
     /// The first record of a founding replica: the voters, and term 1 so that no member ever
     /// sits at term 0 (raft-rs treats a message of term 0 as local, see `raft_wire`).
     pub fn bootstrap_record(voters: &[u64]) -> Vec<u8> {
@@ -55,13 +55,33 @@ impl ConfigLog {
         .encode_to_vec()
     }
 
+    /// The first record of a group founded with a history every member holds: the voters,
+    /// and `entries` committed at indices 1, 2, … in term 1 (a chain's genesis blocks).
+    pub fn bootstrap_record_with(voters: &[u64], entries: &[Vec<u8>]) -> Vec<u8> {
+        let entries: Vec<proto::RaftEntry> = entries
+            .iter()
+            .enumerate()
+            .map(|(at, data)| {
+                let entry = Entry { index: at as u64 + 1, term: 1, data: data.clone().into(), ..Default::default() };
+                raft_wire::entry_to_wire(entry)
+            })
+            .collect();
+        let commit = entries.len() as u64;
+        proto::RaftLogRecord {
+            entries,
+            hard_state: Some(proto::RaftHardState { term: 1, vote: 0, commit }),
+            conf_state: Some(proto::RaftConfState { voters: voters.to_vec(), ..Default::default() }),
+        }
+        .encode_to_vec()
+    }
+
     /// Rebuilds the log from its records, in LSN order.
-    pub fn replay<'a>(records: impl IntoIterator<Item = (u64, &'a [u8])>) -> Result<ConfigLog, ConfigLogError> {
-        let mut log = ConfigLog::default();
+    pub fn replay<'a>(records: impl IntoIterator<Item = (u64, &'a [u8])>) -> Result<RaftLog, RaftLogError> {
+        let mut log = RaftLog::default();
         let mut has_membership = false;
         for (lsn, bytes) in records {
             let record =
-                proto::RaftLogRecord::decode(bytes).map_err(|error| ConfigLogError::Undecodable { lsn, error })?;
+                proto::RaftLogRecord::decode(bytes).map_err(|error| RaftLogError::Undecodable { lsn, error })?;
             if let Some(conf_state) = &record.conf_state {
                 log.conf_state = raft_wire::conf_state_into_raft(conf_state);
                 has_membership = true;
@@ -71,28 +91,28 @@ impl ConfigLog {
                 .into_iter()
                 .map(raft_wire::entry_into_raft)
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|error| ConfigLogError::BadEntry { lsn, error })?;
+                .map_err(|error| RaftLogError::BadEntry { lsn, error })?;
             log.check_entries(lsn, &entries)?;
             log.append(&entries);
             if let Some(hard_state) = &record.hard_state {
                 let hard_state = raft_wire::hard_state_into_raft(hard_state);
                 if hard_state.commit > log.last() {
-                    return Err(ConfigLogError::CommitBeyondLog { lsn, commit: hard_state.commit, last: log.last() });
+                    return Err(RaftLogError::CommitBeyondLog { lsn, commit: hard_state.commit, last: log.last() });
                 }
                 log.hard_state = hard_state;
             }
         }
         if !has_membership || log.conf_state.voters.is_empty() {
-            return Err(ConfigLogError::NoMembership);
+            return Err(RaftLogError::NoMembership);
         }
         Ok(log)
     }
 
     /// Entries read back from the device must continue the log and keep what is committed.
-    fn check_entries(&self, lsn: u64, entries: &[Entry]) -> Result<(), ConfigLogError> {
+    fn check_entries(&self, lsn: u64, entries: &[Entry]) -> Result<(), RaftLogError> {
         let Some(first) = entries.first() else { return Ok(()) };
         if first.index == 0 || first.index > self.last() + 1 {
-            return Err(ConfigLogError::NotContiguous {
+            return Err(RaftLogError::NotContiguous {
                 lsn,
                 position: 0,
                 expected: self.last() + 1,
@@ -100,15 +120,15 @@ impl ConfigLog {
             });
         }
         if first.index <= self.hard_state.commit {
-            return Err(ConfigLogError::RewritesCommitted { lsn, first: first.index, commit: self.hard_state.commit });
+            return Err(RaftLogError::RewritesCommitted { lsn, first: first.index, commit: self.hard_state.commit });
         }
         for (position, entry) in entries.iter().enumerate() {
             let expected = first.index + position as u64;
             if entry.index != expected {
-                return Err(ConfigLogError::NotContiguous { lsn, position, expected, found: entry.index });
+                return Err(RaftLogError::NotContiguous { lsn, position, expected, found: entry.index });
             }
             if entry.term == 0 {
-                return Err(ConfigLogError::ZeroTerm { lsn });
+                return Err(RaftLogError::ZeroTerm { lsn });
             }
         }
         Ok(())
@@ -154,7 +174,7 @@ impl ConfigLog {
     }
 }
 
-impl raft::Storage for ConfigLog {
+impl raft::Storage for RaftLog {
     fn initial_state(&self) -> raft::Result<RaftState> {
         Ok(RaftState { hard_state: self.hard_state.clone(), conf_state: self.conf_state.clone() })
     }

@@ -1,0 +1,20 @@
+//! raft-rs 0.7 (tikv) as Virga's Raft: its `RawNode` is a state machine with no clock, thread
+//! or I/O, the shape of a Virga core, so a replicated core runs in the simulator, in one
+//! process and over gRPC alike. Virga never writes Raft; this crate holds what every group
+//! needs around raft-rs:
+//!
+//! - [`wire`]: raft-rs's messages on Virga's wire (the prost mirror `virga_net::dkv_proto::Raft*`)
+//!   and the checks every received message passes before raft-rs sees it;
+//! - [`log::RaftLog`]: raft-rs's `Storage` in memory, rebuilt from the replica's records;
+//! - [`replica::Replica`]: the Ready loop (group-committed writes, messages held until what
+//!   they promise is durable, deterministic elections).
+//!
+//! Its users: the dkv configuration service and ChainifyDB's ordering service.
+
+pub mod log;
+pub mod replica;
+pub mod wire;
+
+pub use log::{RaftLog, RaftLogError};
+pub use replica::{Output, Replica, ReplicaSettings};
+pub use wire::{EntryCheck, RaftWireError, Receiver};
