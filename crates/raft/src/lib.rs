@@ -18,3 +18,6 @@ pub mod wire;
 pub use log::{RaftLog, RaftLogError};
 pub use replica::{Output, Replica, ReplicaSettings};
 pub use wire::{EntryCheck, RaftWireError, Receiver};
+
+#[cfg(test)]
+mod tests;

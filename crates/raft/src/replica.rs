@@ -166,8 +166,12 @@ impl Replica {
         refused
     }
 
-    /// Proposes `data` as a new entry (the leader only; raft-rs drops it elsewhere).
+    /// Proposes `data` as a new entry. The leader only: raft-rs would forward a follower's
+    /// proposal to the leader, whose wire checks refuse forwarded proposals.
     pub fn propose(&mut self, data: Vec<u8>) -> Result<(), raft::Error> {
+        if !self.is_leader() {
+            return Err(raft::Error::ProposalDropped);
+        }
         self.raft(|raw| raw.propose(Vec::new(), data))
     }
 
