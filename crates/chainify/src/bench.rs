@@ -6,7 +6,6 @@
 //! one PostgreSQL alone running the same kind of transactions on as many connections, in
 //! the same run, interleaved.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,12 +14,12 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::Serialize;
 use tokio::sync::watch;
-use virga_ledger::tx::SigningKey;
-use virga_ledger::wlc::{Agreement, AgreementPolicy, BlockCut, ChainedTx, Proposal, ProposalBatch};
+use virga_ledger::wlc::AgreementPolicy;
 use virga_net::driver::{CoreReader, Mailbox};
 use virga_net::InProc;
 
 use crate::consortium::Member;
+use crate::keys::{Keys, PipelineSettings};
 use crate::ledger::Ledger;
 use crate::pipeline::chainify_server::ChainifyServer;
 use crate::pipeline::client::{ClientConfig, ClientCore};
@@ -29,7 +28,7 @@ use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
 use crate::pipeline::execution::ExecutionServer;
 use crate::pipeline::node::{ChainifyNode, NodeDevice, WireNode};
 use crate::pipeline::orderer::{founding_records, OrderingServer};
-use crate::pipeline::{node_name, orderer_names, PipelineConfig, RaftTiming};
+use crate::pipeline::{node_name, PipelineConfig};
 use crate::run::{layout, open, Alone, OrganizationInfo, RunError};
 use crate::smallbank::{self, Skew};
 
@@ -111,46 +110,6 @@ fn skew_name(skew: Skew) -> String {
         Skew::Uniform => "uniform".to_string(),
         Skew::Zipf(exponent) => format!("zipf:{exponent}"),
     }
-}
-
-/// The keys and settings of a bench consortium: organizations, the loader and every
-/// client of every point, the orderer.
-struct Keys {
-    orgs: BTreeMap<String, SigningKey>,
-    clients: BTreeMap<String, (SigningKey, String)>,
-    orderer: SigningKey,
-}
-
-const LOADER: &str = "loader";
-
-fn keys(infos: &[OrganizationInfo], client_names: &[String]) -> Keys {
-    let orgs: BTreeMap<String, SigningKey> = infos
-        .iter()
-        .enumerate()
-        .map(|(at, info)| (info.name.clone(), SigningKey::from_seed(0x5749_0000 + at as u64)))
-        .collect();
-    let mut clients = BTreeMap::new();
-    clients.insert(LOADER.to_string(), (SigningKey::from_seed(0x5749_1000), infos[0].name.clone()));
-    for (at, name) in client_names.iter().enumerate() {
-        let org = infos[at % infos.len()].name.clone();
-        clients.insert(name.clone(), (SigningKey::from_seed(0x5749_2000 + at as u64), org));
-    }
-    Keys { orgs, clients, orderer: SigningKey::from_seed(0x5749_3000) }
-}
-
-/// The customers as ordered block 0: one batch of the loader's proposals, agreed by all.
-fn genesis(keys: &Keys, customers: u64, origin: &str) -> BlockCut {
-    let loader = &keys.clients[LOADER].0;
-    let proposals = smallbank::load_blocks(customers, 256)
-        .into_iter()
-        .flatten()
-        .enumerate()
-        .map(|(at, transaction)| Proposal::sign(loader, LOADER, at as u64 + 1, transaction.statements))
-        .collect();
-    let batch = ProposalBatch { origin: origin.to_string(), number: u64::MAX, proposals };
-    let hash = batch.hash();
-    let agreements = keys.orgs.iter().map(|(name, key)| Agreement::sign(key, name, hash)).collect();
-    BlockCut { batches: vec![ChainedTx { batch, agreements }] }
 }
 
 /// The servers running in this process, and readers of their cores.
@@ -235,7 +194,7 @@ async fn drain(running: &Running, limit: Duration) -> Result<(), RunError> {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -295,26 +254,16 @@ async fn run_async(
         .enumerate()
         .flat_map(|(point, (_, _, clients))| (0..*clients).map(move |at| format!("client-{point}-{at}")))
         .collect();
-    let keys = keys(infos, &client_names);
-    let pipeline = Arc::new(PipelineConfig {
-        organizations: keys.orgs.iter().map(|(name, key)| (name.clone(), key.address())).collect(),
-        clients: keys.clients.iter().map(|(name, (key, _))| (name.clone(), key.address())).collect(),
-        client_orgs: keys.clients.iter().map(|(name, (_, org))| (name.clone(), org.clone())).collect(),
-        orderer: keys.orderer.address(),
-        orderers: orderer_names(config.orderers.max(1)),
-        raft: RaftTiming::default(),
+    let keys = Keys::from_seeds(infos, &client_names);
+    let pipeline = Arc::new(keys.pipeline_config(PipelineSettings {
+        orderers: config.orderers,
         policy: config.policy,
-        agreements: config.policy.agree,
         batch_size: config.batch_size,
-        batch_wait: Duration::from_millis(2),
         block_size: config.block_size,
-        block_wait: Duration::from_millis(10),
         checkpoint_every: 1_000_000,
-        keep_checkpoints: 3,
-        call_deadline: Duration::from_secs(5),
-        retry_after: Duration::from_millis(50),
-    });
-    let founding = founding_records(pipeline.orderers.len(), &[genesis(&keys, config.customers, &infos[0].name)]);
+    }));
+    let genesis = keys.genesis(config.customers, &infos[0].name).ok_or(RunError::Io("no loader key".to_string()))?;
+    let founding = founding_records(pipeline.orderers.len(), &[genesis]);
     let transport = InProc::new();
     let (stop_servers, servers_shutdown) = watch::channel(false);
     let orderers: Vec<CoreReader<WireNode>> = pipeline
@@ -414,6 +363,7 @@ async fn measure(
             skew,
             seed: config.seed ^ ((point as u64) << 20) ^ at as u64,
             deadline: pipeline.call_deadline * 4,
+            first_seq: 1,
         };
         readers.push(spawn(
             &running.transport,

@@ -23,7 +23,10 @@
 pub mod analysis;
 pub mod bench;
 pub mod consortium;
+#[cfg(feature = "grpc")]
+pub mod deploy;
 pub mod dialect;
+pub mod keys;
 pub mod ledger;
 pub mod organization;
 pub mod pipeline;

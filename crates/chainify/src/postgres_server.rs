@@ -45,7 +45,8 @@ pub struct PostgresServer {
 }
 
 impl PostgresServer {
-    /// Starts the cluster in `dir`, creating it first unless `dir` already holds one.
+    /// Starts the cluster in `dir`, creating it first unless `dir` already holds one (and
+    /// restarting it if a killed owner left it running).
     pub fn start(dir: &Path, port: u16) -> Result<PostgresServer, ServerError> {
         let binaries = find_binaries().ok_or(ServerError::NotInstalled)?;
         let run_as = if is_root() { Some(postgres_user()?) } else { None };
@@ -58,6 +59,11 @@ impl PostgresServer {
         let data = server.data.display().to_string();
         if !dir.join("PG_VERSION").exists() {
             server.initdb()?;
+        }
+        // A server left running by a process that was killed: stop it as a crash would
+        // (immediate: no checkpoint), so this start recovers from its write-ahead log.
+        if dir.join("postmaster.pid").exists() && server.run("pg_ctl", &["-D", &data, "status"]).is_ok() {
+            server.run("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"])?;
         }
         let options = format!("-k {data} -p {port} -c listen_addresses=''");
         let log = format!("{data}/server.log");

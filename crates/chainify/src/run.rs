@@ -145,33 +145,42 @@ pub(crate) fn open(dir: &Path, infos: &[OrganizationInfo], install: bool, worker
     let mut servers = Vec::new();
     let mut organizations = Vec::new();
     for info in infos {
-        let home = dir.join(&info.name);
-        let mut organization: Box<dyn Organization> = match info.database {
-            DatabaseKind::Sqlite => {
-                std::fs::create_dir_all(&home).map_err(|error| RunError::Io(format!("{}: {error}", home.display())))?;
-                Box::new(SqliteOrganization::open_with_workers(
-                    &info.name,
-                    &home.join("db.sqlite"),
-                    SqliteSync::Full,
-                    workers,
-                )?)
-            }
-            DatabaseKind::Postgres => {
-                let server = PostgresServer::start(&home.join("pgdata"), 5432)?;
-                let org =
-                    PostgresOrganization::connect_with_workers(&info.name, &server.connection_string(), true, workers)?;
-                servers.push(server);
-                Box::new(org)
-            }
-        };
-        if install {
-            organization.install(&smallbank::tables())?;
-        } else {
-            organization.attach(&smallbank::tables())?;
-        }
+        let (organization, server) = open_organization(dir, info, install, workers)?;
+        servers.extend(server);
         organizations.push(organization);
     }
     Ok(Opened { servers, organizations })
+}
+
+/// Opens one organization's database in `dir` (its SQLite file, or its PostgreSQL cluster,
+/// started and handed back to be kept running).
+pub(crate) fn open_organization(
+    dir: &Path,
+    info: &OrganizationInfo,
+    install: bool,
+    workers: usize,
+) -> Result<(Box<dyn Organization>, Option<PostgresServer>), RunError> {
+    let home = dir.join(&info.name);
+    let (mut organization, server): (Box<dyn Organization>, _) = match info.database {
+        DatabaseKind::Sqlite => {
+            std::fs::create_dir_all(&home).map_err(|error| RunError::Io(format!("{}: {error}", home.display())))?;
+            let org =
+                SqliteOrganization::open_with_workers(&info.name, &home.join("db.sqlite"), SqliteSync::Full, workers)?;
+            (Box::new(org), None)
+        }
+        DatabaseKind::Postgres => {
+            let server = PostgresServer::start(&home.join("pgdata"), 5432)?;
+            let org =
+                PostgresOrganization::connect_with_workers(&info.name, &server.connection_string(), true, workers)?;
+            (Box::new(org), Some(server))
+        }
+    };
+    if install {
+        organization.install(&smallbank::tables())?;
+    } else {
+        organization.attach(&smallbank::tables())?;
+    }
+    Ok((organization, server))
 }
 
 /// The SmallBank blocks of a run: the same for every organization and for PostgreSQL alone.

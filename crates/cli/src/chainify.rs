@@ -27,6 +27,10 @@ pub enum ChainifyCommand {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// The servers as processes over gRPC: `init` a deployment directory, `run` named
+    /// servers of it, and run `client`s against them.
+    #[command(subcommand)]
+    Node(crate::chainify_node::NodeCommand),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -79,7 +83,7 @@ pub struct ChainifyUpArgs {
     pub json: Option<PathBuf>,
 }
 
-fn zipf_exponent(text: &str) -> Result<f64, String> {
+pub(crate) fn zipf_exponent(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(exponent) if exponent > 0.0 && exponent <= 5.0 => Ok(exponent),
         _ => Err("must be a number above 0 and at most 5".to_string()),
@@ -89,6 +93,7 @@ fn zipf_exponent(text: &str) -> Result<f64, String> {
 pub fn run(command: &ChainifyCommand) -> anyhow::Result<ExitCode> {
     match command {
         ChainifyCommand::Up(args) => run_up(args),
+        ChainifyCommand::Node(command) => crate::chainify_node::run(command),
         ChainifyCommand::Verify { dir } => match verify(dir) {
             Ok(report) => {
                 println!(

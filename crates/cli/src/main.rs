@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod chainify;
 mod chainify_bench;
+mod chainify_node;
 mod demo;
 mod dkv_bench;
 mod dkv_figures;

@@ -247,6 +247,6 @@ pub(crate) async fn stop_on_signal(stop: watch::Sender<bool>) {
 
 /// Warnings (refused witnesses, blocks, submissions: with peer and reason) and role
 /// lifecycle events go to stderr.
-fn init_logging() {
+pub(crate) fn init_logging() {
     let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(tracing::Level::INFO).try_init();
 }

@@ -3,6 +3,7 @@
 
 mod bench_dkv;
 mod chainify;
+mod chainify_processes;
 mod cli;
 mod kv;
 mod kv_cluster;

@@ -5,25 +5,13 @@
 //! protocol, served beside RainBlock), and none once they have stopped.
 
 use std::fs::File;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
+use crate::support::free_ports;
 
-/// A base port with `count` free ports after it (probed; another process could still take
-/// one before the roles bind, which would fail the test loudly, not wrongly).
-fn free_ports(count: u16) -> u16 {
-    for attempt in 0..200u32 {
-        let base = (20_000 + (std::process::id() + attempt * 97) % 40_000) as u16;
-        let all_free = (0..count).all(|offset| TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
-        if all_free {
-            return base;
-        }
-    }
-    panic!("no {count} consecutive free ports found");
-}
+const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
 
 fn role(dir: &Path, role: &str, id: &str) -> Child {
     let log = File::options().create(true).append(true).open(dir.join(format!("{id}.stderr"))).unwrap();

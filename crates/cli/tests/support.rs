@@ -1,6 +1,7 @@
-//! What the command-line tests of the simulators share: running `virga`, its output as text,
-//! and the JSON a run wrote.
+//! What the command-line tests share: running `virga`, its output as text, the JSON a run
+//! wrote, and free loopback ports for servers.
 
+use std::net::TcpListener;
 use std::process::{Command, Output};
 
 pub fn virga(args: &[&str]) -> Output {
@@ -13,4 +14,20 @@ pub fn text(bytes: &[u8]) -> String {
 
 pub fn json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A base port with `count` free ports after it (probed; another process could still take
+/// one before the roles bind, which would fail the test loudly, not wrongly).
+pub fn free_ports(count: u16) -> u16 {
+    // Tests of this binary run at once: each call starts its probe elsewhere.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    for attempt in 0..200u32 {
+        let base = (20_000 + (std::process::id() + call * 1_009 + attempt * 97) % 40_000) as u16;
+        let all_free = (0..count).all(|offset| TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no {count} consecutive free ports found");
 }

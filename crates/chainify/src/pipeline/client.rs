@@ -26,6 +26,9 @@ pub struct ClientConfig {
     pub seed: u64,
     /// How long the client waits for its transaction's outcome.
     pub deadline: Duration,
+    /// The sequence number of its first proposal (a client that runs again under the same
+    /// name starts above its last run's, or its proposals would be refused as replays).
+    pub first_seq: u64,
 }
 
 /// What a client saw.
@@ -54,11 +57,11 @@ impl ClientCore {
     pub fn new(config: ClientConfig, key: SigningKey) -> ClientCore {
         let rng = StdRng::seed_from_u64(config.seed);
         ClientCore {
+            next_seq: config.first_seq.max(1),
             config,
             key,
             rng,
             ids: Ids::default(),
-            next_seq: 1,
             in_flight: BTreeMap::new(),
             stats: ClientStats::default(),
         }

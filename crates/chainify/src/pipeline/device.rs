@@ -1,10 +1,12 @@
 //! The devices the pipeline's cores drive: an organization's database and ledger (one
 //! [`Member`], shared with whoever restarts the organization's servers, since the database
-//! outlives them), and the orderer's log.
+//! outlives them), an orderer replica's Raft log and a commit server's votes.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use virga_ledger::wlc::{LedgerBlock, SignedVote};
+use virga_log::{LogError, LogOptions, OpenMode, RecordLog};
 
 use super::PipelineIo;
 use super::PipelineIoDone;
@@ -17,58 +19,147 @@ pub struct OrganizationDevice {
     keep_checkpoints: usize,
 }
 
-/// An orderer replica's Raft log: its records in order (kept in memory, outliving the
-/// replica's restarts as a device does).
+/// An orderer replica's Raft log: its records in order, in memory (outliving the replica's
+/// restarts as a device does) and, when opened on a directory, in a record log there, synced
+/// before an append is reported (Raft answers a vote or an append only after that).
 #[derive(Clone, Default)]
 pub struct OrdererLog {
-    records: Arc<Mutex<Vec<Vec<u8>>>>,
+    inner: Arc<Mutex<Records>>,
+}
+
+#[derive(Default)]
+struct Records {
+    records: Vec<Vec<u8>>,
+    disk: Option<RecordLog>,
+}
+
+impl Records {
+    /// Appends `more` to the disk log (synced) if there is one, then to memory.
+    fn append(&mut self, more: Vec<Vec<u8>>) -> Result<(), String> {
+        if let Some(disk) = self.disk.as_mut() {
+            let dir = disk.dir().display().to_string();
+            for record in &more {
+                disk.append(record).map_err(|error| format!("{dir}: {error}"))?;
+            }
+            disk.sync().map_err(|error| format!("{dir}: {error}"))?;
+        }
+        self.records.extend(more);
+        Ok(())
+    }
+}
+
+/// Opens the record log in `dir` (created if absent, a torn tail cut: it was never
+/// acknowledged) and reads its records.
+fn open_records(dir: &Path) -> Result<Records, DeviceError> {
+    let failed = |error| DeviceError::Log { dir: dir.to_path_buf(), error };
+    std::fs::create_dir_all(dir)
+        .map_err(|source| failed(LogError::Io { op: "create", path: dir.to_path_buf(), source }))?;
+    let mut records = Vec::new();
+    let (disk, _) =
+        RecordLog::open_with(dir, LogOptions::default(), OpenMode::Repair, |_, payload| records.push(payload.to_vec()))
+            .map_err(failed)?;
+    Ok(Records { records, disk: Some(disk) })
+}
+
+/// A device's log on disk could not be opened or read.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("{}: {error}", dir.display())]
+    Log { dir: PathBuf, error: LogError },
+    #[error("{}: founding the orderer log: {reason}", dir.display())]
+    Found { dir: PathBuf, reason: String },
+    #[error("{}: vote record {at} does not decode ({reason}); the vote log is damaged", dir.display())]
+    BadVote { dir: PathBuf, at: usize, reason: String },
 }
 
 impl OrdererLog {
     /// A log that starts with `records` (a founded group's history).
     pub fn with_records(records: Vec<Vec<u8>>) -> OrdererLog {
-        OrdererLog { records: Arc::new(Mutex::new(records)) }
+        OrdererLog { inner: Arc::new(Mutex::new(Records { records, disk: None })) }
+    }
+
+    /// The log kept in `dir`; an empty one is founded with `founding()`'s records first.
+    pub fn open(dir: &Path, founding: impl FnOnce() -> Vec<Vec<u8>>) -> Result<OrdererLog, DeviceError> {
+        let mut opened = open_records(dir)?;
+        if opened.records.is_empty() {
+            opened.append(founding()).map_err(|reason| DeviceError::Found { dir: dir.to_path_buf(), reason })?;
+        }
+        Ok(OrdererLog { inner: Arc::new(Mutex::new(opened)) })
     }
 
     pub fn execute(&self, op: PipelineIo) -> PipelineIoDone {
-        let Ok(mut records) = self.records.lock() else {
+        let Ok(mut inner) = self.inner.lock() else {
             return PipelineIoDone::RaftAppended(Err("the orderer log's lock is poisoned".to_string()));
         };
         match op {
-            PipelineIo::LoadRaft => PipelineIoDone::LoadedRaft(records.clone()),
-            PipelineIo::AppendRaft(more) => {
-                records.extend(more);
-                PipelineIoDone::RaftAppended(Ok(()))
-            }
+            PipelineIo::LoadRaft => PipelineIoDone::LoadedRaft(inner.records.clone()),
+            PipelineIo::AppendRaft(more) => PipelineIoDone::RaftAppended(inner.append(more)),
             _ => PipelineIoDone::RaftAppended(Err("an orderer's log keeps only Raft records".to_string())),
         }
     }
 }
 
-/// A commit server's log of its own votes (the newest ones, by block).
+/// A commit server's log of its own votes (the newest ones, by block), in memory and, when
+/// opened on a directory, in a record log there, synced before the vote may be sent.
 #[derive(Clone, Default)]
 pub struct VoteLog {
-    votes: Arc<Mutex<std::collections::BTreeMap<u64, SignedVote>>>,
+    inner: Arc<Mutex<Votes>>,
+}
+
+#[derive(Default)]
+struct Votes {
+    votes: std::collections::BTreeMap<u64, SignedVote>,
+    disk: Option<RecordLog>,
 }
 
 /// How many blocks of votes a vote log keeps.
 const KEPT_VOTES: usize = 1024;
 
+impl Votes {
+    fn keep(&mut self, vote: SignedVote) {
+        self.votes.insert(vote.block, vote);
+        while self.votes.len() > KEPT_VOTES {
+            self.votes.pop_first();
+        }
+    }
+}
+
 impl VoteLog {
+    /// The votes kept in `dir`. A record that does not decode is refused: the log is this
+    /// server's own, so it means damage, and voting on without it could vote two ways.
+    pub fn open(dir: &Path) -> Result<VoteLog, DeviceError> {
+        let opened = open_records(dir)?;
+        let mut votes = Votes { votes: Default::default(), disk: opened.disk };
+        for (at, record) in opened.records.iter().enumerate() {
+            let vote = SignedVote::decode(record).map_err(|refused| DeviceError::BadVote {
+                dir: dir.to_path_buf(),
+                at,
+                reason: refused.to_string(),
+            })?;
+            votes.keep(vote);
+        }
+        Ok(VoteLog { inner: Arc::new(Mutex::new(votes)) })
+    }
+
     pub fn execute(&self, op: PipelineIo) -> PipelineIoDone {
-        let Ok(mut votes) = self.votes.lock() else {
+        let Ok(mut inner) = self.inner.lock() else {
             return PipelineIoDone::LoadedVotes(Vec::new());
         };
         match op {
             PipelineIo::LogVote(vote) => {
                 let block = vote.block;
-                votes.insert(block, vote);
-                while votes.len() > KEPT_VOTES {
-                    votes.pop_first();
+                if let Some(disk) = inner.disk.as_mut() {
+                    let logged = disk.append(&vote.encode()).and_then(|_| disk.sync());
+                    if let Err(error) = logged {
+                        // Not reported as logged, so the commit server never sends it.
+                        tracing::error!(block, %error, "a vote could not be logged");
+                        return PipelineIoDone::Appended(Err(error.to_string()));
+                    }
                 }
+                inner.keep(vote);
                 PipelineIoDone::VoteLogged(block)
             }
-            _ => PipelineIoDone::LoadedVotes(votes.values().cloned().collect()),
+            _ => PipelineIoDone::LoadedVotes(inner.votes.values().cloned().collect()),
         }
     }
 }
@@ -126,5 +217,58 @@ impl OrganizationDevice {
             member.checkpoint(number, self.keep_checkpoints).map_err(|error| error.to_string())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use virga_ledger::tx::SigningKey;
+
+    #[test]
+    fn an_orderer_log_on_disk_is_founded_once_and_reads_back_its_appends() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("raft");
+        let log = OrdererLog::open(&dir, || vec![b"founding".to_vec()]).unwrap();
+        let appended = log.execute(PipelineIo::AppendRaft(vec![b"one".to_vec(), b"two".to_vec()]));
+        assert!(matches!(appended, PipelineIoDone::RaftAppended(Ok(()))));
+        drop(log);
+        let reopened = OrdererLog::open(&dir, || panic!("a log with records is not founded again")).unwrap();
+        match reopened.execute(PipelineIo::LoadRaft) {
+            PipelineIoDone::LoadedRaft(records) => {
+                assert_eq!(records, vec![b"founding".to_vec(), b"one".to_vec(), b"two".to_vec()])
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_vote_log_on_disk_keeps_its_votes_and_refuses_a_damaged_record() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("votes");
+        let key = SigningKey::from_seed(7);
+        let log = VoteLog::open(&dir).unwrap();
+        for block in 0..3 {
+            let logged = log.execute(PipelineIo::LogVote(SignedVote::sign(&key, "org-1", block, [block as u8; 32])));
+            assert!(matches!(logged, PipelineIoDone::VoteLogged(at) if at == block));
+        }
+        drop(log);
+        match VoteLog::open(&dir).unwrap().execute(PipelineIo::LoadVotes) {
+            PipelineIoDone::LoadedVotes(votes) => {
+                assert_eq!(votes.iter().map(|vote| vote.block).collect::<Vec<_>>(), vec![0, 1, 2]);
+                assert_eq!(votes[2].ledger_block_hash, [2; 32]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A record that is no vote (well framed, so the log itself reads it back).
+        let (mut raw, _) = RecordLog::open_with(&dir, LogOptions::default(), OpenMode::Repair, |_, _| {}).unwrap();
+        raw.append(b"not a vote").unwrap();
+        raw.sync().unwrap();
+        drop(raw);
+        match VoteLog::open(&dir) {
+            Err(DeviceError::BadVote { at: 3, .. }) => {}
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("a damaged vote log opened"),
+        }
     }
 }

@@ -193,6 +193,7 @@ fn build_cluster(options: &SimOptions) -> Result<Cluster, String> {
             skew: Skew::Zipf(1.1),
             seed: options.seed ^ (index as u64).wrapping_mul(0x9e37_79b9),
             deadline: Duration::from_secs(2),
+            first_seq: 1,
         });
     }
     let orderer_key = SigningKey::from_seed(0x5749_3000);
