@@ -37,7 +37,7 @@ if [[ "${1:-}" == "--ci" ]]; then
     run proof_verifier -seed=1 -runs=100000
     run bag_application -seed=1 -runs=40000
     run wal_record -seed=1 -runs=1000000
-    run log_segment -seed=1 -runs=1000000
+    run log_segment -seed=1 -runs=400000
     run tx_decode -seed=1 -runs=1000000
     run block_decode -seed=1 -runs=500000
     run storage_checkpoint -seed=1 -runs=300000
