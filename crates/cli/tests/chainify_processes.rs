@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use virga_chainify::ledger::Ledger;
 
-use crate::support::{free_ports, text};
+use crate::support::{free_ports, stop, text};
 
 const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
 
@@ -51,19 +51,6 @@ fn wait_height(dir: &Path, org: &str, at_least: usize) {
         assert!(Instant::now() < deadline, "{org} holds {} of {at_least} blocks in time", height(dir, org));
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn stop(mut child: Child) {
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.wait();
 }
 
 fn organization(org: &str) -> Vec<String> {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::free_ports;
+use crate::support::{free_ports, stop};
 
 const VIRGA: &str = env!("CARGO_BIN_EXE_virga");
 
@@ -51,20 +51,6 @@ fn wait_logged(dir: &Path, id: &str, blocks: usize) {
         assert!(Instant::now() < deadline, "{id} logged {logged} of {blocks} blocks in time");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn stop(mut child: Child) {
-    // SIGTERM: servers stop gracefully.
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.wait();
 }
 
 /// `virga node ping` of every role of the cluster in `dir`.

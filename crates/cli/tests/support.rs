@@ -2,7 +2,8 @@
 //! wrote, and free loopback ports for servers.
 
 use std::net::TcpListener;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
 pub fn virga(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_virga")).args(args).output().expect("run virga")
@@ -30,4 +31,18 @@ pub fn free_ports(count: u16) -> u16 {
         }
     }
     panic!("no {count} consecutive free ports found");
+}
+
+/// Stops a server process with SIGTERM (it stops gracefully), or SIGKILL after 20 s.
+pub fn stop(mut child: Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.wait();
 }
