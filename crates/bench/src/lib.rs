@@ -10,7 +10,7 @@ pub mod kv;
 pub mod ledger;
 #[cfg(feature = "peers")]
 pub mod peers;
-mod plot;
+pub mod plot;
 pub mod rainblock;
 pub mod trie;
 pub mod trie_impl;

@@ -150,3 +150,29 @@ pub(crate) fn axis_number(value: f64) -> String {
         format!("{value:.2}")
     }
 }
+
+/// One line for [`line_chart`]: lines that share a `colour` are drawn in one colour.
+pub struct Series {
+    pub label: String,
+    pub colour: usize,
+    pub dashed: bool,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Draws `series` as a line chart with a linear y axis from 0, for harnesses outside this
+/// crate (x values are multiples of `x_step`).
+pub fn line_chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    x_step: f64,
+    y_label: &str,
+    series: Vec<Series>,
+) -> Result<()> {
+    let lines = series
+        .into_iter()
+        .map(|series| Line { label: series.label, colour: series.colour, dashed: series.dashed, points: series.points })
+        .collect();
+    let chart = Chart { title, x_label, x_step, y_label, lines };
+    draw(path, &chart, linear_axis(&chart), &|y| axis_number(*y))
+}

@@ -228,11 +228,12 @@ impl Deployment {
     }
 }
 
-/// A server ready to run: its core, its device, and the PostgreSQL server its database
-/// needs (kept running while it runs).
+/// A server ready to run: its core, its device, its organization's database (shared with
+/// the device) and the PostgreSQL server that database needs.
 struct Built {
     node: ChainifyNode,
     device: NodeDevice,
+    member: Option<Arc<Mutex<Member>>>,
     postgres: Option<PostgresServer>,
 }
 
@@ -254,6 +255,7 @@ fn build(
         return Ok(Built {
             node: ChainifyNode::Orderer(Box::new(core)),
             device: NodeDevice::Orderer(log),
+            member: None,
             postgres: None,
         });
     }
@@ -266,12 +268,14 @@ fn build(
     match role {
         "chainify" => {
             let core = ChainifyServer::new(org, key, Arc::clone(config));
-            Ok(Built { node: ChainifyNode::Chainify(Box::new(core)), device: NodeDevice::None, postgres: None })
+            let node = ChainifyNode::Chainify(Box::new(core));
+            Ok(Built { node, device: NodeDevice::None, member: None, postgres: None })
         }
         "commit" => {
             let votes = VoteLog::open(&home.join("votes")).map_err(|error| RunError::Io(error.to_string()))?;
             let core = CommitServer::new(org, key, Arc::clone(config), None);
-            Ok(Built { node: ChainifyNode::Commit(Box::new(core)), device: NodeDevice::Votes(votes), postgres: None })
+            let node = ChainifyNode::Commit(Box::new(core));
+            Ok(Built { node, device: NodeDevice::Votes(votes), member: None, postgres: None })
         }
         "exec" => {
             let ledger = Ledger::open(&home.join("ledger"))?;
@@ -280,11 +284,12 @@ fn build(
             let install = ledger.blocks().is_empty();
             let (organization, postgres) = open_organization(dir, info, install, deployment.workers)?;
             let member = Arc::new(Mutex::new(Member::new(organization, ledger)));
-            let device = OrganizationDevice::new(member, config.checkpoint_every, config.keep_checkpoints);
+            let device = OrganizationDevice::new(Arc::clone(&member), config.checkpoint_every, config.keep_checkpoints);
             let core = ExecutionServer::new(org, Arc::clone(config), None);
             Ok(Built {
                 node: ChainifyNode::Execution(Box::new(core)),
                 device: NodeDevice::Organization(Box::new(device)),
+                member: Some(member),
                 postgres,
             })
         }
@@ -292,24 +297,48 @@ fn build(
     }
 }
 
-/// Runs the servers `names` of the deployment in `dir`, each listening on its address, until
-/// `shutdown` turns true; `ready` hears of each server once it listens.
-pub async fn run_servers(
-    dir: &Path,
-    names: &[String],
-    shutdown: watch::Receiver<bool>,
-    ready: &mut dyn FnMut(&str, std::net::SocketAddr),
-) -> Result<(), RunError> {
+/// The named servers of a deployment, built, with their databases open.
+pub struct Servers {
+    deployment: Deployment,
+    built: Vec<(String, Built)>,
+}
+
+/// The servers' databases. Drop them only once the runtime that ran the servers is gone:
+/// the PostgreSQL client blocks on a runtime of its own, which may neither open nor close
+/// a connection inside another.
+pub struct Databases {
+    _members: Vec<Arc<Mutex<Member>>>,
+    _postgres: Vec<PostgresServer>,
+}
+
+/// Builds the servers `names` of the deployment in `dir` and opens their databases
+/// (starting an organization's PostgreSQL server): call it before starting the runtime.
+pub fn open_servers(dir: &Path, names: &[String]) -> Result<(Servers, Databases), RunError> {
     let deployment = read(dir)?;
     let keys = deployment.keys()?;
     let config = Arc::new(deployment.pipeline_config(&keys)?);
-    let transport = deployment.transport();
-    let mut postgres = Vec::new();
-    let mut served = Vec::new();
+    let mut databases = Databases { _members: Vec::new(), _postgres: Vec::new() };
+    let mut built = Vec::new();
     for name in names {
-        let built = build(dir, &deployment, &keys, &config, name)?;
-        postgres.extend(built.postgres);
-        let address = &deployment.addresses[name];
+        let mut server = build(dir, &deployment, &keys, &config, name)?;
+        databases._members.extend(server.member.take());
+        databases._postgres.extend(server.postgres.take());
+        built.push((name.clone(), server));
+    }
+    Ok((Servers { deployment, built }, databases))
+}
+
+/// Runs `servers`, each listening on its address, until `shutdown` turns true; `ready`
+/// hears of each server once it listens.
+pub async fn run_servers(
+    servers: Servers,
+    shutdown: watch::Receiver<bool>,
+    ready: &mut dyn FnMut(&str, std::net::SocketAddr),
+) -> Result<(), RunError> {
+    let transport = servers.deployment.transport();
+    let mut served = Vec::new();
+    for (name, built) in servers.built {
+        let address = &servers.deployment.addresses[&name];
         let listener = tokio::net::TcpListener::bind(address.as_str())
             .await
             .map_err(|error| RunError::Io(format!("{name}: listening on {address}: {error}")))?;
@@ -324,12 +353,11 @@ pub async fn run_servers(
         let transport = Arc::clone(&transport) as _;
         mailbox.run(name.clone(), WireNode::new(built.node), transport, built.device, shutdown.clone());
         served.push(tokio::spawn(server));
-        ready(name, bound);
+        ready(&name, bound);
     }
     for server in served {
         let _ = server.await;
     }
-    drop(postgres);
     Ok(())
 }
 

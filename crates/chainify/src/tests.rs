@@ -383,6 +383,7 @@ fn the_pipeline_bench_runs_its_servers_over_real_databases() {
         workers: 0,
         alone_transactions: 10,
         orderers: 3,
+        tamper: true,
         seed: 1,
     };
     let report = crate::bench::run(&config, &mut |_| {}).unwrap();
@@ -392,4 +393,11 @@ fn the_pipeline_bench_runs_its_servers_over_real_databases() {
     assert!(point.successful <= point.answered);
     assert!(point.postgres_alone_tps.is_none());
     assert!((point.execute_share + point.decide_share + point.apply_share - 1.0).abs() < 1e-6);
+    // Every proposal is signed by its client and checked at least by its organization and
+    // the agreeing one, besides the batches', blocks' and votes' signatures.
+    assert!(point.checked_per_transaction >= 2.0 && point.signed_per_transaction >= 1.0, "{point:?}");
+    assert!(point.crypto_share > 0.0 && point.crypto_share < 1.0, "{point:?}");
+    let recovery = report.recovery.as_ref().expect("the tampering phase ran");
+    assert_eq!(recovery.organization, "org-3");
+    assert!(recovery.attempts >= 1 && recovery.recovered_seconds > 0.0, "{recovery:?}");
 }

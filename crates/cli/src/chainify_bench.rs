@@ -58,6 +58,10 @@ pub struct ChainifyBenchArgs {
     /// Replicas of the ordering service (a Raft group; 1 is a single orderer).
     #[arg(long, default_value_t = 3, value_parser = limits::count_between(1, 7))]
     pub orderers: usize,
+    /// Skip the last phase, which changes org-3's database outside the chain while the most
+    /// clients run and times its recovery.
+    #[arg(long)]
+    pub no_tamper: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Where the JSON report goes.
@@ -100,6 +104,7 @@ pub fn run_bench(args: &ChainifyBenchArgs) -> anyhow::Result<ExitCode> {
         workers: args.workers,
         alone_transactions: 4_000,
         orderers: args.orderers,
+        tamper: !args.no_tamper,
         seed: args.seed,
     };
     eprintln!(
@@ -115,7 +120,9 @@ pub fn run_bench(args: &ChainifyBenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        let svg = PathBuf::from(format!("{}-tps.svg", path.with_extension("").display()));
+        plot(&report, &svg)?;
+        eprintln!("wrote {} and {}", path.display(), svg.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -126,7 +133,7 @@ fn line(point: &BenchPoint) -> String {
         .map(|alone| format!(", PostgreSQL alone {alone:.0} tps ({:.0}%)", 100.0 * point.tps / alone.max(1e-9)))
         .unwrap_or_default();
     format!(
-        "round {} {:>8} {:>3} clients: {:>6.0} tps (p50 {:.0} ms, p99 {:.0} ms; execute {:.0}%, vote {:.0}%, append {:.0}%){alone}",
+        "round {} {:>8} {:>3} clients: {:>6.0} tps (p50 {:.0} ms, p99 {:.0} ms; execute {:.0}%, vote {:.0}%, append {:.0}%; signatures {:.1}% of the machine){alone}",
         point.round,
         point.skew,
         point.clients,
@@ -136,6 +143,7 @@ fn line(point: &BenchPoint) -> String {
         100.0 * point.execute_share,
         100.0 * point.decide_share,
         100.0 * point.apply_share,
+        100.0 * point.crypto_share,
     )
 }
 
@@ -149,7 +157,83 @@ fn print_report(report: &BenchReport) {
     );
     println!("loaded         {} customers through the pipeline in {:.1} s", report.customers, report.load_seconds);
     println!("durability     {}", report.durability);
+    let costs = &report.signature_costs;
+    println!(
+        "signatures     secp256k1: {:.0} µs to sign, {:.0} µs to check on this machine ({} cores)",
+        costs.sign_us, costs.check_us, costs.cores
+    );
     for point in &report.points {
         println!("{}", line(point));
+    }
+    if let Some(recovery) = &report.recovery {
+        println!(
+            "tampering      {}: checkpoint taken in {:.2} s; `{}` outside the chain {} blocks after it, recovered {:.2} s later ({} attempt(s)); {:.0} tps before, {:.0} tps while it recovered",
+            recovery.organization,
+            recovery.checkpoint_seconds,
+            virga_chainify::bench::TAMPER_SQL,
+            recovery.blocks_since_checkpoint,
+            recovery.recovered_seconds,
+            recovery.attempts,
+            recovery.tps_before,
+            recovery.tps_while_recovering
+        );
+    }
+}
+
+/// Throughput against clients, one line a skew, the medians over rounds; PostgreSQL alone
+/// dashed in the same colour.
+fn plot(report: &BenchReport, path: &std::path::Path) -> anyhow::Result<()> {
+    use virga_bench::plot::{line_chart, Series};
+    let mut skews: Vec<&str> = report.points.iter().map(|point| point.skew.as_str()).collect();
+    skews.dedup();
+    skews.sort_unstable();
+    skews.dedup();
+    let mut series = Vec::new();
+    for (colour, skew) in skews.iter().enumerate() {
+        let mut clients: Vec<usize> =
+            report.points.iter().filter(|point| point.skew == *skew).map(|point| point.clients).collect();
+        clients.sort_unstable();
+        clients.dedup();
+        let medians = |value: &dyn Fn(&BenchPoint) -> Option<f64>| -> Vec<(f64, f64)> {
+            clients
+                .iter()
+                .filter_map(|count| {
+                    let mut values: Vec<f64> = report
+                        .points
+                        .iter()
+                        .filter(|point| point.skew == *skew && point.clients == *count)
+                        .filter_map(value)
+                        .collect();
+                    (!values.is_empty()).then(|| (*count as f64, virga_bench::median(&mut values)))
+                })
+                .collect()
+        };
+        series.push(Series {
+            label: format!("consortium, {skew}"),
+            colour,
+            dashed: false,
+            points: medians(&|point| Some(point.tps)),
+        });
+        let alone = medians(&|point| point.postgres_alone_tps);
+        if !alone.is_empty() {
+            series.push(Series { label: format!("PostgreSQL alone, {skew}"), colour, dashed: true, points: alone });
+        }
+    }
+    let step = report.points.iter().map(|point| point.clients).fold(0, gcd).max(1);
+    line_chart(
+        path,
+        &format!("ChainifyDB, SmallBank, {}: transactions per second", report.policy),
+        "clients",
+        step as f64,
+        "answered transactions per second (medians over rounds)",
+        series,
+    )
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }

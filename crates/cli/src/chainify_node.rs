@@ -146,17 +146,24 @@ fn init(args: &InitArgs) -> anyhow::Result<ExitCode> {
 
 fn serve(args: &RunArgs) -> anyhow::Result<ExitCode> {
     crate::node::init_logging();
+    // The databases open before the runtime starts and close after it is gone (see
+    // `deploy::Databases`).
+    let (servers, databases) = deploy::open_servers(&args.dir, &args.names)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    runtime.block_on(async {
+    let served: anyhow::Result<()> = runtime.block_on(async {
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(crate::node::stop_on_signal(stop));
-        deploy::run_servers(&args.dir, &args.names, stopped, &mut |name, address| {
+        deploy::run_servers(servers, stopped, &mut |name, address| {
             eprintln!("{name}: serving at {address}");
         })
         .await?;
-        eprintln!("{}: stopped", args.names.join(", "));
-        Ok(ExitCode::SUCCESS)
-    })
+        Ok(())
+    });
+    drop(runtime);
+    drop(databases);
+    served?;
+    eprintln!("{}: stopped", args.names.join(", "));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn client(args: &ClientArgs) -> anyhow::Result<ExitCode> {

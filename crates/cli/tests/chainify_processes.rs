@@ -2,7 +2,9 @@
 //! SQLite organizations and three orderer replicas, one process each group; an
 //! organization's process is killed with SIGKILL mid-run and restarted. The other two keep
 //! committing (any two of three), the restarted one catches up and serves its clients
-//! again, and the directory then passes `virga chainify verify`.
+//! again, and the directory then passes `virga chainify verify`. Then the default mix, two
+//! organizations on PostgreSQL servers of their own and one on SQLite, with a PostgreSQL
+//! organization's process killed and restarted.
 
 use std::fs::File;
 use std::path::Path;
@@ -112,6 +114,68 @@ fn chainify_servers_as_processes_survive_sigkill_of_an_organization() {
     wait_height(&dir, "org-3", height(&dir, "org-1"));
     assert!(height(&dir, "org-3") > at_kill, "org-3 caught up past {at_kill} blocks");
     stop(third);
+    for child in running {
+        stop(child);
+    }
+    let verified = Command::new(VIRGA).args(["chainify", "verify", "--dir", dir_arg]).output().unwrap();
+    assert!(verified.status.success(), "{}{}", text(&verified.stdout), text(&verified.stderr));
+    assert!(text(&verified.stdout).starts_with("ok: 3 organizations"), "{}", text(&verified.stdout));
+}
+
+/// Runs `transactions` proposals of `client` and asserts every one was answered.
+fn client_answered(dir: &Path, client: &str, transactions: &str) {
+    let done = Command::new(VIRGA)
+        .args(["chainify", "node", "client", "--dir", dir.to_str().unwrap(), "--name", client])
+        .args(["--transactions", transactions, "--limit", "120"])
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{client}: {}{}", text(&done.stdout), text(&done.stderr));
+}
+
+#[test]
+fn postgresql_organizations_run_as_processes_and_restart_after_sigkill() {
+    if virga_chainify::postgres_server::find_binaries().is_none() {
+        assert!(
+            std::env::var_os("VIRGA_REQUIRE_POSTGRES").is_none(),
+            "{}",
+            virga_chainify::postgres_server::INSTALL_HINT
+        );
+        eprintln!("skipped: {}", virga_chainify::postgres_server::INSTALL_HINT);
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    // Run as root, the PostgreSQL servers run as another user, who must reach their data.
+    std::fs::set_permissions(scratch.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = scratch.path().join("deployment");
+    let dir_arg = dir.to_str().unwrap();
+    let base = free_ports(12).to_string();
+    let init = Command::new(VIRGA)
+        .args(["chainify", "node", "init", "--dir", dir_arg, "--customers", "200", "--clients", "3"])
+        .args(["--base-port", &base, "--block-size", "16", "--batch-size", "4"])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", text(&init.stderr));
+    let orderers: Vec<String> = (1..=3).map(|at| format!("orderer-{at}")).collect();
+    let mut running = vec![servers(&dir, "orderers.stderr", &orderers)];
+    running.push(servers(&dir, "org-2.stderr", &organization("org-2")));
+    running.push(servers(&dir, "org-3.stderr", &organization("org-3")));
+    let first = servers(&dir, "org-1.stderr", &organization("org-1"));
+    for log in ["orderers.stderr", "org-1.stderr", "org-2.stderr", "org-3.stderr"] {
+        wait_serving(&dir, log, 3);
+    }
+    client_answered(&dir, "client-1", "30");
+
+    // Killed, org-1's process leaves its PostgreSQL server running; the restart takes it
+    // over as after a crash and brings the database to the ledger.
+    let mut first = first;
+    first.kill().unwrap();
+    first.wait().unwrap();
+    client_answered(&dir, "client-2", "20");
+    let first = servers(&dir, "org-1.stderr", &organization("org-1"));
+    wait_serving(&dir, "org-1.stderr", 6);
+    client_answered(&dir, "client-1", "20");
+    wait_height(&dir, "org-1", height(&dir, "org-2"));
+    stop(first);
     for child in running {
         stop(child);
     }

@@ -18,8 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use alloy_primitives::{keccak256, Address, Signature, B256, U256};
 
+use super::signature_counts::{recover, sign};
 use super::Hash;
-use crate::tx::{recover_address, SigningKey, TxError};
+use crate::tx::{SigningKey, TxError};
 
 /// The encoding's version byte, first in every message.
 const FORMAT: u8 = 1;
@@ -121,7 +122,7 @@ fn put_field(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 fn signer(message: &'static str, digest: B256, signature: &Signature) -> Result<Address, Refused> {
-    recover_address(digest, signature).map_err(|error| Refused::Signature { message, error })
+    recover(digest, signature).map_err(|error| Refused::Signature { message, error })
 }
 
 fn check_signer(
@@ -153,7 +154,7 @@ impl Proposal {
     }
 
     pub fn sign(key: &SigningKey, client: &str, seq: u64, statements: Vec<String>) -> Proposal {
-        let signature = key.sign_hash(Proposal::digest(client, seq, &statements));
+        let signature = sign(key, Proposal::digest(client, seq, &statements));
         Proposal { client: client.to_string(), seq, statements, signature }
     }
 
@@ -253,7 +254,7 @@ impl Agreement {
     }
 
     pub fn sign(key: &SigningKey, organization: &str, batch: Hash) -> Agreement {
-        let signature = key.sign_hash(Agreement::digest(organization, &batch));
+        let signature = sign(key, Agreement::digest(organization, &batch));
         Agreement { organization: organization.to_string(), batch, signature }
     }
 
@@ -345,7 +346,7 @@ impl OrderedBlock {
     }
 
     pub fn sign(key: &SigningKey, number: u64, previous: Hash, batches: Vec<ChainedTx>) -> OrderedBlock {
-        let signature = key.sign_hash(OrderedBlock::digest(number, &previous, &batches));
+        let signature = sign(key, OrderedBlock::digest(number, &previous, &batches));
         OrderedBlock { number, previous, batches, signature }
     }
 

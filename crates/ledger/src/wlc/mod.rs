@@ -19,6 +19,7 @@
 pub mod digest;
 pub mod ledger_block;
 pub mod messages;
+pub mod signature_counts;
 pub mod signed_vote;
 pub mod vote;
 pub mod wire;
@@ -28,6 +29,7 @@ pub use self::ledger_block::{verify_chain, ChainProblem, DecodeError, LedgerBloc
 pub use self::messages::{
     Agreement, BlockCut, ChainedTx, MessageError, OrderedBlock, Proposal, ProposalBatch, Refused,
 };
+pub use self::signature_counts::SignatureCounts;
 pub use self::signed_vote::{counted_votes, SignedVote, VoteRefused};
 pub use self::vote::{AgreementPolicy, PolicyError, VoteOutcome};
 

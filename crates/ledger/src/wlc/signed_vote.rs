@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use alloy_primitives::{keccak256, Address, Signature, B256, U256};
 
+use super::signature_counts::{recover, sign};
 use super::Hash;
-use crate::tx::{recover_address, SigningKey, TxError};
+use crate::tx::{SigningKey, TxError};
 
 const FORMAT: u8 = 1;
 /// The longest organization name a vote may carry.
@@ -55,7 +56,7 @@ impl SignedVote {
     }
 
     pub fn sign(key: &SigningKey, organization: &str, block: u64, ledger_block_hash: Hash) -> SignedVote {
-        let signature = key.sign_hash(SignedVote::digest(organization, block, &ledger_block_hash));
+        let signature = sign(key, SignedVote::digest(organization, block, &ledger_block_hash));
         SignedVote { organization: organization.to_string(), block, ledger_block_hash, signature }
     }
 
@@ -64,7 +65,7 @@ impl SignedVote {
         let expected =
             members.get(&self.organization).ok_or_else(|| VoteRefused::Unknown(self.organization.clone()))?;
         let digest = SignedVote::digest(&self.organization, self.block, &self.ledger_block_hash);
-        let signer = recover_address(digest, &self.signature).map_err(VoteRefused::Signature)?;
+        let signer = recover(digest, &self.signature).map_err(VoteRefused::Signature)?;
         if signer != *expected {
             return Err(VoteRefused::WrongSigner { organization: self.organization.clone(), signer });
         }

@@ -14,7 +14,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::Serialize;
 use tokio::sync::watch;
-use virga_ledger::wlc::AgreementPolicy;
+use virga_ledger::wlc::{AgreementPolicy, SignatureCounts};
 use virga_net::driver::{CoreReader, Mailbox};
 use virga_net::InProc;
 
@@ -31,6 +31,12 @@ use crate::pipeline::orderer::{founding_records, OrderingServer};
 use crate::pipeline::{node_name, PipelineConfig};
 use crate::run::{layout, open, Alone, OrganizationInfo, RunError};
 use crate::smallbank::{self, Skew};
+
+mod recovery;
+mod signature_costs;
+
+pub use self::recovery::{RecoveryPoint, TAMPER_SQL};
+pub use self::signature_costs::SignatureCosts;
 
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -55,6 +61,8 @@ pub struct BenchConfig {
     pub alone_transactions: usize,
     /// Replicas of the ordering service's Raft group.
     pub orderers: usize,
+    /// After the points, tamper with the last organization's database and time its recovery.
+    pub tamper: bool,
     pub seed: u64,
 }
 
@@ -75,6 +83,12 @@ pub struct BenchPoint {
     pub execute_share: f64,
     pub decide_share: f64,
     pub apply_share: f64,
+    /// Signatures made and checked per answered transaction, everywhere in the pipeline
+    /// (proposals, agreements, ordered blocks, votes), and their estimated share of the
+    /// machine's time: the counts times [`SignatureCosts`], over every core.
+    pub signed_per_transaction: f64,
+    pub checked_per_transaction: f64,
+    pub crypto_share: f64,
     /// PostgreSQL alone on `clients` connections, measured right after; absent with
     /// `--sqlite-only`.
     pub postgres_alone_tps: Option<f64>,
@@ -90,7 +104,10 @@ pub struct BenchReport {
     pub workers: usize,
     pub durability: String,
     pub load_seconds: f64,
+    pub signature_costs: SignatureCosts,
     pub points: Vec<BenchPoint>,
+    /// The tampering phase, when it ran.
+    pub recovery: Option<RecoveryPoint>,
 }
 
 /// How the organizations and PostgreSQL alone make transactions durable.
@@ -117,6 +134,7 @@ struct Running {
     transport: Arc<InProc>,
     execs: Vec<CoreReader<WireNode>>,
     orderers: Vec<CoreReader<WireNode>>,
+    signature_costs: SignatureCosts,
 }
 
 fn spawn(
@@ -226,7 +244,9 @@ pub fn run(config: &BenchConfig, progress: &mut dyn FnMut(&BenchPoint)) -> Resul
         .enable_all()
         .build()
         .map_err(|error| RunError::Io(format!("starting the runtime: {error}")))?;
-    let result = runtime.block_on(run_async(config, &infos, &members, alone.as_mut(), progress));
+    // Measured while nothing else runs: the servers would otherwise share the cores with it.
+    let signature_costs = SignatureCosts::measure();
+    let result = runtime.block_on(run_async(config, &infos, &members, alone.as_mut(), signature_costs, progress));
     drop(runtime);
     drop(members);
     drop(alone);
@@ -239,6 +259,7 @@ async fn run_async(
     infos: &[OrganizationInfo],
     members: &[Arc<Mutex<Member>>],
     mut alone: Option<&mut Alone>,
+    signature_costs: SignatureCosts,
     progress: &mut dyn FnMut(&BenchPoint),
 ) -> Result<BenchReport, RunError> {
     let mut points_plan = Vec::new();
@@ -249,10 +270,13 @@ async fn run_async(
             }
         }
     }
-    let client_names: Vec<String> = points_plan
-        .iter()
+    // The tampering phase's clients come after the points' and are as many as the most.
+    let most_clients = config.clients.iter().copied().max().unwrap_or(1);
+    let tamper_point = points_plan.len();
+    let client_counts = points_plan.iter().map(|(_, _, clients)| *clients).chain(config.tamper.then_some(most_clients));
+    let client_names: Vec<String> = client_counts
         .enumerate()
-        .flat_map(|(point, (_, _, clients))| (0..*clients).map(move |at| format!("client-{point}-{at}")))
+        .flat_map(|(point, clients)| (0..clients).map(move |at| format!("client-{point}-{at}")))
         .collect();
     let keys = Keys::from_seeds(infos, &client_names);
     let pipeline = Arc::new(keys.pipeline_config(PipelineSettings {
@@ -305,7 +329,7 @@ async fn run_async(
             servers_shutdown.clone(),
         );
     }
-    let running = Running { transport, execs, orderers };
+    let running = Running { transport, execs, orderers, signature_costs };
     let started = Instant::now();
     drain(&running, Duration::from_secs(3600)).await?;
     let load_seconds = started.elapsed().as_secs_f64();
@@ -321,7 +345,9 @@ async fn run_async(
             &format!("; {} orderer replicas (Raft), their logs and the votes' in memory", pipeline.orderers.len()),
         ),
         load_seconds,
+        signature_costs,
         points: Vec::new(),
+        recovery: None,
     };
     let mut rng = SmallRng::seed_from_u64(config.seed);
     for (point, (round, skew, clients)) in points_plan.into_iter().enumerate() {
@@ -335,8 +361,107 @@ async fn run_async(
         progress(&measured);
         report.points.push(measured);
     }
+    if config.tamper {
+        let skew = config.skews.first().copied().unwrap_or(Skew::Uniform);
+        let recovered =
+            recovery::tamper_and_recover(config, &running, members, &pipeline, &keys, tamper_point, most_clients, skew)
+                .await;
+        report.recovery = Some(recovered?);
+    }
     let _ = stop_servers.send(true);
     Ok(report)
+}
+
+/// Clients running against the pipeline, and what stops them.
+struct Clients {
+    stop: watch::Sender<bool>,
+    names: Vec<String>,
+    readers: Vec<CoreReader<WireNode>>,
+}
+
+/// What the clients had been answered at one moment.
+struct Answered {
+    answered: u64,
+    successful: u64,
+    /// Each client's latencies so far, so a window's latencies are those after it.
+    latency_marks: Vec<usize>,
+}
+
+impl Clients {
+    /// Starts `clients` clients named `client-{point}-{at}` (their keys are in `keys`).
+    fn start(
+        config: &BenchConfig,
+        running: &Running,
+        pipeline: &PipelineConfig,
+        keys: &Keys,
+        point: usize,
+        skew: Skew,
+        clients: usize,
+    ) -> Clients {
+        let (stop, shutdown) = watch::channel(false);
+        let mut readers = Vec::new();
+        let mut names = Vec::new();
+        for at in 0..clients {
+            let name = format!("client-{point}-{at}");
+            let (key, org) = keys.clients[&name].clone();
+            let client = ClientConfig {
+                name: name.clone(),
+                organization: org,
+                window: config.window,
+                transactions: u64::MAX,
+                customers: config.customers,
+                skew,
+                seed: config.seed ^ ((point as u64) << 20) ^ at as u64,
+                deadline: pipeline.call_deadline * 4,
+                first_seq: 1,
+            };
+            readers.push(spawn(
+                &running.transport,
+                &name,
+                ChainifyNode::Client(Box::new(ClientCore::new(client, key))),
+                NodeDevice::None,
+                shutdown.clone(),
+            ));
+            names.push(name);
+        }
+        Clients { stop, names, readers }
+    }
+
+    fn answered(&self) -> Answered {
+        let mut counts = Answered { answered: 0, successful: 0, latency_marks: Vec::new() };
+        for reader in &self.readers {
+            reader.with_core(|node| {
+                if let Some(client) = client_of(node) {
+                    let stats = client.stats();
+                    counts.answered += stats.outcomes.len() as u64;
+                    counts.successful += stats.outcomes.iter().filter(|outcome| outcome.successful).count() as u64;
+                    counts.latency_marks.push(stats.latencies.len());
+                }
+            });
+        }
+        counts
+    }
+
+    /// The latencies answered since `since`, sorted.
+    fn latencies_since(&self, since: &Answered) -> Vec<u64> {
+        let mut latencies: Vec<u64> = Vec::new();
+        for (reader, mark) in self.readers.iter().zip(&since.latency_marks) {
+            reader.with_core(|node| {
+                if let Some(client) = client_of(node) {
+                    latencies.extend(client.stats().latencies.iter().skip(*mark).copied());
+                }
+            });
+        }
+        latencies.sort_unstable();
+        latencies
+    }
+
+    fn stop(self, running: &Running) {
+        let _ = self.stop.send(true);
+        for name in &self.names {
+            running.transport.unregister(name);
+        }
+    }
 }
 
 /// One point: `clients` clients for the warm-up and the measured window, then drained.
@@ -349,82 +474,39 @@ async fn measure(
     skew: Skew,
     clients: usize,
 ) -> Result<BenchPoint, RunError> {
-    let (stop, shutdown) = watch::channel(false);
-    let mut readers = Vec::new();
-    for at in 0..clients {
-        let name = format!("client-{point}-{at}");
-        let (key, org) = keys.clients[&name].clone();
-        let client = ClientConfig {
-            name: name.clone(),
-            organization: org,
-            window: config.window,
-            transactions: u64::MAX,
-            customers: config.customers,
-            skew,
-            seed: config.seed ^ ((point as u64) << 20) ^ at as u64,
-            deadline: pipeline.call_deadline * 4,
-            first_seq: 1,
-        };
-        readers.push(spawn(
-            &running.transport,
-            &name,
-            ChainifyNode::Client(Box::new(ClientCore::new(client, key))),
-            NodeDevice::None,
-            shutdown.clone(),
-        ));
-    }
-    let counts = |readers: &[CoreReader<WireNode>]| {
-        let mut answered = 0;
-        let mut successful = 0;
-        let mut latencies = Vec::new();
-        for reader in readers {
-            reader.with_core(|node| {
-                if let Some(client) = client_of(node) {
-                    answered += client.stats().outcomes.len() as u64;
-                    successful += client.stats().outcomes.iter().filter(|outcome| outcome.successful).count() as u64;
-                    latencies.push(client.stats().latencies.len());
-                }
-            });
-        }
-        (answered, successful, latencies)
-    };
+    let started = Clients::start(config, running, pipeline, keys, point, skew, clients);
     tokio::time::sleep(config.warmup).await;
-    let (answered_before, successful_before, latency_marks) = counts(&readers);
+    let before = started.answered();
     let (_, times_before) = exec_state(running);
+    let signatures_before = SignatureCounts::now();
     let window_started = Instant::now();
     tokio::time::sleep(config.duration).await;
-    let (answered_after, successful_after, _) = counts(&readers);
+    let after = started.answered();
     let (_, times_after) = exec_state(running);
+    let signatures = SignatureCounts::now().since(signatures_before);
     let seconds = window_started.elapsed().as_secs_f64();
-    let mut latencies: Vec<u64> = Vec::new();
-    for (reader, mark) in readers.iter().zip(latency_marks) {
-        reader.with_core(|node| {
-            if let Some(client) = client_of(node) {
-                latencies.extend(client.stats().latencies.iter().skip(mark).copied());
-            }
-        });
-    }
-    latencies.sort_unstable();
-    let _ = stop.send(true);
-    for at in 0..clients {
-        running.transport.unregister(&format!("client-{point}-{at}"));
-    }
+    let latencies = started.latencies_since(&before);
+    started.stop(running);
     drain(running, Duration::from_secs(600)).await?;
     let spent: Vec<f64> = (0..3).map(|at| times_after[at].saturating_sub(times_before[at]) as f64).collect();
     let total = spent.iter().sum::<f64>().max(1.0);
-    let answered = answered_after - answered_before;
+    let answered = after.answered - before.answered;
+    let per_transaction = |count: u64| count as f64 / answered.max(1) as f64;
     Ok(BenchPoint {
         round: 0,
         clients,
         skew: skew_name(skew),
         tps: answered as f64 / seconds.max(1e-9),
         answered,
-        successful: successful_after - successful_before,
+        successful: after.successful - before.successful,
         latency_p50_ms: percentile(&latencies, 0.5),
         latency_p99_ms: percentile(&latencies, 0.99),
         execute_share: spent[0] / total,
         decide_share: spent[1] / total,
         apply_share: spent[2] / total,
+        signed_per_transaction: per_transaction(signatures.signed),
+        checked_per_transaction: per_transaction(signatures.checked),
+        crypto_share: running.signature_costs.share(signatures, seconds),
         postgres_alone_tps: None,
     })
 }
