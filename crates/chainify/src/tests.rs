@@ -361,19 +361,15 @@ fn a_sqlite_file_with_worker_connections_gives_the_effects_of_serial_execution()
     assert_eq!(serial.state_hash().unwrap(), staged.state_hash().unwrap());
 }
 
-/// The pipeline's servers under the tokio driver, every message on the wire encoding, over
-/// three SQLite organizations: clients get answers, and every organization ends with every
-/// ordered block.
-#[test]
-fn the_pipeline_bench_runs_its_servers_over_real_databases() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = crate::bench::BenchConfig {
-        dir: dir.path().join("consortium"),
+/// A short run of the pipeline bench over three SQLite organizations in `dir`.
+fn short_bench(dir: &std::path::Path, policy: virga_ledger::wlc::AgreementPolicy) -> crate::bench::BenchConfig {
+    crate::bench::BenchConfig {
+        dir: dir.join("consortium"),
         sqlite_only: true,
         customers: 300,
         clients: vec![2],
         skews: vec![crate::smallbank::Skew::Zipf(1.1)],
-        policy: virga_ledger::wlc::AgreementPolicy::new(2, 3).unwrap(),
+        policy,
         runs: 1,
         warmup: std::time::Duration::from_millis(200),
         duration: std::time::Duration::from_millis(800),
@@ -385,7 +381,16 @@ fn the_pipeline_bench_runs_its_servers_over_real_databases() {
         orderers: 3,
         tamper: true,
         seed: 1,
-    };
+    }
+}
+
+/// The pipeline's servers under the tokio driver, every message on the wire encoding, over
+/// three SQLite organizations: clients get answers, signatures are counted, and a tampered
+/// organization recovers while the clients run.
+#[test]
+fn the_pipeline_bench_runs_its_servers_over_real_databases() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = short_bench(dir.path(), virga_ledger::wlc::AgreementPolicy::new(2, 3).unwrap());
     let report = crate::bench::run(&config, &mut |_| {}).unwrap();
     assert_eq!(report.points.len(), 1);
     let point = &report.points[0];
@@ -400,4 +405,17 @@ fn the_pipeline_bench_runs_its_servers_over_real_databases() {
     let recovery = report.recovery.as_ref().expect("the tampering phase ran");
     assert_eq!(recovery.organization, "org-3");
     assert!(recovery.attempts >= 1 && recovery.recovered_seconds > 0.0, "{recovery:?}");
+}
+
+/// Under all three of three, the pipeline cannot decide a block a tampered organization
+/// disagrees on (there is no second round of votes), so the bench says so instead of
+/// waiting on it, and keeps its points.
+#[test]
+fn the_pipeline_bench_skips_tampering_where_the_others_cannot_decide_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = short_bench(dir.path(), virga_ledger::wlc::AgreementPolicy::new(3, 3).unwrap());
+    let report = crate::bench::run(&config, &mut |_| {}).unwrap();
+    assert!(report.points[0].answered > 0, "{:?}", report.points[0]);
+    assert!(report.recovery.is_none() && report.recovery_failed.is_none());
+    assert!(report.recovery_skipped.as_deref().is_some_and(|why| why.contains("any 3 of 3")), "{report:?}");
 }

@@ -124,7 +124,7 @@ pub fn run_bench(args: &ChainifyBenchArgs) -> anyhow::Result<ExitCode> {
         plot(&report, &svg)?;
         eprintln!("wrote {} and {}", path.display(), svg.display());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if report.recovery_failed.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 fn line(point: &BenchPoint) -> String {
@@ -177,6 +177,12 @@ fn print_report(report: &BenchReport) {
             recovery.tps_before,
             recovery.tps_while_recovering
         );
+    }
+    if let Some(why) = &report.recovery_skipped {
+        println!("tampering      not measured: {why}");
+    }
+    if let Some(error) = &report.recovery_failed {
+        println!("tampering      FAILED: {error}");
     }
 }
 
