@@ -1,6 +1,5 @@
 //! An organization's ChainifyServer: authenticates its clients' proposals, gathers them
-//! into batches, collects as many other organizations' agreements on each batch as the
-//! policy needs (asking only that many peers, and another for each that fails), hands agreed
+//! into batches, collects the other organizations' agreements on each batch, hands agreed
 //! batches to the orderer, and answers each client once its transaction's block is decided
 //! at this organization.
 
@@ -39,8 +38,6 @@ struct Pending {
     agreements: Vec<Agreement>,
     /// Peers that refused the batch: they will not agree on a retry.
     refused_by: BTreeSet<String>,
-    /// Peers asked to agree, in the order asked.
-    asked: Vec<String>,
     ordering: bool,
 }
 
@@ -205,37 +202,15 @@ impl ChainifyServer {
         self.stats.batches += 1;
         let hash = batch.hash();
         let own = Agreement::sign(&self.key, &self.org, hash);
-        let pending =
-            Pending { batch, agreements: vec![own], refused_by: BTreeSet::new(), asked: Vec::new(), ordering: false };
-        self.pending.insert(hash, pending);
+        self.pending
+            .insert(hash, Pending { batch, agreements: vec![own], refused_by: BTreeSet::new(), ordering: false });
         if self.config.agreements <= 1 {
             self.order(hash, out);
             return;
         }
-        // Only as many peers as the policy needs: every peer asked checks every proposal's
-        // signature, the largest share of the pipeline's cryptography.
-        for _ in 1..self.config.agreements {
-            self.ask_another(hash, out);
-        }
-    }
-
-    /// Asks the next peer not asked yet to agree on `batch`, if there is one. The order
-    /// starts at a peer that turns with the batch number, so the peers share the work.
-    fn ask_another(&mut self, batch: Hash, out: &mut Vec<PipelineCommand>) {
-        let Some(pending) = self.pending.get_mut(&batch).filter(|pending| !pending.ordering) else {
-            return;
-        };
-        let peers: Vec<&str> = self.config.peers_of(&self.org).collect();
-        if peers.is_empty() {
-            return;
-        }
-        let start = (pending.batch.number % peers.len() as u64) as usize;
-        let next = (0..peers.len())
-            .map(|at| peers[(start + at) % peers.len()])
-            .find(|peer| !pending.asked.iter().any(|asked| asked == peer));
-        if let Some(peer) = next {
-            pending.asked.push(peer.to_string());
-            self.send(CallFor::Agree { batch, peer: peer.to_string() }, out);
+        let peers: Vec<String> = self.config.peers_of(&self.org).map(str::to_string).collect();
+        for peer in peers {
+            self.send(CallFor::Agree { batch: hash, peer }, out);
         }
     }
 
@@ -288,7 +263,6 @@ impl ChainifyServer {
                 };
                 if agreement.organization != peer || agreement.check(&self.config.organizations, &batch).is_err() {
                     self.stats.refused.push(format!("{peer} answered batch with a bad agreement"));
-                    self.ask_another(batch, out);
                     return;
                 }
                 if !pending.agreements.iter().any(|held| held.organization == peer) {
@@ -307,14 +281,7 @@ impl ChainifyServer {
                 let could_agree = self.config.organizations.len() - pending.refused_by.len();
                 if could_agree < self.config.agreements {
                     self.abandon(batch, &format!("the other organizations refused the batch: {reason}"), out);
-                } else {
-                    self.ask_another(batch, out);
                 }
-            }
-            (CallFor::Agree { batch, peer }, _) => {
-                // Unreachable or slow: another peer may agree sooner; this one is asked again.
-                self.ask_another(batch, out);
-                self.retry_later(CallFor::Agree { batch, peer }, out);
             }
             (CallFor::Order { batch }, Ok(Response::Ordered)) => {
                 self.stats.ordered_batches += 1;

@@ -9,11 +9,10 @@
 //! 1. A [`client::ClientCore`] signs a [`Proposal`] and sends it to its organization's
 //!    [`chainify_server::ChainifyServer`], which checks the client's signature and
 //!    sequence number and gathers proposals into a [`ProposalBatch`].
-//! 2. The ChainifyServer asks as many other organizations' ChainifyServers as the policy
-//!    needs (c - 1, starting at a peer that turns with the batch number; another one when a
-//!    peer refuses, fails to answer or answers badly) to agree: each checks every proposal of
-//!    the batch and signs the batch's hash ([`Agreement`]). With the agreements the policy
-//!    asks for, the [`ChainedTx`] goes to the [`orderer::OrderingServer`].
+//! 2. The ChainifyServer asks the other organizations' ChainifyServers to agree: each checks
+//!    every proposal of the batch and signs the batch's hash ([`Agreement`]). With the
+//!    agreements the policy asks for, the [`ChainedTx`] goes to the
+//!    [`orderer::OrderingServer`].
 //! 3. The ordering service, a Raft group of [`orderer::OrderingServer`] replicas, checks
 //!    the agreements; its leader cuts blocks by size or time and replicates each cut; every
 //!    replica derives the same signed block from it ([`OrderedBlock`]) and hands blocks to

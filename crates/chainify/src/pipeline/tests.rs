@@ -99,44 +99,6 @@ fn a_chainify_server_refuses_forged_replayed_and_foreign_proposals() {
     assert_eq!(server.stats().proposals, 1);
 }
 
-/// The Agree calls among `out`, as (call, peer's server).
-fn agree_calls(out: &[PipelineCommand]) -> Vec<(CallId, String)> {
-    out.iter()
-        .filter_map(|command| match command {
-            Command::Call { to, call, request: Request::Agree(_), .. } => Some((*call, to.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-#[test]
-fn a_chainify_server_asks_only_the_peers_it_needs_and_another_when_one_fails() {
-    let mut server = ChainifyServer::new("org-1", org_key(1), config());
-    let mut out = Vec::new();
-    // Any two of three: one peer's agreement is enough, and the peer asked turns.
-    server.step(0, request("client-0", 1, Request::Propose(proposal(1))), &mut out);
-    let first = agree_calls(&out);
-    out.clear();
-    server.step(0, request("client-0", 2, Request::Propose(proposal(2))), &mut out);
-    let second = agree_calls(&out);
-    assert_eq!(first.len(), 1, "{first:?}");
-    assert_eq!(second.len(), 1, "{second:?}");
-    assert_ne!(first[0].1, second[0].1, "consecutive batches go to different peers");
-
-    // A refusal, and a peer that cannot be reached: each batch goes to the other peer.
-    out.clear();
-    let refused = Err(virga_net::NetError::Refused { peer: first[0].1.clone(), reason: "busy".to_string() });
-    server.step(0, Event::Response { call: first[0].0, result: refused }, &mut out);
-    let unreachable = Err(virga_net::NetError::Unreachable { peer: second[0].1.clone(), reason: "down".to_string() });
-    server.step(0, Event::Response { call: second[0].0, result: unreachable }, &mut out);
-    let fallbacks: Vec<String> = agree_calls(&out).into_iter().map(|(_, to)| to).collect();
-    assert_eq!(fallbacks, vec![second[0].1.clone(), first[0].1.clone()], "{out:?}");
-    assert!(
-        out.iter().any(|command| matches!(command, Command::SetTimer { .. })),
-        "the unreachable peer is asked again later"
-    );
-}
-
 #[test]
 fn a_chainify_server_agrees_only_to_a_peer_batch_of_its_clients_once() {
     let mut server = ChainifyServer::new("org-2", org_key(2), config());
