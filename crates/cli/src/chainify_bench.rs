@@ -191,7 +191,6 @@ fn print_report(report: &BenchReport) {
 fn plot(report: &BenchReport, path: &std::path::Path) -> anyhow::Result<()> {
     use virga_bench::plot::{line_chart, Series};
     let mut skews: Vec<&str> = report.points.iter().map(|point| point.skew.as_str()).collect();
-    skews.dedup();
     skews.sort_unstable();
     skews.dedup();
     let mut series = Vec::new();
