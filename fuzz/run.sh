@@ -24,7 +24,10 @@ run() {
     local log="$target_dir/$name.log"
     mkdir -p "corpus/$name"
     echo "== fuzz $name $*"
-    if ! "$target_dir/$triple/release/$name" "corpus/$name" -max_len=4096 "$@" >"$log" 2>&1; then
+    # Tracked seed inputs (fuzz/seeds/NAME), where a target has any, start the search.
+    local seeds=()
+    if [[ -d "seeds/$name" ]]; then seeds=("seeds/$name"); fi
+    if ! "$target_dir/$triple/release/$name" "corpus/$name" "${seeds[@]}" -max_len=4096 "$@" >"$log" 2>&1; then
         tail -n 40 "$log"
         echo "fuzz $name failed: the input is saved as crash-* in $(pwd)"
         exit 1
@@ -51,10 +54,13 @@ if [[ "${1:-}" == "--ci" ]]; then
     run wlc_signed_vote -seed=1 -runs=100000
     run wlc_messages -seed=1 -runs=100000
     run wlc_wire -seed=1 -runs=200000
+    run eth_transaction -seed=1 -runs=1000000
+    run state_test -seed=1 -runs=100000
 else
     for name in node_decoder proof_verifier bag_application wal_record log_segment tx_decode block_decode \
-        storage_checkpoint peer_request dkv_decode raft_wire dkv_shard kv_session kairos_validator wlc_ledger_block wlc_signed_vote wlc_messages wlc_wire; do
+        storage_checkpoint peer_request dkv_decode raft_wire dkv_shard kv_session kairos_validator wlc_ledger_block wlc_signed_vote wlc_messages wlc_wire \
+        eth_transaction state_test; do
         run "$name" -max_total_time="${FUZZ_SECONDS:-60}"
     done
 fi
-echo "fuzz: 18 passed, 0 failed"
+echo "fuzz: 20 passed, 0 failed"

@@ -12,6 +12,7 @@ mod chainify_node;
 mod demo;
 mod dkv_bench;
 mod dkv_figures;
+mod evm_test;
 mod kairos;
 mod kairos_bench;
 mod kv;
@@ -63,6 +64,10 @@ enum Command {
         #[arg(long)]
         secure: bool,
     },
+    /// Runs Ethereum GeneralStateTests files (or directories of them) through Virga's
+    /// executor (revm over the DSM-Tree); prints PASS/FAIL/SKIP per case, exits non-zero if
+    /// any fails.
+    EvmTest(evm_test::EvmTestArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -185,6 +190,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::StateRoot { genesis } => state_root(&genesis),
         Command::TrieTest { file, secure } => trie_test(&file, secure),
+        Command::EvmTest(args) => evm_test::run(&args),
         Command::Bench(BenchCommand::Trie(args)) => bench_trie(&args),
         Command::Bench(BenchCommand::Kv(args)) => kv::bench_kv(&args),
         Command::Bench(BenchCommand::Clocks(args)) => kv::bench_clocks(&args),

@@ -140,6 +140,21 @@ impl StateTrie {
         self.dirty_storage.insert(address);
     }
 
+    /// Drops every storage slot of `address` (a contract created over an address that held
+    /// storage starts empty); its storage root becomes empty at the next [`Self::root`].
+    pub fn clear_storage(&mut self, address: &Address) {
+        self.storage.remove(address);
+        self.dirty_storage.insert(*address);
+    }
+
+    /// The storage slot's value, or why the stored bytes are not one: the state is damaged.
+    pub fn try_storage(&self, address: &Address, slot: &B256) -> Result<U256, alloy_rlp::Error> {
+        match self.storage.get(address).and_then(|trie| trie.get(slot.as_slice())) {
+            Some(raw) => U256::decode(&mut &raw[..]),
+            None => Ok(U256::ZERO),
+        }
+    }
+
     /// Records the storage roots of accounts whose storage changed, then returns the
     /// state root.
     pub fn root(&mut self) -> B256 {
