@@ -2,15 +2,14 @@
 //! the outcome (status, gas, logs) out, the state changed only by a valid transaction.
 
 use alloy_primitives::{keccak256, Address, Bytes, Log, B256, U256};
-use revm::context::result::{EVMError, ExecutionResult, InvalidHeader, InvalidTransaction};
-use revm::context::{BlockEnv, CfgEnv, TxEnv};
-use revm::database_interface::WrapDatabaseRef;
+use revm::context::result::{EVMError, InvalidHeader, InvalidTransaction};
+use revm::context::{BlockEnv, CfgEnv};
 use revm::primitives::hardfork::SpecId;
-use revm::{Context, ExecuteEvm, MainBuilder, MainContext};
 use virga_trie::account::StateTrie;
 
-use crate::commit::apply_changes;
-use crate::db::{BlockHashes, StateDb, StateError};
+use crate::block::execute_block;
+use crate::db::{BlockHashes, StateError};
+use crate::transaction::EthTransaction;
 
 /// The Ethereum forks Virga executes, Berlin (access lists, EIP-2929 gas) and later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,13 +91,13 @@ pub struct BlockContext {
 }
 
 impl BlockContext {
-    fn cfg(&self) -> CfgEnv {
+    pub(crate) fn cfg(&self) -> CfgEnv {
         let mut cfg = CfgEnv::new_with_spec(self.fork.spec());
         cfg.chain_id = self.chain_id;
         cfg
     }
 
-    fn block_env(&self, cfg: &CfgEnv) -> BlockEnv {
+    pub(crate) fn block_env(&self, cfg: &CfgEnv) -> BlockEnv {
         let mut block = BlockEnv {
             number: U256::from(self.number),
             beneficiary: self.coinbase,
@@ -125,7 +124,6 @@ pub struct TxOutcome {
     pub logs: Vec<Log>,
     /// The call's return data, or the code a creation deployed.
     pub output: Bytes,
-    pub created: Option<Address>,
 }
 
 /// Why a transaction was not executed. An invalid transaction changes nothing and is left
@@ -136,10 +134,19 @@ pub enum ExecError {
     Invalid(InvalidTransaction),
     #[error("invalid block context: {0}")]
     Header(InvalidHeader),
+    #[error("gas limit {gas_limit} exceeds the {left} gas the block has left")]
+    BlockGasExhausted { gas_limit: u64, left: u64 },
     #[error(transparent)]
     State(StateError),
     #[error("execution failed: {0}")]
     Other(String),
+}
+
+impl ExecError {
+    /// The transaction is at fault (it is left out of the block), rather than the state.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ExecError::Invalid(_) | ExecError::Header(_) | ExecError::BlockGasExhausted { .. })
+    }
 }
 
 impl From<EVMError<StateError, InvalidTransaction>> for ExecError {
@@ -153,31 +160,22 @@ impl From<EVMError<StateError, InvalidTransaction>> for ExecError {
     }
 }
 
-/// Executes `tx` in `block` against `state` and applies its changes: Virga's executor
-/// for one transaction. An error leaves `state` unchanged.
+/// Executes `tx` in `block` against `state` and applies its changes: a block of one
+/// transaction through Virga's executor. An error leaves `state` unchanged.
 pub fn execute_transaction(
     state: &mut StateTrie,
     hashes: &dyn BlockHashes,
     block: &BlockContext,
-    tx: TxEnv,
+    tx: &EthTransaction,
 ) -> Result<TxOutcome, ExecError> {
-    let cfg = block.cfg();
-    let block_env = block.block_env(&cfg);
-    let outcome = {
-        let db = WrapDatabaseRef(StateDb::new(state, hashes));
-        let mut evm = Context::mainnet().with_db(db).with_cfg(cfg).with_block(block_env).build_mainnet();
-        evm.transact(tx)?
+    let mut executed = execute_block(state, hashes, block, std::slice::from_ref(tx)).map_err(ExecError::State)?;
+    if let Some(refused) = executed.refused.pop() {
+        return Err(refused.reason);
+    }
+    let (Some(receipt), Some(output)) = (executed.receipts.pop(), executed.outputs.pop()) else {
+        return Err(ExecError::Other("the block executed no transaction".into()));
     };
-    apply_changes(state, outcome.state);
-    Ok(outcome_of(outcome.result))
-}
-
-fn outcome_of(result: ExecutionResult) -> TxOutcome {
-    let success = result.is_success();
-    let gas_used = result.tx_gas_used();
-    let created = result.created_address();
-    let output = result.output().cloned().unwrap_or_default();
-    TxOutcome { success, gas_used, logs: result.into_logs(), output, created }
+    Ok(TxOutcome { success: receipt.success, gas_used: receipt.gas_used, logs: receipt.logs, output })
 }
 
 /// keccak-256 of the RLP list of logs: what Ethereum's state tests check of a

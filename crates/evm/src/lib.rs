@@ -2,19 +2,24 @@
 //!
 //! - [`transaction`]: every EIP-2718 transaction type, decoded with alloy, signer recovered.
 //! - [`db`]: revm's read side over [`virga_trie::account::StateTrie`] and block hashes.
-//! - [`commit`]: revm's change set folded into the trie (EIP-161 deletions included).
+//! - [`overlay`]: a block's reads and writes over the trie; revm's change sets folded in
+//!   (EIP-161 deletions included), then written into the trie in one pass.
 //! - [`executor`]: forks, the block context, one transaction in, its outcome out.
+//! - [`block`]: a block's transactions in order (Virga's serial executor), receipts with
+//!   logs and bloom, invalid transactions left out with the reason.
 //! - [`statetest`]: Ethereum's GeneralStateTests through that executor (`virga evm-test`).
 
 #![forbid(unsafe_code)]
 
-pub mod commit;
+pub mod block;
 pub mod db;
 pub mod executor;
 pub mod fuzzing;
+pub mod overlay;
 pub mod statetest;
 pub mod transaction;
 
+pub use block::{execute_block, execute_block_writes, receipts_root, ExecutedBlock, Receipt, Refused};
 pub use db::{BlockHashes, DecimalHashes, StateDb, StateError};
 pub use executor::{execute_transaction, logs_hash, BlockContext, ExecError, Fork, TxOutcome};
 pub use transaction::{EthTransaction, TransactionError};

@@ -14,7 +14,7 @@ use alloy_primitives::{B256, U256};
 use virga_trie::account::{Account, StateTrie};
 
 use crate::db::DecimalHashes;
-use crate::executor::{execute_transaction, logs_hash, BlockContext, ExecError, Fork, FORKS_BEFORE_BERLIN};
+use crate::executor::{execute_transaction, logs_hash, BlockContext, Fork, FORKS_BEFORE_BERLIN};
 use crate::transaction::EthTransaction;
 pub use model::{Indexes, PostEntry, TestFile, TestUnit};
 
@@ -155,9 +155,9 @@ fn run_case(unit: &TestUnit, pre: &StateTrie, fork: Fork, entry: &PostEntry) -> 
                 unit.transaction.sender
             ));
         }
-        Ok(tx) => match execute_transaction(&mut state, &DecimalHashes, &block, tx.tx_env()) {
+        Ok(tx) => match execute_transaction(&mut state, &DecimalHashes, &block, &tx) {
             Ok(outcome) => Ran::Executed(logs_hash(&outcome.logs)),
-            Err(error @ (ExecError::Invalid(_) | ExecError::Header(_))) => Ran::Refused(error.to_string()),
+            Err(error) if error.is_refusal() => Ran::Refused(error.to_string()),
             Err(error) => return Verdict::Fail(error.to_string()),
         },
     };
