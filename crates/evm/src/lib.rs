@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod block;
+pub mod contracts;
 pub mod db;
 pub mod executor;
 pub mod fuzzing;
