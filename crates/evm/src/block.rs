@@ -140,7 +140,7 @@ pub fn execute_block(
     Ok(executed)
 }
 
-fn record(executed: &mut ExecutedBlock, index: usize, tx: &EthTransaction, result: ExecutionResult) {
+pub(crate) fn record(executed: &mut ExecutedBlock, index: usize, tx: &EthTransaction, result: ExecutionResult) {
     let gas_used = result.tx_gas_used();
     executed.gas_used += gas_used;
     let output = result.output().cloned().unwrap_or_default();

@@ -17,6 +17,7 @@ pub mod db;
 pub mod executor;
 pub mod fuzzing;
 pub mod overlay;
+pub mod reference;
 pub mod statetest;
 pub mod transaction;
 

@@ -1,9 +1,10 @@
 //! The workload's contracts executed by Virga's block executor: what they write, where, and
 //! how that depends on the block.
 
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
-use alloy_primitives::{address, Address, Bytes, Signature, TxKind, B256, U256};
-use secp256k1::{Message, SecretKey, SECP256K1};
+mod common;
+
+use alloy_primitives::{address, Address, Bytes, TxKind, B256, U256};
+use common::{sender, Call};
 use virga_core::KECCAK_EMPTY;
 use virga_evm::contracts::{kitties, lottery, token, KITTIES, LOTTERY, TOKEN};
 use virga_evm::{execute_block, BlockContext, BlockHashes, DecimalHashes, EthTransaction, ExecutedBlock, Fork};
@@ -13,33 +14,9 @@ const TOKEN_AT: Address = address!("00000000000000000000000000000000000e2c20");
 const KITTIES_AT: Address = address!("000000000000000000000000000000000000c47e");
 const LOTTERY_AT: Address = address!("0000000000000000000000000000000000001077");
 
-fn secret(seed: u8) -> SecretKey {
-    SecretKey::from_byte_array([seed; 32]).expect("a valid scalar")
-}
-
-fn sender(seed: u8) -> Address {
-    let public = secret(seed).public_key(SECP256K1).serialize_uncompressed();
-    Address::from_raw_public_key(&public[1..])
-}
-
-fn sign(seed: u8, nonce: u64, to: TxKind, input: Bytes) -> EthTransaction {
-    let tx = TxEip1559 {
-        chain_id: 1,
-        nonce,
-        gas_limit: if to.is_create() { 2_000_000 } else { 300_000 },
-        max_fee_per_gas: 20,
-        max_priority_fee_per_gas: 2,
-        to,
-        value: U256::ZERO,
-        access_list: Default::default(),
-        input,
-    };
-    let digest = tx.signature_hash();
-    let (id, compact) =
-        SECP256K1.sign_ecdsa_recoverable(Message::from_digest(digest.0), &secret(seed)).serialize_compact();
-    let signature =
-        Signature::new(U256::from_be_slice(&compact[..32]), U256::from_be_slice(&compact[32..]), i32::from(id) != 0);
-    EthTransaction::from_envelope(TxEnvelope::from(tx.into_signed(signature))).expect("recoverable")
+fn sign(seed: u32, nonce: u64, to: TxKind, input: Bytes) -> EthTransaction {
+    let gas_limit = if to.is_create() { 2_000_000 } else { 300_000 };
+    common::sign(seed, Call { nonce, to, value: U256::ZERO, input, gas_limit, legacy: false })
 }
 
 fn genesis() -> StateTrie {
