@@ -6,6 +6,7 @@
 
 pub mod dkv;
 pub mod dkv_etcd;
+pub mod evm;
 pub mod kv;
 pub mod ledger;
 #[cfg(feature = "peers")]

@@ -12,6 +12,7 @@ mod chainify_node;
 mod demo;
 mod dkv_bench;
 mod dkv_figures;
+mod evm_bench;
 mod evm_test;
 mod kairos;
 mod kairos_bench;
@@ -145,6 +146,9 @@ enum BenchCommand {
     /// two PostgreSQL organizations and one SQLite (or three SQLite): throughput against 3, 6,
     /// 12 and 24 clients, Zipf and uniform, each point next to PostgreSQL alone.
     Chainify(chainify_bench::ChainifyBenchArgs),
+    /// ERC-20 transfers executed by Virga's executor (revm over the DSM-Tree) and by revm
+    /// alone over its in-memory CacheDB, on the same blocks over the same 1M-holder state.
+    Evm(evm_bench::EvmBenchArgs),
 }
 
 #[derive(Args)]
@@ -204,6 +208,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Dkv(args)) => dkv_bench::bench_dkv(&args),
         Command::Bench(BenchCommand::Kairos(args)) => kairos_bench::run(&args),
         Command::Bench(BenchCommand::Chainify(args)) => chainify_bench::run_bench(&args),
+        Command::Bench(BenchCommand::Evm(args)) => evm_bench::run_bench(&args),
         Command::Kairos(command) => kairos::run(&command),
         Command::Chainify(command) => chainify::run(&command),
         Command::Schedule(args) => ledger::schedule_block(&args),

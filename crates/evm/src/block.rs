@@ -13,7 +13,7 @@ use virga_trie::Trie;
 
 use crate::db::{BlockHashes, StateDb, StateError};
 use crate::executor::{BlockContext, ExecError};
-use crate::overlay::{BlockOverlay, BlockWrites};
+use crate::overlay::{BlockOverlay, BlockSeen, BlockWrites, ReadCache};
 use crate::transaction::EthTransaction;
 
 /// A transaction's receipt, as Ethereum's receipts root commits to it.
@@ -103,9 +103,18 @@ pub fn execute_block_writes(
     block: &BlockContext,
     txs: &[EthTransaction],
 ) -> Result<(ExecutedBlock, BlockWrites), StateError> {
+    let (executed, writes, _) =
+        execute_over(BlockOverlay::new(StateDb::new(state, hashes), None, 2 * txs.len()), block, txs)?;
+    Ok((executed, writes))
+}
+
+fn execute_over(
+    overlay: BlockOverlay<'_>,
+    block: &BlockContext,
+    txs: &[EthTransaction],
+) -> Result<(ExecutedBlock, BlockWrites, BlockSeen), StateError> {
     let cfg = block.cfg();
     let block_env = block.block_env(&cfg);
-    let overlay = BlockOverlay::new(StateDb::new(state, hashes));
     let mut evm = Context::mainnet().with_db(overlay).with_cfg(cfg).with_block(block_env).build_mainnet();
     let mut executed = ExecutedBlock::default();
     for (index, tx) in txs.iter().enumerate() {
@@ -124,8 +133,8 @@ pub fn execute_block_writes(
             },
         }
     }
-    let writes = evm.ctx.journaled_state.database.into_writes();
-    Ok((executed, writes))
+    let (writes, seen) = evm.ctx.journaled_state.database.finish();
+    Ok((executed, writes, seen))
 }
 
 /// [`execute_block_writes`], its writes applied to `state`.
@@ -138,6 +147,95 @@ pub fn execute_block(
     let (executed, writes) = execute_block_writes(state, hashes, block, txs)?;
     writes.apply_to(state);
     Ok(executed)
+}
+
+/// A state with its executor's [`ReadCache`]: blocks execute over the trie with hot
+/// accounts and slots served from memory. The state changes only through
+/// [`CachedState::execute_block`], which keeps the cache equal to it.
+///
+/// Write-through (the default) puts each block's writes into the trie as the block ends.
+/// Write-back ([`Self::with_write_back`]) keeps them in the cache until the state or its
+/// root is asked for, or the cache is full: the trie's updates then happen once for many
+/// blocks, where the root is needed, as a full node computes roots apart from execution.
+#[derive(Clone)]
+pub struct CachedState {
+    state: StateTrie,
+    cache: ReadCache,
+    capacity: usize,
+    write_back: bool,
+    pending: Vec<BlockWrites>,
+}
+
+impl CachedState {
+    /// Entries (accounts plus slots) the cache holds by default.
+    pub const DEFAULT_CAPACITY: usize = 1 << 21;
+
+    pub fn new(state: StateTrie, capacity: usize) -> Self {
+        Self { state, cache: ReadCache::new(), capacity, write_back: false, pending: Vec::new() }
+    }
+
+    pub fn with_write_back(mut self, write_back: bool) -> Self {
+        self.flush();
+        self.write_back = write_back;
+        self
+    }
+
+    /// The state after every executed block.
+    pub fn state(&mut self) -> &StateTrie {
+        self.flush();
+        &self.state
+    }
+
+    pub fn into_state(mut self) -> StateTrie {
+        self.flush();
+        self.state
+    }
+
+    /// The state root (storage roots of changed accounts recorded first).
+    pub fn root(&mut self) -> B256 {
+        self.flush();
+        self.state.root()
+    }
+
+    pub fn cached_entries(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Blocks whose writes wait in the cache.
+    pub fn pending_blocks(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Puts the pending blocks' writes into the trie, in order.
+    pub fn flush(&mut self) {
+        for writes in self.pending.drain(..) {
+            writes.apply_to(&mut self.state);
+        }
+        self.cache.written();
+    }
+
+    /// Executes a block as [`execute_block`] does, reading through the cache.
+    pub fn execute_block(
+        &mut self,
+        hashes: &dyn BlockHashes,
+        block: &BlockContext,
+        txs: &[EthTransaction],
+    ) -> Result<ExecutedBlock, StateError> {
+        let overlay = BlockOverlay::new(StateDb::new(&self.state, hashes), Some(&self.cache), 2 * txs.len());
+        let (executed, writes, seen) = execute_over(overlay, block, txs)?;
+        if self.write_back {
+            self.pending.push(writes);
+        } else {
+            writes.apply_to(&mut self.state);
+        }
+        self.cache.absorb(seen, self.write_back);
+        if self.cache.len() > self.capacity {
+            // Start over, once the trie holds everything the cache answered for.
+            self.flush();
+            self.cache = ReadCache::new();
+        }
+        Ok(executed)
+    }
 }
 
 pub(crate) fn record(executed: &mut ExecutedBlock, index: usize, tx: &EthTransaction, result: ExecutionResult) {

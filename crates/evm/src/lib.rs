@@ -21,7 +21,7 @@ pub mod reference;
 pub mod statetest;
 pub mod transaction;
 
-pub use block::{execute_block, execute_block_writes, receipts_root, ExecutedBlock, Receipt, Refused};
+pub use block::{execute_block, execute_block_writes, receipts_root, CachedState, ExecutedBlock, Receipt, Refused};
 pub use db::{BlockHashes, DecimalHashes, StateDb, StateError};
 pub use executor::{execute_transaction, logs_hash, BlockContext, ExecError, Fork, TxOutcome};
 pub use transaction::{EthTransaction, TransactionError};

@@ -8,7 +8,8 @@
 //! created account's storage starts empty.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+
+use foldhash::{HashMap, HashSet};
 
 use alloy_primitives::{Address, B256, U256};
 use revm::bytecode::Bytecode;
@@ -33,45 +34,56 @@ struct AccountEntry {
     slots: HashMap<U256, (U256, bool)>,
 }
 
-/// The block's view of the state: the trie below, this block's reads and writes above.
+/// The block's view of the state: the trie below (and, where the executor keeps one, a
+/// cache of what earlier blocks read and wrote), this block's reads and writes above.
 pub struct BlockOverlay<'a> {
     base: StateDb<'a>,
+    cache: Option<&'a ReadCache>,
     accounts: HashMap<Address, AccountEntry>,
     code: HashMap<B256, Bytecode>,
 }
 
 impl<'a> BlockOverlay<'a> {
-    pub fn new(base: StateDb<'a>) -> Self {
-        Self { base, accounts: HashMap::new(), code: HashMap::new() }
+    /// An overlay expecting about `accounts` accounts (sized once rather than regrown).
+    pub fn new(base: StateDb<'a>, cache: Option<&'a ReadCache>, accounts: usize) -> Self {
+        let accounts = HashMap::with_capacity_and_hasher(accounts, Default::default());
+        Self { base, cache, accounts, code: HashMap::default() }
     }
 
     fn entry(&mut self, address: Address) -> Result<&mut AccountEntry, StateError> {
         match self.accounts.entry(address) {
             Entry::Occupied(entry) => Ok(entry.into_mut()),
             Entry::Vacant(vacant) => {
-                let info = self.base.basic_ref(address)?;
-                Ok(vacant.insert(AccountEntry { info, written: false, storage_cleared: false, slots: HashMap::new() }))
+                let info = match self.cache.and_then(|cache| cache.accounts.get(&address)) {
+                    Some(info) => info.clone(),
+                    None => self.base.basic_ref(address)?,
+                };
+                let entry = AccountEntry { info, written: false, storage_cleared: false, slots: HashMap::default() };
+                Ok(vacant.insert(entry))
             }
         }
     }
 
-    /// What the block changed, to be applied to the trie it read from.
-    pub fn into_writes(self) -> BlockWrites {
-        let accounts = self
-            .accounts
-            .into_iter()
-            .filter(|(_, entry)| entry.written)
-            .map(|(address, entry)| {
-                let slots = entry
-                    .slots
-                    .into_iter()
-                    .filter(|(_, (_, written))| *written)
-                    .map(|(slot, (value, _))| (slot, value))
-                    .collect();
-                (address, AccountWrite { info: entry.info, storage_cleared: entry.storage_cleared, slots })
-            })
-            .collect();
-        BlockWrites { accounts }
+    /// What the block changed, to be applied to the trie it read from, and everything it
+    /// saw, for a [`ReadCache`].
+    pub fn finish(self) -> (BlockWrites, BlockSeen) {
+        let mut writes = Vec::new();
+        let mut seen = Vec::with_capacity(self.accounts.len());
+        for (address, entry) in self.accounts {
+            if entry.written {
+                let slots =
+                    entry.slots.iter().filter(|(_, (_, written))| *written).map(|(slot, (value, _))| (*slot, *value));
+                let write = AccountWrite {
+                    info: entry.info.clone(),
+                    storage_cleared: entry.storage_cleared,
+                    slots: slots.collect(),
+                };
+                writes.push((address, write));
+            }
+            let slots = entry.slots.into_iter().map(|(slot, (value, _))| (slot, value)).collect();
+            seen.push(SeenAccount { address, info: entry.info, storage_cleared: entry.storage_cleared, slots });
+        }
+        (BlockWrites { accounts: writes }, BlockSeen { accounts: seen })
     }
 
     fn commit_account(&mut self, address: Address, account: EvmAccount) {
@@ -85,7 +97,7 @@ impl<'a> BlockOverlay<'a> {
         };
         entry.written = true;
         if account.is_selfdestructed() || account.is_empty() {
-            *entry = AccountEntry { info: None, written: true, storage_cleared: true, slots: HashMap::new() };
+            *entry = AccountEntry { info: None, written: true, storage_cleared: true, slots: HashMap::default() };
             return;
         }
         if account.is_created() {
@@ -121,18 +133,30 @@ impl Database for BlockOverlay<'_> {
         if let Some(code) = self.code.get(&code_hash) {
             return Ok(code.clone());
         }
-        let code = self.base.code_by_hash_ref(code_hash)?;
+        let code = match self.cache.and_then(|cache| cache.code.get(&code_hash)) {
+            Some(code) => code.clone(),
+            None => self.base.code_by_hash_ref(code_hash)?,
+        };
         self.code.insert(code_hash, code.clone());
         Ok(code)
     }
 
     fn storage(&mut self, address: Address, slot: U256) -> Result<U256, StateError> {
-        let base = self.base;
+        let (base, cache) = (self.base, self.cache);
         let entry = self.entry(address)?;
         if let Some((value, _)) = entry.slots.get(&slot) {
             return Ok(*value);
         }
-        let value = if entry.storage_cleared { U256::ZERO } else { base.storage_ref(address, slot)? };
+        let value = match (entry.storage_cleared, cache) {
+            (true, _) => U256::ZERO,
+            (false, Some(cache)) => match cache.slot(&address, &slot) {
+                Some(value) => value,
+                // Cleared by a block whose writes are not in the trie yet.
+                None if cache.cleared.contains(&address) => U256::ZERO,
+                None => base.storage_ref(address, slot)?,
+            },
+            (false, None) => base.storage_ref(address, slot)?,
+        };
         entry.slots.insert(slot, (value, false));
         Ok(value)
     }
@@ -192,5 +216,99 @@ impl BlockWrites {
             let account = Account { nonce: info.nonce, balance: info.balance, storage_root, code_hash: info.code_hash };
             state.set_account(address, account);
         }
+    }
+}
+
+/// Every account and slot a block read or wrote, with its value after the block.
+pub struct BlockSeen {
+    accounts: Vec<SeenAccount>,
+}
+
+/// One account a block saw: its state after the block, whether the block cleared its
+/// storage, and the slots it read or wrote.
+struct SeenAccount {
+    address: Address,
+    info: Option<AccountInfo>,
+    storage_cleared: bool,
+    slots: Vec<(U256, U256)>,
+}
+
+/// Accounts and slots an executor has seen, kept across blocks so that hot state is read
+/// from the trie once rather than once per block. Every value it holds is the state's after
+/// the last block. Blocks whose writes are not in the trie yet (write-back, see
+/// [`crate::CachedState::with_write_back`]) are served from here: their slots, the accounts
+/// whose storage they cleared, and the code they deployed.
+#[derive(Clone, Debug)]
+pub struct ReadCache {
+    accounts: HashMap<Address, Option<AccountInfo>>,
+    storage: HashMap<Address, HashMap<U256, U256>>,
+    slots: usize,
+    /// Accounts whose storage a pending block cleared: their uncached slots are zero.
+    cleared: HashSet<Address>,
+    /// Code deployed by pending blocks.
+    code: HashMap<B256, Bytecode>,
+}
+
+impl ReadCache {
+    pub fn new() -> Self {
+        Self {
+            accounts: HashMap::default(),
+            storage: HashMap::default(),
+            slots: 0,
+            cleared: HashSet::default(),
+            code: HashMap::default(),
+        }
+    }
+
+    /// Accounts plus slots held.
+    pub fn len(&self) -> usize {
+        self.accounts.len() + self.slots
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn slot(&self, address: &Address, slot: &U256) -> Option<U256> {
+        self.storage.get(address).and_then(|slots| slots.get(slot)).copied()
+    }
+
+    /// Takes in what a block saw. `pending`: the block's writes are not in the trie yet, so
+    /// what they cleared and deployed must be answered from here until [`Self::written`].
+    pub fn absorb(&mut self, seen: BlockSeen, pending: bool) {
+        for SeenAccount { address, info, storage_cleared, slots } in seen.accounts {
+            if storage_cleared || info.is_none() {
+                // Slots this block did not see read as zero now; drop the stale ones.
+                if let Some(dropped) = self.storage.remove(&address) {
+                    self.slots -= dropped.len();
+                }
+                if pending {
+                    self.cleared.insert(address);
+                }
+            }
+            let deployed = info.as_ref().filter(|info| pending && info.code_hash != KECCAK_EMPTY);
+            if let Some(code) = deployed.and_then(|info| info.code.clone().map(|code| (info.code_hash, code))) {
+                self.code.insert(code.0, code.1);
+            }
+            self.accounts.insert(address, info);
+            let cached = self.storage.entry(address).or_default();
+            for (slot, value) in slots {
+                if cached.insert(slot, value).is_none() {
+                    self.slots += 1;
+                }
+            }
+        }
+    }
+
+    /// Every pending block's writes are now in the trie.
+    pub fn written(&mut self) {
+        self.cleared.clear();
+        self.code.clear();
+    }
+}
+
+impl Default for ReadCache {
+    fn default() -> Self {
+        Self::new()
     }
 }

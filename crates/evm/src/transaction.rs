@@ -69,6 +69,14 @@ impl EthTransaction {
         Ok(Self { envelope, sender })
     }
 
+    /// A transaction this process signed itself, with the signer's address: its sender is
+    /// not recovered again (a workload of many transactions would spend its setup on
+    /// recovery). Anything from outside goes through [`Self::decode`] or
+    /// [`Self::from_envelope`].
+    pub fn signed_by(envelope: TxEnvelope, sender: Address) -> Self {
+        Self { envelope, sender }
+    }
+
     pub fn sender(&self) -> Address {
         self.sender
     }

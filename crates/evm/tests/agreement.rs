@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use virga_evm::contracts::{kitties, lottery, token, KITTIES, LOTTERY, TOKEN};
 use virga_evm::reference::{execute_reference, genesis_reference, genesis_state, reference_root, GenesisAccount};
-use virga_evm::{execute_block, BlockContext, DecimalHashes, EthTransaction, ExecutedBlock, Fork};
+use virga_evm::{execute_block, BlockContext, CachedState, DecimalHashes, EthTransaction, ExecutedBlock, Fork};
 
 const USERS: u32 = 12;
 const TOKEN_AT: Address = Address::with_last_byte(0xe2);
@@ -115,6 +115,12 @@ fn virga_and_revm_alone_agree_on_random_blocks() {
         let mut rng = StdRng::seed_from_u64(seed);
         let accounts = genesis();
         let mut state = genesis_state(&accounts);
+        // Virga's executor with its read cache across blocks: write-through or write-back
+        // (the trie updated only at the end), with a cache so small that it starts over
+        // every block or one that keeps everything.
+        let capacity = if seed % 2 == 0 { CachedState::DEFAULT_CAPACITY } else { 8 };
+        let write_back = seed % 4 >= 2;
+        let mut cached = CachedState::new(state.clone(), capacity).with_write_back(write_back);
         let mut reference = genesis_reference(&accounts);
         assert_eq!(state.root(), reference_root(&reference), "seed {seed}: genesis");
         let mut nonces = vec![0u64; USERS as usize + 1];
@@ -124,6 +130,8 @@ fn virga_and_revm_alone_agree_on_random_blocks() {
             let txs: Vec<EthTransaction> = (0..count).map(|_| random_tx(&mut rng, &mut nonces)).collect();
             let ours = execute_block(&mut state, &DecimalHashes, &context, &txs).expect("the state answers");
             let theirs = execute_reference(&mut reference, &context, &txs);
+            let through_cache = cached.execute_block(&DecimalHashes, &context, &txs).expect("the state answers");
+            assert_eq!(through_cache, ours, "seed {seed}, block {number}: through the read cache");
             let replay = format!("seed {seed}, block {number} (replay: this test with only that seed)");
             assert_eq!(summary(&ours), summary(&theirs), "{replay}: receipts");
             assert_eq!(ours.receipts, theirs.receipts, "{replay}: logs");
@@ -132,11 +140,15 @@ fn virga_and_revm_alone_agree_on_random_blocks() {
             let refused = |block: &ExecutedBlock| block.refused.iter().map(|refused| refused.index).collect::<Vec<_>>();
             assert_eq!(refused(&ours), refused(&theirs), "{replay}: refusals");
             assert_eq!(state.root(), reference_root(&reference), "{replay}: state root");
+            if !write_back {
+                assert_eq!(cached.root(), state.root(), "{replay}: state root through the read cache");
+            }
             seen.0 += ours.receipts.len();
             seen.1 += ours.receipts.iter().filter(|receipt| !receipt.success).count();
             seen.2 += ours.refused.len();
             seen.3 += ours.receipts.iter().map(|receipt| receipt.logs.len()).sum::<usize>();
         }
+        assert_eq!(cached.root(), state.root(), "seed {seed}: state root after write-back");
     }
     let (included, reverted, refused, logs) = seen;
     assert!(included > 500 && reverted > 20 && refused > 50 && logs > 200, "{seen:?}");

@@ -1,0 +1,286 @@
+//! `virga bench evm`: ERC-20 transfers executed by Virga's executor (revm over the DSM-Tree
+//! with a per-block overlay) and by revm alone over its in-memory `CacheDB`, on the same
+//! blocks over the same state, in interleaved runs.
+//!
+//! The state: `accounts` holders, each an account with ether and a token balance (one
+//! storage slot each in the token's storage trie). Senders are the first `senders` holders,
+//! whose keys are derived; 90% of transfers are sent by the hottest 10% of senders and 90%
+//! go to the hottest 10% of holders (RainBlock's skew).
+
+use std::time::Instant;
+
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_primitives::{keccak256, Address, TxKind, B256, U256};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use serde::Serialize;
+use virga_evm::contracts::{token, TOKEN};
+use virga_evm::reference::{
+    execute_reference, genesis_reference, genesis_state, reference_root, GenesisAccount, ReferenceDb,
+};
+use virga_evm::{BlockContext, CachedState, DecimalHashes, EthTransaction, Fork};
+use virga_ledger::tx::SigningKey;
+
+use crate::median;
+use crate::rainblock::Machine;
+
+/// Where the token lives.
+pub const TOKEN_ADDRESS: Address = Address::new([0x7a; 20]);
+const CHAIN_ID: u64 = 1;
+const BASE_FEE: u64 = 7;
+const TRANSFER_GAS_LIMIT: u64 = 100_000;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EvmBenchConfig {
+    /// Token holders (each also an account with ether).
+    pub accounts: usize,
+    /// Holders with keys, who send the transfers.
+    pub senders: usize,
+    pub transactions: usize,
+    pub block_size: usize,
+    /// Interleaved runs of each executor.
+    pub runs: usize,
+    pub seed: u64,
+}
+
+impl Default for EvmBenchConfig {
+    fn default() -> Self {
+        Self { accounts: 1_000_000, senders: 10_000, transactions: 100_000, block_size: 1_000, runs: 3, seed: 7 }
+    }
+}
+
+/// One timed run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSample {
+    pub executor: &'static str,
+    pub run: usize,
+    pub seconds: f64,
+    pub tx_per_sec: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EvmBenchReport {
+    pub machine: Machine,
+    pub config: EvmBenchConfig,
+    pub blocks: usize,
+    /// Transactions every executor included (all of them, on this workload).
+    pub included: usize,
+    /// Execution alone: Virga's executor with its read cache in write-back, the trie's
+    /// updates made once, when the root is asked for after the last block.
+    pub virga_tx_per_sec: f64,
+    /// Each block's writes put into the trie as it ends (no hashing): what a node that
+    /// needs every block's root pays before hashing.
+    pub virga_write_through_tx_per_sec: f64,
+    pub revm_tx_per_sec: f64,
+    /// `virga_tx_per_sec` over `revm_tx_per_sec` (medians).
+    pub virga_over_revm: f64,
+    pub virga_write_through_over_revm: f64,
+    pub roots_agree: bool,
+    pub virga_root: B256,
+    pub revm_root: B256,
+    pub setup_seconds: f64,
+    pub samples: Vec<RunSample>,
+}
+
+/// The state and the blocks every executor runs.
+pub struct EvmWorkload {
+    pub genesis: Vec<GenesisAccount>,
+    pub blocks: Vec<(BlockContext, Vec<EthTransaction>)>,
+}
+
+/// The address of holder `index`: the key-derived one for senders, a hash for the rest.
+fn holder(index: usize, keys: &[SigningKey]) -> Address {
+    match keys.get(index) {
+        Some(key) => key.address(),
+        None => Address::from_slice(&keccak256(format!("virga/holder/{index}"))[12..]),
+    }
+}
+
+/// Index in `0..n`, within the hottest `n / 10` with probability 0.9.
+fn skewed(rng: &mut StdRng, n: usize) -> usize {
+    let hot = (n / 10).max(1);
+    if n <= hot || rng.random_bool(0.9) {
+        rng.random_range(0..hot)
+    } else {
+        rng.random_range(hot..n)
+    }
+}
+
+pub fn block_context(number: u64, transactions: usize) -> BlockContext {
+    BlockContext {
+        fork: Fork::Cancun,
+        chain_id: CHAIN_ID,
+        number,
+        timestamp: 1_700_000_000 + 12 * number,
+        coinbase: Address::new([0xcb; 20]),
+        gas_limit: TRANSFER_GAS_LIMIT * transactions.max(1) as u64,
+        base_fee: BASE_FEE,
+        difficulty: U256::ZERO,
+        prev_randao: B256::from(U256::from(number)),
+        excess_blob_gas: 0,
+    }
+}
+
+/// Builds the genesis and signs the blocks' transfers (on rayon's pool).
+pub fn build_workload(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmWorkload {
+    let senders = config.senders.clamp(1, config.accounts.max(1));
+    progress(&format!("deriving {senders} sender keys"));
+    let keys: Vec<SigningKey> = (0..senders as u64).into_par_iter().map(SigningKey::from_seed).collect();
+    progress(&format!("building {} holders", config.accounts));
+    let holders: Vec<Address> = (0..config.accounts).into_par_iter().map(|index| holder(index, &keys)).collect();
+    let holding = U256::from(10u64).pow(U256::from(24));
+    let mut genesis: Vec<GenesisAccount> = holders
+        .iter()
+        .map(|address| GenesisAccount { address: *address, balance: holding, ..GenesisAccount::default() })
+        .collect();
+    let storage = holders.iter().map(|address| (token::balance_slot(*address), holding)).collect();
+    genesis.push(GenesisAccount { address: TOKEN_ADDRESS, code: TOKEN.runtime_code(), storage, ..Default::default() });
+
+    progress(&format!("signing {} ERC-20 transfers", config.transactions));
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let mut nonces = vec![0u64; senders];
+    let plan: Vec<(usize, u64, Address, u64)> = (0..config.transactions)
+        .map(|_| {
+            let sender = skewed(&mut rng, senders);
+            let nonce = nonces[sender];
+            nonces[sender] += 1;
+            (sender, nonce, holders[skewed(&mut rng, holders.len())], rng.random_range(1..1_000u64))
+        })
+        .collect();
+    let txs: Vec<EthTransaction> = plan
+        .into_par_iter()
+        .map(|(sender, nonce, to, amount)| {
+            let tx = TxEip1559 {
+                chain_id: CHAIN_ID,
+                nonce,
+                gas_limit: TRANSFER_GAS_LIMIT,
+                max_fee_per_gas: 100,
+                max_priority_fee_per_gas: 1,
+                to: TxKind::Call(TOKEN_ADDRESS),
+                value: U256::ZERO,
+                access_list: Default::default(),
+                input: token::transfer(to, U256::from(amount)),
+            };
+            let signature = keys[sender].sign_hash(tx.signature_hash());
+            let envelope = TxEnvelope::from(tx.into_signed(signature));
+            EthTransaction::signed_by(envelope, keys[sender].address())
+        })
+        .collect();
+    let block_size = config.block_size.max(1);
+    let blocks = txs
+        .chunks(block_size)
+        .enumerate()
+        .map(|(index, chunk)| (block_context(index as u64 + 1, chunk.len()), chunk.to_vec()))
+        .collect();
+    EvmWorkload { genesis, blocks }
+}
+
+/// Runs every block with Virga's serial executor; returns the seconds and transactions
+/// included.
+fn run_virga(state: &mut CachedState, workload: &EvmWorkload) -> (f64, usize) {
+    let begun = Instant::now();
+    let mut included = 0;
+    for (context, txs) in &workload.blocks {
+        match state.execute_block(&DecimalHashes, context, txs) {
+            Ok(executed) => included += executed.receipts.len(),
+            Err(error) => panic!("the benchmark's own state cannot be read: {error}"),
+        }
+    }
+    (begun.elapsed().as_secs_f64(), included)
+}
+
+fn run_revm(db: &mut ReferenceDb, workload: &EvmWorkload) -> (f64, usize) {
+    let begun = Instant::now();
+    let mut included = 0;
+    for (context, txs) in &workload.blocks {
+        included += execute_reference(db, context, txs).receipts.len();
+    }
+    (begun.elapsed().as_secs_f64(), included)
+}
+
+/// Builds the workload, then runs Virga (write-back and write-through) and revm alone
+/// `runs` times each, interleaved (the order rotating per run), each run from the genesis.
+pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenchReport {
+    let begun = Instant::now();
+    let workload = build_workload(config, progress);
+    progress("loading the genesis into the DSM-Tree and into revm's CacheDB");
+    let genesis_trie = genesis_state(&workload.genesis);
+    let genesis_db = genesis_reference(&workload.genesis);
+    let setup_seconds = begun.elapsed().as_secs_f64();
+    let transactions: usize = workload.blocks.iter().map(|(_, txs)| txs.len()).sum();
+
+    let mut samples = Vec::new();
+    // Virga's root, revm's, and whether both of Virga's modes agreed.
+    let mut roots = (B256::ZERO, B256::ZERO, true);
+    let mut included = 0;
+    for run in 0..config.runs.max(1) {
+        let mut order = ["virga", "virga-write-through", "revm"];
+        order.rotate_left(run % 3);
+        for executor in order {
+            let (seconds, count) = if executor != "revm" {
+                let write_back = executor == "virga";
+                let mut state =
+                    CachedState::new(genesis_trie.clone(), CachedState::DEFAULT_CAPACITY).with_write_back(write_back);
+                let timed = run_virga(&mut state, &workload);
+                if run == 0 {
+                    let root = state.root();
+                    if roots.0 != B256::ZERO && roots.0 != root {
+                        roots.2 = false;
+                    }
+                    roots.0 = root;
+                }
+                timed
+            } else {
+                let mut db = genesis_db.clone();
+                let timed = run_revm(&mut db, &workload);
+                if run == 0 {
+                    roots.1 = reference_root(&db);
+                }
+                timed
+            };
+            included = count;
+            let tx_per_sec = transactions as f64 / seconds;
+            progress(&format!("run {} {executor}: {tx_per_sec:.0} tx/s", run + 1));
+            samples.push(RunSample { executor, run, seconds, tx_per_sec });
+        }
+    }
+    let rate = |name: &str| {
+        let mut rates: Vec<f64> =
+            samples.iter().filter(|sample| sample.executor == name).map(|sample| sample.tx_per_sec).collect();
+        median(&mut rates)
+    };
+    let (virga, write_through, revm) = (rate("virga"), rate("virga-write-through"), rate("revm"));
+    let over = |rate: f64| if revm > 0.0 { rate / revm } else { 0.0 };
+    EvmBenchReport {
+        machine: Machine::detect(),
+        config: config.clone(),
+        blocks: workload.blocks.len(),
+        included,
+        virga_tx_per_sec: virga,
+        virga_write_through_tx_per_sec: write_through,
+        revm_tx_per_sec: revm,
+        virga_over_revm: over(virga),
+        virga_write_through_over_revm: over(write_through),
+        roots_agree: roots.0 == roots.1 && roots.2,
+        virga_root: roots.0,
+        revm_root: roots.1,
+        setup_seconds,
+        samples,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_run_agrees_with_revm_alone_and_includes_every_transfer() {
+        let config =
+            EvmBenchConfig { accounts: 500, senders: 50, transactions: 300, block_size: 100, runs: 1, seed: 3 };
+        let report = run(&config, &|_| {});
+        assert!(report.roots_agree, "{} vs {}", report.virga_root, report.revm_root);
+        assert_eq!((report.blocks, report.included), (3, 300));
+        assert!(report.virga_tx_per_sec > 0.0 && report.revm_tx_per_sec > 0.0);
+    }
+}

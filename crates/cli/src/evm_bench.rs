@@ -1,0 +1,69 @@
+//! `virga bench evm`: ERC-20 transfers executed by Virga's executor and by revm alone over
+//! its `CacheDB`, on the same blocks, interleaved.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use virga_bench::evm::{run, EvmBenchConfig};
+
+#[derive(Args)]
+pub struct EvmBenchArgs {
+    /// Token holders in the state (each also an account with ether).
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::limits::count(1))]
+    accounts: usize,
+    /// Holders with keys, who send the transfers (at most `--accounts`).
+    #[arg(long, default_value_t = 10_000, value_parser = crate::limits::count(1))]
+    senders: usize,
+    /// ERC-20 transfers in all.
+    #[arg(long, default_value_t = 100_000, value_parser = crate::limits::count(1))]
+    transactions: usize,
+    /// Transfers per block.
+    #[arg(long, default_value_t = 1_000, value_parser = crate::limits::count(1))]
+    block_size: usize,
+    /// Interleaved runs of each executor; rates are their medians.
+    #[arg(long, default_value_t = 3, value_parser = crate::limits::count(1))]
+    runs: usize,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Writes the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run_bench(args: &EvmBenchArgs) -> anyhow::Result<ExitCode> {
+    if args.senders > args.accounts {
+        anyhow::bail!("--senders {} exceeds --accounts {}: senders are holders", args.senders, args.accounts);
+    }
+    let config = EvmBenchConfig {
+        accounts: args.accounts,
+        senders: args.senders,
+        transactions: args.transactions,
+        block_size: args.block_size,
+        runs: args.runs,
+        seed: args.seed,
+    };
+    let report = run(&config, &|message| eprintln!("bench evm: {message}"));
+    println!(
+        "ERC-20 transfers over {} holders, {} blocks of up to {} ({} included), {} run(s) each, interleaved",
+        config.accounts, report.blocks, config.block_size, report.included, config.runs
+    );
+    println!(
+        "  Virga, execution alone (revm over the DSM-Tree, read cache, trie updated at the root): {:>9.0} tx/s ({:.2} of revm)",
+        report.virga_tx_per_sec, report.virga_over_revm
+    );
+    println!(
+        "  Virga, every block's writes put into the trie as it ends:                            {:>9.0} tx/s ({:.2} of revm)",
+        report.virga_write_through_tx_per_sec, report.virga_write_through_over_revm
+    );
+    println!(
+        "  revm alone over its in-memory CacheDB:                                               {:>9.0} tx/s",
+        report.revm_tx_per_sec
+    );
+    println!("  state roots agree: {} ({})", report.roots_agree, report.virga_root);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+        println!("  report: {}", path.display());
+    }
+    Ok(if report.roots_agree { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
