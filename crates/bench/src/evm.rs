@@ -16,6 +16,7 @@ use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use serde::Serialize;
 use virga_evm::contracts::{token, TOKEN};
+use virga_evm::parallel::ParallelTotals;
 use virga_evm::reference::{
     execute_reference, genesis_reference, genesis_state, reference_root, GenesisAccount, ReferenceDb,
 };
@@ -76,6 +77,17 @@ pub struct EvmBenchReport {
     /// `virga_tx_per_sec` over `revm_tx_per_sec` (medians).
     pub virga_over_revm: f64,
     pub virga_write_through_over_revm: f64,
+    /// Execution alone with the parallel executor on every core (write-back, as
+    /// `virga_tx_per_sec`).
+    pub virga_parallel_tx_per_sec: f64,
+    pub virga_parallel_over_revm: f64,
+    /// `virga_parallel_tx_per_sec` over `virga_tx_per_sec`.
+    pub parallel_speedup: f64,
+    pub parallel_rounds_per_block: f64,
+    /// Re-executions per transaction.
+    pub parallel_reexecuted_share: f64,
+    /// Blocks the parallel executor handed to the serial one, over all runs.
+    pub parallel_serial_blocks: usize,
     pub roots_agree: bool,
     pub virga_root: B256,
     pub revm_root: B256,
@@ -178,11 +190,18 @@ pub fn build_workload(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync))
 
 /// Runs every block with Virga's serial executor; returns the seconds and transactions
 /// included.
-fn run_virga(state: &mut CachedState, workload: &EvmWorkload) -> (f64, usize) {
+fn run_virga(state: &mut CachedState, workload: &EvmWorkload, parallel: Option<&ParallelTotals>) -> (f64, usize) {
     let begun = Instant::now();
     let mut included = 0;
     for (context, txs) in &workload.blocks {
-        match state.execute_block(&DecimalHashes, context, txs) {
+        let executed = match parallel {
+            Some(totals) => state.execute_block_parallel(&DecimalHashes, context, txs).map(|(executed, stats)| {
+                totals.add(&stats);
+                executed
+            }),
+            None => state.execute_block(&DecimalHashes, context, txs),
+        };
+        match executed {
             Ok(executed) => included += executed.receipts.len(),
             Err(error) => panic!("the benchmark's own state cannot be read: {error}"),
         }
@@ -211,18 +230,20 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
     let transactions: usize = workload.blocks.iter().map(|(_, txs)| txs.len()).sum();
 
     let mut samples = Vec::new();
-    // Virga's root, revm's, and whether both of Virga's modes agreed.
+    let totals = ParallelTotals::default();
+    // Virga's root, revm's, and whether all of Virga's modes agreed.
     let mut roots = (B256::ZERO, B256::ZERO, true);
     let mut included = 0;
     for run in 0..config.runs.max(1) {
-        let mut order = ["virga", "virga-write-through", "revm"];
-        order.rotate_left(run % 3);
+        let mut order = ["virga", "virga-parallel", "virga-write-through", "revm"];
+        order.rotate_left(run % 4);
         for executor in order {
             let (seconds, count) = if executor != "revm" {
-                let write_back = executor == "virga";
+                let write_back = executor != "virga-write-through";
                 let mut state =
                     CachedState::new(genesis_trie.clone(), CachedState::DEFAULT_CAPACITY).with_write_back(write_back);
-                let timed = run_virga(&mut state, &workload);
+                let parallel = (executor == "virga-parallel").then_some(&totals);
+                let timed = run_virga(&mut state, &workload, parallel);
                 if run == 0 {
                     let root = state.root();
                     if roots.0 != B256::ZERO && roots.0 != root {
@@ -251,6 +272,8 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
         median(&mut rates)
     };
     let (virga, write_through, revm) = (rate("virga"), rate("virga-write-through"), rate("revm"));
+    let parallel = rate("virga-parallel");
+    let (blocks_run, rounds, reexecutions, serial_blocks) = totals.get();
     let over = |rate: f64| if revm > 0.0 { rate / revm } else { 0.0 };
     EvmBenchReport {
         machine: Machine::detect(),
@@ -262,6 +285,12 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
         revm_tx_per_sec: revm,
         virga_over_revm: over(virga),
         virga_write_through_over_revm: over(write_through),
+        virga_parallel_tx_per_sec: parallel,
+        virga_parallel_over_revm: over(parallel),
+        parallel_speedup: if virga > 0.0 { parallel / virga } else { 0.0 },
+        parallel_rounds_per_block: rounds as f64 / blocks_run.max(1) as f64,
+        parallel_reexecuted_share: reexecutions as f64 / (transactions * config.runs.max(1)) as f64,
+        parallel_serial_blocks: serial_blocks,
         roots_agree: roots.0 == roots.1 && roots.2,
         virga_root: roots.0,
         revm_root: roots.1,
@@ -281,6 +310,7 @@ mod tests {
         let report = run(&config, &|_| {});
         assert!(report.roots_agree, "{} vs {}", report.virga_root, report.revm_root);
         assert_eq!((report.blocks, report.included), (3, 300));
+        assert!(report.virga_parallel_tx_per_sec > 0.0 && report.parallel_serial_blocks == 0);
         assert!(report.virga_tx_per_sec > 0.0 && report.revm_tx_per_sec > 0.0);
     }
 }

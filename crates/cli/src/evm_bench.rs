@@ -57,6 +57,14 @@ pub fn run_bench(args: &EvmBenchArgs) -> anyhow::Result<ExitCode> {
         report.virga_write_through_tx_per_sec, report.virga_write_through_over_revm
     );
     println!(
+        "  Virga, execution alone, parallel executor ({} cores):                                {:>9.0} tx/s ({:.2} of revm, {:.2}x serial)",
+        report.machine.cores, report.virga_parallel_tx_per_sec, report.virga_parallel_over_revm, report.parallel_speedup
+    );
+    println!(
+        "    {:.2} rounds per block, {:.2} re-executions per transaction, {} block(s) run serially",
+        report.parallel_rounds_per_block, report.parallel_reexecuted_share, report.parallel_serial_blocks
+    );
+    println!(
         "  revm alone over its in-memory CacheDB:                                               {:>9.0} tx/s",
         report.revm_tx_per_sec
     );

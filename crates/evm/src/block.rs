@@ -14,6 +14,7 @@ use virga_trie::Trie;
 use crate::db::{BlockHashes, StateDb, StateError};
 use crate::executor::{BlockContext, ExecError};
 use crate::overlay::{BlockOverlay, BlockSeen, BlockWrites, ReadCache};
+use crate::parallel::{execute_parallel, ParallelStats};
 use crate::transaction::EthTransaction;
 
 /// A transaction's receipt, as Ethereum's receipts root commits to it.
@@ -137,6 +138,25 @@ fn execute_over(
     Ok((executed, writes, seen))
 }
 
+/// [`execute_block`] with [`crate::parallel`]'s executor on rayon's pool (serially where it
+/// says the block needs to).
+pub fn execute_block_parallel(
+    state: &mut StateTrie,
+    hashes: &dyn BlockHashes,
+    block: &BlockContext,
+    txs: &[EthTransaction],
+) -> Result<(ExecutedBlock, ParallelStats), StateError> {
+    let (executed, writes, stats) = match execute_parallel(StateDb::new(state, hashes), None, block, txs) {
+        Ok(done) => done,
+        Err((error, _)) => return Err(error),
+    };
+    if stats.serial.is_some() {
+        return Ok((execute_block(state, hashes, block, txs)?, stats));
+    }
+    writes.apply_to(state);
+    Ok((executed, stats))
+}
+
 /// [`execute_block_writes`], its writes applied to `state`.
 pub fn execute_block(
     state: &mut StateTrie,
@@ -214,15 +234,28 @@ impl CachedState {
         self.cache.written();
     }
 
-    /// Executes a block as [`execute_block`] does, reading through the cache.
-    pub fn execute_block(
+    /// Executes a block as [`Self::execute_block`] does, with [`crate::parallel`]'s executor
+    /// on rayon's pool (serially where it says the block needs to).
+    pub fn execute_block_parallel(
         &mut self,
         hashes: &dyn BlockHashes,
         block: &BlockContext,
         txs: &[EthTransaction],
-    ) -> Result<ExecutedBlock, StateError> {
-        let overlay = BlockOverlay::new(StateDb::new(&self.state, hashes), Some(&self.cache), 2 * txs.len());
-        let (executed, writes, seen) = execute_over(overlay, block, txs)?;
+    ) -> Result<(ExecutedBlock, ParallelStats), StateError> {
+        let base = StateDb::new(&self.state, hashes);
+        let (executed, writes, stats) = match execute_parallel(base, Some(&self.cache), block, txs) {
+            Ok(done) => done,
+            Err((error, _)) => return Err(error),
+        };
+        if stats.serial.is_some() {
+            return Ok((self.execute_block(hashes, block, txs)?, stats));
+        }
+        let seen = BlockSeen::from_writes(&writes);
+        self.finish_block(writes, seen);
+        Ok((executed, stats))
+    }
+
+    fn finish_block(&mut self, writes: BlockWrites, seen: BlockSeen) {
         if self.write_back {
             self.pending.push(writes);
         } else {
@@ -234,6 +267,18 @@ impl CachedState {
             self.flush();
             self.cache = ReadCache::new();
         }
+    }
+
+    /// Executes a block as [`execute_block`] does, reading through the cache.
+    pub fn execute_block(
+        &mut self,
+        hashes: &dyn BlockHashes,
+        block: &BlockContext,
+        txs: &[EthTransaction],
+    ) -> Result<ExecutedBlock, StateError> {
+        let overlay = BlockOverlay::new(StateDb::new(&self.state, hashes), Some(&self.cache), 2 * txs.len());
+        let (executed, writes, seen) = execute_over(overlay, block, txs)?;
+        self.finish_block(writes, seen);
         Ok(executed)
     }
 }

@@ -7,6 +7,7 @@
 //! - [`executor`]: forks, the block context, one transaction in, its outcome out.
 //! - [`block`]: a block's transactions in order (Virga's serial executor), receipts with
 //!   logs and bloom, invalid transactions left out with the reason.
+//! - [`parallel`]: the same block in parallel rounds over a multi-version memory.
 //! - [`statetest`]: Ethereum's GeneralStateTests through that executor (`virga evm-test`).
 
 #![forbid(unsafe_code)]
@@ -17,11 +18,16 @@ pub mod db;
 pub mod executor;
 pub mod fuzzing;
 pub mod overlay;
+pub mod parallel;
 pub mod reference;
 pub mod statetest;
 pub mod transaction;
 
-pub use block::{execute_block, execute_block_writes, receipts_root, CachedState, ExecutedBlock, Receipt, Refused};
+pub use block::{
+    execute_block, execute_block_parallel, execute_block_writes, receipts_root, CachedState, ExecutedBlock, Receipt,
+    Refused,
+};
 pub use db::{BlockHashes, DecimalHashes, StateDb, StateError};
 pub use executor::{execute_transaction, logs_hash, BlockContext, ExecError, Fork, TxOutcome};
+pub use parallel::{ParallelStats, SerialReason};
 pub use transaction::{EthTransaction, TransactionError};

@@ -224,6 +224,19 @@ pub struct BlockSeen {
     accounts: Vec<SeenAccount>,
 }
 
+impl BlockSeen {
+    /// What a block wrote, as what it saw (its reads are not kept).
+    pub fn from_writes(writes: &BlockWrites) -> BlockSeen {
+        let accounts = writes.accounts.iter().map(|(address, write)| SeenAccount {
+            address: *address,
+            info: write.info.clone(),
+            storage_cleared: write.storage_cleared,
+            slots: write.slots.clone(),
+        });
+        BlockSeen { accounts: accounts.collect() }
+    }
+}
+
 /// One account a block saw: its state after the block, whether the block cleared its
 /// storage, and the slots it read or wrote.
 struct SeenAccount {
@@ -271,6 +284,20 @@ impl ReadCache {
 
     fn slot(&self, address: &Address, slot: &U256) -> Option<U256> {
         self.storage.get(address).and_then(|slots| slots.get(slot)).copied()
+    }
+
+    pub(crate) fn account(&self, address: &Address) -> Option<&Option<AccountInfo>> {
+        self.accounts.get(address)
+    }
+
+    /// The slot's value where the cache knows it (zero for a slot of an account whose
+    /// storage a pending block cleared).
+    pub(crate) fn slot_or_cleared(&self, address: &Address, slot: &U256) -> Option<U256> {
+        self.slot(address, slot).or_else(|| self.cleared.contains(address).then_some(U256::ZERO))
+    }
+
+    pub(crate) fn code(&self, hash: &B256) -> Option<&Bytecode> {
+        self.code.get(hash)
     }
 
     /// Takes in what a block saw. `pending`: the block's writes are not in the trie yet, so

@@ -10,7 +10,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use virga_evm::contracts::{kitties, lottery, token, KITTIES, LOTTERY, TOKEN};
 use virga_evm::reference::{execute_reference, genesis_reference, genesis_state, reference_root, GenesisAccount};
-use virga_evm::{execute_block, BlockContext, CachedState, DecimalHashes, EthTransaction, ExecutedBlock, Fork};
+use virga_evm::{
+    execute_block, execute_block_parallel, BlockContext, CachedState, DecimalHashes, EthTransaction, ExecutedBlock,
+    Fork,
+};
 
 const USERS: u32 = 12;
 const TOKEN_AT: Address = Address::with_last_byte(0xe2);
@@ -56,11 +59,16 @@ fn block(number: u64, rng: &mut StdRng) -> BlockContext {
 /// accepted (deliberately wrong nonces and oversized gas limits are refused and do not
 /// advance it).
 fn random_tx(rng: &mut StdRng, nonces: &mut [u64]) -> EthTransaction {
+    random_tx_of(rng, nonces, 0..11)
+}
+
+/// [`random_tx`] of the kinds in `kinds` (8 deploys a token).
+fn random_tx_of(rng: &mut StdRng, nonces: &mut [u64], kinds: std::ops::Range<u32>) -> EthTransaction {
     let seed = rng.random_range(1..=USERS);
     let user = |rng: &mut StdRng| sender(rng.random_range(1..=USERS));
     let mut nonce = nonces[seed as usize];
     let mut gas_limit = 200_000;
-    let (to, value, input) = match rng.random_range(0..11) {
+    let (to, value, input) = match rng.random_range(kinds) {
         // Plain transfers, some of zero value to an address that does not exist: a touched
         // empty account that EIP-161 deletes.
         0 => (TxKind::Call(user(rng)), U256::from(rng.random_range(1..1_000_000u64)), Bytes::new()),
@@ -181,4 +189,43 @@ fn a_broken_executor_is_caught_by_the_comparison() {
     execute_block(&mut state, &DecimalHashes, &context, &txs[1..]).expect("the state answers");
     execute_reference(&mut reference, &context, &txs);
     assert_ne!(state.root(), reference_root(&reference));
+}
+
+#[test]
+fn parallel_execution_equals_serial_on_random_blocks_with_hot_contract_storage() {
+    // (blocks run in parallel, re-executions, blocks run serially)
+    let mut seen = (0, 0, 0);
+    for seed in 0..16u64 {
+        let mut rng = StdRng::seed_from_u64(1_000 + seed);
+        let accounts = genesis();
+        let mut serial = genesis_state(&accounts);
+        let mut parallel = serial.clone();
+        let mut cached = CachedState::new(serial.clone(), CachedState::DEFAULT_CAPACITY).with_write_back(seed % 2 == 1);
+        let mut nonces = vec![0u64; USERS as usize + 1];
+        for number in 1..=5u64 {
+            let context = block(number, &mut rng);
+            let count = rng.random_range(5..60);
+            // Deployments only in some seeds: they make a block run serially.
+            let kinds = if seed % 4 == 0 { 0..11 } else { 0..8 };
+            let txs: Vec<EthTransaction> =
+                (0..count).map(|_| random_tx_of(&mut rng, &mut nonces, kinds.clone())).collect();
+            let expected = execute_block(&mut serial, &DecimalHashes, &context, &txs).expect("the state answers");
+            let (got, stats) =
+                execute_block_parallel(&mut parallel, &DecimalHashes, &context, &txs).expect("the state answers");
+            let replay = format!("seed {seed}, block {number}: {stats:?}");
+            assert_eq!(got, expected, "{replay}");
+            assert_eq!(parallel.root(), serial.root(), "{replay}: state root");
+            let (through_cache, _) =
+                cached.execute_block_parallel(&DecimalHashes, &context, &txs).expect("the state answers");
+            assert_eq!(through_cache, expected, "{replay}: through the read cache");
+            match stats.serial {
+                None => seen.0 += 1,
+                Some(_) => seen.2 += 1,
+            }
+            seen.1 += stats.reexecutions;
+        }
+        assert_eq!(cached.root(), serial.root(), "seed {seed}: through the read cache");
+    }
+    let (parallel, reexecutions, serial) = seen;
+    assert!(parallel >= 40 && reexecutions >= 100 && serial >= 1, "{seen:?}");
 }
