@@ -7,6 +7,7 @@ use alloy_consensus::{Eip658Value, Receipt as AlloyReceipt, ReceiptEnvelope, Rec
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Bloom, Log, B256};
 use revm::context::result::ExecutionResult;
+use revm::context::TxEnv;
 use revm::{Context, ExecuteCommitEvm, MainBuilder, MainContext};
 use virga_trie::account::StateTrie;
 use virga_trie::Trie;
@@ -117,23 +118,7 @@ fn execute_over(
     let cfg = block.cfg();
     let block_env = block.block_env(&cfg);
     let mut evm = Context::mainnet().with_db(overlay).with_cfg(cfg).with_block(block_env).build_mainnet();
-    let mut executed = ExecutedBlock::default();
-    for (index, tx) in txs.iter().enumerate() {
-        let env = tx.tx_env();
-        let left = block.gas_limit - executed.gas_used;
-        if env.gas_limit > left {
-            let reason = ExecError::BlockGasExhausted { gas_limit: env.gas_limit, left };
-            executed.refused.push(Refused { index, tx_hash: tx.hash(), reason });
-            continue;
-        }
-        match evm.transact_commit(env) {
-            Ok(result) => record(&mut executed, index, tx, result),
-            Err(error) => match ExecError::from(error) {
-                ExecError::State(error) => return Err(error),
-                reason => executed.refused.push(Refused { index, tx_hash: tx.hash(), reason }),
-            },
-        }
-    }
+    let executed = execute_in_order(block, txs, |env| evm.transact_commit(env).map_err(ExecError::from))?;
     let (writes, seen) = evm.ctx.journaled_state.database.finish();
     Ok((executed, writes, seen))
 }
@@ -281,6 +266,31 @@ impl CachedState {
         self.finish_block(writes, seen);
         Ok(executed)
     }
+}
+
+/// The block rule both executors share: `txs` in order, each refused if its gas limit
+/// exceeds what the block has left or if `transact` refuses it; a state error ends the block.
+pub(crate) fn execute_in_order(
+    block: &BlockContext,
+    txs: &[EthTransaction],
+    mut transact: impl FnMut(TxEnv) -> Result<ExecutionResult, ExecError>,
+) -> Result<ExecutedBlock, StateError> {
+    let mut executed = ExecutedBlock::default();
+    for (index, tx) in txs.iter().enumerate() {
+        let env = tx.tx_env();
+        let left = block.gas_limit.saturating_sub(executed.gas_used);
+        if env.gas_limit > left {
+            let reason = ExecError::BlockGasExhausted { gas_limit: env.gas_limit, left };
+            executed.refused.push(Refused { index, tx_hash: tx.hash(), reason });
+            continue;
+        }
+        match transact(env) {
+            Ok(result) => record(&mut executed, index, tx, result),
+            Err(ExecError::State(error)) => return Err(error),
+            Err(reason) => executed.refused.push(Refused { index, tx_hash: tx.hash(), reason }),
+        }
+    }
+    Ok(executed)
 }
 
 pub(crate) fn record(executed: &mut ExecutedBlock, index: usize, tx: &EthTransaction, result: ExecutionResult) {

@@ -12,7 +12,7 @@ use revm::{Context, ExecuteCommitEvm, MainBuilder, MainContext};
 use virga_core::KECCAK_EMPTY;
 use virga_trie::account::{Account, StateTrie};
 
-use crate::block::{record, ExecutedBlock, Refused};
+use crate::block::{execute_in_order, ExecutedBlock};
 use crate::db::bytecode;
 use crate::executor::{BlockContext, ExecError};
 use crate::transaction::EthTransaction;
@@ -65,24 +65,9 @@ pub fn execute_reference(db: &mut ReferenceDb, block: &BlockContext, txs: &[EthT
     let cfg = block.cfg();
     let block_env = block.block_env(&cfg);
     let mut evm = Context::mainnet().with_db(&mut *db).with_cfg(cfg).with_block(block_env).build_mainnet();
-    let mut executed = ExecutedBlock::default();
-    for (index, tx) in txs.iter().enumerate() {
-        let env = tx.tx_env();
-        let left = block.gas_limit - executed.gas_used;
-        if env.gas_limit > left {
-            let reason = ExecError::BlockGasExhausted { gas_limit: env.gas_limit, left };
-            executed.refused.push(Refused { index, tx_hash: tx.hash(), reason });
-            continue;
-        }
-        match evm.transact_commit(env) {
-            Ok(result) => record(&mut executed, index, tx, result),
-            Err(error) => {
-                let reason = ExecError::Other(error.to_string());
-                executed.refused.push(Refused { index, tx_hash: tx.hash(), reason });
-            }
-        }
-    }
-    executed
+    let transact = |env| evm.transact_commit(env).map_err(|error| ExecError::Other(error.to_string()));
+    // revm's in-memory database cannot fail, so neither can the block.
+    execute_in_order(block, txs, transact).unwrap_or_default()
 }
 
 /// The state root of revm's database, by alloy-trie: accounts that do not exist or are
