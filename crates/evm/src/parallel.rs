@@ -10,6 +10,10 @@
 //! after (everything before it is valid), so rounds end; at the fixpoint every read equals
 //! what serial execution reads, hence so does every write.
 //!
+//! A sender's transactions run in order on one worker within a round, each seeing the writes
+//! of the ones before it (they depend on one another through the nonce); different senders
+//! run in parallel.
+//!
 //! The fee credit to the block's beneficiary, which every transaction makes, is left out of
 //! execution (a handler that skips it) and summed at the end, so that it does not make every
 //! transaction depend on the one before. Where that or this design's other assumptions
@@ -156,6 +160,22 @@ struct TxView<'a> {
     memory: &'a MvMemory,
     index: usize,
     reads: Vec<(Key, Version)>,
+    /// Writes of the same sender's earlier transactions run in this round by this worker,
+    /// which the shared memory receives only after the round.
+    local: HashMap<Key, (usize, u32, Value)>,
+}
+
+impl TxView<'_> {
+    /// The last write before this transaction: the shared memory's or a same-sender
+    /// predecessor's from this round, whichever transaction is later.
+    fn before(&self, key: &Key) -> Option<(usize, u32, Value)> {
+        let shared = self.memory.before(key, self.index);
+        match (shared, self.local.get(key)) {
+            (Some((writer, _, _)), Some(local)) if local.0 >= writer => Some(local.clone()),
+            (Some((writer, incarnation, value)), _) => Some((writer, incarnation, value.clone())),
+            (None, local) => local.cloned(),
+        }
+    }
 }
 
 impl Database for TxView<'_> {
@@ -163,9 +183,9 @@ impl Database for TxView<'_> {
 
     fn basic(&mut self, address: Address) -> Result<Option<AccountInfo>, StateError> {
         let key = Key::Account(address);
-        if let Some((writer, incarnation, Value::Account(info))) = self.memory.before(&key, self.index) {
+        if let Some((writer, incarnation, Value::Account(info))) = self.before(&key) {
             self.reads.push((key, Some((writer, incarnation))));
-            return Ok(info.clone());
+            return Ok(info);
         }
         self.reads.push((key, None));
         self.below.account(address)
@@ -177,9 +197,9 @@ impl Database for TxView<'_> {
 
     fn storage(&mut self, address: Address, slot: U256) -> Result<U256, StateError> {
         let key = Key::Slot(address, slot);
-        if let Some((writer, incarnation, Value::Slot(value))) = self.memory.before(&key, self.index) {
+        if let Some((writer, incarnation, Value::Slot(value))) = self.before(&key) {
             self.reads.push((key, Some((writer, incarnation))));
-            return Ok(*value);
+            return Ok(value);
         }
         self.reads.push((key, None));
         self.below.slot(address, slot)
@@ -225,11 +245,11 @@ type ViewEvm<'a> = revm::handler::MainnetEvm<revm::handler::MainnetContext<TxVie
 fn evm_for<'a>(below: Below<'a>, memory: &'a MvMemory, block: &BlockContext) -> ViewEvm<'a> {
     let cfg = block.cfg();
     let block_env = block.block_env(&cfg);
-    let view = TxView { below, memory, index: 0, reads: Vec::new() };
+    let view = TxView { below, memory, index: 0, reads: Vec::new(), local: HashMap::default() };
     Context::mainnet().with_db(view).with_cfg(cfg).with_block(block_env).build_mainnet()
 }
 
-fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, tx: &EthTransaction) -> Run {
+fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, incarnation: u32, tx: &EthTransaction) -> Run {
     evm.ctx.journaled_state.database.index = index;
     evm.ctx.journaled_state.database.reads.clear();
     let env: TxEnv = tx.tx_env();
@@ -239,7 +259,7 @@ fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, tx: &EthTr
     let state = evm.finalize();
     let reads = std::mem::take(&mut evm.ctx.journaled_state.database.reads);
     let mut run = Run {
-        incarnation: 0,
+        incarnation,
         outcome: Err(ExecError::Other(String::new())),
         reads,
         writes: Vec::new(),
@@ -256,6 +276,10 @@ fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, tx: &EthTr
             run.outcome = Ok(result);
         }
         Err(error) => run.outcome = Err(ExecError::from(error)),
+    }
+    let local = &mut evm.ctx.journaled_state.database.local;
+    for (key, value) in &run.writes {
+        local.insert(*key, (index, incarnation, value.clone()));
     }
     run
 }
@@ -316,26 +340,38 @@ pub(crate) fn execute_parallel(
     let mut pending: Vec<usize> = (0..txs.len()).collect();
     while !pending.is_empty() {
         stats.rounds += 1;
-        // A sender's later transaction reads the nonce its earlier one writes: run only the
-        // first pending transaction of each sender this round; the rest wait their turn
-        // rather than run on a nonce that is sure to change.
-        let mut senders = foldhash::HashSet::default();
-        let runnable: Vec<usize> =
-            pending.iter().copied().filter(|&index| senders.insert(txs[index].sender())).collect();
+        // A sender's transactions depend on one another (each reads the nonce the one before
+        // wrote), so one worker runs them in order, each seeing the ones before; senders run
+        // in parallel.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of: HashMap<Address, usize> = HashMap::default();
+        for &index in &pending {
+            let group = *group_of.entry(txs[index].sender()).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[group].push(index);
+        }
         let first_rerun = pending.first().copied().unwrap_or(0);
+        let incarnations: Vec<u32> = runs.iter().map(|run| run.as_ref().map_or(0, |run| run.incarnation + 1)).collect();
         let shared = &memory;
-        let fresh: Vec<Run> = runnable
+        let fresh: Vec<Vec<Run>> = groups
             .par_iter()
-            .map_init(|| evm_for(below, shared, block), |evm, &index| run_one(evm, block, index, &txs[index]))
+            .map_init(
+                || evm_for(below, shared, block),
+                |evm, group| {
+                    evm.ctx.journaled_state.database.local.clear();
+                    group.iter().map(|&index| run_one(evm, block, index, incarnations[index], &txs[index])).collect()
+                },
+            )
             .collect();
-        for (index, mut run) in runnable.iter().copied().zip(fresh) {
+        for (index, run) in groups.iter().flatten().copied().zip(fresh.into_iter().flatten()) {
             if let Err(ExecError::State(error)) = &run.outcome {
                 return Err((error.clone(), stats));
             }
             let old = runs[index].take();
-            if let Some(old) = &old {
+            if old.is_some() {
                 stats.reexecutions += 1;
-                run.incarnation = old.incarnation + 1;
             }
             memory.replace(index, old.as_ref().map_or(&[][..], |old| &old.writes), &run.writes, run.incarnation);
             runs[index] = Some(run);

@@ -2,10 +2,8 @@
 //! over its in-memory `CacheDB`, on random blocks: the same receipts, logs and refusals, and
 //! the same state root (the peer's computed by alloy-trie) after every block.
 
-mod common;
-
+use crate::common::{sender, sign, Call};
 use alloy_primitives::{Address, Bytes, TxKind, U256};
-use common::{sender, sign, Call};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use virga_evm::contracts::{kitties, lottery, token, KITTIES, LOTTERY, TOKEN};

@@ -1,10 +1,8 @@
 //! The workload's contracts executed by Virga's block executor: what they write, where, and
 //! how that depends on the block.
 
-mod common;
-
+use crate::common::{sender, Call};
 use alloy_primitives::{address, Address, Bytes, TxKind, B256, U256};
-use common::{sender, Call};
 use virga_core::KECCAK_EMPTY;
 use virga_evm::contracts::{kitties, lottery, token, KITTIES, LOTTERY, TOKEN};
 use virga_evm::{execute_block, BlockContext, BlockHashes, DecimalHashes, EthTransaction, ExecutedBlock, Fork};
@@ -16,7 +14,7 @@ const LOTTERY_AT: Address = address!("0000000000000000000000000000000000001077")
 
 fn sign(seed: u32, nonce: u64, to: TxKind, input: Bytes) -> EthTransaction {
     let gas_limit = if to.is_create() { 2_000_000 } else { 300_000 };
-    common::sign(seed, Call { nonce, to, value: U256::ZERO, input, gas_limit, legacy: false })
+    crate::common::sign(seed, Call { nonce, to, value: U256::ZERO, input, gas_limit, legacy: false })
 }
 
 fn genesis() -> StateTrie {
