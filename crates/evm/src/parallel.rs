@@ -324,8 +324,8 @@ fn valid(run: &Run, index: usize, memory: &MvMemory) -> bool {
 }
 
 /// Executes `txs` in parallel over `state` (through `cache`, where given): the same
-/// receipts, refusals and writes as [`crate::execute_block_writes`], or `None` with the
-/// reason where the block must run serially.
+/// receipts, refusals and writes as [`crate::execute_block_writes`]. Where the block must run
+/// serially instead, `ParallelStats::serial` says why and the writes are empty.
 pub(crate) fn execute_parallel(
     base: StateDb<'_>,
     cache: Option<&ReadCache>,
