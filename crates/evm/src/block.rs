@@ -131,7 +131,7 @@ pub fn execute_block_parallel(
     block: &BlockContext,
     txs: &[EthTransaction],
 ) -> Result<(ExecutedBlock, ParallelStats), StateError> {
-    let (executed, writes, stats) = match execute_parallel(StateDb::new(state, hashes), None, block, txs) {
+    let (executed, writes, _, stats) = match execute_parallel(StateDb::new(state, hashes), None, block, txs) {
         Ok(done) => done,
         Err((error, _)) => return Err(error),
     };
@@ -228,14 +228,13 @@ impl CachedState {
         txs: &[EthTransaction],
     ) -> Result<(ExecutedBlock, ParallelStats), StateError> {
         let base = StateDb::new(&self.state, hashes);
-        let (executed, writes, stats) = match execute_parallel(base, Some(&self.cache), block, txs) {
+        let (executed, writes, seen, stats) = match execute_parallel(base, Some(&self.cache), block, txs) {
             Ok(done) => done,
             Err((error, _)) => return Err(error),
         };
         if stats.serial.is_some() {
             return Ok((self.execute_block(hashes, block, txs)?, stats));
         }
-        let seen = BlockSeen::from_writes(&writes);
         self.finish_block(writes, seen);
         Ok((executed, stats))
     }
@@ -294,6 +293,18 @@ pub(crate) fn execute_in_order(
 }
 
 pub(crate) fn record(executed: &mut ExecutedBlock, index: usize, tx: &EthTransaction, result: ExecutionResult) {
+    let bloom = result.logs().iter().collect();
+    record_with_bloom(executed, index, tx, result, bloom);
+}
+
+/// [`record`] with the receipt's bloom computed already (by a parallel worker).
+pub(crate) fn record_with_bloom(
+    executed: &mut ExecutedBlock,
+    index: usize,
+    tx: &EthTransaction,
+    result: ExecutionResult,
+    bloom: Bloom,
+) {
     let gas_used = result.tx_gas_used();
     executed.gas_used += gas_used;
     let output = result.output().cloned().unwrap_or_default();
@@ -305,7 +316,7 @@ pub(crate) fn record(executed: &mut ExecutedBlock, index: usize, tx: &EthTransac
         cumulative_gas_used: executed.gas_used,
         logs: result.into_logs(),
     };
-    executed.logs_bloom.accrue_bloom(&receipt.bloom());
+    executed.logs_bloom.accrue_bloom(&bloom);
     executed.receipts.push(receipt);
     executed.included.push(index);
     executed.outputs.push(output);

@@ -225,6 +225,28 @@ pub struct BlockSeen {
 }
 
 impl BlockSeen {
+    /// What a block wrote, and what it read of the state below that it did not write. Slots
+    /// of an account whose account entry was neither read nor written are left out.
+    pub(crate) fn from_writes_and_reads(
+        writes: &BlockWrites,
+        accounts_read: HashMap<Address, Option<AccountInfo>>,
+        mut slots_read: HashMap<Address, Vec<(U256, U256)>>,
+    ) -> BlockSeen {
+        let mut seen = BlockSeen::from_writes(writes);
+        for account in &mut seen.accounts {
+            if let Some(read) = slots_read.remove(&account.address) {
+                let written: HashSet<U256> = account.slots.iter().map(|(slot, _)| *slot).collect();
+                account.slots.extend(read.into_iter().filter(|(slot, _)| !written.contains(slot)));
+            }
+        }
+        let written: HashSet<Address> = seen.accounts.iter().map(|account| account.address).collect();
+        for (address, info) in accounts_read.into_iter().filter(|(address, _)| !written.contains(address)) {
+            let slots = slots_read.remove(&address).unwrap_or_default();
+            seen.accounts.push(SeenAccount { address, info, storage_cleared: false, slots });
+        }
+        seen
+    }
+
     /// What a block wrote, as what it saw (its reads are not kept).
     pub fn from_writes(writes: &BlockWrites) -> BlockSeen {
         let accounts = writes.accounts.iter().map(|(address, write)| SeenAccount {

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Mutex;
 
-use alloy_primitives::{Address, B256, U256};
+use alloy_primitives::{Address, Bloom, B256, U256};
 use dashmap::DashMap;
 use foldhash::HashMap;
 use rayon::prelude::*;
@@ -39,10 +39,10 @@ use revm::interpreter::interpreter_action::FrameInit;
 use revm::state::{AccountInfo, EvmState};
 use revm::{Context, ExecuteEvm, MainBuilder, MainContext};
 
-use crate::block::{record, ExecutedBlock, Refused};
+use crate::block::{record_with_bloom, ExecutedBlock, Refused};
 use crate::db::{StateDb, StateError};
 use crate::executor::{BlockContext, ExecError};
-use crate::overlay::{AccountWrite, BlockWrites, ReadCache};
+use crate::overlay::{AccountWrite, BlockSeen, BlockWrites, ReadCache};
 use crate::transaction::EthTransaction;
 
 /// Why a block ran serially instead.
@@ -237,6 +237,8 @@ struct Run {
     /// The beneficiary's tip for this transaction, in wei.
     fee: U256,
     serial: Option<SerialReason>,
+    /// The receipt's bloom, hashed by the worker rather than in the serial assembly.
+    bloom: Bloom,
 }
 
 /// revm over one transaction's view, reused for the transactions a worker runs.
@@ -265,10 +267,12 @@ fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, incarnatio
         writes: Vec::new(),
         fee: U256::ZERO,
         serial: None,
+        bloom: Bloom::ZERO,
     };
     match result {
         Ok(result) => {
             run.fee = U256::from(tip_per_gas) * U256::from(result.tx_gas_used());
+            run.bloom = result.logs().iter().collect();
             run.serial = writes_of(state, block.coinbase, &mut run.writes);
             if run.fee.is_zero() {
                 run.serial = run.serial.or(Some(SerialReason::NoFee));
@@ -331,7 +335,7 @@ pub(crate) fn execute_parallel(
     cache: Option<&ReadCache>,
     block: &BlockContext,
     txs: &[EthTransaction],
-) -> Result<(ExecutedBlock, BlockWrites, ParallelStats), (StateError, ParallelStats)> {
+) -> Result<(ExecutedBlock, BlockWrites, BlockSeen, ParallelStats), (StateError, ParallelStats)> {
     let read = DashMap::with_hasher(Default::default());
     let below = Below { base, cache, read: &read };
     let mut memory = MvMemory::default();
@@ -381,7 +385,20 @@ pub(crate) fn execute_parallel(
             .filter(|&index| runs[index].as_ref().is_none_or(|run| !valid(run, index, &memory)))
             .collect();
     }
-    assemble(runs, memory, below, block, txs, stats)
+    let (executed, writes, stats) = assemble(runs, memory, below, block, txs, stats)?;
+    // What the block read of the state below goes into the executor's cache too.
+    let (mut accounts, mut slots) = (HashMap::default(), HashMap::<Address, Vec<(U256, U256)>>::default());
+    for (key, value) in read {
+        match (key, value) {
+            (Key::Account(address), Value::Account(info)) => {
+                accounts.insert(address, info);
+            }
+            (Key::Slot(address, slot), Value::Slot(value)) => slots.entry(address).or_default().push((slot, value)),
+            _ => {}
+        }
+    }
+    let seen = BlockSeen::from_writes_and_reads(&writes, accounts, slots);
+    Ok((executed, writes, seen, stats))
 }
 
 fn assemble(
@@ -404,7 +421,7 @@ fn assemble(
             Ok(result) => {
                 stats.serial = stats.serial.or(run.serial);
                 fees += run.fee;
-                record(&mut executed, index, tx, result);
+                record_with_bloom(&mut executed, index, tx, result, run.bloom);
             }
             Err(reason) => executed.refused.push(Refused { index, tx_hash: tx.hash(), reason }),
         }
