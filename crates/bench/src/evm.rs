@@ -190,11 +190,15 @@ pub fn build_workload(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync))
 
 /// Runs every block with Virga's serial executor; returns the seconds and transactions
 /// included.
-fn run_virga(state: &mut CachedState, workload: &EvmWorkload, parallel: Option<&ParallelTotals>) -> (f64, usize) {
+fn run_virga(
+    state: &mut CachedState,
+    workload: &EvmWorkload,
+    mut parallel: Option<&mut ParallelTotals>,
+) -> (f64, usize) {
     let begun = Instant::now();
     let mut included = 0;
     for (context, txs) in &workload.blocks {
-        let executed = match parallel {
+        let executed = match parallel.as_deref_mut() {
             Some(totals) => state.execute_block_parallel(&DecimalHashes, context, txs).map(|(executed, stats)| {
                 totals.add(&stats);
                 executed
@@ -230,7 +234,7 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
     let transactions: usize = workload.blocks.iter().map(|(_, txs)| txs.len()).sum();
 
     let mut samples = Vec::new();
-    let totals = ParallelTotals::default();
+    let mut totals = ParallelTotals::default();
     // Virga's root, revm's, and whether all of Virga's modes agreed.
     let mut roots = (B256::ZERO, B256::ZERO, true);
     let mut included = 0;
@@ -242,7 +246,7 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
                 let write_back = executor != "virga-write-through";
                 let mut state =
                     CachedState::new(genesis_trie.clone(), CachedState::DEFAULT_CAPACITY).with_write_back(write_back);
-                let parallel = (executor == "virga-parallel").then_some(&totals);
+                let parallel = (executor == "virga-parallel").then_some(&mut totals);
                 let timed = run_virga(&mut state, &workload, parallel);
                 if run == 0 {
                     let root = state.root();
@@ -273,7 +277,7 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
     };
     let (virga, write_through, revm) = (rate("virga"), rate("virga-write-through"), rate("revm"));
     let parallel = rate("virga-parallel");
-    let (blocks_run, rounds, reexecutions, serial_blocks) = totals.get();
+    let ParallelTotals { blocks: blocks_run, rounds, reexecutions, serial_blocks } = totals;
     let over = |rate: f64| if revm > 0.0 { rate / revm } else { 0.0 };
     EvmBenchReport {
         machine: Machine::detect(),

@@ -202,15 +202,6 @@ impl CachedState {
         self.state.root()
     }
 
-    pub fn cached_entries(&self) -> usize {
-        self.cache.len()
-    }
-
-    /// Blocks whose writes wait in the cache.
-    pub fn pending_blocks(&self) -> usize {
-        self.pending.len()
-    }
-
     /// Puts the pending blocks' writes into the trie, in order.
     pub fn flush(&mut self) {
         for writes in self.pending.drain(..) {

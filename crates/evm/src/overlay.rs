@@ -90,35 +90,31 @@ impl<'a> BlockOverlay<'a> {
         if !account.is_touched() {
             return;
         }
+        let deleted = account.is_selfdestructed() || account.is_empty();
+        if let Some(code) = account.info.code.as_ref().filter(|_| !deleted && account.info.code_hash != KECCAK_EMPTY) {
+            self.code.entry(account.info.code_hash).or_insert_with(|| code.clone());
+        }
         let Ok(entry) = self.entry(address) else {
             // revm loaded this account through us, so it is cached; a state error would have
             // failed the transaction before it reached commit.
             return;
         };
-        entry.written = true;
-        if account.is_selfdestructed() || account.is_empty() {
+        if deleted {
             *entry = AccountEntry { info: None, written: true, storage_cleared: true, slots: HashMap::default() };
             return;
         }
-        if account.is_created() {
+        let created = account.is_created();
+        if created {
             entry.storage_cleared = true;
             entry.slots.clear();
         }
-        let created = account.is_created();
         for (slot, value) in &account.storage {
             if created || value.is_changed() {
                 entry.slots.insert(*slot, (value.present_value(), true));
             }
         }
-        let info = account.info;
-        if info.code_hash != KECCAK_EMPTY {
-            if let Some(code) = &info.code {
-                self.code.entry(info.code_hash).or_insert_with(|| code.clone());
-            }
-        }
-        if let Some(entry) = self.accounts.get_mut(&address) {
-            entry.info = Some(info);
-        }
+        entry.written = true;
+        entry.info = Some(account.info);
     }
 }
 
@@ -248,7 +244,7 @@ impl BlockSeen {
     }
 
     /// What a block wrote, as what it saw (its reads are not kept).
-    pub fn from_writes(writes: &BlockWrites) -> BlockSeen {
+    fn from_writes(writes: &BlockWrites) -> BlockSeen {
         let accounts = writes.accounts.iter().map(|(address, write)| SeenAccount {
             address: *address,
             info: write.info.clone(),

@@ -23,7 +23,6 @@
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::Mutex;
 
 use alloy_primitives::{Address, Bloom, B256, U256};
 use dashmap::DashMap;
@@ -262,24 +261,20 @@ fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, incarnatio
     let reads = std::mem::take(&mut evm.ctx.journaled_state.database.reads);
     let mut run = Run {
         incarnation,
-        outcome: Err(ExecError::Other(String::new())),
+        outcome: result.map_err(ExecError::from),
         reads,
         writes: Vec::new(),
         fee: U256::ZERO,
         serial: None,
         bloom: Bloom::ZERO,
     };
-    match result {
-        Ok(result) => {
-            run.fee = U256::from(tip_per_gas) * U256::from(result.tx_gas_used());
-            run.bloom = result.logs().iter().collect();
-            run.serial = writes_of(state, block.coinbase, &mut run.writes);
-            if run.fee.is_zero() {
-                run.serial = run.serial.or(Some(SerialReason::NoFee));
-            }
-            run.outcome = Ok(result);
+    if let Ok(result) = &run.outcome {
+        run.fee = U256::from(tip_per_gas) * U256::from(result.tx_gas_used());
+        run.bloom = result.logs().iter().collect();
+        run.serial = writes_of(state, block.coinbase, &mut run.writes);
+        if run.fee.is_zero() {
+            run.serial = run.serial.or(Some(SerialReason::NoFee));
         }
-        Err(error) => run.outcome = Err(ExecError::from(error)),
     }
     let local = &mut evm.ctx.journaled_state.database.local;
     for (key, value) in &run.writes {
@@ -460,23 +455,20 @@ fn empty_write(info: Option<AccountInfo>) -> AccountWrite {
 }
 
 /// Counters across blocks, for reports.
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ParallelTotals {
-    inner: Mutex<(usize, usize, usize, usize)>,
+    pub blocks: usize,
+    pub rounds: usize,
+    pub reexecutions: usize,
+    /// Blocks handed to the serial executor.
+    pub serial_blocks: usize,
 }
 
 impl ParallelTotals {
-    pub fn add(&self, stats: &ParallelStats) {
-        if let Ok(mut totals) = self.inner.lock() {
-            totals.0 += 1;
-            totals.1 += stats.rounds;
-            totals.2 += stats.reexecutions;
-            totals.3 += usize::from(stats.serial.is_some());
-        }
-    }
-
-    /// Blocks, rounds, re-executions, blocks run serially.
-    pub fn get(&self) -> (usize, usize, usize, usize) {
-        self.inner.lock().map(|totals| *totals).unwrap_or_default()
+    pub fn add(&mut self, stats: &ParallelStats) {
+        self.blocks += 1;
+        self.rounds += stats.rounds;
+        self.reexecutions += stats.reexecutions;
+        self.serial_blocks += usize::from(stats.serial.is_some());
     }
 }
