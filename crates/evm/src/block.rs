@@ -12,7 +12,7 @@ use revm::{Context, ExecuteCommitEvm, MainBuilder, MainContext};
 use virga_trie::account::StateTrie;
 use virga_trie::Trie;
 
-use crate::db::{BlockHashes, StateDb, StateError};
+use crate::db::{BlockHashes, StateDb, StateError, StateSource, WorldState};
 use crate::executor::{BlockContext, ExecError};
 use crate::overlay::{BlockOverlay, BlockSeen, BlockWrites, ReadCache};
 use crate::parallel::{execute_parallel, ParallelStats};
@@ -96,11 +96,11 @@ impl ExecutedBlock {
 }
 
 /// Executes `txs` in order in `block` over `state` and returns the outcome with the
-/// block's writes, which [`BlockWrites::apply_to`] puts into the trie. A transaction that is
+/// block's writes, which [`WorldState::apply`] puts into the state. A transaction that is
 /// invalid, or whose gas limit exceeds what the block has left, is refused and changes
 /// nothing; an error means the state itself could not be read.
 pub fn execute_block_writes(
-    state: &StateTrie,
+    state: &dyn StateSource,
     hashes: &dyn BlockHashes,
     block: &BlockContext,
     txs: &[EthTransaction],
@@ -125,32 +125,32 @@ fn execute_over(
 
 /// [`execute_block`] with [`crate::parallel`]'s executor on rayon's pool (serially where it
 /// says the block needs to).
-pub fn execute_block_parallel(
-    state: &mut StateTrie,
+pub fn execute_block_parallel<S: WorldState>(
+    state: &mut S,
     hashes: &dyn BlockHashes,
     block: &BlockContext,
     txs: &[EthTransaction],
 ) -> Result<(ExecutedBlock, ParallelStats), StateError> {
-    let (executed, writes, _, stats) = match execute_parallel(StateDb::new(state, hashes), None, block, txs) {
+    let (executed, writes, _, stats) = match execute_parallel(StateDb::new(&*state, hashes), None, block, txs) {
         Ok(done) => done,
         Err((error, _)) => return Err(error),
     };
     if stats.serial.is_some() {
         return Ok((execute_block(state, hashes, block, txs)?, stats));
     }
-    writes.apply_to(state);
+    state.apply(writes)?;
     Ok((executed, stats))
 }
 
 /// [`execute_block_writes`], its writes applied to `state`.
-pub fn execute_block(
-    state: &mut StateTrie,
+pub fn execute_block<S: WorldState>(
+    state: &mut S,
     hashes: &dyn BlockHashes,
     block: &BlockContext,
     txs: &[EthTransaction],
 ) -> Result<ExecutedBlock, StateError> {
-    let (executed, writes) = execute_block_writes(state, hashes, block, txs)?;
-    writes.apply_to(state);
+    let (executed, writes) = execute_block_writes(&*state, hashes, block, txs)?;
+    state.apply(writes)?;
     Ok(executed)
 }
 

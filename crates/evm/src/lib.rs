@@ -1,7 +1,8 @@
 //! Virga's EVM: Ethereum transactions executed by revm over the DSM-Tree's state.
 //!
 //! - [`transaction`]: every EIP-2718 transaction type, decoded with alloy, signer recovered.
-//! - [`db`]: revm's read side over [`virga_trie::account::StateTrie`] and block hashes.
+//! - [`db`]: revm's read side over a [`StateSource`] (the whole state, or a partial one)
+//!   and block hashes; [`WorldState`] takes a block's writes.
 //! - [`overlay`]: a block's reads and writes over the trie; revm's change sets folded in
 //!   (EIP-161 deletions included), then written into the trie in one pass.
 //! - [`executor`]: forks, the block context, one transaction in, its outcome out.
@@ -27,7 +28,7 @@ pub use block::{
     execute_block, execute_block_parallel, execute_block_writes, receipts_root, CachedState, ExecutedBlock, Receipt,
     Refused,
 };
-pub use db::{BlockHashes, DecimalHashes, StateDb, StateError};
+pub use db::{BlockHashes, DecimalHashes, StateDb, StateError, StateSource, WorldState};
 pub use executor::{execute_transaction, logs_hash, BlockContext, ExecError, Fork, TxOutcome};
 pub use parallel::{ParallelStats, SerialReason};
 pub use transaction::{EthTransaction, TransactionError};
