@@ -195,7 +195,7 @@ fn bar(label: &str) -> ProgressBar {
 pub fn verify(args: &VerifyArgs) -> Result<ExitCode> {
     let pool =
         rayon::ThreadPoolBuilder::new().num_threads(args.threads.max(1)).build().context("building the thread pool")?;
-    let mode = if args.serial { ExecMode::Serial } else { ExecMode::Staged };
+    let mode = if args.serial { ExecMode::Serial } else { ExecMode::Parallel };
     if args.repair {
         match Chain::open(&args.dir, ChainOptions::default(), &pool) {
             Ok((_, report)) => eprintln!(
@@ -224,10 +224,10 @@ pub fn verify(args: &VerifyArgs) -> Result<ExitCode> {
         Ok(summary) => {
             let seconds = started.elapsed().as_secs_f64();
             println!(
-                "ok: {} blocks, {} transactions ({} failed with receipts), head {} hash {} state root {}; state store at block {}; {:.2} s, {:.0} tx/s",
+                "ok: {} blocks, {} transactions ({} reverted), head {} hash {} state root {}; state store at block {}; {:.2} s, {:.0} tx/s",
                 summary.blocks,
                 summary.transactions,
-                summary.failed_transactions,
+                summary.reverted_transactions,
                 summary.head_number,
                 summary.head_hash,
                 summary.state_root,
@@ -260,10 +260,10 @@ fn verify_cluster(args: &VerifyArgs, pool: &rayon::ThreadPool) -> Result<ExitCod
         Ok(audit) => {
             let seconds = started.elapsed().as_secs_f64();
             println!(
-                "ok: {} blocks, {} transactions ({} failed with receipts), head {} hash {} state root {}; {} storage nodes ({} from a checkpoint) replayed {} logged blocks and agree with the head's root; {:.2} s",
+                "ok: {} blocks, {} transactions ({} reverted), head {} hash {} state root {}; {} storage nodes ({} from a checkpoint) replayed {} logged blocks and agree with the head's root; {:.2} s",
                 audit.chain.blocks,
                 audit.chain.transactions,
-                audit.chain.failed_transactions,
+                audit.chain.reverted_transactions,
                 audit.chain.head_number,
                 audit.chain.head_hash,
                 audit.chain.state_root,
@@ -446,8 +446,8 @@ pub fn bench_ledger(args: &LedgerBenchArgs) -> Result<ExitCode> {
             report.verify_serial_tps, report.threads, report.verify_staged_tps, report.staged_speedup
         );
         println!(
-            "  chain:   {} transactions ({} failed with receipts), head {}, state root {}",
-            report.transactions, report.failed_transactions, report.head_hash, report.state_root
+            "  chain:   {} transactions ({} invalid left out), head {}, state root {}",
+            report.transactions, report.left_out_transactions, report.head_hash, report.state_root
         );
         if let Some(dir) = &report.dir {
             println!("  kept in {dir}: audit it with `virga verify --dir {dir}`");
@@ -472,7 +472,7 @@ pub struct BlockArgs {
     number: u64,
 }
 
-/// Prints a block's header fields and every transfer with its receipt, as JSON. The receipts
+/// Prints a block's header fields and every transaction with its receipt, as JSON. The receipts
 /// come from re-executing the chain up to the block, so they are verified, not trusted.
 pub fn show_block(args: &BlockArgs) -> Result<ExitCode> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().context("building the thread pool")?;
@@ -486,24 +486,23 @@ pub fn show_block(args: &BlockArgs) -> Result<ExitCode> {
     let header = &block.header;
     let transactions: Vec<Value> = match &verified {
         None => Vec::new(),
-        Some(verified) => verified
-            .transfers
+        Some(verified) => block
+            .transactions
             .iter()
-            .zip(&verified.outcome.receipts)
-            .map(|(transfer, receipt)| {
-                let (status, detail) = match &receipt.outcome {
-                    Ok(()) => ("ok", Value::Null),
-                    Err(reason) => (reason.name(), Value::String(reason.to_string())),
-                };
+            .zip(&verified.transactions)
+            .zip(verified.outcome.receipts())
+            .map(|((tx, recovered), receipt)| {
                 json!({
-                    "hash": transfer.hash.to_string(),
-                    "from": transfer.sender.to_string(),
-                    "to": transfer.to.to_string(),
-                    "nonce": transfer.nonce,
-                    "value": transfer.value.to_string(),
-                    "status": status,
-                    "detail": detail,
+                    "hash": tx.hash().to_string(),
+                    "type": tx.tx_type(),
+                    "from": recovered.sender().to_string(),
+                    "to": tx.to().map(|to| to.to_string()),
+                    "nonce": tx.nonce(),
+                    "value": tx.value().to_string(),
+                    "status": if receipt.success { "ok" } else { "reverted" },
+                    "gas_used": receipt.gas_used,
                     "cumulative_gas_used": receipt.cumulative_gas_used,
+                    "logs": receipt.logs.len(),
                 })
             })
             .collect(),
@@ -520,6 +519,8 @@ pub fn show_block(args: &BlockArgs) -> Result<ExitCode> {
         "difficulty": header.difficulty.to_string(),
         "nonce": header.nonce.to_string(),
         "gas_used": header.gas_used,
+        "base_fee_per_gas": header.base_fee_per_gas,
+        "logs_bloom": header.logs_bloom.to_string(),
         "transactions": transactions,
     });
     println!("{output}");

@@ -186,7 +186,7 @@ fn print_report(report: &UpReport) {
         println!("  cpu                   {cpu:.1} s over the run, {per_tx:.0} µs per transfer (all roles)");
     }
     println!("  blocks                {} (head {})", report.blocks, report.head_number);
-    println!("  failed with receipts  {}", join(&report.failed));
+    println!("  reverted              {}", join(&report.failed));
     println!("  aborted by the miner  {} (retried by the clients)", join(&report.aborts));
     println!("  filtered by clients   {}", join(&report.filtered));
     println!(

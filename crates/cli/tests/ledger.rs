@@ -181,33 +181,30 @@ fn a_built_chain_verifies_and_every_flipped_byte_is_caught() {
     let output = verify(&chain, &[]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let summary = text(&output.stdout);
-    assert!(summary.starts_with("ok: 7 blocks, 240 transactions"), "{summary}");
+    assert!(summary.starts_with("ok: 7 blocks, "), "{summary}");
+    let count: u64 = summary.split(", ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap().parse().unwrap();
+    assert!((230..240).contains(&count), "one transfer in a hundred is left out: {summary}");
     let serial = verify(&chain, &["--serial"]);
     assert!(serial.status.success(), "{}", text(&serial.stderr));
 
-    // Every block's receipts, re-executed: 40 transfers each, failures named; they add up to
-    // the audit's count.
-    let mut failed = 0;
+    // Every block's receipts, re-executed: the transfers each block kept, all successful;
+    // they add up to the audit's count.
+    let mut included = 0;
     for number in 1..=6u64 {
         let output = virga(&["block", "--dir", chain.to_str().unwrap(), "--number", &number.to_string()]);
         assert!(output.status.success(), "{}", text(&output.stderr));
         let block: Value = serde_json::from_slice(&output.stdout).unwrap();
         assert_eq!(block["number"], number);
+        assert_eq!(block["base_fee_per_gas"], 1);
         let transactions = block["transactions"].as_array().unwrap();
-        assert_eq!(transactions.len(), 40);
+        assert!(transactions.len() <= 40);
         for tx in transactions {
-            match tx["status"].as_str().unwrap() {
-                "ok" => assert!(tx["detail"].is_null()),
-                "nonce_mismatch" => {
-                    failed += 1;
-                    assert!(tx["detail"].as_str().unwrap().contains("next nonce is"), "{tx}");
-                }
-                other => panic!("unexpected status {other}: {tx}"),
-            }
+            assert_eq!(tx["status"], "ok", "{tx}");
+            assert_eq!(tx["gas_used"], 21_000, "{tx}");
         }
+        included += transactions.len() as u64;
     }
-    let count: u64 = summary.split('(').nth(1).and_then(|rest| rest.split(' ').next()).unwrap().parse().unwrap();
-    assert_eq!(failed, count, "{summary}");
+    assert_eq!(included, count, "{summary}");
     let missing = virga(&["block", "--dir", chain.to_str().unwrap(), "--number", "7"]);
     assert!(!missing.status.success());
     assert!(text(&missing.stderr).contains("block 7 is not in the chain"), "{}", text(&missing.stderr));
@@ -237,7 +234,7 @@ fn a_built_chain_verifies_and_every_flipped_byte_is_caught() {
                 relative.display(),
                 text(&output.stdout)
             );
-            let named = stderr.contains("block ") || stderr.contains("genesis") || stderr.contains("state store");
+            let named = ["block ", "genesis", "state store", "chain format"].iter().any(|name| stderr.contains(name));
             assert!(named, "{} byte {position}: {stderr}", relative.display());
             std::fs::remove_dir_all(&tampered).unwrap();
             flips += 1;

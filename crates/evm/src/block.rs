@@ -131,15 +131,28 @@ pub fn execute_block_parallel<S: WorldState>(
     block: &BlockContext,
     txs: &[EthTransaction],
 ) -> Result<(ExecutedBlock, ParallelStats), StateError> {
-    let (executed, writes, _, stats) = match execute_parallel(StateDb::new(&*state, hashes), None, block, txs) {
+    let (executed, writes, stats) = execute_block_parallel_writes(&*state, hashes, block, txs)?;
+    state.apply(&writes)?;
+    Ok((executed, stats))
+}
+
+/// [`execute_block_writes`] with [`crate::parallel`]'s executor on rayon's pool (serially
+/// where it says the block needs to).
+pub fn execute_block_parallel_writes(
+    state: &dyn StateSource,
+    hashes: &dyn BlockHashes,
+    block: &BlockContext,
+    txs: &[EthTransaction],
+) -> Result<(ExecutedBlock, BlockWrites, ParallelStats), StateError> {
+    let (executed, writes, _, stats) = match execute_parallel(StateDb::new(state, hashes), None, block, txs) {
         Ok(done) => done,
         Err((error, _)) => return Err(error),
     };
     if stats.serial.is_some() {
-        return Ok((execute_block(state, hashes, block, txs)?, stats));
+        let (executed, writes) = execute_block_writes(state, hashes, block, txs)?;
+        return Ok((executed, writes, stats));
     }
-    state.apply(writes)?;
-    Ok((executed, stats))
+    Ok((executed, writes, stats))
 }
 
 /// [`execute_block_writes`], its writes applied to `state`.
@@ -150,7 +163,7 @@ pub fn execute_block<S: WorldState>(
     txs: &[EthTransaction],
 ) -> Result<ExecutedBlock, StateError> {
     let (executed, writes) = execute_block_writes(&*state, hashes, block, txs)?;
-    state.apply(writes)?;
+    state.apply(&writes)?;
     Ok(executed)
 }
 

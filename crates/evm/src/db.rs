@@ -61,7 +61,7 @@ pub trait StateSource: Sync {
 pub trait WorldState: StateSource {
     /// Puts a block's writes into the state. A partial state refuses writes to what it does
     /// not hold, and is then left partly written: its owner discards it.
-    fn apply(&mut self, writes: BlockWrites) -> Result<(), StateError>;
+    fn apply(&mut self, writes: &BlockWrites) -> Result<(), StateError>;
     /// The state root; `pool` hashes subtrees in parallel where the state supports it.
     fn state_root(&mut self, pool: Option<&rayon::ThreadPool>) -> B256;
 }
@@ -86,7 +86,7 @@ impl StateSource for StateTrie {
 }
 
 impl WorldState for StateTrie {
-    fn apply(&mut self, writes: BlockWrites) -> Result<(), StateError> {
+    fn apply(&mut self, writes: &BlockWrites) -> Result<(), StateError> {
         writes.apply_to(self);
         Ok(())
     }
@@ -127,11 +127,11 @@ impl StateSource for PartialTrie {
 }
 
 impl WorldState for PartialTrie {
-    fn apply(&mut self, writes: BlockWrites) -> Result<(), StateError> {
-        for (address, write) in writes.accounts {
+    fn apply(&mut self, writes: &BlockWrites) -> Result<(), StateError> {
+        for (address, write) in &writes.accounts {
             let key = keccak256(address);
             let not_held = |reason: String| StateError::NotHeld { what: format!("account {address}"), reason };
-            let Some(info) = write.info else {
+            let Some(info) = &write.info else {
                 self.remove(key.as_slice()).map_err(|stopped| not_held(stopped.to_string()))?;
                 continue;
             };
@@ -141,7 +141,7 @@ impl WorldState for PartialTrie {
                     reason: "the top layer holds accounts only".into(),
                 });
             }
-            let storage_root = StateSource::account(self, &address)?.map_or(EMPTY_ROOT, |account| account.storage_root);
+            let storage_root = StateSource::account(self, address)?.map_or(EMPTY_ROOT, |account| account.storage_root);
             let account = Account { nonce: info.nonce, balance: info.balance, storage_root, code_hash: info.code_hash };
             self.insert(key.as_slice(), &account.rlp()).map_err(|stopped| not_held(stopped.to_string()))?;
         }

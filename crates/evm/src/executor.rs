@@ -143,6 +143,26 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// A short snake_case name for counters and answers.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ExecError::Invalid(invalid) => match invalid {
+                InvalidTransaction::NonceTooLow { .. } | InvalidTransaction::NonceTooHigh { .. } => "nonce_mismatch",
+                InvalidTransaction::LackOfFundForMaxFee { .. } | InvalidTransaction::OverflowPaymentInTransaction => {
+                    "insufficient_funds"
+                }
+                InvalidTransaction::GasPriceLessThanBasefee => "fee_below_base_fee",
+                InvalidTransaction::InvalidChainId | InvalidTransaction::MissingChainId => "wrong_chain_id",
+                InvalidTransaction::CallGasCostMoreThanGasLimit { .. } => "gas_limit_too_low",
+                _ => "invalid_transaction",
+            },
+            ExecError::Header(_) => "invalid_block_context",
+            ExecError::BlockGasExhausted { .. } => "block_gas_exhausted",
+            ExecError::State(_) => "state_unreadable",
+            ExecError::Other(_) => "execution_failed",
+        }
+    }
+
     /// The transaction is at fault (it is left out of the block), rather than the state.
     pub fn is_refusal(&self) -> bool {
         matches!(self, ExecError::Invalid(_) | ExecError::Header(_) | ExecError::BlockGasExhausted { .. })

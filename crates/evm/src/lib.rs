@@ -25,10 +25,11 @@ pub mod statetest;
 pub mod transaction;
 
 pub use block::{
-    execute_block, execute_block_parallel, execute_block_writes, receipts_root, CachedState, ExecutedBlock, Receipt,
-    Refused,
+    execute_block, execute_block_parallel, execute_block_parallel_writes, execute_block_writes, receipts_root,
+    CachedState, ExecutedBlock, Receipt, Refused,
 };
 pub use db::{BlockHashes, DecimalHashes, StateDb, StateError, StateSource, WorldState};
 pub use executor::{execute_transaction, logs_hash, BlockContext, ExecError, Fork, TxOutcome};
+pub use overlay::{AccountWrite, BlockWrites};
 pub use parallel::{ParallelStats, SerialReason};
 pub use transaction::{EthTransaction, TransactionError};

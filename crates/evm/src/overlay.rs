@@ -190,27 +190,27 @@ pub struct BlockWrites {
 impl BlockWrites {
     /// Writes the changes into `state`; storage roots are recorded by the next
     /// [`StateTrie::root`].
-    pub fn apply_to(self, state: &mut StateTrie) {
-        for (address, write) in self.accounts {
-            let Some(info) = write.info else {
-                state.remove_account(&address);
+    pub fn apply_to(&self, state: &mut StateTrie) {
+        for (address, write) in &self.accounts {
+            let Some(info) = &write.info else {
+                state.remove_account(address);
                 continue;
             };
             if write.storage_cleared {
-                state.clear_storage(&address);
+                state.clear_storage(address);
             }
-            for (slot, value) in write.slots {
-                state.set_storage(address, B256::from(slot), value);
+            for (slot, value) in &write.slots {
+                state.set_storage(*address, B256::from(*slot), *value);
             }
             if let Some(code) = info.code.as_ref().filter(|_| info.code_hash != KECCAK_EMPTY) {
                 state.insert_code(code.original_byte_slice());
             }
-            let storage_root = match state.account(&address) {
+            let storage_root = match state.account(address) {
                 Ok(Some(existing)) if !write.storage_cleared => existing.storage_root,
                 _ => EMPTY_ROOT,
             };
             let account = Account { nonce: info.nonce, balance: info.balance, storage_root, code_hash: info.code_hash };
-            state.set_account(address, account);
+            state.set_account(*address, account);
         }
     }
 }

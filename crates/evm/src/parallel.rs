@@ -443,10 +443,14 @@ fn assemble(
             _ => {}
         }
     }
-    // The beneficiary's fees, credited once (no transaction read or wrote it).
-    let mut coinbase = below.account(block.coinbase).map_err(|error| (error, stats))?.unwrap_or_default();
-    coinbase.balance += fees;
-    accounts.insert(block.coinbase, empty_write(Some(coinbase)));
+    // The beneficiary's fees, credited once (no transaction read or wrote it). Every
+    // included transaction paid some (else the block ran serially), so a block without one
+    // leaves the beneficiary untouched, as serial execution does.
+    if !executed.receipts.is_empty() {
+        let mut coinbase = below.account(block.coinbase).map_err(|error| (error, stats))?.unwrap_or_default();
+        coinbase.balance += fees;
+        accounts.insert(block.coinbase, empty_write(Some(coinbase)));
+    }
     Ok((executed, BlockWrites { accounts: accounts.into_iter().collect() }, stats))
 }
 

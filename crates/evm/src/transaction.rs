@@ -50,12 +50,20 @@ impl EthTransaction {
             return Err(TransactionError::UnknownType(first));
         }
         let mut rest = bytes;
-        let envelope = TxEnvelope::decode_2718(&mut rest).map_err(|error| match error {
-            Eip2718Error::RlpError(error) => TransactionError::Rlp(error),
-            Eip2718Error::UnexpectedType(ty) => TransactionError::UnknownType(ty),
-            // Eip2718Error is non-exhaustive; anything new is a format error too.
-            _ => TransactionError::UnknownType(first),
-        })?;
+        let envelope = if first >= 0x80 {
+            // Legacy: decoded as such, so a malformed one gets the RLP decoder's reason
+            // rather than the envelope's "unexpected type 0".
+            let signed = alloy_consensus::Signed::<alloy_consensus::TxLegacy>::rlp_decode(&mut rest)
+                .map_err(TransactionError::Rlp)?;
+            TxEnvelope::Legacy(signed)
+        } else {
+            TxEnvelope::decode_2718(&mut rest).map_err(|error| match error {
+                Eip2718Error::RlpError(error) => TransactionError::Rlp(error),
+                Eip2718Error::UnexpectedType(ty) => TransactionError::UnknownType(ty),
+                // Eip2718Error is non-exhaustive; anything new is a format error too.
+                other => TransactionError::Rlp(other.into()),
+            })?
+        };
         if !rest.is_empty() {
             return Err(TransactionError::TrailingBytes(rest.len()));
         }

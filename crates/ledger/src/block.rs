@@ -1,14 +1,14 @@
-//! Blocks: an Ethereum header and a list of signed transfers.
+//! Blocks: an Ethereum header and a list of signed transactions.
 //!
-//! The encoding is Ethereum's pre-London block `[header, [tx, …], ommers]` with the
-//! ommers list always present and always empty (`0xc0`), so an Ethereum decoder reads a
-//! Virga block as a block without ommers, and `header.ommers_hash` is
-//! [`EMPTY_OMMER_ROOT_HASH`]. Each transaction appears as its legacy RLP list, as in
-//! Ethereum bodies before typed transactions.
+//! The encoding is Ethereum's block `[header, [tx, …], ommers]` with the ommers list always
+//! present and always empty (`0xc0`), so an Ethereum decoder reads a Virga block as a block
+//! without ommers or withdrawals, and `header.ommers_hash` is [`EMPTY_OMMER_ROOT_HASH`].
+//! Each transaction appears in its body form: a legacy RLP list, or a typed transaction's
+//! EIP-2718 bytes in an RLP string. The header is London's: it carries the base fee.
 //!
-//! Decoding checks the format only. Whether the roots, the work, the gas and the state are
-//! right is for `verify`; in particular headers carrying post-London fields
-//! (`base_fee_per_gas` and later) decode, and it is for verification to refuse them.
+//! Decoding checks the format only. Whether the roots, the work, the gas, the fees and the
+//! state are right is for `verify`; in particular headers carrying post-London fields
+//! (withdrawals and later) decode, and it is for verification to refuse them.
 
 use alloy_consensus::Header;
 use alloy_primitives::B256;
@@ -17,7 +17,7 @@ use virga_trie::Trie;
 
 pub use alloy_consensus::EMPTY_OMMER_ROOT_HASH;
 
-use crate::tx::{SignedTransfer, TxError};
+use crate::tx::{SignedTx, TxError};
 
 /// Why bytes are not a block.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -53,14 +53,14 @@ pub enum BlockError {
     Ommers(usize),
 }
 
-/// A block: its header and the transfers it orders.
+/// A block: its header and the transactions it orders.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {
-    /// The Ethereum header; `ommers_hash` is [`EMPTY_OMMER_ROOT_HASH`] and the
-    /// post-London fields are `None`.
+    /// The Ethereum header; `ommers_hash` is [`EMPTY_OMMER_ROOT_HASH`], the base fee is
+    /// set and the fields after London's are `None`.
     pub header: Header,
-    /// The transfers, in execution order.
-    pub transactions: Vec<SignedTransfer>,
+    /// The transactions, in execution order.
+    pub transactions: Vec<SignedTx>,
 }
 
 impl Block {
@@ -87,13 +87,13 @@ impl Block {
         self.header.encode(out);
         self.transactions_header().encode(out);
         for tx in &self.transactions {
-            tx.encode_into(out);
+            tx.encode_body(out);
         }
         out.push(EMPTY_LIST_CODE);
     }
 
     fn transactions_header(&self) -> RlpHeader {
-        let payload_length = self.transactions.iter().map(SignedTransfer::encoded_len).sum();
+        let payload_length = self.transactions.iter().map(SignedTx::body_len).sum();
         RlpHeader { list: true, payload_length }
     }
 
@@ -133,7 +133,7 @@ impl Block {
         let mut transactions = Vec::new();
         while !body.is_empty() {
             let index = transactions.len();
-            let tx = decode_body_transaction(&mut body).map_err(|source| BlockError::Transaction { index, source })?;
+            let tx = SignedTx::decode_body(&mut body).map_err(|source| BlockError::Transaction { index, source })?;
             transactions.push(tx);
         }
 
@@ -153,22 +153,6 @@ impl Block {
         }
         Ok(Block { header, transactions })
     }
-}
-
-/// One transaction inside a body. Post-Berlin Ethereum wraps typed transactions in an RLP
-/// string; naming their type is more helpful than "found an RLP string".
-fn decode_body_transaction(body: &mut &[u8]) -> Result<SignedTransfer, TxError> {
-    if body.first().is_some_and(|&first| (0x80..0xc0).contains(&first)) {
-        let mut peek = *body;
-        let header = RlpHeader::decode(&mut peek)?;
-        if let Some(&ty) = peek.get(..header.payload_length).and_then(|payload| payload.first()) {
-            if ty < 0x80 {
-                return Err(TxError::UnsupportedType(ty));
-            }
-        }
-        return Err(TxError::NotAList);
-    }
-    SignedTransfer::decode_prefix(body)
 }
 
 enum ListError {
@@ -194,18 +178,15 @@ fn list_payload<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], ListError> {
     Ok(payload)
 }
 
-/// The root of the trie mapping RLP(index) to each transaction's encoding, as in
+/// The root of the trie mapping RLP(index) to each transaction's EIP-2718 encoding, as in
 /// Ethereum's `transactionsRoot`, computed with Virga's trie.
-pub fn transactions_root(txs: &[SignedTransfer]) -> B256 {
+pub fn transactions_root(txs: &[SignedTx]) -> B256 {
     let mut trie = Trie::new();
     let mut key = Vec::with_capacity(9);
-    let mut value = Vec::new();
     for (index, tx) in txs.iter().enumerate() {
         key.clear();
         index.encode(&mut key);
-        value.clear();
-        tx.encode_into(&mut value);
-        trie.insert(&key, &value);
+        trie.insert(&key, &tx.encode());
     }
     trie.root_hash()
 }
@@ -217,12 +198,27 @@ mod tests {
     use super::*;
     use crate::tx::SigningKey;
 
-    fn transfers(n: usize) -> Vec<SignedTransfer> {
+    fn transfers(n: usize) -> Vec<SignedTx> {
         (0..n)
             .map(|i| {
                 let key = SigningKey::from_seed(i as u64 % 7);
                 let to = Address::with_last_byte(i as u8);
-                SignedTransfer::sign(&key, i as u64, to, U256::from(i), 1, 21_000, Some(1337))
+                if i % 3 == 2 {
+                    // Typed transactions sit in bodies as RLP strings.
+                    let tx = alloy_consensus::TxEip1559 {
+                        chain_id: 1337,
+                        nonce: i as u64,
+                        gas_limit: 21_000,
+                        max_fee_per_gas: 9,
+                        max_priority_fee_per_gas: 1,
+                        to: alloy_primitives::TxKind::Call(to),
+                        value: U256::from(i),
+                        ..Default::default()
+                    };
+                    SignedTx::sign_eip1559(&key, tx)
+                } else {
+                    SignedTx::sign(&key, i as u64, to, U256::from(i), 1, 21_000, Some(1337))
+                }
             })
             .collect()
     }
@@ -240,6 +236,7 @@ mod tests {
             gas_used: 21_000 * n as u64,
             timestamp: 1_700_000_000,
             extra_data: Bytes::from_static(b"virga"),
+            base_fee_per_gas: Some(7),
             ..Header::default()
         };
         Block { header, transactions }
@@ -249,7 +246,7 @@ mod tests {
     fn transactions_root_matches_alloy() {
         for n in [0, 1, 2, 16, 127, 128, 129, 300] {
             let txs = transfers(n);
-            let signed: Vec<_> = txs.iter().map(|tx| tx.as_signed().clone()).collect();
+            let signed: Vec<_> = txs.iter().map(|tx| tx.envelope().clone()).collect();
             let expected = alloy_consensus::proofs::calculate_transaction_root(&signed);
             assert_eq!(transactions_root(&txs), expected, "{n} transactions");
         }
@@ -275,11 +272,7 @@ mod tests {
         let consensus = alloy_consensus::Block {
             header: block.header.clone(),
             body: alloy_consensus::BlockBody {
-                transactions: block
-                    .transactions
-                    .iter()
-                    .map(|tx| alloy_consensus::TxEnvelope::Legacy(tx.as_signed().clone()))
-                    .collect::<Vec<_>>(),
+                transactions: block.transactions.iter().map(|tx| tx.envelope().clone()).collect::<Vec<_>>(),
                 ommers: Vec::new(),
                 withdrawals: None,
             },
@@ -318,9 +311,9 @@ mod tests {
         expect_err(&with(&[0xc0, 0x80]), "the ommers list is an RLP string");
         expect_err(&with(&[0xc0, 0xc1, 0xc0]), "has ommers");
         expect_err(&with(&[0xc0, 0xc0, 0xc0]), "items follow the ommers list");
-        // A typed transaction wrapped in a string, as post-Berlin bodies carry it.
-        expect_err(&with(&[0xc4, 0x83, 0x02, 0xc1, 0xc0, 0xc0]), "transaction 0: typed (EIP-2718)");
-        expect_err(&with(&[0xc2, 0x81, 0x90, 0xc0]), "transaction 0: expected a legacy");
+        // A typed transaction wrapped in a string whose payload is no transaction.
+        expect_err(&with(&[0xc4, 0x83, 0x02, 0xc1, 0xc0, 0xc0]), "transaction 0: malformed transaction RLP");
+        expect_err(&with(&[0xc2, 0x81, 0x90, 0xc0]), "transaction 0: malformed transaction RLP");
         expect_err(&with(&[0xc1, 0xc0, 0xc0]), "transaction 0: malformed transaction RLP");
         let tx = transfers(1)[0].encode();
         let mut list = Vec::new();

@@ -5,7 +5,10 @@
 //! - `genesis.json`: geth-style genesis; `config.chainId`, `difficulty` and `gasLimit` are
 //!   the chain's rules, `alloc` its starting balances;
 //! - `blocks/`: the chain store, block 0 being the genesis block;
-//! - `state/`: the account trie of the head block (log of per-block updates, checkpoints).
+//! - `state/`: the account trie of the head block (log of per-block updates, checkpoints);
+//! - `contracts/`: the storage slots and code of the head block, in step with `state/`
+//!   (see [`crate::contract_store`]);
+//! - `FORMAT`: the chain format's version ([`CHAIN_FORMAT`]).
 //!
 //! Blocks are the source of truth. A block is verified, appended to the store, and only then
 //! is its state committed, so after a crash the state is at most some blocks behind; opening
@@ -26,18 +29,25 @@ use virga_trie::account::StateTrie;
 use virga_trie::durable::{DurableError, DurableOptions, DurableTrie};
 use virga_trie::genesis::{Genesis, GenesisError};
 use virga_trie::versions::Update;
-use virga_trie::SecureTrie;
 
 use crate::block::{Block, BlockError};
 use crate::builder::{build_block, Built};
-use crate::exec::{BlockOutcome, ExecConfig, StateError, TransferView};
+use crate::contract_store::{self, ContractProblem};
+use crate::exec::{BlockOutcome, ExecConfig, RecentHashes, StateError, GENESIS_BASE_FEE};
 use crate::store::{ChainStore, StoreError, StoreOptions};
-use crate::tx::RecoveredTransfer;
+use crate::tx::RecoveredTx;
 use crate::verify::{check_block, execute_block, verify_block, ChainConfig, ExecMode, Verified, VerifyError};
 
 const GENESIS_FILE: &str = "genesis.json";
 const BLOCKS_DIR: &str = "blocks";
 const STATE_DIR: &str = "state";
+const CONTRACTS_DIR: &str = "contracts";
+const FORMAT_FILE: &str = "FORMAT";
+
+/// The chain format's version: 3 has Ethereum transactions of every type Cancun carries,
+/// executed by revm, headers with the base fee and logs bloom, and the contract store.
+/// Version 2 (no `FORMAT` file) had value transfers only.
+pub const CHAIN_FORMAT: u32 = 3;
 
 /// Why a chain cannot be opened, extended or audited.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +96,19 @@ pub enum ChainError {
     StateDamaged { dir: PathBuf, chain: PathBuf, block: Option<u64>, source: Box<DurableError> },
     #[error("block {0} is not in the chain")]
     Missing(u64),
+    #[error(
+        "{} holds chain format {found} (value transfers only, headers without a base fee); this build reads \
+         format {CHAIN_FORMAT} (Ethereum transactions and contracts) and cannot extend or verify it. Re-create \
+         the chain in a fresh directory",
+        .dir.display()
+    )]
+    OlderFormat { dir: PathBuf, found: u32 },
+    #[error("{}: `{text}` is not a chain format version", .path.display())]
+    BadFormatFile { path: PathBuf, text: String },
+    #[error("contract store (block {number}): {problem}")]
+    Contracts { number: u64, problem: ContractProblem },
+    #[error("contract store is at block {contracts}, the account store at block {state}: they move together")]
+    StoresApart { state: u64, contracts: u64 },
     #[error("the state is damaged: {0}")]
     State(#[from] StateError),
 }
@@ -118,7 +141,7 @@ pub fn chain_config(genesis: &Genesis) -> Result<ChainConfig, ChainError> {
     let ignored = [
         (genesis.number != 0, "number"),
         (genesis.gas_used != 0, "gasUsed"),
-        (genesis.base_fee_per_gas.is_some(), "baseFeePerGas"),
+        (genesis.base_fee_per_gas.is_some_and(|fee| fee > U256::from(u64::MAX)), "baseFeePerGas above 2^64-1"),
         (genesis.excess_blob_gas.is_some(), "excessBlobGas"),
         (genesis.blob_gas_used.is_some(), "blobGasUsed"),
         (genesis.extra_data.len() > crate::verify::MAX_EXTRA_DATA, "extraData longer than 32 bytes"),
@@ -145,6 +168,7 @@ pub fn genesis_header(genesis: &Genesis, state_root: B256) -> Header {
         extra_data: Bytes::from(genesis.extra_data.clone()),
         mix_hash: genesis.mix_hash,
         nonce: B64::from(genesis.nonce),
+        base_fee_per_gas: Some(genesis.base_fee_per_gas.map_or(GENESIS_BASE_FEE, |fee| fee.saturating_to())),
         ..Header::default()
     }
 }
@@ -219,15 +243,11 @@ fn state_options(options: &ChainOptions) -> DurableOptions {
     DurableOptions { sync: SyncPolicy::None, checkpoint_every: options.checkpoint_every, ..DurableOptions::default() }
 }
 
-/// The accounts a block touched, as updates of the account trie (keyed by the secure-trie
-/// keys execution already hashed).
-fn account_updates(state: &StateTrie, transfers: &[TransferView], beneficiary: Address) -> Vec<Update> {
-    let mut touched: HashSet<B256> = HashSet::with_capacity(transfers.len() * 2 + 1);
+/// The accounts a block changed, as updates of the account trie (the beneficiary's
+/// included: its fees are written like any account).
+fn account_updates(state: &StateTrie, outcome: &BlockOutcome, beneficiary: Address) -> Vec<Update> {
+    let mut touched: HashSet<B256> = outcome.touched_keys().collect();
     touched.insert(keccak256(beneficiary));
-    for transfer in transfers {
-        touched.insert(transfer.sender_key);
-        touched.insert(transfer.to_key);
-    }
     let mut updates: Vec<Update> = touched
         .into_iter()
         .map(|key| (key.to_vec(), state.accounts().get_hashed(&key).map(|raw| raw.into_owned())))
@@ -240,12 +260,55 @@ fn all_accounts(state: &StateTrie) -> Vec<Update> {
     state.accounts().as_trie().entries().into_iter().map(|(key, value)| (key, Some(value))).collect()
 }
 
+/// Refuses a chain directory of an older format, and one whose `FORMAT` file is unreadable.
+/// A directory without blocks yet gets the marker when `create` is set.
+fn check_format(dir: &Path, create: bool) -> Result<(), ChainError> {
+    let path = dir.join(FORMAT_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        // Format 2 wrote no marker; a directory with blocks but no marker is one.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && dir.join(BLOCKS_DIR).exists() => {
+            return Err(ChainError::OlderFormat { dir: dir.to_path_buf(), found: 2 });
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && create => return write_format(dir),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(ChainError::Io { path, source }),
+    };
+    // Exactly what `write_format` writes: a changed byte anywhere is noticed.
+    if text == format!("{CHAIN_FORMAT}\n") {
+        return Ok(());
+    }
+    match text.trim().parse::<u32>() {
+        Ok(found) if found < CHAIN_FORMAT => Err(ChainError::OlderFormat { dir: dir.to_path_buf(), found }),
+        _ => Err(ChainError::BadFormatFile { path, text: text.chars().take(40).collect() }),
+    }
+}
+
+fn write_format(dir: &Path) -> Result<(), ChainError> {
+    let path = dir.join(FORMAT_FILE);
+    let temporary = dir.join("FORMAT.tmp");
+    std::fs::write(&temporary, format!("{CHAIN_FORMAT}\n")).map_err(io_error(&temporary))?;
+    std::fs::rename(&temporary, &path).map_err(io_error(&path))
+}
+
+/// The hashes of the blocks up to `number` that `BLOCKHASH` can reach.
+fn recent_hashes(store: &ChainStore, number: u64) -> Result<RecentHashes, ChainError> {
+    let mut hashes = RecentHashes::default();
+    let first = number.saturating_sub(RecentHashes::DEPTH as u64 - 1);
+    for at in first..=number {
+        hashes.push(at, store.hash_of(at).ok_or(ChainError::Missing(at))?);
+    }
+    Ok(hashes)
+}
+
 /// A chain open for reading and appending.
 pub struct Chain {
     dir: PathBuf,
     genesis: ChainGenesis,
     store: ChainStore,
     state_store: DurableTrie,
+    contract_store: DurableTrie,
+    hashes: RecentHashes,
     head: Header,
     head_hash: B256,
     state: StateTrie,
@@ -286,6 +349,7 @@ impl Chain {
         pool: &rayon::ThreadPool,
     ) -> Result<(Chain, OpenReport), ChainError> {
         let genesis = read_genesis(dir)?;
+        check_format(dir, true)?;
         let genesis_hash = genesis.header.hash_slow();
         let (mut store, recovery) = ChainStore::open(dir.join(BLOCKS_DIR), options.store.clone())?;
         match store.hash_of(0) {
@@ -300,49 +364,21 @@ impl Chain {
             Some(_) => {}
         }
         let head_number = store.head().map_or(0, |(number, _)| number);
-        let state_dir = dir.join(STATE_DIR);
-        let mut state_rebuilt = None;
-        let mut state_store = match DurableTrie::open(&state_dir, state_options(&options)) {
-            Ok((store, _)) if store.version() <= head_number + 1 => store,
-            // Ahead of the blocks (only if the OS dropped unsynced block writes), or damaged:
-            // the blocks are the source of truth, so the state is rebuilt from them.
-            Ok((store, _)) => {
-                state_rebuilt = Some(format!("it held block {}, beyond the last stored block", store.version() - 1));
-                drop(store);
-                rebuild_state_dir(&state_dir, &options)?
-            }
-            Err(error) => {
-                state_rebuilt = Some(error.to_string());
-                rebuild_state_dir(&state_dir, &options)?
-            }
-        };
-        if state_store.version() > 0 {
-            let number = state_store.version() - 1;
-            let expected =
-                if number == 0 { genesis.header.state_root } else { load_block(&store, number)?.header.state_root };
-            let found = state_store.trie().root_hash();
-            if found != expected {
-                state_rebuilt = Some(ChainError::StateRoot { number, expected, found }.to_string());
-                drop(state_store);
-                state_store = rebuild_state_dir(&state_dir, &options)?;
-            }
-        }
-        if state_store.version() == 0 {
-            let next = genesis.state.accounts().as_trie().snapshot();
-            state_store.commit_applied(next, &all_accounts(&genesis.state))?;
-        }
+        let (state_store, contract_store, state, state_rebuilt) =
+            open_state_stores(dir, &options, &genesis, &store, head_number)?;
         let state_number = state_store.version() - 1;
         let state_header =
             if state_number == 0 { genesis.header.clone() } else { load_block(&store, state_number)?.header };
-        let state = StateTrie::from_accounts(SecureTrie::from_trie(state_store.trie().snapshot()));
         let mut chain = Chain {
             dir: dir.to_path_buf(),
+            hashes: recent_hashes(&store, state_number)?,
             head_hash: state_header.hash_slow(),
             head: state_header,
             state,
             genesis,
             store,
             state_store,
+            contract_store,
             retained: VecDeque::new(),
             options,
             poisoned: None,
@@ -394,20 +430,22 @@ impl Chain {
     /// Builds the next block from `transfers`, appends it, and returns it.
     pub fn build_next(
         &mut self,
-        transfers: Vec<RecoveredTransfer>,
+        candidates: Vec<RecoveredTx>,
         beneficiary: Address,
         timestamp: u64,
         pool: &rayon::ThreadPool,
     ) -> Result<Built, ChainError> {
         self.check_usable()?;
         let mut state = self.state.clone();
-        let built = build_block(&self.genesis.config, &self.head, &mut state, transfers, beneficiary, timestamp, pool)?;
+        let config = &self.genesis.config;
+        let built =
+            build_block(config, &self.head, &mut state, &self.hashes, candidates, beneficiary, timestamp, pool)?;
         // Senders come from the caller and the header from the clock: check both before the
         // block is stored (execution already produced the state the header commits to).
-        let views = check_block(&self.genesis.config, &self.head, &built.block, None, ExecMode::Staged, pool)?;
+        check_block(config, &self.head, &built.block, None, ExecMode::Parallel, pool)?;
         let hash = built.block.hash();
         self.store.append(built.block.header.number, hash, &built.block.encode())?;
-        self.commit_state(built.block.header.clone(), hash, state, &views)?;
+        self.commit_state(built.block.header.clone(), hash, state, &built.outcome)?;
         Ok(built)
     }
 
@@ -419,13 +457,14 @@ impl Chain {
         store: bool,
     ) -> Result<BlockOutcome, ChainError> {
         self.check_usable()?;
+        let (config, parent) = (&self.genesis.config, &self.head);
         let verified =
-            verify_block(&self.genesis.config, &self.head, &self.state, &block, stored_hash, ExecMode::Staged, pool)?;
+            verify_block(config, parent, &self.state, &self.hashes, &block, stored_hash, ExecMode::Parallel, pool)?;
         let hash = block.hash();
         if store {
             self.store.append(block.header.number, hash, &block.encode())?;
         }
-        self.commit_state(block.header, hash, verified.state, &verified.transfers)?;
+        self.commit_state(block.header, hash, verified.state, &verified.outcome)?;
         Ok(verified.outcome)
     }
 
@@ -434,15 +473,21 @@ impl Chain {
         header: Header,
         hash: B256,
         state: StateTrie,
-        transfers: &[TransferView],
+        outcome: &BlockOutcome,
     ) -> Result<(), ChainError> {
-        let updates = account_updates(&state, transfers, header.beneficiary);
-        if let Err(error) = self.state_store.commit_applied(state.accounts().as_trie().snapshot(), &updates) {
-            // The block is stored but its state is not committed: memory and the state store
-            // disagree until a reopen replays the block.
+        let updates = account_updates(&state, outcome, header.beneficiary);
+        let contract_updates = contract_store::contract_updates(&self.state, &state, &outcome.writes);
+        let committed = self
+            .state_store
+            .commit_applied(state.accounts().as_trie().snapshot(), &updates)
+            .and_then(|_| self.contract_store.commit(&contract_updates));
+        if let Err(error) = committed {
+            // The block is stored but its state is not committed: memory and the state
+            // stores disagree until a reopen replays the block (or rebuilds stores left apart).
             self.poisoned = Some(error.to_string());
             return Err(error.into());
         }
+        self.hashes.push(header.number, hash);
         self.head = header;
         self.head_hash = hash;
         self.state = state;
@@ -468,6 +513,7 @@ impl Chain {
     pub fn sync(&mut self) -> Result<(), ChainError> {
         self.store.sync()?;
         self.state_store.sync()?;
+        self.contract_store.sync()?;
         Ok(())
     }
 
@@ -487,14 +533,95 @@ impl Chain {
         }
         let mut header = self.genesis.header.clone();
         let mut state = self.genesis.state.clone();
+        let mut hashes = RecentHashes::default();
+        hashes.push(0, header.hash_slow());
         for at in 1..=number {
             let block = load_block(&self.store, at)?;
-            let verified = verify_block(&self.genesis.config, &header, &state, &block, None, ExecMode::Staged, pool)?;
+            let config = &self.genesis.config;
+            let verified = verify_block(config, &header, &state, &hashes, &block, None, ExecMode::Parallel, pool)?;
+            hashes.push(at, block.hash());
             header = block.header;
             state = verified.state;
         }
         Ok(state)
     }
+}
+
+/// Opens the account and contract stores and the state they hold. Both are rebuilt from
+/// the blocks (reported as the reason) when either is damaged, ahead of the blocks, apart
+/// from the other, or holding a state its block does not commit to.
+fn open_state_stores(
+    dir: &Path,
+    options: &ChainOptions,
+    genesis: &ChainGenesis,
+    store: &ChainStore,
+    head_number: u64,
+) -> Result<(DurableTrie, DurableTrie, StateTrie, Option<String>), ChainError> {
+    let (state_dir, contracts_dir) = (dir.join(STATE_DIR), dir.join(CONTRACTS_DIR));
+    let opened = DurableTrie::open(&state_dir, state_options(options))
+        .and_then(|(accounts, _)| Ok((accounts, DurableTrie::open(&contracts_dir, state_options(options))?.0)));
+    let mut rebuilt = None;
+    let stores = match opened {
+        Ok((accounts, contracts)) => match check_stores(genesis, store, head_number, &accounts, &contracts) {
+            Ok(Some(state)) => Some((accounts, contracts, state)),
+            Ok(None) => None,
+            Err(reason) => {
+                rebuilt = Some(reason);
+                None
+            }
+        },
+        Err(error) => {
+            rebuilt = Some(error.to_string());
+            None
+        }
+    };
+    if let Some(stores) = stores {
+        return Ok((stores.0, stores.1, stores.2, rebuilt));
+    }
+    let mut accounts = rebuild_state_dir(&state_dir, options)?;
+    let mut contracts = rebuild_state_dir(&contracts_dir, options)?;
+    accounts.commit_applied(genesis.state.accounts().as_trie().snapshot(), &all_accounts(&genesis.state))?;
+    contracts.commit(&contract_store::all_contracts(&genesis.state))?;
+    Ok((accounts, contracts, genesis.state.clone(), rebuilt))
+}
+
+/// The state two opened stores hold, or why they must be rebuilt; `None` for empty stores
+/// (a new chain), which the caller writes the genesis into.
+fn check_stores(
+    genesis: &ChainGenesis,
+    store: &ChainStore,
+    head_number: u64,
+    accounts: &DurableTrie,
+    contracts: &DurableTrie,
+) -> Result<Option<StateTrie>, String> {
+    if accounts.version() == 0 && contracts.version() == 0 {
+        return Ok(None);
+    }
+    if accounts.version() != contracts.version() {
+        let empty = accounts.version() == 0 || contracts.version() == 0;
+        let (state, contracts) = (accounts.version().saturating_sub(1), contracts.version().saturating_sub(1));
+        if empty {
+            return Err(format!("one state store is empty, the other holds block {}", state.max(contracts)));
+        }
+        return Err(ChainError::StoresApart { state, contracts }.to_string());
+    }
+    let number = accounts.version() - 1;
+    if number > head_number {
+        return Err(format!("it held block {number}, beyond the last stored block"));
+    }
+    let expected = if number == 0 {
+        genesis.header.state_root
+    } else {
+        load_block(store, number).map_err(|error| error.to_string())?.header.state_root
+    };
+    let found = accounts.trie().root_hash();
+    if found != expected {
+        return Err(ChainError::StateRoot { number, expected, found }.to_string());
+    }
+    let state = contract_store::load_state(accounts.trie().snapshot(), contracts.trie())
+        .map_err(|problem| ChainError::Contracts { number, problem }.to_string())?;
+    contract_store::check(&state, false).map_err(|problem| ChainError::Contracts { number, problem }.to_string())?;
+    Ok(Some(state))
 }
 
 /// Moves a state store aside, deletes it, and opens an empty one in its place. The rename
@@ -521,7 +648,7 @@ fn load_block(store: &ChainStore, number: u64) -> Result<Block, ChainError> {
 pub struct AuditSummary {
     pub blocks: u64,
     pub transactions: u64,
-    pub failed_transactions: u64,
+    pub reverted_transactions: u64,
     pub head_number: u64,
     pub head_hash: B256,
     pub state_root: B256,
@@ -535,7 +662,7 @@ struct Checked {
     number: u64,
     hash: B256,
     block: Block,
-    transfers: Vec<TransferView>,
+    transactions: Vec<virga_evm::EthTransaction>,
 }
 
 /// Blocks in order, each checked against the block before it (hash, header, work,
@@ -554,12 +681,12 @@ fn check_in_order<'a>(
             return None;
         }
         let checked = stored.and_then(|(hash, block)| {
-            let transfers = match &parent {
+            let transactions = match &parent {
                 None => Vec::new(),
                 Some(parent) => check_block(&config, parent, &block, Some(hash), mode, pool)?,
             };
             parent = Some(block.header.clone());
-            Ok(Checked { number: block.header.number, hash, block, transfers })
+            Ok(Checked { number: block.header.number, hash, block, transactions })
         });
         stopped = checked.is_err();
         Some(checked)
@@ -592,7 +719,7 @@ pub struct VerifiedChain {
 /// against its parent (hash, header, work, transactions root, signatures) and by
 /// re-execution (gas, state root, receipts root). Stops at the first problem.
 ///
-/// With [`ExecMode::Staged`] this is a pipeline: a thread checks the next blocks and
+/// With [`ExecMode::Parallel`] this is a pipeline: a thread checks the next blocks and
 /// recovers their signatures on `pool` while the caller's thread executes the current one
 /// in dependency stages on a pool of its own (queued behind signature recovery on the shared
 /// pool, execution would stall the pipeline it ends).
@@ -607,7 +734,7 @@ pub fn verify_blocks(
     let config = genesis.config;
     let mut verified = match mode {
         ExecMode::Serial => execute_checked(genesis, check_in_order(blocks, config, mode, pool), mode, pool, progress)?,
-        ExecMode::Staged => {
+        ExecMode::Parallel => {
             let exec_pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(pool.current_num_threads())
                 .build()
@@ -639,10 +766,11 @@ fn execute_checked(
 ) -> Result<VerifiedChain, ChainError> {
     let mut header = genesis.header.clone();
     let mut state = genesis.state.clone();
+    let mut hashes = RecentHashes::default();
     let mut state_roots: Vec<B256> = Vec::new();
     let (mut transactions, mut failed) = (0u64, 0u64);
     for checked in blocks {
-        let Checked { number, hash, block, transfers } = checked?;
+        let Checked { number, hash, block, transactions: recovered } = checked?;
         if state_roots.is_empty() != (number == 0) {
             // Only the first block goes unchecked by `check_in_order`: it must be the genesis.
             return Err(ChainError::Missing(0));
@@ -656,12 +784,13 @@ fn execute_checked(
             // `check_in_order` linked this block to the block before it, and block 0 was
             // compared with the genesis above: the chain hangs from the genesis.
             let parent_state = std::mem::take(&mut state);
-            let verified = execute_block(&genesis.config, parent_state, &block, transfers, mode, pool)?;
+            let verified = execute_block(&genesis.config, parent_state, &hashes, &block, recovered, mode, pool)?;
             transactions += block.transactions.len() as u64;
-            failed += (verified.outcome.receipts.len() - verified.outcome.succeeded()) as u64;
+            failed += (verified.outcome.receipts().len() - verified.outcome.succeeded()) as u64;
             state = verified.state;
             header = block.header;
         }
+        hashes.push(number, hash);
         state_roots.push(header.state_root);
         progress(number);
     }
@@ -671,7 +800,7 @@ fn execute_checked(
     let summary = AuditSummary {
         blocks: state_roots.len() as u64,
         transactions,
-        failed_transactions: failed,
+        reverted_transactions: failed,
         head_number: header.number,
         head_hash: header.hash_slow(),
         state_root: header.state_root,
@@ -683,7 +812,7 @@ fn execute_checked(
 
 /// Reads the state store without changing it (a torn log tail is reported, not cut;
 /// unfinished checkpoints are left alone) and returns its block and root.
-fn read_state_store(state_dir: &Path) -> Result<(u64, B256), ChainError> {
+fn read_state_store(state_dir: &Path) -> Result<DurableTrie, ChainError> {
     if !state_dir.exists() {
         return Err(ChainError::EmptyState(state_dir.to_path_buf()));
     }
@@ -700,7 +829,23 @@ fn read_state_store(state_dir: &Path) -> Result<(u64, B256), ChainError> {
     if state_store.version() == 0 {
         return Err(ChainError::EmptyState(state_dir.to_path_buf()));
     }
-    Ok((state_store.version() - 1, state_store.trie().root_hash()))
+    Ok(state_store)
+}
+
+/// Reads both state stores without changing them, checks every account's storage and code
+/// against the contract store, and returns the block they hold and its state root.
+fn read_state_stores(dir: &Path) -> Result<(u64, B256), ChainError> {
+    let accounts = read_state_store(&dir.join(STATE_DIR))?;
+    let contracts = read_state_store(&dir.join(CONTRACTS_DIR))?;
+    let number = accounts.version() - 1;
+    if contracts.version() != accounts.version() {
+        return Err(ChainError::StoresApart { state: number, contracts: contracts.version() - 1 });
+    }
+    let root = accounts.trie().root_hash();
+    let state = contract_store::load_state(accounts.trie().snapshot(), contracts.trie())
+        .map_err(|problem| ChainError::Contracts { number, problem })?;
+    contract_store::check(&state, true).map_err(|problem| ChainError::Contracts { number, problem })?;
+    Ok((number, root))
 }
 
 /// Audits the chain in `dir` without changing it: every stored record's checksum and hash,
@@ -717,15 +862,13 @@ pub fn audit(
 ) -> Result<AuditSummary, ChainError> {
     let started = Instant::now();
     let genesis = read_genesis(dir)?;
-    let state_dir = dir.join(STATE_DIR);
+    check_format(dir, false)?;
     let (verified, state_store) = match mode {
-        ExecMode::Serial => {
-            (verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress), read_state_store(&state_dir))
-        }
-        ExecMode::Staged => std::thread::scope(|scope| {
-            let state_store = scope.spawn(|| read_state_store(&state_dir));
+        ExecMode::Serial => (verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress), read_state_stores(dir)),
+        ExecMode::Parallel => std::thread::scope(|scope| {
+            let state_store = scope.spawn(|| read_state_stores(dir));
             let verified = verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress);
-            let state_store = state_store.join().unwrap_or_else(|_| Err(ChainError::EmptyState(state_dir.clone())));
+            let state_store = state_store.join().unwrap_or_else(|_| Err(ChainError::EmptyState(dir.join(STATE_DIR))));
             (verified, state_store)
         }),
     };
@@ -752,9 +895,11 @@ pub fn block_with_receipts(
     let genesis = read_genesis(dir)?;
     let mut header = genesis.header.clone();
     let mut state = genesis.state.clone();
+    let mut hashes = RecentHashes::default();
     for stored in stored_blocks(dir) {
         let (hash, block) = stored?;
         if block.header.number == 0 {
+            hashes.push(0, hash);
             let computed = genesis.header.hash_slow();
             if hash != computed || block.hash() != computed {
                 return Err(ChainError::GenesisMismatch { stored: hash, computed });
@@ -764,7 +909,9 @@ pub fn block_with_receipts(
             }
             continue;
         }
-        let verified = verify_block(&genesis.config, &header, &state, &block, Some(hash), ExecMode::Staged, pool)?;
+        let verified =
+            verify_block(&genesis.config, &header, &state, &hashes, &block, Some(hash), ExecMode::Parallel, pool)?;
+        hashes.push(block.header.number, hash);
         if block.header.number == number {
             return Ok((block, Some(verified)));
         }

@@ -7,12 +7,12 @@
 use alloy_primitives::keccak256;
 
 use crate::block::{transactions_root, Block};
-use crate::tx::{recover_all, SignedTransfer};
+use crate::tx::{recover_all, SignedTx};
 
 /// Any bytes through the transaction decoder: an error, or a transfer that re-encodes to
 /// exactly the input, whose hash is the input's keccak and whose sender recovery returns.
 pub fn tx_decode(data: &[u8]) {
-    let Ok(tx) = SignedTransfer::decode(data) else {
+    let Ok(tx) = SignedTx::decode(data) else {
         return;
     };
     assert_eq!(tx.encode(), data, "a decoded transaction re-encodes differently");
@@ -140,7 +140,7 @@ mod tests {
             .map(|i| {
                 let key = SigningKey::from_seed(i);
                 let chain_id = if i == 0 { None } else { Some(i) };
-                SignedTransfer::sign(&key, i, Address::with_last_byte(9), U256::from(i), 2, 21_000, chain_id)
+                SignedTx::sign(&key, i, Address::with_last_byte(9), U256::from(i), 2, 21_000, chain_id)
             })
             .collect::<Vec<_>>();
         let header = Header {
@@ -176,7 +176,7 @@ mod tests {
     fn smoke_tx_decode() {
         let mut rng = StdRng::seed_from_u64(1);
         let block = sample_block();
-        let seeds: Vec<Vec<u8>> = block.transactions.iter().map(SignedTransfer::encode).collect();
+        let seeds: Vec<Vec<u8>> = block.transactions.iter().map(SignedTx::encode).collect();
         for seed in &seeds {
             tx_decode(seed);
         }

@@ -9,10 +9,10 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use alloy_primitives::{Address, B256};
-use virga_trie::account::StateTrie;
 
 use crate::exec::{load_account, StateError};
-use crate::tx::{RecoveredTransfer, SignedTransfer, TxError};
+use crate::tx::{RecoveredTx, SignedTx, TxError};
+use virga_evm::StateSource;
 
 /// Why the pool refused a transfer.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub enum PoolError {
 }
 
 struct Waiting {
-    tx: SignedTransfer,
+    tx: SignedTx,
     arrival: u64,
 }
 
@@ -55,15 +55,15 @@ impl TxPool {
     }
 
     /// Recovers the sender and admits the transfer.
-    pub fn add(&mut self, tx: SignedTransfer) -> Result<B256, PoolError> {
+    pub fn add(&mut self, tx: SignedTx) -> Result<B256, PoolError> {
         let hash = tx.hash();
         let sender = tx.recover_sender().map_err(|source| PoolError::BadSignature { hash, source })?;
-        self.add_recovered(RecoveredTransfer { tx, sender })
+        self.add_recovered(RecoveredTx { tx, sender })
     }
 
     /// Admits a transfer whose sender is already recovered.
-    pub fn add_recovered(&mut self, recovered: RecoveredTransfer) -> Result<B256, PoolError> {
-        let RecoveredTransfer { tx, sender } = recovered;
+    pub fn add_recovered(&mut self, recovered: RecoveredTx) -> Result<B256, PoolError> {
+        let RecoveredTx { tx, sender } = recovered;
         let hash = tx.hash();
         if self.len >= self.capacity {
             return Err(PoolError::Full { hash, capacity: self.capacity });
@@ -81,7 +81,7 @@ impl TxPool {
     /// Removes and returns up to `max` transfers that can run in sequence on `state`: in
     /// arrival order, each sender's in consecutive nonces from its account's nonce. Transfers
     /// whose nonce the state has already passed are dropped; gapped ones stay.
-    pub fn take(&mut self, state: &StateTrie, max: usize) -> Result<Vec<RecoveredTransfer>, StateError> {
+    pub fn take(&mut self, state: &dyn StateSource, max: usize) -> Result<Vec<RecoveredTx>, StateError> {
         let mut next_nonce: HashMap<Address, u64> = HashMap::with_capacity(self.by_sender.len());
         let mut ready: BinaryHeap<Reverse<(u64, Address)>> = BinaryHeap::new();
         for (sender, queue) in self.by_sender.iter_mut() {
@@ -103,7 +103,7 @@ impl TxPool {
             let Some(nonce) = next_nonce.get_mut(&sender) else { continue };
             let Some(waiting) = queue.remove(nonce) else { continue };
             self.len -= 1;
-            taken.push(RecoveredTransfer { tx: waiting.tx, sender });
+            taken.push(RecoveredTx { tx: waiting.tx, sender });
             let Some(next_nonce) = nonce.checked_add(1) else { continue };
             *nonce = next_nonce;
             if let Some(next) = queue.get(nonce) {
@@ -120,10 +120,10 @@ mod tests {
     use super::*;
     use crate::tx::SigningKey;
     use alloy_primitives::U256;
-    use virga_trie::account::Account;
+    use virga_trie::account::{Account, StateTrie};
 
-    fn transfer(key: &SigningKey, nonce: u64) -> SignedTransfer {
-        SignedTransfer::sign(key, nonce, Address::repeat_byte(0xee), U256::from(1), 1, 21_000, Some(1337))
+    fn transfer(key: &SigningKey, nonce: u64) -> SignedTx {
+        SignedTx::sign(key, nonce, Address::repeat_byte(0xee), U256::from(1), 1, 21_000, Some(1337))
     }
 
     #[test]
@@ -148,14 +148,18 @@ mod tests {
         let key = SigningKey::from_seed(3);
         let mut pool = TxPool::new(2);
         pool.add(transfer(&key, 0)).expect("admitted");
-        let again = SignedTransfer::sign(&key, 0, Address::ZERO, U256::from(2), 1, 21_000, Some(1337));
+        let again = SignedTx::sign(&key, 0, Address::ZERO, U256::from(2), 1, 21_000, Some(1337));
         assert!(matches!(pool.add(again), Err(PoolError::NonceTaken { nonce: 0, .. })));
         pool.add(transfer(&key, 1)).expect("admitted");
         assert!(matches!(pool.add(transfer(&key, 2)), Err(PoolError::Full { capacity: 2, .. })));
-        let unsigned = transfer(&key, 9).tx().clone();
+        let alloy_consensus::TxEnvelope::Legacy(signed) = transfer(&key, 9).into_inner() else {
+            panic!("a legacy transfer")
+        };
         let zero = alloy_primitives::Signature::new(U256::ZERO, U256::ZERO, false);
-        let forged = SignedTransfer::from_signed(alloy_consensus::Signed::new_unhashed(unsigned, zero))
-            .expect("a value transfer");
+        let forged = SignedTx::from_envelope(alloy_consensus::TxEnvelope::Legacy(
+            alloy_consensus::Signed::new_unhashed(signed.strip_signature(), zero),
+        ))
+        .expect("a legacy transaction");
         assert!(matches!(pool.add(forged), Err(PoolError::BadSignature { .. })));
     }
 }

@@ -1,29 +1,38 @@
-//! Signed value transfers: Ethereum legacy transactions, with or without EIP-155 replay
-//! protection, that move ether from the signer to one recipient and carry no data.
+//! Signed Ethereum transactions: every EIP-2718 type a Cancun block carries (legacy with or
+//! without EIP-155 replay protection, EIP-2930 and EIP-1559), value transfers, contract calls
+//! and contract creations alike.
 //!
-//! The wire format is exactly Ethereum's legacy RLP
-//! `[nonce, gas_price, gas_limit, to, value, data, v, r, s]`, so any Ethereum tool can
-//! produce or read Virga's transactions. Signing and sender recovery use libsecp256k1
-//! through the `secp256k1` crate and its global (precomputed, shared) context.
+//! The wire format is Ethereum's: a transaction's EIP-2718 bytes (legacy RLP, or a type
+//! byte and the RLP payload) are what clients submit and what the transactions root commits
+//! to; a block body wraps typed transactions in an RLP string, as Ethereum's do. Signing and
+//! sender recovery use libsecp256k1 through the `secp256k1` crate and its global
+//! (precomputed, shared) context.
 //!
 //! What is checked here is the format and the signature. Whether the chain id, nonce,
-//! balance or gas are acceptable is decided by execution.
+//! balance, fees or gas are acceptable is decided by execution (revm's validation); a
+//! transaction that fails it is left out of the block.
 
 use std::fmt;
 
-use alloy_consensus::{crypto::SECP256K1N_HALF, SignableTransaction, Signed, TxLegacy};
+use alloy_consensus::{
+    crypto::SECP256K1N_HALF, SignableTransaction, Signed, Transaction as _, TxEip1559, TxEnvelope, TxLegacy,
+};
+use alloy_eips::eip2718::{Decodable2718, Eip2718Error, Encodable2718};
+use alloy_eips::Typed2718;
 use alloy_primitives::{keccak256, Address, Bytes, Signature, TxKind, B256, U256};
+use alloy_rlp::{Decodable, Encodable};
 use rayon::prelude::*;
 use secp256k1::{
     ecdsa::{RecoverableSignature, RecoveryId},
     Message, PublicKey, SecretKey, SECP256K1,
 };
+use virga_evm::EthTransaction;
 
 /// Why a transaction could not be decoded or its sender recovered.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TxError {
     /// The input held no bytes at all.
-    #[error("empty input: expected an RLP-encoded legacy transaction")]
+    #[error("empty input: expected an EIP-2718 transaction (a type byte or an RLP list)")]
     Empty,
     /// The RLP was malformed; the text is alloy's.
     #[error("malformed transaction RLP: {0}")]
@@ -31,21 +40,12 @@ pub enum TxError {
     /// A whole transaction was decoded but bytes were left over.
     #[error("{0} trailing byte(s) after the transaction")]
     TrailingBytes(usize),
-    /// The input starts with an EIP-2718 type byte.
-    #[error(
-        "typed (EIP-2718) transaction of type 0x{0:02x} is not supported: only legacy value \
-         transfers are"
-    )]
-    UnsupportedType(u8),
-    /// The input is an RLP string where a legacy transaction (an RLP list) belongs.
-    #[error("expected a legacy transaction (an RLP list), found an RLP string")]
-    NotAList,
-    /// The transaction has no recipient.
-    #[error("contract creation (no recipient) is not supported: value transfers only")]
-    ContractCreation,
-    /// The transaction carries call data or init code.
-    #[error("transaction carries {0} byte(s) of data: value transfers only")]
-    NonEmptyData(usize),
+    /// A type byte no fork defines.
+    #[error("transaction type 0x{0:02x} is unknown (known: 0 legacy, 1 EIP-2930, 2 EIP-1559, 3 EIP-4844, 4 EIP-7702)")]
+    UnknownType(u8),
+    /// A type Ethereum defines but Virga's chain does not carry.
+    #[error("transaction type 0x{ty:02x} is not accepted: {why}")]
+    UnsupportedType { ty: u8, why: &'static str },
     /// `s` is in the upper half of the curve order, which Ethereum rejects since Homestead
     /// (EIP-2) to rule out a second valid signature for the same transaction.
     #[error("signature s is greater than secp256k1n/2 (malleable; rejected since Homestead, EIP-2)")]
@@ -120,7 +120,7 @@ impl SigningKey {
     }
 
     /// Signs a 32-byte digest with an RFC 6979 deterministic nonce. libsecp256k1 always
-    /// returns the low-`s` form, so the result passes [`SignedTransfer::recover_sender`].
+    /// returns the low-`s` form, so the result passes [`SignedTx::recover_sender`].
     /// The returned signature's `v()` is the y-parity (recovery id 0 or 1).
     pub fn sign_hash(&self, hash: B256) -> Signature {
         let signature = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(hash.0), &self.secret);
@@ -169,19 +169,18 @@ fn public_key_address(public: &PublicKey) -> Address {
     Address::from_slice(&keccak256(&uncompressed[1..])[12..])
 }
 
-/// A signed legacy (pre-EIP-155 or EIP-155) value transfer: a recipient is always present
-/// and the data is always empty.
+/// A signed transaction of a type Virga's chain carries (legacy, EIP-2930, EIP-1559).
 ///
 /// The transaction hash is computed once and cached (alloy's [`Signed`] keeps it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SignedTransfer {
-    inner: Signed<TxLegacy>,
+pub struct SignedTx {
+    inner: TxEnvelope,
 }
 
-impl SignedTransfer {
-    /// Builds and signs a transfer of `value` wei to `to`. With `chain_id` `Some(id)` the
-    /// signature follows EIP-155 (`v = 35 + 2·id + parity`); with `None` it is a
-    /// pre-EIP-155 signature (`v = 27 + parity`).
+impl SignedTx {
+    /// Builds and signs a legacy transfer of `value` wei to `to`. With `chain_id`
+    /// `Some(id)` the signature follows EIP-155 (`v = 35 + 2·id + parity`); with `None` it
+    /// is a pre-EIP-155 signature (`v = 27 + parity`).
     pub fn sign(
         key: &SigningKey,
         nonce: u64,
@@ -190,82 +189,104 @@ impl SignedTransfer {
         gas_price: u128,
         gas_limit: u64,
         chain_id: Option<u64>,
-    ) -> SignedTransfer {
+    ) -> SignedTx {
         let tx = TxLegacy { chain_id, nonce, gas_price, gas_limit, to: TxKind::Call(to), value, input: Bytes::new() };
+        SignedTx::sign_legacy(key, tx)
+    }
+
+    /// Signs a legacy transaction (a call or creation when it carries data).
+    pub fn sign_legacy(key: &SigningKey, tx: TxLegacy) -> SignedTx {
         let signature = key.sign_hash(tx.signature_hash());
-        SignedTransfer { inner: Signed::new_unhashed(tx, signature) }
+        SignedTx { inner: TxEnvelope::Legacy(Signed::new_unhashed(tx, signature)) }
     }
 
-    /// Wraps an already signed legacy transaction, checking that it is a value transfer
-    /// (has a recipient and no data). The signature is not checked here.
-    pub fn from_signed(signed: Signed<TxLegacy>) -> Result<SignedTransfer, TxError> {
-        let tx = signed.tx();
-        if tx.to.is_create() {
-            return Err(TxError::ContractCreation);
+    /// Signs an EIP-1559 transaction.
+    pub fn sign_eip1559(key: &SigningKey, tx: TxEip1559) -> SignedTx {
+        let signature = key.sign_hash(tx.signature_hash());
+        SignedTx { inner: TxEnvelope::Eip1559(Signed::new_unhashed(tx, signature)) }
+    }
+
+    /// Wraps an already signed transaction, checking that its type is one the chain
+    /// carries. The signature is not checked here.
+    pub fn from_envelope(envelope: TxEnvelope) -> Result<SignedTx, TxError> {
+        match &envelope {
+            TxEnvelope::Legacy(_) | TxEnvelope::Eip2930(_) | TxEnvelope::Eip1559(_) => Ok(SignedTx { inner: envelope }),
+            TxEnvelope::Eip4844(_) => Err(TxError::UnsupportedType {
+                ty: 3,
+                why: "EIP-4844 blob transactions need blob sidecars, which Virga's chain does not carry",
+            }),
+            TxEnvelope::Eip7702(_) => {
+                Err(TxError::UnsupportedType { ty: 4, why: "EIP-7702 is a Prague rule; Virga's chain runs Cancun's" })
+            }
         }
-        if !tx.input.is_empty() {
-            return Err(TxError::NonEmptyData(tx.input.len()));
-        }
-        Ok(SignedTransfer { inner: signed })
     }
 
-    /// The unsigned transaction fields (its `chain_id` is the one the signature commits to).
-    pub fn tx(&self) -> &TxLegacy {
-        self.inner.tx()
-    }
-
-    /// The alloy signed transaction inside.
-    pub fn as_signed(&self) -> &Signed<TxLegacy> {
+    /// The alloy envelope inside.
+    pub fn envelope(&self) -> &TxEnvelope {
         &self.inner
     }
 
-    /// The transaction hash: keccak-256 of the signed RLP encoding.
-    pub fn hash(&self) -> B256 {
-        *self.inner.hash()
+    /// The legacy transaction's fields, if it is one.
+    pub fn legacy(&self) -> Option<&TxLegacy> {
+        match &self.inner {
+            TxEnvelope::Legacy(signed) => Some(signed.tx()),
+            _ => None,
+        }
     }
 
-    /// The digest that was signed: keccak-256 of the RLP of the six fields, followed for
-    /// EIP-155 by `chain_id, 0, 0`.
+    /// The EIP-2718 type (0 for legacy).
+    pub fn tx_type(&self) -> u8 {
+        self.inner.ty()
+    }
+
+    /// The transaction hash: keccak-256 of the EIP-2718 encoding.
+    pub fn hash(&self) -> B256 {
+        *self.inner.tx_hash()
+    }
+
+    /// The digest that was signed.
     pub fn signing_hash(&self) -> B256 {
         self.inner.signature_hash()
     }
 
-    /// The signature (`v()` is the y-parity; the encoded `v` is derived from it and the
-    /// chain id).
+    /// The signature (`v()` is the y-parity).
     pub fn signature(&self) -> &Signature {
         self.inner.signature()
     }
 
-    /// The EIP-155 chain id the signature commits to, or `None` for a pre-EIP-155
-    /// transaction (`v` of 27 or 28).
+    /// The chain id the signature commits to; `None` only for a pre-EIP-155 legacy one.
     pub fn chain_id(&self) -> Option<u64> {
-        self.tx().chain_id
+        self.inner.chain_id()
     }
 
     /// The sender's nonce.
     pub fn nonce(&self) -> u64 {
-        self.tx().nonce
+        self.inner.nonce()
     }
 
-    /// The recipient.
-    pub fn to(&self) -> Address {
-        // Every constructor rejects contract creation, so the default is never taken.
-        self.tx().to.to().copied().unwrap_or_default()
+    /// The called address; `None` for a contract creation.
+    pub fn to(&self) -> Option<Address> {
+        self.inner.to()
     }
 
     /// The amount transferred, in wei.
     pub fn value(&self) -> U256 {
-        self.tx().value
+        self.inner.value()
     }
 
-    /// The price per unit of gas, in wei.
-    pub fn gas_price(&self) -> u128 {
-        self.tx().gas_price
+    /// The call data, or a creation's init code.
+    pub fn input(&self) -> &Bytes {
+        self.inner.input()
+    }
+
+    /// The most a unit of gas may cost: the legacy gas price, or the fee cap.
+    pub fn max_fee_per_gas(&self) -> u128 {
+        self.inner.max_fee_per_gas()
     }
 
     /// The most gas the transaction may use.
     pub fn gas_limit(&self) -> u64 {
-        self.tx().gas_limit
+        self.inner.gas_limit()
     }
 
     /// Recovers the address that signed the transaction.
@@ -276,98 +297,124 @@ impl SignedTransfer {
         recover_address(self.signing_hash(), self.signature())
     }
 
-    /// The length of [`SignedTransfer::encode`]'s output.
+    /// The length of [`SignedTx::encode`]'s output.
     pub fn encoded_len(&self) -> usize {
-        self.inner.rlp_encoded_length()
+        self.inner.encode_2718_len()
     }
 
-    /// The signed RLP encoding `[nonce, gas_price, gas_limit, to, value, data, v, r, s]`.
+    /// The EIP-2718 encoding: what clients submit and the transactions root commits to.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.encoded_len());
-        self.encode_into(&mut out);
-        out
+        self.inner.encoded_2718()
     }
 
-    /// Appends the signed RLP encoding to `out`.
-    pub fn encode_into(&self, out: &mut Vec<u8>) {
-        self.inner.rlp_encode(out);
+    /// The length of [`SignedTx::encode_body`]'s output.
+    pub fn body_len(&self) -> usize {
+        self.inner.length()
     }
 
-    /// Decodes a signed legacy value transfer that must span all of `bytes`.
-    ///
-    /// Typed (EIP-2718) transactions, contract creations and transactions with data are
-    /// rejected. The signature is only parsed; [`SignedTransfer::recover_sender`] checks it.
-    pub fn decode(bytes: &[u8]) -> Result<SignedTransfer, TxError> {
+    /// Appends the encoding a block body holds: legacy RLP, or the EIP-2718 bytes of a typed
+    /// transaction wrapped in an RLP string.
+    pub fn encode_body(&self, out: &mut Vec<u8>) {
+        self.inner.encode(out);
+    }
+
+    /// Decodes a transaction's EIP-2718 encoding, which must span all of `bytes`. The
+    /// signature is only parsed; [`SignedTx::recover_sender`] checks it.
+    pub fn decode(bytes: &[u8]) -> Result<SignedTx, TxError> {
+        let Some(&first) = bytes.first() else { return Err(TxError::Empty) };
+        // 0x00–0x7f is a type byte (EIP-2718); a legacy transaction starts with an RLP list.
+        if (0x05..=0x7f).contains(&first) {
+            return Err(TxError::UnknownType(first));
+        }
         let mut rest = bytes;
-        let tx = SignedTransfer::decode_prefix(&mut rest)?;
+        let envelope = if first >= 0x80 {
+            // Legacy: decoded as such, so a malformed one gets the RLP decoder's reason
+            // rather than the envelope's "unexpected type 0".
+            TxEnvelope::Legacy(Signed::<TxLegacy>::rlp_decode(&mut rest)?)
+        } else {
+            TxEnvelope::decode_2718(&mut rest).map_err(|error| match error {
+                Eip2718Error::RlpError(error) => TxError::Rlp(error),
+                Eip2718Error::UnexpectedType(ty) => TxError::UnknownType(ty),
+                // Eip2718Error is non-exhaustive; anything new is a format error too.
+                other => TxError::Rlp(other.into()),
+            })?
+        };
         if !rest.is_empty() {
             return Err(TxError::TrailingBytes(rest.len()));
         }
-        Ok(tx)
+        SignedTx::from_envelope(envelope)
     }
 
-    /// Decodes one transaction from the front of `buf` and advances `buf` past it; used
-    /// where transactions sit inside a larger RLP structure such as a block body.
-    pub fn decode_prefix(buf: &mut &[u8]) -> Result<SignedTransfer, TxError> {
-        let start = *buf;
-        match start.first() {
-            None => return Err(TxError::Empty),
-            // EIP-2718 puts a type byte in 0x00..=0x7f before the payload; a legacy
-            // transaction is an RLP list, whose first byte is 0xc0 or above.
-            Some(&first) if first < 0x80 => return Err(TxError::UnsupportedType(first)),
-            Some(&first) if first < 0xc0 => return Err(TxError::NotAList),
-            Some(_) => {}
+    /// Decodes one transaction in its block-body encoding from the front of `buf` and
+    /// advances `buf` past it.
+    pub fn decode_body(buf: &mut &[u8]) -> Result<SignedTx, TxError> {
+        let Some(&first) = buf.first() else { return Err(TxError::Empty) };
+        if first < 0x80 {
+            // A bare type byte: a body wraps typed transactions in an RLP string.
+            return Err(TxError::Rlp(alloy_rlp::Error::Custom(
+                "a typed transaction in a block body must be wrapped in an RLP string",
+            )));
         }
-        let decoded = Signed::<TxLegacy>::rlp_decode(buf)?;
-        let signature = *decoded.signature();
-        let tx = decoded.strip_signature();
-        let consumed = start.len() - buf.len();
-        // Hashing the bytes as received saves re-encoding them; they are canonical
-        // because alloy's RLP decoder rejects every non-canonical form.
-        let hash = keccak256(&start[..consumed]);
-        SignedTransfer::from_signed(Signed::new_unchecked(tx, signature, hash))
+        let envelope = TxEnvelope::decode(buf)?;
+        SignedTx::from_envelope(envelope)
     }
 
-    /// Unwraps the alloy signed transaction.
-    pub fn into_inner(self) -> Signed<TxLegacy> {
+    /// Unwraps the alloy envelope.
+    pub fn into_inner(self) -> TxEnvelope {
         self.inner
     }
 }
 
-/// A transfer together with the sender recovered from its signature.
+/// A transaction together with the sender recovered from its signature.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecoveredTransfer {
-    /// The signed transfer.
-    pub tx: SignedTransfer,
+pub struct RecoveredTx {
+    /// The signed transaction.
+    pub tx: SignedTx,
     /// The address that signed it.
     pub sender: Address,
 }
 
-impl RecoveredTransfer {
-    /// Recovers the sender of `tx` (see [`SignedTransfer::recover_sender`]).
-    pub fn recover(tx: SignedTransfer) -> Result<RecoveredTransfer, TxError> {
+impl RecoveredTx {
+    /// Recovers the sender of `tx` (see [`SignedTx::recover_sender`]).
+    pub fn recover(tx: SignedTx) -> Result<RecoveredTx, TxError> {
         let sender = tx.recover_sender()?;
-        Ok(RecoveredTransfer { tx, sender })
+        Ok(RecoveredTx { tx, sender })
+    }
+
+    /// The transaction as the EVM executes it.
+    pub fn to_eth(&self) -> EthTransaction {
+        EthTransaction::signed_by(self.tx.inner.clone(), self.sender)
     }
 }
 
 /// Recovers the sender of every transaction on rayon's thread pool, in input order.
 ///
 /// Signature recovery dominates block verification, and each recovery is independent.
-pub fn recover_all(txs: &[SignedTransfer]) -> Vec<Result<Address, TxError>> {
+pub fn recover_all(txs: &[SignedTx]) -> Vec<Result<Address, TxError>> {
     // Pieces of at least 8 keep rayon's per-task overhead (about a microsecond) small next
     // to recovery (tens of microseconds each) while still splitting blocks of a few dozen.
-    txs.par_iter().with_min_len(8).map(SignedTransfer::recover_sender).collect()
+    txs.par_iter().with_min_len(8).map(SignedTx::recover_sender).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn transfer(seed: u64, chain_id: Option<u64>) -> SignedTransfer {
+    fn legacy(tx: &SignedTx) -> TxLegacy {
+        match tx.envelope() {
+            TxEnvelope::Legacy(signed) => signed.tx().clone(),
+            other => panic!("a legacy transaction, not type {}", other.ty()),
+        }
+    }
+
+    fn resigned(tx: TxLegacy, signature: Signature) -> SignedTx {
+        SignedTx::from_envelope(TxEnvelope::Legacy(Signed::new_unhashed(tx, signature))).expect("a legacy transaction")
+    }
+
+    fn transfer(seed: u64, chain_id: Option<u64>) -> SignedTx {
         let key = SigningKey::from_seed(seed);
         let to = SigningKey::from_seed(seed + 1).address();
-        SignedTransfer::sign(&key, 7, to, U256::from(1_000u64), 1_000_000_000, 21_000, chain_id)
+        SignedTx::sign(&key, 7, to, U256::from(1_000u64), 1_000_000_000, 21_000, chain_id)
     }
 
     #[test]
@@ -376,7 +423,7 @@ mod tests {
             let tx = transfer(3, chain_id);
             let bytes = tx.encode();
             assert_eq!(bytes.len(), tx.encoded_len());
-            let decoded = SignedTransfer::decode(&bytes).expect("decodes");
+            let decoded = SignedTx::decode(&bytes).expect("decodes");
             assert_eq!(decoded, tx);
             assert_eq!(decoded.hash(), keccak256(&bytes));
             assert_eq!(decoded.chain_id(), chain_id);
@@ -408,8 +455,7 @@ mod tests {
         let n = SECP256K1N_HALF * U256::from(2) + U256::from(1);
         // (r, n - s) with the opposite parity is the same signature's malleable twin.
         let twin = Signature::new(signature.r(), n - signature.s(), !signature.v());
-        let flipped =
-            SignedTransfer::from_signed(Signed::new_unhashed(tx.tx().clone(), twin)).expect("still a transfer");
+        let flipped = resigned(legacy(&tx), twin);
         let err = flipped.recover_sender().expect_err("high s");
         assert_eq!(err, TxError::HighS);
         assert!(err.to_string().contains("secp256k1n/2"));
@@ -419,11 +465,7 @@ mod tests {
     #[test]
     fn zero_and_oversized_signature_parts_are_rejected() {
         let tx = transfer(6, None);
-        let with = |r: U256, s: U256| {
-            SignedTransfer::from_signed(Signed::new_unhashed(tx.tx().clone(), Signature::new(r, s, false)))
-                .expect("still a transfer")
-                .recover_sender()
-        };
+        let with = |r: U256, s: U256| resigned(legacy(&tx), Signature::new(r, s, false)).recover_sender();
         assert_eq!(with(U256::ZERO, U256::from(1)), Err(TxError::InvalidSignature("r is zero")));
         assert_eq!(with(U256::from(1), U256::ZERO), Err(TxError::InvalidSignature("s is zero")));
         assert!(matches!(with(U256::MAX, U256::from(1)), Err(TxError::InvalidSignature(_))));
@@ -432,20 +474,16 @@ mod tests {
     #[test]
     fn a_changed_field_recovers_another_sender() {
         let tx = transfer(8, Some(1337));
-        let mut changed = tx.tx().clone();
+        let mut changed = legacy(&tx);
         changed.value += U256::from(1);
-        let forged =
-            SignedTransfer::from_signed(Signed::new_unhashed(changed, *tx.signature())).expect("still a transfer");
+        let forged = resigned(changed, *tx.signature());
         assert_ne!(forged.recover_sender().ok(), Some(SigningKey::from_seed(8).address()));
     }
 
     #[test]
     fn recover_all_keeps_order() {
         let mut txs: Vec<_> = (0..200u64).map(|i| transfer(100 + i, Some(1))).collect();
-        let bad = txs[150].tx().clone();
-        txs[150] =
-            SignedTransfer::from_signed(Signed::new_unhashed(bad, Signature::new(U256::ZERO, U256::from(1), false)))
-                .expect("still a transfer");
+        txs[150] = resigned(legacy(&txs[150]), Signature::new(U256::ZERO, U256::from(1), false));
         let senders = recover_all(&txs);
         assert_eq!(senders.len(), 200);
         for (i, sender) in senders.iter().enumerate() {
@@ -455,7 +493,7 @@ mod tests {
                 assert_eq!(sender, &Ok(SigningKey::from_seed(100 + i as u64).address()));
             }
         }
-        let recovered = RecoveredTransfer::recover(txs[0].clone()).expect("valid");
+        let recovered = RecoveredTx::recover(txs[0].clone()).expect("valid");
         assert_eq!(recovered.sender, SigningKey::from_seed(100).address());
     }
 
@@ -466,39 +504,70 @@ mod tests {
             (vec![], "empty input"),
             (good[..good.len() - 1].to_vec(), "input too short"),
             ([good.as_slice(), &[0x80]].concat(), "1 trailing byte"),
-            ([&[0x02], &good[..]].concat(), "typed (EIP-2718) transaction of type 0x02"),
-            (vec![0x01, 0xc0], "type 0x01"),
-            (vec![0x83, 1, 2, 3], "found an RLP string"),
+            ([&[0x02], &good[..]].concat(), "malformed transaction RLP"),
+            (vec![0x07, 0xc0], "type 0x07 is unknown"),
+            (vec![0x83, 1, 2, 3], "malformed transaction RLP"),
             (vec![0xc0], "malformed transaction RLP"),
             (vec![0xc3, 0x01, 0x02, 0x03], "malformed transaction RLP"),
             // A list claiming 2^64-1 bytes of payload.
             (vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], "malformed transaction RLP"),
         ];
         for (input, expected) in cases {
-            let err = SignedTransfer::decode(&input).expect_err("malformed");
+            let err = SignedTx::decode(&input).expect_err("malformed");
             assert!(err.to_string().contains(expected), "{input:02x?}: {err} lacks {expected:?}");
         }
     }
 
     #[test]
-    fn creation_and_data_are_rejected_as_not_transfers() {
+    fn calls_creations_and_eip1559_transactions_round_trip() {
         let key = SigningKey::from_seed(1);
-        let mut tx = transfer(1, None).tx().clone();
-        tx.to = TxKind::Create;
-        let signature = key.sign_hash(tx.signature_hash());
-        let mut signed = Vec::new();
-        Signed::new_unhashed(tx, signature).rlp_encode(&mut signed);
-        let err = SignedTransfer::decode(&signed).expect_err("creation");
-        assert_eq!(err, TxError::ContractCreation);
-        assert!(err.to_string().contains("value transfers only"));
+        let create = TxLegacy {
+            chain_id: Some(1337),
+            nonce: 0,
+            gas_price: 7,
+            gas_limit: 100_000,
+            to: TxKind::Create,
+            value: U256::ZERO,
+            input: Bytes::from_static(&[0x60, 0x00]),
+        };
+        let call = TxEip1559 {
+            chain_id: 1337,
+            nonce: 1,
+            gas_limit: 60_000,
+            max_fee_per_gas: 10,
+            max_priority_fee_per_gas: 2,
+            to: TxKind::Call(Address::repeat_byte(7)),
+            value: U256::from(5),
+            access_list: Default::default(),
+            input: Bytes::from_static(&[1, 2, 3, 4]),
+        };
+        for tx in [SignedTx::sign_legacy(&key, create), SignedTx::sign_eip1559(&key, call)] {
+            let bytes = tx.encode();
+            assert_eq!(bytes.len(), tx.encoded_len());
+            let decoded = SignedTx::decode(&bytes).expect("decodes");
+            assert_eq!(decoded, tx);
+            assert_eq!(decoded.hash(), keccak256(&bytes));
+            assert_eq!(decoded.recover_sender(), Ok(key.address()));
+            let mut body = Vec::new();
+            tx.encode_body(&mut body);
+            assert_eq!(body.len(), tx.body_len());
+            assert_eq!(SignedTx::decode_body(&mut body.as_slice()), Ok(tx.clone()));
+        }
+        let create = SignedTx::sign_legacy(&key, TxLegacy::default());
+        assert_eq!(SignedTx::decode(&create.encode()).map(|tx| tx.to()), Ok(None), "a creation has no recipient");
+    }
 
-        let mut tx = transfer(1, None).tx().clone();
-        tx.input = Bytes::from_static(&[1, 2, 3]);
-        let mut signed = Vec::new();
-        Signed::new_unhashed(tx.clone(), key.sign_hash(tx.signature_hash())).rlp_encode(&mut signed);
-        let err = SignedTransfer::decode(&signed).expect_err("data");
-        assert_eq!(err, TxError::NonEmptyData(3));
-        assert!(err.to_string().contains("value transfers only"));
+    #[test]
+    fn blob_and_set_code_transactions_are_refused_with_the_reason() {
+        let blob = TxEnvelope::Eip4844(Signed::new_unhashed(
+            alloy_consensus::TxEip4844Variant::TxEip4844(Default::default()),
+            Signature::test_signature(),
+        ));
+        let err = SignedTx::decode(&blob.encoded_2718()).expect_err("blobs");
+        assert!(err.to_string().contains("blob sidecars"), "{err}");
+        let set_code = TxEnvelope::Eip7702(Signed::new_unhashed(Default::default(), Signature::test_signature()));
+        let err = SignedTx::decode(&set_code.encoded_2718()).expect_err("7702");
+        assert!(err.to_string().contains("Prague"), "{err}");
     }
 
     #[test]
@@ -509,7 +578,7 @@ mod tests {
         let v_at = bytes.len() - 67;
         assert_eq!(bytes[v_at], 27 + u8::from(tx.signature().v()));
         bytes[v_at] = 29;
-        let err = SignedTransfer::decode(&bytes).expect_err("bad v");
+        let err = SignedTx::decode(&bytes).expect_err("bad v");
         assert!(err.to_string().contains("invalid parity value"), "{err}");
     }
 }

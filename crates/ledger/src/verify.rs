@@ -7,15 +7,13 @@
 use alloy_consensus::constants::EMPTY_OMMER_ROOT_HASH;
 use alloy_consensus::Header;
 use alloy_primitives::{Bloom, B256, U256};
+use virga_evm::{BlockHashes, EthTransaction, ExecError, WorldState};
 use virga_trie::account::StateTrie;
 
 use crate::block::{transactions_root, Block};
-use crate::exec::{
-    execute_serial, receipts_root, AccountState, BlockOutcome, ExecConfig, StateError, TransferView, TRANSFER_GAS,
-};
-use crate::parallel::{execute_staged, Stages};
+use crate::exec::{execute, next_base_fee, BlockOutcome, ExecConfig, StateError, TRANSFER_GAS};
 use crate::pow::{check_work, PowError};
-use crate::tx::{recover_all, RecoveredTransfer, SignedTransfer, TxError};
+use crate::tx::{recover_all, RecoveredTx, SignedTx, TxError};
 
 /// The rules every block of a chain follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,20 +31,13 @@ impl Default for ChainConfig {
     }
 }
 
-impl TransferView {
-    /// The view execution needs of a recovered transfer.
-    pub fn of(tx: &SignedTransfer, sender: alloy_primitives::Address) -> Self {
-        Self::new(tx.hash(), sender, tx.to(), tx.nonce(), tx.value(), tx.gas_price(), tx.gas_limit(), tx.chain_id())
-    }
-}
-
 /// How a verifier re-executes a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecMode {
-    /// Recover signatures and execute one transfer after another on the calling thread.
+    /// Recover signatures and execute one transaction after another on the calling thread.
     Serial,
-    /// Recover signatures on the pool and execute in dependency stages.
-    Staged,
+    /// Recover signatures on the pool and execute with the parallel executor on it.
+    Parallel,
 }
 
 /// What is wrong with a block.
@@ -66,8 +57,10 @@ pub enum Problem {
     UnexpectedField(&'static str),
     #[error("gas used {used} is above the gas limit {limit}")]
     GasOverLimit { used: u64, limit: u64 },
-    #[error("{count} transfers, above the {max} the gas limit admits")]
-    TooManyTransfers { count: usize, max: usize },
+    #[error("{count} transactions, above the {max} the gas limit admits")]
+    TooManyTransactions { count: usize, max: usize },
+    #[error("base fee {found:?}, EIP-1559 gives {expected} after the parent")]
+    BaseFee { expected: u64, found: Option<u64> },
     #[error("ommers hash {0} is not the empty list's")]
     Ommers(B256),
     #[error("proof of work: {0}")]
@@ -84,6 +77,10 @@ pub enum Problem {
     StateRoot { header: B256, computed: B256 },
     #[error("receipts root {header} in the header, re-execution gives {computed}")]
     ReceiptsRoot { header: B256, computed: B256 },
+    #[error("logs bloom in the header differs from the receipts' ({differing} byte(s) differ)")]
+    LogsBloom { differing: usize },
+    #[error("transaction {index} ({hash}) is invalid and must be left out: {reason}")]
+    InvalidTransaction { index: usize, hash: B256, reason: Box<ExecError> },
     #[error("the parent state is damaged: {0}")]
     State(StateError),
 }
@@ -100,11 +97,10 @@ pub struct VerifyError {
 pub struct Verified<S = StateTrie> {
     /// The state after the block (its root is the header's).
     pub state: S,
+    /// Receipts, writes and (parallel execution) the executor's counters.
     pub outcome: BlockOutcome,
-    /// The transfers with their recovered senders.
-    pub transfers: Vec<TransferView>,
-    /// Stages of the dependency graph, when executed in stages.
-    pub stages: Option<Stages>,
+    /// The transactions with their recovered senders.
+    pub transactions: Vec<EthTransaction>,
 }
 
 /// Checks the header against its parent and the chain's rules, and the work.
@@ -129,15 +125,18 @@ pub fn check_header(config: &ChainConfig, parent: &Header, header: &Header) -> R
     if header.ommers_hash != EMPTY_OMMER_ROOT_HASH {
         return Err(Problem::Ommers(header.ommers_hash));
     }
-    // Fields a transfer ledger never sets: a block carrying them is not one of this chain's.
+    let expected = next_base_fee(parent);
+    if header.base_fee_per_gas != Some(expected) {
+        return Err(Problem::BaseFee { expected, found: header.base_fee_per_gas });
+    }
+    // Fields after London's, which this chain never sets: a block carrying them is not one
+    // of this chain's.
     let unexpected = [
-        (header.base_fee_per_gas.is_some(), "base_fee_per_gas"),
         (header.withdrawals_root.is_some(), "withdrawals_root"),
         (header.blob_gas_used.is_some(), "blob_gas_used"),
         (header.excess_blob_gas.is_some(), "excess_blob_gas"),
         (header.parent_beacon_block_root.is_some(), "parent_beacon_block_root"),
         (header.requests_hash.is_some(), "requests_hash"),
-        (header.logs_bloom != Bloom::ZERO, "a non-empty logs_bloom"),
         (header.extra_data.len() > MAX_EXTRA_DATA, "more than 32 bytes of extra_data"),
     ];
     if let Some((_, field)) = unexpected.iter().find(|(present, _)| *present) {
@@ -152,18 +151,22 @@ pub fn check_header(config: &ChainConfig, parent: &Header, header: &Header) -> R
 /// Longest `extra_data` a header may carry (Ethereum's limit).
 pub const MAX_EXTRA_DATA: usize = 32;
 
-/// Most transfers a block may hold: every transfer counts at the full transfer cost, failing
-/// ones included, so that a block cannot be filled with free failures that every verifier
-/// must still recover a signature for.
-pub fn max_transfers(gas_limit: u64) -> usize {
+/// Most transactions a block may hold: each costs at least a transfer's intrinsic gas, so a
+/// block cannot be filled with transactions that every verifier must still recover a
+/// signature for.
+pub fn max_transactions(gas_limit: u64) -> usize {
     usize::try_from(gas_limit / TRANSFER_GAS).unwrap_or(usize::MAX)
 }
 
-/// Recovers every sender, naming the first transfer whose signature fails.
-pub fn recover_senders(block: &Block, mode: ExecMode, pool: &rayon::ThreadPool) -> Result<Vec<TransferView>, Problem> {
+/// Recovers every sender, naming the first transaction whose signature fails.
+pub fn recover_senders(
+    block: &Block,
+    mode: ExecMode,
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<EthTransaction>, Problem> {
     let senders = match mode {
-        ExecMode::Serial => block.transactions.iter().map(SignedTransfer::recover_sender).collect(),
-        ExecMode::Staged => pool.install(|| recover_all(&block.transactions)),
+        ExecMode::Serial => block.transactions.iter().map(SignedTx::recover_sender).collect(),
+        ExecMode::Parallel => pool.install(|| recover_all(&block.transactions)),
     };
     block
         .transactions
@@ -171,7 +174,7 @@ pub fn recover_senders(block: &Block, mode: ExecMode, pool: &rayon::ThreadPool) 
         .zip(senders)
         .enumerate()
         .map(|(index, (tx, sender))| match sender {
-            Ok(sender) => Ok(TransferView::of(tx, sender)),
+            Ok(sender) => Ok(RecoveredTx { tx: tx.clone(), sender }.to_eth()),
             Err(source) => Err(Problem::Signature { index, hash: tx.hash(), source }),
         })
         .collect()
@@ -179,22 +182,24 @@ pub fn recover_senders(block: &Block, mode: ExecMode, pool: &rayon::ThreadPool) 
 
 /// Verifies `block` on top of `parent` and its state `parent_state`. `stored_hash` is the
 /// hash the block was stored under, when it came from a store.
+#[allow(clippy::too_many_arguments)]
 pub fn verify_block(
     config: &ChainConfig,
     parent: &Header,
     parent_state: &StateTrie,
+    hashes: &dyn BlockHashes,
     block: &Block,
     stored_hash: Option<B256>,
     mode: ExecMode,
     pool: &rayon::ThreadPool,
 ) -> Result<Verified, VerifyError> {
-    let views = check_block(config, parent, block, stored_hash, mode, pool)?;
-    execute_block(config, parent_state.clone(), block, views, mode, pool)
+    let transactions = check_block(config, parent, block, stored_hash, mode, pool)?;
+    execute_block(config, parent_state.clone(), hashes, block, transactions, mode, pool)
 }
 
 /// Everything about `block` that does not need the parent's state: its stored hash, header
-/// and work against `parent`, transactions root, and every signature. Returns the transfers
-/// with their senders. A verifier runs this for the next block while it executes this one.
+/// and work against `parent`, transactions root, and every signature. Returns the
+/// transactions with their senders. A verifier runs this for the next block while it executes this one.
 pub fn check_block(
     config: &ChainConfig,
     parent: &Header,
@@ -202,7 +207,7 @@ pub fn check_block(
     stored_hash: Option<B256>,
     mode: ExecMode,
     pool: &rayon::ThreadPool,
-) -> Result<Vec<TransferView>, VerifyError> {
+) -> Result<Vec<EthTransaction>, VerifyError> {
     let number = block.header.number;
     let fail = |problem| VerifyError { number, problem };
     if let Some(stored) = stored_hash {
@@ -212,9 +217,9 @@ pub fn check_block(
         }
     }
     check_header(config, parent, &block.header).map_err(fail)?;
-    let max = max_transfers(block.header.gas_limit);
+    let max = max_transactions(block.header.gas_limit);
     if block.transactions.len() > max {
-        return Err(fail(Problem::TooManyTransfers { count: block.transactions.len(), max }));
+        return Err(fail(Problem::TooManyTransactions { count: block.transactions.len(), max }));
     }
     let computed = transactions_root(&block.transactions);
     if computed != block.header.transactions_root {
@@ -223,47 +228,58 @@ pub fn check_block(
     recover_senders(block, mode, pool).map_err(fail)
 }
 
-/// Re-executes a checked block (`views` from [`check_block`]) on its parent's state and
-/// compares gas, state root and receipts root with the header.
+/// Re-executes a checked block (`transactions` from [`check_block`]) on its parent's state
+/// and compares gas, state root, receipts root and logs bloom with the header. Every
+/// transaction must be valid: a block that holds one execution refuses is invalid.
 ///
 /// `state` is the parent's state, consumed: a caller that keeps the parent passes a clone
 /// (an O(1) snapshot), one that does not saves the copies of shared nodes.
-pub fn execute_block<S: AccountState>(
+pub fn execute_block<S: WorldState>(
     config: &ChainConfig,
     mut state: S,
+    hashes: &dyn BlockHashes,
     block: &Block,
-    views: Vec<TransferView>,
+    transactions: Vec<EthTransaction>,
     mode: ExecMode,
     pool: &rayon::ThreadPool,
 ) -> Result<Verified<S>, VerifyError> {
     let fail = |problem| VerifyError { number: block.header.number, problem };
-    let beneficiary = block.header.beneficiary;
-    let (outcome, stages) = match mode {
-        ExecMode::Serial => (execute_serial(&mut state, &views, beneficiary, &config.exec), None),
-        ExecMode::Staged => match execute_staged(&mut state, &views, beneficiary, &config.exec, pool) {
-            Ok((outcome, stages)) => (Ok(outcome), Some(stages)),
-            Err(error) => (Err(error), None),
-        },
-    };
-    let outcome = outcome.map_err(|error| fail(Problem::State(error)))?;
-    if outcome.gas_used != block.header.gas_used {
-        return Err(fail(Problem::GasUsed { header: block.header.gas_used, computed: outcome.gas_used }));
+    let parallel = (mode == ExecMode::Parallel).then_some(pool);
+    let outcome = execute(&mut state, &config.exec, &block.header, hashes, &transactions, parallel)
+        .map_err(|error| fail(Problem::State(error)))?;
+    if let Some(refused) = outcome.executed.refused.first() {
+        let (index, hash, reason) = (refused.index, refused.tx_hash, Box::new(refused.reason.clone()));
+        return Err(fail(Problem::InvalidTransaction { index, hash, reason }));
     }
-    let computed = match mode {
-        ExecMode::Serial => state.state_root(None),
-        ExecMode::Staged => state.state_root(Some(pool)),
-    };
-    if computed != block.header.state_root {
-        return Err(fail(Problem::StateRoot { header: block.header.state_root, computed }));
-    }
-    let computed = receipts_root(&outcome.receipts);
-    if computed != block.header.receipts_root {
-        return Err(fail(Problem::ReceiptsRoot { header: block.header.receipts_root, computed }));
-    }
-    Ok(Verified { state, outcome, transfers: views, stages })
+    check_results(&mut state, block, &outcome, parallel).map_err(fail)?;
+    Ok(Verified { state, outcome, transactions })
 }
 
-/// Recovered transfers as execution views.
-pub fn views(transfers: &[RecoveredTransfer]) -> Vec<TransferView> {
-    transfers.iter().map(|recovered| TransferView::of(&recovered.tx, recovered.sender)).collect()
+fn check_results<S: WorldState>(
+    state: &mut S,
+    block: &Block,
+    outcome: &BlockOutcome,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(), Problem> {
+    let header = &block.header;
+    if outcome.gas_used() != header.gas_used {
+        return Err(Problem::GasUsed { header: header.gas_used, computed: outcome.gas_used() });
+    }
+    let computed = state.state_root(pool);
+    if computed != header.state_root {
+        return Err(Problem::StateRoot { header: header.state_root, computed });
+    }
+    let computed = outcome.executed.receipts_root();
+    if computed != header.receipts_root {
+        return Err(Problem::ReceiptsRoot { header: header.receipts_root, computed });
+    }
+    if outcome.executed.logs_bloom != header.logs_bloom {
+        let differing = differing_bytes(&outcome.executed.logs_bloom, &header.logs_bloom);
+        return Err(Problem::LogsBloom { differing });
+    }
+    Ok(())
+}
+
+fn differing_bytes(a: &Bloom, b: &Bloom) -> usize {
+    a.as_slice().iter().zip(b.as_slice()).filter(|(x, y)| x != y).count()
 }

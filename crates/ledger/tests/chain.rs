@@ -7,9 +7,9 @@ use virga_ledger::block::Block;
 use virga_ledger::chain::{
     audit, genesis_json, read_genesis, stored_blocks, verify_blocks, Chain, ChainError, ChainOptions,
 };
-use virga_ledger::exec::{load_account, FailReason};
+use virga_ledger::exec::load_account;
 use virga_ledger::pool::TxPool;
-use virga_ledger::tx::{SignedTransfer, SigningKey};
+use virga_ledger::tx::{SignedTx, SigningKey};
 use virga_ledger::verify::{ExecMode, Problem};
 
 const CHAIN_ID: u64 = 1337;
@@ -29,8 +29,8 @@ fn new_chain(dir: &std::path::Path, keys: &[SigningKey], options: ChainOptions) 
     Chain::create(dir, &genesis, options, &pool()).expect("a fresh chain").0
 }
 
-fn transfer(key: &SigningKey, nonce: u64, to: Address, value: u64) -> SignedTransfer {
-    SignedTransfer::sign(key, nonce, to, U256::from(value), 1_000_000_000, 21_000, Some(CHAIN_ID))
+fn transfer(key: &SigningKey, nonce: u64, to: Address, value: u64) -> SignedTx {
+    SignedTx::sign(key, nonce, to, U256::from(value), 1_000_000_000, 21_000, Some(CHAIN_ID))
 }
 
 /// Builds `blocks` blocks of transfers among `keys`, each sender's nonces in order, through
@@ -80,8 +80,8 @@ fn built_chains_reopen_with_their_state_and_serve_old_states() {
     build(&mut chain, &keys, 2, 12);
     chain.sync().unwrap();
     drop(chain);
-    let summary = audit(dir.path(), ExecMode::Staged, &pool(), &mut |_| {}).expect("sound");
-    assert_eq!((summary.blocks, summary.transactions, summary.failed_transactions), (12, 9 * 30 + 2 * 12, 0));
+    let summary = audit(dir.path(), ExecMode::Parallel, &pool(), &mut |_| {}).expect("sound");
+    assert_eq!((summary.blocks, summary.transactions, summary.reverted_transactions), (12, 9 * 30 + 2 * 12, 0));
     assert_eq!(summary.state_store_block, 11);
     let serial = audit(dir.path(), ExecMode::Serial, &pool(), &mut |_| {}).expect("sound");
     assert_eq!(serial.state_root, summary.state_root);
@@ -114,7 +114,7 @@ fn bad_blocks_are_refused_with_the_block_and_the_reason() {
     let good = {
         let mut copy = new_chain(scratch.path(), &keys, ChainOptions::default());
         build(&mut copy, &keys, 1, 4);
-        let transfers = vec![virga_ledger::tx::RecoveredTransfer {
+        let transfers = vec![virga_ledger::tx::RecoveredTx {
             tx: transfer(&keys[0], 1, keys[1].address(), 5),
             sender: keys[0].address(),
         }];
@@ -122,7 +122,7 @@ fn bad_blocks_are_refused_with_the_block_and_the_reason() {
     };
     let refuse = |chain: &mut Chain, block: Block| match chain.append(block, &threads) {
         Err(ChainError::Verify(error)) => error,
-        other => panic!("expected a verification error, got {:?}", other.map(|o| o.receipts.len())),
+        other => panic!("expected a verification error, got {:?}", other.map(|o| o.receipts().len())),
     };
 
     let mut wrong_root = good.clone();
@@ -138,16 +138,21 @@ fn bad_blocks_are_refused_with_the_block_and_the_reason() {
     assert!(matches!(error.problem, Problem::TransactionsRoot { .. }), "{error}");
     assert!(error.to_string().starts_with("block 2: transactions root"), "{error}");
 
-    let mut london = good.clone();
-    london.header.base_fee_per_gas = Some(7);
-    let error = refuse(&mut chain, london);
-    assert_eq!(error.problem, Problem::UnexpectedField("base_fee_per_gas"), "{error}");
+    let mut wrong_fee = good.clone();
+    wrong_fee.header.base_fee_per_gas = Some(7);
+    let error = refuse(&mut chain, wrong_fee);
+    assert_eq!(error.problem, Problem::BaseFee { expected: 1, found: Some(7) }, "{error}");
+
+    let mut shanghai = good.clone();
+    shanghai.header.withdrawals_root = Some(Default::default());
+    let error = refuse(&mut chain, shanghai);
+    assert_eq!(error.problem, Problem::UnexpectedField("withdrawals_root"), "{error}");
 
     let mut crowded = good.clone();
     let filler = crowded.transactions[0].clone();
     crowded.transactions.resize(30_000_000 / 21_000 + 1, filler);
     let error = refuse(&mut chain, crowded);
-    assert!(matches!(error.problem, Problem::TooManyTransfers { max: 1428, .. }), "{error}");
+    assert!(matches!(error.problem, Problem::TooManyTransactions { max: 1428, .. }), "{error}");
 
     assert!(chain.append(good, &threads).is_ok(), "the untouched block is accepted");
     assert_eq!(chain.head().number, 2);
@@ -191,7 +196,7 @@ fn a_damaged_state_store_is_rebuilt_on_open_and_reported_by_the_audit() {
     let middle = bytes.len() / 3;
     bytes[middle] ^= 0x40;
     std::fs::write(&segment, bytes).unwrap();
-    let audited = audit(dir.path(), ExecMode::Staged, &pool(), &mut |_| {});
+    let audited = audit(dir.path(), ExecMode::Parallel, &pool(), &mut |_| {});
     assert!(audited.unwrap_err().to_string().starts_with("state store"), "the audit names the state store");
     let (chain, report) = Chain::open(dir.path(), ChainOptions::default(), &pool()).expect("reopens");
     assert!(report.state_rebuilt.is_some(), "{report:?}");
@@ -207,31 +212,76 @@ fn a_damaged_state_store_is_rebuilt_on_open_and_reported_by_the_audit() {
 }
 
 #[test]
-fn failing_transfers_are_kept_with_their_reason() {
+fn invalid_transactions_are_left_out_with_their_reason_and_a_block_holding_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let keys = keys(2);
     let mut chain = new_chain(dir.path(), &keys, ChainOptions::default());
     let threads = pool();
-    let recovered = |tx: SignedTransfer| virga_ledger::tx::RecoveredTransfer::recover(tx).expect("signed");
+    let recovered = |tx: SignedTx| virga_ledger::tx::RecoveredTx::recover(tx).expect("signed");
+    let repeated = transfer(&keys[0], 0, keys[1].address(), 7);
     let built = chain
         .build_next(
             vec![
                 recovered(transfer(&keys[0], 0, keys[1].address(), 7)),
-                recovered(transfer(&keys[0], 0, keys[1].address(), 7)),
-                recovered(SignedTransfer::sign(&keys[1], 0, keys[0].address(), U256::MAX, 1, 21_000, Some(CHAIN_ID))),
+                recovered(repeated.clone()),
+                recovered(SignedTx::sign(
+                    &keys[1],
+                    0,
+                    keys[0].address(),
+                    U256::from(10).pow(U256::from(30)),
+                    1,
+                    21_000,
+                    Some(CHAIN_ID),
+                )),
             ],
             Address::ZERO,
             1,
             &threads,
         )
         .expect("builds");
-    let reasons: Vec<Option<&'static str>> =
-        built.outcome.receipts.iter().map(|r| r.outcome.as_ref().err().map(FailReason::name)).collect();
-    assert_eq!(reasons, [None, Some("nonce_mismatch"), Some("insufficient_funds")]);
+    assert_eq!(built.block.transactions.len(), 1);
+    let reasons: Vec<(usize, String)> =
+        built.refused.iter().map(|refused| (refused.index, refused.reason.to_string())).collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0].0, 1);
+    assert!(reasons[0].1.contains("nonce"), "{reasons:?}");
+    assert!(reasons[1].1.contains("funds"), "{reasons:?}");
+
+    // The same block with the refused transaction put back (roots and work made right) is
+    // not a valid block: the verifier names the transaction.
+    let mut stuffed = built.block.clone();
+    stuffed.header.number = 2;
+    stuffed.header.parent_hash = built.block.hash();
+    stuffed.header.timestamp = 2;
+    stuffed.transactions = vec![repeated];
+    stuffed.header.transactions_root = virga_ledger::block::transactions_root(&stuffed.transactions);
+    virga_ledger::pow::mine(&mut stuffed.header, 0);
+    let error = match chain.append(stuffed, &threads) {
+        Err(ChainError::Verify(error)) => error,
+        other => panic!("expected a verification error, got {:?}", other.map(|o| o.receipts().len())),
+    };
+    assert!(matches!(error.problem, Problem::InvalidTransaction { index: 0, .. }), "{error}");
+    assert!(error.to_string().contains("must be left out"), "{error}");
     chain.sync().unwrap();
     drop(chain);
     let genesis = read_genesis(dir.path()).unwrap();
     let blocks = stored_blocks(dir.path());
     let verified = verify_blocks(&genesis, blocks, ExecMode::Serial, &threads, &mut |_| {}).expect("sound");
-    assert_eq!(verified.summary.failed_transactions, 2);
+    assert_eq!(verified.summary.reverted_transactions, 0);
+}
+
+#[test]
+fn a_chain_directory_of_the_older_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = keys(2);
+    drop(new_chain(dir.path(), &keys, ChainOptions::default()));
+    std::fs::remove_file(dir.path().join("FORMAT")).unwrap();
+    let error = Chain::open(dir.path(), ChainOptions::default(), &pool()).err().expect("refused");
+    assert!(matches!(error, ChainError::OlderFormat { found: 2, .. }), "{error}");
+    assert!(error.to_string().contains("Re-create the chain"), "{error}");
+    let audited = audit(dir.path(), ExecMode::Serial, &pool(), &mut |_| {});
+    assert!(matches!(audited, Err(ChainError::OlderFormat { .. })), "{audited:?}");
+    std::fs::write(dir.path().join("FORMAT"), "banana").unwrap();
+    let error = Chain::open(dir.path(), ChainOptions::default(), &pool()).err().expect("refused");
+    assert!(error.to_string().contains("not a chain format version"), "{error}");
 }

@@ -2,6 +2,7 @@
 //! instead of one per file. Each module is a concern of its own.
 
 mod chain;
+mod contracts;
 mod store;
 mod store_device;
 mod vectors;

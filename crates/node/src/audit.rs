@@ -106,7 +106,7 @@ pub fn audit_cluster(
     let genesis = read_genesis(dir)?;
     let sharded = shard_state(genesis.state.accounts().as_trie(), cluster.shards)
         .map_err(|error| AuditError::Storage(error.into()))?;
-    let verified = verify_blocks(&genesis, stored_blocks(dir), ExecMode::Staged, pool, progress)?;
+    let verified = verify_blocks(&genesis, stored_blocks(dir), ExecMode::Parallel, pool, progress)?;
     let head = verified.summary.head_hash;
     let head_number = verified.summary.head_number;
 

@@ -198,11 +198,23 @@ pub fn peer_host(id: &str, handler: Arc<dyn Handler<Rainblock>>) -> Host {
     Host::new().with::<Rainblock>(handler).with::<Health>(Arc::new(Responder::new(id)))
 }
 
+/// The gas limit of a chain whose blocks hold up to `max_block_transfers` transfers: twice
+/// their gas, so a full block sits at the EIP-1559 target and the base fee never rises above
+/// what the workload pays.
+pub fn block_gas_limit(max_block_transfers: usize) -> u64 {
+    2 * virga_ledger::exec::TRANSFER_GAS * max_block_transfers.max(1) as u64
+}
+
 pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usize) -> Result<(), ClusterError> {
     let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
     let difficulty = U256::from(16u64);
-    let gas_limit = 21_000 * max_block_transfers.max(1) as u64;
-    let json = genesis_json(chain_id, difficulty, gas_limit, addresses, U256::from(GENESIS_BALANCE));
+    let json = genesis_json(
+        chain_id,
+        difficulty,
+        block_gas_limit(max_block_transfers),
+        addresses,
+        U256::from(GENESIS_BALANCE),
+    );
     let path = dir.join("genesis.json");
     std::fs::write(&path, json).map_err(|source| ClusterError::Io { op: "writing", path, source })
 }

@@ -5,7 +5,7 @@ use alloy_primitives::{keccak256, B256, U256};
 use std::sync::Arc;
 use std::time::Duration;
 use virga_core::device::MemStorage;
-use virga_ledger::tx::SignedTransfer;
+use virga_ledger::tx::SignedTx;
 use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, IoExecutor, Protocol, Role};
 use virga_net::{request, NetError, Rainblock, Request, RequestBody, Response, ResponseBody};
@@ -129,7 +129,7 @@ fn submission(net: &mut Net, sender: usize, first_nonce: u64, count: u64) -> Sub
     let transactions = (first_nonce..first_nonce + count)
         .map(|nonce| {
             let chain_id = net.fixture.config.exec.chain_id;
-            let tx = SignedTransfer::sign(
+            let tx = SignedTx::sign(
                 &accounts.keys[sender],
                 nonce,
                 accounts.addresses[to],

@@ -46,7 +46,7 @@ impl Fixture {
         topology.validate()?;
         let accounts = Accounts::generate(topology.accounts, &|_| {});
         let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
-        let gas_limit = 21_000 * topology.max_block_transfers.max(1) as u64;
+        let gas_limit = crate::cluster::block_gas_limit(topology.max_block_transfers);
         let json =
             genesis_json(chain_id, U256::from(16u64), gas_limit, &accounts.addresses, U256::from(GENESIS_BALANCE));
         let genesis = Genesis::from_json_str(&json)?;

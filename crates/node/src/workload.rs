@@ -4,7 +4,7 @@
 use alloy_primitives::{Address, U256};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
-use virga_ledger::tx::{SignedTransfer, SigningKey};
+use virga_ledger::tx::{SignedTx, SigningKey};
 
 use crate::client::UserTransfer;
 
@@ -54,8 +54,11 @@ pub fn client_of(transfer: &UserTransfer, clients: usize) -> usize {
     usize::from(transfer.sender.0[19]) % clients.max(1)
 }
 
-/// Gas price of every generated transfer (the fee is 21,000 × this).
-pub const GAS_PRICE: u128 = 1;
+/// Gas price of every generated transfer: one gwei, far above the chain's base fee (which
+/// starts at one wei and rises only in blocks above the EIP-1559 target), as users price
+/// transactions to be included. The sender pays the base fee (burnt) and the rest goes to
+/// the miner.
+pub const GAS_PRICE: u128 = 1_000_000_000;
 /// Each account's genesis balance: enough for any run's transfers and fees.
 pub const GENESIS_BALANCE: u128 = 1_000_000_000_000_000_000_000;
 
@@ -134,7 +137,7 @@ pub fn sign_transfers(
     plan.into_par_iter()
         .enumerate()
         .map(|(index, (sender, to, nonce, value))| {
-            let tx = SignedTransfer::sign(
+            let tx = SignedTx::sign(
                 &accounts.keys[sender],
                 nonce,
                 accounts.addresses[to],

@@ -179,6 +179,31 @@ impl StateTrie {
     pub fn from_accounts(accounts: SecureTrie) -> Self {
         Self { accounts, ..Self::default() }
     }
+
+    /// A state from its parts as a store keeps them: the account trie, each account's
+    /// storage trie, and code by hash. Storage roots are taken from the accounts as stored.
+    pub fn from_parts(
+        accounts: SecureTrie,
+        storage: HashMap<Address, SecureTrie>,
+        code: HashMap<B256, Vec<u8>>,
+    ) -> Self {
+        Self { accounts, storage, code, dirty_storage: BTreeSet::new() }
+    }
+
+    /// The storage trie of `address`, if it has stored any slot.
+    pub fn storage_trie(&self, address: &Address) -> Option<&SecureTrie> {
+        self.storage.get(address)
+    }
+
+    /// Every account's storage trie.
+    pub fn storage_tries(&self) -> impl Iterator<Item = (&Address, &SecureTrie)> {
+        self.storage.iter()
+    }
+
+    /// Every piece of code, by hash.
+    pub fn code_entries(&self) -> impl Iterator<Item = (&B256, &[u8])> {
+        self.code.iter().map(|(hash, code)| (hash, code.as_slice()))
+    }
 }
 
 impl crate::genesis::Genesis {

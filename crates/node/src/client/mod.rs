@@ -20,17 +20,18 @@
 //! A batch that cannot reach the miner, or cannot get its witnesses, waits `back_off` (a
 //! timer) before its transfers are retried.
 
+pub(crate) mod precheck;
 mod prepare;
 mod queue;
 #[cfg(test)]
 mod tests;
 mod witness;
 
-use alloy_primitives::{keccak256, Address, B256};
+use alloy_primitives::{Address, B256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 use virga_ledger::exec::ExecConfig;
-use virga_ledger::tx::SignedTransfer;
+use virga_ledger::tx::SignedTx;
 use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::{refusal, request, NetError, Rainblock, RequestBody, ResponseBody};
@@ -45,7 +46,7 @@ use witness::{Answered, WitnessFetch};
 /// miner recovers the real sender from the signature).
 #[derive(Clone, Debug)]
 pub struct UserTransfer {
-    pub tx: SignedTransfer,
+    pub tx: SignedTx,
     pub sender: Address,
 }
 
@@ -63,6 +64,20 @@ pub const BAD_WITNESS: &str = "bad_witness";
 pub const SUBMISSION_FAILED: &str = "submission_failed";
 pub const UNANSWERED: &str = "unanswered";
 pub const COMPACTION_FAILED: &str = "compaction_failed";
+/// Whether a miner's reason for leaving a transfer out is execution refusing it as invalid
+/// (`virga_evm::ExecError::name`): retrying the same signed transfer cannot help.
+fn is_invalid(reason: &str) -> bool {
+    matches!(
+        reason,
+        "nonce_mismatch"
+            | "insufficient_funds"
+            | "fee_below_base_fee"
+            | "wrong_chain_id"
+            | "gas_limit_too_low"
+            | "invalid_transaction"
+    )
+}
+
 /// Filter reason of a transfer whose accounts the witnesses did not give.
 pub const UNREADABLE_ACCOUNT: &str = "unreadable_account";
 
@@ -101,6 +116,9 @@ pub struct ClientStats {
     pub filtered: HashMap<String, u64>,
     /// Transfers the miner left out (or whose batch failed) and this client retried, by reason.
     pub retried: HashMap<String, u64>,
+    /// Transfers the miner's execution refused as invalid (Ethereum leaves them out of the
+    /// block for good), by reason; not retried.
+    pub invalid: HashMap<String, u64>,
     /// Witnesses refused, by storage node and reason.
     pub bad_witnesses: Vec<(String, WitnessError)>,
     /// Bytes of each submitted transfer's own full witnesses (every node of both accounts'
@@ -368,7 +386,7 @@ impl ClientCore {
         (number, hash, root): Head,
         out: &mut Commands,
     ) {
-        let mut keys: Vec<B256> = transfers.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
+        let mut keys: Vec<B256> = transfers.iter().flat_map(|t| precheck::touched_keys(&t.tx, t.sender)).collect();
         keys.sort_unstable();
         keys.dedup();
         let turn = self.witness_fetches;
@@ -479,6 +497,12 @@ impl ClientCore {
                 }
                 self.stats.committed += 1;
                 self.stats.committed_ok += u64::from(outcome.succeeded);
+                self.queues.release(transfer.sender);
+            } else if is_invalid(&outcome.reason) {
+                if let Some(outcomes) = self.outcomes.as_mut() {
+                    outcomes.refused.push((transfer.tx.hash(), outcome.reason.clone()));
+                }
+                *self.stats.invalid.entry(outcome.reason).or_default() += 1;
                 self.queues.release(transfer.sender);
             } else {
                 *self.stats.retried.entry(outcome.reason).or_default() += 1;

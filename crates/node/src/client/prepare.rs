@@ -1,11 +1,12 @@
 //! Pre-execution of a batch on its witnessed accounts, and the bag sent with it.
 
-use alloy_primitives::{keccak256, B256};
+use alloy_primitives::B256;
 use std::collections::{HashMap, HashSet};
-use virga_ledger::exec::{apply_transfer, ExecConfig, TransferView};
+use virga_ledger::exec::ExecConfig;
 use virga_trie::account::Account;
 use virga_trie::proof::{NodeBag, ProofError};
 
+use super::precheck::{check_transfer, touched_keys};
 use super::witness::Witnesses;
 use super::{UserTransfer, UNREADABLE_ACCOUNT};
 
@@ -34,7 +35,7 @@ pub(super) fn pre_execute(
     let mut accounts: HashMap<B256, Account> = HashMap::new();
     let mut done = PreExecuted { kept: Vec::with_capacity(batch.len()), ..PreExecuted::default() };
     for transfer in batch {
-        let view = TransferView::of(&transfer.tx, transfer.sender);
+        let [sender_key, recipient_key] = touched_keys(&transfer.tx, transfer.sender);
         let load = |key: &B256| -> Option<Account> {
             if let Some(account) = accounts.get(key) {
                 return Some(*account);
@@ -44,7 +45,7 @@ pub(super) fn pre_execute(
                 (None, _) => Some(Account::default()),
             }
         };
-        let (Some(sender), Some(recipient)) = (load(&view.sender_key), load(&view.to_key)) else {
+        let (Some(sender), Some(recipient)) = (load(&sender_key), load(&recipient_key)) else {
             done.filtered.push((transfer, UNREADABLE_ACCOUNT));
             continue;
         };
@@ -52,19 +53,19 @@ pub(super) fn pre_execute(
             done.confirmed_late.push(transfer);
             continue;
         }
-        match apply_transfer(exec, &view, &sender, &recipient) {
+        match check_transfer(exec, &transfer.tx, transfer.sender, &sender, &recipient) {
             Ok(effect) => {
                 accounts.insert(effect.sender.0, effect.sender.1);
                 if let Some((key, account)) = effect.recipient {
                     accounts.insert(key, account);
                 }
-                done.full_bytes += [view.sender_key, view.to_key]
+                done.full_bytes += [sender_key, recipient_key]
                     .iter()
                     .map(|key| values.get(key).map_or(0, |(_, size)| *size as u64))
                     .sum::<u64>();
                 done.kept.push(transfer);
             }
-            Err(reason) => done.filtered.push((transfer, reason.name())),
+            Err(reason) => done.filtered.push((transfer, reason)),
         }
     }
     done
@@ -84,7 +85,7 @@ pub(super) fn bag_of(
         return Ok(NodeBag::merge(witnesses.compact));
     }
     let full = NodeBag::merge(witnesses.full);
-    let kept_keys: HashSet<B256> = kept.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
+    let kept_keys: HashSet<B256> = kept.iter().flat_map(|t| touched_keys(&t.tx, t.sender)).collect();
     let narrowed = NodeBag {
         keys: full
             .keys

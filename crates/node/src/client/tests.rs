@@ -102,7 +102,7 @@ impl World {
 
     /// Account `from`'s transfer number `nonce` to account `to`.
     fn transfer(&self, from: usize, to: usize, nonce: u64) -> UserTransfer {
-        let tx = SignedTransfer::sign(
+        let tx = SignedTx::sign(
             &self.accounts.keys[from],
             nonce,
             self.accounts.addresses[to],
@@ -201,7 +201,7 @@ fn deadline_exceeded(peer: &str) -> NetError {
 }
 
 fn decoded(submission: &Submission) -> Vec<B256> {
-    submission.transactions.iter().map(|bytes| SignedTransfer::decode(bytes).unwrap().hash()).collect()
+    submission.transactions.iter().map(|bytes| SignedTx::decode(bytes).unwrap().hash()).collect()
 }
 
 #[test]
@@ -218,7 +218,8 @@ fn a_batch_asks_the_miner_for_its_head() {
 fn a_head_reply_asks_each_storage_node_once_for_its_shards_keys_at_that_block() {
     let mut world = world(10, 1, 3);
     let transfers: Vec<UserTransfer> = (0..6).map(|i| world.transfer(i, i + 10, 0)).collect();
-    let mut wanted: Vec<B256> = transfers.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
+    let mut wanted: Vec<B256> =
+        transfers.iter().flat_map(|t| crate::client::precheck::touched_keys(&t.tx, t.sender)).collect();
     wanted.sort_unstable();
     wanted.dedup();
     let head = heads(&world.input(transfers))[0];
@@ -308,8 +309,10 @@ fn verified_witnesses_lead_to_a_submission_with_the_transactions_and_a_bag() {
     let mut world = world(10, 1, 0);
     let transfers: Vec<UserTransfer> = (0..5).map(|i| world.transfer(i, (i + 7) % ACCOUNTS, 0)).collect();
     let hashes: Vec<B256> = transfers.iter().map(|t| t.tx.hash()).collect();
-    let keys: HashSet<Vec<u8>> =
-        transfers.iter().flat_map(|t| [keccak256(t.sender).to_vec(), keccak256(t.tx.to()).to_vec()]).collect();
+    let keys: HashSet<Vec<u8>> = transfers
+        .iter()
+        .flat_map(|t| crate::client::precheck::touched_keys(&t.tx, t.sender).map(|key| key.to_vec()))
+        .collect();
     let head = heads(&world.input(transfers))[0];
     let (call, submission, others) = world.drive_to_submission(head);
     assert!(others.is_empty(), "{others:?}");
@@ -354,7 +357,8 @@ fn transfers_that_would_fail_are_filtered_with_their_reason_and_the_bag_narrowed
     assert_eq!(decoded(&submission), vec![good.tx.hash()]);
     let bag = bag_from_wire(submission.bag);
     let keys: HashSet<Vec<u8>> = bag.keys.iter().cloned().collect();
-    assert_eq!(keys, HashSet::from([keccak256(good.sender).to_vec(), keccak256(good.tx.to()).to_vec()]));
+    let [sender_key, recipient_key] = crate::client::precheck::touched_keys(&good.tx, good.sender);
+    assert_eq!(keys, HashSet::from([sender_key.to_vec(), recipient_key.to_vec()]));
     bag.verify(world.head.2).unwrap();
     assert_eq!(world.core.stats().filtered, HashMap::from([("nonce_mismatch".to_string(), 1)]));
 }
@@ -582,7 +586,7 @@ impl Peers {
         let mut senders = HashSet::new();
         for submission in submissions {
             for bytes in &submission.transactions {
-                let tx = SignedTransfer::decode(bytes).unwrap();
+                let tx = SignedTx::decode(bytes).unwrap();
                 prop_assert!(senders.insert(tx.recover_sender().unwrap()), "a sender has two transfers in flight");
                 prop_assert_eq!(tx.nonce(), 0, "a second transfer was submitted");
             }

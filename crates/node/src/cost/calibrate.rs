@@ -108,7 +108,7 @@ impl CalibrationSetup {
 /// The miner's work, in microseconds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MinerCosts {
-    /// Per transfer: decoding and recovering its signature (`RecoveredTransfer::recover`);
+    /// Per transfer: decoding and recovering its signature (`RecoveredTx::recover`);
     /// parallel on the miner's execution pool.
     pub recover_us: f64,
     /// Per transfer: attaching its share of the submission's bag to the top layer (`PartialTrie::apply_bag`).

@@ -6,7 +6,7 @@ use alloy_primitives::{keccak256, B256};
 use prost::Message;
 use std::sync::Arc;
 use std::time::Instant;
-use virga_ledger::tx::{RecoveredTransfer, SignedTransfer};
+use virga_ledger::tx::{RecoveredTx, SignedTx};
 use virga_net::proto::{self};
 use virga_net::{Handler, Rainblock, Request, Response, ResponseBody, Transport};
 
@@ -185,7 +185,7 @@ pub fn cpu_share(threads: usize, seconds: f64) -> Option<f64> {
     let fixture =
         Fixture::new(Topology { accounts: 8, storage_nodes: 4, max_block_transfers: 64, ..Topology::small() }).ok()?;
     let chain_id = fixture.config.exec.chain_id;
-    let transfers: Vec<SignedTransfer> = sign_transfers(&fixture.accounts, 32, chain_id, Skew::default(), 3, &|_| {})
+    let transfers: Vec<SignedTx> = sign_transfers(&fixture.accounts, 32, chain_id, Skew::default(), 3, &|_| {})
         .into_iter()
         .map(|t| t.tx)
         .collect();
@@ -197,7 +197,7 @@ pub fn cpu_share(threads: usize, seconds: f64) -> Option<f64> {
             scope.spawn(|| {
                 while started.elapsed().as_secs_f64() < seconds {
                     for tx in &transfers {
-                        let _ = std::hint::black_box(RecoveredTransfer::recover(tx.clone()));
+                        let _ = std::hint::black_box(RecoveredTx::recover(tx.clone()));
                     }
                 }
             });

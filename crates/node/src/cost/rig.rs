@@ -5,14 +5,14 @@
 //! admission, building, `ApplyBlock` at every storage node, acknowledgement, store, answer)
 //! and each step is timed by the process's CPU clock.
 
-use alloy_primitives::{keccak256, B256};
+use crate::client::precheck::{check_transfer, touched_keys};
+use alloy_primitives::B256;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 use virga_ledger::builder::build_block;
-use virga_ledger::exec::{apply_transfer, TransferView};
-use virga_ledger::tx::{RecoveredTransfer, SignedTransfer};
+use virga_ledger::tx::{RecoveredTx, SignedTx};
 use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, IoExecutor, Protocol, Role};
 use virga_net::{request, Rainblock, Request, RequestBody, Response, ResponseBody};
@@ -234,7 +234,7 @@ impl Rig {
         let (number, hash, root) = self.miner.head();
 
         // The client: witnesses at the head, one request per storage node.
-        let mut keys: Vec<B256> = batch.iter().flat_map(|t| [keccak256(t.sender), keccak256(t.tx.to())]).collect();
+        let mut keys: Vec<B256> = batch.iter().flat_map(|t| touched_keys(&t.tx, t.sender)).collect();
         keys.sort_unstable();
         keys.dedup();
         sample.keys = keys.len();
@@ -275,7 +275,7 @@ impl Rig {
         let started = self.clock.start();
         let mut accounts: HashMap<B256, Account> = HashMap::new();
         for transfer in &batch {
-            let view = TransferView::of(&transfer.tx, transfer.sender);
+            let [sender_key, recipient_key] = touched_keys(&transfer.tx, transfer.sender);
             let load = |key: &B256, accounts: &HashMap<B256, Account>| -> Result<Account, CalibrationError> {
                 if let Some(account) = accounts.get(key) {
                     return Ok(*account);
@@ -286,9 +286,9 @@ impl Rig {
                     None => Err(step_error("pre-execution")(format!("account {key} not witnessed"))),
                 }
             };
-            let sender = load(&view.sender_key, &accounts)?;
-            let recipient = load(&view.to_key, &accounts)?;
-            if let Ok(effect) = apply_transfer(&exec, &view, &sender, &recipient) {
+            let sender = load(&sender_key, &accounts)?;
+            let recipient = load(&recipient_key, &accounts)?;
+            if let Ok(effect) = check_transfer(&exec, &transfer.tx, transfer.sender, &sender, &recipient) {
                 accounts.insert(effect.sender.0, effect.sender.1);
                 if let Some((key, account)) = effect.recipient {
                     accounts.insert(key, account);
@@ -386,12 +386,12 @@ impl Rig {
         sample: &mut BlockSample,
     ) -> Result<(), CalibrationError> {
         let started = self.clock.start();
-        let recovered: Vec<RecoveredTransfer> = submission
+        let recovered: Vec<RecoveredTx> = submission
             .transactions
             .iter()
             .map(|bytes| {
-                let tx = SignedTransfer::decode(bytes).map_err(step_error("recover"))?;
-                RecoveredTransfer::recover(tx).map_err(step_error("recover"))
+                let tx = SignedTx::decode(bytes).map_err(step_error("recover"))?;
+                RecoveredTx::recover(tx).map_err(step_error("recover"))
             })
             .collect::<Result<_, CalibrationError>>()?;
         sample.recover_us = self.clock.micros(started);
@@ -405,7 +405,8 @@ impl Rig {
         let chain = self.fixture.config;
         let beneficiary = crate::cluster::beneficiary(0);
         let started = self.clock.start();
-        build_block(&chain, &parent, &mut top, recovered, beneficiary, 2, self.miner.pool())
+        let hashes = virga_ledger::exec::RecentHashes::default();
+        build_block(&chain, &parent, &mut top, &hashes, recovered, beneficiary, 2, self.miner.pool())
             .map_err(step_error("build"))?;
         sample.build_us = self.clock.micros(started);
         Ok(())

@@ -13,10 +13,10 @@
 
 use alloy_primitives::{keccak256, Address, B256};
 use std::collections::{HashMap, HashSet};
-use virga_ledger::builder::build_block;
-use virga_ledger::exec::AccountState;
-use virga_ledger::tx::{RecoveredTransfer, SignedTransfer};
-use virga_ledger::verify::max_transfers;
+use virga_ledger::builder::{build_block, Built as BuiltBlock};
+use virga_ledger::exec::StateSource;
+use virga_ledger::tx::{RecoveredTx, SignedTx};
+use virga_ledger::verify::max_transactions;
 use virga_net::proto::{BlockUpdates, KeyUpdate, TxOutcome};
 use virga_net::role::{Command, Nanos};
 use virga_net::Rainblock;
@@ -40,7 +40,7 @@ type AdmissionSlot = (B256, Result<usize, LeftOut>);
 
 /// The admitted transfers of a batch, each submission's slots, and the bags used.
 struct Admitted {
-    transfers: Vec<RecoveredTransfer>,
+    transfers: Vec<RecoveredTx>,
     slots: Vec<(String, virga_net::role::CallId, Vec<AdmissionSlot>)>,
     bags: Vec<NodeBag>,
 }
@@ -115,7 +115,7 @@ impl BuildJob {
 impl MinerCore {
     /// Submissions for the next block, up to the block's transfer bound.
     pub(crate) fn take_batch(&mut self) -> Vec<Pending> {
-        let limit = self.config.max_block_transfers.min(max_transfers(self.config.chain.gas_limit)).max(1);
+        let limit = self.config.max_block_transfers.min(max_transactions(self.config.chain.gas_limit)).max(1);
         let (mut taken, mut count) = (0, 0);
         for pending in &self.inbox {
             let size = pending.submission.transactions.len();
@@ -151,7 +151,7 @@ impl BuildJob {
     }
 
     /// Decodes and recovers every transfer of the batch, in parallel.
-    fn recover_batch(&self, batch: &[Pending]) -> Vec<Vec<Result<RecoveredTransfer, LeftOut>>> {
+    fn recover_batch(&self, batch: &[Pending]) -> Vec<Vec<Result<RecoveredTx, LeftOut>>> {
         self.pool.install(|| {
             use rayon::prelude::*;
             batch
@@ -163,8 +163,8 @@ impl BuildJob {
                         .par_iter()
                         .with_min_len(8)
                         .map(|bytes| {
-                            let tx = SignedTransfer::decode(bytes).map_err(|_| LeftOut::MalformedTransaction)?;
-                            RecoveredTransfer::recover(tx).map_err(|_| LeftOut::BadSignature)
+                            let tx = SignedTx::decode(bytes).map_err(|_| LeftOut::MalformedTransaction)?;
+                            RecoveredTx::recover(tx).map_err(|_| LeftOut::BadSignature)
                         })
                         .collect()
                 })
@@ -229,11 +229,12 @@ impl BuildJob {
                         continue;
                     }
                 };
-                let (sender, to) = (transfer.sender, transfer.tx.to());
-                let sender_account = layer.top.read_account(&keccak256(sender));
+                let sender = transfer.sender;
+                let to = transfer.tx.to().unwrap_or_else(|| sender.create(transfer.tx.nonce()));
+                let sender_account = layer.top.account(&sender);
                 let reason = if blocked_senders.contains(&sender) {
                     Some(LeftOut::EarlierTransferAborted)
-                } else if sender_account.is_err() || layer.top.read_account(&keccak256(to)).is_err() {
+                } else if sender_account.is_err() || layer.top.account(&to).is_err() {
                     Some(LeftOut::StaleWitness)
                 } else if transfer.tx.nonce()
                     < next_nonces
@@ -275,12 +276,19 @@ impl BuildJob {
         let parent = layer.header.clone();
         let batch = std::mem::take(&mut self.batch);
         let Admitted { transfers, slots, bags } = self.admit(batch, &mut layer);
-        let touched: Vec<B256> =
-            transfers.iter().flat_map(|transfer| [keccak256(transfer.sender), keccak256(transfer.tx.to())]).collect();
         let timestamp = self.now / 1_000_000_000;
         let config = Arc::clone(&self.config);
-        let built =
-            build_block(&config.chain, &parent, &mut layer.top, transfers, config.beneficiary, timestamp, &self.pool);
+        let hashes = layer.hashes.clone();
+        let built = build_block(
+            &config.chain,
+            &parent,
+            &mut layer.top,
+            &hashes,
+            transfers,
+            config.beneficiary,
+            timestamp,
+            &self.pool,
+        );
         let built = match built {
             Ok(built) => misbuild(built, self.wrong_root),
             Err(error) => {
@@ -294,7 +302,9 @@ impl BuildJob {
             }
         };
         let hash = built.block.hash();
-        let replies = outcomes_of(slots, &built.outcome.receipts);
+        let touched: Vec<B256> = built.outcome.touched_keys().collect();
+        self.count_refused(&built.refused);
+        let replies = outcomes_of(slots, &built);
         layer.estimated_bytes += touched.len().saturating_add(1).saturating_mul(WRITE_ALLOWANCE_BYTES);
         record_paths(&mut layer.unpruned, touched.iter().copied());
         let updates = match logical_updates(&config, &layer.top, touched) {
@@ -315,9 +325,16 @@ impl BuildJob {
             config.beneficiary,
             &mut self.stats,
         );
-        layer.header = built.block.header.clone();
+        layer.advance(built.block.header.clone(), hash);
         let bag = NodeBag::merge(bags);
         Some(Built { block: built.block, hash, updates, bag, replies, layer, epoch: self.epoch })
+    }
+
+    /// Counts the admitted transactions execution refused, by reason.
+    fn count_refused(&mut self, refused: &[virga_ledger::exec::Refused]) {
+        for refused in refused {
+            self.abort(refused.reason.name(), 1);
+        }
     }
 
     /// Answers the submissions of a block that could not be built: nothing was included.
@@ -339,7 +356,7 @@ impl BuildJob {
 
 /// Under [`super::MinerFault::WrongRoot`], the block announces a state root with one byte
 /// flipped and is sealed again, so its header is otherwise valid.
-fn misbuild(mut built: virga_ledger::builder::Built, wrong_root: bool) -> virga_ledger::builder::Built {
+fn misbuild(mut built: BuiltBlock, wrong_root: bool) -> BuiltBlock {
     if wrong_root {
         let header = &mut built.block.header;
         header.state_root.0[31] ^= 0x01;
@@ -396,32 +413,29 @@ fn left_out(tx_hash: B256, reason: String) -> TxOutcome {
     TxOutcome { tx_hash: tx_hash.to_vec(), included: false, succeeded: false, reason }
 }
 
-/// Each submission's outcomes from the block's receipts.
-fn outcomes_of(
-    slots: Vec<(String, virga_net::role::CallId, Vec<AdmissionSlot>)>,
-    receipts: &[virga_ledger::exec::Receipt],
-) -> Replies {
+/// Each submission's outcomes from the block's receipts and refusals (`Ok(index)` is a
+/// position among the candidates the block was built from).
+fn outcomes_of(slots: Vec<(String, virga_net::role::CallId, Vec<AdmissionSlot>)>, built: &BuiltBlock) -> Replies {
+    let receipt_of = |index: usize| {
+        built.outcome.executed.included.binary_search(&index).ok().and_then(|at| built.outcome.receipts().get(at))
+    };
+    let refusal_of = |index: usize| built.refused.iter().find(|refused| refused.index == index);
     slots
         .into_iter()
         .map(|(to, call, outcomes)| {
             let outcomes = outcomes
                 .into_iter()
                 .map(|(tx_hash, slot)| match slot {
-                    Ok(index) => match receipts.get(index).map(|receipt| &receipt.outcome) {
-                        Some(Ok(())) => TxOutcome {
+                    Ok(index) => match (receipt_of(index), refusal_of(index)) {
+                        (Some(receipt), _) => TxOutcome {
                             tx_hash: tx_hash.to_vec(),
                             included: true,
-                            succeeded: true,
-                            reason: String::new(),
+                            succeeded: receipt.success,
+                            reason: if receipt.success { String::new() } else { "reverted".to_string() },
                         },
-                        Some(Err(reason)) => TxOutcome {
-                            tx_hash: tx_hash.to_vec(),
-                            included: true,
-                            succeeded: false,
-                            reason: reason.name().to_string(),
-                        },
+                        (None, Some(refused)) => left_out(tx_hash, refused.reason.name().to_string()),
                         // Left out by the builder's gas bound: the client resubmits it.
-                        None => left_out(tx_hash, "block_full".to_string()),
+                        (None, None) => left_out(tx_hash, "block_full".to_string()),
                     },
                     Err(reason) => left_out(tx_hash, reason.code().to_string()),
                 })

@@ -69,19 +69,20 @@ impl MinerCore {
         let bag = bag_from_wire(announcement.bag);
         check_keys(&bag.keys).map_err(AnnouncementRefusal::BagKeys)?;
         let chain = self.config.chain;
-        let views = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Staged, &self.pool)?;
+        let transactions = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Parallel, &self.pool)?;
         let mut layer = self.layer.tip.clone();
         let grown = attach_bag(&mut layer.top, &bag)?;
         record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
-        let written = views.iter().flat_map(|view| [view.sender_key, view.to_key]);
-        record_paths(&mut layer.unpruned, written.chain([keccak256(block.header.beneficiary)]));
         let verified = if self.skips_block_check() {
             None
         } else {
             let top = std::mem::replace(&mut layer.top, virga_trie::PartialTrie::from_root_hash(B256::ZERO));
-            Some(execute_block(&chain, top, &block, views, ExecMode::Staged, &self.pool)?)
+            let hashes = &layer.hashes;
+            Some(execute_block(&chain, top, hashes, &block, transactions, ExecMode::Parallel, &self.pool)?)
         };
+        let beneficiary = keccak256(block.header.beneficiary);
         if let Some(verified) = verified {
+            record_paths(&mut layer.unpruned, verified.outcome.touched_keys().chain([beneficiary]));
             layer.top = verified.state;
         } else {
             // The broken variant adopts the announced root without executing anything.
@@ -102,7 +103,7 @@ impl MinerCore {
         );
         let hash = block.hash();
         let number = block.header.number;
-        layer.header = block.header;
+        layer.advance(block.header, hash);
         Ok((number, hash, layer))
     }
 }

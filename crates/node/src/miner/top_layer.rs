@@ -3,6 +3,7 @@
 
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, B256};
+use virga_ledger::exec::RecentHashes;
 use virga_trie::PartialTrie;
 
 use super::MinerStats;
@@ -44,13 +45,23 @@ pub(crate) struct Layer {
     /// over budget.
     pub(crate) estimated_bytes: usize,
     pub(crate) unpruned: Unpruned,
+    /// Hashes of the blocks up to `header`'s that `BLOCKHASH` reaches (those this miner saw).
+    pub(crate) hashes: RecentHashes,
 }
 
 impl Layer {
     pub(crate) fn of_root(header: Header) -> Layer {
         let top = PartialTrie::from_root_hash(header.state_root);
         let estimated_bytes = top.memory_bytes();
-        Layer { header, top, estimated_bytes, unpruned: None }
+        let mut hashes = RecentHashes::default();
+        hashes.push(header.number, header.hash_slow());
+        Layer { header, top, estimated_bytes, unpruned: None, hashes }
+    }
+
+    /// Moves the layer to `header`, the block whose state `top` now holds.
+    pub(crate) fn advance(&mut self, header: Header, hash: B256) {
+        self.hashes.push(header.number, hash);
+        self.header = header;
     }
 }
 

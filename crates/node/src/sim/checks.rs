@@ -283,15 +283,18 @@ fn replay_chain(fixture: &Fixture, disks: &Disks, miner: &str) -> Result<Replaye
         state: fixture.state.clone(),
     };
     let head = store.head().map_or(0, |(number, _)| number);
+    let mut hashes = virga_ledger::exec::RecentHashes::default();
+    hashes.push(parent.number, parent.hash_slow());
     for number in 1..=head {
         let bytes = store
             .get_by_number(number)
             .map_err(|source| ChainProblem::Read { number, source })?
             .ok_or(ChainProblem::Missing(number))?;
         let block = Block::decode(&bytes).map_err(|source| ChainProblem::Decode { number, source })?;
-        let verified = verify_block(&fixture.config, &parent, &state, &block, None, ExecMode::Serial, &pool)
+        let verified = verify_block(&fixture.config, &parent, &state, &hashes, &block, None, ExecMode::Serial, &pool)
             .map_err(|source| ChainProblem::Invalid { number, source })?;
         state = verified.state;
+        hashes.push(number, block.hash());
         for tx in &block.transactions {
             if let Some(earlier) = replayed.transfers.insert(tx.hash(), number) {
                 return Err(ChainProblem::Twice { tx: tx.hash(), earlier, number });
