@@ -89,6 +89,14 @@ pub struct EvmBenchReport {
     /// Blocks the parallel executor handed to the serial one, over all runs.
     pub parallel_serial_blocks: usize,
     pub roots_agree: bool,
+    /// Virga's executor writing each block into the DSM-Tree and hashing the state root
+    /// after it (write-through, roots per block).
+    pub virga_root_per_block_tx_per_sec: f64,
+    /// revm alone with `eth_trie` keeping the same state's tries, root after every block
+    /// (only with the `peers` feature).
+    pub revm_eth_trie_root_per_block_tx_per_sec: Option<f64>,
+    /// Every block's root the same from both (only with the `peers` feature).
+    pub block_roots_agree: Option<bool>,
     pub virga_root: B256,
     pub revm_root: B256,
     pub setup_seconds: f64,
@@ -213,6 +221,48 @@ fn run_virga(
     (begun.elapsed().as_secs_f64(), included)
 }
 
+/// The executors each run measures, in the order of the first run.
+#[cfg(feature = "peers")]
+const EXECUTORS: [&str; 6] =
+    ["virga", "virga-parallel", "virga-write-through", "revm", "virga-root-per-block", "revm-eth_trie"];
+#[cfg(not(feature = "peers"))]
+const EXECUTORS: [&str; 5] = ["virga", "virga-parallel", "virga-write-through", "revm", "virga-root-per-block"];
+
+/// Runs every block with Virga's serial executor writing through to the trie, and hashes
+/// the state root after each block; returns the seconds, the transactions included, and
+/// the roots.
+fn run_virga_with_roots(state: &mut CachedState, workload: &EvmWorkload) -> ((f64, usize), Vec<B256>) {
+    let begun = Instant::now();
+    let (mut included, mut roots) = (0, Vec::with_capacity(workload.blocks.len()));
+    for (context, txs) in &workload.blocks {
+        match state.execute_block(&DecimalHashes, context, txs) {
+            Ok(executed) => included += executed.receipts.len(),
+            Err(error) => panic!("the benchmark's own state cannot be read: {error}"),
+        }
+        roots.push(state.root());
+    }
+    ((begun.elapsed().as_secs_f64(), included), roots)
+}
+
+/// revm and `eth_trie`, the root after every block (loading the genesis is not timed).
+#[cfg(feature = "peers")]
+fn run_revm_eth_trie(workload: &EvmWorkload) -> ((f64, usize), Vec<B256>) {
+    let mut peer = crate::evm_roots::RevmEthTrie::new(&workload.genesis);
+    let begun = Instant::now();
+    let (mut included, mut roots) = (0, Vec::with_capacity(workload.blocks.len()));
+    for (context, txs) in &workload.blocks {
+        let (executed, root) = peer.execute_block(context, txs);
+        included += executed.receipts.len();
+        roots.push(root);
+    }
+    ((begun.elapsed().as_secs_f64(), included), roots)
+}
+
+#[cfg(not(feature = "peers"))]
+fn run_revm_eth_trie(_workload: &EvmWorkload) -> ((f64, usize), Vec<B256>) {
+    ((0.0, 0), Vec::new())
+}
+
 fn run_revm(db: &mut ReferenceDb, workload: &EvmWorkload) -> (f64, usize) {
     let begun = Instant::now();
     let mut included = 0;
@@ -238,11 +288,26 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
     // Virga's root, revm's, and whether all of Virga's modes agreed.
     let mut roots = (B256::ZERO, B256::ZERO, true);
     let mut included = 0;
+    let mut block_roots: (Vec<B256>, Vec<B256>) = (Vec::new(), Vec::new());
     for run in 0..config.runs.max(1) {
-        let mut order = ["virga", "virga-parallel", "virga-write-through", "revm"];
-        order.rotate_left(run % 4);
+        let mut order = EXECUTORS.to_vec();
+        let count = order.len();
+        order.rotate_left(run % count);
         for executor in order {
-            let (seconds, count) = if executor != "revm" {
+            let (seconds, count) = if executor == "virga-root-per-block" {
+                let mut state = CachedState::new(genesis_trie.clone(), CachedState::DEFAULT_CAPACITY);
+                let (timed, roots) = run_virga_with_roots(&mut state, &workload);
+                if run == 0 {
+                    block_roots.0 = roots;
+                }
+                timed
+            } else if executor == "revm-eth_trie" {
+                let (timed, roots) = run_revm_eth_trie(&workload);
+                if run == 0 {
+                    block_roots.1 = roots;
+                }
+                timed
+            } else if executor != "revm" {
                 let write_back = executor != "virga-write-through";
                 let mut state =
                     CachedState::new(genesis_trie.clone(), CachedState::DEFAULT_CAPACITY).with_write_back(write_back);
@@ -277,6 +342,7 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
     };
     let (virga, write_through, revm) = (rate("virga"), rate("virga-write-through"), rate("revm"));
     let parallel = rate("virga-parallel");
+    let peer_measured = EXECUTORS.contains(&"revm-eth_trie");
     let ParallelTotals { blocks: blocks_run, rounds, reexecutions, serial_blocks } = totals;
     let over = |rate: f64| if revm > 0.0 { rate / revm } else { 0.0 };
     EvmBenchReport {
@@ -296,6 +362,9 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
         parallel_reexecuted_share: reexecutions as f64 / (transactions * config.runs.max(1)) as f64,
         parallel_serial_blocks: serial_blocks,
         roots_agree: roots.0 == roots.1 && roots.2,
+        virga_root_per_block_tx_per_sec: rate("virga-root-per-block"),
+        revm_eth_trie_root_per_block_tx_per_sec: peer_measured.then(|| rate("revm-eth_trie")),
+        block_roots_agree: peer_measured.then(|| block_roots.0 == block_roots.1 && !block_roots.0.is_empty()),
         virga_root: roots.0,
         revm_root: roots.1,
         setup_seconds,
@@ -316,5 +385,9 @@ mod tests {
         assert_eq!((report.blocks, report.included), (3, 300));
         assert!(report.virga_parallel_tx_per_sec > 0.0 && report.parallel_serial_blocks == 0);
         assert!(report.virga_tx_per_sec > 0.0 && report.revm_tx_per_sec > 0.0);
+        assert!(report.virga_root_per_block_tx_per_sec > 0.0);
+        if cfg!(feature = "peers") {
+            assert_eq!(report.block_roots_agree, Some(true), "every block's root, Virga against eth_trie");
+        }
     }
 }

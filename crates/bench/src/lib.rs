@@ -7,6 +7,8 @@
 pub mod dkv;
 pub mod dkv_etcd;
 pub mod evm;
+#[cfg(feature = "peers")]
+pub mod evm_roots;
 pub mod kv;
 pub mod ledger;
 #[cfg(feature = "peers")]

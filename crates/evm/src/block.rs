@@ -271,9 +271,10 @@ impl CachedState {
     }
 }
 
-/// The block rule both executors share: `txs` in order, each refused if its gas limit
-/// exceeds what the block has left or if `transact` refuses it; a state error ends the block.
-pub(crate) fn execute_in_order(
+/// The block rule every executor shares (and a peer that drives revm itself can reuse):
+/// `txs` in order, each refused if its gas limit exceeds what the block has left or if
+/// `transact` refuses it; a state error ends the block.
+pub fn execute_in_order(
     block: &BlockContext,
     txs: &[EthTransaction],
     mut transact: impl FnMut(TxEnv) -> Result<ExecutionResult, ExecError>,

@@ -91,13 +91,15 @@ pub struct BlockContext {
 }
 
 impl BlockContext {
-    pub(crate) fn cfg(&self) -> CfgEnv {
+    /// revm's configuration for the block: the fork's spec and the chain id.
+    pub fn cfg(&self) -> CfgEnv {
         let mut cfg = CfgEnv::new_with_spec(self.fork.spec());
         cfg.chain_id = self.chain_id;
         cfg
     }
 
-    pub(crate) fn block_env(&self, cfg: &CfgEnv) -> BlockEnv {
+    /// revm's block environment (the blob base fee follows `cfg`'s fork).
+    pub fn block_env(&self, cfg: &CfgEnv) -> BlockEnv {
         let mut block = BlockEnv {
             number: U256::from(self.number),
             beneficiary: self.coinbase,
