@@ -37,10 +37,10 @@ run() {
 
 if [[ "${1:-}" == "--ci" ]]; then
     run node_decoder -seed=1 -runs=2000000
-    run proof_verifier -seed=1 -runs=100000
-    run bag_application -seed=1 -runs=40000
+    run proof_verifier -seed=1 -runs=50000
+    run bag_application -seed=1 -runs=20000
     run wal_record -seed=1 -runs=1000000
-    run log_segment -seed=1 -runs=200000
+    run log_segment -seed=1 -runs=100000
     run tx_decode -seed=1 -runs=1000000
     run block_decode -seed=1 -runs=500000
     run storage_checkpoint -seed=1 -runs=300000

@@ -20,8 +20,10 @@ use virga_evm::parallel::ParallelTotals;
 use virga_evm::reference::{
     execute_reference, genesis_reference, genesis_state, reference_root, GenesisAccount, ReferenceDb,
 };
+use virga_evm::speculation::{pre_execute, Footprint};
 use virga_evm::{BlockContext, CachedState, DecimalHashes, EthTransaction, Fork};
 use virga_ledger::tx::SigningKey;
+use virga_trie::account::StateTrie;
 
 use crate::median;
 use crate::rainblock::Machine;
@@ -31,6 +33,9 @@ pub const TOKEN_ADDRESS: Address = Address::new([0x7a; 20]);
 const CHAIN_ID: u64 = 1;
 const BASE_FEE: u64 = 7;
 const TRANSFER_GAS_LIMIT: u64 = 100_000;
+/// A RainBlock client's batch and compaction level (`virga up`'s defaults).
+const WITNESS_BATCH: usize = 250;
+const WITNESS_COMPACTION: usize = 5;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct EvmBenchConfig {
@@ -97,6 +102,10 @@ pub struct EvmBenchReport {
     pub revm_eth_trie_root_per_block_tx_per_sec: Option<f64>,
     /// Every block's root the same from both (only with the `peers` feature).
     pub block_roots_agree: Option<bool>,
+    /// Witnesses of the first block's calls (each sender's first), from their speculative
+    /// pre-execution (a guessed block one later than the genesis's child): what RainBlock's
+    /// clients would fetch.
+    pub witnesses: WitnessBytes,
     pub virga_root: B256,
     pub revm_root: B256,
     pub setup_seconds: f64,
@@ -219,6 +228,89 @@ fn run_virga(
         }
     }
     (begun.elapsed().as_secs_f64(), included)
+}
+
+/// Witness bytes per ERC-20 call: each call's own proofs (accounts, storage slots, code)
+/// against the bag a client sends for a batch (proofs merged, each node once, the top
+/// `compaction` levels left out, code once).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WitnessBytes {
+    pub calls: usize,
+    pub batch: usize,
+    pub compaction: usize,
+    pub accounts_per_call: f64,
+    pub slots_per_call: f64,
+    pub full_per_call: f64,
+    pub bagged_per_call: f64,
+    /// Of `full_per_call`: the contract's code.
+    pub code_per_call: f64,
+}
+
+/// Pre-executes the first block's calls against the genesis with a guessed context and
+/// sizes their witnesses, full and bagged (batches of `batch`, compaction `compaction`).
+pub fn witness_bytes(state: &StateTrie, workload: &EvmWorkload, batch: usize, compaction: usize) -> WitnessBytes {
+    let Some((context, txs)) = workload.blocks.first() else { return WitnessBytes::default() };
+    let mut guessed = context.clone();
+    guessed.number += 1;
+    guessed.timestamp += 12;
+    // Each call is pre-executed alone on the genesis, so only a sender's first call is valid
+    // there; the others (later nonces) are left out of the count.
+    let footprints: Vec<Footprint> = txs
+        .iter()
+        .filter_map(|tx| pre_execute(state, &DecimalHashes, &guessed, tx).ok())
+        .filter(|(_, executed)| executed.refused.is_empty())
+        .map(|(footprint, _)| footprint)
+        .collect();
+    let proof_bytes = |proof: Vec<Vec<u8>>| proof.iter().map(Vec::len).sum::<usize>();
+    let code_bytes = |footprint: &Footprint| -> usize {
+        footprint.code.iter().map(|hash| state.code(hash).map_or(0, <[u8]>::len)).sum()
+    };
+    let (mut full, mut code, mut accounts, mut slots) = (0usize, 0usize, 0usize, 0usize);
+    for footprint in &footprints {
+        accounts += footprint.accounts.len();
+        slots += footprint.slots.len();
+        full += footprint
+            .accounts
+            .iter()
+            .map(|address| proof_bytes(state.accounts().prove(address.as_slice())))
+            .sum::<usize>();
+        full += footprint
+            .slots
+            .iter()
+            .filter_map(|(address, slot)| {
+                state.storage_trie(address).map(|trie| proof_bytes(trie.prove(B256::from(*slot).as_slice())))
+            })
+            .sum::<usize>();
+        code += code_bytes(footprint);
+    }
+    let mut bagged = 0usize;
+    for chunk in footprints.chunks(batch.max(1)) {
+        let mut bag = Footprint::default();
+        chunk.iter().for_each(|footprint| bag.extend(footprint));
+        let addresses: Vec<Address> = bag.accounts.iter().copied().collect();
+        bagged += state.accounts().prove_many(&addresses, compaction).node_bytes();
+        let mut by_contract: std::collections::BTreeMap<Address, Vec<B256>> = Default::default();
+        for (address, slot) in &bag.slots {
+            by_contract.entry(*address).or_default().push(B256::from(*slot));
+        }
+        for (address, slots) in by_contract {
+            if let Some(trie) = state.storage_trie(&address) {
+                bagged += trie.prove_many(&slots, compaction).node_bytes();
+            }
+        }
+        bagged += code_bytes(&bag);
+    }
+    let calls = footprints.len().max(1) as f64;
+    WitnessBytes {
+        calls: footprints.len(),
+        batch,
+        compaction,
+        accounts_per_call: accounts as f64 / calls,
+        slots_per_call: slots as f64 / calls,
+        full_per_call: (full + code) as f64 / calls,
+        bagged_per_call: bagged as f64 / calls,
+        code_per_call: code as f64 / calls,
+    }
 }
 
 /// The executors each run measures, in the order of the first run.
@@ -365,6 +457,7 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
         virga_root_per_block_tx_per_sec: rate("virga-root-per-block"),
         revm_eth_trie_root_per_block_tx_per_sec: peer_measured.then(|| rate("revm-eth_trie")),
         block_roots_agree: peer_measured.then(|| block_roots.0 == block_roots.1 && !block_roots.0.is_empty()),
+        witnesses: witness_bytes(&genesis_trie, &workload, WITNESS_BATCH, WITNESS_COMPACTION),
         virga_root: roots.0,
         revm_root: roots.1,
         setup_seconds,
@@ -386,6 +479,11 @@ mod tests {
         assert!(report.virga_parallel_tx_per_sec > 0.0 && report.parallel_serial_blocks == 0);
         assert!(report.virga_tx_per_sec > 0.0 && report.revm_tx_per_sec > 0.0);
         assert!(report.virga_root_per_block_tx_per_sec > 0.0);
+        let witnesses = &report.witnesses;
+        assert!(witnesses.calls > 10, "{witnesses:?}");
+        assert!(witnesses.slots_per_call > 1.5, "two balances per transfer (one for a self-transfer): {witnesses:?}");
+        assert!(witnesses.accounts_per_call >= 3.0, "sender, token and beneficiary: {witnesses:?}");
+        assert!(witnesses.bagged_per_call < witnesses.full_per_call, "{witnesses:?}");
         if cfg!(feature = "peers") {
             assert_eq!(report.block_roots_agree, Some(true), "every block's root, Virga against eth_trie");
         }

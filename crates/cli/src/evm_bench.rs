@@ -80,6 +80,15 @@ pub fn run_bench(args: &EvmBenchArgs) -> anyhow::Result<ExitCode> {
         ),
         _ => println!("  revm with eth_trie: not measured (build with `--features peers`)"),
     }
+    let witnesses = &report.witnesses;
+    println!(
+        "Witnesses of the first block's {} calls, from pre-execution with a guessed block ({:.1} accounts, {:.1} slots per call):",
+        witnesses.calls, witnesses.accounts_per_call, witnesses.slots_per_call
+    );
+    println!(
+        "  full: {:.0} bytes per call ({:.0} of them code); compacted and bagged (batches of {}, c={}): {:.0} bytes per call",
+        witnesses.full_per_call, witnesses.code_per_call, witnesses.batch, witnesses.compaction, witnesses.bagged_per_call
+    );
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
         println!("  report: {}", path.display());

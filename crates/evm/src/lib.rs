@@ -9,6 +9,8 @@
 //! - [`block`]: a block's transactions in order (Virga's serial executor), receipts with
 //!   logs and bloom, invalid transactions left out with the reason.
 //! - [`parallel`]: the same block in parallel rounds over a multi-version memory.
+//! - [`speculation`]: RainBlock's speculative pre-execution (the footprint of a guessed
+//!   block) and the miner's execution against the bag alone.
 //! - [`statetest`]: Ethereum's GeneralStateTests through that executor (`virga evm-test`).
 
 #![forbid(unsafe_code)]
@@ -21,6 +23,7 @@ pub mod fuzzing;
 pub mod overlay;
 pub mod parallel;
 pub mod reference;
+pub mod speculation;
 pub mod statetest;
 pub mod transaction;
 

@@ -28,6 +28,8 @@ pub enum TransactionError {
     Rlp(alloy_rlp::Error),
     #[error("{0} trailing byte(s) after the transaction")]
     TrailingBytes(usize),
+    #[error("a legacy transaction behind type byte 0x00: legacy transactions carry no type byte (EIP-2718)")]
+    TypedLegacy,
     /// `s` in the upper half of the curve order (EIP-2), `r` or `s` out of range, or no key
     /// recovers from the signature.
     #[error("invalid signature: no sender recovers from it (or s is above secp256k1n/2, EIP-2)")]
@@ -45,6 +47,9 @@ impl EthTransaction {
     /// Decodes exactly one EIP-2718 encoded transaction and recovers its sender.
     pub fn decode(bytes: &[u8]) -> Result<Self, TransactionError> {
         let Some(&first) = bytes.first() else { return Err(TransactionError::Empty) };
+        if first == 0x00 {
+            return Err(TransactionError::TypedLegacy);
+        }
         // 0x00–0x7f is a type byte (EIP-2718); legacy transactions start with an RLP list.
         if (MAX_KNOWN_TYPE + 1..=0x7f).contains(&first) {
             return Err(TransactionError::UnknownType(first));
@@ -157,6 +162,9 @@ mod tests {
     fn malformed_transactions_are_refused_with_the_reason() {
         assert_eq!(EthTransaction::decode(&[]), Err(TransactionError::Empty));
         assert_eq!(EthTransaction::decode(&[0x05, 0xc0]), Err(TransactionError::UnknownType(0x05)));
+        // Type 0x00 before a legacy list would decode and re-encode without the byte.
+        let legacy = hex::decode("00c9498041804a4a238008").expect("hex");
+        assert_eq!(EthTransaction::decode(&legacy), Err(TransactionError::TypedLegacy));
         let mut trailing = eip1559();
         trailing.push(0);
         assert_eq!(EthTransaction::decode(&trailing), Err(TransactionError::TrailingBytes(1)));

@@ -5,4 +5,5 @@
 mod agreement;
 mod common;
 mod contracts;
+mod speculation;
 mod state_tests;

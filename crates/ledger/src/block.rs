@@ -315,6 +315,16 @@ mod tests {
         expect_err(&with(&[0xc4, 0x83, 0x02, 0xc1, 0xc0, 0xc0]), "transaction 0: malformed transaction RLP");
         expect_err(&with(&[0xc2, 0x81, 0x90, 0xc0]), "transaction 0: malformed transaction RLP");
         expect_err(&with(&[0xc1, 0xc0, 0xc0]), "transaction 0: malformed transaction RLP");
+        // A legacy transaction wrapped in a string behind type 0x00 (it would re-encode bare).
+        let typed_legacy = [&[0x00], transfers(1)[0].encode().as_slice()].concat();
+        let mut item = Vec::new();
+        RlpHeader { list: false, payload_length: typed_legacy.len() }.encode(&mut item);
+        item.extend_from_slice(&typed_legacy);
+        let mut body = Vec::new();
+        RlpHeader { list: true, payload_length: item.len() }.encode(&mut body);
+        body.extend_from_slice(&item);
+        body.push(0xc0);
+        expect_err(&with(&body), "transaction 0: a legacy transaction behind type byte 0x00");
         let tx = transfers(1)[0].encode();
         let mut list = Vec::new();
         RlpHeader { list: true, payload_length: tx.len() + 1 }.encode(&mut list);

@@ -43,6 +43,9 @@ pub enum TxError {
     /// A type byte no fork defines.
     #[error("transaction type 0x{0:02x} is unknown (known: 0 legacy, 1 EIP-2930, 2 EIP-1559, 3 EIP-4844, 4 EIP-7702)")]
     UnknownType(u8),
+    /// A legacy transaction behind a type byte 0x00 (legacy transactions carry none).
+    #[error("a legacy transaction behind type byte 0x00: legacy transactions carry no type byte (EIP-2718)")]
+    TypedLegacy,
     /// A type Ethereum defines but Virga's chain does not carry.
     #[error("transaction type 0x{ty:02x} is not accepted: {why}")]
     UnsupportedType { ty: u8, why: &'static str },
@@ -323,6 +326,9 @@ impl SignedTx {
     pub fn decode(bytes: &[u8]) -> Result<SignedTx, TxError> {
         let Some(&first) = bytes.first() else { return Err(TxError::Empty) };
         // 0x00–0x7f is a type byte (EIP-2718); a legacy transaction starts with an RLP list.
+        if first == 0x00 {
+            return Err(TxError::TypedLegacy);
+        }
         if (0x05..=0x7f).contains(&first) {
             return Err(TxError::UnknownType(first));
         }
@@ -356,6 +362,10 @@ impl SignedTx {
             )));
         }
         let envelope = TxEnvelope::decode(buf)?;
+        if first < 0xc0 && matches!(envelope, TxEnvelope::Legacy(_)) {
+            // An RLP string holds a typed transaction; a legacy one inside is type 0x00.
+            return Err(TxError::TypedLegacy);
+        }
         SignedTx::from_envelope(envelope)
     }
 
@@ -506,6 +516,9 @@ mod tests {
             ([good.as_slice(), &[0x80]].concat(), "1 trailing byte"),
             ([&[0x02], &good[..]].concat(), "malformed transaction RLP"),
             (vec![0x07, 0xc0], "type 0x07 is unknown"),
+            // Found by the tx_decode fuzz target: type 0x00 before a legacy list.
+            ([&[0x00], &good[..]].concat(), "legacy transactions carry no type byte"),
+            (vec![0x00, 0xc9, 0x49, 0x80, 0x41, 0x80, 0x4a, 0x4a, 0x23, 0x80, 0x08], "type byte"),
             (vec![0x83, 1, 2, 3], "malformed transaction RLP"),
             (vec![0xc0], "malformed transaction RLP"),
             (vec![0xc3, 0x01, 0x02, 0x03], "malformed transaction RLP"),
