@@ -36,6 +36,38 @@ pub enum TransactionError {
     InvalidSignature,
 }
 
+/// Decodes exactly one EIP-2718 encoded transaction of any type, without recovering its
+/// signer: the format only, every error named. The ledger's decoder shares it.
+pub fn decode_envelope(bytes: &[u8]) -> Result<TxEnvelope, TransactionError> {
+    let Some(&first) = bytes.first() else { return Err(TransactionError::Empty) };
+    if first == 0x00 {
+        return Err(TransactionError::TypedLegacy);
+    }
+    // 0x00–0x7f is a type byte (EIP-2718); legacy transactions start with an RLP list.
+    if (MAX_KNOWN_TYPE + 1..=0x7f).contains(&first) {
+        return Err(TransactionError::UnknownType(first));
+    }
+    let mut rest = bytes;
+    let envelope = if first >= 0x80 {
+        // Legacy: decoded as such, so a malformed one gets the RLP decoder's reason rather
+        // than the envelope's "unexpected type 0".
+        let signed = alloy_consensus::Signed::<alloy_consensus::TxLegacy>::rlp_decode(&mut rest)
+            .map_err(TransactionError::Rlp)?;
+        TxEnvelope::Legacy(signed)
+    } else {
+        TxEnvelope::decode_2718(&mut rest).map_err(|error| match error {
+            Eip2718Error::RlpError(error) => TransactionError::Rlp(error),
+            Eip2718Error::UnexpectedType(ty) => TransactionError::UnknownType(ty),
+            // Eip2718Error is non-exhaustive; anything new is a format error too.
+            other => TransactionError::Rlp(other.into()),
+        })?
+    };
+    if !rest.is_empty() {
+        return Err(TransactionError::TrailingBytes(rest.len()));
+    }
+    Ok(envelope)
+}
+
 /// A decoded transaction with its signer: what a block holds and execution needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EthTransaction {
@@ -46,33 +78,7 @@ pub struct EthTransaction {
 impl EthTransaction {
     /// Decodes exactly one EIP-2718 encoded transaction and recovers its sender.
     pub fn decode(bytes: &[u8]) -> Result<Self, TransactionError> {
-        let Some(&first) = bytes.first() else { return Err(TransactionError::Empty) };
-        if first == 0x00 {
-            return Err(TransactionError::TypedLegacy);
-        }
-        // 0x00–0x7f is a type byte (EIP-2718); legacy transactions start with an RLP list.
-        if (MAX_KNOWN_TYPE + 1..=0x7f).contains(&first) {
-            return Err(TransactionError::UnknownType(first));
-        }
-        let mut rest = bytes;
-        let envelope = if first >= 0x80 {
-            // Legacy: decoded as such, so a malformed one gets the RLP decoder's reason
-            // rather than the envelope's "unexpected type 0".
-            let signed = alloy_consensus::Signed::<alloy_consensus::TxLegacy>::rlp_decode(&mut rest)
-                .map_err(TransactionError::Rlp)?;
-            TxEnvelope::Legacy(signed)
-        } else {
-            TxEnvelope::decode_2718(&mut rest).map_err(|error| match error {
-                Eip2718Error::RlpError(error) => TransactionError::Rlp(error),
-                Eip2718Error::UnexpectedType(ty) => TransactionError::UnknownType(ty),
-                // Eip2718Error is non-exhaustive; anything new is a format error too.
-                other => TransactionError::Rlp(other.into()),
-            })?
-        };
-        if !rest.is_empty() {
-            return Err(TransactionError::TrailingBytes(rest.len()));
-        }
-        Self::from_envelope(envelope)
+        Self::from_envelope(decode_envelope(bytes)?)
     }
 
     /// A transaction built in process (a workload, a test), its sender recovered as for one

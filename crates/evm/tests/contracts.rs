@@ -1,49 +1,18 @@
 //! The workload's contracts executed by Virga's block executor: what they write, where, and
 //! how that depends on the block.
 
-use crate::common::{sender, Call};
-use alloy_primitives::{address, Address, Bytes, TxKind, B256, U256};
+use crate::common::{
+    contracts_block as block, contracts_genesis as genesis, sender, Call, KITTIES_AT, LOTTERY_AT, TOKEN_AT,
+};
+use alloy_primitives::{Address, Bytes, TxKind, B256, U256};
 use virga_core::KECCAK_EMPTY;
-use virga_evm::contracts::{kitties, lottery, token, KITTIES, LOTTERY, TOKEN};
-use virga_evm::{execute_block, BlockContext, BlockHashes, DecimalHashes, EthTransaction, ExecutedBlock, Fork};
-use virga_trie::account::{Account, StateTrie};
-
-const TOKEN_AT: Address = address!("00000000000000000000000000000000000e2c20");
-const KITTIES_AT: Address = address!("000000000000000000000000000000000000c47e");
-const LOTTERY_AT: Address = address!("0000000000000000000000000000000000001077");
+use virga_evm::contracts::{kitties, lottery, token, TOKEN};
+use virga_evm::{execute_block, BlockHashes, DecimalHashes, EthTransaction, ExecutedBlock};
+use virga_trie::account::StateTrie;
 
 fn sign(seed: u32, nonce: u64, to: TxKind, input: Bytes) -> EthTransaction {
     let gas_limit = if to.is_create() { 2_000_000 } else { 300_000 };
     crate::common::sign(seed, Call { nonce, to, value: U256::ZERO, input, gas_limit, legacy: false })
-}
-
-fn genesis() -> StateTrie {
-    let mut state = StateTrie::new();
-    for seed in 1..=3 {
-        state.set_account(sender(seed), Account::with_balance(0, U256::from(10u64).pow(U256::from(18))));
-    }
-    for (at, contract) in [(TOKEN_AT, TOKEN), (KITTIES_AT, KITTIES), (LOTTERY_AT, LOTTERY)] {
-        let code_hash = state.insert_code(&contract.runtime_code());
-        state.set_account(at, Account { code_hash, ..Account::default() });
-    }
-    state.set_storage(TOKEN_AT, B256::from(token::balance_slot(sender(1))), U256::from(1_000));
-    state.root();
-    state
-}
-
-fn block(number: u64) -> BlockContext {
-    BlockContext {
-        fork: Fork::Cancun,
-        chain_id: 1,
-        number,
-        timestamp: 1_000 + number,
-        coinbase: address!("00000000000000000000000000000000000c0de5"),
-        gas_limit: 30_000_000,
-        base_fee: 7,
-        difficulty: U256::ZERO,
-        prev_randao: B256::ZERO,
-        excess_blob_gas: 0,
-    }
 }
 
 fn run(state: &mut StateTrie, number: u64, txs: &[EthTransaction]) -> ExecutedBlock {

@@ -3,50 +3,18 @@
 //! transaction touches (the lottery's bucket), never when it only changed a value (the
 //! kitties' genes, a token transfer).
 
-use crate::common::{sender, Call};
-use alloy_primitives::{address, Address, Bytes, TxKind, B256, U256};
+use crate::common::{
+    contracts_block as block, contracts_genesis as genesis, sender, Call, KITTIES_AT, LOTTERY_AT, TOKEN_AT,
+};
+use alloy_primitives::{Address, Bytes, TxKind, B256, U256};
 use proptest::prelude::*;
-use virga_evm::contracts::{kitties, lottery, token, KITTIES, LOTTERY, TOKEN};
+use virga_evm::contracts::{kitties, lottery, token};
 use virga_evm::speculation::{execute_bagged, pre_execute, Footprint};
-use virga_evm::{BlockContext, BlockHashes, DecimalHashes, EthTransaction, Fork, StateError};
-use virga_trie::account::{Account, StateTrie};
-
-const TOKEN_AT: Address = address!("00000000000000000000000000000000000e2c20");
-const KITTIES_AT: Address = address!("000000000000000000000000000000000000c47e");
-const LOTTERY_AT: Address = address!("0000000000000000000000000000000000001077");
+use virga_evm::{BlockHashes, DecimalHashes, EthTransaction, StateError};
 
 fn call(seed: u32, to: Address, input: Bytes) -> EthTransaction {
     let call = Call { nonce: 0, to: TxKind::Call(to), value: U256::ZERO, input, gas_limit: 300_000, legacy: false };
     crate::common::sign(seed, call)
-}
-
-fn genesis() -> StateTrie {
-    let mut state = StateTrie::new();
-    for seed in 1..=3 {
-        state.set_account(sender(seed), Account::with_balance(0, U256::from(10u64).pow(U256::from(18))));
-    }
-    for (at, contract) in [(TOKEN_AT, TOKEN), (KITTIES_AT, KITTIES), (LOTTERY_AT, LOTTERY)] {
-        let code_hash = state.insert_code(&contract.runtime_code());
-        state.set_account(at, Account { code_hash, ..Account::default() });
-    }
-    state.set_storage(TOKEN_AT, B256::from(token::balance_slot(sender(1))), U256::from(1_000));
-    state.root();
-    state
-}
-
-fn block(number: u64) -> BlockContext {
-    BlockContext {
-        fork: Fork::Cancun,
-        chain_id: 1,
-        number,
-        timestamp: 1_000 + 12 * number,
-        coinbase: address!("00000000000000000000000000000000000c0de5"),
-        gas_limit: 30_000_000,
-        base_fee: 7,
-        difficulty: U256::ZERO,
-        prev_randao: B256::ZERO,
-        excess_blob_gas: 0,
-    }
 }
 
 /// The client's guess and the miner's block: pre-execution at `guessed`, then execution at

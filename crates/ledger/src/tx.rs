@@ -17,7 +17,7 @@ use std::fmt;
 use alloy_consensus::{
     crypto::SECP256K1N_HALF, SignableTransaction, Signed, Transaction as _, TxEip1559, TxEnvelope, TxLegacy,
 };
-use alloy_eips::eip2718::{Decodable2718, Eip2718Error, Encodable2718};
+use alloy_eips::eip2718::Encodable2718;
 use alloy_eips::Typed2718;
 use alloy_primitives::{keccak256, Address, Bytes, Signature, TxKind, B256, U256};
 use alloy_rlp::{Decodable, Encodable};
@@ -26,7 +26,7 @@ use secp256k1::{
     ecdsa::{RecoverableSignature, RecoveryId},
     Message, PublicKey, SecretKey, SECP256K1,
 };
-use virga_evm::EthTransaction;
+use virga_evm::{EthTransaction, TransactionError};
 
 /// Why a transaction could not be decoded or its sender recovered.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +62,20 @@ pub enum TxError {
     /// A secret key was not 32 bytes or not a valid secp256k1 scalar.
     #[error("invalid secret key: {0}")]
     InvalidKey(&'static str),
+}
+
+impl From<TransactionError> for TxError {
+    fn from(error: TransactionError) -> Self {
+        match error {
+            TransactionError::Empty => TxError::Empty,
+            TransactionError::Rlp(error) => TxError::Rlp(error),
+            TransactionError::TrailingBytes(count) => TxError::TrailingBytes(count),
+            TransactionError::UnknownType(ty) => TxError::UnknownType(ty),
+            TransactionError::TypedLegacy => TxError::TypedLegacy,
+            // The format decoder recovers no signer; kept total for the variant's sake.
+            TransactionError::InvalidSignature => TxError::Unrecoverable,
+        }
+    }
 }
 
 impl From<alloy_rlp::Error> for TxError {
@@ -324,31 +338,7 @@ impl SignedTx {
     /// Decodes a transaction's EIP-2718 encoding, which must span all of `bytes`. The
     /// signature is only parsed; [`SignedTx::recover_sender`] checks it.
     pub fn decode(bytes: &[u8]) -> Result<SignedTx, TxError> {
-        let Some(&first) = bytes.first() else { return Err(TxError::Empty) };
-        // 0x00–0x7f is a type byte (EIP-2718); a legacy transaction starts with an RLP list.
-        if first == 0x00 {
-            return Err(TxError::TypedLegacy);
-        }
-        if (0x05..=0x7f).contains(&first) {
-            return Err(TxError::UnknownType(first));
-        }
-        let mut rest = bytes;
-        let envelope = if first >= 0x80 {
-            // Legacy: decoded as such, so a malformed one gets the RLP decoder's reason
-            // rather than the envelope's "unexpected type 0".
-            TxEnvelope::Legacy(Signed::<TxLegacy>::rlp_decode(&mut rest)?)
-        } else {
-            TxEnvelope::decode_2718(&mut rest).map_err(|error| match error {
-                Eip2718Error::RlpError(error) => TxError::Rlp(error),
-                Eip2718Error::UnexpectedType(ty) => TxError::UnknownType(ty),
-                // Eip2718Error is non-exhaustive; anything new is a format error too.
-                other => TxError::Rlp(other.into()),
-            })?
-        };
-        if !rest.is_empty() {
-            return Err(TxError::TrailingBytes(rest.len()));
-        }
-        SignedTx::from_envelope(envelope)
+        SignedTx::from_envelope(virga_evm::transaction::decode_envelope(bytes)?)
     }
 
     /// Decodes one transaction in its block-body encoding from the front of `buf` and

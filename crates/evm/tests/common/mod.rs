@@ -1,9 +1,46 @@
-//! Keys and signing for the integration tests.
+//! Keys and signing for the integration tests, and the contracts' genesis and blocks.
 
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope, TxLegacy};
 use alloy_primitives::{Address, Bytes, Signature, TxKind, U256};
 use secp256k1::{Message, SecretKey, SECP256K1};
-use virga_evm::EthTransaction;
+use virga_evm::contracts::{token, KITTIES, LOTTERY, TOKEN};
+use virga_evm::{BlockContext, EthTransaction, Fork};
+use virga_trie::account::{Account, StateTrie};
+
+pub const TOKEN_AT: Address = alloy_primitives::address!("00000000000000000000000000000000000e2c20");
+pub const KITTIES_AT: Address = alloy_primitives::address!("000000000000000000000000000000000000c47e");
+pub const LOTTERY_AT: Address = alloy_primitives::address!("0000000000000000000000000000000000001077");
+
+/// Senders 1 to 3 with ether, the three contracts deployed, sender 1 holding 1,000 tokens.
+pub fn contracts_genesis() -> StateTrie {
+    let mut state = StateTrie::new();
+    for seed in 1..=3 {
+        state.set_account(sender(seed), Account::with_balance(0, U256::from(10u64).pow(U256::from(18))));
+    }
+    for (at, contract) in [(TOKEN_AT, TOKEN), (KITTIES_AT, KITTIES), (LOTTERY_AT, LOTTERY)] {
+        let code_hash = state.insert_code(&contract.runtime_code());
+        state.set_account(at, Account { code_hash, ..Account::default() });
+    }
+    state.set_storage(TOKEN_AT, alloy_primitives::B256::from(token::balance_slot(sender(1))), U256::from(1_000));
+    state.root();
+    state
+}
+
+/// Block `number` of the contracts' tests (Cancun, base fee 7).
+pub fn contracts_block(number: u64) -> BlockContext {
+    BlockContext {
+        fork: Fork::Cancun,
+        chain_id: 1,
+        number,
+        timestamp: 1_000 + number,
+        coinbase: alloy_primitives::address!("00000000000000000000000000000000000c0de5"),
+        gas_limit: 30_000_000,
+        base_fee: 7,
+        difficulty: U256::ZERO,
+        prev_randao: alloy_primitives::B256::ZERO,
+        excess_blob_gas: 0,
+    }
+}
 
 /// The test key numbered `seed` (1 and up).
 pub fn secret(seed: u32) -> SecretKey {
