@@ -43,13 +43,13 @@ if [[ "${1:-}" == "--ci" ]]; then
     run log_segment -seed=1 -runs=100000
     run tx_decode -seed=1 -runs=1000000
     run block_decode -seed=1 -runs=500000
-    run storage_checkpoint -seed=1 -runs=300000
-    run peer_request -seed=1 -runs=1000000
+    run storage_checkpoint -seed=1 -runs=150000
+    run peer_request -seed=1 -runs=500000
     run dkv_decode -seed=1 -runs=1000000
-    run raft_wire -seed=1 -runs=20000
-    run dkv_shard -seed=1 -runs=50000
-    run kv_session -seed=1 -runs=100000
-    run kairos_validator -seed=1 -runs=150000
+    run raft_wire -seed=1 -runs=10000
+    run dkv_shard -seed=1 -runs=25000
+    run kv_session -seed=1 -runs=50000
+    run kairos_validator -seed=1 -runs=75000
     run wlc_ledger_block -seed=1 -runs=500000
     run wlc_signed_vote -seed=1 -runs=100000
     run wlc_messages -seed=1 -runs=100000
