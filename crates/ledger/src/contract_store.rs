@@ -128,13 +128,11 @@ pub(crate) fn check(state: &StateTrie, every_account: bool) -> Result<(), Contra
         let account = account_of(state, address)?;
         let found = storage.root_hash();
         match account {
-            Some(account) if account.storage_root == found => {}
-            Some(account) if account.storage_root != EMPTY_ROOT || found != EMPTY_ROOT => {
+            Some(account) if account.storage_root != found => {
                 return Err(ContractProblem::StorageRoot { address: *address, expected: account.storage_root, found });
             }
-            Some(_) => {}
-            None if found == EMPTY_ROOT => {}
-            None => return Err(ContractProblem::OrphanStorage { address: *address }),
+            None if found != EMPTY_ROOT => return Err(ContractProblem::OrphanStorage { address: *address }),
+            _ => {}
         }
     }
     if every_account {

@@ -278,12 +278,11 @@ impl BuildJob {
         let Admitted { transfers, slots, bags } = self.admit(batch, &mut layer);
         let timestamp = self.now / 1_000_000_000;
         let config = Arc::clone(&self.config);
-        let hashes = layer.hashes.clone();
         let built = build_block(
             &config.chain,
             &parent,
             &mut layer.top,
-            &hashes,
+            &layer.hashes,
             transfers,
             config.beneficiary,
             timestamp,
