@@ -32,4 +32,19 @@ mod tests {
             state_test(input);
         }
     }
+
+    /// The tracked seeds of `fuzz/seeds/` (valid transactions and state tests, each found
+    /// worth keeping) go through the bodies in every test run.
+    #[test]
+    fn the_tracked_seeds_pass() {
+        let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
+        for (target, body) in [("eth_transaction", eth_transaction as fn(&[u8])), ("state_test", state_test)] {
+            let mut count = 0;
+            for entry in std::fs::read_dir(seeds.join(target)).unwrap() {
+                body(&std::fs::read(entry.unwrap().path()).unwrap());
+                count += 1;
+            }
+            assert!(count >= 6, "{target} has {count} seeds");
+        }
+    }
 }

@@ -180,6 +180,11 @@ mod tests {
         for seed in &seeds {
             tx_decode(seed);
         }
+        // The tracked seeds of `fuzz/seeds/tx_decode` (inputs the fuzzer found worth keeping).
+        let tracked = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/tx_decode");
+        for entry in std::fs::read_dir(tracked).unwrap() {
+            tx_decode(&std::fs::read(entry.unwrap().path()).unwrap());
+        }
         for _ in 0..3000 {
             let seed = &seeds[rng.random_range(0..seeds.len())];
             tx_decode(&mutate(&mut rng, seed));

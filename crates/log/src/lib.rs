@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 
 mod format;
+pub mod fuzzing;
 mod group;
 mod log;
 mod scan;

@@ -2,5 +2,6 @@
 //! instead of one per file. Each module is a concern of its own.
 
 mod crash_model;
+mod fuzz_smoke;
 mod group;
 mod on_disk;
