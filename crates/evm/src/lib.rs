@@ -9,6 +9,8 @@
 //! - [`block`]: a block's transactions in order (Virga's serial executor), receipts with
 //!   logs and bloom, invalid transactions left out with the reason.
 //! - [`parallel`]: the same block in parallel rounds over a multi-version memory.
+//! - [`partial`]: a partial world state (accounts, contracts' storage, code) as far as
+//!   witnesses reached: a RainBlock miner's top layer with its contracts.
 //! - [`speculation`]: RainBlock's speculative pre-execution (the footprint of a guessed
 //!   block) and the miner's execution against the bag alone.
 //! - [`statetest`]: Ethereum's GeneralStateTests through that executor (`virga evm-test`).
@@ -22,6 +24,7 @@ pub mod executor;
 pub mod fuzzing;
 pub mod overlay;
 pub mod parallel;
+pub mod partial;
 pub mod reference;
 pub mod speculation;
 pub mod statetest;
@@ -35,4 +38,5 @@ pub use db::{BlockHashes, DecimalHashes, StateDb, StateError, StateSource, World
 pub use executor::{execute_transaction, logs_hash, BlockContext, ExecError, Fork, TxOutcome};
 pub use overlay::{AccountWrite, BlockWrites};
 pub use parallel::{ParallelStats, SerialReason};
+pub use partial::{PartialState, WitnessJoinError};
 pub use transaction::{EthTransaction, TransactionError};

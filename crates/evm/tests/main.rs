@@ -5,5 +5,6 @@
 mod agreement;
 mod common;
 mod contracts;
+mod partial;
 mod speculation;
 mod state_tests;

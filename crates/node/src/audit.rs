@@ -13,7 +13,7 @@ use virga_ledger::verify::ExecMode;
 use virga_trie::shard::{Shard, ShardedTrie};
 
 use crate::cluster::{check_cluster_format, cluster_format_v1, ClusterError, CLUSTER_FILE};
-use crate::storage::{log_path, prefix_nibbles, shard_state, LogAccess, StorageError, StorageNode};
+use crate::storage::{log_path, prefix_nibbles, shard_genesis, LogAccess, StorageError, StorageNode};
 
 /// What an audit found wrong with a cluster directory, or could not read in it.
 #[derive(Debug, thiserror::Error)]
@@ -104,8 +104,7 @@ pub fn audit_cluster(
     check_cluster_format(&path, cluster.format)?;
     let prefix = prefix_nibbles(cluster.shards).ok_or(AuditError::ShardCount { path, shards: cluster.shards })?;
     let genesis = read_genesis(dir)?;
-    let sharded = shard_state(genesis.state.accounts().as_trie(), cluster.shards)
-        .map_err(|error| AuditError::Storage(error.into()))?;
+    let sharded = shard_genesis(&genesis.state, cluster.shards).map_err(|error| AuditError::Storage(error.into()))?;
     let verified = verify_blocks(&genesis, stored_blocks(dir), ExecMode::Parallel, pool, progress)?;
     let head = verified.summary.head_hash;
     let head_number = verified.summary.head_number;

@@ -21,7 +21,7 @@ use virga_net::proto::{KeyUpdate, ShardEntries, StorageCheckpoint};
 use virga_trie::shard::{Shard, ShardError, ShardedTrie};
 
 use crate::codec::{b256, decode_header, WireError};
-use crate::storage::prefix_nibbles;
+use crate::storage::{prefix_nibbles, ContractRefusal, Contracts};
 
 pub const CHECKPOINT_FILE: &str = "checkpoint.bin";
 /// The checkpoint before the newest one.
@@ -98,6 +98,8 @@ pub enum CheckpointDefect {
     ShardHash { shard: usize, rebuilt: B256, recorded: B256 },
     #[error("{0}")]
     Shards(#[source] ShardError),
+    #[error("contract storage: {0}")]
+    Contract(Box<ContractRefusal>),
     #[error("the shards give state root {computed}, block {number} says {header}")]
     StateRoot { number: u64, computed: B256, header: B256 },
 }
@@ -117,14 +119,18 @@ pub fn previous_of(path: &Path) -> PathBuf {
 pub fn write(
     storage: &dyn Storage,
     header: &Header,
-    shards: &ShardedTrie,
+    state: (&ShardedTrie, &Contracts),
     served: &[usize],
 ) -> Result<(), CheckpointError> {
-    let bytes = encode(header, shards, served).map_err(CheckpointError::Encode)?;
+    let bytes = encode(header, state, served).map_err(CheckpointError::Encode)?;
     install(storage, &bytes)
 }
 
-pub fn encode(header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result<Vec<u8>, CheckpointDefect> {
+pub fn encode(
+    header: &Header,
+    (shards, contracts): (&ShardedTrie, &Contracts),
+    served: &[usize],
+) -> Result<Vec<u8>, CheckpointDefect> {
     let mut images = Vec::with_capacity(served.len());
     for &index in served {
         let shard = shards.shard(index).ok_or(CheckpointDefect::NoShard(index))?;
@@ -134,10 +140,13 @@ pub fn encode(header: &Header, shards: &ShardedTrie, served: &[usize]) -> Result
             entries: entries.into_iter().map(|(key, value)| KeyUpdate { key, value }).collect(),
         });
     }
+    let (slots, codes) = contracts.entries();
     let checkpoint = StorageCheckpoint {
         header: alloy_rlp::encode(header),
         shard_hashes: shards.shards().iter().map(|shard| shard.subtree_hash().to_vec()).collect(),
         shards: images,
+        slots,
+        codes,
     };
     Ok(frame(&checkpoint.encode_to_vec()))
 }
@@ -184,6 +193,7 @@ pub struct Loaded {
     pub header: Header,
     pub hash: B256,
     pub shards: ShardedTrie,
+    pub contracts: Contracts,
 }
 
 /// Reads and checks the checkpoint at `path` for a node serving `served` of `shard_count`
@@ -234,6 +244,7 @@ pub fn decode(bytes: &[u8], served: &[usize], shard_count: usize) -> Result<Load
         return Err(CheckpointDefect::ShardHashCount { recorded: checkpoint.shard_hashes.len(), shard_count });
     }
     let prefix = prefix_nibbles(shard_count).ok_or(CheckpointDefect::ShardCount(shard_count))?;
+    let contracts = decode_contracts(&checkpoint)?;
     let mut shards = Vec::with_capacity(shard_count);
     for (index, recorded) in checkpoint.shard_hashes.iter().enumerate() {
         let recorded = b256(recorded, &format!("shard hash {index}"))?;
@@ -251,6 +262,8 @@ pub fn decode(bytes: &[u8], served: &[usize], shard_count: usize) -> Result<Load
             shard
                 .insert(&entry.key, &entry.value)
                 .map_err(|source| CheckpointDefect::Shard { shard: index, source })?;
+            let key = b256(&entry.key, "account key")?;
+            contracts.check_account_value(&key, Some(&entry.value)).map_err(contract_defect)?;
         }
         let rebuilt = shard.subtree_hash();
         if rebuilt != recorded {
@@ -259,12 +272,31 @@ pub fn decode(bytes: &[u8], served: &[usize], shard_count: usize) -> Result<Load
         shards.push(shard);
     }
     let shards = ShardedTrie::from_shards(shards).map_err(CheckpointDefect::Shards)?;
+    // Storage whose account is not in a served shard, or absent from it.
+    for account in contracts.accounts_with_storage() {
+        let raw = shards.get(account.as_slice()).map_err(CheckpointDefect::Shards)?;
+        contracts.check_account_value(account, raw.as_deref()).map_err(contract_defect)?;
+    }
     let computed = shards.root_hash();
     if computed != header.state_root {
         return Err(CheckpointDefect::StateRoot { number: header.number, computed, header: header.state_root });
     }
     let hash = header.hash_slow();
-    Ok(Loaded { header, hash, shards })
+    Ok(Loaded { header, hash, shards, contracts })
+}
+
+fn contract_defect(refusal: ContractRefusal) -> CheckpointDefect {
+    CheckpointDefect::Contract(Box::new(refusal))
+}
+
+/// The checkpoint's contract storage and code, every key checked for length.
+fn decode_contracts(checkpoint: &StorageCheckpoint) -> Result<Contracts, CheckpointDefect> {
+    let slots = checkpoint
+        .slots
+        .iter()
+        .map(|slot| Ok((b256(&slot.account, "slot account")?, b256(&slot.slot, "slot key")?, slot.value.clone())))
+        .collect::<Result<Vec<_>, WireError>>()?;
+    Ok(Contracts::from_entries(slots, checkpoint.codes.iter().cloned()))
 }
 
 #[cfg(test)]
@@ -276,10 +308,15 @@ mod tests {
         let storage = virga_core::device::MemStorage::new();
         let mut sharded = ShardedTrie::new(16).unwrap();
         for i in 0..200u8 {
-            sharded.insert(alloy_primitives::keccak256([i]).as_slice(), &[i + 1; 40]).unwrap();
+            sharded
+                .insert(
+                    alloy_primitives::keccak256([i]).as_slice(),
+                    &virga_trie::account::Account::with_balance(0, alloy_primitives::U256::from(i + 1)).rlp(),
+                )
+                .unwrap();
         }
         let header = Header { state_root: sharded.root_hash(), number: 5, ..Header::default() };
-        write(&storage, &header, &sharded, &[1, 2]).unwrap();
+        write(&storage, &header, (&sharded, &Contracts::default()), &[1, 2]).unwrap();
         let loaded = read(&storage, CHECKPOINT_FILE, &[1, 2], 16).unwrap();
         assert_eq!((loaded.header.number, loaded.hash), (5, header.hash_slow()));
         assert_eq!(loaded.shards.root_hash(), sharded.root_hash());
@@ -318,7 +355,7 @@ mod tests {
         // Whole, but the recorded shard hashes do not give the header's root; the sound one
         // before it is kept as the previous checkpoint.
         let lying = Header { state_root: B256::repeat_byte(9), ..header };
-        write(&storage, &lying, &sharded, &[1, 2]).unwrap();
+        write(&storage, &lying, (&sharded, &Contracts::default()), &[1, 2]).unwrap();
         let root = defect(read(&storage, CHECKPOINT_FILE, &[1, 2], 16));
         assert!(
             matches!(root, CheckpointDefect::StateRoot { number: 5, header, .. } if header == B256::repeat_byte(9))
@@ -341,6 +378,7 @@ mod tests {
             header: vec![0xc0, 0x01, 0x02],
             shard_hashes: sharded.shards().iter().map(|shard| shard.subtree_hash().to_vec()).collect(),
             shards: Vec::new(),
+            ..Default::default()
         };
         install(&storage, &frame(&checkpoint.encode_to_vec())).unwrap();
         match read(&storage, CHECKPOINT_FILE, &[], 16) {
@@ -357,12 +395,22 @@ mod tests {
         let mut installed = Vec::new();
         let mut sharded = ShardedTrie::new(16).unwrap();
         for i in 0..200u8 {
-            sharded.insert(alloy_primitives::keccak256([i]).as_slice(), &[i + 1; 40]).unwrap();
+            sharded
+                .insert(
+                    alloy_primitives::keccak256([i]).as_slice(),
+                    &virga_trie::account::Account::with_balance(0, alloy_primitives::U256::from(i + 1)).rlp(),
+                )
+                .unwrap();
         }
         for number in 1..=3u64 {
-            sharded.insert(alloy_primitives::keccak256([number as u8]).as_slice(), &[number as u8; 20]).unwrap();
+            sharded
+                .insert(
+                    alloy_primitives::keccak256([number as u8]).as_slice(),
+                    &virga_trie::account::Account::with_balance(0, alloy_primitives::U256::from(number)).rlp(),
+                )
+                .unwrap();
             let header = Header { state_root: sharded.root_hash(), number, ..Header::default() };
-            write(storage, &header, &sharded, &[1, 2]).unwrap();
+            write(storage, &header, (&sharded, &Contracts::default()), &[1, 2]).unwrap();
             installed.push(storage.operations());
         }
         installed

@@ -17,7 +17,7 @@ use virga_net::{Handler, Host, InProc, Rainblock, Transport};
 
 use crate::client::{ClientCore, ClientStats};
 use crate::miner::{open_store, Miner, MinerError, MinerStats};
-use crate::storage::{shard_state, StorageError, StorageNode};
+use crate::storage::{shard_genesis, StorageError, StorageNode};
 pub use crate::topology::{beneficiary, replicated_layout, storage_counts};
 use crate::topology::{Topology, TopologyError};
 use crate::workload::{offer, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
@@ -256,8 +256,8 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
         source,
     })?;
     let genesis = read_genesis(&config.dir)?;
-    let sharded = shard_state(genesis.state.accounts().as_trie(), config.topology.shards)
-        .map_err(|error| ClusterError::Storage(error.into()))?;
+    let sharded =
+        shard_genesis(&genesis.state, config.topology.shards).map_err(|error| ClusterError::Storage(error.into()))?;
     progress.finish();
 
     progress.phase("signing the users' transfers", config.transfers as u64);

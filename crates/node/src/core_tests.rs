@@ -151,7 +151,8 @@ fn submission(net: &mut Net, sender: usize, first_nonce: u64, count: u64) -> Sub
         if keys.is_empty() {
             continue;
         }
-        let witness = proto::WitnessRequest { keys, compaction: 0, at: Some(block_id(number, hash)) };
+        let witness =
+            proto::WitnessRequest { keys, compaction: 0, at: Some(block_id(number, hash)), ..Default::default() };
         bags.push(bag_from_wire(node.witness(&witness).unwrap().bag));
     }
     Submission {

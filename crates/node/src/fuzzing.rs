@@ -24,11 +24,15 @@ const SHARDS: usize = 16;
 /// The shards the fuzzed storage node serves (the others it knows by hash).
 const SERVED: [usize; 3] = [0, 1, 9];
 
-/// A small sharded state: 64 accounts' worth of keys and values.
+/// A small sharded state: 64 accounts.
 fn sample_state() -> ShardedTrie {
     let mut state = ShardedTrie::new(SHARDS).unwrap_or_else(|error| unreachable!("16 shards: {error}"));
     for i in 0..64u8 {
-        let value = [i.wrapping_add(1); 40];
+        let value = virga_trie::account::Account::with_balance(
+            0,
+            alloy_primitives::U256::from(i) + alloy_primitives::U256::from(1),
+        )
+        .rlp();
         state.insert(keccak256([i]).as_slice(), &value).unwrap_or_else(|error| unreachable!("{error}"));
     }
     state
@@ -68,7 +72,8 @@ pub fn storage_checkpoint(data: &[u8]) {
 pub fn sample_checkpoint() -> Vec<u8> {
     let state = sample_state();
     let header = Header { state_root: state.root_hash(), number: 3, ..Header::default() };
-    checkpoint::encode(&header, &state, &SERVED).unwrap_or_else(|error| unreachable!("{error}"))
+    checkpoint::encode(&header, (&state, &crate::storage::Contracts::default()), &SERVED)
+        .unwrap_or_else(|error| unreachable!("{error}"))
 }
 
 struct Peers {
@@ -84,6 +89,7 @@ fn peers() -> &'static Peers {
         let state = sample_state();
         let chain = ChainConfig { difficulty: U256::from(1u64), ..ChainConfig::default() };
         let genesis = Header { state_root: state.root_hash(), difficulty: chain.difficulty, ..Header::default() };
+        let state = crate::storage::ShardedState::of_accounts(state);
         let opened = StorageNode::open("storage-0", SERVED.to_vec(), SHARDS, chain, genesis.clone(), &state, None);
         let (storage, _) = opened.unwrap_or_else(|error| unreachable!("{error}"));
         let config = MinerConfig {

@@ -29,7 +29,7 @@ use crate::cluster::{
     CLUSTER_FORMAT,
 };
 use crate::miner::{open_store, Miner, MinerStats};
-use crate::storage::{shard_state, StorageNode};
+use crate::storage::{shard_genesis, StorageNode};
 use crate::topology::Topology;
 use crate::workload::{offer, sign_transfers, Accounts, Skew};
 
@@ -268,8 +268,7 @@ pub async fn run_storage(
         .ok_or_else(|| ProcessError::NoStorageNode { id: id.to_string() })?;
     let address = plan.address_of(id)?;
     let genesis = read_genesis(dir)?;
-    let sharded = shard_state(genesis.state.accounts().as_trie(), plan.shards)
-        .map_err(|error| ClusterError::Storage(error.into()))?;
+    let sharded = shard_genesis(&genesis.state, plan.shards).map_err(|error| ClusterError::Storage(error.into()))?;
     drop(genesis.state);
     let log = crate::storage::log_path(dir, id);
     let (node, replayed) =

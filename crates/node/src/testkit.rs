@@ -8,11 +8,10 @@ use virga_ledger::chain::{chain_config, genesis_header, genesis_json};
 use virga_ledger::verify::ChainConfig;
 use virga_trie::account::StateTrie;
 use virga_trie::genesis::Genesis;
-use virga_trie::shard::ShardedTrie;
 
 use crate::client::ClientConfig;
 use crate::miner::MinerConfig;
-use crate::storage::{shard_state, Served, StorageError, DEFAULT_RETAINED_VERSIONS};
+use crate::storage::{shard_genesis, Served, ShardedState, StorageError, DEFAULT_RETAINED_VERSIONS};
 use crate::topology::{Topology, TopologyError};
 use crate::workload::{Accounts, GENESIS_BALANCE};
 
@@ -35,7 +34,7 @@ pub struct Fixture {
     pub header: Header,
     /// The genesis state, whole (for replays).
     pub state: StateTrie,
-    pub sharded: ShardedTrie,
+    pub sharded: ShardedState,
     pub accounts: Accounts,
     /// Storage node ids with the shards each serves.
     pub layout: Vec<(String, Vec<usize>)>,
@@ -53,7 +52,7 @@ impl Fixture {
         let config = chain_config(&genesis)?;
         let mut state = genesis.state();
         let header = genesis_header(&genesis, state.root());
-        let sharded = shard_state(state.accounts().as_trie(), topology.shards)?;
+        let sharded = shard_genesis(&state, topology.shards)?;
         let layout = topology.layout();
         Ok(Fixture { topology, config, header, state, sharded, accounts, layout })
     }

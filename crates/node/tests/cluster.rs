@@ -48,7 +48,7 @@ struct Ran {
     dir: tempfile::TempDir,
     config: UpConfig,
     genesis: virga_ledger::chain::ChainGenesis,
-    sharded: virga_trie::ShardedTrie,
+    sharded: virga_node::storage::ShardedState,
 }
 
 impl Ran {
@@ -59,8 +59,7 @@ impl Ran {
         config.topology.max_block_transfers = max_block_transfers;
         run_and_audit(config.clone()).await;
         let genesis = virga_ledger::chain::read_genesis(dir.path()).unwrap();
-        let sharded =
-            virga_node::storage::shard_state(genesis.state.accounts().as_trie(), config.topology.shards).unwrap();
+        let sharded = virga_node::storage::shard_genesis(&genesis.state, config.topology.shards).unwrap();
         Ran { dir, config, genesis, sharded }
     }
 

@@ -39,7 +39,7 @@ use virga_net::{refusal, request, NetError, Rainblock, RequestBody, ResponseBody
 use crate::codec::{b256, bag_to_wire, block_id, parse_block_id};
 use crate::storage::prefix_nibbles;
 use queue::SenderQueues;
-pub use witness::{check_witness, WitnessError};
+pub use witness::{check_contract_witness, check_witness, ContractWitness, WitnessError};
 use witness::{Answered, WitnessFetch};
 
 /// A user's transfer: signed, with the sender it claims (a hint for prefetching only; the

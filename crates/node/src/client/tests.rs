@@ -15,7 +15,7 @@ use virga_net::{response, NetError, RequestBody, Response, ResponseBody};
 use super::*;
 use crate::cluster::{replicated_layout, write_genesis};
 use crate::codec::{bag_from_wire, block_id};
-use crate::storage::{shard_state, StorageNode};
+use crate::storage::{shard_state, ShardedState, StorageNode};
 use crate::workload::{Accounts, GAS_PRICE};
 
 const SHARDS: usize = 16;
@@ -74,7 +74,7 @@ fn open_nodes(
     header: &Header,
     state: &virga_trie::Trie,
 ) -> BTreeMap<String, Arc<StorageNode>> {
-    let sharded = shard_state(state, SHARDS).unwrap();
+    let sharded = ShardedState::of_accounts(shard_state(state, SHARDS).unwrap());
     layout
         .iter()
         .map(|(id, served)| {
@@ -483,6 +483,7 @@ fn check_witness_refuses_another_block_other_keys_and_a_tampered_node() {
         keys: served.iter().map(|key| key.to_vec()).collect(),
         compaction: 0,
         at: Some(block_id(number, hash)),
+        ..Default::default()
     };
     let honest = world.nodes[peer].witness(&request).unwrap();
     let (full, compact, values) = check_witness(honest.clone(), &served, (number, hash), root, 3).unwrap();

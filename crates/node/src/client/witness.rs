@@ -1,7 +1,7 @@
 //! A batch's witness fetch: which storage node is asked for which keys, the checks every
 //! witness must pass, and what a failed one leads to.
 
-use alloy_primitives::B256;
+use alloy_primitives::{B256, U256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use virga_net::proto;
 use virga_net::role::{CallId, Ids};
@@ -29,6 +29,20 @@ pub enum WitnessError {
     NoStorageNode { shard: usize },
     #[error("key {key} has no shard: {source}")]
     NoShard { key: B256, source: virga_trie::shard::ShardError },
+    #[error("{served} slot witnesses for the {asked} accounts asked")]
+    SlotWitnessCount { served: usize, asked: usize },
+    #[error("slot witness of account {account}, whose own witness was not verified")]
+    SlotsUnanchored { account: B256 },
+    #[error("slot witness of account {account} is about other slots than those asked")]
+    WrongSlots { account: B256 },
+    #[error("slot witness of account {account} does not verify against its storage root {root}: {source}")]
+    SlotsDoNotVerify { account: B256, root: B256, source: Box<ProofError> },
+    #[error("slot {slot} of account {account} holds a value that is not an RLP integer")]
+    SlotValue { account: B256, slot: B256 },
+    #[error("{served} pieces of code for the {asked} asked")]
+    CodeCount { served: usize, asked: usize },
+    #[error("code asked by hash {asked} hashes to {got}")]
+    WrongCode { asked: B256, got: B256 },
     #[error("{peer}: {cause}; no storage node serving shard {shard} is left to ask")]
     NoReplicaLeft { shard: usize, peer: String, cause: Box<WitnessError> },
 }
@@ -43,6 +57,13 @@ impl WitnessError {
                 | WitnessError::DoesNotVerify { .. }
                 | WitnessError::Malformed(_)
                 | WitnessError::UnexpectedReply
+                | WitnessError::SlotWitnessCount { .. }
+                | WitnessError::SlotsUnanchored { .. }
+                | WitnessError::WrongSlots { .. }
+                | WitnessError::SlotsDoNotVerify { .. }
+                | WitnessError::SlotValue { .. }
+                | WitnessError::CodeCount { .. }
+                | WitnessError::WrongCode { .. }
         )
     }
 }
@@ -79,6 +100,70 @@ pub fn check_witness(
         .map(|(key, value)| Ok((b256(key, "key").map_err(WitnessError::Malformed)?, value)))
         .collect::<Result<KeyValues, WitnessError>>()?;
     Ok((bag, compact, pairs))
+}
+
+/// Contract storage and code a witness brought, every piece checked.
+#[derive(Debug, Default)]
+pub struct ContractWitness {
+    /// (account key, slot key, value; zero where the slot is empty).
+    pub slots: Vec<(B256, B256, U256)>,
+    /// Each account's slot bag, as served (whole proofs from its storage root).
+    pub bags: Vec<(B256, NodeBag)>,
+    /// The code asked for, by hash.
+    pub codes: Vec<(B256, Vec<u8>)>,
+}
+
+/// A witness's contract part must answer the slots and code asked, in their order: each
+/// account's bag proves exactly the slots asked from the storage root `storage_root_of` the
+/// account (whose own witness was verified first), and each code hashes to the hash asked.
+pub fn check_contract_witness(
+    storage: Vec<proto::StorageBag>,
+    codes: Vec<Vec<u8>>,
+    asked_slots: &[proto::SlotKeys],
+    asked_codes: &[B256],
+    storage_root_of: impl Fn(&B256) -> Option<B256>,
+) -> Result<ContractWitness, WitnessError> {
+    if storage.len() != asked_slots.len() {
+        return Err(WitnessError::SlotWitnessCount { served: storage.len(), asked: asked_slots.len() });
+    }
+    if codes.len() != asked_codes.len() {
+        return Err(WitnessError::CodeCount { served: codes.len(), asked: asked_codes.len() });
+    }
+    let mut checked = ContractWitness::default();
+    for (served, asked) in storage.into_iter().zip(asked_slots) {
+        let account = b256(&asked.account, "slot account").map_err(WitnessError::Malformed)?;
+        if served.account != asked.account {
+            return Err(WitnessError::WrongSlots { account });
+        }
+        let root = storage_root_of(&account).ok_or(WitnessError::SlotsUnanchored { account })?;
+        let bag = bag_from_wire(served.bag);
+        if bag.keys != asked.slots {
+            return Err(WitnessError::WrongSlots { account });
+        }
+        let values = bag.verify(root).map_err(|source| WitnessError::SlotsDoNotVerify {
+            account,
+            root,
+            source: Box::new(source),
+        })?;
+        for (slot, value) in bag.keys.iter().zip(values) {
+            let slot = b256(slot, "slot key").map_err(WitnessError::Malformed)?;
+            let value = match value {
+                None => U256::ZERO,
+                Some(raw) => alloy_rlp::Decodable::decode(&mut raw.as_slice())
+                    .map_err(|_| WitnessError::SlotValue { account, slot })?,
+            };
+            checked.slots.push((account, slot, value));
+        }
+        checked.bags.push((account, bag));
+    }
+    for (code, asked) in codes.into_iter().zip(asked_codes) {
+        let got = alloy_primitives::keccak256(&code);
+        if got != *asked {
+            return Err(WitnessError::WrongCode { asked: *asked, got });
+        }
+        checked.codes.push((*asked, code));
+    }
+    Ok(checked)
 }
 
 /// Verified witnesses of a batch's accounts, one bag per storage node answer.
@@ -198,6 +283,7 @@ impl WitnessFetch {
                 keys: keys.iter().map(|key| key.to_vec()).collect(),
                 compaction: 0,
                 at: Some(block_id(self.at.0, self.at.1)),
+                ..Default::default()
             };
             calls.push(WitnessCall { call, peer: peer.to_string(), request });
             self.outstanding.insert(call, Asked { peer: peer.to_string(), shards, keys });

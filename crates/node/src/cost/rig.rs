@@ -247,7 +247,12 @@ impl Rig {
         }
         let mut replies = Vec::new();
         for (node, node_keys) in by_node {
-            let witness = proto::WitnessRequest { keys: node_keys, compaction: 0, at: Some(block_id(number, hash)) };
+            let witness = proto::WitnessRequest {
+                keys: node_keys,
+                compaction: 0,
+                at: Some(block_id(number, hash)),
+                ..Default::default()
+            };
             let core = &mut self.nodes[node].1;
             let started = self.clock.start();
             let reply = core.witness(&witness).map_err(step_error("witness"))?;

@@ -403,7 +403,7 @@ fn logical_updates(
         .iter()
         .map(|(peer, shards)| {
             let updates = shards.iter().flat_map(|shard| by_shard.get(shard).cloned().unwrap_or_default()).collect();
-            (peer.clone(), BlockUpdates { header: Vec::new(), shard_hashes: shard_hashes.clone(), updates })
+            (peer.clone(), BlockUpdates { shard_hashes: shard_hashes.clone(), updates, ..Default::default() })
         })
         .collect())
 }

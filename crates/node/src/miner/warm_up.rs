@@ -76,8 +76,12 @@ impl MinerCore {
         self.warm.witness_asked += 1;
         let call = self.ids.call();
         self.calls.insert(call, Outstanding::BeneficiaryWitness { round: self.warm.round, peer: peer.clone() });
-        let witness =
-            proto::WitnessRequest { keys: vec![key.to_vec()], compaction: 0, at: Some(block_id(number, hash)) };
+        let witness = proto::WitnessRequest {
+            keys: vec![key.to_vec()],
+            compaction: 0,
+            at: Some(block_id(number, hash)),
+            ..Default::default()
+        };
         out.push(Command::Call {
             to: peer,
             call,

@@ -17,7 +17,7 @@ use virga_net::{refusal, response, Rainblock, Request, RequestBody, Response, Re
 use virga_trie::shard::ShardedTrie;
 
 use super::versions::{with_bag, Accepted, BlockRefusal, ReadRefusal, Served, Versions};
-use super::{StorageError, StorageStats, CHECKPOINT_LAG, DEFAULT_CHECKPOINT_INTERVAL};
+use super::{Contracts, StorageError, StorageStats, CHECKPOINT_LAG, DEFAULT_CHECKPOINT_INTERVAL};
 use crate::checkpoint::CheckpointError;
 use crate::codec::block_id;
 use virga_log::LogError;
@@ -28,7 +28,7 @@ pub enum StorageIo {
     /// Append one accepted block's updates to the log and make it durable.
     Append { record: Vec<u8> },
     /// Write (and make durable) the checkpoint of `header`'s version.
-    WriteCheckpoint { header: Box<Header>, shards: ShardedTrie, served: Vec<usize> },
+    WriteCheckpoint { header: Box<Header>, shards: ShardedTrie, contracts: Contracts, served: Vec<usize> },
     /// Remove the log's segments wholly below record `below`.
     CutLog { below: u64 },
 }
@@ -169,7 +169,7 @@ impl StorageCore {
     /// Recovery: makes a checkpoint's version the head.
     pub(crate) fn install_checkpoint(&mut self, loaded: crate::checkpoint::Loaded) {
         let number = loaded.header.number;
-        self.versions.install(loaded.hash, loaded.header, loaded.shards);
+        self.versions.install(loaded.hash, loaded.header, loaded.shards, loaded.contracts);
         self.checkpoints.newest = Some(number);
         self.stats.opened_from_checkpoint = Some(number);
     }
@@ -201,17 +201,24 @@ impl StorageCore {
         if !self.logged {
             return Err(StorageError::NoLog);
         }
-        let (header, shards) = self.versions.ancestor(CHECKPOINT_LAG).ok_or(StorageError::HeadNotHeld)?;
+        let (header, shards, contracts) = self.versions.ancestor(CHECKPOINT_LAG).ok_or(StorageError::HeadNotHeld)?;
         let number = header.number;
         if self.checkpoints.newest != Some(number) && self.checkpoints.writing != Some(number) {
-            self.start_checkpoint(header, shards, out);
+            self.start_checkpoint(header, shards, contracts, out);
         }
         Ok(number)
     }
 
-    fn start_checkpoint(&mut self, header: Header, shards: ShardedTrie, out: &mut Vec<Command<Rainblock, StorageIo>>) {
+    fn start_checkpoint(
+        &mut self,
+        header: Header,
+        shards: ShardedTrie,
+        contracts: Contracts,
+        out: &mut Vec<Command<Rainblock, StorageIo>>,
+    ) {
         self.checkpoints.writing = Some(header.number);
-        let op = StorageIo::WriteCheckpoint { header: Box::new(header), shards, served: self.served.shards.clone() };
+        let served = self.served.shards.clone();
+        let op = StorageIo::WriteCheckpoint { header: Box::new(header), shards, contracts, served };
         out.push(Command::Io { io: self.ids.io(), op });
     }
 
@@ -226,7 +233,7 @@ impl StorageCore {
             return;
         }
         match self.versions.ancestor(CHECKPOINT_LAG) {
-            Some((header, shards)) => self.start_checkpoint(header, shards, out),
+            Some((header, shards, contracts)) => self.start_checkpoint(header, shards, contracts, out),
             None => tracing::warn!(node = %self.id, "checkpoint skipped: the head version is not held"),
         }
     }
@@ -376,7 +383,7 @@ impl StorageCore {
     pub fn witness(&mut self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, ReadRefusal> {
         #[cfg(feature = "fault-injection")]
         let fault = self.fault;
-        let (reply, bag) = self.versions.witness(request, |versions, version| {
+        let (reply, bag) = self.versions.witness(request, &self.served.shards, |versions, version| {
             #[cfg(feature = "fault-injection")]
             if fault == StorageFault::StaleWitness && version.header.number > 0 {
                 if let Some(parent) = versions.by_hash.get(&version.header.parent_hash) {

@@ -31,8 +31,8 @@ impl IoExecutor<StorageCore> for StorageDisk {
     fn execute(&mut self, op: StorageIo) -> StorageIoDone {
         match op {
             StorageIo::Append { record } => StorageIoDone::Appended(self.log.append(&record)),
-            StorageIo::WriteCheckpoint { header, shards, served } => StorageIoDone::CheckpointWritten(
-                checkpoint::write(&*self.checkpoints, &header, &shards, &served).map(|()| header.number),
+            StorageIo::WriteCheckpoint { header, shards, contracts, served } => StorageIoDone::CheckpointWritten(
+                checkpoint::write(&*self.checkpoints, &header, (&shards, &contracts), &served).map(|()| header.number),
             ),
             StorageIo::CutLog { below } => {
                 StorageIoDone::LogCut(self.log.truncate_prefix(below).map(|removed| (removed, self.log.first_lsn())))

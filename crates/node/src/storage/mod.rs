@@ -8,6 +8,9 @@
 //! new hashes are the announced ones, and the announced hashes assemble to the header's
 //! state root. It is then logged (fsync) before the acknowledgement.
 
+#[cfg(test)]
+mod contract_tests;
+mod contracts;
 mod core;
 mod disk;
 mod node;
@@ -16,6 +19,7 @@ mod versions;
 #[cfg(feature = "fault-injection")]
 pub use self::core::StorageFault;
 pub use self::core::{StorageCore, StorageIo, StorageIoDone};
+pub use contracts::{ContractRefusal, Contracts};
 pub use disk::StorageDisk;
 pub use node::{open_core, NodeStorage, Opened, StorageNode};
 pub use versions::{BlockRefusal, ReadRefusal, Served};
@@ -29,6 +33,7 @@ use virga_ledger::verify::ChainConfig;
 use virga_net::proto::{self, BlockUpdates};
 use virga_net::role::{CallId, Command, Event, IoExecutor, Role};
 use virga_net::{refusal, BoxFuture, Handler, Rainblock, Request, Response};
+use virga_trie::account::StateTrie;
 use virga_trie::shard::{Shard, ShardedTrie};
 use virga_trie::Trie;
 
@@ -165,6 +170,29 @@ pub enum StorageError {
     /// A block the node took but did not acknowledge: its answer (its log failed).
     #[error("the storage node did not acknowledge the block: {reason}")]
     Unacknowledged { reason: String },
+}
+
+/// A whole state split for storage nodes: the account trie in shards, and the contracts'
+/// storage and code (each contract with its account's shard).
+#[derive(Clone)]
+pub struct ShardedState {
+    pub accounts: ShardedTrie,
+    pub contracts: Contracts,
+}
+
+impl ShardedState {
+    /// Accounts alone (no contract storage or code).
+    pub fn of_accounts(accounts: ShardedTrie) -> ShardedState {
+        ShardedState { accounts, contracts: Contracts::default() }
+    }
+}
+
+/// Splits a genesis state (accounts, storage and code) into `shard_count` shards.
+pub fn shard_genesis(state: &StateTrie, shard_count: usize) -> Result<ShardedState, StorageError> {
+    let accounts = shard_state(state.accounts().as_trie(), shard_count)?;
+    let prefix = prefix_nibbles(shard_count).ok_or(StorageError::ShardCount(shard_count))?;
+    let every: Vec<usize> = (0..shard_count).collect();
+    Ok(ShardedState { accounts, contracts: Contracts::of_state(state, &every, prefix) })
 }
 
 /// Splits a whole state trie into `shard_count` shards, building the shards in parallel.

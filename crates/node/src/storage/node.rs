@@ -61,7 +61,7 @@ pub fn open_core(
     id: impl Into<String>,
     served: Served,
     genesis: Header,
-    genesis_state: &ShardedTrie,
+    genesis_state: &ShardedState,
     storage: NodeStorage,
 ) -> Result<Opened, StorageError> {
     let id = id.into();
@@ -69,11 +69,12 @@ pub fn open_core(
     if let Some(&bad) = served.shards.iter().find(|&&index| index >= served.shard_count) {
         return Err(StorageError::NoShard(bad));
     }
-    if genesis_state.shard_count() != served.shard_count {
-        return Err(StorageError::ShardCount(genesis_state.shard_count()));
+    if genesis_state.accounts.shard_count() != served.shard_count {
+        return Err(StorageError::ShardCount(genesis_state.accounts.shard_count()));
     }
-    let shards = keep_served(genesis_state, &served.shards, prefix)?;
-    let versions = Versions::new(genesis, shards);
+    let shards = keep_served(&genesis_state.accounts, &served.shards, prefix)?;
+    let contracts = genesis_state.contracts.keep_served(&served.shards, prefix);
+    let versions = Versions::new(genesis, shards, contracts);
     let (node_storage, log_storage, options, owned) = match storage {
         NodeStorage::None => {
             return Ok(Opened { core: StorageCore::new(id, served, versions, false), disk: None, replayed: 0 })
@@ -189,12 +190,14 @@ impl Inner {
             for command in commands.drain(..) {
                 match command {
                     Command::Reply { call, response, .. } => reply(call, response),
-                    Command::Io { io, op: StorageIo::WriteCheckpoint { header, shards, served } } if background => {
+                    Command::Io { io, op: StorageIo::WriteCheckpoint { header, shards, contracts, served } }
+                        if background =>
+                    {
                         let Some(disk) = self.disk.as_ref() else { continue };
                         let (done, storage) = (Arc::clone(&self.checkpoint_done), disk.checkpoint_storage());
                         let spawned = std::thread::Builder::new().name("checkpoint".into()).spawn(move || {
-                            let result =
-                                checkpoint::write(&*storage, &header, &shards, &served).map(|()| header.number);
+                            let result = checkpoint::write(&*storage, &header, (&shards, &contracts), &served)
+                                .map(|()| header.number);
                             *done.lock() = Some((io, result));
                         });
                         match spawned {
@@ -265,7 +268,7 @@ impl StorageNode {
         shard_count: usize,
         config: ChainConfig,
         genesis: Header,
-        genesis_state: &ShardedTrie,
+        genesis_state: &ShardedState,
         log_path: Option<&Path>,
     ) -> Result<(Arc<StorageNode>, u64), StorageError> {
         let access = log_path.map_or(LogAccess::None, |path| LogAccess::Owned(path, log_options()));
@@ -281,7 +284,7 @@ impl StorageNode {
         shard_count: usize,
         config: ChainConfig,
         genesis: Header,
-        genesis_state: &ShardedTrie,
+        genesis_state: &ShardedState,
         access: LogAccess<'_>,
     ) -> Result<(Arc<StorageNode>, u64), StorageError> {
         let id = id.into();

@@ -9,6 +9,7 @@ use virga_log::LogError;
 use virga_net::proto::{self, BlockUpdates};
 use virga_trie::shard::{Shard, ShardError, ShardedTrie};
 
+use super::contracts::{ContractRefusal, Contracts};
 use super::{prefix_nibbles, FORK_DEPTH};
 use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_header, parse_block_id};
 
@@ -38,6 +39,12 @@ pub enum BlockRefusal {
     ShardHashMismatch { number: u64, shard: usize, computed: B256, announced: B256 },
     #[error("block {number}: the announced shard hashes give state root {computed}, the header says {header}")]
     RootMismatch { number: u64, computed: B256, header: B256 },
+    #[error("block {number}: {source}")]
+    Contract {
+        number: u64,
+        #[source]
+        source: Box<ContractRefusal>,
+    },
     #[error("logging block {number} failed: {source}")]
     LogFailed {
         number: u64,
@@ -55,6 +62,10 @@ pub enum ReadRefusal {
     NotHeld(B256),
     #[error("cannot prove here: {0}")]
     Unprovable(#[source] ShardError),
+    #[error("the contract of account {0} is not in a shard served here")]
+    ContractNotServed(B256),
+    #[error("no code with hash {0} is held here")]
+    CodeNotHeld(B256),
     #[error("storage nodes serve witness, top, apply_block and head requests")]
     Unsupported,
 }
@@ -62,6 +73,7 @@ pub enum ReadRefusal {
 pub(crate) struct Version {
     pub(crate) header: Header,
     pub(crate) shards: ShardedTrie,
+    pub(crate) contracts: Contracts,
 }
 
 /// What the node serves, fixed at start.
@@ -90,17 +102,18 @@ pub(crate) struct Versions {
 }
 
 impl Versions {
-    pub(crate) fn new(header: Header, shards: ShardedTrie) -> Versions {
+    pub(crate) fn new(header: Header, shards: ShardedTrie, contracts: Contracts) -> Versions {
         let hash = header.hash_slow();
         let number = header.number;
-        Versions { by_hash: HashMap::from([(hash, Version { header, shards })]), head: hash, head_number: number }
+        let genesis = Version { header, shards, contracts };
+        Versions { by_hash: HashMap::from([(hash, genesis)]), head: hash, head_number: number }
     }
 
     /// Makes `header`'s version (a checkpoint's) the head.
-    pub(crate) fn install(&mut self, hash: B256, header: Header, shards: ShardedTrie) {
+    pub(crate) fn install(&mut self, hash: B256, header: Header, shards: ShardedTrie, contracts: Contracts) {
         self.head_number = header.number;
         self.head = hash;
-        self.by_hash.insert(hash, Version { header, shards });
+        self.by_hash.insert(hash, Version { header, shards, contracts });
     }
 
     /// Forgets a version that never became durable; the head goes back to its parent.
@@ -146,6 +159,10 @@ impl Versions {
             .map(|(index, bytes)| b256(bytes, &format!("shard hash {index}")))
             .collect::<Result<Vec<_>, _>>()?;
         apply_updates(served, &mut shards, updates)?;
+        let mut contracts = parent.contracts.clone();
+        contracts
+            .apply(updates, &shards, &served.shards)
+            .map_err(|source| BlockRefusal::Contract { number, source: Box::new(source) })?;
         let prefix = prefix_nibbles(served.shard_count).unwrap_or(0);
         for (index, expected) in announced.iter().enumerate() {
             let Some(shard) = shards.shard(index) else { continue };
@@ -167,7 +184,7 @@ impl Versions {
         if computed != header.state_root {
             return Err(BlockRefusal::RootMismatch { number, computed, header: header.state_root });
         }
-        self.by_hash.insert(hash, Version { header, shards });
+        self.by_hash.insert(hash, Version { header, shards, contracts });
         if number > self.head_number {
             self.head = hash;
             self.head_number = number;
@@ -190,6 +207,7 @@ impl Versions {
     pub(crate) fn witness(
         &self,
         request: &proto::WitnessRequest,
+        served: &[usize],
         prove_from: impl FnOnce(&Versions, &Version) -> ShardedTrie,
     ) -> Result<(proto::WitnessReply, virga_trie::proof::NodeBag), ReadRefusal> {
         check_keys(&request.keys)?;
@@ -197,10 +215,14 @@ impl Versions {
         let (hash, version) = self.version_for(at)?;
         let shards = prove_from(self, version);
         let bag = shards.try_prove_many(&request.keys, request.compaction as usize).map_err(ReadRefusal::Unprovable)?;
+        let (storage, codes) =
+            version.contracts.prove(&request.slots, &request.code_hashes, &version.shards, served)?;
         let reply = proto::WitnessReply {
             at: Some(block_id(version.header.number, hash)),
             state_root: version.header.state_root.to_vec(),
             bag: None,
+            storage,
+            codes,
         };
         Ok((reply, bag))
     }
@@ -218,7 +240,7 @@ impl Versions {
 
     /// The version a checkpoint is taken of: the head's ancestor `lag` blocks down (or the
     /// oldest canonical version held, if fewer).
-    pub(crate) fn ancestor(&self, lag: u64) -> Option<(Header, ShardedTrie)> {
+    pub(crate) fn ancestor(&self, lag: u64) -> Option<(Header, ShardedTrie, Contracts)> {
         let mut version = self.by_hash.get(&self.head)?;
         for _ in 0..lag {
             match self.by_hash.get(&version.header.parent_hash) {
@@ -226,7 +248,7 @@ impl Versions {
                 None => break,
             }
         }
-        Some((version.header.clone(), version.shards.clone()))
+        Some((version.header.clone(), version.shards.clone(), version.contracts.clone()))
     }
 
     /// Drops versions more than `retained` blocks below the head, and versions of forks the
