@@ -272,8 +272,10 @@ impl CachedState {
 }
 
 /// The block rule every executor shares (and a peer that drives revm itself can reuse):
-/// `txs` in order, each refused if its gas limit exceeds what the block has left or if
-/// `transact` refuses it; a state error ends the block.
+/// `txs` in order, each refused if its gas limit exceeds what the block has left, if
+/// `transact` refuses it, or if it reaches what a partial state does not hold (its
+/// witnesses fell short: `missing_witness`, and nothing it did stays); any other state
+/// error ends the block.
 pub fn execute_in_order(
     block: &BlockContext,
     txs: &[EthTransaction],
@@ -290,7 +292,7 @@ pub fn execute_in_order(
         }
         match transact(env) {
             Ok(result) => record(&mut executed, index, tx, result),
-            Err(ExecError::State(error)) => return Err(error),
+            Err(ExecError::State(error)) if !error.is_not_held() => return Err(error),
             Err(reason) => executed.refused.push(Refused { index, tx_hash: tx.hash(), reason }),
         }
     }

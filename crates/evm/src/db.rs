@@ -47,6 +47,14 @@ pub enum StateError {
 
 impl DBErrorMarker for StateError {}
 
+impl StateError {
+    /// A partial state lacks what was asked (as opposed to a damaged state): the transaction
+    /// that asked is left out of the block, and the block goes on.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, StateError::NotHeld { .. })
+    }
+}
+
 /// The state revm reads: accounts, their storage slots, and code by hash.
 pub trait StateSource: Sync {
     /// The account at `address`, `None` when absent.

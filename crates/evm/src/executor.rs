@@ -160,6 +160,7 @@ impl ExecError {
             },
             ExecError::Header(_) => "invalid_block_context",
             ExecError::BlockGasExhausted { .. } => "block_gas_exhausted",
+            ExecError::State(StateError::NotHeld { .. }) => "missing_witness",
             ExecError::State(_) => "state_unreadable",
             ExecError::Other(_) => "execution_failed",
         }

@@ -17,9 +17,9 @@ use alloy_primitives::{Address, B256, U256};
 use revm::bytecode::Bytecode;
 use virga_trie::account::Account;
 
-use crate::block::{execute_block_writes, ExecutedBlock};
+use crate::block::{execute_block_writes, ExecutedBlock, Refused};
 use crate::db::{BlockHashes, StateError, StateSource};
-use crate::executor::BlockContext;
+use crate::executor::{BlockContext, ExecError};
 use crate::transaction::EthTransaction;
 
 /// What a transaction read or wrote of the state: its witnesses' keys.
@@ -149,5 +149,13 @@ pub fn execute_bagged(
     tx: &EthTransaction,
 ) -> Result<ExecutedBlock, StateError> {
     let bagged = Bagged::new(state, bag);
-    execute_block_writes(&bagged, hashes, block, std::slice::from_ref(tx)).map(|(executed, _)| executed)
+    let (mut executed, _) = execute_block_writes(&bagged, hashes, block, std::slice::from_ref(tx))?;
+    match executed.refused.pop() {
+        Some(Refused { reason: ExecError::State(missing), .. }) => Err(missing),
+        Some(refused) => {
+            executed.refused.push(refused);
+            Ok(executed)
+        }
+        None => Ok(executed),
+    }
 }

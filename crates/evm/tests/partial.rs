@@ -9,7 +9,7 @@ use crate::common::{contracts_block as block, contracts_genesis as genesis, send
 use alloy_primitives::{keccak256, Address, Bytes, TxKind, B256, U256};
 use virga_evm::contracts::{kitties, token};
 use virga_evm::speculation::{pre_execute, Footprint};
-use virga_evm::{execute_block, DecimalHashes, EthTransaction, PartialState, StateError, WorldState};
+use virga_evm::{execute_block, DecimalHashes, EthTransaction, ExecError, PartialState, StateError, WorldState};
 use virga_trie::account::StateTrie;
 use virga_trie::PartialTrie;
 
@@ -107,29 +107,54 @@ fn a_block_over_its_witnesses_alone_gives_the_whole_states_receipts_and_root() {
     assert_eq!(partial.state_root(None), whole.root());
 }
 
+/// The transactions `executed` left out: each one's index, reason and, for a missing
+/// witness, what it lacked.
+fn left_out(executed: &virga_evm::ExecutedBlock) -> Vec<(usize, &'static str, String)> {
+    executed
+        .refused
+        .iter()
+        .map(|refused| match &refused.reason {
+            ExecError::State(StateError::NotHeld { what, .. }) => (refused.index, refused.reason.name(), what.clone()),
+            other => (refused.index, other.name(), String::new()),
+        })
+        .collect()
+}
+
 #[test]
-fn a_slot_or_code_missing_from_the_witnesses_is_named() {
+fn a_transaction_whose_witnesses_fall_short_is_left_out_naming_what_it_lacked() {
     let state = genesis();
     let txs = transactions();
     let touched = footprint(&state, &txs, 5);
 
-    // Without the token's storage witness, the first transfer cannot read a balance.
+    // Without the token's storage witness, no token transfer can read a balance; the
+    // kitty's birth and the payment go through, and the root is the whole state's after
+    // those two alone.
     let mut no_storage = touched.clone();
     no_storage.slots.retain(|(address, _)| *address != TOKEN_AT);
     let mut bare = witnessed(&state, &no_storage);
-    match execute_block(&mut bare, &DecimalHashes, &block(5), &txs) {
-        Err(StateError::NotHeld { what, .. }) => {
-            assert!(what.contains("storage slot") && what.contains(&format!("{TOKEN_AT}")), "{what}")
-        }
-        other => panic!("executed without the token's storage: {other:?}"),
+    let executed = execute_block(&mut bare, &DecimalHashes, &block(5), &txs).unwrap();
+    let refused = left_out(&executed);
+    let reasons: Vec<_> = refused.iter().map(|(index, name, _)| (*index, *name)).collect();
+    // Sender 1's second transfer follows its first, which was left out: its nonce is ahead.
+    assert_eq!(reasons, vec![(0, "missing_witness"), (1, "missing_witness"), (2, "nonce_mismatch")]);
+    for (_, _, what) in &refused[..2] {
+        assert!(what.contains("storage slot") && what.contains(&format!("{TOKEN_AT}")), "{what}");
     }
+    assert_eq!(executed.included, vec![3, 4]);
+    let mut whole = state.clone();
+    execute_block(&mut whole, &DecimalHashes, &block(5), &txs[3..]).unwrap();
+    assert_eq!(bare.state_root(None), whole.root());
+
     let mut no_code = touched;
-    no_code.code.clear();
+    no_code.code.retain(|hash| *hash != whole.account(&TOKEN_AT).unwrap().unwrap().code_hash);
     let mut partial = witnessed(&state, &no_code);
-    match execute_block(&mut partial, &DecimalHashes, &block(5), &txs) {
-        Err(StateError::NotHeld { what, .. }) => assert!(what.starts_with("code "), "{what}"),
-        other => panic!("executed without the token's code: {other:?}"),
-    }
+    let executed = execute_block(&mut partial, &DecimalHashes, &block(5), &txs).unwrap();
+    let refused = left_out(&executed);
+    assert_eq!(refused.len(), 3);
+    assert!(
+        refused[..2].iter().all(|(_, name, what)| *name == "missing_witness" && what.starts_with("code ")),
+        "{refused:?}"
+    );
 }
 
 #[test]
