@@ -82,9 +82,24 @@ impl PartialState {
         self.storage.get(&keccak256(address))
     }
 
-    /// Forgets the storage tries and code (a top layer pruned back to its accounts).
-    pub fn forget_contracts(&mut self) {
-        self.storage.clear();
+    /// Memory held: the account trie's and every storage trie's nodes, and the code.
+    pub fn memory_bytes(&self) -> usize {
+        let storage: usize = self.storage.values().map(PartialTrie::memory_bytes).sum();
+        let code: usize = self.code.values().map(Bytecode::len).sum();
+        self.accounts.memory_bytes() + storage + code
+    }
+
+    /// Nodes held in the account trie and the storage tries.
+    pub fn node_count(&self) -> usize {
+        self.accounts.node_count() + self.storage.values().map(PartialTrie::node_count).sum::<usize>()
+    }
+
+    /// Prunes every storage trie to its top `retention` levels and forgets the code (it
+    /// comes again with the next bag that needs it). The account trie is pruned by its owner.
+    pub fn prune_contracts(&mut self, retention: usize) {
+        for trie in self.storage.values_mut() {
+            trie.prune(retention);
+        }
         self.code.clear();
     }
 

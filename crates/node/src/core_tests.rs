@@ -43,7 +43,7 @@ fn miner(fixture: &Fixture, top_budget_bytes: usize) -> MinerCore {
 }
 
 /// The calls among `commands`: callee, call id and request.
-fn calls(commands: &[MinerCommand]) -> Vec<(String, CallId, Request)> {
+pub(crate) fn calls(commands: &[MinerCommand]) -> Vec<(String, CallId, Request)> {
     commands
         .iter()
         .filter_map(|command| match command {
@@ -53,7 +53,7 @@ fn calls(commands: &[MinerCommand]) -> Vec<(String, CallId, Request)> {
         .collect()
 }
 
-fn replies(commands: &[MinerCommand]) -> Vec<(CallId, Response)> {
+pub(crate) fn replies(commands: &[MinerCommand]) -> Vec<(CallId, Response)> {
     commands
         .iter()
         .filter_map(|command| match command {
@@ -75,7 +75,7 @@ fn serve(nodes: &mut [(String, StorageCore)], to: &str, request: Request) -> Res
 }
 
 /// Steps the miner with the answer to each of its calls, as long as it makes calls.
-fn answer_calls(
+pub(crate) fn answer_calls(
     miner: &mut MinerCore,
     nodes: &mut [(String, StorageCore)],
     mut commands: Vec<MinerCommand>,
@@ -97,15 +97,19 @@ fn answer_calls(
     rest
 }
 
-struct Net {
-    fixture: Fixture,
-    nodes: Vec<(String, StorageCore)>,
-    miner: MinerCore,
+pub(crate) struct Net {
+    pub(crate) fixture: Fixture,
+    pub(crate) nodes: Vec<(String, StorageCore)>,
+    pub(crate) miner: MinerCore,
 }
 
 /// A warm miner and its storage nodes at genesis.
 fn warm_net(top_budget_bytes: usize) -> Net {
-    let fixture = fixture();
+    warm_net_on(fixture(), top_budget_bytes)
+}
+
+/// A warm miner and its storage nodes at `fixture`'s genesis.
+pub(crate) fn warm_net_on(fixture: Fixture, top_budget_bytes: usize) -> Net {
     let mut nodes: Vec<(String, StorageCore)> =
         fixture.layout.iter().map(|(id, _)| (id.clone(), storage_core(&fixture, id))).collect();
     let mut miner = miner(&fixture, top_budget_bytes);
@@ -160,11 +164,12 @@ fn submission(net: &mut Net, sender: usize, first_nonce: u64, count: u64) -> Sub
         bag: Some(bag_to_wire(&NodeBag::merge(bags))),
         witness_at: Some(block_id(number, hash)),
         witness_root: root.to_vec(),
+        ..Default::default()
     }
 }
 
 /// Hands the miner a submission; the block it hands out is built at once.
-fn submit(miner: &mut MinerCore, call: u64, submission: Submission) -> Vec<MinerCommand> {
+pub(crate) fn submit(miner: &mut MinerCore, call: u64, submission: Submission) -> Vec<MinerCommand> {
     let out = submit_unbuilt(miner, call, submission);
     build_now(miner, out)
 }
@@ -197,7 +202,7 @@ fn build_now(miner: &mut MinerCore, commands: Vec<MinerCommand>) -> Vec<MinerCom
     out
 }
 
-fn outcomes(response: &Response) -> Vec<proto::TxOutcome> {
+pub(crate) fn outcomes(response: &Response) -> Vec<proto::TxOutcome> {
     match &response.body {
         Some(ResponseBody::Submitted(submitted)) => submitted.outcomes.clone(),
         other => panic!("not a submission reply: {other:?}"),

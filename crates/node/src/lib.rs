@@ -21,6 +21,8 @@ pub mod client;
 pub mod cluster;
 mod codec;
 #[cfg(test)]
+mod contract_core_tests;
+#[cfg(test)]
 mod core_tests;
 pub mod cost;
 pub mod fuzzing;

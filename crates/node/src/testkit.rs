@@ -3,7 +3,7 @@
 //! and the cores' unit tests start from it.
 
 use alloy_consensus::Header;
-use alloy_primitives::U256;
+use alloy_primitives::{Address, B256, U256};
 use virga_ledger::chain::{chain_config, genesis_header, genesis_json};
 use virga_ledger::verify::ChainConfig;
 use virga_trie::account::StateTrie;
@@ -55,6 +55,19 @@ impl Fixture {
         let sharded = shard_genesis(&state, topology.shards)?;
         let layout = topology.layout();
         Ok(Fixture { topology, config, header, state, sharded, accounts, layout })
+    }
+
+    /// Deploys a contract in the genesis: `code` at `address` with storage `slots`; the
+    /// genesis header and the sharded state follow.
+    pub fn deploy(&mut self, address: Address, code: &[u8], slots: &[(B256, U256)]) -> Result<(), FixtureError> {
+        let code_hash = self.state.insert_code(code);
+        self.state.set_account(address, virga_trie::account::Account { code_hash, ..Default::default() });
+        for (slot, value) in slots {
+            self.state.set_storage(address, *slot, *value);
+        }
+        self.header.state_root = self.state.root();
+        self.sharded = shard_genesis(&self.state, self.topology.shards)?;
+        Ok(())
     }
 
     /// What storage node `id` serves.

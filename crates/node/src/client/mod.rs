@@ -459,6 +459,7 @@ impl ClientCore {
             bag: Some(bag_to_wire(&bag)),
             witness_at: Some(block_id(number, hash)),
             witness_root: root.to_vec(),
+            ..Default::default()
         };
         let miner = self.config.miner.clone();
         let call = self.call(id, &miner, RequestBody::Submit(submission), out);

@@ -309,6 +309,7 @@ impl Rig {
             bag: Some(bag_to_wire(&bag)),
             witness_at: Some(block_id(number, hash)),
             witness_root: root.to_vec(),
+            ..Default::default()
         };
         sample.bag_us = self.clock.micros(started);
         let submit = request(RequestBody::Submit(submission.clone()));
@@ -404,7 +405,7 @@ impl Rig {
         let (parent, top) = self.miner.tip();
         let (parent, mut top) = (parent.clone(), top.clone());
         let started = self.clock.start();
-        top.apply_bag(bag).map_err(step_error("admit"))?;
+        top.accounts.apply_bag(bag).map_err(step_error("admit"))?;
         sample.admit_us = self.clock.micros(started);
 
         let chain = self.fixture.config;

@@ -13,18 +13,22 @@
 
 use alloy_primitives::{keccak256, Address, B256};
 use std::collections::{HashMap, HashSet};
+use virga_core::KECCAK_EMPTY;
+use virga_evm::BlockWrites;
 use virga_ledger::builder::{build_block, Built as BuiltBlock};
 use virga_ledger::exec::StateSource;
 use virga_ledger::tx::{RecoveredTx, SignedTx};
 use virga_ledger::verify::max_transactions;
-use virga_net::proto::{BlockUpdates, KeyUpdate, TxOutcome};
+use virga_net::proto::{BlockUpdates, KeyUpdate, SlotUpdate, TxOutcome};
 use virga_net::role::{Command, Nanos};
 use virga_net::Rainblock;
+use virga_trie::account::storage_value_rlp;
 use virga_trie::proof::NodeBag;
 use virga_trie::PartialTrie;
 
 use std::sync::Arc;
 
+use super::contract_bags::{ContractBagError, ContractBags};
 use super::top_layer::{record_paths, Layer, Pruning, WRITE_ALLOWANCE_BYTES};
 use super::{
     refuse_submission, Built, LeftOut, MinerConfig, MinerCore, MinerIo, MinerStats, Pending, Replies, UpdatesError,
@@ -43,6 +47,7 @@ struct Admitted {
     transfers: Vec<RecoveredTx>,
     slots: Vec<(String, virga_net::role::CallId, Vec<AdmissionSlot>)>,
     bags: Vec<NodeBag>,
+    contracts: ContractBags,
 }
 
 /// Building one block: a batch of submissions and a copy of the tip it builds on.
@@ -176,7 +181,8 @@ impl BuildJob {
     fn admit(&mut self, batch: Vec<Pending>, layer: &mut Layer) -> Admitted {
         let decoded = self.recover_batch(&batch);
         let current_root = layer.header.state_root;
-        let mut admitted = Admitted { transfers: Vec::new(), slots: Vec::new(), bags: Vec::new() };
+        let mut admitted =
+            Admitted { transfers: Vec::new(), slots: Vec::new(), bags: Vec::new(), contracts: ContractBags::default() };
         let mut blocked_senders: HashSet<Address> = HashSet::new();
         // Each admitted sender's next nonce, so a transfer is never admitted twice in a batch.
         let mut next_nonces: HashMap<Address, u64> = HashMap::new();
@@ -197,24 +203,13 @@ impl BuildJob {
                     continue;
                 }
             };
-            // Bags attach along their keys' paths; pruning later walks those paths only.
-            if let Err(reason) = check_keys(&bag.keys) {
-                let reason = format!("node bag refused: {reason}");
-                refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, &mut self.answers);
-                continue;
-            }
-            // Witness revision: unchanged subtrees attach by hash; what changed is ours already.
-            match attach_bag(&mut layer.top, &bag) {
-                Ok(grown) => {
-                    layer.estimated_bytes += grown;
-                    record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
-                }
-                Err(error) => {
-                    let reason = format!("node bag refused: {error}");
+            let contracts = match attach_bags(layer, &bag, submission.storage, submission.codes) {
+                Ok(contracts) => contracts,
+                Err(reason) => {
                     refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, &mut self.answers);
                     continue;
                 }
-            }
+            };
             if witness_root != current_root {
                 self.stats.revised_submissions += 1;
             }
@@ -264,6 +259,7 @@ impl BuildJob {
             }
             if used_bag {
                 admitted.bags.push(bag);
+                admitted.contracts.extend(contracts);
             }
             admitted.slots.push((from, call, outcomes));
         }
@@ -275,7 +271,7 @@ impl BuildJob {
         let mut layer = self.tip.clone();
         let parent = layer.header.clone();
         let batch = std::mem::take(&mut self.batch);
-        let Admitted { transfers, slots, bags } = self.admit(batch, &mut layer);
+        let Admitted { transfers, slots, bags, contracts } = self.admit(batch, &mut layer);
         let timestamp = self.now / 1_000_000_000;
         let config = Arc::clone(&self.config);
         let built = build_block(
@@ -306,7 +302,7 @@ impl BuildJob {
         let replies = outcomes_of(slots, &built);
         layer.estimated_bytes += touched.len().saturating_add(1).saturating_mul(WRITE_ALLOWANCE_BYTES);
         record_paths(&mut layer.unpruned, touched.iter().copied());
-        let updates = match logical_updates(&config, &layer.top, touched) {
+        let updates = match logical_updates(&config, &layer.top.accounts, touched, &built.outcome.writes) {
             Ok(updates) => updates,
             Err(reason) => {
                 // The tip stays where it was; the block's submissions are answered as left out.
@@ -326,7 +322,7 @@ impl BuildJob {
         );
         layer.advance(built.block.header.clone(), hash);
         let bag = NodeBag::merge(bags);
-        Some(Built { block: built.block, hash, updates, bag, replies, layer, epoch: self.epoch })
+        Some(Built { block: built.block, hash, updates, bag, contracts, replies, layer, epoch: self.epoch })
     }
 
     /// Counts the admitted transactions execution refused, by reason.
@@ -364,18 +360,40 @@ fn misbuild(mut built: BuiltBlock, wrong_root: bool) -> BuiltBlock {
     built
 }
 
+/// Attaches a submission's account bag, then its slot bags (to the storage roots of the
+/// accounts the bag just brought) and code, to `layer`; returns the contract part, or why
+/// the submission is refused.
+fn attach_bags(
+    layer: &mut Layer,
+    bag: &NodeBag,
+    storage: Vec<virga_net::proto::StorageBag>,
+    codes: Vec<Vec<u8>>,
+) -> Result<ContractBags, String> {
+    let refused = |reason: &dyn std::fmt::Display| format!("node bag refused: {reason}");
+    // Bags attach along their keys' paths; pruning later walks those paths only.
+    check_keys(&bag.keys).map_err(|reason| refused(&reason))?;
+    // Witness revision: unchanged subtrees attach by hash; what changed is ours already.
+    let grown = attach_bag(&mut layer.top.accounts, bag).map_err(|error| refused(&error))?;
+    layer.estimated_bytes += grown;
+    record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
+    let contracts = ContractBags::from_wire(storage, codes).map_err(|error| refused(&ContractBagError::from(error)))?;
+    layer.estimated_bytes += contracts.attach(&mut layer.top).map_err(|error| refused(&error))?;
+    Ok(contracts)
+}
+
 /// Attaches a bag's nodes where they hash to hash nodes the layer holds; returns the bytes
 /// the layer grew by.
 pub(crate) fn attach_bag(top: &mut PartialTrie, bag: &NodeBag) -> Result<usize, virga_trie::partial::BagError> {
     top.apply_bag(bag).map(|applied| applied.grown_bytes)
 }
 
-/// Each touched account's new value, grouped for the storage node serving its shard, and
-/// every shard's new subtree hash.
+/// Each touched account's new value and its contract's storage changes and new code,
+/// grouped for the storage node serving its shard, and every shard's new subtree hash.
 fn logical_updates(
     config: &MinerConfig,
     top: &PartialTrie,
     mut keys: Vec<B256>,
+    writes: &BlockWrites,
 ) -> Result<Vec<(String, BlockUpdates)>, UpdatesError> {
     let prefix = prefix_nibbles(config.shard_count).unwrap_or(0);
     keys.push(keccak256(config.beneficiary));
@@ -398,14 +416,58 @@ fn logical_updates(
                 .map_err(|source| UpdatesError::ShardHash { shard: index, source })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let contracts = contract_updates(writes, prefix)?;
     Ok(config
         .storage_nodes
         .iter()
         .map(|(peer, shards)| {
             let updates = shards.iter().flat_map(|shard| by_shard.get(shard).cloned().unwrap_or_default()).collect();
-            (peer.clone(), BlockUpdates { shard_hashes: shard_hashes.clone(), updates, ..Default::default() })
+            let mut message = BlockUpdates { shard_hashes: shard_hashes.clone(), updates, ..Default::default() };
+            for shard in shards {
+                if let Some(contract) = contracts.get(shard) {
+                    message.slots.extend(contract.slots.iter().cloned());
+                    message.cleared.extend(contract.cleared.iter().cloned());
+                    message.codes.extend(contract.codes.iter().cloned());
+                }
+            }
+            (peer.clone(), message)
         })
         .collect())
+}
+
+/// One shard's contract changes in a block.
+#[derive(Default)]
+struct ContractUpdates {
+    slots: Vec<SlotUpdate>,
+    cleared: Vec<Vec<u8>>,
+    codes: Vec<Vec<u8>>,
+}
+
+/// The block's storage changes (wipes, slots) and deployed code, by the shard of their
+/// account. Code goes with a created account only: existing contracts' code is held.
+fn contract_updates(writes: &BlockWrites, prefix: usize) -> Result<HashMap<usize, ContractUpdates>, UpdatesError> {
+    let mut by_shard: HashMap<usize, ContractUpdates> = HashMap::new();
+    for (address, write) in &writes.accounts {
+        let key = keccak256(address);
+        let deleted = write.info.is_none();
+        if !deleted && !write.storage_cleared && write.slots.is_empty() {
+            continue;
+        }
+        let shard = by_shard.entry(virga_trie::shard::shard_of(key.as_slice(), prefix)?).or_default();
+        if deleted || write.storage_cleared {
+            shard.cleared.push(key.to_vec());
+        }
+        for (slot, value) in &write.slots {
+            let value = if value.is_zero() { Vec::new() } else { storage_value_rlp(*value) };
+            let slot = keccak256(B256::from(*slot)).to_vec();
+            shard.slots.push(SlotUpdate { account: key.to_vec(), slot, value });
+        }
+        let created = write.info.as_ref().filter(|info| write.storage_cleared && info.code_hash != KECCAK_EMPTY);
+        if let Some(code) = created.and_then(|info| info.code.as_ref()) {
+            shard.codes.push(code.original_bytes().to_vec());
+        }
+    }
+    Ok(by_shard)
 }
 
 fn left_out(tx_hash: B256, reason: String) -> TxOutcome {

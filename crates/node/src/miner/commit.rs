@@ -236,9 +236,12 @@ impl MinerCore {
     fn gossip(&mut self, committing: &mut Committing, out: &mut Vec<Command<Rainblock, MinerIo>>) {
         committing.gossiped = true;
         let number = committing.built.block.header.number;
+        let (storage, codes) = committing.built.contracts.to_wire();
         let announcement = proto::BlockAnnouncement {
             block: committing.encoded.clone(),
             bag: Some(bag_to_wire(&committing.built.bag)),
+            storage,
+            codes,
         };
         for peer in self.config.peers.clone() {
             let call = self.ids.call();

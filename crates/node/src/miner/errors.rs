@@ -68,6 +68,8 @@ pub enum AnnouncementRefusal {
     BagKeys(#[source] WireError),
     #[error("node bag refused: {0}")]
     Bag(#[from] BagError),
+    #[error("node bag refused: {0}")]
+    ContractBag(#[source] super::contract_bags::ContractBagError),
     /// The block does not check or re-execute on this miner's tip.
     #[error("{0}")]
     Invalid(#[from] VerifyError),

@@ -8,9 +8,11 @@ use virga_net::role::{CallId, Command};
 use virga_net::Rainblock;
 
 use super::building::attach_bag;
+use super::contract_bags::ContractBags;
 use super::top_layer::{record_paths, Layer, WRITE_ALLOWANCE_BYTES};
 use super::{AnnouncementRefusal, ChainDiskError, MinerCore, MinerIo, StoreFor};
 use crate::codec::{bag_from_wire, check_keys, decode_block};
+use virga_evm::PartialState;
 
 impl MinerCore {
     /// A block from another miner: verified, then stored; the verdict goes back once it is.
@@ -71,12 +73,15 @@ impl MinerCore {
         let chain = self.config.chain;
         let transactions = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Parallel, &self.pool)?;
         let mut layer = self.layer.tip.clone();
-        let grown = attach_bag(&mut layer.top, &bag)?;
+        let contracts =
+            ContractBags::from_wire(announcement.storage, announcement.codes).map_err(AnnouncementRefusal::BagKeys)?;
+        let grown = attach_bag(&mut layer.top.accounts, &bag)?
+            + contracts.attach(&mut layer.top).map_err(AnnouncementRefusal::ContractBag)?;
         record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
         let verified = if self.skips_block_check() {
             None
         } else {
-            let top = std::mem::replace(&mut layer.top, virga_trie::PartialTrie::from_root_hash(B256::ZERO));
+            let top = std::mem::take(&mut layer.top);
             let hashes = &layer.hashes;
             Some(execute_block(&chain, top, hashes, &block, transactions, ExecMode::Parallel, &self.pool)?)
         };
@@ -86,7 +91,7 @@ impl MinerCore {
             layer.top = verified.state;
         } else {
             // The broken variant adopts the announced root without executing anything.
-            layer.top = virga_trie::PartialTrie::from_root_hash(block.header.state_root);
+            layer.top = PartialState::new(virga_trie::PartialTrie::from_root_hash(block.header.state_root));
         }
         let written = 2 * block.transactions.len() + 1;
         let estimated = layer.estimated_bytes + grown + written.saturating_mul(WRITE_ALLOWANCE_BYTES);

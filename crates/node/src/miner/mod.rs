@@ -9,6 +9,7 @@
 
 mod building;
 mod commit;
+mod contract_bags;
 pub mod driver;
 mod errors;
 mod follower;
@@ -146,6 +147,8 @@ pub(crate) struct Built {
     hash: B256,
     updates: Vec<(String, BlockUpdates)>,
     bag: NodeBag,
+    /// The slot witnesses and code the block's transactions came with.
+    contracts: contract_bags::ContractBags,
     replies: Replies,
     /// The top layer after the block.
     layer: Layer,
@@ -310,7 +313,7 @@ impl MinerCore {
 
     /// The tip's header and top layer: what the next block builds on (the cost calibration
     /// times admission and building on a copy of it).
-    pub(crate) fn tip(&self) -> (&Header, &virga_trie::PartialTrie) {
+    pub(crate) fn tip(&self) -> (&Header, &virga_evm::PartialState) {
         (&self.layer.tip.header, &self.layer.tip.top)
     }
 

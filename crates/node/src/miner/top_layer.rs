@@ -3,6 +3,7 @@
 
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, B256};
+use virga_evm::PartialState;
 use virga_ledger::exec::RecentHashes;
 use virga_trie::PartialTrie;
 
@@ -40,7 +41,8 @@ pub(crate) fn record_paths(unpruned: &mut Unpruned, keys: impl IntoIterator<Item
 #[derive(Clone)]
 pub(crate) struct Layer {
     pub(crate) header: Header,
-    pub(crate) top: PartialTrie,
+    /// The accounts, and the contracts' storage and code, as far as witnesses reached.
+    pub(crate) top: PartialState,
     /// An upper bound of `top.memory_bytes()`, so the layer is walked only when it may be
     /// over budget.
     pub(crate) estimated_bytes: usize,
@@ -51,7 +53,7 @@ pub(crate) struct Layer {
 
 impl Layer {
     pub(crate) fn of_root(header: Header) -> Layer {
-        let top = PartialTrie::from_root_hash(header.state_root);
+        let top = PartialState::new(PartialTrie::from_root_hash(header.state_root));
         let estimated_bytes = top.memory_bytes();
         let mut hashes = RecentHashes::default();
         hashes.push(header.number, header.hash_slow());
@@ -120,7 +122,7 @@ impl Pruning {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn maybe_prune(
         &mut self,
-        top: &mut PartialTrie,
+        top: &mut PartialState,
         estimated_bytes: usize,
         unpruned: &mut Unpruned,
         budget: usize,
@@ -142,12 +144,17 @@ impl Pruning {
         stats.prunes += 1;
         self.prunes += 1;
         let keep = [keccak256(beneficiary)];
+        // Storage tries go back to their top levels and code is dropped: both come again
+        // with the bags that need them.
+        let contracts_before = top.memory_bytes() - top.accounts.memory_bytes();
+        top.prune_contracts(retention);
+        let contracts_freed = contracts_before.saturating_sub(top.memory_bytes() - top.accounts.memory_bytes());
         let bytes = match unpruned.replace(Vec::new()) {
-            Some(paths) if self.prunes % WHOLE_PRUNE_EVERY != 0 => {
-                estimated_bytes.saturating_sub(top.prune_paths(retention, &paths, &keep))
-            }
+            Some(paths) if self.prunes % WHOLE_PRUNE_EVERY != 0 => estimated_bytes
+                .saturating_sub(top.accounts.prune_paths(retention, &paths, &keep))
+                .saturating_sub(contracts_freed),
             _ => {
-                top.prune_keeping(retention, &keep);
+                top.accounts.prune_keeping(retention, &keep);
                 let measured = top.memory_bytes();
                 self.pruned_bytes = measured;
                 stats.peak_top_bytes = stats.peak_top_bytes.max(measured);

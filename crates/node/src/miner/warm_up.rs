@@ -155,7 +155,7 @@ impl MinerCore {
         let root = self.layer.head().2;
         let nodes = std::mem::take(&mut self.warm.nodes);
         let witness = self.warm.witness.take().unwrap_or_default();
-        let mut top = self.layer.committed.top.clone();
+        let mut top = self.layer.committed.top.accounts.clone();
         let attached = match top.attach_nodes(&nodes) {
             Ok(attached) => attached,
             Err(error) => return self.warm_up_failed(WarmUpFailure::TopNodes(error), out),
@@ -170,7 +170,7 @@ impl MinerCore {
         let bytes = top.memory_bytes();
         // The storage nodes' top nodes may reach below r, off any recorded path.
         for layer in [&mut self.layer.committed, &mut self.layer.tip] {
-            layer.top = top.clone();
+            layer.top = virga_evm::PartialState::new(top.clone());
             layer.estimated_bytes = bytes;
             layer.unpruned = None;
         }
