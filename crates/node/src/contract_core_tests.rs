@@ -12,7 +12,7 @@ use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, Role};
 use virga_trie::proof::NodeBag;
 
-use crate::client::{check_contract_witness, check_witness};
+use crate::client::{check_contract_witness, check_witness, ClientCore, UserTransfer};
 use crate::codec::{bag_from_wire, bag_to_wire, block_id};
 use crate::core_tests::{answer_calls, calls, outcomes, replies, submit, Net};
 use crate::miner::MinerIoDone;
@@ -34,10 +34,15 @@ fn token_net() -> Net {
 }
 
 fn transfer_call(net: &Net, amount: u64) -> SignedTx {
+    transfer_call_at(net, 0, amount)
+}
+
+/// Account 0's transfer of `amount` tokens to account 1, with nonce `nonce`.
+fn transfer_call_at(net: &Net, nonce: u64, amount: u64) -> SignedTx {
     let accounts = &net.fixture.accounts;
     let tx = TxEip1559 {
         chain_id: net.fixture.config.exec.chain_id,
-        nonce: 0,
+        nonce,
         gas_limit: 100_000,
         max_fee_per_gas: GAS_PRICE,
         max_priority_fee_per_gas: 0,
@@ -51,7 +56,11 @@ fn transfer_call(net: &Net, amount: u64) -> SignedTx {
 
 /// The token's balance slots of accounts 0 and 1.
 fn slot_keys(net: &Net) -> Vec<Vec<u8>> {
-    let addresses = &net.fixture.accounts.addresses;
+    slot_keys_of(&net.fixture)
+}
+
+fn slot_keys_of(fixture: &Fixture) -> Vec<Vec<u8>> {
+    let addresses = &fixture.accounts.addresses;
     [addresses[0], addresses[1]].iter().map(|a| keccak256(B256::from(token::balance_slot(*a))).to_vec()).collect()
 }
 
@@ -150,4 +159,84 @@ fn a_call_whose_bag_lacks_its_slots_is_left_out_as_missing_witness() {
     let outcomes = commit(&mut net, submission);
     assert!(!outcomes[0].included);
     assert_eq!(outcomes[0].reason, "missing_witness");
+}
+
+/// Carries out a client core's calls against the net (the miner's head, the storage nodes'
+/// witnesses, the miner committing each submission) until it makes no more.
+fn drive_client(net: &mut Net, client: &mut ClientCore, transfers: Vec<UserTransfer>) {
+    use virga_net::{response, RequestBody, ResponseBody};
+    let now = 5_000_000_000;
+    let mut commands = Vec::new();
+    client.step(now, Event::Input(transfers), &mut commands);
+    while !commands.is_empty() {
+        let mut next = Vec::new();
+        for command in commands {
+            let Command::Call { to, call, request, .. } = command else { continue };
+            let answer = match request.body {
+                Some(RequestBody::Head(_)) => {
+                    let (number, hash, root) = net.miner.head();
+                    let head = proto::HeadReply { head: Some(block_id(number, hash)), state_root: root.to_vec() };
+                    response(ResponseBody::Head(head))
+                }
+                Some(RequestBody::Witness(asked)) => {
+                    let (_, node) = net.nodes.iter_mut().find(|(id, _)| *id == to).unwrap();
+                    response(ResponseBody::Witness(node.witness(&asked).unwrap()))
+                }
+                Some(RequestBody::Submit(submission)) => {
+                    let outcomes = commit(net, submission);
+                    let (number, hash, _) = net.miner.head();
+                    let reply = proto::SubmissionReply { block: Some(block_id(number, hash)), outcomes };
+                    response(ResponseBody::Submitted(reply))
+                }
+                other => panic!("a client asked {other:?}"),
+            };
+            client.step(now, Event::Response { call, result: Ok(answer) }, &mut next);
+        }
+        commands = next;
+    }
+}
+
+fn user_transfer(net: &Net, nonce: u64, amount: u64) -> UserTransfer {
+    UserTransfer { tx: transfer_call_at(net, nonce, amount), sender: net.fixture.accounts.addresses[0] }
+}
+
+#[test]
+fn a_prefetching_client_pre_executes_token_transfers_fetches_their_slots_and_code_and_commits_them() {
+    let mut net = token_net();
+    let mut client = ClientCore::new(net.fixture.client_config(0));
+    let first = user_transfer(&net, 0, 300);
+    drive_client(&mut net, &mut client, vec![first]);
+    let stats = client.stats();
+    assert_eq!((stats.calls_submitted, stats.calls_committed, stats.committed_ok), (1, 1, 1), "{stats:?}");
+    // First contact with the token: its code, then the slots the run reached.
+    assert_eq!(stats.extra_rounds, 2, "{stats:?}");
+
+    // The code is known from now on: one round for the slots only.
+    let second = user_transfer(&net, 1, 200);
+    drive_client(&mut net, &mut client, vec![second]);
+    let stats = client.stats();
+    assert_eq!((stats.calls_submitted, stats.calls_committed, stats.committed_ok), (2, 2, 2), "{stats:?}");
+    assert_eq!(stats.extra_rounds, 3, "{stats:?}");
+    assert!(stats.filtered.is_empty() && stats.retried.is_empty(), "{stats:?}");
+
+    let token_key = keccak256(TOKEN_AT);
+    let (number, hash, root) = net.miner.head();
+    assert_eq!(number, 2);
+    let (_, node) =
+        net.nodes.iter_mut().find(|(_, node)| node.served().contains(&(token_key[0] as usize >> 4))).unwrap();
+    let asked = [proto::SlotKeys { account: token_key.to_vec(), slots: slot_keys_of(&net.fixture) }];
+    let request = proto::WitnessRequest {
+        keys: vec![token_key.to_vec()],
+        compaction: 0,
+        at: Some(block_id(number, hash)),
+        slots: asked.to_vec(),
+        code_hashes: Vec::new(),
+    };
+    let reply = node.witness(&request).unwrap();
+    let storage = reply.storage.clone();
+    let (_, _, values) = check_witness(reply, &[token_key], (number, hash), root, 0).unwrap();
+    let account = virga_trie::account::Account::decode_rlp(values[0].1 .0.as_ref().unwrap()).unwrap();
+    let checked = check_contract_witness(storage, Vec::new(), &asked, &[], |_| Some(account.storage_root)).unwrap();
+    let balances: Vec<U256> = checked.slots.iter().map(|(_, _, value)| *value).collect();
+    assert_eq!(balances, vec![U256::from(500), U256::from(500)]);
 }

@@ -20,6 +20,7 @@
 //! A batch that cannot reach the miner, or cannot get its witnesses, waits `back_off` (a
 //! timer) before its transfers are retried.
 
+mod calls;
 pub(crate) mod precheck;
 mod prepare;
 mod queue;
@@ -126,6 +127,12 @@ pub struct ClientStats {
     pub witness_bytes_full: u64,
     /// Bytes of the compacted, bagged witnesses actually sent.
     pub witness_bytes_compact: u64,
+    /// Of `submitted`: contract calls (and creations), pre-executed with revm.
+    pub calls_submitted: u64,
+    /// Of `committed`: contract calls.
+    pub calls_committed: u64,
+    /// Witness fetch rounds beyond a batch's first (contract calls reaching further state).
+    pub extra_rounds: u64,
 }
 
 /// Why the miner's head could not be used.
@@ -190,6 +197,12 @@ pub struct ClientCore {
     uncertain: HashSet<B256>,
     /// Witness fetches so far: picks which replica of a shard is asked first.
     witness_fetches: usize,
+    /// Verified contract code, by hash (code never changes, so it is fetched once).
+    codes: HashMap<B256, Vec<u8>>,
+    /// Contract calls submitted and not yet answered, by hash.
+    calls_in_flight: HashSet<B256>,
+    /// The time of the event being handled: a guessed block's timestamp comes from it.
+    now: Nanos,
     /// What the client told its user, per transfer, when asked to keep it (the simulator's
     /// checks): the block each committed transfer was acknowledged in, and why each
     /// refused one was.
@@ -216,10 +229,11 @@ impl Role for ClientCore {
 
     fn step(
         &mut self,
-        _now: Nanos,
+        now: Nanos,
         event: Event<Rainblock, Self::IoDone, Self::Input>,
         out: &mut Vec<Command<Rainblock, Self::Io>>,
     ) {
+        self.now = now;
         match event {
             Event::Start => {}
             Event::Input(transfers) => {
@@ -261,6 +275,9 @@ impl ClientCore {
             timers: HashMap::new(),
             uncertain: HashSet::new(),
             witness_fetches: 0,
+            codes: HashMap::new(),
+            calls_in_flight: HashSet::new(),
+            now: 0,
             outcomes: None,
         }
     }
@@ -419,10 +436,36 @@ impl ClientCore {
 }
 
 impl ClientCore {
-    /// Pre-executes a batch whose witnesses are all in, and submits what survives.
-    fn submit(&mut self, id: u64, transfers: Vec<UserTransfer>, fetch: WitnessFetch, out: &mut Commands) {
+    /// Pre-executes a batch whose witnesses are all in, and submits what survives; a batch
+    /// whose contract calls reached unwitnessed state fetches it first.
+    fn submit(&mut self, id: u64, transfers: Vec<UserTransfer>, mut fetch: WitnessFetch, out: &mut Commands) {
+        for (hash, code) in std::mem::take(&mut fetch.witnesses.contracts.codes) {
+            self.codes.insert(hash, code);
+        }
+        let (calls, mut transfers): (Vec<_>, Vec<_>) =
+            transfers.into_iter().partition(|transfer| calls::is_call(transfer, &fetch.witnesses.values));
+        let mut calls_kept = Vec::new();
+        let mut code_used = std::collections::BTreeSet::new();
+        if !calls.is_empty() {
+            let calls = self.confirm_late_calls(calls, &fetch.witnesses.values);
+            let state = calls::witnessed_state(&fetch.witnesses, fetch.root, &self.codes);
+            let block = calls::guessed_block(&self.config.exec, fetch.at.0, self.now / 1_000_000_000);
+            let last_round = fetch.round >= calls::MAX_ROUNDS;
+            let mut prepared = calls::pre_execute_calls(calls, &state, &block, fetch.at, last_round);
+            self.report_filtered(&prepared.filtered);
+            if !prepared.waiting.is_empty() {
+                transfers.append(&mut prepared.kept);
+                transfers.append(&mut prepared.waiting);
+                return self.fetch_more(id, transfers, fetch, &prepared, out);
+            }
+            calls_kept = prepared.kept;
+            code_used = prepared.code_used;
+        }
         let WitnessFetch { at: (number, hash), root, witnesses, .. } = fetch;
-        let done = prepare::pre_execute(&self.config.exec, transfers, &witnesses.values, &mut self.uncertain);
+        let mut done = prepare::pre_execute(&self.config.exec, transfers, &witnesses.values, &mut self.uncertain);
+        let calls_submitted = calls_kept.len() as u64;
+        self.calls_in_flight.extend(calls_kept.iter().map(|call| call.tx.hash()));
+        done.kept.extend(calls_kept);
         self.stats.committed += done.confirmed_late.len() as u64;
         self.stats.confirmed_late += done.confirmed_late.len() as u64;
         for transfer in &done.confirmed_late {
@@ -431,19 +474,16 @@ impl ClientCore {
             }
             self.queues.release(transfer.sender);
         }
-        for (transfer, reason) in &done.filtered {
-            *self.stats.filtered.entry((*reason).to_string()).or_default() += 1;
-            if let Some(outcomes) = self.outcomes.as_mut() {
-                outcomes.refused.push((transfer.tx.hash(), (*reason).to_string()));
-            }
-            self.queues.release(transfer.sender);
-        }
+        self.report_filtered(&done.filtered);
         let kept = done.kept;
         if kept.is_empty() {
             return;
         }
-        let some_filtered = !done.filtered.is_empty();
-        let bag = match prepare::bag_of(&kept, some_filtered, witnesses, root, self.config.compaction) {
+        // Calls may reach accounts beyond their sender and recipient: their batch's bag
+        // keeps every account fetched.
+        let narrow = !done.filtered.is_empty() && calls_submitted == 0;
+        let contracts = prepare::contract_bags(&witnesses.contracts, &code_used, &self.codes);
+        let bag = match prepare::bag_of(&kept, narrow, witnesses, root, self.config.compaction) {
             Ok(bag) => bag,
             Err(error) => {
                 tracing::error!(client = %self.config.id, %error, "compacting a verified bag failed");
@@ -454,16 +494,80 @@ impl ClientCore {
         self.stats.submissions += 1;
         self.stats.witness_bytes_full += done.full_bytes;
         self.stats.witness_bytes_compact += bag.node_bytes() as u64;
+        self.stats.calls_submitted += calls_submitted;
+        let (storage, codes) = contracts;
         let submission = Submission {
             transactions: kept.iter().map(|t| t.tx.encode()).collect(),
             bag: Some(bag_to_wire(&bag)),
             witness_at: Some(block_id(number, hash)),
             witness_root: root.to_vec(),
-            ..Default::default()
+            storage,
+            codes,
         };
         let miner = self.config.miner.clone();
         let call = self.call(id, &miner, RequestBody::Submit(submission), out);
         self.batches.insert(id, Batch { transfers: kept, stage: Stage::AwaitingSubmission { call } });
+    }
+
+    /// Transfers dropped before submission: counted, told to the user, their senders free.
+    fn report_filtered(&mut self, filtered: &[(UserTransfer, &'static str)]) {
+        for (transfer, reason) in filtered {
+            *self.stats.filtered.entry((*reason).to_string()).or_default() += 1;
+            if let Some(outcomes) = self.outcomes.as_mut() {
+                outcomes.refused.push((transfer.tx.hash(), (*reason).to_string()));
+            }
+            self.queues.release(transfer.sender);
+        }
+    }
+
+    /// Calls submitted to a miner that failed before answering whose sender's nonce has
+    /// moved past them committed: counted and released; the rest go on.
+    fn confirm_late_calls(
+        &mut self,
+        calls: Vec<UserTransfer>,
+        values: &HashMap<B256, (Option<Vec<u8>>, usize)>,
+    ) -> Vec<UserTransfer> {
+        let mut going_on = Vec::with_capacity(calls.len());
+        for call in calls {
+            let nonce = match values.get(&alloy_primitives::keccak256(call.sender)) {
+                Some((Some(raw), _)) => virga_trie::account::Account::decode_rlp(raw).map_or(0, |a| a.nonce),
+                _ => 0,
+            };
+            if nonce > call.tx.nonce() && self.uncertain.remove(&call.tx.hash()) {
+                self.stats.committed += 1;
+                self.stats.confirmed_late += 1;
+                if let Some(outcomes) = self.outcomes.as_mut() {
+                    outcomes.confirmed_late.push(call.tx.hash());
+                }
+                self.queues.release(call.sender);
+            } else {
+                going_on.push(call);
+            }
+        }
+        going_on
+    }
+
+    /// Starts the batch's next fetch round for what its calls reached.
+    fn fetch_more(
+        &mut self,
+        id: u64,
+        transfers: Vec<UserTransfer>,
+        fetch: WitnessFetch,
+        prepared: &calls::CallsPrepared,
+        out: &mut Commands,
+    ) {
+        self.stats.extra_rounds += 1;
+        let (storage_nodes, prefix) = (&self.config.storage_nodes, self.prefix_nibbles);
+        match WitnessFetch::next_round(fetch, &prepared.need_keys, &prepared.need, storage_nodes, prefix) {
+            Ok(mut fetch) => {
+                self.send_witness_calls(id, &mut fetch, out);
+                self.batches.insert(id, Batch { transfers, stage: Stage::AwaitingWitnesses(Box::new(fetch)) });
+            }
+            Err(error) => {
+                tracing::warn!(client = %self.config.id, %error, "witness fetch failed");
+                self.back_off(id, transfers, BAD_WITNESS, false, out);
+            }
+        }
     }
 
     /// The miner's answer to a submission: one outcome per transfer, in order.
@@ -492,6 +596,8 @@ impl ClientCore {
             return self.retry(kept, UNANSWERED);
         }
         for (transfer, outcome) in kept.into_iter().zip(outcomes) {
+            let call = self.calls_in_flight.remove(&transfer.tx.hash());
+            self.stats.calls_committed += u64::from(call && outcome.included);
             if outcome.included {
                 if let (Some(outcomes), Some((number, hash))) = (self.outcomes.as_mut(), block) {
                     outcomes.acknowledged.push((transfer.tx.hash(), number, hash));

@@ -71,6 +71,27 @@ pub(super) fn pre_execute(
     done
 }
 
+/// The contract part of a submission: every verified slot bag (merged per account) and the
+/// code the kept calls run.
+pub(super) fn contract_bags(
+    contracts: &super::ContractWitness,
+    code_used: &std::collections::BTreeSet<B256>,
+    codes: &HashMap<B256, Vec<u8>>,
+) -> (Vec<virga_net::proto::StorageBag>, Vec<Vec<u8>>) {
+    let mut by_account: std::collections::BTreeMap<B256, Vec<NodeBag>> = std::collections::BTreeMap::new();
+    for (account, bag) in &contracts.bags {
+        by_account.entry(*account).or_default().push(bag.clone());
+    }
+    let storage = by_account
+        .into_iter()
+        .map(|(account, bags)| virga_net::proto::StorageBag {
+            account: account.to_vec(),
+            bag: Some(crate::codec::bag_to_wire(&NodeBag::merge(bags))),
+        })
+        .collect();
+    (storage, code_used.iter().filter_map(|hash| codes.get(hash).cloned()).collect())
+}
+
 /// One bag for the kept transfers, each node once, nodes above `compaction` left out. When
 /// some of the batch was dropped, the verified bags are narrowed to the kept transfers'
 /// accounts and compacted again.

@@ -166,7 +166,17 @@ pub fn check_contract_witness(
     Ok(checked)
 }
 
-/// Verified witnesses of a batch's accounts, one bag per storage node answer.
+/// The storage root of the account with key `key` among verified values (absent: empty).
+fn storage_root(values: &KeyValues, key: &B256) -> Option<B256> {
+    let (_, (value, _)) = values.iter().find(|(k, _)| k == key)?;
+    match value {
+        None => Some(virga_core::EMPTY_ROOT),
+        Some(raw) => virga_trie::account::Account::decode_rlp(raw).ok().map(|account| account.storage_root),
+    }
+}
+
+/// Verified witnesses of a batch's accounts, one bag per storage node answer, and of its
+/// contracts' slots and code.
 #[derive(Debug, Default)]
 pub(super) struct Witnesses {
     /// Each key's value and the bytes of its own full witness.
@@ -174,24 +184,44 @@ pub(super) struct Witnesses {
     pub(super) full: Vec<NodeBag>,
     /// The same bags compacted at c.
     pub(super) compact: Vec<NodeBag>,
+    pub(super) contracts: ContractWitness,
+}
+
+/// What a fetch asks of contracts, by the secure-trie key of their account: slot keys
+/// (keccak of the slot), and code by hash. Both go to a node serving the account's shard,
+/// with the account itself, whose storage root and code hash anchor them.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ContractAsk {
+    pub(super) slots: BTreeMap<B256, Vec<B256>>,
+    pub(super) codes: BTreeMap<B256, B256>,
+}
+
+impl ContractAsk {
+    /// The accounts asked about.
+    pub(super) fn accounts(&self) -> impl Iterator<Item = B256> + '_ {
+        self.slots.keys().chain(self.codes.keys()).copied()
+    }
 }
 
 /// One shard's part of a fetch.
 #[derive(Debug)]
 struct ShardFetch {
     keys: Vec<B256>,
+    contracts: ContractAsk,
     /// The storage nodes serving the shard.
     replicas: Vec<String>,
     /// Replicas asked so far.
     asked: usize,
 }
 
-/// One witness request in flight: whom it went to, for which shards and keys.
+/// One witness request in flight: whom it went to, for which shards, keys and contracts.
 #[derive(Debug)]
 struct Asked {
     peer: String,
     shards: Vec<usize>,
     keys: Vec<B256>,
+    slots: Vec<proto::SlotKeys>,
+    codes: Vec<B256>,
 }
 
 /// A witness request to send.
@@ -220,6 +250,9 @@ pub(super) struct WitnessFetch {
     pub(super) root: B256,
     /// This fetch's number among the client's fetches: picks the replica asked first.
     turn: usize,
+    /// Fetch rounds of the batch so far (this one included): a contract call may learn of
+    /// more slots to fetch once it runs on what the last round brought.
+    pub(super) round: usize,
     shards: BTreeMap<usize, ShardFetch>,
     /// Shards to ask (again) at the next dispatch.
     pending: Vec<usize>,
@@ -236,57 +269,113 @@ impl WitnessFetch {
         storage_nodes: &[(String, Vec<usize>)],
         prefix_nibbles: usize,
     ) -> Result<WitnessFetch, WitnessError> {
-        let mut shards: BTreeMap<usize, ShardFetch> = BTreeMap::new();
-        for key in keys {
-            let shard = virga_trie::shard::shard_of(key.as_slice(), prefix_nibbles)
-                .map_err(|source| WitnessError::NoShard { key: *key, source })?;
-            if let Some(fetch) = shards.get_mut(&shard) {
-                fetch.keys.push(*key);
-                continue;
-            }
-            let replicas: Vec<String> = storage_nodes
-                .iter()
-                .filter(|(_, served)| served.contains(&shard))
-                .map(|(peer, _)| peer.clone())
-                .collect();
-            if replicas.is_empty() {
-                return Err(WitnessError::NoStorageNode { shard });
-            }
-            shards.insert(shard, ShardFetch { keys: vec![*key], replicas, asked: 0 });
-        }
-        let pending = shards.keys().copied().collect();
-        Ok(WitnessFetch {
+        let mut fetch = WitnessFetch {
             at,
             root,
             turn,
-            shards,
-            pending,
+            round: 1,
+            shards: BTreeMap::new(),
+            pending: Vec::new(),
             outstanding: HashMap::new(),
             witnesses: Witnesses::default(),
-        })
+        };
+        fetch.add_keys(keys, &ContractAsk::default(), storage_nodes, prefix_nibbles)?;
+        Ok(fetch)
+    }
+
+    /// The next round of a batch's fetch, at the same block: `keys` and `contracts` more,
+    /// kept beside what earlier rounds verified.
+    pub(super) fn next_round(
+        previous: WitnessFetch,
+        keys: &[B256],
+        contracts: &ContractAsk,
+        storage_nodes: &[(String, Vec<usize>)],
+        prefix_nibbles: usize,
+    ) -> Result<WitnessFetch, WitnessError> {
+        let mut fetch = WitnessFetch {
+            round: previous.round + 1,
+            shards: BTreeMap::new(),
+            pending: Vec::new(),
+            outstanding: HashMap::new(),
+            ..previous
+        };
+        fetch.add_keys(keys, contracts, storage_nodes, prefix_nibbles)?;
+        Ok(fetch)
+    }
+
+    /// Puts keys (and contracts, each with its account) in their shards' parts.
+    fn add_keys(
+        &mut self,
+        keys: &[B256],
+        contracts: &ContractAsk,
+        storage_nodes: &[(String, Vec<usize>)],
+        prefix_nibbles: usize,
+    ) -> Result<(), WitnessError> {
+        let mut all: Vec<B256> = keys.iter().copied().chain(contracts.accounts()).collect();
+        all.sort_unstable();
+        all.dedup();
+        for key in all {
+            let shard = virga_trie::shard::shard_of(key.as_slice(), prefix_nibbles)
+                .map_err(|source| WitnessError::NoShard { key, source })?;
+            let part = match self.shards.entry(shard) {
+                std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
+                std::collections::btree_map::Entry::Vacant(entry) => {
+                    let replicas: Vec<String> = storage_nodes
+                        .iter()
+                        .filter(|(_, served)| served.contains(&shard))
+                        .map(|(peer, _)| peer.clone())
+                        .collect();
+                    if replicas.is_empty() {
+                        return Err(WitnessError::NoStorageNode { shard });
+                    }
+                    self.pending.push(shard);
+                    entry.insert(ShardFetch { keys: Vec::new(), contracts: ContractAsk::default(), replicas, asked: 0 })
+                }
+            };
+            part.keys.push(key);
+            if let Some(slots) = contracts.slots.get(&key) {
+                part.contracts.slots.insert(key, slots.clone());
+            }
+            if let Some(code) = contracts.codes.get(&key) {
+                part.contracts.codes.insert(key, *code);
+            }
+        }
+        Ok(())
     }
 
     /// One request per storage node: the keys of the pending shards it is next to answer for.
     pub(super) fn dispatch(&mut self, ids: &mut Ids) -> Vec<WitnessCall> {
-        let mut by_node: BTreeMap<&str, (Vec<usize>, Vec<B256>)> = BTreeMap::new();
+        let mut by_node: BTreeMap<&str, (Vec<usize>, Vec<B256>, ContractAsk)> = BTreeMap::new();
         for shard in self.pending.drain(..) {
             let Some(fetch) = self.shards.get(&shard) else { continue };
             let peer = &fetch.replicas[(self.turn + fetch.asked) % fetch.replicas.len()];
-            let (shards, keys) = by_node.entry(peer).or_default();
+            let (shards, keys, contracts) = by_node.entry(peer).or_default();
             shards.push(shard);
             keys.extend(&fetch.keys);
+            contracts.slots.extend(fetch.contracts.slots.iter().map(|(account, slots)| (*account, slots.clone())));
+            contracts.codes.extend(fetch.contracts.codes.iter().map(|(account, code)| (*account, *code)));
         }
         let mut calls = Vec::with_capacity(by_node.len());
-        for (peer, (shards, keys)) in by_node {
+        for (peer, (shards, keys, contracts)) in by_node {
             let call = ids.call();
+            let slots: Vec<proto::SlotKeys> = contracts
+                .slots
+                .iter()
+                .map(|(account, slots)| proto::SlotKeys {
+                    account: account.to_vec(),
+                    slots: slots.iter().map(|slot| slot.to_vec()).collect(),
+                })
+                .collect();
+            let codes: Vec<B256> = contracts.codes.values().copied().collect();
             let request = proto::WitnessRequest {
                 keys: keys.iter().map(|key| key.to_vec()).collect(),
                 compaction: 0,
                 at: Some(block_id(self.at.0, self.at.1)),
-                ..Default::default()
+                slots: slots.clone(),
+                code_hashes: codes.iter().map(|hash| hash.to_vec()).collect(),
             };
             calls.push(WitnessCall { call, peer: peer.to_string(), request });
-            self.outstanding.insert(call, Asked { peer: peer.to_string(), shards, keys });
+            self.outstanding.insert(call, Asked { peer: peer.to_string(), shards, keys, slots, codes });
         }
         calls
     }
@@ -302,17 +391,27 @@ impl WitnessFetch {
         let checked = match result {
             Err(error) => Err(WitnessError::Unavailable(error)),
             Ok(reply) => match reply.body {
-                Some(virga_net::ResponseBody::Witness(witness)) => {
-                    check_witness(witness, &asked.keys, self.at, self.root, compaction)
+                Some(virga_net::ResponseBody::Witness(mut witness)) => {
+                    let (storage, codes) = (std::mem::take(&mut witness.storage), std::mem::take(&mut witness.codes));
+                    check_witness(witness, &asked.keys, self.at, self.root, compaction).and_then(|checked| {
+                        let storage_root_of = |key: &B256| storage_root(&checked.2, key);
+                        let contracts =
+                            check_contract_witness(storage, codes, &asked.slots, &asked.codes, storage_root_of)?;
+                        Ok((checked, contracts))
+                    })
                 }
                 _ => Err(WitnessError::UnexpectedReply),
             },
         };
         match checked {
-            Ok((full, compact, key_values)) => {
+            Ok(((full, compact, key_values), contracts)) => {
                 self.witnesses.values.extend(key_values);
                 self.witnesses.full.push(full);
                 self.witnesses.compact.push(compact);
+                let held = &mut self.witnesses.contracts;
+                held.slots.extend(contracts.slots);
+                held.bags.extend(contracts.bags);
+                held.codes.extend(contracts.codes);
                 Some(Answered::Verified)
             }
             Err(error) => {
