@@ -91,6 +91,8 @@ pub struct SweepConfig {
     #[serde(serialize_with = "transport_name")]
     pub transport: TransportKind,
     pub seed: u64,
+    /// Share of the transactions that are ERC-20 token transfers (contract calls).
+    pub contracts: f64,
 }
 
 fn as_seconds<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
@@ -125,6 +127,7 @@ impl Default for SweepConfig {
             top_budget_bytes: 0,
             transport: TransportKind::InProc,
             seed: 7,
+            contracts: 0.0,
         }
     }
 }
@@ -213,6 +216,7 @@ impl SweepConfig {
             duration: self.duration,
             transfers: self.transfers,
             rate: None,
+            contracts: self.contracts,
             transport: self.transport,
         }
     }
@@ -246,7 +250,7 @@ pub struct RunSummary {
 
 impl RunSummary {
     pub fn of(report: &UpReport) -> Result<RunSummary> {
-        let (aborted, abort_rate) = abort_rate(report.committed, &report.aborts);
+        let (aborted, abort_rate) = abort_rate(report.committed, &report.aborts_by_reason);
         Ok(RunSummary {
             offered: report.offered,
             committed: report.committed,

@@ -49,6 +49,7 @@ fn tiny_sweep() -> SweepConfig {
         top_budget_bytes: 0,
         transport: TransportKind::InProc,
         seed: 7,
+        contracts: 0.0,
     }
 }
 

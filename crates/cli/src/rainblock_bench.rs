@@ -66,6 +66,9 @@ pub struct RainblockBenchArgs {
     out: PathBuf,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Share of the transactions that are ERC-20 token transfers (contract calls), 0 to 1.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
+    contracts: f64,
     /// `inproc` (in-process calls) or `grpc` (every role behind a gRPC server on loopback).
     #[arg(long, value_enum, default_value_t = TransportKind::InProc)]
     transport: TransportKind,
@@ -90,6 +93,7 @@ impl RainblockBenchArgs {
             top_budget_bytes: self.top_budget_mib.saturating_mul(1 << 20),
             transport: self.transport,
             seed: self.seed,
+            contracts: self.contracts,
         }
     }
 }

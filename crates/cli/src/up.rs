@@ -37,6 +37,10 @@ pub struct UpArgs {
     /// Transfers offered per second (default: as fast as the clients take them).
     #[arg(long, value_parser = crate::limits::positive)]
     rate: Option<f64>,
+    /// Share of the transactions that are ERC-20 token transfers (contract calls, executed
+    /// with revm; clients pre-execute them and fetch their storage slots), from 0 to 1.
+    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
+    contracts: f64,
     /// Transfers per client submission.
     #[arg(long, default_value_t = 250, value_parser = crate::limits::count(1))]
     batch: usize,
@@ -126,12 +130,14 @@ pub fn run(args: &UpArgs) -> Result<ExitCode> {
         duration: Duration::from_secs(args.duration),
         transfers: args.transfers,
         rate: args.rate,
+        contracts: args.contracts,
         transport: args.transport,
     };
     let (nodes, replicas) = config.topology.storage_counts();
     eprintln!(
-        "virga up: {} accounts, {} shards on {} storage nodes ({} per shard), {} miner(s), {} clients, r={} c={}, transport {}, data in {}",
+        "virga up: {} accounts, {:.0}% contract calls, {} shards on {} storage nodes ({} per shard), {} miner(s), {} clients, r={} c={}, transport {}, data in {}",
         args.accounts,
+        100.0 * args.contracts,
         args.shape.shards,
         nodes,
         replicas,
@@ -182,12 +188,21 @@ fn print_report(report: &UpReport) {
         report.committed, report.offered, report.run_seconds
     );
     println!("  throughput            {:.0} transactions/s", report.tps);
+    if report.contract_share > 0.0 {
+        println!(
+            "  contract calls        {} committed, {:.0} ERC-20 calls/s ({:.0}% of the signed transactions; the seed: 17.9K/s), {} extra witness rounds",
+            report.contract_calls,
+            report.contract_calls_per_sec,
+            100.0 * report.contract_share,
+            report.extra_witness_rounds
+        );
+    }
     if let (Some(cpu), Some(per_tx)) = (report.run_cpu_seconds, report.cpu_us_per_tx) {
         println!("  cpu                   {cpu:.1} s over the run, {per_tx:.0} µs per transfer (all roles)");
     }
     println!("  blocks                {} (head {})", report.blocks, report.head_number);
     println!("  reverted              {}", join(&report.failed));
-    println!("  aborted by the miner  {} (retried by the clients)", join(&report.aborts));
+    println!("  aborted by the miner  {} (retried by the clients)", join(&report.aborts_by_reason));
     println!("  filtered by clients   {}", join(&report.filtered));
     println!(
         "  witness bytes per tx  {:.0} full, {:.0} compacted and bagged ({:.1}%)",

@@ -1,7 +1,7 @@
 //! `virga up`: a whole RainBlock cluster in one process — storage nodes, miners and
 //! prefetching clients as tasks — over the in-process transport or gRPC on loopback.
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::{Address, B256, U256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use crate::miner::{open_store, Miner, MinerError, MinerStats};
 use crate::storage::{shard_genesis, StorageError, StorageNode};
 pub use crate::topology::{beneficiary, replicated_layout, storage_counts};
 use crate::topology::{Topology, TopologyError};
-use crate::workload::{offer, sign_transfers, Accounts, Skew, GENESIS_BALANCE};
+use crate::workload::{offer, sign_transfers, token_holdings, Accounts, Mix, GENESIS_BALANCE};
 
 /// Marks a directory as a RainBlock cluster's (`virga verify` audits it as one).
 pub const CLUSTER_FILE: &str = "rainblock.json";
@@ -103,6 +103,8 @@ pub struct UpConfig {
     pub transfers: usize,
     /// Transfers offered per second (`None`: as fast as clients take them).
     pub rate: Option<f64>,
+    /// Share of the transactions that are ERC-20 token transfers (contract calls).
+    pub contracts: f64,
     pub transport: TransportKind,
 }
 
@@ -114,6 +116,7 @@ impl UpConfig {
             duration: Duration::from_secs(30),
             transfers: 2_000,
             rate: None,
+            contracts: 0.0,
             transport: TransportKind::InProc,
         }
     }
@@ -162,7 +165,15 @@ pub struct UpReport {
     pub blocks: u64,
     pub head_number: u64,
     pub state_root: String,
-    pub aborts: BTreeMap<String, u64>,
+    /// Transactions the miner left out (the clients retry them, unless invalid), by reason.
+    pub aborts_by_reason: BTreeMap<String, u64>,
+    /// Share of the signed transactions that are token transfers (contract calls).
+    pub contract_share: f64,
+    /// Contract calls committed, per second of the run.
+    pub contract_calls: u64,
+    pub contract_calls_per_sec: f64,
+    /// Witness fetch rounds beyond a batch's first (contract calls reaching further state).
+    pub extra_witness_rounds: u64,
     pub failed: BTreeMap<String, u64>,
     pub filtered: BTreeMap<String, u64>,
     pub bad_witnesses: usize,
@@ -206,17 +217,45 @@ pub fn block_gas_limit(max_block_transfers: usize) -> u64 {
 }
 
 pub fn write_genesis(dir: &Path, addresses: &[Address], max_block_transfers: usize) -> Result<(), ClusterError> {
+    write_genesis_with_token(dir, addresses, max_block_transfers, None)
+}
+
+/// [`write_genesis`], with the workload's ERC-20 token deployed at
+/// [`crate::workload::TOKEN_AT`] holding `token`'s balances when given. Its blocks then
+/// have room for a full block of token calls: the gas limit is twice their gas limit.
+pub fn write_genesis_with_token(
+    dir: &Path,
+    addresses: &[Address],
+    max_block_transfers: usize,
+    token: Option<&[(B256, U256)]>,
+) -> Result<(), ClusterError> {
     let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
     let difficulty = U256::from(16u64);
-    let json = genesis_json(
-        chain_id,
-        difficulty,
-        block_gas_limit(max_block_transfers),
-        addresses,
-        U256::from(GENESIS_BALANCE),
-    );
+    let gas_limit = match token {
+        None => block_gas_limit(max_block_transfers),
+        Some(_) => 2 * crate::workload::TOKEN_CALL_GAS * max_block_transfers.max(1) as u64,
+    };
+    let mut json = genesis_json(chain_id, difficulty, gas_limit, addresses, U256::from(GENESIS_BALANCE));
+    if let Some(holdings) = token {
+        json = with_token(&json, holdings);
+    }
     let path = dir.join("genesis.json");
     std::fs::write(&path, json).map_err(|source| ClusterError::Io { op: "writing", path, source })
+}
+
+/// A genesis document with the token's account (code and storage) added to its `alloc`.
+fn with_token(json: &str, holdings: &[(B256, U256)]) -> String {
+    let mut genesis: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let storage: serde_json::Map<String, serde_json::Value> = holdings
+        .iter()
+        .map(|(slot, value)| (slot.to_string(), serde_json::Value::String(B256::from(*value).to_string())))
+        .collect();
+    let code = virga_evm::contracts::TOKEN.runtime_code();
+    let account = serde_json::json!({ "balance": "0x0", "nonce": "0x1", "code": code.to_string(), "storage": storage });
+    if let Some(alloc) = genesis.get_mut("alloc").and_then(serde_json::Value::as_object_mut) {
+        alloc.insert(crate::workload::TOKEN_AT.to_string(), account);
+    }
+    genesis.to_string()
 }
 
 /// Runs a cluster with a fresh state in `config.dir` (which must not hold one).
@@ -239,8 +278,22 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
     let accounts = Accounts::generate(config.topology.accounts, &|done| progress.advance(done));
     progress.finish();
 
+    progress.phase("signing the users' transactions", config.transfers as u64);
+    let mix = Mix::with_contracts(config.contracts);
+    let transfers = sign_transfers(&accounts, config.transfers, chain_id, mix, config.topology.seed, &|done| {
+        progress.advance(done)
+    });
+    progress.finish();
+
     progress.phase("building the genesis state", 1);
-    write_genesis(&config.dir, &accounts.addresses, config.topology.max_block_transfers)?;
+    let holdings = (config.contracts > 0.0).then(|| token_holdings(&transfers));
+    write_genesis_with_token(
+        &config.dir,
+        &accounts.addresses,
+        config.topology.max_block_transfers,
+        holdings.as_deref(),
+    )?;
+    drop(accounts);
     let layout = config.topology.layout();
     let cluster = serde_json::json!({
         "format": CLUSTER_FORMAT,
@@ -259,14 +312,6 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
     let sharded =
         shard_genesis(&genesis.state, config.topology.shards).map_err(|error| ClusterError::Storage(error.into()))?;
     progress.finish();
-
-    progress.phase("signing the users' transfers", config.transfers as u64);
-    let transfers =
-        sign_transfers(&accounts, config.transfers, chain_id, Skew::default(), config.topology.seed, &|done| {
-            progress.advance(done)
-        });
-    progress.finish();
-    drop(accounts);
 
     // The roles.
     let inproc = InProc::new();
@@ -389,6 +434,7 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
     let miner: MinerStats = miners[0].stats();
     let committed: u64 = clients.iter().map(|stats| stats.committed).sum();
     let succeeded: u64 = clients.iter().map(|stats| stats.committed_ok).sum();
+    let contract_calls: u64 = clients.iter().map(|stats| stats.calls_committed).sum();
     let submitted: u64 = clients.iter().map(|stats| stats.submitted).sum();
     let per_submitted = |total: u64| if submitted == 0 { 0.0 } else { total as f64 / submitted as f64 };
     let per_committed = |total: u64| if committed == 0 { 0.0 } else { total as f64 / committed as f64 };
@@ -425,7 +471,11 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
         blocks: miner.blocks,
         head_number,
         state_root: format!("{state_root}"),
-        aborts: merge(vec![&miner.aborted]),
+        aborts_by_reason: merge(vec![&miner.aborted]),
+        contract_share: config.contracts,
+        contract_calls,
+        contract_calls_per_sec: contract_calls as f64 / run_seconds.max(1e-9),
+        extra_witness_rounds: clients.iter().map(|stats| stats.extra_rounds).sum(),
         failed: merge(vec![&miner.failed]),
         filtered: merge(clients.iter().map(|stats| &stats.filtered).collect()),
         bad_witnesses: clients.iter().map(|stats| stats.bad_witnesses.len()).sum(),

@@ -31,7 +31,7 @@ use crate::cluster::{
 use crate::miner::{open_store, Miner, MinerStats};
 use crate::storage::{shard_genesis, StorageNode};
 use crate::topology::Topology;
-use crate::workload::{offer, sign_transfers, Accounts, Skew};
+use crate::workload::{offer, sign_transfers, Accounts, Mix};
 
 /// What every role process of a hand-started cluster reads from `dir/rainblock.json`.
 /// A superset of what `virga up` writes there, so the audit reads both alike.
@@ -375,11 +375,10 @@ pub async fn run_client(
     let exec = genesis.config.exec;
     let accounts = Accounts::generate(plan.accounts, &|_| {});
     let clients = job.clients.max(1);
-    let transfers: Vec<_> =
-        sign_transfers(&accounts, job.transfers, exec.chain_id, Skew::default(), plan.seed, &|_| {})
-            .into_iter()
-            .filter(|transfer| usize::from(transfer.sender.0[19]) % clients == job.index)
-            .collect();
+    let transfers: Vec<_> = sign_transfers(&accounts, job.transfers, exec.chain_id, Mix::default(), plan.seed, &|_| {})
+        .into_iter()
+        .filter(|transfer| usize::from(transfer.sender.0[19]) % clients == job.index)
+        .collect();
     drop(accounts);
     let offered = transfers.len();
     let topology = Topology { batch: job.batch, in_flight: job.in_flight, ..plan.topology()? };

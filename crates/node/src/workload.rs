@@ -1,7 +1,11 @@
 //! The Ethereum-like workload of RainBlock's evaluation: N accounts with deterministic
-//! secp256k1 keys, value transfers of which 90% involve the hottest 10% of accounts.
+//! secp256k1 keys, transactions of which 90% involve the hottest 10% of accounts: value
+//! transfers and, for a share of them (the seed's workload has 10-15%), calls of an ERC-20
+//! token deployed in the genesis at [`TOKEN_AT`], moving tokens between the same accounts.
 
-use alloy_primitives::{Address, U256};
+use alloy_consensus::TxLegacy;
+use alloy_primitives::TxKind;
+use alloy_primitives::{address, Address, B256, U256};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use virga_ledger::tx::{SignedTx, SigningKey};
@@ -62,18 +66,51 @@ pub const GAS_PRICE: u128 = 1_000_000_000;
 /// Each account's genesis balance: enough for any run's transfers and fees.
 pub const GENESIS_BALANCE: u128 = 1_000_000_000_000_000_000_000;
 
+/// Where the workload's ERC-20 token lives (`virga_evm::contracts::TOKEN`).
+pub const TOKEN_AT: Address = address!("00000000000000000000000000000000000e2c20");
+/// Gas limit of a token transfer: it uses at most about 52,000 (a new balance slot).
+pub const TOKEN_CALL_GAS: u64 = 80_000;
+/// Tokens each sender of a token transfer holds at genesis: more than any run moves.
+pub const GENESIS_TOKENS: u128 = 1_000_000_000_000;
+
+/// The workload's shape.
 #[derive(Clone, Copy, Debug)]
-pub struct Skew {
+pub struct Mix {
     /// Fraction of accounts that are hot.
     pub hot_accounts: f64,
     /// Fraction of transfers whose sender (and, independently, recipient) is hot.
     pub hot_share: f64,
+    /// Fraction of transactions that are token transfers (contract calls) rather than
+    /// value transfers.
+    pub contracts: f64,
 }
 
-impl Default for Skew {
+impl Default for Mix {
     fn default() -> Self {
-        Skew { hot_accounts: 0.1, hot_share: 0.9 }
+        Mix { hot_accounts: 0.1, hot_share: 0.9, contracts: 0.0 }
     }
+}
+
+impl Mix {
+    pub fn with_contracts(contracts: f64) -> Mix {
+        Mix { contracts, ..Mix::default() }
+    }
+}
+
+/// The genesis storage of the token: [`GENESIS_TOKENS`] for every sender of a token call
+/// among `transfers`.
+pub fn token_holdings(transfers: &[UserTransfer]) -> Vec<(B256, U256)> {
+    let mut holders: Vec<Address> = transfers
+        .iter()
+        .filter(|transfer| transfer.tx.to() == Some(TOKEN_AT))
+        .map(|transfer| transfer.sender)
+        .collect();
+    holders.sort_unstable();
+    holders.dedup();
+    holders
+        .into_iter()
+        .map(|holder| (B256::from(virga_evm::contracts::token::balance_slot(holder)), U256::from(GENESIS_TOKENS)))
+        .collect()
 }
 
 /// The accounts of a workload: key `i` is `SigningKey::from_seed(i)`.
@@ -107,22 +144,22 @@ pub fn sign_transfers(
     accounts: &Accounts,
     count: usize,
     chain_id: u64,
-    skew: Skew,
+    mix: Mix,
     seed: u64,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Vec<UserTransfer> {
     let n = accounts.addresses.len();
-    let hot = ((n as f64 * skew.hot_accounts).ceil() as usize).clamp(1, n.max(1));
+    let hot = ((n as f64 * mix.hot_accounts).ceil() as usize).clamp(1, n.max(1));
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let pick = |rng: &mut rand::rngs::StdRng| {
-        if n <= hot || rng.random_bool(skew.hot_share) {
+        if n <= hot || rng.random_bool(mix.hot_share) {
             rng.random_range(0..hot)
         } else {
             rng.random_range(hot..n)
         }
     };
     let mut nonces = vec![0u64; n];
-    let plan: Vec<(usize, usize, u64, u64)> = (0..count)
+    let plan: Vec<(usize, usize, u64, u64, bool)> = (0..count)
         .map(|_| {
             let sender = pick(&mut rng);
             let mut to = pick(&mut rng);
@@ -131,21 +168,31 @@ pub fn sign_transfers(
             }
             let nonce = nonces[sender];
             nonces[sender] += 1;
-            (sender, to, nonce, rng.random_range(1..1_000u64))
+            let call = mix.contracts > 0.0 && rng.random_bool(mix.contracts.min(1.0));
+            (sender, to, nonce, rng.random_range(1..1_000u64), call)
         })
         .collect();
     plan.into_par_iter()
         .enumerate()
-        .map(|(index, (sender, to, nonce, value))| {
-            let tx = SignedTx::sign(
-                &accounts.keys[sender],
-                nonce,
-                accounts.addresses[to],
-                U256::from(value),
-                GAS_PRICE,
-                virga_ledger::exec::TRANSFER_GAS,
-                Some(chain_id),
-            );
+        .map(|(index, (sender, to, nonce, value, call))| {
+            let key = &accounts.keys[sender];
+            let tx = if call {
+                let input = virga_evm::contracts::token::transfer(accounts.addresses[to], U256::from(value));
+                let tx = TxLegacy {
+                    chain_id: Some(chain_id),
+                    nonce,
+                    gas_price: GAS_PRICE,
+                    gas_limit: TOKEN_CALL_GAS,
+                    to: TxKind::Call(TOKEN_AT),
+                    value: U256::ZERO,
+                    input,
+                };
+                SignedTx::sign_legacy(key, tx)
+            } else {
+                let to = accounts.addresses[to];
+                let gas = virga_ledger::exec::TRANSFER_GAS;
+                SignedTx::sign(key, nonce, to, U256::from(value), GAS_PRICE, gas, Some(chain_id))
+            };
             if index % 1000 == 999 {
                 progress(1000);
             }
@@ -159,7 +206,7 @@ mod tests {
     use super::*;
 
     fn offered(accounts: &Accounts, count: usize) -> Vec<UserTransfer> {
-        sign_transfers(accounts, count, 7, Skew::default(), 3, &|_| {})
+        sign_transfers(accounts, count, 7, Mix::default(), 3, &|_| {})
     }
 
     #[tokio::test]
@@ -212,8 +259,8 @@ mod tests {
     #[test]
     fn transfers_are_skewed_deterministic_and_in_nonce_order() {
         let accounts = Accounts::generate(200, &|_| {});
-        let first = sign_transfers(&accounts, 2000, 7, Skew::default(), 1, &|_| {});
-        let again = sign_transfers(&accounts, 2000, 7, Skew::default(), 1, &|_| {});
+        let first = sign_transfers(&accounts, 2000, 7, Mix::default(), 1, &|_| {});
+        let again = sign_transfers(&accounts, 2000, 7, Mix::default(), 1, &|_| {});
         assert_eq!(
             first.iter().map(|t| t.tx.hash()).collect::<Vec<_>>(),
             again.iter().map(|t| t.tx.hash()).collect::<Vec<_>>()

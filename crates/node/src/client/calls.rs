@@ -12,11 +12,10 @@ use revm::bytecode::Bytecode;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use virga_evm::speculation::pre_execute;
-use virga_evm::{BlockContext, BlockHashes, PartialState, StateError, StateSource};
+use virga_evm::{BlockContext, BlockHashes, StateError, StateSource};
 use virga_ledger::exec::{ExecConfig, FORK};
 use virga_ledger::tx::RecoveredTx;
 use virga_trie::account::Account;
-use virga_trie::PartialTrie;
 
 use super::witness::{ContractAsk, Witnesses};
 use super::UserTransfer;
@@ -89,21 +88,56 @@ impl BlockHashes for HeadHash {
     }
 }
 
-/// The witnessed state, every verified piece attached (code from the client's store too).
-pub(super) fn witnessed_state(witnesses: &Witnesses, root: B256, codes: &HashMap<B256, Vec<u8>>) -> PartialState {
-    let mut accounts = PartialTrie::from_root_hash(root);
-    for bag in &witnesses.full {
-        // Verified against `root` already: every node attaches.
-        let _ = accounts.apply_bag(bag);
+/// What the batch's witnesses proved, as revm reads it: accounts by key, slots by account
+/// and slot key (zero where proved absent), code by hash. Lookups only: no trie is built.
+pub(super) struct Witnessed<'a> {
+    values: &'a HashMap<B256, (Option<Vec<u8>>, usize)>,
+    slots: HashMap<(B256, B256), U256>,
+    codes: &'a HashMap<B256, Vec<u8>>,
+}
+
+impl<'a> Witnessed<'a> {
+    pub(super) fn new(witnesses: &'a Witnesses, codes: &'a HashMap<B256, Vec<u8>>) -> Witnessed<'a> {
+        let slots =
+            witnesses.contracts.slots.iter().map(|(account, slot, value)| ((*account, *slot), *value)).collect();
+        Witnessed { values: &witnesses.values, slots, codes }
     }
-    let mut state = PartialState::new(accounts);
-    for (account, bag) in &witnesses.contracts.bags {
-        let _ = state.attach_storage(*account, bag);
+}
+
+fn not_held(what: String) -> StateError {
+    StateError::NotHeld { what, reason: "no witness of it yet".into() }
+}
+
+impl StateSource for Witnessed<'_> {
+    fn account(&self, address: &Address) -> Result<Option<Account>, StateError> {
+        match self.values.get(&keccak256(address)) {
+            None => Err(not_held(format!("account {address}"))),
+            Some((None, _)) => Ok(None),
+            Some((Some(raw), _)) => Account::decode_rlp(raw)
+                .map(Some)
+                .map_err(|error| StateError::Account { address: *address, reason: error.to_string() }),
+        }
     }
-    for (hash, code) in codes {
-        let _ = state.insert_code(*hash, code);
+
+    fn storage(&self, address: &Address, slot: U256) -> Result<U256, StateError> {
+        let account = keccak256(address);
+        if let Some(value) = self.slots.get(&(account, keccak256(B256::from(slot)))) {
+            return Ok(*value);
+        }
+        match self.account(address)? {
+            Some(held) if held.storage_root != virga_core::EMPTY_ROOT => {
+                Err(not_held(format!("storage slot {slot:#x} of {address}")))
+            }
+            _ => Ok(U256::ZERO),
+        }
     }
-    state
+
+    fn code(&self, hash: &B256) -> Result<Bytecode, StateError> {
+        match self.codes.get(hash) {
+            Some(code) => Ok(virga_evm::db::bytecode(code)),
+            None => Err(not_held(format!("code {hash}"))),
+        }
+    }
 }
 
 /// Runs each call over `state` in `block`; sorts them into kept, filtered and waiting, and
@@ -111,7 +145,7 @@ pub(super) fn witnessed_state(witnesses: &Witnesses, root: B256, codes: &HashMap
 /// filtered instead.
 pub(super) fn pre_execute_calls(
     calls: Vec<UserTransfer>,
-    state: &PartialState,
+    state: &dyn StateSource,
     block: &BlockContext,
     head: (u64, B256),
     last_round: bool,
@@ -208,7 +242,7 @@ impl Missing {
 /// with its account (revm asks for both at once), so missing code is recorded there, with
 /// the account it belongs to; the run stops at it, since code cannot be guessed.
 struct Optimistic<'a> {
-    state: &'a PartialState,
+    state: &'a dyn StateSource,
     /// What a missing slot is taken to hold.
     guess: U256,
     missing: Mutex<Missing>,

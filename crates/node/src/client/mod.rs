@@ -448,7 +448,7 @@ impl ClientCore {
         let mut code_used = std::collections::BTreeSet::new();
         if !calls.is_empty() {
             let calls = self.confirm_late_calls(calls, &fetch.witnesses.values);
-            let state = calls::witnessed_state(&fetch.witnesses, fetch.root, &self.codes);
+            let state = calls::Witnessed::new(&fetch.witnesses, &self.codes);
             let block = calls::guessed_block(&self.config.exec, fetch.at.0, self.now / 1_000_000_000);
             let last_round = fetch.round >= calls::MAX_ROUNDS;
             let mut prepared = calls::pre_execute_calls(calls, &state, &block, fetch.at, last_round);

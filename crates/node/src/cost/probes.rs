@@ -13,7 +13,7 @@ use virga_net::{Handler, Rainblock, Request, Response, ResponseBody, Transport};
 use crate::codec::block_id;
 use crate::testkit::Fixture;
 use crate::topology::Topology;
-use crate::workload::{sign_transfers, Skew};
+use crate::workload::{sign_transfers, Mix};
 
 use super::calibrate::{median, setup_error, step_error, CalibrationError};
 use super::rig::micros;
@@ -185,10 +185,8 @@ pub fn cpu_share(threads: usize, seconds: f64) -> Option<f64> {
     let fixture =
         Fixture::new(Topology { accounts: 8, storage_nodes: 4, max_block_transfers: 64, ..Topology::small() }).ok()?;
     let chain_id = fixture.config.exec.chain_id;
-    let transfers: Vec<SignedTx> = sign_transfers(&fixture.accounts, 32, chain_id, Skew::default(), 3, &|_| {})
-        .into_iter()
-        .map(|t| t.tx)
-        .collect();
+    let transfers: Vec<SignedTx> =
+        sign_transfers(&fixture.accounts, 32, chain_id, Mix::default(), 3, &|_| {}).into_iter().map(|t| t.tx).collect();
     let threads = threads.max(1);
     let cpu_before = crate::cluster::process_cpu_seconds()?;
     let started = Instant::now();

@@ -25,7 +25,7 @@ use crate::miner::{execution_pool, MinerCore, MinerIo, MinerIoDone};
 use crate::storage::{log_options, open_core, NodeStorage, StorageCore, StorageIo};
 use crate::testkit::Fixture;
 use crate::topology::Topology;
-use crate::workload::{sign_transfers, Skew};
+use crate::workload::{sign_transfers, Mix};
 
 use super::calibrate::{median, setup_error, step_error, CalibrationError, CalibrationSetup};
 
@@ -145,7 +145,7 @@ impl Rig {
         let blocks = setup.repetitions * 2 + 2;
         let count = blocks * setup.large_block.max(setup.small_block);
         let chain_id = fixture.config.exec.chain_id;
-        let transfers = sign_transfers(&fixture.accounts, count, chain_id, Skew::default(), 11, &|_| {});
+        let transfers = sign_transfers(&fixture.accounts, count, chain_id, Mix::default(), 11, &|_| {});
         let mut rig = Rig {
             fixture,
             nodes,

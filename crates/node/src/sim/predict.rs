@@ -22,7 +22,7 @@ use crate::miner::{execution_pool, ChainDisk, MinerCore, MinerError, MinerIo};
 use crate::storage::{log_options, open_core, NodeStorage, StorageError};
 use crate::testkit::{Fixture, FixtureError};
 use crate::topology::Topology;
-use crate::workload::{client_of, sign_transfers, Skew};
+use crate::workload::{client_of, sign_transfers, Mix};
 
 /// Where the simulated roles run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -167,7 +167,7 @@ pub fn simulate(
     }
     sim.set_cost_model(CalibratedCosts { calibration: calibration.clone(), grpc, storage_nodes: storage_ids.len() });
     let chain_id = fixture.config.exec.chain_id;
-    let signed = sign_transfers(&fixture.accounts, transfers, chain_id, Skew::default(), topology.seed, &|_| {});
+    let signed = sign_transfers(&fixture.accounts, transfers, chain_id, Mix::default(), topology.seed, &|_| {});
     let mut shares: Vec<Vec<UserTransfer>> = vec![Vec::new(); clients.len()];
     for transfer in signed {
         shares[client_of(&transfer, clients.len())].push(transfer);

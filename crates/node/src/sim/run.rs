@@ -20,7 +20,7 @@ use crate::miner::{execution_pool, ChainDisk, MinerCore};
 use crate::storage::{log_options, open_core, NodeStorage};
 use crate::testkit::Fixture;
 use crate::topology::Topology;
-use crate::workload::{sign_transfers, Skew};
+use crate::workload::{sign_transfers, Mix};
 
 /// What a run is asked to do.
 #[derive(Clone, Copy, Debug)]
@@ -283,7 +283,7 @@ fn offer(
         &fixture.accounts,
         options.length.transfers(),
         fixture.config.exec.chain_id,
-        Skew::default(),
+        Mix::default(),
         options.seed,
         &|_| {},
     );
