@@ -125,6 +125,28 @@ fn bench_trie_writes_the_promised_json() {
     assert!(!roots.is_empty() && roots.windows(2).all(|w| w[0] == w[1]), "{roots:?}");
 }
 
+/// `virga up` with contract calls: the token calls commit (the report says how many, and
+/// why the miner left any out), and the chain with its storage nodes passes `virga verify`.
+#[test]
+fn up_with_contract_calls_reports_them_and_the_chain_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("chain");
+    let json = dir.path().join("up.json");
+    let args = ["up", "--accounts", "3000", "--transfers", "600", "--contracts", "0.3", "--storage-nodes", "4"];
+    let output = virga(&[&args[..], &["--dir", data.to_str().unwrap(), "--json", json.to_str().unwrap()]].concat());
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["committed"], 600, "{report:#}");
+    let calls = report["contract_calls"].as_u64().unwrap();
+    assert!((100..=260).contains(&calls), "about 30% of 600 are token calls: {calls}");
+    assert!(report["contract_calls_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(report["aborts_by_reason"].is_object());
+    assert!(text(&output.stdout).contains("ERC-20 calls/s"), "{}", text(&output.stdout));
+    let verified = virga(&["verify", "--dir", data.to_str().unwrap()]);
+    assert!(verified.status.success(), "{}{}", text(&verified.stdout), text(&verified.stderr));
+    assert!(text(&verified.stdout).starts_with("ok: "), "{}", text(&verified.stdout));
+}
+
 /// Each case: a command line with one option out of range, and the option it must name.
 /// clap refuses them all before anything runs, with exit status 2.
 #[test]
@@ -138,6 +160,7 @@ fn out_of_range_options_exit_2_naming_the_option() {
         (&["up", "--duration", "0"], "--duration"),
         (&["up", "--accounts", "1"], "--accounts"),
         (&["up", "--rate=0"], "--rate"),
+        (&["up", "--contracts", "1.5"], "--contracts"),
         (&["up", "--shards", "3"], "--shards"),
         (&["up", "-r", "65"], "--retention"),
         (&["up", "--batch", "0"], "--batch"),

@@ -15,7 +15,7 @@ fn pool() -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap()
 }
 
-async fn run_and_audit(mut config: UpConfig) {
+async fn run_and_audit(mut config: UpConfig) -> virga_node::cluster::UpReport {
     config.duration = Duration::from_secs(120);
     let dir = config.dir.clone();
     let report = up(config.clone(), &Quiet).await.unwrap();
@@ -29,6 +29,7 @@ async fn run_and_audit(mut config: UpConfig) {
     assert_eq!(audit.chain.head_number, report.head_number);
     assert_eq!(audit.chain.transactions, report.committed);
     assert_eq!(audit.storage_nodes, config.topology.storage_nodes);
+    report
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,6 +42,20 @@ async fn a_replicated_cluster_over_grpc_commits_everything_and_passes_the_audit(
     config.topology.storage_nodes = 4;
     config.topology.replicas = 2;
     run_and_audit(config).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_token_calls_commits_them_and_passes_the_audit() {
+    // A third of the transactions call the ERC-20 token: clients pre-execute them and fetch
+    // their slots, the miner sends the slot changes to the token's storage node, and the
+    // audit replays every node's log (contract storage included) to the chain's root.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = UpConfig::small(dir.path());
+    config.contracts = 0.3;
+    config.topology.storage_nodes = 4;
+    let report = run_and_audit(config).await;
+    assert!(report.contract_calls > 400, "about 600 of 2,000 are token calls: {report:#?}");
+    assert_eq!(report.contract_calls as f64 / report.run_seconds, report.contract_calls_per_sec);
 }
 
 /// A finished small run with 4 storage nodes: what reopening one of its nodes needs.

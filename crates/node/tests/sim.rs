@@ -23,6 +23,9 @@ fn a_seed_without_faults_commits_everything_and_passes_every_check() {
     let outcome = run(1, Faults::NONE, None);
     assert_passes(&outcome, "none");
     assert_eq!(outcome.committed, outcome.offered, "{outcome:#?}");
+    // 15% of the users' transactions call the token; they all commit too.
+    let (calls, committed_calls) = outcome.contract_calls;
+    assert!(calls > 0 && committed_calls == calls, "{outcome:#?}");
     assert!(outcome.blocks >= 2, "{outcome:#?}");
 }
 
@@ -77,6 +80,9 @@ fn a_lying_storage_replica_is_bypassed_and_everything_commits() {
     for outcome in &outcomes {
         assert_passes(outcome, "lying-storage");
         assert_eq!(outcome.committed, outcome.offered, "{outcome:#?}");
+        // 15% of the users' transactions call the token; they all commit too.
+        let (calls, committed_calls) = outcome.contract_calls;
+        assert!(calls > 0 && committed_calls == calls, "{outcome:#?}");
     }
     let refused: u64 = outcomes.iter().map(|o| o.effects.bad_witnesses).sum();
     assert!(refused > 0, "no lying witness was ever refused: {outcomes:#?}");
@@ -89,6 +95,9 @@ fn a_lying_miner_has_its_blocks_refused_and_commits_everything_once_honest() {
     for outcome in &outcomes {
         assert_passes(outcome, "lying-miner");
         assert_eq!(outcome.committed, outcome.offered, "{outcome:#?}");
+        // 15% of the users' transactions call the token; they all commit too.
+        let (calls, committed_calls) = outcome.contract_calls;
+        assert!(calls > 0 && committed_calls == calls, "{outcome:#?}");
     }
     let abandoned: u64 = outcomes.iter().map(|o| o.effects.abandoned_blocks).sum();
     assert!(abandoned > 0, "no lying block was ever refused: {outcomes:#?}");

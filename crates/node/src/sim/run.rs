@@ -20,7 +20,12 @@ use crate::miner::{execution_pool, ChainDisk, MinerCore};
 use crate::storage::{log_options, open_core, NodeStorage};
 use crate::testkit::Fixture;
 use crate::topology::Topology;
-use crate::workload::{sign_transfers, Mix};
+use crate::workload::{sign_transfers, Mix, GENESIS_TOKENS, TOKEN_AT};
+use alloy_primitives::{B256, U256};
+use virga_evm::contracts::{token, TOKEN};
+
+/// Share of the users' transactions that call the token (the seed's workload has 10-15%).
+const CONTRACT_SHARE: f64 = 0.15;
 
 /// What a run is asked to do.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +46,8 @@ pub struct RunOutcome {
     pub virtual_ms: u64,
     pub offered: usize,
     pub committed: usize,
+    /// Of `offered` and of `committed`: calls of the workload's token.
+    pub contract_calls: (usize, usize),
     pub blocks: u64,
     pub crashes: usize,
     /// What the faults did: evidence that they met the protocol.
@@ -136,7 +143,17 @@ fn fixture(topology: Topology) -> Arc<Fixture> {
         if let Some(fixture) = fixtures.iter().find(|fixture| fixture.topology == topology) {
             return Arc::clone(fixture);
         }
-        let fixture = Arc::new(Fixture::new(topology).unwrap_or_else(|error| unreachable!("{error}")));
+        let mut fixture = Fixture::new(topology).unwrap_or_else(|error| unreachable!("{error}"));
+        // The workload's token, every account holding some: a share of the users' transactions
+        // are contract calls, pre-executed by the clients and executed by the miners.
+        let holdings: Vec<_> = fixture
+            .accounts
+            .addresses
+            .iter()
+            .map(|holder| (B256::from(token::balance_slot(*holder)), U256::from(GENESIS_TOKENS)))
+            .collect();
+        fixture.deploy(TOKEN_AT, &TOKEN.runtime_code(), &holdings).unwrap_or_else(|error| unreachable!("{error}"));
+        let fixture = Arc::new(fixture);
         fixtures.push(Arc::clone(&fixture));
         fixture
     })
@@ -283,7 +300,7 @@ fn offer(
         &fixture.accounts,
         options.length.transfers(),
         fixture.config.exec.chain_id,
-        Mix::default(),
+        Mix::with_contracts(CONTRACT_SHARE),
         options.seed,
         &|_| {},
     );
@@ -394,12 +411,25 @@ pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished
         virtual_ms: sim.now() / 1_000_000,
         offered: transfers.len(),
         committed: checked.committed,
+        contract_calls: contract_calls(&transfers, &view),
         blocks: checked.blocks,
         crashes: schedule.crashes.len() + schedule.write_crashes.len(),
         effects: effects(&sim),
         trace_digest: format!("{:016x}", sim.trace_digest()),
     };
     Ok(Finished { outcome, sim })
+}
+
+/// Token calls offered, and those the users heard committed.
+fn contract_calls(transfers: &[UserTransfer], view: &UserView) -> (usize, usize) {
+    let calls = transfers.iter().filter(|transfer| transfer.tx.to() == Some(TOKEN_AT));
+    let (mut offered, mut committed) = (0, 0);
+    for call in calls {
+        offered += 1;
+        let hash = call.tx.hash();
+        committed += usize::from(view.acknowledged.contains_key(&hash) || view.confirmed_late.contains(&hash));
+    }
+    (offered, committed)
 }
 
 /// Whether storage node `id` has a log write in flight.
@@ -415,6 +445,7 @@ fn failed_to_start(seed: u64, problem: virga_sim::SimError) -> RunOutcome {
         virtual_ms: 0,
         offered: 0,
         committed: 0,
+        contract_calls: (0, 0),
         blocks: 0,
         crashes: 0,
         effects: Effects::default(),

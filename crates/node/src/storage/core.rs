@@ -394,14 +394,21 @@ impl StorageCore {
             version.shards.clone()
         })?;
         #[cfg(feature = "fault-injection")]
-        let bag = {
-            let mut bag = bag;
+        let (bag, reply) = {
+            let (mut bag, mut reply) = (bag, reply);
             if self.fault == StorageFault::CorruptWitness {
                 if let Some(byte) = bag.nodes.last_mut().and_then(|node| node.last_mut()) {
                     *byte ^= 0x01;
                 }
+                // Slot witnesses lie too.
+                let slot_nodes = reply.storage.iter_mut().filter_map(|storage| storage.bag.as_mut());
+                if let Some(byte) =
+                    slot_nodes.flat_map(|bag| bag.nodes.last_mut()).next().and_then(|node| node.last_mut())
+                {
+                    *byte ^= 0x01;
+                }
             }
-            bag
+            (bag, reply)
         };
         self.stats.witnesses_served += 1;
         Ok(with_bag(reply, &bag))
