@@ -39,7 +39,8 @@ pub struct UpArgs {
     rate: Option<f64>,
     /// Share of the transactions that are ERC-20 token transfers (contract calls, executed
     /// with revm; clients pre-execute them and fetch their storage slots), from 0 to 1.
-    #[arg(long, default_value_t = 0.0, value_parser = crate::limits::probability)]
+    /// The seed's workload has 10-15%; `--contracts 0` runs value transfers alone.
+    #[arg(long, default_value_t = 0.15, value_parser = crate::limits::probability)]
     contracts: f64,
     /// Transfers per client submission.
     #[arg(long, default_value_t = 250, value_parser = crate::limits::count(1))]
