@@ -104,6 +104,31 @@ fn submission(net: &mut Net, tx: &SignedTx, with_slots: bool) -> Submission {
     }
 }
 
+/// Accounts 0's and 1's token balances at the miner's head, from a witness of the storage
+/// node serving the token, checked through the state root as a client checks it.
+fn token_balances(net: &mut Net) -> Vec<U256> {
+    let (number, hash, root) = net.miner.head();
+    let token_key = keccak256(TOKEN_AT);
+    let slots = slot_keys(net);
+    let (_, node) =
+        net.nodes.iter_mut().find(|(_, node)| node.served().contains(&(token_key[0] as usize >> 4))).unwrap();
+    assert_eq!(node.head().2, root, "the storage node took the block");
+    let asked = [proto::SlotKeys { account: token_key.to_vec(), slots }];
+    let request = proto::WitnessRequest {
+        keys: vec![token_key.to_vec()],
+        compaction: 0,
+        at: Some(block_id(number, hash)),
+        slots: asked.to_vec(),
+        code_hashes: Vec::new(),
+    };
+    let reply = node.witness(&request).unwrap();
+    let storage = reply.storage.clone();
+    let (_, _, values) = check_witness(reply, &[token_key], (number, hash), root, 0).unwrap();
+    let account = virga_trie::account::Account::decode_rlp(values[0].1 .0.as_ref().unwrap()).unwrap();
+    let checked = check_contract_witness(storage, Vec::new(), &asked, &[], |_| Some(account.storage_root)).unwrap();
+    checked.slots.iter().map(|(_, _, value)| *value).collect()
+}
+
 /// Commits the block a submission led to and returns its outcomes.
 fn commit(net: &mut Net, submission: Submission) -> Vec<proto::TxOutcome> {
     let out = submit(&mut net.miner, 9, submission);
@@ -125,29 +150,10 @@ fn a_token_transfer_commits_through_the_miner_and_its_storage_node_serves_the_ne
     assert!(!submission.storage.is_empty() && submission.codes.len() == 1);
     let outcomes = commit(&mut net, submission);
     assert!(outcomes[0].included && outcomes[0].succeeded, "{outcomes:?}");
-    let (number, hash, root) = net.miner.head();
-    assert_eq!(number, 1);
+    assert_eq!(net.miner.head().0, 1);
 
     // The storage node serving the token holds its new storage, proved through the root.
-    let token_key = keccak256(TOKEN_AT);
-    let slots = slot_keys(&net);
-    let (_, node) =
-        net.nodes.iter_mut().find(|(_, node)| node.served().contains(&(token_key[0] as usize >> 4))).unwrap();
-    assert_eq!(node.head().2, root, "the storage node took the block");
-    let asked = [proto::SlotKeys { account: token_key.to_vec(), slots }];
-    let request = proto::WitnessRequest {
-        keys: vec![token_key.to_vec()],
-        compaction: 0,
-        at: Some(block_id(number, hash)),
-        slots: asked.to_vec(),
-        code_hashes: Vec::new(),
-    };
-    let reply = node.witness(&request).unwrap();
-    let storage = reply.storage.clone();
-    let (_, _, values) = check_witness(reply, &[token_key], (number, hash), root, 0).unwrap();
-    let account = virga_trie::account::Account::decode_rlp(values[0].1 .0.as_ref().unwrap()).unwrap();
-    let checked = check_contract_witness(storage, Vec::new(), &asked, &[], |_| Some(account.storage_root)).unwrap();
-    let balances: Vec<U256> = checked.slots.iter().map(|(_, _, value)| *value).collect();
+    let balances = token_balances(&mut net);
     assert_eq!(balances, vec![U256::from(700), U256::from(300)]);
 }
 
@@ -219,24 +225,7 @@ fn a_prefetching_client_pre_executes_token_transfers_fetches_their_slots_and_cod
     assert_eq!(stats.extra_rounds, 3, "{stats:?}");
     assert!(stats.filtered.is_empty() && stats.retried.is_empty(), "{stats:?}");
 
-    let token_key = keccak256(TOKEN_AT);
-    let (number, hash, root) = net.miner.head();
-    assert_eq!(number, 2);
-    let (_, node) =
-        net.nodes.iter_mut().find(|(_, node)| node.served().contains(&(token_key[0] as usize >> 4))).unwrap();
-    let asked = [proto::SlotKeys { account: token_key.to_vec(), slots: slot_keys_of(&net.fixture) }];
-    let request = proto::WitnessRequest {
-        keys: vec![token_key.to_vec()],
-        compaction: 0,
-        at: Some(block_id(number, hash)),
-        slots: asked.to_vec(),
-        code_hashes: Vec::new(),
-    };
-    let reply = node.witness(&request).unwrap();
-    let storage = reply.storage.clone();
-    let (_, _, values) = check_witness(reply, &[token_key], (number, hash), root, 0).unwrap();
-    let account = virga_trie::account::Account::decode_rlp(values[0].1 .0.as_ref().unwrap()).unwrap();
-    let checked = check_contract_witness(storage, Vec::new(), &asked, &[], |_| Some(account.storage_root)).unwrap();
-    let balances: Vec<U256> = checked.slots.iter().map(|(_, _, value)| *value).collect();
+    assert_eq!(net.miner.head().0, 2);
+    let balances = token_balances(&mut net);
     assert_eq!(balances, vec![U256::from(500), U256::from(500)]);
 }

@@ -410,6 +410,18 @@ impl ClientCore {
         self.witness_fetches += 1;
         let fetch =
             WitnessFetch::new(&keys, (number, hash), root, turn, &self.config.storage_nodes, self.prefix_nibbles);
+        self.start_fetch(id, transfers, fetch, out);
+    }
+
+    /// Sends a fetch round's calls, the batch waiting for them; a fetch that cannot be made
+    /// backs the batch off.
+    fn start_fetch(
+        &mut self,
+        id: u64,
+        transfers: Vec<UserTransfer>,
+        fetch: Result<WitnessFetch, WitnessError>,
+        out: &mut Commands,
+    ) {
         match fetch {
             Ok(mut fetch) => {
                 self.send_witness_calls(id, &mut fetch, out);
@@ -558,16 +570,8 @@ impl ClientCore {
     ) {
         self.stats.extra_rounds += 1;
         let (storage_nodes, prefix) = (&self.config.storage_nodes, self.prefix_nibbles);
-        match WitnessFetch::next_round(fetch, &prepared.need_keys, &prepared.need, storage_nodes, prefix) {
-            Ok(mut fetch) => {
-                self.send_witness_calls(id, &mut fetch, out);
-                self.batches.insert(id, Batch { transfers, stage: Stage::AwaitingWitnesses(Box::new(fetch)) });
-            }
-            Err(error) => {
-                tracing::warn!(client = %self.config.id, %error, "witness fetch failed");
-                self.back_off(id, transfers, BAD_WITNESS, false, out);
-            }
-        }
+        let fetch = WitnessFetch::next_round(fetch, &prepared.need_keys, &prepared.need, storage_nodes, prefix);
+        self.start_fetch(id, transfers, fetch, out);
     }
 
     /// The miner's answer to a submission: one outcome per transfer, in order.
