@@ -77,7 +77,7 @@ fn a_tiny_sweep_accounts_for_every_transfer_and_writes_json_and_plots() {
         assert!(point.witness_compact_ratio > 0.0 && point.witness_compact_ratio <= 1.0);
         assert!(point.prunes >= 1, "a budget of 0 prunes after every block: {point:#?}");
         assert!(point.top_layer_peak_bytes > 0 && point.top_layer_nodes > 0);
-        let aborts = point.run.report["aborts"].as_object().unwrap();
+        let aborts = point.run.report["aborts_by_reason"].as_object().unwrap();
         let aborted: u64 = aborts.values().map(|count| count.as_u64().unwrap()).sum();
         assert_eq!(point.run.aborted, aborted);
         let expected = aborted as f64 / (point.run.committed + aborted) as f64;

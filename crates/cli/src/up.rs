@@ -191,11 +191,12 @@ fn print_report(report: &UpReport) {
     println!("  throughput            {:.0} transactions/s", report.tps);
     if report.contract_share > 0.0 {
         println!(
-            "  contract calls        {} committed, {:.0} ERC-20 calls/s ({:.0}% of the signed transactions; the seed: 17.9K/s), {} extra witness rounds",
+            "  contract calls        {} committed, {:.0} ERC-20 calls/s ({:.0}% of the signed transactions; the seed: 17.9K/s), {} extra witness rounds, {:.0} bytes of slot bags and code per call",
             report.contract_calls,
             report.contract_calls_per_sec,
             100.0 * report.contract_share,
-            report.extra_witness_rounds
+            report.extra_witness_rounds,
+            report.contract_witness_bytes_per_call
         );
     }
     if let (Some(cpu), Some(per_tx)) = (report.run_cpu_seconds, report.cpu_us_per_tx) {

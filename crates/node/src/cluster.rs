@@ -174,6 +174,8 @@ pub struct UpReport {
     pub contract_calls_per_sec: f64,
     /// Witness fetch rounds beyond a batch's first (contract calls reaching further state).
     pub extra_witness_rounds: u64,
+    /// Slot bags and code sent per contract call submitted (within the compacted bytes).
+    pub contract_witness_bytes_per_call: f64,
     pub failed: BTreeMap<String, u64>,
     pub filtered: BTreeMap<String, u64>,
     pub bad_witnesses: usize,
@@ -476,6 +478,15 @@ pub async fn up(config: UpConfig, progress: &dyn Progress) -> Result<UpReport, C
         contract_calls,
         contract_calls_per_sec: contract_calls as f64 / run_seconds.max(1e-9),
         extra_witness_rounds: clients.iter().map(|stats| stats.extra_rounds).sum(),
+        contract_witness_bytes_per_call: {
+            let calls: u64 = clients.iter().map(|stats| stats.calls_submitted).sum();
+            let bytes: u64 = clients.iter().map(|stats| stats.contract_witness_bytes).sum();
+            if calls == 0 {
+                0.0
+            } else {
+                bytes as f64 / calls as f64
+            }
+        },
         failed: merge(vec![&miner.failed]),
         filtered: merge(clients.iter().map(|stats| &stats.filtered).collect()),
         bad_witnesses: clients.iter().map(|stats| stats.bad_witnesses.len()).sum(),

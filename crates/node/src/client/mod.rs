@@ -133,6 +133,8 @@ pub struct ClientStats {
     pub calls_committed: u64,
     /// Witness fetch rounds beyond a batch's first (contract calls reaching further state).
     pub extra_rounds: u64,
+    /// Of `witness_bytes_compact`: the slot bags and code sent with contract calls.
+    pub contract_witness_bytes: u64,
 }
 
 /// Why the miner's head could not be used.
@@ -508,6 +510,11 @@ impl ClientCore {
         self.stats.witness_bytes_compact += bag.node_bytes() as u64;
         self.stats.calls_submitted += calls_submitted;
         let (storage, codes) = contracts;
+        let slot_bytes: usize =
+            storage.iter().filter_map(|entry| entry.bag.as_ref()).flat_map(|bag| &bag.nodes).map(Vec::len).sum();
+        let contract_bytes = (slot_bytes + codes.iter().map(Vec::len).sum::<usize>()) as u64;
+        self.stats.witness_bytes_compact += contract_bytes;
+        self.stats.contract_witness_bytes += contract_bytes;
         let submission = Submission {
             transactions: kept.iter().map(|t| t.tx.encode()).collect(),
             bag: Some(bag_to_wire(&bag)),

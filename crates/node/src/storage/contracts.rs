@@ -136,28 +136,35 @@ impl Contracts {
             updated.insert(&update.key, &update.value);
         }
         let mut concerned: Vec<B256> = Vec::new();
-        let storage = Arc::make_mut(&mut self.storage);
-        for (index, account) in updates.cleared.iter().enumerate() {
-            let account = key32(account, index, "cleared account")?;
-            check_served(&account, served, prefix)?;
-            storage.remove(&account);
-            concerned.push(account);
-        }
-        for (index, update) in updates.slots.iter().enumerate() {
-            let account = key32(&update.account, index, "account")?;
-            let slot = key32(&update.slot, index, "slot")?;
-            check_served(&account, served, prefix)?;
-            let trie = storage.entry(account).or_default();
-            if update.value.is_empty() {
-                trie.remove(slot.as_slice());
-            } else if is_slot_value(&update.value) {
-                trie.insert(slot.as_slice(), &update.value);
-            } else {
-                return Err(ContractRefusal::BadSlotValue { index, account });
+        if !updates.cleared.is_empty() || !updates.slots.is_empty() {
+            // Only a block that changes storage copies the map (of trie handles).
+            let storage = Arc::make_mut(&mut self.storage);
+            for (index, account) in updates.cleared.iter().enumerate() {
+                let account = key32(account, index, "cleared account")?;
+                check_served(&account, served, prefix)?;
+                storage.remove(&account);
+                concerned.push(account);
             }
-            concerned.push(account);
+            for (index, update) in updates.slots.iter().enumerate() {
+                let account = key32(&update.account, index, "account")?;
+                let slot = key32(&update.slot, index, "slot")?;
+                check_served(&account, served, prefix)?;
+                let trie = storage.entry(account).or_default();
+                if update.value.is_empty() {
+                    trie.remove(slot.as_slice());
+                } else if is_slot_value(&update.value) {
+                    trie.insert(slot.as_slice(), &update.value);
+                } else {
+                    return Err(ContractRefusal::BadSlotValue { index, account });
+                }
+                concerned.push(account);
+            }
+            for account in &concerned {
+                if storage.get(account).is_some_and(Trie::is_empty) {
+                    storage.remove(account);
+                }
+            }
         }
-        storage.retain(|_, trie| !trie.is_empty());
         if !updates.codes.is_empty() {
             let code = Arc::make_mut(&mut self.code);
             for bytes in &updates.codes {
