@@ -4,8 +4,8 @@
 //! touches. Whatever the run reaches that no witness holds is recorded, answered with a
 //! guess (no account; a slot holding zero, then, in a second run, the largest value) so the
 //! run goes on and shows the rest of what it needs, and fetched in the batch's next round; a
-//! call runs again once that arrives. Code is asked for
-//! once: the client keeps what it verified, by hash.
+//! call runs again once that arrives. Code is asked for once: the client keeps what it
+//! verified, by hash.
 
 use alloy_primitives::{keccak256, Address, B256, U256};
 use revm::bytecode::Bytecode;
