@@ -84,9 +84,13 @@ impl PartialState {
 
     /// Memory held: the account trie's and every storage trie's nodes, and the code.
     pub fn memory_bytes(&self) -> usize {
+        self.accounts.memory_bytes() + self.contracts_memory_bytes()
+    }
+
+    /// Memory held by the storage tries' nodes and the code (no walk of the account trie).
+    pub fn contracts_memory_bytes(&self) -> usize {
         let storage: usize = self.storage.values().map(PartialTrie::memory_bytes).sum();
-        let code: usize = self.code.values().map(Bytecode::len).sum();
-        self.accounts.memory_bytes() + storage + code
+        storage + self.code.values().map(Bytecode::len).sum::<usize>()
     }
 
     /// Nodes held in the account trie and the storage tries.

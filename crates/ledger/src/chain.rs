@@ -175,6 +175,17 @@ pub fn genesis_header(genesis: &Genesis, state_root: B256) -> Header {
 
 /// A genesis document with `accounts` each holding `balance`, as geth-style JSON.
 pub fn genesis_json(chain_id: u64, difficulty: U256, gas_limit: u64, accounts: &[Address], balance: U256) -> String {
+    genesis_document(chain_id, difficulty, gas_limit, accounts, balance).to_string()
+}
+
+/// [`genesis_json`]'s document, for a caller that adds to it before writing it.
+pub fn genesis_document(
+    chain_id: u64,
+    difficulty: U256,
+    gas_limit: u64,
+    accounts: &[Address],
+    balance: U256,
+) -> serde_json::Value {
     let alloc: serde_json::Map<String, serde_json::Value> = accounts
         .iter()
         .map(|address| (address.to_string(), serde_json::json!({ "balance": format!("{balance:#x}") })))
@@ -187,7 +198,7 @@ pub fn genesis_json(chain_id: u64, difficulty: U256, gas_limit: u64, accounts: &
         "extraData": "0x",
         "alloc": alloc,
     });
-    document.to_string()
+    document
 }
 
 /// How a chain keeps its data.

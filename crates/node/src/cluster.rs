@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use virga_ledger::chain::{genesis_json, read_genesis};
+use virga_ledger::chain::{genesis_document, read_genesis};
 use virga_net::driver::{Mailbox, Running};
 use virga_net::health::{Health, Responder};
 use virga_net::role::NoIo;
@@ -237,17 +237,16 @@ pub fn write_genesis_with_token(
         None => block_gas_limit(max_block_transfers),
         Some(_) => 2 * crate::workload::TOKEN_CALL_GAS * max_block_transfers.max(1) as u64,
     };
-    let mut json = genesis_json(chain_id, difficulty, gas_limit, addresses, U256::from(GENESIS_BALANCE));
+    let mut genesis = genesis_document(chain_id, difficulty, gas_limit, addresses, U256::from(GENESIS_BALANCE));
     if let Some(holdings) = token {
-        json = with_token(&json, holdings);
+        add_token(&mut genesis, holdings);
     }
     let path = dir.join("genesis.json");
-    std::fs::write(&path, json).map_err(|source| ClusterError::Io { op: "writing", path, source })
+    std::fs::write(&path, genesis.to_string()).map_err(|source| ClusterError::Io { op: "writing", path, source })
 }
 
-/// A genesis document with the token's account (code and storage) added to its `alloc`.
-fn with_token(json: &str, holdings: &[(B256, U256)]) -> String {
-    let mut genesis: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+/// Adds the token's account (code and storage) to a genesis document's `alloc`.
+fn add_token(genesis: &mut serde_json::Value, holdings: &[(B256, U256)]) {
     let storage: serde_json::Map<String, serde_json::Value> = holdings
         .iter()
         .map(|(slot, value)| (slot.to_string(), serde_json::Value::String(B256::from(*value).to_string())))
@@ -257,7 +256,6 @@ fn with_token(json: &str, holdings: &[(B256, U256)]) -> String {
     if let Some(alloc) = genesis.get_mut("alloc").and_then(serde_json::Value::as_object_mut) {
         alloc.insert(crate::workload::TOKEN_AT.to_string(), account);
     }
-    genesis.to_string()
 }
 
 /// Runs a cluster with a fresh state in `config.dir` (which must not hold one).

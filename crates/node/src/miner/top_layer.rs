@@ -146,9 +146,9 @@ impl Pruning {
         let keep = [keccak256(beneficiary)];
         // Storage tries go back to their top levels and code is dropped: both come again
         // with the bags that need them.
-        let contracts_before = top.memory_bytes() - top.accounts.memory_bytes();
+        let contracts_before = top.contracts_memory_bytes();
         top.prune_contracts(retention);
-        let contracts_freed = contracts_before.saturating_sub(top.memory_bytes() - top.accounts.memory_bytes());
+        let contracts_freed = contracts_before.saturating_sub(top.contracts_memory_bytes());
         let bytes = match unpruned.replace(Vec::new()) {
             Some(paths) if self.prunes % WHOLE_PRUNE_EVERY != 0 => estimated_bytes
                 .saturating_sub(top.accounts.prune_paths(retention, &paths, &keep))
