@@ -3,6 +3,7 @@
 //! Reading what it lacks is a named [`StateError::NotHeld`]; a block's writes apply wherever
 //! their paths are held, and the roots are those of the whole state.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use alloy_primitives::{keccak256, Address, B256, U256};
@@ -52,19 +53,33 @@ impl PartialState {
     }
 
     /// Attaches a witness of storage slots of the account with secure-trie key `account`:
-    /// whole proofs from the storage root the account (already held) announces. Nodes that
-    /// match no hash node are ignored, so a bag can never change a root.
+    /// whole proofs from the storage root the account (already held) announces, or proofs
+    /// compacted below the levels held. Nodes that match no hash node are ignored, so a bag
+    /// can never change a root.
     pub fn attach_storage(&mut self, account: B256, bag: &NodeBag) -> Result<BagApplied, WitnessJoinError> {
-        let trie = match self.storage.get_mut(&account) {
-            Some(trie) => trie,
-            None => {
-                let root = self
-                    .storage_root_by_key(&account, || format!("the account with key {account}"))
-                    .map_err(|source| WitnessJoinError::Account { account, source })?;
-                self.storage.entry(account).or_insert_with(|| PartialTrie::from_root_hash(root))
-            }
-        };
+        let trie = self.storage_trie_mut(account)?;
         trie.apply_bag(bag).map_err(|source| WitnessJoinError::Bag { account, source })
+    }
+
+    /// Attaches the top levels of `account`'s storage trie (its storage node's top nodes,
+    /// parents first): nodes join only where they hash to what the trie refers to, from
+    /// the storage root the held account announces.
+    pub fn attach_storage_top(&mut self, account: B256, nodes: &[Vec<u8>]) -> Result<BagApplied, WitnessJoinError> {
+        let trie = self.storage_trie_mut(account)?;
+        trie.attach_nodes(nodes).map_err(|source| WitnessJoinError::Bag { account, source })
+    }
+
+    /// The storage trie held for `account`, started from the storage root its held account
+    /// announces if there is none yet.
+    fn storage_trie_mut(&mut self, account: B256) -> Result<&mut PartialTrie, WitnessJoinError> {
+        match self.storage.entry(account) {
+            Entry::Occupied(held) => Ok(held.into_mut()),
+            Entry::Vacant(vacant) => {
+                let root = storage_root_by_key(&self.accounts, &account, || format!("the account with key {account}"))
+                    .map_err(|source| WitnessJoinError::Account { account, source })?;
+                Ok(vacant.insert(PartialTrie::from_root_hash(root)))
+            }
+        }
     }
 
     /// Holds code that hashes to `hash`.
@@ -108,13 +123,18 @@ impl PartialState {
     }
 
     fn storage_root_by_key(&self, key: &B256, name: impl FnOnce() -> String) -> Result<B256, StateError> {
-        match self.accounts.get(key.as_slice()) {
-            Ok(None) => Ok(EMPTY_ROOT),
-            Ok(Some(raw)) => Account::decode_rlp(&raw)
-                .map(|account| account.storage_root)
-                .map_err(|error| not_held(name(), format!("its account does not decode: {error}"))),
-            Err(stopped) => Err(not_held(name(), stopped)),
-        }
+        storage_root_by_key(&self.accounts, key, name)
+    }
+}
+
+/// The storage root the account with secure-trie key `key` announces (empty when absent).
+fn storage_root_by_key(accounts: &PartialTrie, key: &B256, name: impl FnOnce() -> String) -> Result<B256, StateError> {
+    match accounts.get(key.as_slice()) {
+        Ok(None) => Ok(EMPTY_ROOT),
+        Ok(Some(raw)) => Account::decode_rlp(&raw)
+            .map(|account| account.storage_root)
+            .map_err(|error| not_held(name(), format!("its account does not decode: {error}"))),
+        Err(stopped) => Err(not_held(name(), stopped)),
     }
 }
 

@@ -23,13 +23,22 @@ use crate::workload::GAS_PRICE;
 const TOKEN_AT: Address = Address::repeat_byte(0x7e);
 
 fn token_net() -> Net {
+    token_net_with_holders(0)
+}
+
+/// The token with account 0 holding 1,000, and `others` more holders (not accounts of the
+/// fixture) with 1 each: their balances make the token's storage trie several levels deep.
+fn token_net_with_holders(others: usize) -> Net {
     let topology =
         Topology { accounts: 200, storage_nodes: 2, max_block_transfers: 64, retention: 2, ..Topology::small() };
     let mut fixture = Fixture::new(topology).unwrap();
     let holder = fixture.accounts.addresses[0];
-    fixture
-        .deploy(TOKEN_AT, &TOKEN.runtime_code(), &[(B256::from(token::balance_slot(holder)), U256::from(1_000))])
-        .unwrap();
+    let mut slots = vec![(B256::from(token::balance_slot(holder)), U256::from(1_000))];
+    for index in 0..others {
+        let other = Address::from_slice(&keccak256(format!("holder {index}"))[12..]);
+        slots.push((B256::from(token::balance_slot(other)), U256::from(1)));
+    }
+    fixture.deploy(TOKEN_AT, &TOKEN.runtime_code(), &slots).unwrap();
     crate::core_tests::warm_net_on(fixture, 1 << 20)
 }
 
@@ -167,6 +176,72 @@ fn a_call_whose_bag_lacks_its_slots_is_left_out_as_missing_witness() {
     assert_eq!(outcomes[0].reason, "missing_witness");
 }
 
+/// The token's storage root at the miner's head, from its account's witness.
+fn token_storage_root(net: &mut Net) -> B256 {
+    let (number, hash, root) = net.miner.head();
+    let token_key = keccak256(TOKEN_AT);
+    let (_, node) =
+        net.nodes.iter_mut().find(|(_, node)| node.served().contains(&(token_key[0] as usize >> 4))).unwrap();
+    let request = proto::WitnessRequest {
+        keys: vec![token_key.to_vec()],
+        at: Some(block_id(number, hash)),
+        ..Default::default()
+    };
+    let (_, _, values) = check_witness(node.witness(&request).unwrap(), &[token_key], (number, hash), root, 0).unwrap();
+    virga_trie::account::Account::decode_rlp(values[0].1 .0.as_ref().unwrap()).unwrap().storage_root
+}
+
+/// The submission's slot bags compacted at `level` against the token's storage root; returns
+/// their node bytes before and after.
+fn compact_slot_bags(net: &mut Net, submission: &mut Submission, level: usize) -> (usize, usize) {
+    let root = token_storage_root(net);
+    let (mut full, mut compact) = (0, 0);
+    for entry in &mut submission.storage {
+        let bag = bag_from_wire(entry.bag.take());
+        let compacted = bag.compact(root, level).unwrap();
+        full += bag.node_bytes();
+        compact += compacted.node_bytes();
+        entry.bag = Some(bag_to_wire(&compacted));
+    }
+    (full, compact)
+}
+
+#[test]
+fn slot_witnesses_compacted_down_to_the_level_below_the_miners_storage_top_commit() {
+    let mut net = token_net_with_holders(3_000);
+    let retention = net.fixture.topology.retention;
+    let tx = transfer_call(&net, 300);
+    let mut first = submission(&mut net, &tx, true);
+    let (full, compact) = compact_slot_bags(&mut net, &mut first, retention + 1);
+    assert!(compact * 2 < full, "compacting at r+1 leaves out most of a deep trie: {compact} of {full} bytes");
+    let outcomes = commit(&mut net, first);
+    assert!(outcomes[0].included && outcomes[0].succeeded, "{outcomes:?}");
+    assert_eq!(token_balances(&mut net), vec![U256::from(700), U256::from(300)]);
+
+    // After the block, the miner's storage top follows its own writes: the next call's bag,
+    // compacted against the new storage root, attaches too.
+    let tx = transfer_call_at(&net, 1, 200);
+    let mut second = submission(&mut net, &tx, true);
+    compact_slot_bags(&mut net, &mut second, retention + 1);
+    let outcomes = commit(&mut net, second);
+    assert!(outcomes[0].included && outcomes[0].succeeded, "{outcomes:?}");
+    assert_eq!(token_balances(&mut net), vec![U256::from(500), U256::from(500)]);
+}
+
+#[test]
+fn slot_witnesses_compacted_deeper_than_the_miner_holds_are_left_out_as_missing_witness() {
+    let mut net = token_net_with_holders(3_000);
+    let retention = net.fixture.topology.retention;
+    let tx = transfer_call(&net, 300);
+    let mut deep = submission(&mut net, &tx, true);
+    // Level r+1 is the deepest the miner's held levels 0..=r reach; r+2 leaves out a level
+    // it only knows by hash.
+    compact_slot_bags(&mut net, &mut deep, retention + 2);
+    let outcomes = commit(&mut net, deep);
+    assert!(!outcomes[0].included);
+    assert_eq!(outcomes[0].reason, "missing_witness");
+}
+
 /// Carries out a client core's calls against the net (the miner's head, the storage nodes'
 /// witnesses, the miner committing each submission) until it makes no more.
 fn drive_client(net: &mut Net, client: &mut ClientCore, transfers: Vec<UserTransfer>) {
@@ -174,7 +249,12 @@ fn drive_client(net: &mut Net, client: &mut ClientCore, transfers: Vec<UserTrans
     let now = 5_000_000_000;
     let mut commands = Vec::new();
     client.step(now, Event::Input(transfers), &mut commands);
+    // A client retries what the miner left out: bound the exchanges so that a call that
+    // can never commit fails the test instead of looping.
+    let mut exchanges = 0;
     while !commands.is_empty() {
+        exchanges += 1;
+        assert!(exchanges < 100, "the client is still asking after 100 exchanges: {:?}", client.stats());
         let mut next = Vec::new();
         for command in commands {
             let Command::Call { to, call, request, .. } = command else { continue };
@@ -208,7 +288,8 @@ fn user_transfer(net: &Net, nonce: u64, amount: u64) -> UserTransfer {
 
 #[test]
 fn a_prefetching_client_pre_executes_token_transfers_fetches_their_slots_and_code_and_commits_them() {
-    let mut net = token_net();
+    // A storage trie several levels deep: the client's slot bags are compacted at c.
+    let mut net = token_net_with_holders(3_000);
     let mut client = ClientCore::new(net.fixture.client_config(0));
     let first = user_transfer(&net, 0, 300);
     drive_client(&mut net, &mut client, vec![first]);

@@ -348,7 +348,7 @@ impl ShardedTrie {
     }
 }
 
-fn collect_top(node: &Node, level: usize, levels: usize, out: &mut Vec<Vec<u8>>) {
+pub(crate) fn collect_top(node: &Node, level: usize, levels: usize, out: &mut Vec<Vec<u8>>) {
     if level >= levels || matches!(node.kind(), Kind::Hash) {
         return;
     }

@@ -103,6 +103,18 @@ impl Trie {
         self.root_hash()
     }
 
+    /// The RLP of every node at level < `levels`, parents before children (nodes inlined
+    /// in their parent arrive inside it): what a receiver starting from the root hash needs
+    /// to hold the top `levels` levels, and so to take bags compacted below them.
+    pub fn top_nodes(&self, levels: usize) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        if let Some(root) = &self.root {
+            root.root_hash(&mut Vec::with_capacity(1024));
+            crate::shard::collect_top(root, 0, levels, &mut out);
+        }
+        out
+    }
+
     /// An O(1) copy that shares all nodes with `self`.
     pub fn snapshot(&self) -> Trie {
         self.clone()

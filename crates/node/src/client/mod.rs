@@ -496,7 +496,7 @@ impl ClientCore {
         // Calls may reach accounts beyond their sender and recipient: their batch's bag
         // keeps every account fetched.
         let narrow = !done.filtered.is_empty() && calls_submitted == 0;
-        let contracts = prepare::contract_bags(&witnesses.contracts, &code_used, &self.codes);
+        let contracts = prepare::contract_bags(&witnesses.contracts, &code_used, &self.codes, self.config.compaction);
         let bag = match prepare::bag_of(&kept, narrow, witnesses, root, self.config.compaction) {
             Ok(bag) => bag,
             Err(error) => {

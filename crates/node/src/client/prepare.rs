@@ -71,22 +71,27 @@ pub(super) fn pre_execute(
     done
 }
 
-/// The contract part of a submission: every verified slot bag (merged per account) and the
-/// code the kept calls run.
+/// The contract part of a submission: every verified slot bag, merged per account and
+/// compacted at `compaction` against the storage root it verified against (the miner holds
+/// the storage tries' top levels as it holds the account trie's), and the code the kept
+/// calls run.
 pub(super) fn contract_bags(
     contracts: &super::ContractWitness,
     code_used: &std::collections::BTreeSet<B256>,
     codes: &HashMap<B256, Vec<u8>>,
+    compaction: usize,
 ) -> (Vec<virga_net::proto::StorageBag>, Vec<Vec<u8>>) {
-    let mut by_account: std::collections::BTreeMap<B256, Vec<NodeBag>> = std::collections::BTreeMap::new();
-    for (account, bag) in &contracts.bags {
-        by_account.entry(*account).or_default().push(bag.clone());
+    let mut by_account: std::collections::BTreeMap<(B256, B256), Vec<NodeBag>> = std::collections::BTreeMap::new();
+    for (account, root, bag) in &contracts.bags {
+        by_account.entry((*account, *root)).or_default().push(bag.clone());
     }
     let storage = by_account
         .into_iter()
-        .map(|(account, bags)| virga_net::proto::StorageBag {
-            account: account.to_vec(),
-            bag: Some(crate::codec::bag_to_wire(&NodeBag::merge(bags))),
+        .map(|((account, root), bags)| {
+            let merged = NodeBag::merge(bags);
+            // A verified bag always compacts; should it not, the whole one still attaches.
+            let bag = merged.compact(root, compaction).unwrap_or(merged);
+            virga_net::proto::StorageBag { account: account.to_vec(), bag: Some(crate::codec::bag_to_wire(&bag)) }
         })
         .collect();
     (storage, code_used.iter().filter_map(|hash| codes.get(hash).cloned()).collect())

@@ -107,8 +107,9 @@ pub fn check_witness(
 pub struct ContractWitness {
     /// (account key, slot key, value; zero where the slot is empty).
     pub slots: Vec<(B256, B256, U256)>,
-    /// Each account's slot bag, as served (whole proofs from its storage root).
-    pub bags: Vec<(B256, NodeBag)>,
+    /// Each account's slot bag, as served (whole proofs), with the storage root it
+    /// verified against.
+    pub bags: Vec<(B256, B256, NodeBag)>,
     /// The code asked for, by hash.
     pub codes: Vec<(B256, Vec<u8>)>,
 }
@@ -154,7 +155,7 @@ pub fn check_contract_witness(
             };
             checked.slots.push((account, slot, value));
         }
-        checked.bags.push((account, bag));
+        checked.bags.push((account, root, bag));
     }
     for (code, asked) in codes.into_iter().zip(asked_codes) {
         let got = alloy_primitives::keccak256(&code);

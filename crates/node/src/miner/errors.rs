@@ -101,6 +101,8 @@ pub enum WarmUpFailure {
     TopNodes(#[source] BagError),
     #[error("beneficiary witness: {0}")]
     BeneficiaryWitness(#[source] BagError),
+    #[error("top of a contract's storage: {0}")]
+    StorageTop(#[source] virga_evm::WitnessJoinError),
     #[error("the top layer's root changed while warming up")]
     RootChanged,
 }

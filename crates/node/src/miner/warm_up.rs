@@ -25,6 +25,8 @@ pub(crate) struct WarmUp {
     pub(crate) done: bool,
     tops_awaited: usize,
     nodes: Vec<Vec<u8>>,
+    /// The top levels of contracts' storage tries, by account key.
+    storage_tops: Vec<(B256, Vec<Vec<u8>>)>,
     /// The beneficiary's witness, once one verified.
     witness: Option<NodeBag>,
     /// The replicas of the beneficiary's shard asked so far this round.
@@ -101,7 +103,15 @@ impl MinerCore {
         }
         self.warm.tops_awaited -= 1;
         match result.map(|reply| reply.body) {
-            Ok(Some(ResponseBody::Top(top))) => self.warm.nodes.extend(top.nodes),
+            Ok(Some(ResponseBody::Top(top))) => {
+                self.warm.nodes.extend(top.nodes);
+                for entry in top.storage {
+                    let Ok(account) = B256::try_from(entry.account.as_slice()) else {
+                        return self.warm_up_failed(WarmUpFailure::UnexpectedTopReply, out);
+                    };
+                    self.warm.storage_tops.push((account, bag_from_wire(entry.bag).nodes));
+                }
+            }
             Ok(_) => return self.warm_up_failed(WarmUpFailure::UnexpectedTopReply, out),
             Err(error) => return self.warm_up_failed(WarmUpFailure::Top(error), out),
         }
@@ -166,11 +176,17 @@ impl MinerCore {
         if top.root_hash() != root {
             return self.warm_up_failed(WarmUpFailure::RootChanged, out);
         }
+        let mut state = virga_evm::PartialState::new(top);
+        for (account, nodes) in std::mem::take(&mut self.warm.storage_tops) {
+            if let Err(error) = state.attach_storage_top(account, &nodes) {
+                return self.warm_up_failed(WarmUpFailure::StorageTop(error), out);
+            }
+        }
         tracing::info!(miner = %self.config.id, attached = attached.attached, "top layer warmed up");
-        let bytes = top.memory_bytes();
+        let bytes = state.memory_bytes();
         // The storage nodes' top nodes may reach below r, off any recorded path.
         for layer in [&mut self.layer.committed, &mut self.layer.tip] {
-            layer.top = virga_evm::PartialState::new(top.clone());
+            layer.top = state.clone();
             layer.estimated_bytes = bytes;
             layer.unpruned = None;
         }

@@ -221,6 +221,21 @@ impl Contracts {
         self.storage.keys()
     }
 
+    /// The top `levels` levels of every held storage trie, as keyless bags: a miner that
+    /// holds them takes slot witnesses compacted below them.
+    pub fn tops(&self, levels: usize) -> Vec<proto::StorageBag> {
+        let mut accounts: Vec<&B256> = self.storage.keys().collect();
+        accounts.sort();
+        accounts
+            .into_iter()
+            .map(|account| {
+                let nodes = self.storage[account].top_nodes(levels);
+                let bag = NodeBag { keys: Vec::new(), nodes };
+                proto::StorageBag { account: account.to_vec(), bag: Some(bag_to_wire(&bag)) }
+            })
+            .collect()
+    }
+
     /// Witnesses of the asked slots, each account's bag proved from its storage root, and
     /// the asked code.
     pub fn prove(

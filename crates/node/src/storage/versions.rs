@@ -231,10 +231,18 @@ impl Versions {
     pub(crate) fn top(&self, request: &proto::TopRequest) -> Result<proto::TopReply, ReadRefusal> {
         let at = parse_block_id(request.at.as_ref(), "at")?;
         let (hash, version) = self.version_for(at)?;
+        let levels = request.levels as usize;
+        let mut nodes = version.shards.top_nodes(levels);
+        // The contracts' account paths, so that the miner can anchor their storage tops.
+        let contracts: Vec<B256> = version.contracts.accounts_with_storage().copied().collect();
+        if !contracts.is_empty() {
+            nodes.extend(version.shards.try_prove_many(&contracts, 0).map_err(ReadRefusal::Unprovable)?.nodes);
+        }
         Ok(proto::TopReply {
             at: Some(block_id(version.header.number, hash)),
             state_root: version.header.state_root.to_vec(),
-            nodes: version.shards.top_nodes(request.levels as usize),
+            nodes,
+            storage: version.contracts.tops(levels),
         })
     }
 
