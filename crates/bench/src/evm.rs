@@ -88,6 +88,7 @@ pub struct EvmBenchReport {
     pub virga_parallel_over_revm: f64,
     /// `virga_parallel_tx_per_sec` over `virga_tx_per_sec`.
     pub parallel_speedup: f64,
+    /// The parallel executor's stages per block: 1, or 2 where a transaction ran again.
     pub parallel_rounds_per_block: f64,
     /// Re-executions per transaction.
     pub parallel_reexecuted_share: f64,

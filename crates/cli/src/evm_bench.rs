@@ -61,7 +61,7 @@ pub fn run_bench(args: &EvmBenchArgs) -> anyhow::Result<ExitCode> {
         report.machine.cores, report.virga_parallel_tx_per_sec, report.virga_parallel_over_revm, report.parallel_speedup
     );
     println!(
-        "    {:.2} rounds per block, {:.2} re-executions per transaction, {} block(s) run serially",
+        "    {:.2} stages per block, {:.2} re-executions per transaction, {} block(s) run serially",
         report.parallel_rounds_per_block, report.parallel_reexecuted_share, report.parallel_serial_blocks
     );
     println!(

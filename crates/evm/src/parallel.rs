@@ -1,18 +1,20 @@
-//! Virga's parallel executor: optimistic execution in rounds over a multi-version memory,
-//! in the manner of Block-STM, with validation in block order.
+//! Virga's parallel executor, in two stages: optimistic execution of every transaction at
+//! once, then validation in block order with re-execution where a guess was wrong.
 //!
-//! Round 1 executes every transaction at once (on rayon's pool) against the block's
-//! starting state plus the writes earlier transactions of the block made in earlier rounds,
-//! each read recorded with the version it saw (the writing transaction and its
-//! incarnation, or the state below). Validation walks the block in order: a transaction is
-//! valid when every read still sees the same version. The invalid ones run again, at once,
-//! in the next round. The lowest invalid transaction always becomes valid in the round
-//! after (everything before it is valid), so rounds end; at the fixpoint every read equals
-//! what serial execution reads, hence so does every write.
+//! Stage 1 executes the block's transactions on rayon's pool against the block's starting
+//! state. A sender's transactions run in order on one worker, each seeing the writes of the
+//! ones before it (they depend on one another through the nonce); different senders run in
+//! parallel. Every read is recorded with the value it saw and whether it came from the state
+//! below.
 //!
-//! A sender's transactions run in order on one worker within a round, each seeing the writes
-//! of the ones before it (they depend on one another through the nonce); different senders
-//! run in parallel.
+//! Stage 2 walks the block in order, keeping the block's writes so far. A transaction is
+//! valid when each of its reads still sees what it saw: a key no earlier transaction wrote
+//! must have been read from the state below, and a written key must hold the value read. A
+//! valid transaction's writes are applied as they are; an invalid one runs again right
+//! there, over the block's writes so far, as serial execution would run it. By induction,
+//! every transaction reads what serial execution reads, hence writes what it writes.
+//! Stage 2 is cheap next to execution (a few map lookups per transaction), so on a block
+//! with few dependencies nearly all the work is in stage 1.
 //!
 //! The fee credit to the block's beneficiary, which every transaction makes, is left out of
 //! execution (a handler that skips it) and summed at the end, so that it does not make every
@@ -21,11 +23,10 @@
 //! transaction that touches the beneficiary itself, creates or destroys an account (storage
 //! cleared), runs out of block gas, or pays no fee.
 
-use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 
 use alloy_primitives::{Address, Bloom, B256, U256};
-use dashmap::DashMap;
 use foldhash::HashMap;
 use rayon::prelude::*;
 use revm::bytecode::Bytecode;
@@ -56,92 +57,75 @@ pub enum SerialReason {
 /// How a parallel execution went.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ParallelStats {
+    /// Stages run: 1 when every optimistic execution held, 2 when some ran again.
     pub rounds: usize,
-    /// Executions beyond the first of each transaction.
+    /// Transactions executed again in stage 2.
     pub reexecutions: usize,
     pub serial: Option<SerialReason>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Key {
     Account(Address),
     Slot(Address, U256),
 }
 
-#[derive(Clone, Debug)]
+/// Addresses and Solidity's mapping slots are hashes already: a few of their bytes, mixed by
+/// the map's hasher, spread as well as all of them and cost far less to hash.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let prefix = |address: &Address| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&address.as_slice()[..8]);
+            u64::from_le_bytes(word)
+        };
+        match self {
+            Key::Account(address) => state.write_u64(prefix(address)),
+            Key::Slot(address, slot) => {
+                let limbs = slot.as_limbs();
+                let mixed = limbs[0] ^ limbs[1].rotate_left(16) ^ limbs[2].rotate_left(32) ^ limbs[3].rotate_left(48);
+                state.write_u64(prefix(address).rotate_left(1) ^ mixed ^ 1);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Value {
     Account(Option<AccountInfo>),
     Slot(U256),
 }
 
-/// The version a read saw: a block transaction and its incarnation, or the state below.
-type Version = Option<(usize, u32)>;
-
-/// Writes of the block's transactions, by key and writer.
-#[derive(Default)]
-struct MvMemory {
-    entries: HashMap<Key, BTreeMap<usize, (u32, Value)>>,
+/// One read of a transaction: the key, the value seen, and whether it came from the state
+/// below (rather than from an earlier transaction's write).
+#[derive(Clone, Debug)]
+struct Read {
+    key: Key,
+    value: Value,
+    below: bool,
 }
 
-impl MvMemory {
-    /// The last write before transaction `index`.
-    fn before(&self, key: &Key, index: usize) -> Option<(usize, u32, &Value)> {
-        let writes = self.entries.get(key)?;
-        let (writer, (incarnation, value)) = writes.range(..index).next_back()?;
-        Some((*writer, *incarnation, value))
-    }
-
-    fn replace(&mut self, index: usize, old: &[(Key, Value)], new: &[(Key, Value)], incarnation: u32) {
-        for (key, _) in old {
-            if let Some(writes) = self.entries.get_mut(key) {
-                writes.remove(&index);
-            }
-        }
-        for (key, value) in new {
-            self.entries.entry(*key).or_default().insert(index, (incarnation, value.clone()));
-        }
-    }
-}
-
-/// The state below the block: the trie, through the executor's cache where it has one,
-/// and what the block's transactions already read of it (it does not change during the
-/// block, so every transaction may share those reads).
+/// The state below the block: the trie, through the executor's cache where it has one. It
+/// does not change during the block.
 #[derive(Clone, Copy)]
 struct Below<'a> {
     base: StateDb<'a>,
     cache: Option<&'a ReadCache>,
-    read: &'a DashMap<Key, Value, foldhash::fast::RandomState>,
 }
 
 impl Below<'_> {
     fn account(&self, address: Address) -> Result<Option<AccountInfo>, StateError> {
-        let key = Key::Account(address);
-        if let Some(entry) = self.read.get(&key) {
-            if let Value::Account(info) = entry.value() {
-                return Ok(info.clone());
-            }
+        match self.cache.and_then(|cache| cache.account(&address)) {
+            Some(info) => Ok(info.clone()),
+            None => self.base.basic_ref(address),
         }
-        let info = match self.cache.and_then(|cache| cache.account(&address)) {
-            Some(info) => info.clone(),
-            None => self.base.basic_ref(address)?,
-        };
-        self.read.insert(key, Value::Account(info.clone()));
-        Ok(info)
     }
 
     fn slot(&self, address: Address, slot: U256) -> Result<U256, StateError> {
-        let key = Key::Slot(address, slot);
-        if let Some(entry) = self.read.get(&key) {
-            if let Value::Slot(value) = entry.value() {
-                return Ok(*value);
-            }
+        match self.cache.and_then(|cache| cache.slot_or_cleared(&address, &slot)) {
+            Some(value) => Ok(value),
+            None => self.base.storage_ref(address, slot),
         }
-        let value = match self.cache.and_then(|cache| cache.slot_or_cleared(&address, &slot)) {
-            Some(value) => value,
-            None => self.base.storage_ref(address, slot)?,
-        };
-        self.read.insert(key, Value::Slot(value));
-        Ok(value)
     }
 
     fn code(&self, hash: B256) -> Result<Bytecode, StateError> {
@@ -152,28 +136,42 @@ impl Below<'_> {
     }
 }
 
-/// One transaction's view: the block's writes before it over the state below, every read
-/// recorded with its version.
+/// One transaction's view: writes before it (a same-sender predecessor's in stage 1, the
+/// block's so far in stage 2) over the state below, every read recorded.
 struct TxView<'a> {
     below: Below<'a>,
-    memory: &'a MvMemory,
-    index: usize,
-    reads: Vec<(Key, Version)>,
-    /// Writes of the same sender's earlier transactions run in this round by this worker,
-    /// which the shared memory receives only after the round.
-    local: HashMap<Key, (usize, u32, Value)>,
+    /// Stage 2: every write of the transactions before this one.
+    written: Option<&'a HashMap<Key, Value>>,
+    reads: Vec<Read>,
+    /// Stage 1: writes of the same sender's earlier transactions, run by this worker.
+    local: HashMap<Key, Value>,
+    /// What this worker read of the state below, so that a hot key is read from the trie
+    /// once per worker and block.
+    below_read: HashMap<Key, Value>,
 }
 
 impl TxView<'_> {
-    /// The last write before this transaction: the shared memory's or a same-sender
-    /// predecessor's from this round, whichever transaction is later.
-    fn before(&self, key: &Key) -> Option<(usize, u32, Value)> {
-        let shared = self.memory.before(key, self.index);
-        match (shared, self.local.get(key)) {
-            (Some((writer, _, _)), Some(local)) if local.0 >= writer => Some(local.clone()),
-            (Some((writer, incarnation, value)), _) => Some((writer, incarnation, value.clone())),
-            (None, local) => local.cloned(),
+    fn read(
+        &mut self,
+        key: Key,
+        load: impl FnOnce(&Below<'_>) -> Result<Value, StateError>,
+    ) -> Result<Value, StateError> {
+        let before = self.local.get(&key).or_else(|| self.written.and_then(|written| written.get(&key)));
+        if let Some(value) = before {
+            let value = value.clone();
+            self.reads.push(Read { key, value: value.clone(), below: false });
+            return Ok(value);
         }
+        let value = match self.below_read.get(&key) {
+            Some(value) => value.clone(),
+            None => {
+                let value = load(&self.below)?;
+                self.below_read.insert(key, value.clone());
+                value
+            }
+        };
+        self.reads.push(Read { key, value: value.clone(), below: true });
+        Ok(value)
     }
 }
 
@@ -181,13 +179,10 @@ impl Database for TxView<'_> {
     type Error = StateError;
 
     fn basic(&mut self, address: Address) -> Result<Option<AccountInfo>, StateError> {
-        let key = Key::Account(address);
-        if let Some((writer, incarnation, Value::Account(info))) = self.before(&key) {
-            self.reads.push((key, Some((writer, incarnation))));
-            return Ok(info);
+        match self.read(Key::Account(address), |below| below.account(address).map(Value::Account))? {
+            Value::Account(info) => Ok(info),
+            Value::Slot(_) => Ok(None),
         }
-        self.reads.push((key, None));
-        self.below.account(address)
     }
 
     fn code_by_hash(&mut self, code_hash: B256) -> Result<Bytecode, StateError> {
@@ -195,13 +190,10 @@ impl Database for TxView<'_> {
     }
 
     fn storage(&mut self, address: Address, slot: U256) -> Result<U256, StateError> {
-        let key = Key::Slot(address, slot);
-        if let Some((writer, incarnation, Value::Slot(value))) = self.before(&key) {
-            self.reads.push((key, Some((writer, incarnation))));
-            return Ok(value);
+        match self.read(Key::Slot(address, slot), |below| below.slot(address, slot).map(Value::Slot))? {
+            Value::Slot(value) => Ok(value),
+            Value::Account(_) => Ok(U256::ZERO),
         }
-        self.reads.push((key, None));
-        self.below.slot(address, slot)
     }
 
     fn block_hash(&mut self, number: u64) -> Result<B256, StateError> {
@@ -229,9 +221,8 @@ where
 
 /// One execution of one transaction.
 struct Run {
-    incarnation: u32,
     outcome: Result<revm::context::result::ExecutionResult, ExecError>,
-    reads: Vec<(Key, Version)>,
+    reads: Vec<Read>,
     writes: Vec<(Key, Value)>,
     /// The beneficiary's tip for this transaction, in wei.
     fee: U256,
@@ -243,15 +234,14 @@ struct Run {
 /// revm over one transaction's view, reused for the transactions a worker runs.
 type ViewEvm<'a> = revm::handler::MainnetEvm<revm::handler::MainnetContext<TxView<'a>>>;
 
-fn evm_for<'a>(below: Below<'a>, memory: &'a MvMemory, block: &BlockContext) -> ViewEvm<'a> {
+fn evm_for<'a>(below: Below<'a>, written: Option<&'a HashMap<Key, Value>>, block: &BlockContext) -> ViewEvm<'a> {
     let cfg = block.cfg();
     let block_env = block.block_env(&cfg);
-    let view = TxView { below, memory, index: 0, reads: Vec::new(), local: HashMap::default() };
+    let view = TxView { below, written, reads: Vec::new(), local: HashMap::default(), below_read: HashMap::default() };
     Context::mainnet().with_db(view).with_cfg(cfg).with_block(block_env).build_mainnet()
 }
 
-fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, incarnation: u32, tx: &EthTransaction) -> Run {
-    evm.ctx.journaled_state.database.index = index;
+fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, tx: &EthTransaction) -> Run {
     evm.ctx.journaled_state.database.reads.clear();
     let env: TxEnv = tx.tx_env();
     let tip_per_gas = tip_per_gas(&env, block);
@@ -260,7 +250,6 @@ fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, incarnatio
     let state = evm.finalize();
     let reads = std::mem::take(&mut evm.ctx.journaled_state.database.reads);
     let mut run = Run {
-        incarnation,
         outcome: result.map_err(ExecError::from),
         reads,
         writes: Vec::new(),
@@ -278,7 +267,7 @@ fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, index: usize, incarnatio
     }
     let local = &mut evm.ctx.journaled_state.database.local;
     for (key, value) in &run.writes {
-        local.insert(*key, (index, incarnation, value.clone()));
+        local.insert(*key, value.clone());
     }
     run
 }
@@ -316,10 +305,41 @@ fn writes_of(state: EvmState, coinbase: Address, writes: &mut Vec<(Key, Value)>)
     serial
 }
 
-fn valid(run: &Run, index: usize, memory: &MvMemory) -> bool {
-    run.reads
-        .iter()
-        .all(|(key, seen)| memory.before(key, index).map(|(writer, incarnation, _)| (writer, incarnation)) == *seen)
+/// Whether every read of `run` sees what it saw, given the writes of the transactions
+/// before it.
+fn valid(run: &Run, written: &HashMap<Key, Value>) -> bool {
+    run.reads.iter().all(|read| match written.get(&read.key) {
+        Some(value) => *value == read.value,
+        None => read.below,
+    })
+}
+
+/// Stage 1: every transaction executed at once, a sender's in order on one worker.
+fn execute_optimistically(below: Below<'_>, block: &BlockContext, txs: &[EthTransaction]) -> Vec<Option<Run>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: HashMap<Address, usize> = HashMap::default();
+    for (index, tx) in txs.iter().enumerate() {
+        let group = *group_of.entry(tx.sender()).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[group].push(index);
+    }
+    let fresh: Vec<Vec<Run>> = groups
+        .par_iter()
+        .map_init(
+            || evm_for(below, None, block),
+            |evm, group| {
+                evm.ctx.journaled_state.database.local.clear();
+                group.iter().map(|&index| run_one(evm, block, &txs[index])).collect()
+            },
+        )
+        .collect();
+    let mut runs: Vec<Option<Run>> = (0..txs.len()).map(|_| None).collect();
+    for (index, run) in groups.iter().flatten().copied().zip(fresh.into_iter().flatten()) {
+        runs[index] = Some(run);
+    }
+    runs
 }
 
 /// Executes `txs` in parallel over `state` (through `cache`, where given): the same
@@ -331,74 +351,51 @@ pub(crate) fn execute_parallel(
     block: &BlockContext,
     txs: &[EthTransaction],
 ) -> Result<(ExecutedBlock, BlockWrites, BlockSeen, ParallelStats), (StateError, ParallelStats)> {
-    let read = DashMap::with_hasher(Default::default());
-    let below = Below { base, cache, read: &read };
-    let mut memory = MvMemory::default();
-    let mut runs: Vec<Option<Run>> = (0..txs.len()).map(|_| None).collect();
-    let mut stats = ParallelStats::default();
-    let mut pending: Vec<usize> = (0..txs.len()).collect();
-    while !pending.is_empty() {
-        stats.rounds += 1;
-        // A sender's transactions depend on one another (each reads the nonce the one before
-        // wrote), so one worker runs them in order, each seeing the ones before; senders run
-        // in parallel.
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut group_of: HashMap<Address, usize> = HashMap::default();
-        for &index in &pending {
-            let group = *group_of.entry(txs[index].sender()).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-            groups[group].push(index);
-        }
-        let first_rerun = pending.first().copied().unwrap_or(0);
-        let incarnations: Vec<u32> = runs.iter().map(|run| run.as_ref().map_or(0, |run| run.incarnation + 1)).collect();
-        let shared = &memory;
-        let fresh: Vec<Vec<Run>> = groups
-            .par_iter()
-            .map_init(
-                || evm_for(below, shared, block),
-                |evm, group| {
-                    evm.ctx.journaled_state.database.local.clear();
-                    group.iter().map(|&index| run_one(evm, block, index, incarnations[index], &txs[index])).collect()
-                },
-            )
-            .collect();
-        for (index, run) in groups.iter().flatten().copied().zip(fresh.into_iter().flatten()) {
-            if let Err(ExecError::State(error)) = &run.outcome {
-                return Err((error.clone(), stats));
-            }
-            let old = runs[index].take();
-            if old.is_some() {
-                stats.reexecutions += 1;
-            }
-            memory.replace(index, old.as_ref().map_or(&[][..], |old| &old.writes), &run.writes, run.incarnation);
+    let below = Below { base, cache };
+    let mut stats = ParallelStats { rounds: 1, ..ParallelStats::default() };
+    let mut runs = execute_optimistically(below, block, txs);
+    // Stage 2: in block order, over the block's writes so far.
+    let mut written: HashMap<Key, Value> = HashMap::with_capacity_and_hasher(4 * txs.len(), Default::default());
+    for (index, tx) in txs.iter().enumerate() {
+        let held = runs[index].as_ref().is_some_and(|run| valid(run, &written));
+        if !held {
+            let mut evm = evm_for(below, Some(&written), block);
+            let run = run_one(&mut evm, block, tx);
+            drop(evm);
+            stats.rounds = 2;
+            stats.reexecutions += 1;
             runs[index] = Some(run);
         }
-        // Nothing before the first transaction run this round changed: those stay valid.
-        pending = (first_rerun..txs.len())
-            .filter(|&index| runs[index].as_ref().is_none_or(|run| !valid(run, index, &memory)))
-            .collect();
+        let Some(run) = &runs[index] else { continue };
+        if let Err(ExecError::State(error)) = &run.outcome {
+            return Err((error.clone(), stats));
+        }
+        for (key, value) in &run.writes {
+            written.insert(*key, value.clone());
+        }
     }
-    let (executed, writes, stats) = assemble(runs, memory, below, block, txs, stats)?;
     // What the block read of the state below goes into the executor's cache too.
     let (mut accounts, mut slots) = (HashMap::default(), HashMap::<Address, Vec<(U256, U256)>>::default());
-    for (key, value) in read {
-        match (key, value) {
+    let mut slots_seen: foldhash::HashSet<Key> = Default::default();
+    for read in runs.iter().flatten().flat_map(|run| &run.reads).filter(|read| read.below) {
+        match (read.key, &read.value) {
             (Key::Account(address), Value::Account(info)) => {
-                accounts.insert(address, info);
+                accounts.entry(address).or_insert_with(|| info.clone());
             }
-            (Key::Slot(address, slot), Value::Slot(value)) => slots.entry(address).or_default().push((slot, value)),
+            (key @ Key::Slot(address, slot), Value::Slot(value)) if slots_seen.insert(key) => {
+                slots.entry(address).or_default().push((slot, *value));
+            }
             _ => {}
         }
     }
+    let (executed, writes, stats) = assemble(runs, written, below, block, txs, stats)?;
     let seen = BlockSeen::from_writes_and_reads(&writes, accounts, slots);
     Ok((executed, writes, seen, stats))
 }
 
 fn assemble(
     runs: Vec<Option<Run>>,
-    memory: MvMemory,
+    written: HashMap<Key, Value>,
     below: Below<'_>,
     block: &BlockContext,
     txs: &[EthTransaction],
@@ -425,20 +422,19 @@ fn assemble(
         return Ok((executed, BlockWrites::default(), stats));
     }
     let mut accounts: HashMap<Address, AccountWrite> = HashMap::default();
-    let last = |writes: &BTreeMap<usize, (u32, Value)>| writes.values().next_back().map(|(_, value)| value.clone());
-    for (key, writes) in &memory.entries {
-        match (key, last(writes)) {
-            (Key::Account(address), Some(Value::Account(info))) => {
-                accounts.entry(*address).or_insert_with(|| empty_write(None)).info = info;
+    for (key, value) in written {
+        match (key, value) {
+            (Key::Account(address), Value::Account(info)) => {
+                accounts.entry(address).or_insert_with(|| empty_write(None)).info = info;
             }
-            (Key::Slot(address, slot), Some(Value::Slot(value))) => {
-                let write = match accounts.entry(*address) {
+            (Key::Slot(address, slot), Value::Slot(value)) => {
+                let write = match accounts.entry(address) {
                     std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
                     std::collections::hash_map::Entry::Vacant(vacant) => {
-                        vacant.insert(empty_write(below.account(*address).map_err(|error| (error, stats))?))
+                        vacant.insert(empty_write(below.account(address).map_err(|error| (error, stats))?))
                     }
                 };
-                write.slots.push((*slot, value));
+                write.slots.push((slot, value));
             }
             _ => {}
         }

@@ -227,3 +227,34 @@ fn parallel_execution_equals_serial_on_random_blocks_with_hot_contract_storage()
     let (parallel, reexecutions, serial) = seen;
     assert!(parallel >= 40 && reexecutions >= 100 && serial >= 1, "{seen:?}");
 }
+
+#[test]
+fn a_transaction_whose_optimistic_read_was_stale_runs_again_and_ends_as_serially() {
+    // Sender 2 holds no tokens until sender 1's transfer, earlier in the same block, pays it:
+    // run at once against the block's start, sender 2's transfer reverts; in block order it
+    // succeeds. Validation must catch the stale balance and run it again.
+    let state = crate::common::contracts_genesis();
+    let context = crate::common::contracts_block(1);
+    let transfer = |seed: u32, to: Address, amount: u64| {
+        let call = Call {
+            nonce: 0,
+            to: TxKind::Call(crate::common::TOKEN_AT),
+            value: U256::ZERO,
+            input: token::transfer(to, U256::from(amount)),
+            gas_limit: 100_000,
+            legacy: false,
+        };
+        sign(seed, call)
+    };
+    let txs = vec![transfer(1, sender(2), 400), transfer(2, sender(3), 300)];
+    let mut serial = state.clone();
+    let expected = execute_block(&mut serial, &DecimalHashes, &context, &txs).expect("the state answers");
+    assert!(expected.receipts.iter().all(|receipt| receipt.success), "{expected:?}");
+    let mut parallel = state;
+    let (got, stats) =
+        execute_block_parallel(&mut parallel, &DecimalHashes, &context, &txs).expect("the state answers");
+    assert_eq!(stats.serial, None);
+    assert_eq!((stats.rounds, stats.reexecutions), (2, 1), "{stats:?}");
+    assert_eq!(got, expected);
+    assert_eq!(parallel.root(), serial.root());
+}

@@ -7,8 +7,8 @@
 //! with a failed receipt and pays its fee. Each transaction pays its priority fee to the
 //! block's beneficiary and burns the base fee (EIP-1559).
 //!
-//! Execution runs serially or with `virga-evm`'s parallel executor (Block-STM-like rounds
-//! over a multi-version memory, validated in block order); both give the same receipts and
+//! Execution runs serially or with `virga-evm`'s parallel executor (optimistic execution of
+//! every transaction at once, validated in block order); both give the same receipts and
 //! writes, which [`WorldState::apply`] puts into the state.
 
 use std::collections::VecDeque;
@@ -160,7 +160,7 @@ pub fn execute<S: WorldState>(
         Some(pool) => match pool.install(|| execute_block_parallel_writes(&*state, hashes, &block, txs)) {
             Ok((executed, writes, stats)) => (executed, writes, Some(stats)),
             // A partial state that lacks a transaction's witness: serial execution leaves
-            // that transaction out (`missing_witness`) where parallel rounds cannot tell a
+            // that transaction out (`missing_witness`) where optimistic execution cannot tell a
             // miss of a speculative run from one of the real order.
             Err(error) if error.is_not_held() => {
                 let (executed, writes) = execute_block_writes(&*state, hashes, &block, txs)?;
