@@ -367,8 +367,13 @@ pub(crate) fn execute_parallel(
             runs[index] = Some(run);
         }
         let Some(run) = &runs[index] else { continue };
+        // A valid run that reached what a partial state does not hold is a real miss (serial
+        // execution reads the same and misses too): the transaction is left out, as
+        // `missing_witness`. Any other state error ends the block.
         if let Err(ExecError::State(error)) = &run.outcome {
-            return Err((error.clone(), stats));
+            if !error.is_not_held() {
+                return Err((error.clone(), stats));
+            }
         }
         for (key, value) in &run.writes {
             written.insert(*key, value.clone());

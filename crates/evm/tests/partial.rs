@@ -9,7 +9,10 @@ use crate::common::{contracts_block as block, contracts_genesis as genesis, send
 use alloy_primitives::{keccak256, Address, Bytes, TxKind, B256, U256};
 use virga_evm::contracts::{kitties, token};
 use virga_evm::speculation::{pre_execute, Footprint};
-use virga_evm::{execute_block, DecimalHashes, EthTransaction, ExecError, PartialState, StateError, WorldState};
+use virga_evm::{
+    execute_block, execute_block_parallel, DecimalHashes, EthTransaction, ExecError, PartialState, StateError,
+    WorldState,
+};
 use virga_trie::account::StateTrie;
 use virga_trie::PartialTrie;
 
@@ -141,6 +144,13 @@ fn a_transaction_whose_witnesses_fall_short_is_left_out_naming_what_it_lacked() 
         assert!(what.contains("storage slot") && what.contains(&format!("{TOKEN_AT}")), "{what}");
     }
     assert_eq!(executed.included, vec![3, 4]);
+    // The parallel executor leaves out the same transactions, for the same reasons.
+    let mut in_parallel = witnessed(&state, &no_storage);
+    let (executed_in_parallel, stats) =
+        execute_block_parallel(&mut in_parallel, &DecimalHashes, &block(5), &txs).unwrap();
+    assert_eq!(stats.serial, None, "the block ran in parallel");
+    assert_eq!(executed_in_parallel, executed, "{stats:?}");
+    assert_eq!(in_parallel.state_root(None), bare.state_root(None));
     let mut whole = state.clone();
     execute_block(&mut whole, &DecimalHashes, &block(5), &txs[3..]).unwrap();
     assert_eq!(bare.state_root(None), whole.root());

@@ -157,17 +157,11 @@ pub fn execute<S: WorldState>(
             let (executed, writes) = execute_block_writes(&*state, hashes, &block, txs)?;
             (executed, writes, None)
         }
-        Some(pool) => match pool.install(|| execute_block_parallel_writes(&*state, hashes, &block, txs)) {
-            Ok((executed, writes, stats)) => (executed, writes, Some(stats)),
-            // A partial state that lacks a transaction's witness: serial execution leaves
-            // that transaction out (`missing_witness`) where optimistic execution cannot tell a
-            // miss of a speculative run from one of the real order.
-            Err(error) if error.is_not_held() => {
-                let (executed, writes) = execute_block_writes(&*state, hashes, &block, txs)?;
-                (executed, writes, None)
-            }
-            Err(error) => return Err(error),
-        },
+        Some(pool) => {
+            let (executed, writes, stats) =
+                pool.install(|| execute_block_parallel_writes(&*state, hashes, &block, txs))?;
+            (executed, writes, Some(stats))
+        }
     };
     state.apply(&writes)?;
     Ok(BlockOutcome { executed, writes, parallel })
