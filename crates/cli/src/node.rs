@@ -87,6 +87,14 @@ struct InitArgs {
     /// Storage node i listens on base-port + i, miner j after the storage nodes.
     #[arg(long, default_value_t = 7100, value_parser = clap::value_parser!(u16).range(1..))]
     base_port: u16,
+    /// Share of the clients' transactions that call an ERC-20 token deployed in the genesis,
+    /// from 0 to 1 (`virga up`'s default); 0 runs value transfers alone.
+    #[arg(long, default_value_t = 0.15, value_parser = crate::limits::probability)]
+    contracts: f64,
+    /// Transactions the clients will sign in all (their `--transfers`): the token's callers
+    /// among them are given tokens in the genesis.
+    #[arg(long, default_value_t = 20_000, value_parser = crate::limits::count(1))]
+    transfers: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -155,10 +163,11 @@ pub fn run(args: &NodeArgs) -> Result<ExitCode> {
                 .map_err(anyhow::Error::msg)?;
                 eprintln!();
                 println!(
-                    "{id}: committed {} of {} transfers in {:.1} s ({:.0} tx/s); filtered {:?}; retried {:?}; \
-                     witness bytes per tx {:.0} full, {:.0} compacted",
+                    "{id}: committed {} of {} transfers ({} token calls) in {:.1} s ({:.0} tx/s); filtered {:?}; \
+                     retried {:?}; witness bytes per tx {:.0} full, {:.0} compacted",
                     report.committed,
                     report.offered,
+                    report.calls_committed,
                     report.seconds,
                     report.tps,
                     report.filtered,
@@ -184,10 +193,17 @@ fn init_cluster(args: &InitArgs) -> Result<ExitCode> {
         topology: args.shape.topology(args.accounts, args.storage_nodes),
         host: args.host.clone(),
         base_port: args.base_port,
+        contracts: args.contracts,
+        transfers: args.transfers,
     };
     let plan = process::init(&args.dir, &options, &|_| {}).map_err(anyhow::Error::msg)?;
     let dir = args.dir.display();
-    println!("cluster in {dir}: {} accounts, {} shards", plan.accounts, plan.shards);
+    println!(
+        "cluster in {dir}: {} accounts, {} shards, {:.0}% token calls",
+        plan.accounts,
+        plan.shards,
+        100.0 * plan.contracts
+    );
     println!("start each role in its own terminal (or with &):");
     for (id, shards) in &plan.storage_nodes {
         let address = plan.addresses.get(id).map_or("?", String::as_str);
@@ -198,7 +214,7 @@ fn init_cluster(args: &InitArgs) -> Result<ExitCode> {
         let address = plan.addresses.get(&id).map_or("?", String::as_str);
         println!("  virga node --role miner --dir {dir} --id {id}    # at {address}");
     }
-    println!("  virga node --role client --dir {dir} --id client-0 --transfers 20000");
+    println!("  virga node --role client --dir {dir} --id client-0 --transfers {}", args.transfers);
     println!("then stop the servers (Ctrl-C) and audit: virga verify --dir {dir}");
     Ok(ExitCode::SUCCESS)
 }

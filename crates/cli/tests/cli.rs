@@ -167,6 +167,8 @@ fn out_of_range_options_exit_2_naming_the_option() {
         (&["up", "--transport", "udp"], "--transport"),
         (&["node", "init", "--dir", &dir, "--accounts", "1"], "--accounts"),
         (&["node", "init", "--dir", &dir, "--base-port", "0"], "--base-port"),
+        (&["node", "init", "--dir", &dir, "--contracts", "1.5"], "--contracts"),
+        (&["node", "init", "--dir", &dir, "--transfers", "0"], "--transfers"),
         (&["node", "--role", "client", "--dir", &dir, "--id", "c", "--in-flight", "0"], "--in-flight"),
         (&["demo", "--accounts", "1"], "--accounts"),
         (&["demo", "--blocks", "0"], "--blocks"),

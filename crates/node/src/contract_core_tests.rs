@@ -26,6 +26,18 @@ fn token_net() -> Net {
     token_net_with_holders(0)
 }
 
+/// The token net with a miner that keeps levels 0..=`retention` and prunes to them after
+/// every block (a memory budget of zero).
+fn token_net_pruned_to(retention: usize) -> Net {
+    let topology =
+        Topology { accounts: 200, storage_nodes: 2, max_block_transfers: 64, retention, ..Topology::small() };
+    let mut fixture = Fixture::new(topology).unwrap();
+    let holder = fixture.accounts.addresses[0];
+    let slots = [(B256::from(token::balance_slot(holder)), U256::from(1_000))];
+    fixture.deploy(TOKEN_AT, &TOKEN.runtime_code(), &slots).unwrap();
+    crate::core_tests::warm_net_on(fixture, 0)
+}
+
 /// The token with account 0 holding 1,000, and `others` more holders (not accounts of the
 /// fixture) with 1 each: their balances make the token's storage trie several levels deep.
 fn token_net_with_holders(others: usize) -> Net {
@@ -240,6 +252,23 @@ fn slot_witnesses_compacted_deeper_than_the_miner_holds_are_left_out_as_missing_
     let outcomes = commit(&mut net, deep);
     assert!(!outcomes[0].included);
     assert_eq!(outcomes[0].reason, "missing_witness");
+}
+
+#[test]
+fn a_miner_pruning_after_every_block_keeps_the_contract_whose_storage_the_block_wrote() {
+    use virga_evm::StateSource;
+    let mut net = token_net_pruned_to(1);
+    let tx = transfer_call(&net, 300);
+    let first = submission(&mut net, &tx, true);
+    let outcomes = commit(&mut net, first);
+    assert!(outcomes[0].included && outcomes[0].succeeded, "{outcomes:?}");
+    let (_, top) = net.miner.tip();
+    // The sender's account, written by the block too, went below r with everything else...
+    let sender = net.fixture.accounts.addresses[0];
+    assert!(StateSource::account(top, &sender).is_err(), "the layer was pruned to r after the block");
+    // ...but the token, whose storage root the block changed, stays: every client's witness
+    // of it is a block behind from now on.
+    assert!(matches!(StateSource::account(top, &TOKEN_AT), Ok(Some(_))), "the token's account is held");
 }
 
 /// Carries out a client core's calls against the net (the miner's head, the storage nodes'

@@ -25,17 +25,17 @@ use virga_net::{Grpc, NetError, Rainblock, Transport};
 
 use crate::client::{ClientConfig, ClientCore};
 use crate::cluster::{
-    check_cluster_format, cluster_format_v1, peer_host, run_clients, write_genesis, ClusterError, CLUSTER_FILE,
-    CLUSTER_FORMAT,
+    check_cluster_format, cluster_format_v1, peer_host, run_clients, write_genesis_with_token, ClusterError,
+    CLUSTER_FILE, CLUSTER_FORMAT,
 };
 use crate::miner::{open_store, Miner, MinerStats};
 use crate::storage::{shard_genesis, StorageNode};
 use crate::topology::Topology;
-use crate::workload::{offer, sign_transfers, Accounts, Mix};
+use crate::workload::{offer, sign_transfers, token_holdings, Accounts, Mix};
 
 /// What every role process of a hand-started cluster reads from `dir/rainblock.json`.
 /// A superset of what `virga up` writes there, so the audit reads both alike.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ClusterPlan {
     /// [`crate::cluster::CLUSTER_FORMAT`].
     #[serde(default = "cluster_format_v1")]
@@ -53,6 +53,14 @@ pub struct ClusterPlan {
     pub compaction: usize,
     pub max_block_transfers: usize,
     pub top_budget_bytes: usize,
+    /// Share of the clients' transactions that call the workload's ERC-20 token (plans
+    /// written before contracts: none).
+    #[serde(default)]
+    pub contracts: f64,
+    /// Transactions the token's genesis holdings were sized for: clients that sign at most
+    /// this many find every token caller funded.
+    #[serde(default)]
+    pub token_transfers: usize,
 }
 
 /// Why a role process (or `virga node init`) could not start or went down.
@@ -112,6 +120,12 @@ pub struct PlanOptions {
     pub host: String,
     /// Storage node i listens on base_port + i, miner j on base_port + storage nodes + j.
     pub base_port: u16,
+    /// Share of the workload's transactions that call the ERC-20 token (0: none, and no
+    /// token in the genesis).
+    pub contracts: f64,
+    /// Transactions the clients will sign in all: the token's holdings are given to their
+    /// callers.
+    pub transfers: usize,
 }
 
 impl ClusterPlan {
@@ -230,9 +244,18 @@ pub fn init(dir: &Path, options: &PlanOptions, progress: &(dyn Fn(u64) + Sync)) 
         compaction: topology.compaction,
         max_block_transfers: topology.max_block_transfers,
         top_budget_bytes: topology.top_budget_bytes,
+        contracts: options.contracts,
+        token_transfers: if options.contracts > 0.0 { options.transfers } else { 0 },
     };
     let accounts = Accounts::generate(topology.accounts, progress);
-    write_genesis(dir, &accounts.addresses, topology.max_block_transfers)?;
+    // The token's holders are the callers among the transactions the clients will sign (the
+    // same deterministic workload, signed here once to find them).
+    let holdings = (options.contracts > 0.0).then(|| {
+        let chain_id = virga_ledger::exec::ExecConfig::default().chain_id;
+        let mix = Mix::with_contracts(options.contracts);
+        token_holdings(&sign_transfers(&accounts, options.transfers, chain_id, mix, topology.seed, &|_| {}))
+    });
+    write_genesis_with_token(dir, &accounts.addresses, topology.max_block_transfers, holdings.as_deref())?;
     let text = serde_json::to_string_pretty(&plan).map_err(ProcessError::EncodePlan)?;
     let path = dir.join(CLUSTER_FILE);
     std::fs::write(&path, text).map_err(|source| ClusterError::Io { op: "writing", path, source })?;
@@ -359,6 +382,9 @@ pub struct ClientReport {
     pub bad_witnesses: usize,
     pub witness_bytes_full_per_tx: f64,
     pub witness_bytes_compact_per_tx: f64,
+    /// Of `committed`: calls of the ERC-20 token.
+    #[serde(default)]
+    pub calls_committed: u64,
 }
 
 /// Signs this client's share of the workload and submits it through the plan's miner 0
@@ -375,7 +401,8 @@ pub async fn run_client(
     let exec = genesis.config.exec;
     let accounts = Accounts::generate(plan.accounts, &|_| {});
     let clients = job.clients.max(1);
-    let transfers: Vec<_> = sign_transfers(&accounts, job.transfers, exec.chain_id, Mix::default(), plan.seed, &|_| {})
+    let mix = Mix::with_contracts(plan.contracts);
+    let transfers: Vec<_> = sign_transfers(&accounts, job.transfers, exec.chain_id, mix, plan.seed, &|_| {})
         .into_iter()
         .filter(|transfer| usize::from(transfer.sender.0[19]) % clients == job.index)
         .collect();
@@ -418,6 +445,7 @@ pub async fn run_client(
         bad_witnesses: stats.bad_witnesses.len(),
         witness_bytes_full_per_tx: per_submitted(stats.witness_bytes_full),
         witness_bytes_compact_per_tx: per_submitted(stats.witness_bytes_compact),
+        calls_committed: stats.calls_committed,
     })
 }
 

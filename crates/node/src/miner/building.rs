@@ -29,7 +29,7 @@ use virga_trie::PartialTrie;
 use std::sync::Arc;
 
 use super::contract_bags::{ContractBagError, ContractBags};
-use super::top_layer::{record_paths, Layer, Pruning, WRITE_ALLOWANCE_BYTES};
+use super::top_layer::{kept_through_prune, record_paths, Layer, Pruning, WRITE_ALLOWANCE_BYTES};
 use super::{
     refuse_submission, Built, LeftOut, MinerConfig, MinerCore, MinerIo, MinerStats, Pending, Replies, UpdatesError,
 };
@@ -311,13 +311,14 @@ impl BuildJob {
                 return None;
             }
         };
+        let keep = kept_through_prune(config.beneficiary, &built.outcome.writes);
         layer.estimated_bytes = self.pruning.maybe_prune(
             &mut layer.top,
             layer.estimated_bytes,
             &mut layer.unpruned,
             config.top_budget_bytes,
             config.retention,
-            config.beneficiary,
+            &keep,
             &mut self.stats,
         );
         layer.advance(built.block.header.clone(), hash);

@@ -9,7 +9,7 @@ use virga_net::Rainblock;
 
 use super::building::attach_bag;
 use super::contract_bags::ContractBags;
-use super::top_layer::{record_paths, Layer, WRITE_ALLOWANCE_BYTES};
+use super::top_layer::{kept_through_prune, record_paths, Layer, WRITE_ALLOWANCE_BYTES};
 use super::{AnnouncementRefusal, ChainDiskError, MinerCore, MinerIo, StoreFor};
 use crate::codec::{bag_from_wire, check_keys, decode_block};
 use virga_evm::PartialState;
@@ -86,8 +86,10 @@ impl MinerCore {
             Some(execute_block(&chain, top, hashes, &block, transactions, ExecMode::Parallel, &self.pool)?)
         };
         let beneficiary = keccak256(block.header.beneficiary);
+        let mut keep = vec![keccak256(self.config.beneficiary)];
         if let Some(verified) = verified {
             record_paths(&mut layer.unpruned, verified.outcome.touched_keys().chain([beneficiary]));
+            keep = kept_through_prune(self.config.beneficiary, &verified.outcome.writes);
             layer.top = verified.state;
         } else {
             // The broken variant adopts the announced root without executing anything.
@@ -95,15 +97,14 @@ impl MinerCore {
         }
         let written = 2 * block.transactions.len() + 1;
         let estimated = layer.estimated_bytes + grown + written.saturating_mul(WRITE_ALLOWANCE_BYTES);
-        let (budget, retention, beneficiary) =
-            (self.config.top_budget_bytes, self.config.retention, self.config.beneficiary);
+        let (budget, retention) = (self.config.top_budget_bytes, self.config.retention);
         layer.estimated_bytes = self.layer.pruning.maybe_prune(
             &mut layer.top,
             estimated,
             &mut layer.unpruned,
             budget,
             retention,
-            beneficiary,
+            &keep,
             &mut self.stats,
         );
         let hash = block.hash();

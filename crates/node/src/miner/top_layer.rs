@@ -9,6 +9,19 @@ use virga_trie::PartialTrie;
 
 use super::MinerStats;
 
+/// The accounts whose paths a prune keeps whole: the beneficiary, which every block credits,
+/// and every contract whose storage the block just written changed. A contract's account
+/// changes with its storage root, so while calls keep changing a popular contract, every
+/// client's witness of it is a block or more behind; the miner, which wrote it, holds it.
+pub(crate) fn kept_through_prune(beneficiary: Address, writes: &virga_evm::BlockWrites) -> Vec<B256> {
+    let storage_writers = writes
+        .accounts
+        .iter()
+        .filter(|(_, write)| write.info.is_some() && (write.storage_cleared || !write.slots.is_empty()))
+        .map(|(address, _)| keccak256(address));
+    std::iter::once(keccak256(beneficiary)).chain(storage_writers).collect()
+}
+
 /// The keys whose paths in the top layer grew (bags attached, accounts written) since it
 /// was last pruned, so a prune walks only those; `None` when unknown or too many to be
 /// worth it (after a warm-up, or past [`UNPRUNED_PATHS_LIMIT`]): the next prune walks the
@@ -127,7 +140,7 @@ impl Pruning {
         unpruned: &mut Unpruned,
         budget: usize,
         retention: usize,
-        beneficiary: Address,
+        keep: &[B256],
         stats: &mut MinerStats,
     ) -> usize {
         if estimated_bytes <= budget {
@@ -143,7 +156,6 @@ impl Pruning {
         }
         stats.prunes += 1;
         self.prunes += 1;
-        let keep = [keccak256(beneficiary)];
         // Storage tries go back to their top levels and code is dropped: both come again
         // with the bags that need them.
         let contracts_before = top.contracts_memory_bytes();
@@ -151,10 +163,10 @@ impl Pruning {
         let contracts_freed = contracts_before.saturating_sub(top.contracts_memory_bytes());
         let bytes = match unpruned.replace(Vec::new()) {
             Some(paths) if self.prunes % WHOLE_PRUNE_EVERY != 0 => estimated_bytes
-                .saturating_sub(top.accounts.prune_paths(retention, &paths, &keep))
+                .saturating_sub(top.accounts.prune_paths(retention, &paths, keep))
                 .saturating_sub(contracts_freed),
             _ => {
-                top.accounts.prune_keeping(retention, &keep);
+                top.accounts.prune_keeping(retention, keep);
                 let measured = top.memory_bytes();
                 self.pruned_bytes = measured;
                 stats.peak_top_bytes = stats.peak_top_bytes.max(measured);
