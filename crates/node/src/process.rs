@@ -401,6 +401,16 @@ pub async fn run_client(
     let exec = genesis.config.exec;
     let accounts = Accounts::generate(plan.accounts, &|_| {});
     let clients = job.clients.max(1);
+    if plan.contracts > 0.0 && job.transfers > plan.token_transfers {
+        // The workload is the same sequence whatever its length, so the first
+        // `token_transfers` calls are funded and later new callers hold no tokens.
+        tracing::warn!(
+            client = %job.id,
+            transfers = job.transfers,
+            funded = plan.token_transfers,
+            "more transactions than `virga node init --transfers` funded: token calls of senders first seen past it revert"
+        );
+    }
     let mix = Mix::with_contracts(plan.contracts);
     let transfers: Vec<_> = sign_transfers(&accounts, job.transfers, exec.chain_id, mix, plan.seed, &|_| {})
         .into_iter()
