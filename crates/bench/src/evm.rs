@@ -94,6 +94,10 @@ pub struct EvmBenchReport {
     pub parallel_reexecuted_share: f64,
     /// Blocks the parallel executor handed to the serial one, over all runs.
     pub parallel_serial_blocks: usize,
+    /// What two cores give work that shares nothing: two threads each running revm alone
+    /// over its own copy of the state at once, their rates summed, over one thread's
+    /// (medians of `runs` tries). The ceiling any parallel executor meets on this machine.
+    pub independent_two_thread_scaling: f64,
     pub roots_agree: bool,
     /// Virga's executor writing each block into the DSM-Tree and hashing the state root
     /// after it (write-through, roots per block).
@@ -365,6 +369,34 @@ fn run_revm(db: &mut ReferenceDb, workload: &EvmWorkload) -> (f64, usize) {
     (begun.elapsed().as_secs_f64(), included)
 }
 
+/// Two threads each running revm alone over its own copy of the genesis at once, their
+/// rates summed, over one thread alone: the median of `tries` such pairs.
+fn two_thread_scaling(
+    genesis: &ReferenceDb,
+    workload: &EvmWorkload,
+    tries: usize,
+    progress: &(dyn Fn(&str) + Sync),
+) -> f64 {
+    let rate = |db: &mut ReferenceDb| {
+        let (seconds, included) = run_revm(db, workload);
+        included as f64 / seconds.max(1e-9)
+    };
+    let mut ratios = Vec::with_capacity(tries);
+    for _ in 0..tries {
+        let one = rate(&mut genesis.clone());
+        let (mut first, mut second) = (genesis.clone(), genesis.clone());
+        let (a, b) = std::thread::scope(|scope| {
+            let a = scope.spawn(|| rate(&mut first));
+            let b = scope.spawn(|| rate(&mut second));
+            (a.join().unwrap_or(0.0), b.join().unwrap_or(0.0))
+        });
+        let ratio = if one > 0.0 { (a + b) / one } else { 0.0 };
+        progress(&format!("two threads of revm alone, sharing nothing: {ratio:.2}x one thread"));
+        ratios.push(ratio);
+    }
+    median(&mut ratios)
+}
+
 /// Builds the workload, then runs Virga (write-back and write-through) and revm alone
 /// `runs` times each, interleaved (the order rotating per run), each run from the genesis.
 pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenchReport {
@@ -428,6 +460,7 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
             samples.push(RunSample { executor, run, seconds, tx_per_sec });
         }
     }
+    let independent_two_thread_scaling = two_thread_scaling(&genesis_db, &workload, config.runs.max(1), progress);
     let rate = |name: &str| {
         let mut rates: Vec<f64> =
             samples.iter().filter(|sample| sample.executor == name).map(|sample| sample.tx_per_sec).collect();
@@ -454,6 +487,7 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
         parallel_rounds_per_block: rounds as f64 / blocks_run.max(1) as f64,
         parallel_reexecuted_share: reexecutions as f64 / (transactions * config.runs.max(1)) as f64,
         parallel_serial_blocks: serial_blocks,
+        independent_two_thread_scaling,
         roots_agree: roots.0 == roots.1 && roots.2,
         virga_root_per_block_tx_per_sec: rate("virga-root-per-block"),
         revm_eth_trie_root_per_block_tx_per_sec: peer_measured.then(|| rate("revm-eth_trie")),
@@ -480,6 +514,7 @@ mod tests {
         assert!(report.virga_parallel_tx_per_sec > 0.0 && report.parallel_serial_blocks == 0);
         assert!(report.virga_tx_per_sec > 0.0 && report.revm_tx_per_sec > 0.0);
         assert!(report.virga_root_per_block_tx_per_sec > 0.0);
+        assert!(report.independent_two_thread_scaling > 0.0, "{}", report.independent_two_thread_scaling);
         let witnesses = &report.witnesses;
         assert!(witnesses.calls > 10, "{witnesses:?}");
         assert!(witnesses.slots_per_call > 1.5, "two balances per transfer (one for a self-transfer): {witnesses:?}");

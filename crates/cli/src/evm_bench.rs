@@ -65,6 +65,10 @@ pub fn run_bench(args: &EvmBenchArgs) -> anyhow::Result<ExitCode> {
         report.parallel_rounds_per_block, report.parallel_reexecuted_share, report.parallel_serial_blocks
     );
     println!(
+        "    this machine's ceiling: two threads of revm alone sharing nothing run {:.2}x one thread",
+        report.independent_two_thread_scaling
+    );
+    println!(
         "  revm alone over its in-memory CacheDB:                                               {:>9.0} tx/s",
         report.revm_tx_per_sec
     );

@@ -114,11 +114,13 @@ struct Below<'a> {
 }
 
 impl Below<'_> {
+    /// The account without its code (see [`without_code`]).
     fn account(&self, address: Address) -> Result<Option<AccountInfo>, StateError> {
-        match self.cache.and_then(|cache| cache.account(&address)) {
-            Some(info) => Ok(info.clone()),
-            None => self.base.basic_ref(address),
-        }
+        let info = match self.cache.and_then(|cache| cache.account(&address)) {
+            Some(info) => info.clone(),
+            None => self.base.basic_ref(address)?,
+        };
+        Ok(info.map(without_code))
     }
 
     fn slot(&self, address: Address, slot: U256) -> Result<U256, StateError> {
@@ -148,6 +150,16 @@ struct TxView<'a> {
     /// What this worker read of the state below, so that a hot key is read from the trie
     /// once per worker and block.
     below_read: HashMap<Key, Value>,
+    /// This worker's own copy of each contract's code.
+    codes: HashMap<B256, Bytecode>,
+}
+
+/// An account as the parallel executor passes it around: without its code, which revm then
+/// asks for by hash. Code is shared behind a reference count, and two workers cloning the
+/// same contract's code for every call would fight over that count's cache line.
+fn without_code(mut info: AccountInfo) -> AccountInfo {
+    info.code = None;
+    info
 }
 
 impl TxView<'_> {
@@ -186,7 +198,13 @@ impl Database for TxView<'_> {
     }
 
     fn code_by_hash(&mut self, code_hash: B256) -> Result<Bytecode, StateError> {
-        self.below.code(code_hash)
+        if let Some(code) = self.codes.get(&code_hash) {
+            return Ok(code.clone());
+        }
+        // A copy of this worker's own (see `without_code`).
+        let code = crate::db::bytecode(self.below.code(code_hash)?.original_byte_slice());
+        self.codes.insert(code_hash, code.clone());
+        Ok(code)
     }
 
     fn storage(&mut self, address: Address, slot: U256) -> Result<U256, StateError> {
@@ -237,7 +255,14 @@ type ViewEvm<'a> = revm::handler::MainnetEvm<revm::handler::MainnetContext<TxVie
 fn evm_for<'a>(below: Below<'a>, written: Option<&'a HashMap<Key, Value>>, block: &BlockContext) -> ViewEvm<'a> {
     let cfg = block.cfg();
     let block_env = block.block_env(&cfg);
-    let view = TxView { below, written, reads: Vec::new(), local: HashMap::default(), below_read: HashMap::default() };
+    let view = TxView {
+        below,
+        written,
+        reads: Vec::new(),
+        local: HashMap::default(),
+        below_read: HashMap::default(),
+        codes: HashMap::default(),
+    };
     Context::mainnet().with_db(view).with_cfg(cfg).with_block(block_env).build_mainnet()
 }
 
@@ -299,7 +324,7 @@ fn writes_of(state: EvmState, coinbase: Address, writes: &mut Vec<(Key, Value)>)
         if account.is_empty() {
             writes.push((Key::Account(address), Value::Account(None)));
         } else if account.is_changed() {
-            writes.push((Key::Account(address), Value::Account(Some(account.info))));
+            writes.push((Key::Account(address), Value::Account(Some(without_code(account.info)))));
         }
     }
     serial
