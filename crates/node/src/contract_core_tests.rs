@@ -29,20 +29,20 @@ fn token_net() -> Net {
 /// The token net with a miner that keeps levels 0..=`retention` and prunes to them after
 /// every block (a memory budget of zero).
 fn token_net_pruned_to(retention: usize) -> Net {
-    let topology =
-        Topology { accounts: 200, storage_nodes: 2, max_block_transfers: 64, retention, ..Topology::small() };
-    let mut fixture = Fixture::new(topology).unwrap();
-    let holder = fixture.accounts.addresses[0];
-    let slots = [(B256::from(token::balance_slot(holder)), U256::from(1_000))];
-    fixture.deploy(TOKEN_AT, &TOKEN.runtime_code(), &slots).unwrap();
-    crate::core_tests::warm_net_on(fixture, 0)
+    crate::core_tests::warm_net_on(token_fixture(retention, 0), 0)
 }
 
 /// The token with account 0 holding 1,000, and `others` more holders (not accounts of the
 /// fixture) with 1 each: their balances make the token's storage trie several levels deep.
 fn token_net_with_holders(others: usize) -> Net {
+    crate::core_tests::warm_net_on(token_fixture(2, others), 1 << 20)
+}
+
+/// 200 accounts on 2 storage nodes, the miner keeping levels 0..=`retention`, and the token
+/// deployed with account 0 holding 1,000 and `others` more holders holding 1 each.
+fn token_fixture(retention: usize, others: usize) -> Fixture {
     let topology =
-        Topology { accounts: 200, storage_nodes: 2, max_block_transfers: 64, retention: 2, ..Topology::small() };
+        Topology { accounts: 200, storage_nodes: 2, max_block_transfers: 64, retention, ..Topology::small() };
     let mut fixture = Fixture::new(topology).unwrap();
     let holder = fixture.accounts.addresses[0];
     let mut slots = vec![(B256::from(token::balance_slot(holder)), U256::from(1_000))];
@@ -51,7 +51,7 @@ fn token_net_with_holders(others: usize) -> Net {
         slots.push((B256::from(token::balance_slot(other)), U256::from(1)));
     }
     fixture.deploy(TOKEN_AT, &TOKEN.runtime_code(), &slots).unwrap();
-    crate::core_tests::warm_net_on(fixture, 1 << 20)
+    fixture
 }
 
 fn transfer_call(net: &Net, amount: u64) -> SignedTx {
