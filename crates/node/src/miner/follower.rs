@@ -86,10 +86,11 @@ impl MinerCore {
             Some(execute_block(&chain, top, hashes, &block, transactions, ExecMode::Parallel, &self.pool)?)
         };
         let beneficiary = keccak256(block.header.beneficiary);
-        let mut keep = vec![keccak256(self.config.beneficiary)];
+        let no_writes = virga_evm::BlockWrites::default();
+        let writes = verified.as_ref().map_or(&no_writes, |verified| &verified.outcome.writes);
+        let keep = kept_through_prune(self.config.beneficiary, writes);
         if let Some(verified) = verified {
             record_paths(&mut layer.unpruned, verified.outcome.touched_keys().chain([beneficiary]));
-            keep = kept_through_prune(self.config.beneficiary, &verified.outcome.writes);
             layer.top = verified.state;
         } else {
             // The broken variant adopts the announced root without executing anything.

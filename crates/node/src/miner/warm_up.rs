@@ -185,8 +185,9 @@ impl MinerCore {
         tracing::info!(miner = %self.config.id, attached = attached.attached, "top layer warmed up");
         let bytes = state.memory_bytes();
         // The storage nodes' top nodes may reach below r, off any recorded path.
+        self.layer.committed.top = state.clone();
+        self.layer.tip.top = state;
         for layer in [&mut self.layer.committed, &mut self.layer.tip] {
-            layer.top = state.clone();
             layer.estimated_bytes = bytes;
             layer.unpruned = None;
         }
