@@ -17,14 +17,13 @@ use rayon::prelude::*;
 use serde::Serialize;
 use virga_evm::contracts::{token, TOKEN};
 use virga_evm::parallel::ParallelTotals;
-use virga_evm::reference::{
-    execute_reference, genesis_reference, genesis_state, reference_root, GenesisAccount, ReferenceDb,
-};
+use virga_evm::reference::{execute_reference, genesis_reference, GenesisAccount, ReferenceDb};
 use virga_evm::speculation::{pre_execute, Footprint};
 use virga_evm::{BlockContext, CachedState, DecimalHashes, EthTransaction, Fork};
 use virga_ledger::tx::SigningKey;
 use virga_trie::account::StateTrie;
 
+use crate::evm_runs::{run_side_by_side, Genesis};
 use crate::median;
 use crate::rainblock::Machine;
 
@@ -48,11 +47,21 @@ pub struct EvmBenchConfig {
     /// Interleaved runs of each executor.
     pub runs: usize,
     pub seed: u64,
+    /// The executors measured ([`EXECUTORS`]' names); empty: all of them.
+    pub executors: Vec<String>,
 }
 
 impl Default for EvmBenchConfig {
     fn default() -> Self {
-        Self { accounts: 1_000_000, senders: 10_000, transactions: 100_000, block_size: 1_000, runs: 3, seed: 7 }
+        Self {
+            accounts: 1_000_000,
+            senders: 10_000,
+            transactions: 100_000,
+            block_size: 1_000,
+            runs: 3,
+            seed: 7,
+            executors: Vec::new(),
+        }
     }
 }
 
@@ -72,9 +81,14 @@ pub struct EvmBenchReport {
     pub blocks: usize,
     /// Transactions every executor included (all of them, on this workload).
     pub included: usize,
-    /// Execution alone: Virga's executor with its read cache in write-back, the trie's
-    /// updates made once, when the root is asked for after the last block.
+    /// Execution alone: Virga's executor reading a flat copy of the state kept beside the
+    /// DSM-Tree, in write-back: the trie's updates made once, when the root is asked for
+    /// after the last block.
     pub virga_tx_per_sec: f64,
+    /// The same with reads served by the DSM-Tree itself, through the executor's cache of
+    /// what earlier blocks read (no flat copy).
+    pub virga_trie_reads_tx_per_sec: f64,
+    pub virga_trie_reads_over_revm: f64,
     /// Each block's writes put into the trie as it ends (no hashing): what a node that
     /// needs every block's root pays before hashing.
     pub virga_write_through_tx_per_sec: f64,
@@ -210,31 +224,6 @@ pub fn build_workload(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync))
     EvmWorkload { genesis, blocks }
 }
 
-/// Runs every block with Virga's serial executor; returns the seconds and transactions
-/// included.
-fn run_virga(
-    state: &mut CachedState,
-    workload: &EvmWorkload,
-    mut parallel: Option<&mut ParallelTotals>,
-) -> (f64, usize) {
-    let begun = Instant::now();
-    let mut included = 0;
-    for (context, txs) in &workload.blocks {
-        let executed = match parallel.as_deref_mut() {
-            Some(totals) => state.execute_block_parallel(&DecimalHashes, context, txs).map(|(executed, stats)| {
-                totals.add(&stats);
-                executed
-            }),
-            None => state.execute_block(&DecimalHashes, context, txs),
-        };
-        match executed {
-            Ok(executed) => included += executed.receipts.len(),
-            Err(error) => panic!("the benchmark's own state cannot be read: {error}"),
-        }
-    }
-    (begun.elapsed().as_secs_f64(), included)
-}
-
 /// Witness bytes per ERC-20 call: each call's own proofs (accounts, storage slots, code)
 /// against the bag a client sends for a batch (proofs merged, each node once, the top
 /// `compaction` levels left out, code once).
@@ -320,45 +309,18 @@ pub fn witness_bytes(state: &StateTrie, workload: &EvmWorkload, batch: usize, co
 
 /// The executors each run measures, in the order of the first run.
 #[cfg(feature = "peers")]
-const EXECUTORS: [&str; 6] =
-    ["virga", "virga-parallel", "virga-write-through", "revm", "virga-root-per-block", "revm-eth_trie"];
+pub const EXECUTORS: [&str; 7] = [
+    "virga",
+    "virga-parallel",
+    "virga-write-through",
+    "revm",
+    "virga-trie-reads",
+    "virga-root-per-block",
+    "revm-eth_trie",
+];
 #[cfg(not(feature = "peers"))]
-const EXECUTORS: [&str; 5] = ["virga", "virga-parallel", "virga-write-through", "revm", "virga-root-per-block"];
-
-/// Runs every block with Virga's serial executor writing through to the trie, and hashes
-/// the state root after each block; returns the seconds, the transactions included, and
-/// the roots.
-fn run_virga_with_roots(state: &mut CachedState, workload: &EvmWorkload) -> ((f64, usize), Vec<B256>) {
-    let begun = Instant::now();
-    let (mut included, mut roots) = (0, Vec::with_capacity(workload.blocks.len()));
-    for (context, txs) in &workload.blocks {
-        match state.execute_block(&DecimalHashes, context, txs) {
-            Ok(executed) => included += executed.receipts.len(),
-            Err(error) => panic!("the benchmark's own state cannot be read: {error}"),
-        }
-        roots.push(state.root());
-    }
-    ((begun.elapsed().as_secs_f64(), included), roots)
-}
-
-/// revm and `eth_trie`, the root after every block (loading the genesis is not timed).
-#[cfg(feature = "peers")]
-fn run_revm_eth_trie(workload: &EvmWorkload) -> ((f64, usize), Vec<B256>) {
-    let mut peer = crate::evm_roots::RevmEthTrie::new(&workload.genesis);
-    let begun = Instant::now();
-    let (mut included, mut roots) = (0, Vec::with_capacity(workload.blocks.len()));
-    for (context, txs) in &workload.blocks {
-        let (executed, root) = peer.execute_block(context, txs);
-        included += executed.receipts.len();
-        roots.push(root);
-    }
-    ((begun.elapsed().as_secs_f64(), included), roots)
-}
-
-#[cfg(not(feature = "peers"))]
-fn run_revm_eth_trie(_workload: &EvmWorkload) -> ((f64, usize), Vec<B256>) {
-    ((0.0, 0), Vec::new())
-}
+pub const EXECUTORS: [&str; 6] =
+    ["virga", "virga-parallel", "virga-write-through", "revm", "virga-trie-reads", "virga-root-per-block"];
 
 fn run_revm(db: &mut ReferenceDb, workload: &EvmWorkload) -> (f64, usize) {
     let begun = Instant::now();
@@ -402,12 +364,18 @@ fn two_thread_scaling(
 pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenchReport {
     let begun = Instant::now();
     let workload = build_workload(config, progress);
-    progress("loading the genesis into the DSM-Tree and into revm's CacheDB");
-    let genesis_trie = genesis_state(&workload.genesis);
+    progress("loading the genesis into the DSM-Tree (with its flat copy) and into revm's CacheDB");
+    let genesis_flat = CachedState::from_genesis(&workload.genesis);
+    let genesis_trie = genesis_flat.clone().into_state();
     let genesis_db = genesis_reference(&workload.genesis);
     let setup_seconds = begun.elapsed().as_secs_f64();
     let transactions: usize = workload.blocks.iter().map(|(_, txs)| txs.len()).sum();
 
+    let genesis = Genesis { workload: &workload, flat: genesis_flat, trie: genesis_trie, db: genesis_db };
+    let executors: Vec<&'static str> = EXECUTORS
+        .into_iter()
+        .filter(|name| config.executors.is_empty() || config.executors.iter().any(|chosen| chosen == name))
+        .collect();
     let mut samples = Vec::new();
     let mut totals = ParallelTotals::default();
     // Virga's root, revm's, and whether all of Virga's modes agreed.
@@ -415,59 +383,36 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
     let mut included = 0;
     let mut block_roots: (Vec<B256>, Vec<B256>) = (Vec::new(), Vec::new());
     for run in 0..config.runs.max(1) {
-        let mut order = EXECUTORS.to_vec();
-        let count = order.len();
-        order.rotate_left(run % count);
-        for executor in order {
-            let (seconds, count) = if executor == "virga-root-per-block" {
-                let mut state = CachedState::new(genesis_trie.clone(), CachedState::DEFAULT_CAPACITY);
-                let (timed, roots) = run_virga_with_roots(&mut state, &workload);
-                if run == 0 {
-                    block_roots.0 = roots;
-                }
-                timed
-            } else if executor == "revm-eth_trie" {
-                let (timed, roots) = run_revm_eth_trie(&workload);
-                if run == 0 {
-                    block_roots.1 = roots;
-                }
-                timed
-            } else if executor != "revm" {
-                let write_back = executor != "virga-write-through";
-                let mut state =
-                    CachedState::new(genesis_trie.clone(), CachedState::DEFAULT_CAPACITY).with_write_back(write_back);
-                let parallel = (executor == "virga-parallel").then_some(&mut totals);
-                let timed = run_virga(&mut state, &workload, parallel);
-                if run == 0 {
-                    let root = state.root();
-                    if roots.0 != B256::ZERO && roots.0 != root {
-                        roots.2 = false;
-                    }
-                    roots.0 = root;
-                }
-                timed
-            } else {
-                let mut db = genesis_db.clone();
-                let timed = run_revm(&mut db, &workload);
-                if run == 0 {
-                    roots.1 = reference_root(&db);
-                }
-                timed
-            };
-            included = count;
-            let tx_per_sec = transactions as f64 / seconds;
+        let outcome = run_side_by_side(&executors, &genesis, run, run == 0, &mut totals);
+        for (index, &executor) in executors.iter().enumerate() {
+            let seconds = outcome.seconds[index];
+            included = outcome.included[index];
+            let tx_per_sec = transactions as f64 / seconds.max(1e-9);
             progress(&format!("run {} {executor}: {tx_per_sec:.0} tx/s", run + 1));
             samples.push(RunSample { executor, run, seconds, tx_per_sec });
+            let Some(final_roots) = &outcome.final_roots else { continue };
+            let root = final_roots[index];
+            match executor {
+                "revm" => roots.1 = root,
+                "revm-eth_trie" => block_roots.1 = outcome.block_roots[index].clone().unwrap_or_default(),
+                _ => {
+                    roots.2 &= roots.0 == B256::ZERO || roots.0 == root;
+                    roots.0 = root;
+                    if let Some(per_block) = &outcome.block_roots[index] {
+                        block_roots.0 = per_block.clone();
+                    }
+                }
+            }
         }
     }
-    let independent_two_thread_scaling = two_thread_scaling(&genesis_db, &workload, config.runs.max(1), progress);
+    let independent_two_thread_scaling = two_thread_scaling(&genesis.db, &workload, config.runs.max(1), progress);
     let rate = |name: &str| {
         let mut rates: Vec<f64> =
             samples.iter().filter(|sample| sample.executor == name).map(|sample| sample.tx_per_sec).collect();
         median(&mut rates)
     };
     let (virga, write_through, revm) = (rate("virga"), rate("virga-write-through"), rate("revm"));
-    let parallel = rate("virga-parallel");
+    let (parallel, trie_reads) = (rate("virga-parallel"), rate("virga-trie-reads"));
     let peer_measured = EXECUTORS.contains(&"revm-eth_trie");
     let ParallelTotals { blocks: blocks_run, rounds, reexecutions, serial_blocks } = totals;
     let over = |rate: f64| if revm > 0.0 { rate / revm } else { 0.0 };
@@ -477,6 +422,8 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
         blocks: workload.blocks.len(),
         included,
         virga_tx_per_sec: virga,
+        virga_trie_reads_tx_per_sec: trie_reads,
+        virga_trie_reads_over_revm: over(trie_reads),
         virga_write_through_tx_per_sec: write_through,
         revm_tx_per_sec: revm,
         virga_over_revm: over(virga),
@@ -492,7 +439,7 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
         virga_root_per_block_tx_per_sec: rate("virga-root-per-block"),
         revm_eth_trie_root_per_block_tx_per_sec: peer_measured.then(|| rate("revm-eth_trie")),
         block_roots_agree: peer_measured.then(|| block_roots.0 == block_roots.1 && !block_roots.0.is_empty()),
-        witnesses: witness_bytes(&genesis_trie, &workload, WITNESS_BATCH, WITNESS_COMPACTION),
+        witnesses: witness_bytes(&genesis.trie, &workload, WITNESS_BATCH, WITNESS_COMPACTION),
         virga_root: roots.0,
         revm_root: roots.1,
         setup_seconds,
@@ -506,14 +453,21 @@ mod tests {
 
     #[test]
     fn a_small_run_agrees_with_revm_alone_and_includes_every_transfer() {
-        let config =
-            EvmBenchConfig { accounts: 500, senders: 50, transactions: 300, block_size: 100, runs: 1, seed: 3 };
+        let config = EvmBenchConfig {
+            accounts: 500,
+            senders: 50,
+            transactions: 300,
+            block_size: 100,
+            runs: 1,
+            seed: 3,
+            ..Default::default()
+        };
         let report = run(&config, &|_| {});
         assert!(report.roots_agree, "{} vs {}", report.virga_root, report.revm_root);
         assert_eq!((report.blocks, report.included), (3, 300));
         assert!(report.virga_parallel_tx_per_sec > 0.0 && report.parallel_serial_blocks == 0);
         assert!(report.virga_tx_per_sec > 0.0 && report.revm_tx_per_sec > 0.0);
-        assert!(report.virga_root_per_block_tx_per_sec > 0.0);
+        assert!(report.virga_root_per_block_tx_per_sec > 0.0 && report.virga_trie_reads_tx_per_sec > 0.0);
         assert!(report.independent_two_thread_scaling > 0.0, "{}", report.independent_two_thread_scaling);
         let witnesses = &report.witnesses;
         assert!(witnesses.calls > 10, "{witnesses:?}");
@@ -523,5 +477,24 @@ mod tests {
         if cfg!(feature = "peers") {
             assert_eq!(report.block_roots_agree, Some(true), "every block's root, Virga against eth_trie");
         }
+    }
+
+    #[test]
+    fn only_the_chosen_executors_run() {
+        let executors = vec!["virga".to_string(), "revm".to_string()];
+        let config = EvmBenchConfig {
+            accounts: 300,
+            senders: 30,
+            transactions: 100,
+            block_size: 50,
+            runs: 1,
+            seed: 5,
+            executors,
+        };
+        let report = run(&config, &|_| {});
+        let ran: Vec<&str> = report.samples.iter().map(|sample| sample.executor).collect();
+        assert_eq!(ran, ["virga", "revm"]);
+        assert!(report.roots_agree && report.virga_tx_per_sec > 0.0);
+        assert_eq!(report.virga_parallel_tx_per_sec, 0.0);
     }
 }

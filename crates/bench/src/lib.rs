@@ -9,6 +9,7 @@ pub mod dkv_etcd;
 pub mod evm;
 #[cfg(feature = "peers")]
 pub mod evm_roots;
+pub mod evm_runs;
 pub mod kv;
 pub mod ledger;
 #[cfg(feature = "peers")]

@@ -185,6 +185,7 @@ fn out_of_range_options_exit_2_naming_the_option() {
         (&["bench", "ledger", "--write-probabilities", "0.5,1.5"], "--write-probabilities"),
         (&["bench", "rainblock", "--accounts", "1000,1"], "--accounts"),
         (&["bench", "rainblock", "--fig", "10"], "--fig"),
+        (&["bench", "evm", "--executors", "virga,evmone"], "--executors"),
         (&["verify", "--dir", &dir, "--threads", "0"], "--threads"),
         (&["schedule", "--input", &dir, "--scheduler", "fifo"], "--scheduler"),
     ];

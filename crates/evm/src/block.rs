@@ -8,13 +8,13 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Bloom, Log, B256};
 use revm::context::result::ExecutionResult;
 use revm::context::TxEnv;
+use revm::database_interface::{Database, DatabaseCommit};
 use revm::{Context, ExecuteCommitEvm, MainBuilder, MainContext};
-use virga_trie::account::StateTrie;
 use virga_trie::Trie;
 
 use crate::db::{BlockHashes, StateDb, StateError, StateSource, WorldState};
 use crate::executor::{BlockContext, ExecError};
-use crate::overlay::{BlockOverlay, BlockSeen, BlockWrites, ReadCache};
+use crate::overlay::{BlockOverlay, BlockSeen, BlockWrites};
 use crate::parallel::{execute_parallel, ParallelStats};
 use crate::transaction::EthTransaction;
 
@@ -110,17 +110,27 @@ pub fn execute_block_writes(
     Ok((executed, writes))
 }
 
-fn execute_over(
+pub(crate) fn execute_over(
     overlay: BlockOverlay<'_>,
     block: &BlockContext,
     txs: &[EthTransaction],
-) -> Result<(ExecutedBlock, BlockWrites, BlockSeen), StateError> {
+) -> Result<(ExecutedBlock, BlockWrites, Option<BlockSeen>), StateError> {
+    let (executed, overlay) = execute_with(overlay, block, txs)?;
+    let (writes, seen) = overlay.finish();
+    Ok((executed, writes, seen))
+}
+
+/// `txs` executed in order by revm over `db`, each valid one committed into it; `db` back.
+pub(crate) fn execute_with<DB: Database<Error = StateError> + DatabaseCommit>(
+    db: DB,
+    block: &BlockContext,
+    txs: &[EthTransaction],
+) -> Result<(ExecutedBlock, DB), StateError> {
     let cfg = block.cfg();
     let block_env = block.block_env(&cfg);
-    let mut evm = Context::mainnet().with_db(overlay).with_cfg(cfg).with_block(block_env).build_mainnet();
+    let mut evm = Context::mainnet().with_db(db).with_cfg(cfg).with_block(block_env).build_mainnet();
     let executed = execute_in_order(block, txs, |env| evm.transact_commit(env).map_err(ExecError::from))?;
-    let (writes, seen) = evm.ctx.journaled_state.database.finish();
-    Ok((executed, writes, seen))
+    Ok((executed, evm.ctx.journaled_state.database))
 }
 
 /// [`execute_block`] with [`crate::parallel`]'s executor on rayon's pool (serially where it
@@ -165,110 +175,6 @@ pub fn execute_block<S: WorldState>(
     let (executed, writes) = execute_block_writes(&*state, hashes, block, txs)?;
     state.apply(&writes)?;
     Ok(executed)
-}
-
-/// A state with its executor's [`ReadCache`]: blocks execute over the trie with hot
-/// accounts and slots served from memory. The state changes only through
-/// [`CachedState::execute_block`], which keeps the cache equal to it.
-///
-/// Write-through (the default) puts each block's writes into the trie as the block ends.
-/// Write-back ([`Self::with_write_back`]) keeps them in the cache until the state or its
-/// root is asked for, or the cache is full: the trie's updates then happen once for many
-/// blocks, where the root is needed, as a full node computes roots apart from execution.
-#[derive(Clone)]
-pub struct CachedState {
-    state: StateTrie,
-    cache: ReadCache,
-    capacity: usize,
-    write_back: bool,
-    pending: Vec<BlockWrites>,
-}
-
-impl CachedState {
-    /// Entries (accounts plus slots) the cache holds by default.
-    pub const DEFAULT_CAPACITY: usize = 1 << 21;
-
-    pub fn new(state: StateTrie, capacity: usize) -> Self {
-        Self { state, cache: ReadCache::new(), capacity, write_back: false, pending: Vec::new() }
-    }
-
-    pub fn with_write_back(mut self, write_back: bool) -> Self {
-        self.flush();
-        self.write_back = write_back;
-        self
-    }
-
-    /// The state after every executed block.
-    pub fn state(&mut self) -> &StateTrie {
-        self.flush();
-        &self.state
-    }
-
-    pub fn into_state(mut self) -> StateTrie {
-        self.flush();
-        self.state
-    }
-
-    /// The state root (storage roots of changed accounts recorded first).
-    pub fn root(&mut self) -> B256 {
-        self.flush();
-        self.state.root()
-    }
-
-    /// Puts the pending blocks' writes into the trie, in order.
-    pub fn flush(&mut self) {
-        for writes in self.pending.drain(..) {
-            writes.apply_to(&mut self.state);
-        }
-        self.cache.written();
-    }
-
-    /// Executes a block as [`Self::execute_block`] does, with [`crate::parallel`]'s executor
-    /// on rayon's pool (serially where it says the block needs to).
-    pub fn execute_block_parallel(
-        &mut self,
-        hashes: &dyn BlockHashes,
-        block: &BlockContext,
-        txs: &[EthTransaction],
-    ) -> Result<(ExecutedBlock, ParallelStats), StateError> {
-        let base = StateDb::new(&self.state, hashes);
-        let (executed, writes, seen, stats) = match execute_parallel(base, Some(&self.cache), block, txs) {
-            Ok(done) => done,
-            Err((error, _)) => return Err(error),
-        };
-        if stats.serial.is_some() {
-            return Ok((self.execute_block(hashes, block, txs)?, stats));
-        }
-        self.finish_block(writes, seen);
-        Ok((executed, stats))
-    }
-
-    fn finish_block(&mut self, writes: BlockWrites, seen: BlockSeen) {
-        if self.write_back {
-            self.pending.push(writes);
-        } else {
-            writes.apply_to(&mut self.state);
-        }
-        self.cache.absorb(seen, self.write_back);
-        if self.cache.len() > self.capacity {
-            // Start over, once the trie holds everything the cache answered for.
-            self.flush();
-            self.cache = ReadCache::new();
-        }
-    }
-
-    /// Executes a block as [`execute_block`] does, reading through the cache.
-    pub fn execute_block(
-        &mut self,
-        hashes: &dyn BlockHashes,
-        block: &BlockContext,
-        txs: &[EthTransaction],
-    ) -> Result<ExecutedBlock, StateError> {
-        let overlay = BlockOverlay::new(StateDb::new(&self.state, hashes), Some(&self.cache), 2 * txs.len());
-        let (executed, writes, seen) = execute_over(overlay, block, txs)?;
-        self.finish_block(writes, seen);
-        Ok(executed)
-    }
 }
 
 /// The block rule every executor shares (and a peer that drives revm itself can reuse):

@@ -8,7 +8,10 @@
 //! - [`executor`]: forks, the block context, one transaction in, its outcome out.
 //! - [`block`]: a block's transactions in order (Virga's serial executor), receipts with
 //!   logs and bloom, invalid transactions left out with the reason.
-//! - [`parallel`]: the same block in parallel rounds over a multi-version memory.
+//! - [`cached`]: a state with its executor's read cache, or a flat copy of the whole state,
+//!   across blocks.
+//! - [`parallel`]: the same block in two stages: every transaction at once, then validation
+//!   in block order with re-execution where a read went stale.
 //! - [`partial`]: a partial world state (accounts, contracts' storage, code) as far as
 //!   witnesses reached: a RainBlock miner's top layer with its contracts.
 //! - [`speculation`]: RainBlock's speculative pre-execution (the footprint of a guessed
@@ -18,9 +21,11 @@
 #![forbid(unsafe_code)]
 
 pub mod block;
+pub mod cached;
 pub mod contracts;
 pub mod db;
 pub mod executor;
+mod flat;
 pub mod fuzzing;
 pub mod overlay;
 pub mod parallel;
@@ -32,8 +37,9 @@ pub mod transaction;
 
 pub use block::{
     execute_block, execute_block_parallel, execute_block_parallel_writes, execute_block_writes, receipts_root,
-    CachedState, ExecutedBlock, Receipt, Refused,
+    ExecutedBlock, Receipt, Refused,
 };
+pub use cached::CachedState;
 pub use db::{BlockHashes, DecimalHashes, StateDb, StateError, StateSource, WorldState};
 pub use executor::{execute_transaction, logs_hash, BlockContext, ExecError, Fork, TxOutcome};
 pub use overlay::{AccountWrite, BlockWrites};

@@ -7,19 +7,19 @@
 //! was touched and is left empty is deleted (EIP-161), as is a self-destructed one, and a
 //! created account's storage starts empty.
 
-use std::collections::hash_map::Entry;
+use alloy_primitives::map::Entry;
 
-use foldhash::{HashMap, HashSet};
+use alloy_primitives::map::{AddressMap, AddressSet, B256Map, U256Map, U256Set};
 
 use alloy_primitives::{Address, B256, U256};
 use revm::bytecode::Bytecode;
 use revm::database_interface::{Database, DatabaseCommit, DatabaseRef};
-use revm::primitives::AddressMap;
 use revm::state::{Account as EvmAccount, AccountInfo};
 use virga_core::{EMPTY_ROOT, KECCAK_EMPTY};
 use virga_trie::account::{Account, StateTrie};
 
-use crate::db::{StateDb, StateError};
+use crate::db::{bytecode, StateDb, StateError};
+use crate::reference::GenesisAccount;
 
 /// One account as the block has seen or left it.
 #[derive(Clone, Debug)]
@@ -31,7 +31,7 @@ struct AccountEntry {
     /// The account's storage in the trie no longer counts (deleted, or created anew).
     storage_cleared: bool,
     /// Slots read or written; the flag says written.
-    slots: HashMap<U256, (U256, bool)>,
+    slots: U256Map<(U256, bool)>,
 }
 
 /// The block's view of the state: the trie below (and, where the executor keeps one, a
@@ -39,36 +39,38 @@ struct AccountEntry {
 pub struct BlockOverlay<'a> {
     base: StateDb<'a>,
     cache: Option<&'a ReadCache>,
-    accounts: HashMap<Address, AccountEntry>,
-    code: HashMap<B256, Bytecode>,
+    accounts: AddressMap<AccountEntry>,
+    code: B256Map<Bytecode>,
 }
 
 impl<'a> BlockOverlay<'a> {
     /// An overlay expecting about `accounts` accounts (sized once rather than regrown).
     pub fn new(base: StateDb<'a>, cache: Option<&'a ReadCache>, accounts: usize) -> Self {
-        let accounts = HashMap::with_capacity_and_hasher(accounts, Default::default());
-        Self { base, cache, accounts, code: HashMap::default() }
+        let accounts = AddressMap::with_capacity_and_hasher(accounts, Default::default());
+        Self { base, cache, accounts, code: B256Map::default() }
     }
 
     fn entry(&mut self, address: Address) -> Result<&mut AccountEntry, StateError> {
         match self.accounts.entry(address) {
             Entry::Occupied(entry) => Ok(entry.into_mut()),
             Entry::Vacant(vacant) => {
-                let info = match self.cache.and_then(|cache| cache.accounts.get(&address)) {
-                    Some(info) => info.clone(),
+                let info = match self.cache.and_then(|cache| cache.account(&address)) {
+                    Some(info) => info,
                     None => self.base.basic_ref(address)?,
                 };
-                let entry = AccountEntry { info, written: false, storage_cleared: false, slots: HashMap::default() };
+                let entry = AccountEntry { info, written: false, storage_cleared: false, slots: U256Map::default() };
                 Ok(vacant.insert(entry))
             }
         }
     }
 
-    /// What the block changed, to be applied to the trie it read from, and everything it
-    /// saw, for a [`ReadCache`].
-    pub fn finish(self) -> (BlockWrites, BlockSeen) {
+    /// What the block changed, to be applied to the trie it read from, and what it saw, for
+    /// the [`ReadCache`] it read through unless that cache holds the whole state already
+    /// (then the writes are all it needs: [`ReadCache::absorb_writes`]).
+    pub fn finish(self) -> (BlockWrites, Option<BlockSeen>) {
+        let keep_reads = self.cache.is_some_and(|cache| !cache.is_complete());
         let mut writes = Vec::new();
-        let mut seen = Vec::with_capacity(self.accounts.len());
+        let mut seen = Vec::with_capacity(if keep_reads { self.accounts.len() } else { 0 });
         for (address, entry) in self.accounts {
             if entry.written {
                 let slots =
@@ -80,10 +82,12 @@ impl<'a> BlockOverlay<'a> {
                 };
                 writes.push((address, write));
             }
-            let slots = entry.slots.into_iter().map(|(slot, (value, _))| (slot, value)).collect();
-            seen.push(SeenAccount { address, info: entry.info, storage_cleared: entry.storage_cleared, slots });
+            if keep_reads {
+                let slots = entry.slots.into_iter().map(|(slot, (value, _))| (slot, value)).collect();
+                seen.push(SeenAccount { address, info: entry.info, storage_cleared: entry.storage_cleared, slots });
+            }
         }
-        (BlockWrites { accounts: writes }, BlockSeen { accounts: seen })
+        (BlockWrites { accounts: writes }, keep_reads.then_some(BlockSeen { accounts: seen }))
     }
 
     fn commit_account(&mut self, address: Address, account: EvmAccount) {
@@ -100,7 +104,7 @@ impl<'a> BlockOverlay<'a> {
             return;
         };
         if deleted {
-            *entry = AccountEntry { info: None, written: true, storage_cleared: true, slots: HashMap::default() };
+            *entry = AccountEntry { info: None, written: true, storage_cleared: true, slots: U256Map::default() };
             return;
         }
         let created = account.is_created();
@@ -143,14 +147,9 @@ impl Database for BlockOverlay<'_> {
         if let Some((value, _)) = entry.slots.get(&slot) {
             return Ok(*value);
         }
-        let value = match (entry.storage_cleared, cache) {
+        let value = match (entry.storage_cleared, cache.and_then(|cache| cache.slot_known(&address, &slot))) {
             (true, _) => U256::ZERO,
-            (false, Some(cache)) => match cache.slot(&address, &slot) {
-                Some(value) => value,
-                // Cleared by a block whose writes are not in the trie yet.
-                None if cache.cleared.contains(&address) => U256::ZERO,
-                None => base.storage_ref(address, slot)?,
-            },
+            (false, Some(value)) => value,
             (false, None) => base.storage_ref(address, slot)?,
         };
         entry.slots.insert(slot, (value, false));
@@ -188,6 +187,11 @@ pub struct BlockWrites {
 }
 
 impl BlockWrites {
+    /// Accounts plus slots written.
+    pub fn entries(&self) -> usize {
+        self.accounts.iter().map(|(_, write)| 1 + write.slots.len()).sum()
+    }
+
     /// Writes the changes into `state`; storage roots are recorded by the next
     /// [`StateTrie::root`].
     pub fn apply_to(&self, state: &mut StateTrie) {
@@ -225,17 +229,17 @@ impl BlockSeen {
     /// of an account whose account entry was neither read nor written are left out.
     pub(crate) fn from_writes_and_reads(
         writes: &BlockWrites,
-        accounts_read: HashMap<Address, Option<AccountInfo>>,
-        mut slots_read: HashMap<Address, Vec<(U256, U256)>>,
+        accounts_read: AddressMap<Option<AccountInfo>>,
+        mut slots_read: AddressMap<Vec<(U256, U256)>>,
     ) -> BlockSeen {
         let mut seen = BlockSeen::from_writes(writes);
         for account in &mut seen.accounts {
             if let Some(read) = slots_read.remove(&account.address) {
-                let written: HashSet<U256> = account.slots.iter().map(|(slot, _)| *slot).collect();
+                let written: U256Set = account.slots.iter().map(|(slot, _)| *slot).collect();
                 account.slots.extend(read.into_iter().filter(|(slot, _)| !written.contains(slot)));
             }
         }
-        let written: HashSet<Address> = seen.accounts.iter().map(|account| account.address).collect();
+        let written: AddressSet = seen.accounts.iter().map(|account| account.address).collect();
         for (address, info) in accounts_read.into_iter().filter(|(address, _)| !written.contains(address)) {
             let slots = slots_read.remove(&address).unwrap_or_default();
             seen.accounts.push(SeenAccount { address, info, storage_cleared: false, slots });
@@ -269,26 +273,60 @@ struct SeenAccount {
 /// the last block. Blocks whose writes are not in the trie yet (write-back, see
 /// [`crate::CachedState::with_write_back`]) are served from here: their slots, the accounts
 /// whose storage they cleared, and the code they deployed.
+///
+/// A complete cache ([`Self::flat_copy`]) holds every account and nonzero slot of the
+/// state: what it lacks is absent or zero, and the trie is never read.
 #[derive(Clone, Debug)]
 pub struct ReadCache {
-    accounts: HashMap<Address, Option<AccountInfo>>,
-    storage: HashMap<Address, HashMap<U256, U256>>,
+    accounts: AddressMap<Option<AccountInfo>>,
+    storage: AddressMap<U256Map<U256>>,
     slots: usize,
     /// Accounts whose storage a pending block cleared: their uncached slots are zero.
-    cleared: HashSet<Address>,
+    cleared: AddressSet,
     /// Code deployed by pending blocks.
-    code: HashMap<B256, Bytecode>,
+    code: B256Map<Bytecode>,
+    complete: bool,
 }
 
 impl ReadCache {
     pub fn new() -> Self {
         Self {
-            accounts: HashMap::default(),
-            storage: HashMap::default(),
+            accounts: AddressMap::default(),
+            storage: AddressMap::default(),
             slots: 0,
-            cleared: HashSet::default(),
-            code: HashMap::default(),
+            cleared: AddressSet::default(),
+            code: B256Map::default(),
+            complete: false,
         }
+    }
+
+    /// A complete cache of the state `accounts` describe, as
+    /// [`crate::reference::genesis_state`] puts it into the trie.
+    pub fn flat_copy(accounts: &[GenesisAccount]) -> Self {
+        let mut cache = Self::new();
+        cache.complete = true;
+        cache.accounts.reserve(accounts.len());
+        for account in accounts {
+            let (code_hash, code) = if account.code.is_empty() {
+                (KECCAK_EMPTY, Bytecode::new())
+            } else {
+                (alloy_primitives::keccak256(&account.code), bytecode(&account.code))
+            };
+            let info = AccountInfo::new(account.balance, account.nonce, code_hash, code);
+            cache.accounts.insert(account.address, Some(info));
+            let nonzero = account.storage.iter().filter(|(_, value)| !value.is_zero()).copied();
+            let slots: U256Map<U256> = nonzero.collect();
+            cache.slots += slots.len();
+            if !slots.is_empty() {
+                cache.storage.insert(account.address, slots);
+            }
+        }
+        cache
+    }
+
+    /// Whether the cache holds the whole state.
+    pub fn is_complete(&self) -> bool {
+        self.complete
     }
 
     /// Accounts plus slots held.
@@ -304,14 +342,27 @@ impl ReadCache {
         self.storage.get(address).and_then(|slots| slots.get(slot)).copied()
     }
 
-    pub(crate) fn account(&self, address: &Address) -> Option<&Option<AccountInfo>> {
-        self.accounts.get(address)
+    /// The account where the cache knows it (`Some(None)`: it is absent).
+    pub(crate) fn account(&self, address: &Address) -> Option<Option<AccountInfo>> {
+        match self.accounts.get(address) {
+            Some(info) => Some(info.clone()),
+            None => self.complete.then_some(None),
+        }
+    }
+
+    /// [`Self::account`] without the account's code, which is shared, and which workers on
+    /// other cores would fight over the reference count of.
+    pub(crate) fn account_without_code(&self, address: &Address) -> Option<Option<AccountInfo>> {
+        match self.accounts.get(address) {
+            Some(info) => Some(info.as_ref().map(AccountInfo::copy_without_code)),
+            None => self.complete.then_some(None),
+        }
     }
 
     /// The slot's value where the cache knows it (zero for a slot of an account whose
-    /// storage a pending block cleared).
-    pub(crate) fn slot_or_cleared(&self, address: &Address, slot: &U256) -> Option<U256> {
-        self.slot(address, slot).or_else(|| self.cleared.contains(address).then_some(U256::ZERO))
+    /// storage a pending block cleared, and for any slot a complete cache lacks).
+    pub(crate) fn slot_known(&self, address: &Address, slot: &U256) -> Option<U256> {
+        self.slot(address, slot).or_else(|| (self.complete || self.cleared.contains(address)).then_some(U256::ZERO))
     }
 
     pub(crate) fn code(&self, hash: &B256) -> Option<&Bytecode> {
@@ -322,20 +373,58 @@ impl ReadCache {
     /// what they cleared and deployed must be answered from here until [`Self::written`].
     pub fn absorb(&mut self, seen: BlockSeen, pending: bool) {
         for SeenAccount { address, info, storage_cleared, slots } in seen.accounts {
-            if storage_cleared || info.is_none() {
-                // Slots this block did not see read as zero now; drop the stale ones.
-                if let Some(dropped) = self.storage.remove(&address) {
-                    self.slots -= dropped.len();
-                }
-                if pending {
-                    self.cleared.insert(address);
-                }
+            self.absorb_account(address, info, storage_cleared, slots, pending);
+        }
+    }
+
+    /// [`Self::absorb`] of what a block wrote alone: enough for a complete cache, which
+    /// holds what the block read already.
+    pub fn absorb_writes(&mut self, writes: &BlockWrites, pending: bool) {
+        for (address, write) in &writes.accounts {
+            let slots = write.slots.iter().copied();
+            self.absorb_account(*address, write.info.clone(), write.storage_cleared, slots, pending);
+        }
+    }
+
+    pub(crate) fn absorb_account(
+        &mut self,
+        address: Address,
+        info: Option<AccountInfo>,
+        storage_cleared: bool,
+        slots: impl IntoIterator<Item = (U256, U256)>,
+        pending: bool,
+    ) {
+        if storage_cleared || info.is_none() {
+            // Slots this block did not see read as zero now; drop the stale ones.
+            if let Some(dropped) = self.storage.remove(&address) {
+                self.slots -= dropped.len();
             }
-            let deployed = info.as_ref().filter(|info| pending && info.code_hash != KECCAK_EMPTY);
-            if let Some(code) = deployed.and_then(|info| info.code.clone().map(|code| (info.code_hash, code))) {
-                self.code.insert(code.0, code.1);
+            if pending {
+                self.cleared.insert(address);
             }
-            self.accounts.insert(address, info);
+        }
+        let deployed = info.as_ref().filter(|info| pending && info.code_hash != KECCAK_EMPTY);
+        if let Some(code) = deployed.and_then(|info| info.code.clone().map(|code| (info.code_hash, code))) {
+            self.code.insert(code.0, code.1);
+        }
+        match self.accounts.entry(address) {
+            Entry::Occupied(mut cached) => {
+                let mut info = info;
+                // The parallel executor passes accounts without their code: keep the copy
+                // held, so that the serial executor finds it with the account.
+                if let (Some(info), Some(held)) = (info.as_mut(), cached.get_mut().as_mut()) {
+                    if info.code.is_none() && info.code_hash == held.code_hash {
+                        info.code = held.code.take();
+                    }
+                }
+                *cached.get_mut() = info;
+            }
+            Entry::Vacant(vacant) => {
+                vacant.insert(info);
+            }
+        }
+        let mut slots = slots.into_iter().peekable();
+        if slots.peek().is_some() {
             let cached = self.storage.entry(address).or_default();
             for (slot, value) in slots {
                 if cached.insert(slot, value).is_none() {

@@ -116,15 +116,19 @@ struct Below<'a> {
 impl Below<'_> {
     /// The account without its code (see [`without_code`]).
     fn account(&self, address: Address) -> Result<Option<AccountInfo>, StateError> {
-        let info = match self.cache.and_then(|cache| cache.account(&address)) {
-            Some(info) => info.clone(),
-            None => self.base.basic_ref(address)?,
-        };
-        Ok(info.map(without_code))
+        match self.cache.and_then(|cache| cache.account_without_code(&address)) {
+            Some(info) => Ok(info),
+            None => Ok(self.base.basic_ref(address)?.map(without_code)),
+        }
+    }
+
+    /// Every read is one probe of a flat copy of the state: nothing is worth remembering.
+    fn is_flat(&self) -> bool {
+        self.cache.is_some_and(ReadCache::is_complete)
     }
 
     fn slot(&self, address: Address, slot: U256) -> Result<U256, StateError> {
-        match self.cache.and_then(|cache| cache.slot_or_cleared(&address, &slot)) {
+        match self.cache.and_then(|cache| cache.slot_known(&address, &slot)) {
             Some(value) => Ok(value),
             None => self.base.storage_ref(address, slot),
         }
@@ -142,15 +146,16 @@ impl Below<'_> {
 /// block's so far in stage 2) over the state below, every read recorded.
 struct TxView<'a> {
     below: Below<'a>,
-    /// Stage 2: every write of the transactions before this one.
-    written: Option<&'a HashMap<Key, Value>>,
+    /// Stage 2: every write of the transactions before this one (empty in stage 1).
+    written: HashMap<Key, Value>,
     reads: Vec<Read>,
     /// Stage 1: writes of the same sender's earlier transactions, run by this worker.
     local: HashMap<Key, Value>,
     /// What this worker read of the state below, so that a hot key is read from the trie
-    /// once per worker and block.
+    /// once per worker and block (not kept over a flat copy, where a read is one probe).
     below_read: HashMap<Key, Value>,
-    /// This worker's own copy of each contract's code.
+    /// This EVM's own copy of each contract's code (one EVM per chunk of sender groups in
+    /// stage 1, one for the re-executions of stage 2).
     codes: HashMap<B256, Bytecode>,
 }
 
@@ -168,17 +173,20 @@ impl TxView<'_> {
         key: Key,
         load: impl FnOnce(&Below<'_>) -> Result<Value, StateError>,
     ) -> Result<Value, StateError> {
-        let before = self.local.get(&key).or_else(|| self.written.and_then(|written| written.get(&key)));
+        let before = self.local.get(&key).or_else(|| self.written.get(&key));
         if let Some(value) = before {
             let value = value.clone();
             self.reads.push(Read { key, value: value.clone(), below: false });
             return Ok(value);
         }
-        let value = match self.below_read.get(&key) {
+        let remembered = if self.below.is_flat() { None } else { self.below_read.get(&key) };
+        let value = match remembered {
             Some(value) => value.clone(),
             None => {
                 let value = load(&self.below)?;
-                self.below_read.insert(key, value.clone());
+                if !self.below.is_flat() {
+                    self.below_read.insert(key, value.clone());
+                }
                 value
             }
         };
@@ -252,7 +260,7 @@ struct Run {
 /// revm over one transaction's view, reused for the transactions a worker runs.
 type ViewEvm<'a> = revm::handler::MainnetEvm<revm::handler::MainnetContext<TxView<'a>>>;
 
-fn evm_for<'a>(below: Below<'a>, written: Option<&'a HashMap<Key, Value>>, block: &BlockContext) -> ViewEvm<'a> {
+fn evm_for<'a>(below: Below<'a>, written: HashMap<Key, Value>, block: &BlockContext) -> ViewEvm<'a> {
     let cfg = block.cfg();
     let block_env = block.block_env(&cfg);
     let view = TxView {
@@ -266,7 +274,9 @@ fn evm_for<'a>(below: Below<'a>, written: Option<&'a HashMap<Key, Value>>, block
     Context::mainnet().with_db(view).with_cfg(cfg).with_block(block_env).build_mainnet()
 }
 
-fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, tx: &EthTransaction) -> Run {
+/// `later_in_group`: the same sender has a transaction after this one in the worker's
+/// group, which must see this one's writes.
+fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, tx: &EthTransaction, later_in_group: bool) -> Run {
     evm.ctx.journaled_state.database.reads.clear();
     let env: TxEnv = tx.tx_env();
     let tip_per_gas = tip_per_gas(&env, block);
@@ -290,9 +300,11 @@ fn run_one(evm: &mut ViewEvm<'_>, block: &BlockContext, tx: &EthTransaction) -> 
             run.serial = run.serial.or(Some(SerialReason::NoFee));
         }
     }
-    let local = &mut evm.ctx.journaled_state.database.local;
-    for (key, value) in &run.writes {
-        local.insert(*key, value.clone());
+    if later_in_group {
+        let local = &mut evm.ctx.journaled_state.database.local;
+        for (key, value) in &run.writes {
+            local.insert(*key, value.clone());
+        }
     }
     run
 }
@@ -350,15 +362,23 @@ fn execute_optimistically(below: Below<'_>, block: &BlockContext, txs: &[EthTran
         });
         groups[group].push(index);
     }
+    // A few chunks of groups per worker: enough to even out their lengths, few enough that
+    // building an EVM and analysing each contract's code per chunk stays cheap.
+    let chunks = 2 * rayon::current_num_threads().max(1);
     let fresh: Vec<Vec<Run>> = groups
-        .par_iter()
-        .map_init(
-            || evm_for(below, None, block),
-            |evm, group| {
+        .par_chunks(groups.len().div_ceil(chunks).max(1))
+        .map(|chunk| {
+            let mut evm = evm_for(below, HashMap::default(), block);
+            let mut runs = Vec::with_capacity(chunk.iter().map(Vec::len).sum());
+            for group in chunk {
                 evm.ctx.journaled_state.database.local.clear();
-                group.iter().map(|&index| run_one(evm, block, &txs[index])).collect()
-            },
-        )
+                let last = group.len() - 1;
+                runs.extend(
+                    group.iter().enumerate().map(|(at, &index)| run_one(&mut evm, block, &txs[index], at < last)),
+                );
+            }
+            runs
+        })
         .collect();
     let mut runs: Vec<Option<Run>> = (0..txs.len()).map(|_| None).collect();
     for (index, run) in groups.iter().flatten().copied().zip(fresh.into_iter().flatten()) {
@@ -366,6 +386,10 @@ fn execute_optimistically(below: Below<'_>, block: &BlockContext, txs: &[EthTran
     }
     runs
 }
+
+/// A block executed in parallel: its outcome, its writes, what it saw where the cache keeps
+/// reads, and how the execution went.
+pub(crate) type ParallelBlock = (ExecutedBlock, BlockWrites, Option<BlockSeen>, ParallelStats);
 
 /// Executes `txs` in parallel over `state` (through `cache`, where given): the same
 /// receipts, refusals and writes as [`crate::execute_block_writes`]. Where the block must run
@@ -375,23 +399,26 @@ pub(crate) fn execute_parallel(
     cache: Option<&ReadCache>,
     block: &BlockContext,
     txs: &[EthTransaction],
-) -> Result<(ExecutedBlock, BlockWrites, BlockSeen, ParallelStats), (StateError, ParallelStats)> {
+) -> Result<ParallelBlock, (StateError, ParallelStats)> {
     let below = Below { base, cache };
     let mut stats = ParallelStats { rounds: 1, ..ParallelStats::default() };
     let mut runs = execute_optimistically(below, block, txs);
-    // Stage 2: in block order, over the block's writes so far.
+    // Stage 2: in block order, over the block's writes so far, which the EVM that runs
+    // transactions again holds (built once, and only if one must).
     let mut written: HashMap<Key, Value> = HashMap::with_capacity_and_hasher(4 * txs.len(), Default::default());
+    let mut again: Option<ViewEvm<'_>> = None;
     for (index, tx) in txs.iter().enumerate() {
         let held = runs[index].as_ref().is_some_and(|run| valid(run, &written));
         if !held {
-            let mut evm = evm_for(below, Some(&written), block);
-            let run = run_one(&mut evm, block, tx);
-            drop(evm);
+            let evm = again.get_or_insert_with(|| evm_for(below, HashMap::default(), block));
+            std::mem::swap(&mut evm.ctx.journaled_state.database.written, &mut written);
+            let run = run_one(evm, block, tx, false);
+            std::mem::swap(&mut evm.ctx.journaled_state.database.written, &mut written);
             stats.rounds = 2;
             stats.reexecutions += 1;
             runs[index] = Some(run);
         }
-        let Some(run) = &runs[index] else { continue };
+        let Some(run) = runs[index].as_mut() else { continue };
         // A valid run that reached what a partial state does not hold is a real miss (serial
         // execution reads the same and misses too): the transaction is left out, as
         // `missing_witness`. Any other state error ends the block.
@@ -400,12 +427,26 @@ pub(crate) fn execute_parallel(
                 return Err((error.clone(), stats));
             }
         }
-        for (key, value) in &run.writes {
-            written.insert(*key, value.clone());
+        // The writes are needed no more once in the block's: moved, not copied.
+        for (key, value) in run.writes.drain(..) {
+            written.insert(key, value);
         }
     }
-    // What the block read of the state below goes into the executor's cache too.
-    let (mut accounts, mut slots) = (HashMap::default(), HashMap::<Address, Vec<(U256, U256)>>::default());
+    // What the block read of the state below goes into the executor's cache too, unless
+    // that cache holds the whole state already.
+    let keep_reads = cache.is_some_and(|cache| !cache.is_complete());
+    let reads = keep_reads.then(|| reads_below(&runs));
+    let (executed, writes, stats) = assemble(runs, written, below, block, txs, stats)?;
+    let seen = reads.map(|(accounts, slots)| BlockSeen::from_writes_and_reads(&writes, accounts, slots));
+    Ok((executed, writes, seen, stats))
+}
+
+type AccountsRead = alloy_primitives::map::AddressMap<Option<AccountInfo>>;
+type SlotsRead = alloy_primitives::map::AddressMap<Vec<(U256, U256)>>;
+
+/// Every account and slot the runs read from the state below, each once.
+fn reads_below(runs: &[Option<Run>]) -> (AccountsRead, SlotsRead) {
+    let (mut accounts, mut slots) = (AccountsRead::default(), SlotsRead::default());
     let mut slots_seen: foldhash::HashSet<Key> = Default::default();
     for read in runs.iter().flatten().flat_map(|run| &run.reads).filter(|read| read.below) {
         match (read.key, &read.value) {
@@ -418,11 +459,11 @@ pub(crate) fn execute_parallel(
             _ => {}
         }
     }
-    let (executed, writes, stats) = assemble(runs, written, below, block, txs, stats)?;
-    let seen = BlockSeen::from_writes_and_reads(&writes, accounts, slots);
-    Ok((executed, writes, seen, stats))
+    (accounts, slots)
 }
 
+/// The block's receipts and writes from the final runs. The two are independent, and built
+/// at once on two workers.
 fn assemble(
     runs: Vec<Option<Run>>,
     written: HashMap<Key, Value>,
@@ -431,26 +472,56 @@ fn assemble(
     txs: &[EthTransaction],
     mut stats: ParallelStats,
 ) -> Result<(ExecutedBlock, BlockWrites, ParallelStats), (StateError, ParallelStats)> {
+    let ((executed, fees, serial), accounts) =
+        rayon::join(|| receipts_of(runs, block, txs), || writes_by_account(written, below));
+    stats.serial = serial;
+    if stats.serial.is_some() {
+        return Ok((executed, BlockWrites::default(), stats));
+    }
+    let mut accounts = accounts.map_err(|error| (error, stats))?;
+    // The beneficiary's fees, credited once (no transaction read or wrote it). Every
+    // included transaction paid some (else the block ran serially), so a block without one
+    // leaves the beneficiary untouched, as serial execution does.
+    if !executed.receipts.is_empty() {
+        let mut coinbase = below.account(block.coinbase).map_err(|error| (error, stats))?.unwrap_or_default();
+        coinbase.balance += fees;
+        accounts.insert(block.coinbase, empty_write(Some(coinbase)));
+    }
+    Ok((executed, BlockWrites { accounts: accounts.into_iter().collect() }, stats))
+}
+
+/// Receipts and refusals in block order, the fees the beneficiary is owed, and a reason to
+/// run the block serially where one of the runs gave one.
+fn receipts_of(
+    runs: Vec<Option<Run>>,
+    block: &BlockContext,
+    txs: &[EthTransaction],
+) -> (ExecutedBlock, U256, Option<SerialReason>) {
     let mut executed = ExecutedBlock::default();
-    let mut fees = U256::ZERO;
+    let (mut fees, mut serial) = (U256::ZERO, None);
     for (index, (run, tx)) in runs.into_iter().zip(txs).enumerate() {
         let Some(run) = run else { continue };
         let gas_limit = alloy_consensus::Transaction::gas_limit(tx.envelope());
         if gas_limit > block.gas_limit.saturating_sub(executed.gas_used) {
-            stats.serial = Some(SerialReason::BlockGasExhausted);
+            serial = Some(SerialReason::BlockGasExhausted);
         }
         match run.outcome {
             Ok(result) => {
-                stats.serial = stats.serial.or(run.serial);
+                serial = serial.or(run.serial);
                 fees += run.fee;
                 record_with_bloom(&mut executed, index, tx, result, run.bloom);
             }
             Err(reason) => executed.refused.push(Refused { index, tx_hash: tx.hash(), reason }),
         }
     }
-    if stats.serial.is_some() {
-        return Ok((executed, BlockWrites::default(), stats));
-    }
+    (executed, fees, serial)
+}
+
+/// The block's writes, by account.
+fn writes_by_account(
+    written: HashMap<Key, Value>,
+    below: Below<'_>,
+) -> Result<HashMap<Address, AccountWrite>, StateError> {
     let mut accounts: HashMap<Address, AccountWrite> = HashMap::default();
     for (key, value) in written {
         match (key, value) {
@@ -461,7 +532,7 @@ fn assemble(
                 let write = match accounts.entry(address) {
                     std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
                     std::collections::hash_map::Entry::Vacant(vacant) => {
-                        vacant.insert(empty_write(below.account(address).map_err(|error| (error, stats))?))
+                        vacant.insert(empty_write(below.account(address)?))
                     }
                 };
                 write.slots.push((slot, value));
@@ -469,15 +540,7 @@ fn assemble(
             _ => {}
         }
     }
-    // The beneficiary's fees, credited once (no transaction read or wrote it). Every
-    // included transaction paid some (else the block ran serially), so a block without one
-    // leaves the beneficiary untouched, as serial execution does.
-    if !executed.receipts.is_empty() {
-        let mut coinbase = below.account(block.coinbase).map_err(|error| (error, stats))?.unwrap_or_default();
-        coinbase.balance += fees;
-        accounts.insert(block.coinbase, empty_write(Some(coinbase)));
-    }
-    Ok((executed, BlockWrites { accounts: accounts.into_iter().collect() }, stats))
+    Ok(accounts)
 }
 
 fn empty_write(info: Option<AccountInfo>) -> AccountWrite {

@@ -123,10 +123,14 @@ fn virga_and_revm_alone_agree_on_random_blocks() {
         let mut state = genesis_state(&accounts);
         // Virga's executor with its read cache across blocks: write-through or write-back
         // (the trie updated only at the end), with a cache so small that it starts over
-        // every block or one that keeps everything.
-        let capacity = if seed % 2 == 0 { CachedState::DEFAULT_CAPACITY } else { 8 };
+        // every block, one that keeps everything, or a flat copy of the whole state.
         let write_back = seed % 4 >= 2;
-        let mut cached = CachedState::new(state.clone(), capacity).with_write_back(write_back);
+        let mut cached = match seed % 3 {
+            0 => CachedState::new(state.clone(), CachedState::DEFAULT_CAPACITY),
+            1 => CachedState::new(state.clone(), 8),
+            _ => CachedState::from_genesis(&accounts),
+        }
+        .with_write_back(write_back);
         let mut reference = genesis_reference(&accounts);
         assert_eq!(state.root(), reference_root(&reference), "seed {seed}: genesis");
         let mut nonces = vec![0u64; USERS as usize + 1];
@@ -198,7 +202,11 @@ fn parallel_execution_equals_serial_on_random_blocks_with_hot_contract_storage()
         let accounts = genesis();
         let mut serial = genesis_state(&accounts);
         let mut parallel = serial.clone();
-        let mut cached = CachedState::new(serial.clone(), CachedState::DEFAULT_CAPACITY).with_write_back(seed % 2 == 1);
+        let cached = match seed % 3 {
+            2 => CachedState::from_genesis(&accounts),
+            _ => CachedState::new(serial.clone(), CachedState::DEFAULT_CAPACITY),
+        };
+        let mut cached = cached.with_write_back(seed % 2 == 1);
         let mut nonces = vec![0u64; USERS as usize + 1];
         for number in 1..=5u64 {
             let context = block(number, &mut rng);

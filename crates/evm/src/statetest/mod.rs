@@ -11,10 +11,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use alloy_primitives::{B256, U256};
-use virga_trie::account::{Account, StateTrie};
 
+use crate::cached::CachedState;
 use crate::db::DecimalHashes;
 use crate::executor::{execute_transaction, logs_hash, BlockContext, Fork, FORKS_BEFORE_BERLIN};
+use crate::reference::{genesis_state, GenesisAccount};
 use crate::transaction::EthTransaction;
 pub use model::{Indexes, PostEntry, TestFile, TestUnit};
 
@@ -98,20 +99,18 @@ fn run_unit(name: &str, unit: &TestUnit, only: Option<Fork>) -> Vec<CaseResult> 
     results
 }
 
-/// The `pre` accounts as a DSM-Tree state.
-fn pre_state(unit: &TestUnit) -> Result<StateTrie, String> {
-    let mut state = StateTrie::new();
-    for (address, pre) in &unit.pre {
-        let nonce = to_u64(pre.nonce, "nonce")?;
-        let code_hash = state.insert_code(&pre.code);
-        for (slot, value) in &pre.storage {
-            state.set_storage(*address, B256::from(*slot), *value);
-        }
-        let account = Account { nonce, balance: pre.balance, code_hash, ..Account::default() };
-        state.set_account(*address, account);
-    }
-    state.root();
-    Ok(state)
+/// The `pre` accounts.
+fn pre_state(unit: &TestUnit) -> Result<Vec<GenesisAccount>, String> {
+    let accounts = unit.pre.iter().map(|(address, pre)| {
+        Ok(GenesisAccount {
+            address: *address,
+            nonce: to_u64(pre.nonce, "nonce")?,
+            balance: pre.balance,
+            code: pre.code.clone(),
+            storage: pre.storage.iter().map(|(slot, value)| (*slot, *value)).collect(),
+        })
+    });
+    accounts.collect()
 }
 
 fn block_context(unit: &TestUnit, fork: Fork) -> Result<BlockContext, String> {
@@ -140,14 +139,14 @@ enum Ran {
     Refused(String),
 }
 
-fn run_case(unit: &TestUnit, pre: &StateTrie, fork: Fork, entry: &PostEntry) -> Verdict {
+fn run_case(unit: &TestUnit, pre: &[GenesisAccount], fork: Fork, entry: &PostEntry) -> Verdict {
     let block = match block_context(unit, fork) {
         Ok(block) => block,
         Err(why) => return Verdict::Fail(format!("env: {why}")),
     };
-    let mut state = pre.clone();
-    let ran = match EthTransaction::decode(&entry.txbytes) {
-        Err(error) => Ran::Refused(format!("decoding: {error}")),
+    let mut state = genesis_state(pre);
+    let (ran, tx) = match EthTransaction::decode(&entry.txbytes) {
+        Err(error) => (Ran::Refused(format!("decoding: {error}")), None),
         Ok(tx) if unit.transaction.sender.is_some_and(|sender| sender != tx.sender()) => {
             return Verdict::Fail(format!(
                 "the signature recovers {}, the file names {:?} as the sender",
@@ -156,8 +155,8 @@ fn run_case(unit: &TestUnit, pre: &StateTrie, fork: Fork, entry: &PostEntry) -> 
             ));
         }
         Ok(tx) => match execute_transaction(&mut state, &DecimalHashes, &block, &tx) {
-            Ok(outcome) => Ran::Executed(logs_hash(&outcome.logs)),
-            Err(error) if error.is_refusal() => Ran::Refused(error.to_string()),
+            Ok(outcome) => (Ran::Executed(logs_hash(&outcome.logs)), Some(tx)),
+            Err(error) if error.is_refusal() => (Ran::Refused(error.to_string()), Some(tx)),
             Err(error) => return Verdict::Fail(error.to_string()),
         },
     };
@@ -175,6 +174,31 @@ fn run_case(unit: &TestUnit, pre: &StateTrie, fork: Fork, entry: &PostEntry) -> 
     }
     if logs != entry.logs {
         return Verdict::Fail(format!("expected logs hash {}, got {logs}", entry.logs));
+    }
+    match tx {
+        Some(tx) => flat_copy_agrees(pre, &block, &tx, root, logs),
+        None => Verdict::Pass,
+    }
+}
+
+/// The same transaction through the executor's other read path, a flat copy of the state
+/// beside the trie ([`CachedState::from_genesis`]): it must leave the same root and logs.
+fn flat_copy_agrees(
+    pre: &[GenesisAccount],
+    block: &BlockContext,
+    tx: &EthTransaction,
+    root: B256,
+    logs: B256,
+) -> Verdict {
+    let mut flat = CachedState::from_genesis(pre);
+    let executed = match flat.execute_block(&DecimalHashes, block, std::slice::from_ref(tx)) {
+        Ok(executed) => executed,
+        Err(error) => return Verdict::Fail(format!("over the flat copy: {error}")),
+    };
+    let flat_logs = logs_hash(executed.receipts.first().map_or(&[][..], |receipt| &receipt.logs));
+    let flat_root = flat.root();
+    if (flat_root, flat_logs) != (root, logs) {
+        return Verdict::Fail(format!("over the flat copy: state root {flat_root}, logs hash {flat_logs}"));
     }
     Verdict::Pass
 }
