@@ -365,8 +365,9 @@ pub fn run(config: &EvmBenchConfig, progress: &(dyn Fn(&str) + Sync)) -> EvmBenc
     let begun = Instant::now();
     let workload = build_workload(config, progress);
     progress("loading the genesis into the DSM-Tree (with its flat copy) and into revm's CacheDB");
-    let genesis_flat = CachedState::from_genesis(&workload.genesis);
-    let genesis_trie = genesis_flat.clone().into_state();
+    let mut genesis_flat = CachedState::from_genesis(&workload.genesis);
+    // The trie alone: cloning the whole `CachedState` would copy the flat maps too.
+    let genesis_trie = genesis_flat.state().clone();
     let genesis_db = genesis_reference(&workload.genesis);
     let setup_seconds = begun.elapsed().as_secs_f64();
     let transactions: usize = workload.blocks.iter().map(|(_, txs)| txs.len()).sum();

@@ -65,11 +65,6 @@ impl CachedState {
         self
     }
 
-    /// Whether reads are served from a flat copy of the whole state.
-    pub fn is_flat(&self) -> bool {
-        self.cache.is_complete()
-    }
-
     /// The state after every executed block.
     pub fn state(&mut self) -> &StateTrie {
         self.flush();
