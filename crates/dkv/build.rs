@@ -1,10 +1,18 @@
-// Compiles the client API (proto/kv.proto, package `virga.kv.v1`) with protox, a protobuf
-// compiler written in Rust, so building needs no `protoc`. The messages are always built;
-// tonic's client and server only with the `grpc` feature (the fuzz build goes without).
+// Compiles the client API (proto/kv.proto, package `virga.kv.v1`) and the store's own
+// protocol between its roles (proto/dkv.proto, package `virga.dkv.v1`, which uses virga-raft's
+// Raft messages) with protox, a protobuf compiler written in Rust, so building needs no
+// `protoc`. The messages are always built; tonic's client and server of the API only with
+// the `grpc` feature (the fuzz build goes without).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/kv.proto");
-    let descriptors = protox::compile(["proto/kv.proto"], ["proto"])?;
+    for proto in ["proto/kv.proto", "proto/dkv.proto", "../raft/proto/raft.proto"] {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let descriptors = protox::compile(["proto/kv.proto", "proto/dkv.proto"], ["proto", "../raft/proto"])?;
     let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
-    tonic_prost_build::configure().build_client(grpc).build_server(grpc).compile_fds(descriptors)?;
+    tonic_prost_build::configure()
+        .build_client(grpc)
+        .build_server(grpc)
+        .extern_path(".virga.raft.v1", "::virga_raft::proto")
+        .compile_fds(descriptors)?;
     Ok(())
 }

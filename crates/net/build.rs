@@ -1,8 +1,7 @@
-// Compiles proto/virga.proto (the envelope), the protocols' packages (proto/rainblock.proto,
-// proto/health.proto) the distributed store's layout messages (proto/dkv.proto) and ChainifyDB's (proto/chainify.proto) with
-// protox (a protobuf compiler written in Rust), so building needs no `protoc` on the machine.
-const PROTOS: [&str; 5] =
-    ["proto/virga.proto", "proto/rainblock.proto", "proto/health.proto", "proto/dkv.proto", "proto/chainify.proto"];
+// Compiles proto/virga.proto (the envelope every protocol travels in) and proto/health.proto
+// (the health protocol) with protox (a protobuf compiler written in Rust), so building needs
+// no `protoc` on the machine. Each other protocol compiles its own messages in its crate.
+const PROTOS: [&str; 2] = ["proto/virga.proto", "proto/health.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in PROTOS {

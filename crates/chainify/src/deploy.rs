@@ -32,7 +32,7 @@ use crate::pipeline::client::{ClientConfig, ClientCore};
 use crate::pipeline::commit::CommitServer;
 use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
 use crate::pipeline::execution::ExecutionServer;
-use crate::pipeline::node::{ChainifyNode, NodeDevice, PipelineNode, WireNode};
+use crate::pipeline::node::{ChainifyNode, NodeDevice};
 use crate::pipeline::orderer::{founding_records, OrderingServer};
 use crate::pipeline::{node_name, orderer_names, PipelineConfig};
 use crate::postgres_server::PostgresServer;
@@ -342,8 +342,8 @@ pub async fn run_servers(
         let listener = tokio::net::TcpListener::bind(address.as_str())
             .await
             .map_err(|error| RunError::Io(format!("{name}: listening on {address}: {error}")))?;
-        let mailbox: Mailbox<WireNode> = Mailbox::new();
-        let host = Host::new().with::<virga_net::Chainify>(mailbox.handler());
+        let mailbox: Mailbox<ChainifyNode> = Mailbox::new();
+        let host = Host::new().with::<crate::pipeline::ChainifyProtocol>(mailbox.handler());
         let mut stopped = shutdown.clone();
         let stop = async move {
             let _ = stopped.wait_for(|stop| *stop).await;
@@ -351,7 +351,7 @@ pub async fn run_servers(
         let (bound, server) =
             virga_net::serve(listener, host, stop).map_err(|error| RunError::Io(format!("{name}: {error}")))?;
         let transport = Arc::clone(&transport) as _;
-        mailbox.run(name.clone(), WireNode::new(built.node), transport, built.device, shutdown.clone());
+        mailbox.run(name.clone(), built.node, transport, built.device, shutdown.clone());
         served.push(tokio::spawn(server));
         ready(&name, bound);
     }
@@ -403,7 +403,7 @@ pub async fn run_clients(
     // Above any number an earlier run of the same client used (one a microsecond at most).
     let first_seq = virga_net::driver::system_now() / 1_000;
     let (stop, shutdown) = watch::channel(false);
-    let mut readers: Vec<CoreReader<WireNode>> = Vec::new();
+    let mut readers: Vec<CoreReader<ChainifyNode>> = Vec::new();
     for (at, name) in options.names.iter().enumerate() {
         let (key, organization) = keys
             .clients
@@ -422,7 +422,7 @@ pub async fn run_clients(
             deadline: Duration::from_secs(20),
             first_seq,
         };
-        let node = WireNode::new(ChainifyNode::Client(Box::new(ClientCore::new(config, key))));
+        let node = ChainifyNode::Client(Box::new(ClientCore::new(config, key)));
         let running =
             Mailbox::new().run(name.clone(), node, Arc::clone(&transport) as _, NodeDevice::None, shutdown.clone());
         readers.push(running.reader());
@@ -437,7 +437,7 @@ pub async fn run_clients(
         (report.sent, report.answered, report.successful, report.refused, report.timed_out) = (0, 0, 0, 0, 0);
         for reader in &readers {
             reader.with_core(|node| {
-                let ChainifyNode::Client(client) = node.node() else { return };
+                let ChainifyNode::Client(client) = node else { return };
                 let stats = client.stats();
                 done &= client.is_done();
                 report.sent += stats.sent;

@@ -35,6 +35,7 @@ pub mod postgres_server;
 pub mod recovery;
 pub mod run;
 pub mod schema;
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod smallbank;
 pub mod sqlite;

@@ -11,8 +11,8 @@ pub mod validator;
 
 use std::sync::OnceLock;
 
+use crate::proto;
 use prost::Message as _;
-use virga_net::dkv_proto as proto;
 
 use crate::raft_wire::{message_from_wire, Receiver};
 use crate::{wire, ConfigCommand, ConfigState, ShardId};

@@ -36,15 +36,19 @@ pub mod cache;
 pub mod client;
 pub mod config;
 pub mod deploy;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod kairos;
 pub mod layout;
 mod map_refresh;
 pub mod metrics;
+pub mod proto;
+mod protocol;
 pub mod raft_wire;
 mod record_io;
 pub mod service;
 pub mod shard;
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 #[cfg(test)]
 mod tests;
@@ -55,4 +59,5 @@ pub use config::{check_step, Applied, ConfigCommand, ConfigRefusal, ConfigState,
 pub use layout::{
     key_hash, replicas_to_f, LayoutError, NodeIdProblem, Partitioning, ReplicaGroup, ReplicaRole, ShardId, ShardMap,
 };
+pub use protocol::Dkv;
 pub use wire::WireError;

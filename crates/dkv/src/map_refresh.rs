@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use virga_net::role::{CallId, Command, Ids};
-use virga_net::Dkv;
 
 use crate::layout::ShardMap;
 

@@ -3,8 +3,8 @@
 
 pub use virga_raft::wire::*;
 
+use crate::proto;
 use raft::eraftpb;
-use virga_net::dkv_proto as proto;
 
 use crate::wire;
 

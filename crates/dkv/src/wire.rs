@@ -1,4 +1,4 @@
-//! Protobuf encoding of shard maps, configuration commands and proposals (`virga_net::dkv_proto`,
+//! Protobuf encoding of shard maps, configuration commands and proposals (`crate::proto`,
 //! package `virga.dkv.v1` in `crates/net/proto/dkv.proto`): Raft entry payloads and the
 //! configuration service's map replies.
 //!
@@ -9,8 +9,8 @@
 //! [`ShardMap::check_invariants`]. A layout to install must in addition be full, which
 //! [`super::ConfigState::apply`] checks. No input makes decoding panic.
 
+use crate::proto;
 use prost::Message;
-use virga_net::dkv_proto as proto;
 
 use super::config::ConfigCommand;
 use super::layout::{

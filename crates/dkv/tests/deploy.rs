@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use virga_core::device::{FileStorage, Storage};
 use virga_dkv::service::{open_replica, ClientOutcome, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
+use virga_dkv::Dkv;
 use virga_dkv::{ConfigCommand, ConfigState, Partitioning, ShardId, ShardMap};
 use virga_net::driver::{Mailbox, Running};
 use virga_net::role::NoIo;
-use virga_net::{Dkv, Host, Transport};
+use virga_net::{Host, Transport};
 
 /// The longest any one wait of these tests may take: elections need 10 to 20 ticks of 10 ms
 /// (more after a split vote), and each command an fsync on a majority.

@@ -12,10 +12,11 @@ use tokio::sync::watch;
 use virga_core::device::{FileStorage, Storage};
 use virga_dkv::client::{balance, ClientInput, Program, ProgramOutcome, TxnClient, TxnClientConfig};
 use virga_dkv::shard::{open_data_node, DataConfig, DataCore};
+use virga_dkv::Dkv;
 use virga_dkv::{ConfigCommand, Partitioning, ShardMap};
 use virga_net::driver::{Mailbox, Running};
 use virga_net::role::NoIo;
-use virga_net::{Dkv, Host, InProc};
+use virga_net::{Host, InProc};
 use virga_storage::{Timestamp, VersionedStore};
 
 use crate::deploy::{agreed_leader, peers, start_replica, wait_for, wait_for_within, Client, Replica};

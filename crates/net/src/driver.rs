@@ -327,43 +327,37 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::echo::{Answer, Ask, Echo};
     use crate::role::{Command, Event, Role, TimerId};
-    use crate::{request, response, InProc, Rainblock, Request, RequestBody, Response, ResponseBody};
+    use crate::InProc;
 
     /// Calls `peer` with a short deadline when it starts and keeps what came back; answers
     /// head requests; sets a timer on input and counts its firings.
     #[derive(Default)]
     struct Probe {
         peer: String,
-        results: Vec<Result<Response, NetError>>,
+        results: Vec<Result<Answer, NetError>>,
         fired: Vec<TimerId>,
     }
 
     impl Role for Probe {
-        type Protocol = Rainblock;
+        type Protocol = Echo;
         type Io = std::convert::Infallible;
         type IoDone = std::convert::Infallible;
         type Input = u64;
 
-        fn step(
-            &mut self,
-            _now: Nanos,
-            event: Event<Rainblock, Self::IoDone, u64>,
-            out: &mut Vec<Command<Rainblock, Self::Io>>,
-        ) {
+        fn step(&mut self, _now: Nanos, event: Event<Echo, Self::IoDone, u64>, out: &mut Vec<Command<Echo, Self::Io>>) {
             match event {
                 Event::Start => out.push(Command::Call {
                     to: self.peer.clone(),
                     call: CallId(1),
-                    request: request(RequestBody::Head(crate::proto::HeadRequest {})),
+                    request: Ask::Head,
                     deadline: Duration::from_millis(50),
                 }),
                 Event::Response { result, .. } => self.results.push(result),
-                Event::Request { from, call, .. } => out.push(Command::Reply {
-                    to: from,
-                    call,
-                    response: response(ResponseBody::Head(crate::proto::HeadReply::default())),
-                }),
+                Event::Request { from, call, .. } => {
+                    out.push(Command::Reply { to: from, call, response: Answer::Head(Vec::new()) })
+                }
                 Event::Input(timer) => {
                     out.push(Command::SetTimer { timer: TimerId(timer), after: Duration::from_millis(1) })
                 }
@@ -376,8 +370,8 @@ mod tests {
     /// A peer that never answers.
     struct Hung;
 
-    impl Handler<Rainblock> for Hung {
-        fn handle(&self, _: String, _: Request) -> BoxFuture<Response> {
+    impl Handler<Echo> for Hung {
+        fn handle(&self, _: String, _: Ask) -> BoxFuture<Answer> {
             Box::pin(std::future::pending())
         }
     }
@@ -392,9 +386,8 @@ mod tests {
         let probe = Probe { peer: "hung".into(), ..Probe::default() };
         let running = mailbox.run("probe", probe, Arc::clone(&transport) as _, crate::role::NoIo, stopped);
         // The role answers others while its own call hangs.
-        let answer =
-            Transport::<Rainblock>::call(&*transport, "other", "probe", request(RequestBody::Head(Default::default())));
-        assert!(matches!(answer.await.map(|r| r.body), Ok(Some(ResponseBody::Head(_)))));
+        let answer = Transport::<Echo>::call(&*transport, "other", "probe", Ask::Head);
+        assert!(matches!(answer.await, Ok(Answer::Head(_))));
         assert!(running.input(7));
         tokio::time::sleep(Duration::from_millis(300)).await;
         running.with_core(|probe| {
@@ -463,14 +456,9 @@ mod tests {
         let running = mailbox.run("watcher-0", watcher, Arc::clone(&transport) as _, crate::role::NoIo, stopped);
         let pong = crate::health::ping(&*transport, "client-0", "watcher-0").await.unwrap();
         assert_eq!(pong.node, "watcher-0");
-        // The watcher hosts health only: a RainBlock call finds it up but not serving RainBlock.
-        let rainblock = Transport::<Rainblock>::call(
-            &*transport,
-            "client-0",
-            "watcher-0",
-            request(RequestBody::Head(Default::default())),
-        );
-        assert!(matches!(rainblock.await, Err(NetError::NotHosted { protocol: "rainblock", .. })));
+        // The watcher hosts health only: an echo call finds it up but not serving echo.
+        let echo = Transport::<Echo>::call(&*transport, "client-0", "watcher-0", Ask::Head);
+        assert!(matches!(echo.await, Err(NetError::NotHosted { protocol: "echo", .. })));
         for _ in 0..100 {
             if running.with_core(|watcher| !watcher.pongs.is_empty()) {
                 break;

@@ -1,5 +1,6 @@
 //! The gRPC transport (tonic): one `Peer.Call` method per peer, the envelope in
-//! `proto/virga.proto` with an arm per protocol, each protocol's messages in its own package.
+//! `proto/virga.proto` naming the protocol, each protocol's message in its own encoding
+//! ([`WireProtocol`]'s codec, run once each way).
 //!
 //! Calls to a peer are batched as R2 batches messages: at most [`Batching::max_in_flight`]
 //! batch requests to a peer are being sent at once, and the calls that queue up meanwhile go
@@ -283,7 +284,8 @@ impl<P: WireProtocol> Transport<P> for Grpc {
     fn call(&self, from: &str, to: &str, request: P::Request) -> BoxFuture<Result<P::Response, NetError>> {
         let request_bytes = P::request_bytes(&request);
         let kind = MessageKind::of::<P>(&request);
-        let envelope = Envelope { from: from.to_string(), protocol: Some(P::into_envelope(request)) };
+        let envelope =
+            Envelope { from: from.to_string(), protocol: P::NAME.to_string(), body: P::encode_request(request) };
         let sent = self.send(to, envelope);
         let stats = Arc::clone(&self.stats);
         let (from, to) = (from.to_string(), to.to_string());
@@ -291,12 +293,13 @@ impl<P: WireProtocol> Transport<P> for Grpc {
             let reply = sent?.await.unwrap_or_else(|_| {
                 Err(NetError::Unreachable { peer: to.clone(), reason: "the call was dropped unsent".to_string() })
             })?;
-            let response = match reply.protocol.map(P::from_reply) {
-                Some(Ok(response)) => response,
-                Some(Err(reply::Protocol::NotHosted(not_hosted))) => {
+            let response = match reply.outcome {
+                Some(reply::Outcome::Body(bytes)) => P::decode_response(&bytes)
+                    .map_err(|error| NetError::Malformed { peer: to.clone(), reason: error.to_string() })?,
+                Some(reply::Outcome::NotHosted(not_hosted)) => {
                     return Err(NetError::NotHosted { peer: to, protocol: P::NAME, hosted: not_hosted.hosted });
                 }
-                Some(Err(_)) | None => return Err(NetError::BadResponse { peer: to }),
+                None => return Err(NetError::BadResponse { peer: to }),
             };
             stats.record(&from, &to, kind, request_bytes, P::response_bytes(&response));
             P::check(&to, response)
@@ -342,7 +345,7 @@ impl Peer for Adapter {
 }
 
 /// Serves `host`'s protocols on `listener` until `shutdown` completes: each envelope goes to
-/// the handler of its arm's protocol; one of a protocol `host` does not serve is answered
+/// the handler of the protocol it names; one of a protocol `host` does not serve is answered
 /// `not_hosted` (the caller's [`NetError::NotHosted`]). Returns the bound address and the
 /// server's future (spawn it).
 pub fn serve(
@@ -372,36 +375,35 @@ pub fn serve_with_tls(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::echo::{Answer, Ask, Echo};
     use crate::health::{self, Health};
-    use crate::proto::{HeadReply, HeadRequest};
-    use crate::{request, response, Handler, InProc, Rainblock, Request, RequestBody, Response, ResponseBody};
+    use crate::{Handler, InProc};
 
-    struct Echo;
+    /// Answers a head request with its caller's name, and refuses the rest.
+    struct Names;
 
-    impl Handler<Rainblock> for Echo {
-        fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
+    impl Handler<Echo> for Names {
+        fn handle(&self, from: String, request: Ask) -> BoxFuture<Answer> {
             Box::pin(async move {
-                match request.body {
-                    Some(RequestBody::Head(_)) => {
-                        response(ResponseBody::Head(HeadReply { head: None, state_root: from.into_bytes() }))
-                    }
-                    _ => crate::refusal("only head requests here"),
+                match request {
+                    Ask::Head => Answer::Head(from.into_bytes()),
+                    Ask::Top => Answer::Refused("only head requests here".to_string()),
                 }
             })
         }
     }
 
-    /// `storage-0` serves RainBlock and health; `storage-1` RainBlock only.
+    /// `storage-0` serves echo and health; `storage-1` echo only.
     fn storage_0() -> Host {
-        Host::new().with::<Rainblock>(Arc::new(Echo)).with::<Health>(Arc::new(health::Responder::new("storage-0")))
+        Host::new().with::<Echo>(Arc::new(Names)).with::<Health>(Arc::new(health::Responder::new("storage-0")))
     }
 
     fn storage_1() -> Host {
-        Host::new().with::<Rainblock>(Arc::new(Echo))
+        Host::new().with::<Echo>(Arc::new(Names))
     }
 
-    fn head() -> Request {
-        request(RequestBody::Head(HeadRequest {}))
+    fn head() -> Ask {
+        Ask::Head
     }
 
     fn kind(protocol: &'static str, request: &'static str) -> MessageKind {
@@ -422,7 +424,7 @@ mod tests {
     fn inproc_peers(hosts: Vec<(&str, Host)>) -> Arc<InProc> {
         let inproc = InProc::new();
         for (peer, host) in hosts {
-            if let Some(handler) = host.handler::<Rainblock>() {
+            if let Some(handler) = host.handler::<Echo>() {
                 inproc.register(peer, Arc::clone(handler));
             }
             if let Some(handler) = host.handler::<Health>() {
@@ -432,13 +434,11 @@ mod tests {
         inproc
     }
 
-    async fn exercise<T: Transport<Rainblock> + Transport<Health>>(transport: &T) {
-        let rainblock: &dyn Transport<Rainblock> = transport;
+    async fn exercise<T: Transport<Echo> + Transport<Health>>(transport: &T) {
+        let rainblock: &dyn Transport<Echo> = transport;
         let reply = rainblock.call("client-0", "storage-0", head()).await.unwrap();
-        let Some(ResponseBody::Head(head_reply)) = reply.body else { panic!("wrong body {reply:?}") };
-        assert_eq!(head_reply.state_root, b"client-0");
-        let refused =
-            rainblock.call("client-0", "storage-0", request(RequestBody::Top(Default::default()))).await.unwrap_err();
+        assert_eq!(reply, Answer::Head(b"client-0".to_vec()));
+        let refused = rainblock.call("client-0", "storage-0", Ask::Top).await.unwrap_err();
         assert!(matches!(refused, NetError::Refused { ref reason, .. } if reason.contains("only head")), "{refused}");
         assert!(matches!(
             rainblock.call("client-0", "storage-9", head()).await,
@@ -452,9 +452,9 @@ mod tests {
         let not_hosted = health::ping(transport, "client-0", "storage-1").await.unwrap_err();
         assert_eq!(
             not_hosted,
-            NetError::NotHosted { peer: "storage-1".into(), protocol: "health", hosted: vec!["rainblock".into()] }
+            NetError::NotHosted { peer: "storage-1".into(), protocol: "health", hosted: vec!["echo".into()] }
         );
-        // RainBlock is still served where health is not.
+        // Echo is still served where health is not.
         assert!(rainblock.call("client-0", "storage-1", head()).await.is_ok());
 
         let stats = rainblock.stats();
@@ -464,9 +464,9 @@ mod tests {
         let kinds = stats.kinds();
         assert_eq!(
             kinds.keys().copied().collect::<Vec<_>>(),
-            [kind("health", "ping"), kind("rainblock", "head"), kind("rainblock", "top")]
+            [kind("echo", "head"), kind("echo", "top"), kind("health", "ping")]
         );
-        assert_eq!(kinds[&kind("rainblock", "head")].calls, 2);
+        assert_eq!(kinds[&kind("echo", "head")].calls, 2);
         assert_eq!(kinds[&kind("health", "ping")].calls, 1);
         assert!(kinds[&kind("health", "ping")].response_bytes > "storage-0storage".len() as u64);
     }
@@ -484,62 +484,74 @@ mod tests {
     #[tokio::test]
     async fn one_server_answers_both_protocols_over_one_connection() {
         let grpc = grpc_peers(vec![("storage-0", storage_0())]).await;
-        let rainblock: &dyn Transport<Rainblock> = &*grpc;
+        let rainblock: &dyn Transport<Echo> = &*grpc;
         for _ in 0..3 {
             let (pong, head) = tokio::join!(
                 health::ping(&*grpc, "client-0", "storage-0"),
                 rainblock.call("client-0", "storage-0", head())
             );
             assert_eq!(pong.unwrap().node, "storage-0");
-            assert!(matches!(head.unwrap().body, Some(ResponseBody::Head(_))));
+            assert!(matches!(head.unwrap(), Answer::Head(_)));
         }
         assert_eq!(grpc.clients.read().len(), 1);
         let kinds = grpc.stats().kinds();
         assert_eq!(kinds[&kind("health", "ping")].calls, 3);
-        assert_eq!(kinds[&kind("rainblock", "head")].calls, 3);
+        assert_eq!(kinds[&kind("echo", "head")].calls, 3);
     }
 
     /// Answers a head request with its caller's name, after `from`'s digits in milliseconds.
     struct Sleepy;
 
-    impl Handler<Rainblock> for Sleepy {
-        fn handle(&self, from: String, _: Request) -> BoxFuture<Response> {
+    impl Sleepy {
+        fn answer(from: String) -> BoxFuture<Answer> {
             Box::pin(async move {
                 let millis: u64 = from.trim_start_matches(|c: char| !c.is_ascii_digit()).parse().unwrap_or(0);
                 tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
-                response(ResponseBody::Head(HeadReply { head: None, state_root: from.into_bytes() }))
+                Answer::Head(from.into_bytes())
             })
+        }
+    }
+
+    impl Handler<Echo> for Sleepy {
+        fn handle(&self, from: String, _: Ask) -> BoxFuture<Answer> {
+            Sleepy::answer(from)
+        }
+    }
+
+    impl Handler<crate::echo::Lossy> for Sleepy {
+        fn handle(&self, from: String, _: Ask) -> BoxFuture<Answer> {
+            Sleepy::answer(from)
         }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_calls_share_batches_and_each_gets_its_own_answer() {
-        let grpc = grpc_peers(vec![("storage-0", Host::new().with::<Rainblock>(Arc::new(Sleepy)))]).await;
-        let calls = (0..200).map(|index| {
-            let grpc = Arc::clone(&grpc);
-            // Callers c-0, c-1 and c-2 are answered after 0, 1 and 2 ms: answers come back out of order.
-            async move {
-                (index, Transport::<Rainblock>::call(&*grpc, &format!("c-{}", index % 3), "storage-0", head()).await)
-            }
-        });
+        let grpc = grpc_peers(vec![("storage-0", Host::new().with::<Echo>(Arc::new(Sleepy)))]).await;
+        let calls =
+            (0..200).map(|index| {
+                let grpc = Arc::clone(&grpc);
+                // Callers c-0, c-1 and c-2 are answered after 0, 1 and 2 ms: answers come back out of order.
+                async move {
+                    (index, Transport::<Echo>::call(&*grpc, &format!("c-{}", index % 3), "storage-0", head()).await)
+                }
+            });
         let answers = futures_util::future::join_all(calls).await;
         for (index, answer) in answers {
-            let Some(ResponseBody::Head(reply)) = answer.unwrap().body else { panic!("call {index}") };
-            assert_eq!(reply.state_root, format!("c-{}", index % 3).into_bytes(), "call {index}");
+            assert_eq!(answer.unwrap(), Answer::Head(format!("c-{}", index % 3).into_bytes()), "call {index}");
         }
         let (batches, calls) = grpc.batches().get();
         assert_eq!(calls, 200);
         assert!(batches < 200, "200 calls at once went out in {batches} batches");
-        assert_eq!(grpc.stats().kinds()[&kind("rainblock", "head")].calls, 200);
+        assert_eq!(grpc.stats().kinds()[&kind("echo", "head")].calls, 200);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_slow_call_does_not_hold_back_the_calls_batched_with_it() {
-        let grpc = grpc_peers(vec![("storage-0", Host::new().with::<Rainblock>(Arc::new(Sleepy)))]).await;
+        let grpc = grpc_peers(vec![("storage-0", Host::new().with::<Echo>(Arc::new(Sleepy)))]).await;
         // Occupy the link so that the next calls queue into one batch.
-        let first = Transport::<Rainblock>::call(&*grpc, "first-0", "storage-0", head());
-        let slow = Transport::<Rainblock>::call(&*grpc, "slow-2000", "storage-0", head());
-        let quick = Transport::<Rainblock>::call(&*grpc, "quick-0", "storage-0", head());
+        let first = Transport::<Echo>::call(&*grpc, "first-0", "storage-0", head());
+        let slow = Transport::<Echo>::call(&*grpc, "slow-2000", "storage-0", head());
+        let quick = Transport::<Echo>::call(&*grpc, "quick-0", "storage-0", head());
         let started = std::time::Instant::now();
         let (first, quick) = tokio::join!(first, quick);
         assert!(first.is_ok() && quick.is_ok());
@@ -554,25 +566,38 @@ mod tests {
         let (address, server) = serve(listener, storage_0(), std::future::pending()).unwrap();
         tokio::spawn(server);
         let mut client = PeerClient::connect(format!("http://{address}")).await.unwrap();
-        let envelope = Envelope { from: "client-0".into(), protocol: Some(Rainblock::into_envelope(head())) };
+        let envelope =
+            Envelope { from: "client-0".into(), protocol: "echo".into(), body: Echo::encode_request(head()) };
         let refused = client.call_batch(Batch { calls: vec![envelope; MAX_BATCH_CALLS + 1] }).await.unwrap_err();
         assert_eq!(refused.code(), tonic::Code::InvalidArgument);
         assert!(refused.message().contains("4097 calls"), "{}", refused.message());
         let unbatched =
             Grpc::with_batching(HashMap::from([("storage-0".into(), format!("http://{address}"))]), Batching::OFF);
-        assert!(Transport::<Rainblock>::call(&*unbatched, "client-0", "storage-0", head()).await.is_ok());
+        assert!(Transport::<Echo>::call(&*unbatched, "client-0", "storage-0", head()).await.is_ok());
         assert_eq!(unbatched.batches().get(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_does_not_decode_is_a_malformed_answer_and_not_counted() {
+        let liar = Host::new().with::<crate::echo::Lossy>(Arc::new(Sleepy));
+        let grpc = grpc_peers(vec![("storage-0", liar)]).await;
+        let answer = Transport::<Echo>::call(&*grpc, "client-0", "storage-0", head()).await;
+        assert_eq!(
+            answer,
+            Err(NetError::Malformed { peer: "storage-0".into(), reason: "unknown message tag 9".into() })
+        );
+        assert_eq!(grpc.stats().total_messages(), 0);
     }
 
     #[tokio::test]
     async fn an_unhosted_protocol_is_refused_with_a_typed_error_and_not_counted() {
         let grpc = grpc_peers(vec![("storage-1", storage_1()), ("storage-2", Host::new())]).await;
         let refused = health::ping(&*grpc, "client-0", "storage-1").await.unwrap_err();
-        assert!(matches!(&refused, NetError::NotHosted { protocol: "health", hosted, .. } if hosted == &["rainblock"]));
-        assert!(refused.to_string().contains("does not serve protocol health (it serves: rainblock)"), "{refused}");
-        let rainblock: &dyn Transport<Rainblock> = &*grpc;
+        assert!(matches!(&refused, NetError::NotHosted { protocol: "health", hosted, .. } if hosted == &["echo"]));
+        assert!(refused.to_string().contains("does not serve protocol health (it serves: echo)"), "{refused}");
+        let rainblock: &dyn Transport<Echo> = &*grpc;
         let refused = rainblock.call("client-0", "storage-2", head()).await.unwrap_err();
-        assert_eq!(refused, NetError::NotHosted { peer: "storage-2".into(), protocol: "rainblock", hosted: vec![] });
+        assert_eq!(refused, NetError::NotHosted { peer: "storage-2".into(), protocol: "echo", hosted: vec![] });
         assert_eq!(grpc.stats().total_messages(), 0);
     }
 }
@@ -580,8 +605,8 @@ mod tests {
 #[cfg(test)]
 mod tls_tests {
     use super::*;
-    use crate::proto::HeadRequest;
-    use crate::{request, Rainblock, RequestBody, Tls};
+    use crate::echo::{Ask, Echo};
+    use crate::Tls;
     use std::path::{Path, PathBuf};
 
     fn testdata(name: &str) -> PathBuf {
@@ -593,8 +618,8 @@ mod tls_tests {
             .unwrap()
     }
 
-    fn head() -> crate::Request {
-        request(RequestBody::Head(HeadRequest {}))
+    fn head() -> Ask {
+        Ask::Head
     }
 
     #[tokio::test]
@@ -614,7 +639,7 @@ mod tls_tests {
         // No TLS at all: the server speaks nothing else.
         let plain = Grpc::new(peers());
         assert!(crate::health::ping(&*plain, "client-0", "storage-0").await.is_err());
-        let rainblock = Transport::<Rainblock>::call(&*plain, "client-0", "storage-0", head()).await;
+        let rainblock = Transport::<Echo>::call(&*plain, "client-0", "storage-0", head()).await;
         assert!(rainblock.is_err());
         // The member still is.
         assert!(crate::health::ping(&*member, "client-0", "storage-0").await.is_ok());

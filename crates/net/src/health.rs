@@ -3,7 +3,7 @@
 //! node can be probed the same way, in process or over gRPC.
 
 use crate::role::Protocol;
-use crate::{role_of, BoxFuture, Handler, NetError, Transport, WireProtocol};
+use crate::{role_of, BoxFuture, Handler, NetError, ProtobufError, Transport, WireProtocol};
 
 /// Health's messages.
 pub mod proto {
@@ -47,23 +47,45 @@ impl Protocol for Health {
         prost::Message::encoded_len(response)
     }
 
-    fn check(peer: &str, response: Response) -> Result<Response, NetError> {
-        match response.body {
-            Some(ResponseBody::Error(reason)) => Err(NetError::Refused { peer: peer.to_string(), reason }),
-            None => Err(NetError::BadResponse { peer: peer.to_string() }),
-            Some(ResponseBody::Pong(_)) => Ok(response),
+    fn refusal_reason(response: &Response) -> Option<&str> {
+        match &response.body {
+            Some(ResponseBody::Error(reason)) => Some(reason),
+            _ => None,
         }
     }
 }
 
 impl WireProtocol for Health {
     const NAME: &'static str = "health";
+    type DecodeError = ProtobufError;
 
     fn refusal(reason: String) -> Response {
         Response { body: Some(ResponseBody::Error(reason)) }
     }
 
-    crate::envelope_arm!(Health);
+    fn encode_request(request: Request) -> Vec<u8> {
+        prost::Message::encode_to_vec(&request)
+    }
+
+    fn decode_request(bytes: &[u8]) -> Result<Request, ProtobufError> {
+        let request: Request = ProtobufError::decode(bytes, "health request")?;
+        match request.body {
+            Some(_) => Ok(request),
+            None => Err(ProtobufError::Empty { message: "health request" }),
+        }
+    }
+
+    fn encode_response(response: Response) -> Vec<u8> {
+        prost::Message::encode_to_vec(&response)
+    }
+
+    fn decode_response(bytes: &[u8]) -> Result<Response, ProtobufError> {
+        let response: Response = ProtobufError::decode(bytes, "health response")?;
+        match response.body {
+            Some(_) => Ok(response),
+            None => Err(ProtobufError::Empty { message: "health response" }),
+        }
+    }
 }
 
 /// Answers pings for one peer, at once and without touching the peer's role (a node busy

@@ -3,21 +3,19 @@
 use std::any::{Any, TypeId};
 use std::sync::Arc;
 
-use crate::envelope::{envelope, reply, Envelope, NotHosted, Reply};
+use crate::envelope::{reply, Envelope, NotHosted, Reply};
 use crate::{BoxFuture, Handler, WireProtocol};
 
-/// Answers an envelope arm of the entry's protocol (taking the caller's id), or hands the
-/// arm back.
-type Enveloped = Box<
-    dyn Fn(&mut String, envelope::Protocol) -> Result<BoxFuture<reply::Protocol>, envelope::Protocol> + Send + Sync,
->;
+/// Answers the bytes of a request of the entry's protocol from a caller with the bytes of
+/// its response.
+type Encoded = Box<dyn Fn(String, &[u8]) -> BoxFuture<Vec<u8>> + Send + Sync>;
 
 struct Hosted {
     protocol: TypeId,
     name: &'static str,
     /// The handler as an `Arc<dyn Handler<P>>`, which in-process calls use as it is.
     typed: Box<dyn Any + Send + Sync>,
-    enveloped: Enveloped,
+    encoded: Encoded,
 }
 
 /// A peer's handlers, at most one per protocol: what [`crate::InProc`] calls and
@@ -46,23 +44,27 @@ impl Host {
     /// # Panics
     ///
     /// If another protocol of this host has the same [`WireProtocol::NAME`] (two protocols
-    /// claiming one envelope arm is a programming error).
-    #[allow(clippy::result_large_err)] // `P::from_envelope` hands a foreign arm back (moved).
+    /// claiming one name on the wire is a programming error).
     pub fn insert<P: WireProtocol>(&mut self, handler: Arc<dyn Handler<P>>) {
         let protocol = TypeId::of::<P>();
         self.hosted.retain(|hosted| hosted.protocol != protocol);
         assert!(
             self.hosted.iter().all(|hosted| hosted.name != P::NAME),
-            "two protocols are named {}: each needs its own envelope arm",
+            "two protocols are named {}: each needs a name of its own",
             P::NAME
         );
         let serving = Arc::clone(&handler);
-        let enveloped: Enveloped = Box::new(move |from, arm| {
-            let request = P::from_envelope(arm)?;
-            let answer = serving.handle(std::mem::take(from), request);
-            Ok(Box::pin(async move { P::into_reply(answer.await) }))
+        let encoded: Encoded = Box::new(move |from, bytes| match P::decode_request(bytes) {
+            Ok(request) => {
+                let answer = serving.handle(from, request);
+                Box::pin(async move { P::encode_response(answer.await) })
+            }
+            Err(error) => {
+                let refusal = P::refusal(format!("a malformed {} request: {error}", P::NAME));
+                Box::pin(std::future::ready(P::encode_response(refusal)))
+            }
         });
-        self.hosted.push(Hosted { protocol, name: P::NAME, typed: Box::new(handler), enveloped });
+        self.hosted.push(Hosted { protocol, name: P::NAME, typed: Box::new(handler), encoded });
     }
 
     /// The handler of protocol `P`, if the host serves it.
@@ -79,23 +81,19 @@ impl Host {
         self.hosted.is_empty()
     }
 
-    /// Answers `envelope` as the gRPC server does: by the handler of its arm's protocol, or
-    /// with `not_hosted` (also for an envelope with no arm, which is what a protocol newer
-    /// than this build decodes to).
-    #[allow(clippy::result_large_err)] // each protocol's entry hands a foreign arm back (moved).
+    /// Answers `envelope` as the gRPC server does: by the handler of the protocol it names,
+    /// or with `not_hosted` (also for a protocol newer than this build).
     pub fn answer(&self, envelope: Envelope) -> BoxFuture<Reply> {
-        let (mut from, mut arm) = (envelope.from, envelope.protocol);
-        for hosted in &self.hosted {
-            match arm.map(|arm| (hosted.enveloped)(&mut from, arm)) {
-                Some(Ok(answer)) => {
-                    return Box::pin(async move { Reply { protocol: Some(answer.await) } });
-                }
-                Some(Err(other)) => arm = Some(other),
-                None => break,
+        match self.hosted.iter().find(|hosted| hosted.name == envelope.protocol) {
+            Some(hosted) => {
+                let answer = (hosted.encoded)(envelope.from, &envelope.body);
+                Box::pin(async move { Reply { outcome: Some(reply::Outcome::Body(answer.await)) } })
+            }
+            None => {
+                let not_hosted = NotHosted { hosted: self.protocols() };
+                Box::pin(std::future::ready(Reply { outcome: Some(reply::Outcome::NotHosted(not_hosted)) }))
             }
         }
-        let not_hosted = NotHosted { hosted: self.protocols() };
-        Box::pin(std::future::ready(Reply { protocol: Some(reply::Protocol::NotHosted(not_hosted)) }))
     }
 }
 
@@ -108,119 +106,145 @@ impl<P: WireProtocol> From<Arc<dyn Handler<P>>> for Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::echo::{Answer, Ask, Echo, EchoWireError};
     use crate::health::{self, Health};
-    use crate::{refusal, Rainblock, Request, Response};
 
     struct Refuses(&'static str);
 
-    impl Handler<Rainblock> for Refuses {
-        fn handle(&self, _: String, _: Request) -> BoxFuture<Response> {
-            Box::pin(std::future::ready(refusal(self.0)))
+    impl Handler<Echo> for Refuses {
+        fn handle(&self, _: String, _: Ask) -> BoxFuture<Answer> {
+            Box::pin(std::future::ready(Answer::Refused(self.0.to_string())))
         }
     }
 
-    fn ping() -> envelope::Protocol {
-        envelope::Protocol::Health(health::Request { body: Some(health::RequestBody::Ping(health::Ping {})) })
+    fn ping() -> Envelope {
+        let request = health::Request { body: Some(health::RequestBody::Ping(health::Ping {})) };
+        Envelope { from: "client-0".into(), protocol: "health".into(), body: Health::encode_request(request) }
     }
 
     fn block_on<T>(future: BoxFuture<T>) -> T {
         tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(future)
     }
 
+    fn body(reply: Reply) -> Vec<u8> {
+        match reply.outcome {
+            Some(reply::Outcome::Body(bytes)) => bytes,
+            other => panic!("no body: {other:?}"),
+        }
+    }
+
     #[test]
     fn an_envelope_goes_to_its_protocols_handler_wherever_it_was_added() {
         let host = Host::new()
-            .with::<Rainblock>(Arc::new(Refuses("busy")))
+            .with::<Echo>(Arc::new(Refuses("busy")))
             .with::<Health>(Arc::new(health::Responder::new("miner-2")));
-        assert_eq!(host.protocols(), ["rainblock", "health"]);
-        let reply = block_on(host.answer(Envelope { from: "client-0".into(), protocol: Some(ping()) }));
-        let Some(reply::Protocol::Health(response)) = reply.protocol else { panic!("{reply:?}") };
+        assert_eq!(host.protocols(), ["echo", "health"]);
+        let response = Health::decode_response(&body(block_on(host.answer(ping())))).unwrap();
         let Some(health::ResponseBody::Pong(pong)) = response.body else { panic!("{response:?}") };
         assert_eq!((pong.node.as_str(), pong.role.as_str()), ("miner-2", "miner"));
     }
 
     #[test]
     fn an_unhosted_or_unknown_protocol_is_answered_not_hosted() {
-        let host = Host::from(Arc::new(Refuses("busy")) as Arc<dyn Handler<Rainblock>>);
-        let not_hosted = Some(reply::Protocol::NotHosted(NotHosted { hosted: vec!["rainblock".into()] }));
-        let health = block_on(host.answer(Envelope { from: "client-0".into(), protocol: Some(ping()) }));
-        assert_eq!(health.protocol, not_hosted);
-        // A protocol newer than this build decodes to an envelope with no arm.
-        let unknown = block_on(host.answer(Envelope { from: "client-0".into(), protocol: None }));
-        assert_eq!(unknown.protocol, not_hosted);
+        let host = Host::from(Arc::new(Refuses("busy")) as Arc<dyn Handler<Echo>>);
+        let not_hosted = Some(reply::Outcome::NotHosted(NotHosted { hosted: vec!["echo".into()] }));
+        assert_eq!(block_on(host.answer(ping())).outcome, not_hosted);
+        let newer = Envelope { from: "client-0".into(), protocol: "lattice".into(), body: vec![1] };
+        assert_eq!(block_on(host.answer(newer)).outcome, not_hosted);
+    }
+
+    #[test]
+    fn bytes_that_do_not_decode_are_refused_with_the_decoders_reason_and_the_handler_is_not_called() {
+        struct Panics;
+        impl Handler<Echo> for Panics {
+            fn handle(&self, _: String, request: Ask) -> BoxFuture<Answer> {
+                panic!("a malformed request reached the handler as {request:?}")
+            }
+        }
+        let host = Host::from(Arc::new(Panics) as Arc<dyn Handler<Echo>>);
+        for (bytes, error) in [
+            (vec![], EchoWireError::Empty),
+            (vec![7], EchoWireError::UnknownTag(7)),
+            (vec![1, 0, 0], EchoWireError::Trailing(2)),
+        ] {
+            let envelope = Envelope { from: "client-0".into(), protocol: "echo".into(), body: bytes };
+            let answer = Echo::decode_response(&body(block_on(host.answer(envelope)))).unwrap();
+            assert_eq!(answer, Answer::Refused(format!("a malformed echo request: {error}")));
+        }
     }
 
     #[test]
     fn adding_a_protocol_again_replaces_its_handler() {
-        let mut host = Host::new().with::<Rainblock>(Arc::new(Refuses("first")));
-        host.insert::<Rainblock>(Arc::new(Refuses("second")));
-        assert_eq!(host.protocols(), ["rainblock"]);
-        let answer = host.handler::<Rainblock>().unwrap().handle("client-0".into(), Request::default());
-        assert_eq!(block_on(answer), refusal("second"));
+        let mut host = Host::new().with::<Echo>(Arc::new(Refuses("first")));
+        host.insert::<Echo>(Arc::new(Refuses("second")));
+        assert_eq!(host.protocols(), ["echo"]);
+        let answer = host.handler::<Echo>().unwrap().handle("client-0".into(), Ask::Head);
+        assert_eq!(block_on(answer), Answer::Refused("second".into()));
         assert!(host.handler::<Health>().is_none());
     }
 
-    /// RainBlock's messages under a name that is already taken.
+    /// Echo's messages under a name that is already taken.
     struct Impostor;
 
     impl crate::role::Protocol for Impostor {
-        type Request = Request;
-        type Response = Response;
+        type Request = Ask;
+        type Response = Answer;
 
-        fn request_kind(request: &Request) -> &'static str {
-            Rainblock::request_kind(request)
+        fn request_kind(request: &Ask) -> &'static str {
+            Echo::request_kind(request)
         }
 
-        fn response_kind(response: &Response) -> &'static str {
-            Rainblock::response_kind(response)
+        fn response_kind(response: &Answer) -> &'static str {
+            Echo::response_kind(response)
         }
 
-        fn request_bytes(request: &Request) -> usize {
-            Rainblock::request_bytes(request)
+        fn request_bytes(request: &Ask) -> usize {
+            Echo::request_bytes(request)
         }
 
-        fn response_bytes(response: &Response) -> usize {
-            Rainblock::response_bytes(response)
+        fn response_bytes(response: &Answer) -> usize {
+            Echo::response_bytes(response)
         }
 
-        fn check(peer: &str, response: Response) -> Result<Response, crate::NetError> {
-            Rainblock::check(peer, response)
+        fn refusal_reason(response: &Answer) -> Option<&str> {
+            Echo::refusal_reason(response)
         }
     }
 
     impl WireProtocol for Impostor {
-        const NAME: &'static str = "rainblock";
+        const NAME: &'static str = "echo";
+        type DecodeError = EchoWireError;
 
-        fn refusal(reason: String) -> Response {
-            Rainblock::refusal(reason)
+        fn refusal(reason: String) -> Answer {
+            Echo::refusal(reason)
         }
 
-        fn into_envelope(request: Request) -> envelope::Protocol {
-            Rainblock::into_envelope(request)
+        fn encode_request(request: Ask) -> Vec<u8> {
+            Echo::encode_request(request)
         }
 
-        fn from_envelope(arm: envelope::Protocol) -> Result<Request, envelope::Protocol> {
-            Rainblock::from_envelope(arm)
+        fn decode_request(bytes: &[u8]) -> Result<Ask, EchoWireError> {
+            Echo::decode_request(bytes)
         }
 
-        fn into_reply(response: Response) -> reply::Protocol {
-            Rainblock::into_reply(response)
+        fn encode_response(response: Answer) -> Vec<u8> {
+            Echo::encode_response(response)
         }
 
-        fn from_reply(arm: reply::Protocol) -> Result<Response, reply::Protocol> {
-            Rainblock::from_reply(arm)
+        fn decode_response(bytes: &[u8]) -> Result<Answer, EchoWireError> {
+            Echo::decode_response(bytes)
         }
     }
 
     impl Handler<Impostor> for Refuses {
-        fn handle(&self, _: String, _: Request) -> BoxFuture<Response> {
-            Box::pin(std::future::ready(refusal(self.0)))
+        fn handle(&self, _: String, _: Ask) -> BoxFuture<Answer> {
+            Box::pin(std::future::ready(Answer::Refused(self.0.to_string())))
         }
     }
 
     #[test]
-    #[should_panic(expected = "two protocols are named rainblock")]
-    fn two_protocols_claiming_one_envelope_arm_is_caught() {
-        let _ = Host::new().with::<Rainblock>(Arc::new(Refuses("a"))).with::<Impostor>(Arc::new(Refuses("b")));
+    #[should_panic(expected = "two protocols are named echo")]
+    fn two_protocols_claiming_one_name_is_caught() {
+        let _ = Host::new().with::<Echo>(Arc::new(Refuses("a"))).with::<Impostor>(Arc::new(Refuses("b")));
     }
 }

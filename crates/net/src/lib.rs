@@ -1,20 +1,25 @@
 //! Virga's peer transport.
 //!
-//! Roles talk by request and response, each conversation in one protocol (RainBlock's
-//! [`Rainblock`], the [`health::Health`] probe, the distributed store's [`Dkv`], …): a
-//! caller names a peer by id (`storage-3`, `miner-0`, `client-1`) and sends the protocol's
-//! request; the peer's [`Handler`] for that protocol answers with the protocol's response.
-//! A peer hosts the handlers of several protocols ([`Host`]). Two transports carry every protocol:
+//! Roles talk by request and response, each conversation in one protocol (RainBlock's, the
+//! distributed store's, ChainifyDB's, the [`health::Health`] probe, …): a caller names a peer
+//! by id (`storage-3`, `miner-0`, `client-1`) and sends the protocol's request; the peer's
+//! [`Handler`] for that protocol answers with the protocol's response. A peer hosts the
+//! handlers of several protocols ([`Host`]).
+//!
+//! A protocol's messages are its own Rust types, defined in its crate; this crate knows them
+//! only through [`role::Protocol`] (kinds, sizes, refusals) and [`WireProtocol`] (a name and
+//! a codec). Two transports carry every protocol:
 //!
 //! - [`InProc`]: the embedded default. Peers are hosts in one process; a call is a function
-//!   call on the callee's handler, with no encoding.
+//!   call on the callee's handler, passing the typed values: nothing is encoded.
 //! - [`Grpc`]: each peer is a tonic server ([`serve`]) at an address; the schema is
-//!   `proto/virga.proto` (an envelope with one arm per protocol, see [`WireProtocol`]) and a
-//!   package per protocol (`proto/rainblock.proto`, `proto/health.proto`).
+//!   `proto/virga.proto`, an envelope that names the protocol and carries its message in the
+//!   protocol's own encoding. The transport encodes once on the way out and decodes once on
+//!   the way in; bytes that do not decode are refused, never defaulted.
 //!
-//! Both count, per peer and per message kind, messages, bytes (each message's protobuf
-//! encoded length, so the counts are identical across transports) and round trips
-//! ([`NetStats`]).
+//! Both count, per peer and per message kind, messages, bytes (each message's encoded
+//! length as the protocol reports it, so the counts are identical across transports) and
+//! round trips ([`NetStats`]).
 
 /// The generated messages, in modules that mirror their protobuf packages.
 mod generated {
@@ -23,78 +28,41 @@ mod generated {
         pub mod v1 {
             include!(concat!(env!("OUT_DIR"), "/virga.v1.rs"));
         }
-        pub mod rainblock {
-            pub mod v1 {
-                include!(concat!(env!("OUT_DIR"), "/virga.rainblock.v1.rs"));
-            }
-        }
         pub mod health {
             pub mod v1 {
                 include!(concat!(env!("OUT_DIR"), "/virga.health.v1.rs"));
             }
         }
-        pub mod dkv {
-            pub mod v1 {
-                include!(concat!(env!("OUT_DIR"), "/virga.dkv.v1.rs"));
-            }
-        }
-        pub mod chainify {
-            pub mod v1 {
-                include!(concat!(env!("OUT_DIR"), "/virga.chainify.v1.rs"));
-            }
-        }
     }
 }
 
-/// RainBlock's messages (package `virga.rainblock.v1`).
-pub mod proto {
-    pub use crate::generated::virga::rainblock::v1::*;
-}
-
-/// The distributed transactional store's messages (package `virga.dkv.v1`): the shard map,
-/// the configuration commands, the configuration service's Raft traffic and the [`Dkv`]
-/// protocol's requests and responses. virga-dkv's `wire` and `raft_wire` modules check them.
-pub mod dkv_proto {
-    pub use crate::generated::virga::dkv::v1::*;
-}
-
-/// ChainifyDB's pipeline messages (package `virga.chainify.v1`): byte bodies that
-/// virga-chainify's `pipeline::wire` encodes, decodes and checks; carried by [`Chainify`].
-pub mod chainify_proto {
-    pub use crate::generated::virga::chainify::v1::*;
-}
-
-/// The envelope every peer call travels in (package `virga.v1`): the protocol's message in
-/// the arm of its protocol.
+/// The envelope every peer call travels in (package `virga.v1`): the protocol's name and its
+/// message's bytes.
 pub mod envelope {
     pub use crate::generated::virga::v1::*;
 }
 
-mod chainify;
-mod dkv;
 pub mod driver;
+#[cfg(test)]
+mod echo;
 #[cfg(feature = "grpc")]
 mod grpc;
 pub mod health;
 mod host;
 mod inproc;
-mod rainblock;
 pub mod role;
 mod stats;
 #[cfg(feature = "grpc")]
 pub mod tls;
+pub mod wired;
 
 use std::future::Future;
 use std::pin::Pin;
 
-pub use chainify::Chainify;
-pub use dkv::Dkv;
 #[cfg(feature = "grpc")]
 pub use grpc::{serve, serve_with_tls, Grpc};
 pub use host::Host;
 pub use inproc::InProc;
-pub use proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
-pub use rainblock::{refusal, request, response, Rainblock};
 pub use stats::{KindTraffic, MessageKind, NetStats, RoleTraffic};
 #[cfg(feature = "grpc")]
 pub use tls::{Tls, TlsError};
@@ -115,6 +83,9 @@ pub enum NetError {
     Refused { peer: String, reason: String },
     #[error("peer {peer} sent an empty or unexpected response")]
     BadResponse { peer: String },
+    /// The peer's answer did not decode as its protocol's response.
+    #[error("peer {peer} sent a malformed answer: {reason}")]
+    Malformed { peer: String, reason: String },
     #[error("peer {peer} did not answer within {after:?}")]
     DeadlineExceeded { peer: String, after: std::time::Duration },
     /// The peer is up but serves no handler of the request's protocol.
@@ -123,60 +94,48 @@ pub enum NetError {
 }
 
 /// A protocol the transports carry between peers: its name, its in-band refusal, and its
-/// arm of the envelope's and the reply's `oneof` (`proto/virga.proto`), which is how one
-/// gRPC server hosts several protocols and tells their messages apart.
+/// codec. The codec is the only place the protocol's messages meet bytes: the gRPC transport
+/// encodes a request once and decodes it once at the callee (and the same for the response);
+/// the in-process transport and the simulator pass the typed values and never call it.
 ///
-/// The `from_*` conversions hand a foreign arm back by value (it is the caller's, moved, not
-/// copied), hence Results as large as the arm.
-#[allow(clippy::result_large_err)]
+/// Decoding is fail-closed: a missing field, a value out of range or an enum value this
+/// build does not know is an error naming the field, never a default. A request that does
+/// not decode is answered with the protocol's refusal carrying that error; a response that
+/// does not decode is the caller's [`NetError::Malformed`].
 pub trait WireProtocol: role::Protocol {
-    /// The protocol's name: its arm's name in the envelope (`rainblock`, `health`). Unique
-    /// among the protocols of one [`Host`].
+    /// The protocol's name on the wire (`rainblock`, `health`). Unique among the protocols
+    /// of one [`Host`].
     const NAME: &'static str;
+
+    /// Why bytes do not decode as one of the protocol's messages.
+    type DecodeError: std::error::Error + Send + Sync + 'static;
 
     /// A response that refuses the request for `reason` (the caller gets
     /// [`NetError::Refused`] from [`role::Protocol::check`]).
     fn refusal(reason: String) -> Self::Response;
 
-    fn into_envelope(request: Self::Request) -> envelope::envelope::Protocol;
-    /// The request in `arm`, or `arm` back when it is another protocol's.
-    fn from_envelope(arm: envelope::envelope::Protocol) -> Result<Self::Request, envelope::envelope::Protocol>;
-    fn into_reply(response: Self::Response) -> envelope::reply::Protocol;
-    /// The response in `arm`, or `arm` back when it is another protocol's (or `not_hosted`).
-    fn from_reply(arm: envelope::reply::Protocol) -> Result<Self::Response, envelope::reply::Protocol>;
+    fn encode_request(request: Self::Request) -> Vec<u8>;
+    fn decode_request(bytes: &[u8]) -> Result<Self::Request, Self::DecodeError>;
+    fn encode_response(response: Self::Response) -> Vec<u8>;
+    fn decode_response(bytes: &[u8]) -> Result<Self::Response, Self::DecodeError>;
 }
 
-/// The four conversions of [`WireProtocol`] for a protocol whose arm is named `$arm` in both
-/// the envelope's and the reply's oneof (every protocol's is), inside its `impl WireProtocol`.
-#[macro_export]
-macro_rules! envelope_arm {
-    ($arm:ident) => {
-        fn into_envelope(request: Self::Request) -> $crate::envelope::envelope::Protocol {
-            $crate::envelope::envelope::Protocol::$arm(request)
-        }
+/// Why bytes are not a message of a protocol whose messages are protobuf's (the messages'
+/// own checks come after, in the protocol's crate).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtobufError {
+    #[error("not a {message}: {source}")]
+    Undecodable { message: &'static str, source: prost::DecodeError },
+    /// A message whose `oneof` is unset: empty, or of a kind newer than this build.
+    #[error("a {message} of no kind this build knows")]
+    Empty { message: &'static str },
+}
 
-        fn from_envelope(
-            arm: $crate::envelope::envelope::Protocol,
-        ) -> Result<Self::Request, $crate::envelope::envelope::Protocol> {
-            match arm {
-                $crate::envelope::envelope::Protocol::$arm(request) => Ok(request),
-                other => Err(other),
-            }
-        }
-
-        fn into_reply(response: Self::Response) -> $crate::envelope::reply::Protocol {
-            $crate::envelope::reply::Protocol::$arm(response)
-        }
-
-        fn from_reply(
-            arm: $crate::envelope::reply::Protocol,
-        ) -> Result<Self::Response, $crate::envelope::reply::Protocol> {
-            match arm {
-                $crate::envelope::reply::Protocol::$arm(response) => Ok(response),
-                other => Err(other),
-            }
-        }
-    };
+impl ProtobufError {
+    /// `bytes` as protobuf message `M`, named `message` in the error.
+    pub fn decode<M: prost::Message + Default>(bytes: &[u8], message: &'static str) -> Result<M, ProtobufError> {
+        M::decode(bytes).map_err(|source| ProtobufError::Undecodable { message, source })
+    }
 }
 
 /// Serves one protocol's requests addressed to one peer.

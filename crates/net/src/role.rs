@@ -41,9 +41,16 @@ pub trait Protocol: 'static {
     /// Bytes the message takes on the wire (the gRPC transport's encoded length).
     fn request_bytes(request: &Self::Request) -> usize;
     fn response_bytes(response: &Self::Response) -> usize;
+    /// The reason, when `response` is the protocol's refusal of a request.
+    fn refusal_reason(response: &Self::Response) -> Option<&str>;
     /// What the caller's core receives for `response` from `peer`: a refusal becomes
     /// [`NetError::Refused`], as every transport reports it.
-    fn check(peer: &str, response: Self::Response) -> Result<Self::Response, NetError>;
+    fn check(peer: &str, response: Self::Response) -> Result<Self::Response, NetError> {
+        match Self::refusal_reason(&response) {
+            Some(reason) => Err(NetError::Refused { peer: peer.to_string(), reason: reason.to_string() }),
+            None => Ok(response),
+        }
+    }
 }
 
 /// What happens to a core.

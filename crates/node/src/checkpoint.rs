@@ -12,12 +12,12 @@
 //! checksum, each served shard rebuilt to the hash recorded for it, and all shard hashes
 //! assembled to the header's state root.
 
+use crate::proto::{KeyUpdate, ShardEntries, StorageCheckpoint};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use prost::Message;
 use std::path::{Path, PathBuf};
 use virga_core::device::Storage;
-use virga_net::proto::{KeyUpdate, ShardEntries, StorageCheckpoint};
 use virga_trie::shard::{Shard, ShardError, ShardedTrie};
 
 use crate::codec::{b256, decode_header, WireError};

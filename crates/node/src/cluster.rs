@@ -1,6 +1,7 @@
 //! `virga up`: a whole RainBlock cluster in one process — storage nodes, miners and
 //! prefetching clients as tasks — over the in-process transport or gRPC on loopback.
 
+use crate::protocol::Rainblock;
 use alloy_primitives::{Address, B256, U256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use virga_net::health::{Health, Responder};
 use virga_net::role::NoIo;
 #[cfg(feature = "grpc")]
 use virga_net::Grpc;
-use virga_net::{Handler, Host, InProc, Rainblock, Transport};
+use virga_net::{Handler, Host, InProc, Transport};
 
 use crate::client::{ClientCore, ClientStats};
 use crate::miner::{open_store, Miner, MinerError, MinerStats};

@@ -1,11 +1,11 @@
 //! Conversions between wire messages and Virga's types. Everything from a peer is checked
 //! here first: a malformed field becomes an error that names it.
 
+use crate::proto;
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use alloy_rlp::Decodable;
 use virga_ledger::block::Block;
-use virga_net::proto;
 use virga_trie::proof::NodeBag;
 
 /// What is wrong with a field a peer sent; the reason goes back to it as data.

@@ -4,11 +4,11 @@
 //! that storage node, whose witnesses then show them. A call whose bag lacks the slots is
 //! left out as `missing_witness`.
 
+use crate::proto::{self, Submission};
 use alloy_consensus::TxEip1559;
 use alloy_primitives::{keccak256, Address, TxKind, B256, U256};
 use virga_evm::contracts::{token, TOKEN};
 use virga_ledger::tx::SignedTx;
-use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, Role};
 use virga_trie::proof::NodeBag;
 
@@ -274,7 +274,7 @@ fn a_miner_pruning_after_every_block_keeps_the_contract_whose_storage_the_block_
 /// Carries out a client core's calls against the net (the miner's head, the storage nodes'
 /// witnesses, the miner committing each submission) until it makes no more.
 fn drive_client(net: &mut Net, client: &mut ClientCore, transfers: Vec<UserTransfer>) {
-    use virga_net::{response, RequestBody, ResponseBody};
+    use crate::protocol::{response, RequestBody, ResponseBody};
     let now = 5_000_000_000;
     let mut commands = Vec::new();
     client.step(now, Event::Input(transfers), &mut commands);

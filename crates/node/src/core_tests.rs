@@ -1,14 +1,15 @@
 //! The storage node's and the miner's cores, driven event by event; the tests assert on the
 //! commands they emit.
 
+use crate::proto::{self, Submission};
+use crate::protocol::{request, Rainblock, Request, RequestBody, Response, ResponseBody};
 use alloy_primitives::{keccak256, B256, U256};
 use std::sync::Arc;
 use std::time::Duration;
 use virga_core::device::MemStorage;
 use virga_ledger::tx::SignedTx;
-use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, IoExecutor, Protocol, Role};
-use virga_net::{request, NetError, Rainblock, Request, RequestBody, Response, ResponseBody};
+use virga_net::NetError;
 use virga_trie::proof::NodeBag;
 
 use crate::codec::{bag_from_wire, bag_to_wire, block_id};

@@ -5,13 +5,14 @@
 //! Each panics only on a real bug: a decoder or verifier that panics, a checkpoint accepted
 //! whose state does not hash to its header's root.
 
+use crate::protocol::Request;
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, U256};
 use prost::Message;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use virga_ledger::verify::ChainConfig;
-use virga_net::{Handler, Request};
+use virga_net::Handler;
 use virga_trie::shard::ShardedTrie;
 
 use crate::checkpoint;
@@ -141,7 +142,7 @@ pub fn peer_request(data: &[u8]) {
 }
 
 /// Polls a reply that must be ready (no reply here waits on I/O).
-fn answer(mut reply: virga_net::BoxFuture<virga_net::Response>) {
+fn answer(mut reply: virga_net::BoxFuture<crate::protocol::Response>) {
     let mut context = Context::from_waker(Waker::noop());
     match reply.as_mut().poll(&mut context) {
         Poll::Ready(response) => assert!(response.body.is_some(), "a request answered with an empty response"),
@@ -183,17 +184,17 @@ mod tests {
         }
         // Well-formed requests of every kind, with nonsense inside.
         for body in [
-            virga_net::RequestBody::Witness(Default::default()),
-            virga_net::RequestBody::Top(Default::default()),
-            virga_net::RequestBody::ApplyBlock(Default::default()),
-            virga_net::RequestBody::Head(Default::default()),
-            virga_net::RequestBody::Submit(virga_net::proto::Submission {
+            crate::protocol::RequestBody::Witness(Default::default()),
+            crate::protocol::RequestBody::Top(Default::default()),
+            crate::protocol::RequestBody::ApplyBlock(Default::default()),
+            crate::protocol::RequestBody::Head(Default::default()),
+            crate::protocol::RequestBody::Submit(crate::proto::Submission {
                 transactions: vec![vec![0xf8, 0x01]],
                 ..Default::default()
             }),
-            virga_net::RequestBody::Announce(Default::default()),
+            crate::protocol::RequestBody::Announce(Default::default()),
         ] {
-            peer_request(&virga_net::request(body).encode_to_vec());
+            peer_request(&crate::protocol::request(body).encode_to_vec());
         }
     }
 }

@@ -24,13 +24,19 @@ mod codec;
 mod contract_core_tests;
 #[cfg(test)]
 mod core_tests;
+#[cfg(any(test, feature = "sim"))]
 pub mod cost;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod miner;
 #[cfg(feature = "grpc")]
 pub mod process;
+pub mod proto;
+pub mod protocol;
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod storage;
+#[cfg(any(test, feature = "sim"))]
 pub mod testkit;
 pub mod topology;
 pub mod workload;

@@ -9,6 +9,7 @@
 //! replays its log, a miner reopens its chain and refills its top layer from the storage
 //! nodes at its head.
 
+use crate::protocol::Rainblock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -21,7 +22,7 @@ use virga_ledger::chain::read_genesis;
 use virga_net::driver::Mailbox;
 use virga_net::health::{self, Pong};
 use virga_net::role::NoIo;
-use virga_net::{Grpc, NetError, Rainblock, Transport};
+use virga_net::{Grpc, NetError, Transport};
 
 use crate::client::{ClientConfig, ClientCore};
 use crate::cluster::{

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 use virga_net::health;
-use virga_net::{refusal, BoxFuture, Handler, InProc, NetError, Rainblock, Request, Response, Transport};
+use virga_net::{BoxFuture, Handler, InProc, NetError, Transport};
 use virga_node::cluster::peer_host;
+use virga_node::protocol::{refusal, Rainblock, Request, Response};
 
 /// A RainBlock role that refuses everything.
 struct Busy;

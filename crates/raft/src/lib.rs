@@ -3,8 +3,10 @@
 //! process and over gRPC alike. Virga never writes Raft; this crate holds what every group
 //! needs around raft-rs:
 //!
-//! - [`wire`]: raft-rs's messages on Virga's wire (the prost mirror `virga_net::dkv_proto::Raft*`)
-//!   and the checks every received message passes before raft-rs sees it;
+//! - [`proto`]: raft-rs's messages on Virga's wire (`proto/raft.proto`, package
+//!   `virga.raft.v1`, a prost mirror of raft-rs's own), which the protocols of the groups
+//!   carry; [`wire`]: the conversions and the checks every received message passes before
+//!   raft-rs sees it;
 //! - [`log::RaftLog`]: raft-rs's `Storage` in memory, rebuilt from the replica's records;
 //! - [`replica::Replica`]: the Ready loop (group-committed writes, messages held until what
 //!   they promise is durable, deterministic elections).
@@ -12,6 +14,11 @@
 //! Its users: the dkv configuration service and ChainifyDB's ordering service.
 
 pub mod log;
+/// Raft's wire messages (package `virga.raft.v1`).
+pub mod proto {
+    #![allow(clippy::all)]
+    include!(concat!(env!("OUT_DIR"), "/virga.raft.v1.rs"));
+}
 pub mod replica;
 pub mod wire;
 

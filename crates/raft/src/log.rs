@@ -9,10 +9,10 @@
 //! the hard state. The log is never compacted (Virga's groups replicate rare configuration
 //! changes, or blocks that are kept anyway), so it starts at index 1 and has no snapshot.
 
+use crate::proto;
 use prost::Message;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
-use virga_net::dkv_proto as proto;
 
 use crate::wire::{self as raft_wire, RaftWireError};
 

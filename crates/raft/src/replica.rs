@@ -17,11 +17,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::proto;
 use raft::eraftpb::{Entry, Message};
 use raft::{RawNode, StateRole};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use virga_net::dkv_proto as proto;
 
 use crate::log::RaftLog;
 use crate::wire::{self, EntryCheck, RaftWireError, Receiver};

@@ -16,8 +16,8 @@
 //! honest replica sends them. What an entry's data must be is the group's own business: the
 //! caller hands a check ([`EntryCheck`]) that every appended entry's data passes.
 
+use crate::proto;
 use raft::eraftpb::{self, EntryType, MessageType};
-use virga_net::dkv_proto as proto;
 
 /// What a group's entries must hold: the check of one entry's data (never empty), with the
 /// reason it is refused.

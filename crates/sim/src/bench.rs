@@ -3,7 +3,6 @@
 use std::time::{Duration, Instant};
 
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, NoIo, Protocol, Role, TimerId};
-use virga_net::NetError;
 
 use crate::{Sim, SimConfig};
 
@@ -31,8 +30,8 @@ impl Protocol for NullProtocol {
         8
     }
 
-    fn check(_: &str, response: u64) -> Result<u64, NetError> {
-        Ok(response)
+    fn refusal_reason(_: &u64) -> Option<&str> {
+        None
     }
 }
 

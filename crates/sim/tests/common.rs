@@ -51,10 +51,10 @@ impl Protocol for TestProtocol {
         40
     }
 
-    fn check(peer: &str, response: Answer) -> Result<Answer, NetError> {
+    fn refusal_reason(response: &Answer) -> Option<&str> {
         match response {
-            Answer::Refused(reason) => Err(NetError::Refused { peer: peer.to_string(), reason }),
-            answer => Ok(answer),
+            Answer::Refused(reason) => Some(reason),
+            Answer::Pong(_) => None,
         }
     }
 }

@@ -39,10 +39,11 @@ use virga_dkv::client::{ReadOnlyValidation, TxnClient, TxnClientConfig};
 use virga_dkv::kairos::{CacheConfig, CacheMode, CacheStats, ValidatorConfig, ValidatorCore};
 use virga_dkv::service::{open_replica, ConfigClient, ConfigClientConfig, ConfigCore, ReplicaConfig};
 use virga_dkv::shard::{open_data_node, DataConfig, DataCore};
+use virga_dkv::Dkv;
 use virga_dkv::{ConfigCommand, Partitioning, ShardMap};
 use virga_net::driver::{Mailbox, Running};
 use virga_net::role::NoIo;
-use virga_net::{Dkv, Grpc, Host, InProc, Transport};
+use virga_net::{Grpc, Host, InProc, Transport};
 
 use crate::kv::KvWorkload;
 

@@ -26,7 +26,7 @@ use crate::pipeline::client::{ClientConfig, ClientCore};
 use crate::pipeline::commit::CommitServer;
 use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
 use crate::pipeline::execution::ExecutionServer;
-use crate::pipeline::node::{ChainifyNode, NodeDevice, WireNode};
+use crate::pipeline::node::{ChainifyNode, NodeDevice};
 use crate::pipeline::orderer::{founding_records, OrderingServer};
 use crate::pipeline::{node_name, PipelineConfig};
 use crate::run::{layout, open, Alone, OrganizationInfo, RunError};
@@ -134,8 +134,8 @@ fn skew_name(skew: Skew) -> String {
 /// The servers running in this process, and readers of their cores.
 struct Running {
     transport: Arc<InProc>,
-    execs: Vec<CoreReader<WireNode>>,
-    orderers: Vec<CoreReader<WireNode>>,
+    execs: Vec<CoreReader<ChainifyNode>>,
+    orderers: Vec<CoreReader<ChainifyNode>>,
     signature_costs: SignatureCosts,
 }
 
@@ -145,22 +145,22 @@ fn spawn(
     node: ChainifyNode,
     device: NodeDevice,
     shutdown: watch::Receiver<bool>,
-) -> CoreReader<WireNode> {
-    let mailbox: Mailbox<WireNode> = Mailbox::new();
-    transport.register::<virga_net::Chainify>(name.to_string(), mailbox.handler());
-    let running = mailbox.run(name.to_string(), WireNode::new(node), Arc::clone(transport) as _, device, shutdown);
+) -> CoreReader<ChainifyNode> {
+    let mailbox: Mailbox<ChainifyNode> = Mailbox::new();
+    transport.register::<crate::pipeline::ChainifyProtocol>(name.to_string(), mailbox.handler());
+    let running = mailbox.run(name.to_string(), node, Arc::clone(transport) as _, device, shutdown);
     running.reader()
 }
 
-fn exec_of(node: &WireNode) -> Option<&ExecutionServer> {
-    match crate::pipeline::node::PipelineNode::node(node) {
+fn exec_of(node: &ChainifyNode) -> Option<&ExecutionServer> {
+    match node {
         ChainifyNode::Execution(core) => Some(core),
         _ => None,
     }
 }
 
-fn client_of(node: &WireNode) -> Option<&ClientCore> {
-    match crate::pipeline::node::PipelineNode::node(node) {
+fn client_of(node: &ChainifyNode) -> Option<&ClientCore> {
+    match node {
         ChainifyNode::Client(core) => Some(core),
         _ => None,
     }
@@ -187,7 +187,7 @@ fn exec_state(running: &Running) -> (Vec<u64>, [u64; 3]) {
 /// The most blocks an orderer replica has applied.
 fn orderer_height(running: &Running) -> u64 {
     let heights = running.orderers.iter().map(|reader| {
-        reader.with_core(|node| match crate::pipeline::node::PipelineNode::node(node) {
+        reader.with_core(|node| match node {
             ChainifyNode::Orderer(core) => core.blocks().len() as u64,
             _ => 0,
         })
@@ -292,7 +292,7 @@ async fn run_async(
     let founding = founding_records(pipeline.orderers.len(), &[genesis]);
     let transport = InProc::new();
     let (stop_servers, servers_shutdown) = watch::channel(false);
-    let orderers: Vec<CoreReader<WireNode>> = pipeline
+    let orderers: Vec<CoreReader<ChainifyNode>> = pipeline
         .orderers
         .iter()
         .enumerate()
@@ -391,7 +391,7 @@ async fn run_async(
 struct Clients {
     stop: watch::Sender<bool>,
     names: Vec<String>,
-    readers: Vec<CoreReader<WireNode>>,
+    readers: Vec<CoreReader<ChainifyNode>>,
 }
 
 /// What the clients had been answered at one moment.

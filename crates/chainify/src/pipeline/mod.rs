@@ -44,7 +44,7 @@ use alloy_primitives::Address;
 pub use virga_ledger::wlc::wire::{self, Decision, Outcome, Request, Response};
 use virga_ledger::wlc::{AgreementPolicy, Hash, LedgerBlock, SignedVote};
 use virga_net::role::Protocol;
-use virga_net::NetError;
+use virga_net::WireProtocol;
 
 use crate::organization::Transaction;
 
@@ -208,11 +208,38 @@ impl Protocol for ChainifyProtocol {
         }
     }
 
-    fn check(peer: &str, response: Response) -> Result<Response, NetError> {
+    fn refusal_reason(response: &Response) -> Option<&str> {
         match response {
-            Response::Refused(reason) => Err(NetError::Refused { peer: peer.to_string(), reason }),
-            other => Ok(other),
+            Response::Refused(reason) => Some(reason),
+            _ => None,
         }
+    }
+}
+
+/// On the wire, the pipeline's messages are `virga_ledger::wlc::wire`'s encoding: a kind
+/// byte, then the kind's fields.
+impl WireProtocol for ChainifyProtocol {
+    const NAME: &'static str = "chainify";
+    type DecodeError = wire::WireError;
+
+    fn refusal(reason: String) -> Response {
+        Response::Refused(reason)
+    }
+
+    fn encode_request(request: Request) -> Vec<u8> {
+        wire::encode_request(&request)
+    }
+
+    fn decode_request(bytes: &[u8]) -> Result<Request, wire::WireError> {
+        wire::decode_request(bytes)
+    }
+
+    fn encode_response(response: Response) -> Vec<u8> {
+        wire::encode_response(&response)
+    }
+
+    fn decode_response(bytes: &[u8]) -> Result<Response, wire::WireError> {
+        wire::decode_response(bytes)
     }
 }
 

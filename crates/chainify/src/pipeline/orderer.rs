@@ -19,8 +19,8 @@ use prost::Message as _;
 use raft::eraftpb::{Entry, EntryType};
 use virga_ledger::tx::SigningKey;
 use virga_ledger::wlc::{BlockCut, ChainedTx, Hash, OrderedBlock};
-use virga_net::dkv_proto as proto;
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, TimerId};
+use virga_raft::proto;
 use virga_raft::{Output, RaftLog, Replica, ReplicaSettings};
 
 use super::{

@@ -19,7 +19,7 @@ use virga_sim::Sim;
 
 use super::{fresh_member, org_names, Cluster, Faults, SimOptions, SimReport};
 use crate::organization::Transaction;
-use crate::pipeline::node::{ChainifyNode, NodeDevice, PipelineNode};
+use crate::pipeline::node::{ChainifyNode, PipelineNode};
 use crate::pipeline::node_name;
 
 /// A check that failed.
@@ -90,10 +90,7 @@ fn replay(
 }
 
 /// The longest chain of blocks an orderer replica has applied.
-pub(super) fn ordered_blocks<R: PipelineNode>(cluster: &Cluster, sim: &Sim<R>) -> Vec<OrderedBlock>
-where
-    NodeDevice: virga_net::role::IoExecutor<R>,
-{
+pub(super) fn ordered_blocks<R: PipelineNode>(cluster: &Cluster, sim: &Sim<R>) -> Vec<OrderedBlock> {
     cluster
         .config
         .orderers
@@ -112,10 +109,7 @@ pub(super) fn check<R: PipelineNode>(
     cluster: &Cluster,
     sim: &Sim<R>,
     faults: Faults,
-) -> Result<SimReport, String>
-where
-    NodeDevice: virga_net::role::IoExecutor<R>,
-{
+) -> Result<SimReport, String> {
     let mut violations = Vec::new();
     let blocks = ordered_blocks(cluster, sim);
     for name in &cluster.config.orderers {

@@ -29,7 +29,7 @@ use crate::pipeline::client::{ClientConfig, ClientCore};
 use crate::pipeline::commit::{CommitServer, CommitWeakness};
 use crate::pipeline::device::{OrdererLog, OrganizationDevice, VoteLog};
 use crate::pipeline::execution::{ExecutionServer, ExecutionWeakness};
-use crate::pipeline::node::{ChainifyNode, NodeDevice, PipelineNode, WireNode};
+use crate::pipeline::node::{ChainifyNode, NodeDevice, PipelineNode};
 use crate::pipeline::orderer::{founding_records, OrderingServer};
 use crate::pipeline::{node_name, orderer_names, PipelineConfig, RaftTiming};
 use crate::smallbank::{self, Skew};
@@ -316,12 +316,10 @@ fn make_node<R: PipelineNode>(
     faults: &Faults,
     weakening: Option<Weakening>,
     node: &str,
-) -> (R, Box<dyn virga_net::role::IoExecutor<R>>)
-where
-    NodeDevice: virga_net::role::IoExecutor<R>,
-{
+) -> (R, Box<dyn virga_net::role::IoExecutor<R>>) {
     let (core, device) = make_core(cluster, faults, weakening, node);
-    (R::wrap(core), Box::new(device))
+    let (node, device) = R::wrap(core, device);
+    (node, Box::new(device))
 }
 
 fn make_core(
@@ -371,7 +369,7 @@ fn make_core(
 /// Runs one seed and checks it.
 pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
     if options.wire {
-        run_nodes::<WireNode>(options)
+        run_nodes::<virga_net::wired::Wired<ChainifyNode>>(options)
     } else {
         run_nodes::<ChainifyNode>(options)
     }
@@ -379,10 +377,7 @@ pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
 
 /// The faults that happen at a moment of the run rather than at a node: the tamper, and the
 /// crash of whichever orderer replica leads then; in time order.
-fn intervene<R: PipelineNode>(sim: &mut Sim<R>, cluster: &Cluster, faults: &Faults) -> Result<(), String>
-where
-    NodeDevice: virga_net::role::IoExecutor<R>,
-{
+fn intervene<R: PipelineNode>(sim: &mut Sim<R>, cluster: &Cluster, faults: &Faults) -> Result<(), String> {
     let mut moments: Vec<(u64, bool)> = Vec::new();
     if let Some((at, _)) = &faults.tamper {
         moments.push((*at, true));
@@ -414,10 +409,7 @@ where
     Ok(())
 }
 
-fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, String>
-where
-    NodeDevice: virga_net::role::IoExecutor<R>,
-{
+fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, String> {
     let cluster = Arc::new(build_cluster(options)?);
     let mut rng = StdRng::seed_from_u64(options.seed ^ 0xc4a1_f1db);
     let faults = draw_faults(options, &mut rng);

@@ -27,9 +27,10 @@ mod validation;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
-use virga_net::{Dkv, NetError};
+use virga_net::NetError;
 use virga_storage::{Timestamp, TxnId};
 use virga_txn::checker::TxnRecord;
 

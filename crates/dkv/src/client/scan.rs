@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use bytes::Bytes;
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
 

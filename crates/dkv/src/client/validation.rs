@@ -28,8 +28,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use bytes::Bytes;
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command};
 use virga_storage::{Timestamp, TxnId};
 

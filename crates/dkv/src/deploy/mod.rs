@@ -32,11 +32,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::Dkv;
 use tokio::sync::watch;
 use virga_core::device::{FileStorage, Storage};
 use virga_net::driver::{Mailbox, Running};
 use virga_net::role::NoIo;
-use virga_net::{Dkv, Host, InProc};
+use virga_net::{Host, InProc};
 
 use crate::api::{Kv, LocalKv};
 use crate::client::{TxnClient, TxnClientConfig};

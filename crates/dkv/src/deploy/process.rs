@@ -12,11 +12,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::Dkv;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use virga_net::driver::{CoreReader, Mailbox};
 use virga_net::role::NoIo;
-use virga_net::{Dkv, Grpc, Host, Tls, Transport};
+use virga_net::{Grpc, Host, Tls, Transport};
 
 use super::metrics::{serve_metrics, RoleMetrics, RoleReader};
 use super::{

@@ -5,13 +5,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use bytes::Bytes;
 use prost::Message as _;
 use virga_core::device::MemStorage;
 use virga_log::{LogOptions, RecordLog};
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Role};
-use virga_net::{Dkv, NetError};
+use virga_net::NetError;
 use virga_storage::{Timestamp, TxnId, VersionedStore};
 
 use crate::layout::{Partitioning, ShardMap};

@@ -9,13 +9,13 @@
 
 use std::collections::VecDeque;
 
+use crate::proto;
 use prost::Message as _;
 use raft::eraftpb;
 use raft::storage::MemStorage;
 use raft::{Config, RawNode, StateRole};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use virga_net::dkv_proto as proto;
 
 use crate::raft_wire::{message_from_wire, message_to_wire, Receiver};
 use crate::wire::{self, Proposal};

@@ -14,8 +14,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use bytes::Bytes;
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Nanos, Role, TimerId};
 use virga_net::NetError;
 use virga_storage::Timestamp;
@@ -86,7 +86,7 @@ impl Harness {
         harness
     }
 
-    fn step(&mut self, event: Event<virga_net::Dkv, std::convert::Infallible, ClientInput>) {
+    fn step(&mut self, event: Event<crate::Dkv, std::convert::Infallible, ClientInput>) {
         let mut out = Vec::new();
         self.client.step(self.now, event, &mut out);
         for command in out {

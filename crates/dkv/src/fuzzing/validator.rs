@@ -8,8 +8,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use prost::Message as _;
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Role, TimerId};
 use virga_net::NetError;
 
@@ -174,7 +174,7 @@ fn built_validation(input: &mut &[u8], now: u64) -> Option<proto::Request> {
 
 impl Harness {
     /// Steps the validator; every reply must answer a pending request, once.
-    fn step(&mut self, event: Event<virga_net::Dkv, std::convert::Infallible, std::convert::Infallible>) {
+    fn step(&mut self, event: Event<crate::Dkv, std::convert::Infallible, std::convert::Infallible>) {
         let mut out = Vec::new();
         self.core.step(self.now, event, &mut out);
         for command in out {

@@ -5,9 +5,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
-use virga_net::{Dkv, NetError};
+use virga_net::NetError;
 
 use crate::config::ConfigCommand;
 use crate::wire::{self, Proposal};

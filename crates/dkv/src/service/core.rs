@@ -16,13 +16,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use raft::eraftpb::{Entry, EntryType, Message};
 use raft::{RawNode, StateRole};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
-use virga_net::{Dkv, NetError};
+use virga_net::NetError;
 
 use super::ConfigLog;
 use super::{ConfigIo, ConfigIoDone, ReplicaConfig, ServiceStats};

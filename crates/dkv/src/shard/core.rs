@@ -10,10 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use bytes::Bytes;
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
-use virga_net::{Dkv, NetError};
+use virga_net::NetError;
 use virga_storage::{Timestamp, TxnId};
 use virga_txn::AbortReason;
 

@@ -1,9 +1,9 @@
 //! Shard messages between clients, primaries and backups (`virga.dkv.v1`): conversion to
 //! and from the replica's types, checking every field of what arrives.
 
+use crate::proto;
 use bytes::Bytes;
 use prost::Message;
-use virga_net::dkv_proto as proto;
 use virga_storage::{Timestamp, TxnId};
 
 use super::replica::{txn_id, txn_parts, ReadOp, ScanRange, ShardRecord, WriteOp};

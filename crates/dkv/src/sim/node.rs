@@ -3,8 +3,8 @@
 
 use std::convert::Infallible;
 
+use crate::Dkv;
 use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
-use virga_net::Dkv;
 
 use crate::config::ConfigCommand;
 use crate::service::{ConfigClient, ConfigCore, ConfigDisk, ConfigIo, ConfigIoDone};

@@ -2,9 +2,9 @@
 
 use super::super::wire::{self, MAX_WIRE_BYTES};
 use super::*;
+use crate::proto;
 use proptest::prelude::*;
 use prost::Message;
-use virga_net::dkv_proto as proto;
 
 #[test]
 fn the_cache_routes_to_the_primary_and_takes_only_newer_maps() {

@@ -6,11 +6,11 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
+use crate::proto;
 use proptest::prelude::*;
 use prost::Message as _;
 use raft::eraftpb::{self, MessageType};
 use raft::{GetEntriesContext, Storage};
-use virga_net::dkv_proto as proto;
 
 use crate::fuzzing::raft_group::{sample_proposal, Delivered, RaftGroup, Scenario, ELECTION_TICK, HEARTBEAT_TICK};
 use crate::raft_wire::*;

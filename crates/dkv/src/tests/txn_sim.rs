@@ -234,8 +234,8 @@ fn a_primary_whose_group_changes_keeps_its_reads_state() {
 /// as invalid) is kept as an error (a `session:` violation in a run) and the work dropped.
 #[test]
 fn the_session_driver_sends_a_transfers_gets_together_and_keeps_unexpected_answers() {
+    use crate::proto::{request::Body, Request};
     use bytes::Bytes;
-    use virga_net::dkv_proto::{request::Body, Request};
     use virga_net::role::{Command, Event};
 
     use crate::client::{ClientInput, Program, TxnClient, TxnClientConfig};

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use bytes::Bytes;
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::role::{CallId, Command, Event, Role};
-use virga_net::Dkv;
 use virga_storage::Timestamp;
 
 use crate::layout::{Partitioning, ShardMap};

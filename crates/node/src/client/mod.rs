@@ -28,14 +28,15 @@ mod queue;
 mod tests;
 mod witness;
 
+use crate::proto::{self, Submission};
+use crate::protocol::{refusal, request, Rainblock, RequestBody, ResponseBody};
 use alloy_primitives::{Address, B256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 use virga_ledger::exec::ExecConfig;
 use virga_ledger::tx::SignedTx;
-use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
-use virga_net::{refusal, request, NetError, Rainblock, RequestBody, ResponseBody};
+use virga_net::NetError;
 
 use crate::codec::{b256, bag_to_wire, block_id, parse_block_id};
 use crate::storage::prefix_nibbles;

@@ -1,6 +1,8 @@
 //! The client core driven by hand: events in, and the commands it emits checked. Witnesses
 //! come from real storage nodes on a small genesis state, so every check is the real one.
 
+use crate::proto::{self, Submission};
+use crate::protocol::{response, RequestBody, Response, ResponseBody};
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, B256, U256};
 use proptest::prelude::*;
@@ -8,9 +10,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use virga_ledger::chain::{read_genesis, ChainGenesis};
-use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, Role, TimerId};
-use virga_net::{response, NetError, RequestBody, Response, ResponseBody};
+use virga_net::NetError;
 
 use super::*;
 use crate::cluster::{replicated_layout, write_genesis};
@@ -463,7 +464,7 @@ fn no_more_than_in_flight_batches_are_under_way() {
 fn a_request_to_a_client_is_refused() {
     let mut world = world(1, 1, 3);
     let mut out = Vec::new();
-    let request = virga_net::request(RequestBody::Head(proto::HeadRequest {}));
+    let request = crate::protocol::request(RequestBody::Head(proto::HeadRequest {}));
     world.core.step(0, Event::Request { from: "x".into(), call: CallId(9), request }, &mut out);
     assert!(matches!(out.as_slice(), [Command::Reply { call: CallId(9), .. }]), "{out:?}");
 }

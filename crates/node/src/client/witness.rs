@@ -1,9 +1,9 @@
 //! A batch's witness fetch: which storage node is asked for which keys, the checks every
 //! witness must pass, and what a failed one leads to.
 
+use crate::proto;
 use alloy_primitives::{B256, U256};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use virga_net::proto;
 use virga_net::role::{CallId, Ids};
 use virga_net::NetError;
 use virga_trie::proof::{NodeBag, ProofError};
@@ -392,7 +392,7 @@ impl WitnessFetch {
         let checked = match result {
             Err(error) => Err(WitnessError::Unavailable(error)),
             Ok(reply) => match reply.body {
-                Some(virga_net::ResponseBody::Witness(mut witness)) => {
+                Some(crate::protocol::ResponseBody::Witness(mut witness)) => {
                     let (storage, codes) = (std::mem::take(&mut witness.storage), std::mem::take(&mut witness.codes));
                     check_witness(witness, &asked.keys, self.at, self.root, compaction).and_then(|checked| {
                         let storage_root_of = |key: &B256| storage_root(&checked.2, key);

@@ -9,12 +9,12 @@
 //! [`Machine::effective_cores`] measures how much of the cores a CPU-bound job of this
 //! process actually gets ([`super::probes`] holds that and the transports' probes).
 
+use crate::proto;
+use crate::protocol::{request, Request, RequestBody};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
-use virga_net::proto;
-use virga_net::{request, Request, RequestBody};
 
 use super::probes::{codec_ns_per_byte, grpc_costs, inproc_call_us, keccak_ns_per_node};
 pub use super::probes::{cpu_share, machine_description};

@@ -2,13 +2,14 @@
 //! node, a call over the in-process and the gRPC transport, the CPU model, and the share of
 //! the cores a busy process gets.
 
+use crate::proto::{self};
+use crate::protocol::{Rainblock, Request, Response, ResponseBody};
 use alloy_primitives::{keccak256, B256};
 use prost::Message;
 use std::sync::Arc;
 use std::time::Instant;
 use virga_ledger::tx::{RecoveredTx, SignedTx};
-use virga_net::proto::{self};
-use virga_net::{Handler, Rainblock, Request, Response, ResponseBody, Transport};
+use virga_net::{Handler, Transport};
 
 use crate::codec::block_id;
 use crate::testkit::Fixture;
@@ -60,7 +61,7 @@ struct Echo;
 impl Handler<Rainblock> for Echo {
     fn handle(&self, _from: String, _request: Request) -> virga_net::BoxFuture<Response> {
         let head = proto::HeadReply { head: Some(block_id(1, B256::ZERO)), state_root: vec![0; 32] };
-        Box::pin(std::future::ready(virga_net::response(ResponseBody::Head(head))))
+        Box::pin(std::future::ready(crate::protocol::response(ResponseBody::Head(head))))
     }
 }
 
@@ -91,9 +92,9 @@ impl Handler<Rainblock> for MailboxEcho {
         let sent = self.sender.send(reply);
         Box::pin(async move {
             if sent.is_err() {
-                return virga_net::refusal("the driver stopped");
+                return crate::protocol::refusal("the driver stopped");
             }
-            answer.await.unwrap_or_else(|_| virga_net::refusal("the driver dropped the call"))
+            answer.await.unwrap_or_else(|_| crate::protocol::refusal("the driver dropped the call"))
         })
     }
 }

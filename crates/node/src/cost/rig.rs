@@ -6,6 +6,8 @@
 //! and each step is timed by the process's CPU clock.
 
 use crate::client::precheck::{check_transfer, touched_keys};
+use crate::proto::{self, Submission};
+use crate::protocol::{request, Rainblock, Request, RequestBody, Response, ResponseBody};
 use alloy_primitives::B256;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
@@ -13,9 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use virga_ledger::builder::build_block;
 use virga_ledger::tx::{RecoveredTx, SignedTx};
-use virga_net::proto::{self, Submission};
 use virga_net::role::{CallId, Command, Event, IoExecutor, Protocol, Role};
-use virga_net::{request, Rainblock, Request, RequestBody, Response, ResponseBody};
 use virga_trie::account::Account;
 use virga_trie::proof::NodeBag;
 
@@ -187,7 +187,7 @@ impl Rig {
 
     fn serve(&mut self, to: &str, request: Request) -> Response {
         let Some((_, node)) = self.nodes.iter_mut().find(|(id, _)| id == to) else {
-            return virga_net::refusal(format!("no storage node {to}"));
+            return crate::protocol::refusal(format!("no storage node {to}"));
         };
         let mut out: Vec<Command<Rainblock, StorageIo>> = Vec::new();
         node.step(0, Event::Request { from: "miner-0".into(), call: CallId(0), request }, &mut out);
@@ -196,7 +196,7 @@ impl Rig {
                 Command::Reply { response, .. } => Some(response),
                 _ => None,
             })
-            .unwrap_or_else(|| virga_net::refusal("the storage node did not answer"))
+            .unwrap_or_else(|| crate::protocol::refusal("the storage node did not answer"))
     }
 
     /// Answers the miner's calls from the storage nodes until it makes none; returns its

@@ -11,6 +11,8 @@
 //! older root. A transfer whose accounts still cannot be read aborts as `stale_witness`;
 //! every signature is recovered.
 
+use crate::proto::{BlockUpdates, KeyUpdate, SlotUpdate, TxOutcome};
+use crate::protocol::Rainblock;
 use alloy_primitives::{keccak256, Address, B256};
 use std::collections::{HashMap, HashSet};
 use virga_core::KECCAK_EMPTY;
@@ -19,9 +21,7 @@ use virga_ledger::builder::{build_block, Built as BuiltBlock};
 use virga_ledger::exec::StateSource;
 use virga_ledger::tx::{RecoveredTx, SignedTx};
 use virga_ledger::verify::max_transactions;
-use virga_net::proto::{BlockUpdates, KeyUpdate, SlotUpdate, TxOutcome};
 use virga_net::role::{Command, Nanos};
-use virga_net::Rainblock;
 use virga_trie::account::storage_value_rlp;
 use virga_trie::proof::NodeBag;
 use virga_trie::PartialTrie;
@@ -367,7 +367,7 @@ fn misbuild(mut built: BuiltBlock, wrong_root: bool) -> BuiltBlock {
 fn attach_bags(
     layer: &mut Layer,
     bag: &NodeBag,
-    storage: Vec<virga_net::proto::StorageBag>,
+    storage: Vec<crate::proto::StorageBag>,
     codes: Vec<Vec<u8>>,
 ) -> Result<ContractBags, String> {
     let refused = |reason: &dyn std::fmt::Display| format!("node bag refused: {reason}");

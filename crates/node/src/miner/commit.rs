@@ -5,12 +5,13 @@
 //! reached is asked again, with a growing back-off, until it answers; an answer refusing
 //! the block (or acknowledging another) is final, and the block is abandoned.
 
+use crate::proto::{self, BlockUpdates, TxOutcome};
+use crate::protocol::{request, Rainblock, RequestBody, Response, ResponseBody};
 use alloy_primitives::B256;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use virga_net::proto::{self, BlockUpdates, TxOutcome};
 use virga_net::role::Command;
-use virga_net::{request, NetError, Rainblock, RequestBody, Response, ResponseBody};
+use virga_net::NetError;
 
 use super::{
     outcomes_reply, AckError, Built, ChainDiskError, MinerCore, MinerIo, Outstanding, Replies, StoreFor, TimerPurpose,

@@ -3,10 +3,10 @@
 //! storage bag's nodes attach where they hash to hash nodes of the account's storage trie;
 //! code is held by its own hash), so it cannot change what the miner believes.
 
+use crate::proto::StorageBag;
 use alloy_primitives::{keccak256, B256};
 use std::collections::BTreeMap;
 use virga_evm::{PartialState, WitnessJoinError};
-use virga_net::proto::StorageBag;
 use virga_trie::proof::NodeBag;
 
 use crate::codec::{b256, bag_from_wire, bag_to_wire, check_keys, WireError};

@@ -1,6 +1,8 @@
 //! A miner in this process: its core run by virga-net's tokio driver, with the chain store
 //! as its device. Requests that arrive before the driver starts wait in its mailbox.
 
+use crate::proto;
+use crate::protocol::{response, Rainblock, Request, RequestBody, Response, ResponseBody};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use parking_lot::Mutex;
@@ -9,9 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use virga_ledger::store::ChainStore;
 use virga_net::driver::{Mailbox, Running};
-use virga_net::{
-    proto, response, BoxFuture, Handler, Rainblock, Request, RequestBody, Response, ResponseBody, Transport,
-};
+use virga_net::{BoxFuture, Handler, Transport};
 
 use super::{execution_pool, ChainDisk, MinerConfig, MinerCore, MinerError, MinerStats};
 

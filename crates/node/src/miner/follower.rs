@@ -1,11 +1,11 @@
 //! A follower: blocks announced by another miner are verified from this miner's own top
 //! layer and the block's bag (re-executed, never trusted), stored, then adopted.
 
+use crate::proto;
+use crate::protocol::Rainblock;
 use alloy_primitives::{keccak256, B256};
 use virga_ledger::verify::{check_block, execute_block, ExecMode};
-use virga_net::proto;
 use virga_net::role::{CallId, Command};
-use virga_net::Rainblock;
 
 use super::building::attach_bag;
 use super::contract_bags::ContractBags;
@@ -115,6 +115,6 @@ impl MinerCore {
     }
 }
 
-fn verdict_response(verdict: proto::Verdict) -> virga_net::Response {
-    virga_net::response(virga_net::ResponseBody::Verdict(verdict))
+fn verdict_response(verdict: proto::Verdict) -> crate::protocol::Response {
+    crate::protocol::response(crate::protocol::ResponseBody::Verdict(verdict))
 }

@@ -20,6 +20,8 @@ pub use building::{BuildJob, BuildOutcome, NONCE_USED};
 pub use driver::Miner;
 pub use errors::{AckError, AnnouncementRefusal, ChainDiskError, LeftOut, UpdatesError, WarmUpFailure};
 
+use crate::proto::{self, BlockUpdates, Submission, TxOutcome};
+use crate::protocol::{refusal, response, Rainblock, RequestBody, Response, ResponseBody};
 use alloy_consensus::Header;
 use alloy_primitives::{Address, B256};
 use std::collections::{HashMap, VecDeque};
@@ -29,9 +31,7 @@ use std::time::Duration;
 use virga_ledger::block::Block;
 use virga_ledger::store::{ChainStore, StoreOptions};
 use virga_ledger::verify::ChainConfig;
-use virga_net::proto::{self, BlockUpdates, Submission, TxOutcome};
 use virga_net::role::{CallId, Command, Detached, Event, Ids, IoExecutor, IoId, Nanos, Role, TimerId};
-use virga_net::{refusal, response, Rainblock, RequestBody, Response, ResponseBody};
 use virga_trie::proof::NodeBag;
 
 use crate::codec::{block_id, decode_block};
@@ -313,11 +313,13 @@ impl MinerCore {
 
     /// The tip's header and top layer: what the next block builds on (the cost calibration
     /// times admission and building on a copy of it).
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn tip(&self) -> (&Header, &virga_evm::PartialState) {
         (&self.layer.tip.header, &self.layer.tip.top)
     }
 
     /// The execution pool blocks are built on.
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn pool(&self) -> &rayon::ThreadPool {
         &self.pool
     }
@@ -403,6 +405,7 @@ impl MinerCore {
     /// Builds a block from the queued submissions and drops it at once, answering them as
     /// for a refused block: the fuzz target's way through submission decoding and
     /// verification with no transport. The tip stays where it was.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn build_queued(&mut self, out: &mut Vec<Command<Rainblock, MinerIo>>) {
         let batch = self.take_batch();
         if batch.is_empty() {

@@ -3,11 +3,12 @@
 //! credits. A round that fails (a node unreachable, a witness refused) is tried again after
 //! [`WARM_UP_RETRY`]; the miner builds nothing until a round succeeds.
 
+use crate::proto;
+use crate::protocol::{request, Rainblock, RequestBody, Response, ResponseBody};
 use alloy_primitives::{keccak256, B256};
 use std::time::Duration;
-use virga_net::proto;
 use virga_net::role::Command;
-use virga_net::{request, NetError, Rainblock, RequestBody, Response, ResponseBody};
+use virga_net::NetError;
 use virga_trie::proof::NodeBag;
 
 use super::{MinerCore, MinerIo, Outstanding, TimerPurpose, WarmUpFailure};

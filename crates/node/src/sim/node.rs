@@ -1,7 +1,7 @@
 //! RainBlock's three roles as one [`Role`] for the simulator, which runs one role type.
 
+use crate::protocol::Rainblock;
 use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
-use virga_net::Rainblock;
 
 use crate::client::{ClientCore, UserTransfer};
 use crate::miner::{ChainDisk, ChainDiskError, MinerCore, MinerIo, MinerIoDone};

@@ -3,6 +3,7 @@
 //! simulated cluster's throughput is the prediction. The analytic model (`cost::model`)
 //! predicts the same shapes from the same calibration; the two are set side by side.
 
+use crate::protocol::{Rainblock, RequestBody, ResponseBody};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -11,7 +12,6 @@ use std::time::Duration;
 use virga_core::device::{MemStorage, Storage};
 use virga_ledger::store::StoreOptions;
 use virga_net::role::{Event, IoExecutor, Protocol};
-use virga_net::{Rainblock, RequestBody, ResponseBody};
 use virga_sim::{CostModel, NetConfig, RoleEvent, Sim, SimConfig};
 
 use super::node::{NodeDisk, NodeIo, RainblockNode};

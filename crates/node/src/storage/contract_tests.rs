@@ -2,12 +2,12 @@
 //! of slots and code prove through the state root, and every disagreement is refused by name.
 //! The oracle is a whole `StateTrie` given the same changes.
 
+use crate::proto::{self, BlockUpdates, KeyUpdate, SlotUpdate};
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, B256, U256};
 use virga_core::EMPTY_ROOT;
 use virga_ledger::exec::next_base_fee;
 use virga_ledger::verify::ChainConfig;
-use virga_net::proto::{self, BlockUpdates, KeyUpdate, SlotUpdate};
 use virga_trie::account::{storage_value_rlp, Account, StateTrie};
 use virga_trie::shard::shard_of;
 

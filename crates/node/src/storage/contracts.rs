@@ -7,12 +7,12 @@
 //! account now announces, and with its code held: what a node serves always proves through
 //! the state root.
 
+use crate::proto;
 use alloy_primitives::{keccak256, B256, U256};
 use alloy_rlp::Decodable;
 use std::collections::HashMap;
 use std::sync::Arc;
 use virga_core::{EMPTY_ROOT, KECCAK_EMPTY};
-use virga_net::proto;
 use virga_trie::account::{Account, StateTrie};
 use virga_trie::proof::NodeBag;
 use virga_trie::shard::{shard_of, ShardedTrie};

@@ -7,13 +7,13 @@
 //! [`CHECKPOINT_LAG`] blocks down, and once one is written, for the log to be cut below the
 //! checkpoint before it.
 
+use crate::proto::{self, BlockUpdates};
+use crate::protocol::{refusal, response, Rainblock, Request, RequestBody, Response, ResponseBody};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use prost::Message;
 use std::collections::{HashMap, VecDeque};
-use virga_net::proto::{self, BlockUpdates};
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role};
-use virga_net::{refusal, response, Rainblock, Request, RequestBody, Response, ResponseBody};
 use virga_trie::shard::ShardedTrie;
 
 use super::versions::{with_bag, Accepted, BlockRefusal, ReadRefusal, Served, Versions};

@@ -24,15 +24,16 @@ pub use disk::StorageDisk;
 pub use node::{open_core, NodeStorage, Opened, StorageNode};
 pub use versions::{BlockRefusal, ReadRefusal, Served};
 
+use crate::proto::{self, BlockUpdates};
+use crate::protocol::{refusal, Rainblock, Request, Response};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use virga_ledger::verify::ChainConfig;
-use virga_net::proto::{self, BlockUpdates};
 use virga_net::role::{CallId, Command, Event, IoExecutor, Role};
-use virga_net::{refusal, BoxFuture, Handler, Rainblock, Request, Response};
+use virga_net::{BoxFuture, Handler};
 use virga_trie::account::StateTrie;
 use virga_trie::shard::{Shard, ShardedTrie};
 use virga_trie::Trie;

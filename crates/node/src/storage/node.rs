@@ -371,11 +371,11 @@ impl StorageNode {
         let response = self.inner.lock().apply(self.id.clone(), updates.clone())?;
         let unacknowledged = |reason: &str| StorageError::Unacknowledged { reason: reason.to_string() };
         match response.body {
-            Some(virga_net::ResponseBody::BlockAck(ack)) => {
+            Some(crate::protocol::ResponseBody::BlockAck(ack)) => {
                 let acked = crate::codec::parse_block_id(ack.block.as_ref(), "block").map_err(BlockRefusal::from)?;
                 acked.ok_or_else(|| unacknowledged("acknowledged no block"))
             }
-            Some(virga_net::ResponseBody::Error(reason)) => Err(StorageError::Unacknowledged { reason }),
+            Some(crate::protocol::ResponseBody::Error(reason)) => Err(StorageError::Unacknowledged { reason }),
             _ => Err(unacknowledged("the storage node answered a block with something else")),
         }
     }

@@ -1,12 +1,12 @@
 //! A storage node's versions: one per accepted block, sharing trie nodes, with the checks a
 //! block passes before it becomes one. Pure: no I/O.
 
+use crate::proto::{self, BlockUpdates};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use std::collections::{HashMap, HashSet};
 use virga_ledger::verify::{check_header, ChainConfig, Problem};
 use virga_log::LogError;
-use virga_net::proto::{self, BlockUpdates};
 use virga_trie::shard::{Shard, ShardError, ShardedTrie};
 
 use super::contracts::{ContractRefusal, Contracts};

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeSet;
 
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
-use virga_net::Dkv;
 
 use super::{vote, AfterLog, DataCore, Pending, PendingKey, PendingKind};
 use crate::layout::{ReplicaRole, ShardId};

@@ -12,9 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
-use virga_net::Dkv;
 use virga_storage::{Timestamp, TxnId};
 use virga_txn::AbortReason;
 

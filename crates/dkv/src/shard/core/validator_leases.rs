@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use virga_net::dkv_proto::{self as proto, response::Body as ResponseBody};
+use crate::proto::{self as proto, response::Body as ResponseBody};
 use virga_net::role::Nanos;
 use virga_storage::Timestamp;
 

@@ -5,8 +5,8 @@
 
 use std::convert::Infallible;
 
+use crate::Dkv;
 use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
-use virga_net::Dkv;
 
 use super::session::SessionClient;
 use crate::client::{ClientInput, Program, TxnClient};

@@ -13,9 +13,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{Command, Event, Nanos, Role, TimerId};
-use virga_net::Dkv;
 use virga_storage::TxnId;
 
 use crate::client::{

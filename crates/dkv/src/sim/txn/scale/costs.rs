@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
+use crate::Dkv;
 use virga_net::role::{Event, Protocol};
-use virga_net::Dkv;
 use virga_sim::{CostModel, RoleEvent, SimError};
 
 use super::{run_closed_loop, Loader, RoleKind, ScaleShape, Timed};

@@ -16,10 +16,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::Dkv;
 use bytes::Bytes;
 use virga_core::device::{MemStorage, Storage};
 use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
-use virga_net::Dkv;
 use virga_sim::{CostModel, NetConfig, Sim, SimConfig, SimError};
 
 pub use self::costs::{calibrate, event_kind, StepCosts};

@@ -6,13 +6,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::Dkv;
 use tokio::sync::watch;
 use virga_core::device::FileStorage;
 use virga_log::{LogOptions, RecordLog, SyncPolicy};
-use virga_net::dkv_proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use virga_net::driver::Mailbox;
 use virga_net::role::{CallId, Command, Event, Nanos, NoIo, Role};
-use virga_net::{Dkv, Host, InProc, Transport};
+use virga_net::{Host, InProc, Transport};
 
 /// Answers every request with an acknowledgement.
 struct Echo;

@@ -1,10 +1,13 @@
-//! RainBlock's messages (storage nodes, miners, prefetching clients) as a protocol.
+//! RainBlock's messages (storage nodes, miners, prefetching clients) as a protocol of the
+//! transports.
 
-use crate::role::Protocol;
-use crate::{NetError, Request, RequestBody, Response, ResponseBody, WireProtocol};
+use virga_net::role::Protocol;
+use virga_net::{ProtobufError, WireProtocol};
 
-/// RainBlock's protocol: [`Request`] and [`Response`] of package `virga.rainblock.v1`, in the
-/// envelope's `rainblock` arm.
+pub use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
+
+/// RainBlock's protocol: [`Request`] and [`Response`] of package `virga.rainblock.v1`, in
+/// envelopes named `rainblock`.
 #[derive(Clone, Copy, Debug)]
 pub struct Rainblock;
 
@@ -45,25 +48,46 @@ impl Protocol for Rainblock {
         prost::Message::encoded_len(response)
     }
 
-    /// Turns an `error` response into [`NetError::Refused`] and an empty one into
-    /// [`NetError::BadResponse`].
-    fn check(peer: &str, response: Response) -> Result<Response, NetError> {
-        match response.body {
-            Some(ResponseBody::Error(reason)) => Err(NetError::Refused { peer: peer.to_string(), reason }),
-            None => Err(NetError::BadResponse { peer: peer.to_string() }),
-            Some(_) => Ok(response),
+    fn refusal_reason(response: &Response) -> Option<&str> {
+        match &response.body {
+            Some(ResponseBody::Error(reason)) => Some(reason),
+            _ => None,
         }
     }
 }
 
 impl WireProtocol for Rainblock {
     const NAME: &'static str = "rainblock";
+    type DecodeError = ProtobufError;
 
     fn refusal(reason: String) -> Response {
         refusal(reason)
     }
 
-    crate::envelope_arm!(Rainblock);
+    fn encode_request(request: Request) -> Vec<u8> {
+        prost::Message::encode_to_vec(&request)
+    }
+
+    /// A request of no kind this build knows is refused, not served as a default.
+    fn decode_request(bytes: &[u8]) -> Result<Request, ProtobufError> {
+        let request: Request = ProtobufError::decode(bytes, "rainblock request")?;
+        match request.body {
+            Some(_) => Ok(request),
+            None => Err(ProtobufError::Empty { message: "rainblock request" }),
+        }
+    }
+
+    fn encode_response(response: Response) -> Vec<u8> {
+        prost::Message::encode_to_vec(&response)
+    }
+
+    fn decode_response(bytes: &[u8]) -> Result<Response, ProtobufError> {
+        let response: Response = ProtobufError::decode(bytes, "rainblock response")?;
+        match response.body {
+            Some(_) => Ok(response),
+            None => Err(ProtobufError::Empty { message: "rainblock response" }),
+        }
+    }
 }
 
 pub fn request(body: RequestBody) -> Request {

@@ -1,12 +1,13 @@
-//! The distributed transactional store's messages (package `virga.dkv.v1`) as a protocol:
-//! Raft traffic between configuration replicas, proposals and map reads from clients.
+//! The store's messages between its roles as a protocol of the transports: Raft traffic
+//! between configuration replicas, proposals and map reads from clients and data nodes, and
+//! the shard replicas' reads, two-phase commit, replication, leases and termination.
 
-use crate::dkv_proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
-use crate::role::Protocol;
-use crate::{NetError, WireProtocol};
+use virga_net::role::Protocol;
+use virga_net::{ProtobufError, WireProtocol};
 
-/// The dkv protocol: [`Request`] and [`Response`] of `virga.dkv.v1`, in the envelope's `dkv`
-/// arm.
+use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
+
+/// The dkv protocol: [`Request`] and [`Response`] of `virga.dkv.v1`, in envelopes named `dkv`.
 #[derive(Clone, Copy, Debug)]
 pub struct Dkv;
 
@@ -68,23 +69,45 @@ impl Protocol for Dkv {
         prost::Message::encoded_len(response)
     }
 
-    /// Turns an `error` response into [`NetError::Refused`] and an empty one into
-    /// [`NetError::BadResponse`]; `not_leader` is an answer, left to the caller.
-    fn check(peer: &str, response: Response) -> Result<Response, NetError> {
-        match response.body {
-            Some(ResponseBody::Error(reason)) => Err(NetError::Refused { peer: peer.to_string(), reason }),
-            None => Err(NetError::BadResponse { peer: peer.to_string() }),
-            Some(_) => Ok(response),
+    /// An `error` response is a refusal; `not_leader` is an answer, left to the caller.
+    fn refusal_reason(response: &Response) -> Option<&str> {
+        match &response.body {
+            Some(ResponseBody::Error(reason)) => Some(reason),
+            _ => None,
         }
     }
 }
 
 impl WireProtocol for Dkv {
     const NAME: &'static str = "dkv";
+    type DecodeError = ProtobufError;
 
     fn refusal(reason: String) -> Response {
         Response { body: Some(ResponseBody::Error(reason)) }
     }
 
-    crate::envelope_arm!(Dkv);
+    fn encode_request(request: Request) -> Vec<u8> {
+        prost::Message::encode_to_vec(&request)
+    }
+
+    /// A request of no kind this build knows is refused, not served as a default.
+    fn decode_request(bytes: &[u8]) -> Result<Request, ProtobufError> {
+        let request: Request = ProtobufError::decode(bytes, "dkv request")?;
+        match request.body {
+            Some(_) => Ok(request),
+            None => Err(ProtobufError::Empty { message: "dkv request" }),
+        }
+    }
+
+    fn encode_response(response: Response) -> Vec<u8> {
+        prost::Message::encode_to_vec(&response)
+    }
+
+    fn decode_response(bytes: &[u8]) -> Result<Response, ProtobufError> {
+        let response: Response = ProtobufError::decode(bytes, "dkv response")?;
+        match response.body {
+            Some(_) => Ok(response),
+            None => Err(ProtobufError::Empty { message: "dkv response" }),
+        }
+    }
 }

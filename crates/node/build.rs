@@ -1,0 +1,8 @@
+// Compiles RainBlock's messages (proto/rainblock.proto, package `virga.rainblock.v1`) with
+// protox, a protobuf compiler written in Rust, so building needs no `protoc`.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/rainblock.proto");
+    let descriptors = protox::compile(["proto/rainblock.proto"], ["proto"])?;
+    tonic_prost_build::configure().build_client(false).build_server(false).compile_fds(descriptors)?;
+    Ok(())
+}
