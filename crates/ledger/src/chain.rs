@@ -18,12 +18,15 @@
 //! problem.
 
 use std::collections::{HashSet, VecDeque};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloy_consensus::constants::EMPTY_ROOT_HASH;
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, Bytes, B256, B64, U256};
+use virga_core::device::{IntoStorage, Storage};
 use virga_log::SyncPolicy;
 use virga_trie::account::StateTrie;
 use virga_trie::durable::{DurableError, DurableOptions, DurableTrie};
@@ -113,8 +116,64 @@ pub enum ChainError {
     State(#[from] StateError),
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ChainError + '_ {
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ChainError + '_ {
     move |source| ChainError::Io { path: path.to_path_buf(), source }
+}
+
+/// A chain directory: every file of the chain is reached through its [`Storage`].
+struct ChainDir {
+    path: PathBuf,
+    storage: Arc<dyn Storage>,
+}
+
+impl ChainDir {
+    /// The chain directory at `dir`; with `create`, a missing directory is made first.
+    fn at(dir: &Path, create: bool) -> Result<ChainDir, ChainError> {
+        let storage = dir.into_storage(create).map_err(io_error(dir))?;
+        Ok(ChainDir { path: dir.to_path_buf(), storage })
+    }
+
+    /// The object `name`'s bytes, or `None` if there is no such object.
+    fn read(&self, name: &str) -> Result<Option<Vec<u8>>, ChainError> {
+        let path = self.storage.path_of(name);
+        match self.storage.open(name).and_then(|device| device.read_all()) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ChainError::Io { path, source }),
+        }
+    }
+
+    fn exists(&self, name: &str) -> Result<bool, ChainError> {
+        self.storage.exists(name).map_err(io_error(&self.storage.path_of(name)))
+    }
+
+    /// Writes object `name` so that a crash leaves the old bytes or the new ones.
+    fn replace(&self, name: &str, bytes: &[u8]) -> Result<(), ChainError> {
+        self.storage.replace_atomically(name, bytes).map_err(io_error(&self.storage.path_of(name)))
+    }
+
+    /// The nested namespace `name`, created if missing.
+    fn sub(&self, name: &str) -> Result<Arc<dyn Storage>, ChainError> {
+        self.storage.sub(name).map_err(io_error(&self.storage.path_of(name)))
+    }
+
+    /// The nested namespace `name` if it exists; creates nothing.
+    fn open_sub(&self, name: &str) -> Result<Option<Arc<dyn Storage>>, ChainError> {
+        match self.storage.open_sub(name) {
+            Ok(storage) => Ok(Some(storage)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ChainError::Io { path: self.storage.path_of(name), source }),
+        }
+    }
+
+    /// Deletes the nested namespace `name` if it exists (whole, or not at all).
+    fn remove_sub(&self, name: &str) -> Result<(), ChainError> {
+        match self.storage.remove_sub(name) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(ChainError::Io { path: self.storage.path_of(name), source }),
+        }
+    }
 }
 
 /// The rules `genesis` sets: chain id from `config.chainId` (1337 when absent), difficulty
@@ -238,11 +297,19 @@ pub struct ChainGenesis {
 
 /// Reads `genesis.json` in a chain directory and builds its state.
 pub fn read_genesis(dir: &Path) -> Result<ChainGenesis, ChainError> {
-    let path = dir.join(GENESIS_FILE);
-    if !path.exists() {
-        return Err(ChainError::NoChain(dir.to_path_buf()));
-    }
-    let genesis = Genesis::from_file(&path).map_err(|source| ChainError::Genesis { path: path.clone(), source })?;
+    read_genesis_in(&ChainDir::at(dir, false)?)
+}
+
+fn read_genesis_in(dir: &ChainDir) -> Result<ChainGenesis, ChainError> {
+    let path = dir.storage.path_of(GENESIS_FILE);
+    let Some(bytes) = dir.read(GENESIS_FILE)? else {
+        return Err(ChainError::NoChain(dir.path.clone()));
+    };
+    let text = std::str::from_utf8(&bytes).map_err(|error| ChainError::Genesis {
+        path: path.clone(),
+        source: GenesisError::NotUtf8 { offset: error.valid_up_to() },
+    })?;
+    let genesis = Genesis::from_json_str(text).map_err(|source| ChainError::Genesis { path, source })?;
     let config = chain_config(&genesis)?;
     let mut state = genesis.state();
     let header = genesis_header(&genesis, state.root());
@@ -273,33 +340,26 @@ fn all_accounts(state: &StateTrie) -> Vec<Update> {
 
 /// Refuses a chain directory of an older format, and one whose `FORMAT` file is unreadable.
 /// A directory without blocks yet gets the marker when `create` is set.
-fn check_format(dir: &Path, create: bool) -> Result<(), ChainError> {
-    let path = dir.join(FORMAT_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+fn check_format(dir: &ChainDir, create: bool) -> Result<(), ChainError> {
+    let path = dir.storage.path_of(FORMAT_FILE);
+    let bytes = match dir.read(FORMAT_FILE)? {
+        Some(bytes) => bytes,
         // Format 2 wrote no marker; a directory with blocks but no marker is one.
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound && dir.join(BLOCKS_DIR).exists() => {
-            return Err(ChainError::OlderFormat { dir: dir.to_path_buf(), found: 2 });
+        None if dir.open_sub(BLOCKS_DIR)?.is_some() => {
+            return Err(ChainError::OlderFormat { dir: dir.path.clone(), found: 2 });
         }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound && create => return write_format(dir),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => return Err(ChainError::Io { path, source }),
+        None if create => return dir.replace(FORMAT_FILE, format!("{CHAIN_FORMAT}\n").as_bytes()),
+        None => return Ok(()),
     };
-    // Exactly what `write_format` writes: a changed byte anywhere is noticed.
+    let text = String::from_utf8_lossy(&bytes);
+    // Exactly what a new chain writes: a changed byte anywhere is noticed.
     if text == format!("{CHAIN_FORMAT}\n") {
         return Ok(());
     }
     match text.trim().parse::<u32>() {
-        Ok(found) if found < CHAIN_FORMAT => Err(ChainError::OlderFormat { dir: dir.to_path_buf(), found }),
+        Ok(found) if found < CHAIN_FORMAT => Err(ChainError::OlderFormat { dir: dir.path.clone(), found }),
         _ => Err(ChainError::BadFormatFile { path, text: text.chars().take(40).collect() }),
     }
-}
-
-fn write_format(dir: &Path) -> Result<(), ChainError> {
-    let path = dir.join(FORMAT_FILE);
-    let temporary = dir.join("FORMAT.tmp");
-    std::fs::write(&temporary, format!("{CHAIN_FORMAT}\n")).map_err(io_error(&temporary))?;
-    std::fs::rename(&temporary, &path).map_err(io_error(&path))
 }
 
 /// The hashes of the blocks up to `number` that `BLOCKHASH` can reach.
@@ -337,17 +397,14 @@ impl Chain {
         options: ChainOptions,
         pool: &rayon::ThreadPool,
     ) -> Result<(Chain, OpenReport), ChainError> {
-        let path = dir.join(GENESIS_FILE);
-        if path.exists() {
+        let chain_dir = ChainDir::at(dir, true)?;
+        if chain_dir.exists(GENESIS_FILE)? {
             return Err(ChainError::AlreadyExists(dir.to_path_buf()));
         }
-        std::fs::create_dir_all(dir).map_err(io_error(dir))?;
         let genesis = Genesis::from_json_str(genesis_json)
-            .map_err(|source| ChainError::Genesis { path: path.clone(), source })?;
+            .map_err(|source| ChainError::Genesis { path: chain_dir.storage.path_of(GENESIS_FILE), source })?;
         chain_config(&genesis)?;
-        let temporary = dir.join("genesis.json.tmp");
-        std::fs::write(&temporary, genesis_json).map_err(io_error(&temporary))?;
-        std::fs::rename(&temporary, &path).map_err(io_error(&path))?;
+        chain_dir.replace(GENESIS_FILE, genesis_json.as_bytes())?;
         Self::open(dir, options, pool)
     }
 
@@ -359,10 +416,11 @@ impl Chain {
         options: ChainOptions,
         pool: &rayon::ThreadPool,
     ) -> Result<(Chain, OpenReport), ChainError> {
-        let genesis = read_genesis(dir)?;
-        check_format(dir, true)?;
+        let chain_dir = ChainDir::at(dir, false)?;
+        let genesis = read_genesis_in(&chain_dir)?;
+        check_format(&chain_dir, true)?;
         let genesis_hash = genesis.header.hash_slow();
-        let (mut store, recovery) = ChainStore::open(dir.join(BLOCKS_DIR), options.store.clone())?;
+        let (mut store, recovery) = ChainStore::open(chain_dir.sub(BLOCKS_DIR)?, options.store.clone())?;
         match store.hash_of(0) {
             None => {
                 let block = Block { header: genesis.header.clone(), transactions: Vec::new() };
@@ -376,7 +434,7 @@ impl Chain {
         }
         let head_number = store.head().map_or(0, |(number, _)| number);
         let (state_store, contract_store, state, state_rebuilt) =
-            open_state_stores(dir, &options, &genesis, &store, head_number)?;
+            open_state_stores(&chain_dir, &options, &genesis, &store, head_number)?;
         let state_number = state_store.version() - 1;
         let state_header =
             if state_number == 0 { genesis.header.clone() } else { load_block(&store, state_number)?.header };
@@ -562,15 +620,15 @@ impl Chain {
 /// the blocks (reported as the reason) when either is damaged, ahead of the blocks, apart
 /// from the other, or holding a state its block does not commit to.
 fn open_state_stores(
-    dir: &Path,
+    dir: &ChainDir,
     options: &ChainOptions,
     genesis: &ChainGenesis,
     store: &ChainStore,
     head_number: u64,
 ) -> Result<(DurableTrie, DurableTrie, StateTrie, Option<String>), ChainError> {
-    let (state_dir, contracts_dir) = (dir.join(STATE_DIR), dir.join(CONTRACTS_DIR));
-    let opened = DurableTrie::open(&state_dir, state_options(options))
-        .and_then(|(accounts, _)| Ok((accounts, DurableTrie::open(&contracts_dir, state_options(options))?.0)));
+    let (state_dir, contracts_dir) = (dir.sub(STATE_DIR)?, dir.sub(CONTRACTS_DIR)?);
+    let opened = DurableTrie::open(state_dir, state_options(options))
+        .and_then(|(accounts, _)| Ok((accounts, DurableTrie::open(contracts_dir, state_options(options))?.0)));
     let mut rebuilt = None;
     let stores = match opened {
         Ok((accounts, contracts)) => match check_stores(genesis, store, head_number, &accounts, &contracts) {
@@ -589,8 +647,8 @@ fn open_state_stores(
     if let Some(stores) = stores {
         return Ok((stores.0, stores.1, stores.2, rebuilt));
     }
-    let mut accounts = rebuild_state_dir(&state_dir, options)?;
-    let mut contracts = rebuild_state_dir(&contracts_dir, options)?;
+    let mut accounts = rebuild_state_dir(dir, STATE_DIR, options)?;
+    let mut contracts = rebuild_state_dir(dir, CONTRACTS_DIR, options)?;
     accounts.commit_applied(genesis.state.accounts().as_trie().snapshot(), &all_accounts(&genesis.state))?;
     contracts.commit(&contract_store::all_contracts(&genesis.state))?;
     Ok((accounts, contracts, genesis.state.clone(), rebuilt))
@@ -635,18 +693,11 @@ fn check_stores(
     Ok(Some(state))
 }
 
-/// Moves a state store aside, deletes it, and opens an empty one in its place. The rename
-/// makes the discard atomic: a crash leaves either the old store or none, never a half.
-fn rebuild_state_dir(state_dir: &Path, options: &ChainOptions) -> Result<DurableTrie, ChainError> {
-    let discarded = state_dir.with_extension("discarded");
-    if discarded.exists() {
-        std::fs::remove_dir_all(&discarded).map_err(io_error(&discarded))?;
-    }
-    if state_dir.exists() {
-        std::fs::rename(state_dir, &discarded).map_err(io_error(state_dir))?;
-        std::fs::remove_dir_all(&discarded).map_err(io_error(&discarded))?;
-    }
-    Ok(DurableTrie::open(state_dir, state_options(options))?.0)
+/// Deletes the state store `name` and opens an empty one in its place. The storage deletes a
+/// namespace whole or not at all: a crash leaves either the old store or none, never a half.
+fn rebuild_state_dir(dir: &ChainDir, name: &str, options: &ChainOptions) -> Result<DurableTrie, ChainError> {
+    dir.remove_sub(name)?;
+    Ok(DurableTrie::open(dir.sub(name)?, state_options(options))?.0)
 }
 
 fn load_block(store: &ChainStore, number: u64) -> Result<Block, ChainError> {
@@ -823,31 +874,36 @@ fn execute_checked(
 
 /// Reads the state store without changing it (a torn log tail is reported, not cut;
 /// unfinished checkpoints are left alone) and returns its block and root.
-fn read_state_store(state_dir: &Path) -> Result<DurableTrie, ChainError> {
-    if !state_dir.exists() {
-        return Err(ChainError::EmptyState(state_dir.to_path_buf()));
-    }
+fn read_state_store(dir: &ChainDir, name: &str) -> Result<DurableTrie, ChainError> {
+    let state_dir = dir.storage.path_of(name);
+    let Some(storage) = dir.open_sub(name)? else {
+        return Err(ChainError::EmptyState(state_dir));
+    };
     let (state_store, recovery) =
-        DurableTrie::open_read_only(state_dir, DurableOptions::default()).map_err(|source| {
+        DurableTrie::open_read_only(storage, DurableOptions::default()).map_err(|source| {
             // Version v of the state store is the state after block v - 1.
             let block = source.version().map(|version| version.saturating_sub(1));
-            let chain = state_dir.parent().unwrap_or(state_dir).to_path_buf();
-            ChainError::StateDamaged { dir: state_dir.to_path_buf(), chain, block, source: Box::new(source) }
+            ChainError::StateDamaged {
+                dir: state_dir.clone(),
+                chain: dir.path.clone(),
+                block,
+                source: Box::new(source),
+            }
         })?;
     if recovery.truncated_log_bytes > 0 {
         return Err(ChainError::StateTail { bytes: recovery.truncated_log_bytes, version: state_store.version() });
     }
     if state_store.version() == 0 {
-        return Err(ChainError::EmptyState(state_dir.to_path_buf()));
+        return Err(ChainError::EmptyState(state_dir));
     }
     Ok(state_store)
 }
 
 /// Reads both state stores without changing them, checks every account's storage and code
 /// against the contract store, and returns the block they hold and its state root.
-fn read_state_stores(dir: &Path) -> Result<(u64, B256), ChainError> {
-    let accounts = read_state_store(&dir.join(STATE_DIR))?;
-    let contracts = read_state_store(&dir.join(CONTRACTS_DIR))?;
+fn read_state_stores(dir: &ChainDir) -> Result<(u64, B256), ChainError> {
+    let accounts = read_state_store(dir, STATE_DIR)?;
+    let contracts = read_state_store(dir, CONTRACTS_DIR)?;
     let number = accounts.version() - 1;
     if contracts.version() != accounts.version() {
         return Err(ChainError::StoresApart { state: number, contracts: contracts.version() - 1 });
@@ -872,12 +928,15 @@ pub fn audit(
     progress: &mut dyn FnMut(u64),
 ) -> Result<AuditSummary, ChainError> {
     let started = Instant::now();
-    let genesis = read_genesis(dir)?;
-    check_format(dir, false)?;
+    let chain_dir = ChainDir::at(dir, false)?;
+    let genesis = read_genesis_in(&chain_dir)?;
+    check_format(&chain_dir, false)?;
     let (verified, state_store) = match mode {
-        ExecMode::Serial => (verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress), read_state_stores(dir)),
+        ExecMode::Serial => {
+            (verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress), read_state_stores(&chain_dir))
+        }
         ExecMode::Parallel => std::thread::scope(|scope| {
-            let state_store = scope.spawn(|| read_state_stores(dir));
+            let state_store = scope.spawn(|| read_state_stores(&chain_dir));
             let verified = verify_blocks(&genesis, stored_blocks(dir), mode, pool, progress);
             let state_store = state_store.join().unwrap_or_else(|_| Err(ChainError::EmptyState(dir.join(STATE_DIR))));
             (verified, state_store)

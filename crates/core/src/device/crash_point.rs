@@ -108,6 +108,11 @@ impl Storage for CrashPoint {
         Ok(self.nested(self.inner.open_sub_mem(name)?))
     }
 
+    fn remove_sub(&self, name: &str) -> io::Result<()> {
+        self.tick();
+        self.inner.remove_sub(name)
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         self.inner.path_of(name)
     }

@@ -189,6 +189,11 @@ impl Storage for FaultyStorage {
         Ok(Arc::new(FaultyStorage { inner: self.inner.open_sub(name)?, plan: Arc::clone(&self.plan) }))
     }
 
+    fn remove_sub(&self, name: &str) -> io::Result<()> {
+        self.plan.check_sync(&self.inner.location())?;
+        self.inner.remove_sub(name)
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         self.inner.path_of(name)
     }

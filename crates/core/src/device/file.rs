@@ -111,6 +111,23 @@ impl Storage for FileStorage {
         Ok(Arc::new(FileStorage { dir }))
     }
 
+    /// Renames the directory aside (durably) before deleting it, so that a crash during the
+    /// deletion leaves only the discarded copy, which the next removal of `name` deletes.
+    fn remove_sub(&self, name: &str) -> io::Result<()> {
+        check_name(name)?;
+        let dir = self.dir.join(name);
+        let discarded = self.dir.join(format!("{name}.discarded"));
+        if discarded.is_dir() {
+            fs::remove_dir_all(&discarded)?;
+        }
+        if !dir.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no directory {}", dir.display())));
+        }
+        fs::rename(&dir, &discarded)?;
+        sync_directory(&self.dir)?;
+        fs::remove_dir_all(&discarded)
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }

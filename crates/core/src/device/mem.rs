@@ -329,6 +329,26 @@ impl Storage for MemStorage {
         Ok(Arc::new(self.open_sub_mem(name)?))
     }
 
+    /// Durable at once, as creating a namespace is.
+    fn remove_sub(&self, name: &str) -> io::Result<()> {
+        let path = self.nested(name)?;
+        let nested = format!("{path}/");
+        let mut state = self.lock();
+        if !state.namespaces.contains_key(&path) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("no namespace mem:/{path}")));
+        }
+        let removed: Vec<String> =
+            state.namespaces.keys().filter(|key| **key == path || key.starts_with(&nested)).cloned().collect();
+        for key in removed {
+            if let Some(namespace) = state.namespaces.remove(&key) {
+                for id in namespace.volatile.values().chain(namespace.durable.values()) {
+                    state.objects.remove(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         let mut path = self.location();
         path.push(name);

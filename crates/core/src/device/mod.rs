@@ -121,6 +121,10 @@ pub trait Storage: Send + Sync + Debug {
     /// creates nothing, for readers that must not change what they read.
     fn open_sub(&self, name: &str) -> io::Result<Arc<dyn Storage>>;
 
+    /// Removes the nested namespace `name` with everything in it, durably: a crash leaves it
+    /// whole or gone, never part of it. [`io::ErrorKind::NotFound`] if there is none.
+    fn remove_sub(&self, name: &str) -> io::Result<()>;
+
     /// How to name object `name` in messages: a real path for files, `mem:/a/b` for memory.
     fn path_of(&self, name: &str) -> PathBuf;
 

@@ -57,6 +57,19 @@ fn storage_semantics(storage: &dyn Storage) {
     storage.replace_atomically("config", b"v2").unwrap();
     assert_eq!(storage.open("config").unwrap().read_all().unwrap(), b"v2");
     assert!(!storage.exists("config.tmp").unwrap());
+
+    // A namespace goes with everything in it, nested ones too; its neighbours stay.
+    let doomed = storage.sub("doomed").unwrap();
+    doomed.create("record").unwrap().append(b"r").unwrap();
+    doomed.sub("log").unwrap().create("segment").unwrap().append(b"s").unwrap();
+    storage.sub("doomed-not").unwrap().create("kept").unwrap();
+    storage.remove_sub("doomed").unwrap();
+    assert_eq!(storage.open_sub("doomed").unwrap_err().kind(), io::ErrorKind::NotFound);
+    assert_eq!(storage.remove_sub("doomed").unwrap_err().kind(), io::ErrorKind::NotFound);
+    assert!(storage.sub("doomed").unwrap().list().unwrap().is_empty(), "a new namespace starts empty");
+    assert!(storage.sub("doomed").unwrap().open_sub("log").is_err());
+    assert_eq!(storage.open_sub("doomed-not").unwrap().list().unwrap(), vec!["kept".to_string()]);
+    assert_eq!(storage.remove_sub("../up").unwrap_err().kind(), io::ErrorKind::InvalidInput);
 }
 
 #[test]

@@ -119,6 +119,10 @@ impl Storage for IntactPrefix {
         Err(io::Error::new(io::ErrorKind::NotFound, format!("a chain store holds no namespace {name}")))
     }
 
+    fn remove_sub(&self, _name: &str) -> io::Result<()> {
+        Err(read_only())
+    }
+
     fn path_of(&self, name: &str) -> PathBuf {
         self.inner.path_of(name)
     }
