@@ -14,6 +14,7 @@ pub fn message_from_wire(message: proto::RaftMessage, at: &Receiver) -> Result<e
     virga_raft::wire::message_from_wire(message, at, &check_proposal)
 }
 
-fn check_proposal(data: &[u8]) -> Result<(), String> {
+/// What an entry of the configuration service must hold: a configuration proposal.
+pub(crate) fn check_proposal(data: &[u8]) -> Result<(), String> {
     wire::decode_proposal(data).map(drop).map_err(|error| format!("not a configuration proposal: {error}"))
 }

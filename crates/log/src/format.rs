@@ -59,8 +59,36 @@ pub(crate) fn encode_segment_header(base_lsn: u64) -> [u8; SEGMENT_HEADER_LEN] {
     encode_segment_header_with(&SEGMENT_MAGIC, base_lsn)
 }
 
-/// Decodes a segment header, returning its base LSN or a description of what is wrong.
-pub(crate) fn decode_segment_header(header: &[u8; SEGMENT_HEADER_LEN]) -> Result<u64, String> {
+/// Why a segment header is not one of this build's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SegmentHeaderError {
+    /// The header is another format's (or none).
+    #[error("segment header does not start with the magic bytes {magic:?}")]
+    Magic {
+        /// The magic this format's headers start with.
+        magic: String,
+    },
+    /// The header's bytes are damaged (or were never fully written).
+    #[error("segment header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    Checksum {
+        /// The checksum the header holds.
+        stored: u32,
+        /// The checksum of the header's bytes.
+        computed: u32,
+    },
+    /// Written by another version of the format.
+    #[error("segment written by format version {found}, {} than this build's version {SEGMENT_FORMAT_VERSION}", if *.found < SEGMENT_FORMAT_VERSION { "older" } else { "newer" })]
+    Version {
+        /// The version the header names.
+        found: u16,
+    },
+    /// Bytes the format keeps zero are not.
+    #[error("reserved bytes of the segment header are not zero")]
+    Reserved,
+}
+
+/// Decodes a segment header, returning its base LSN or what is wrong.
+pub(crate) fn decode_segment_header(header: &[u8; SEGMENT_HEADER_LEN]) -> Result<u64, SegmentHeaderError> {
     decode_segment_header_with(&SEGMENT_MAGIC, header)
 }
 
@@ -85,25 +113,25 @@ pub fn encode_segment_header_with(magic: &[u8; 8], base: u64) -> [u8; SEGMENT_HE
 }
 
 /// Decodes a header written by [`encode_segment_header_with`] with the same `magic`,
-/// returning its base or a description of what is wrong.
-pub fn decode_segment_header_with(magic: &[u8; 8], header: &[u8; SEGMENT_HEADER_LEN]) -> Result<u64, String> {
+/// returning its base or what is wrong.
+pub fn decode_segment_header_with(
+    magic: &[u8; 8],
+    header: &[u8; SEGMENT_HEADER_LEN],
+) -> Result<u64, SegmentHeaderError> {
     if header[0..8] != magic[..] {
-        return Err(format!("segment header does not start with the magic bytes {:?}", String::from_utf8_lossy(magic)));
+        return Err(SegmentHeaderError::Magic { magic: String::from_utf8_lossy(magic).into_owned() });
     }
     let stored = le_u32(header, 20);
     let computed = crc32fast::hash(&header[0..20]);
     if stored != computed {
-        return Err(format!("segment header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"));
+        return Err(SegmentHeaderError::Checksum { stored, computed });
     }
-    let version = u16::from_le_bytes([header[8], header[9]]);
-    if version != SEGMENT_FORMAT_VERSION {
-        let age = if version < SEGMENT_FORMAT_VERSION { "older" } else { "newer" };
-        return Err(format!(
-            "segment written by format version {version}, {age} than this build's version {SEGMENT_FORMAT_VERSION}"
-        ));
+    let found = u16::from_le_bytes([header[8], header[9]]);
+    if found != SEGMENT_FORMAT_VERSION {
+        return Err(SegmentHeaderError::Version { found });
     }
     if header[10..12] != [0, 0] {
-        return Err("reserved bytes of the segment header are not zero".to_string());
+        return Err(SegmentHeaderError::Reserved);
     }
     Ok(le_u64(header, 12))
 }

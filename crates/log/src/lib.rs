@@ -58,7 +58,8 @@ use std::io;
 use std::path::PathBuf;
 
 pub use format::{
-    decode_segment_header_with, encode_segment_header_with, segment_file_name, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    decode_segment_header_with, encode_segment_header_with, segment_file_name, SegmentHeaderError, RECORD_HEADER_LEN,
+    SEGMENT_HEADER_LEN,
 };
 pub use group::{
     GroupLog, GroupLogOptions, GroupLogStats, ParseSyncModeError, RecordBuf, SyncMode, DEFAULT_MAX_STAGED_BYTES,

@@ -345,7 +345,7 @@ fn scan_segment(
             );
             return Err(corrupt(path.clone(), 0, Some(segment.base_lsn), reason));
         }
-        Err(reason) if file_len == header_len => return Ok(Scan::TornHeader { file_len, reason }),
+        Err(error) if file_len == header_len => return Ok(Scan::TornHeader { file_len, reason: error.to_string() }),
         Err(reason) => {
             let reason = format!("{reason}, and record data follows the header");
             return Err(corrupt(path.clone(), 0, Some(segment.base_lsn), reason));

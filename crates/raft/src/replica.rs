@@ -37,6 +37,26 @@ pub struct ReplicaSettings {
     pub heartbeat_ticks: usize,
     /// Seeds the election timeouts.
     pub seed: u64,
+    /// Largest batch of entries in one append message, in bytes.
+    pub max_message_bytes: u64,
+    /// A deliberately broken variant, for the checkers to catch: acknowledge (votes,
+    /// appends) before the log write is durable.
+    pub unsafe_ack_before_write: bool,
+}
+
+impl ReplicaSettings {
+    /// Replica `id` with `election_ticks`, `heartbeat_ticks` and `seed`, 1 MiB appends and
+    /// acknowledgements only of what is durable.
+    pub fn new(id: u64, election_ticks: usize, heartbeat_ticks: usize, seed: u64) -> ReplicaSettings {
+        ReplicaSettings {
+            id,
+            election_ticks,
+            heartbeat_ticks,
+            seed,
+            max_message_bytes: 1 << 20,
+            unsafe_ack_before_write: false,
+        }
+    }
 }
 
 /// What the core does after a call: send these batches, apply these entries (in order, at
@@ -74,6 +94,9 @@ pub struct Replica {
     writing: Option<Writing>,
     /// Terms in which this replica became leader.
     led_terms: Vec<u64>,
+    /// Peer messages raft-rs itself refused after they passed the wire checks.
+    refused_by_raft: u64,
+    unsafe_ack_before_write: bool,
 }
 
 impl Replica {
@@ -85,7 +108,7 @@ impl Replica {
             election_tick: settings.election_ticks,
             heartbeat_tick: settings.heartbeat_ticks,
             applied: 0,
-            max_size_per_msg: 1 << 20,
+            max_size_per_msg: settings.max_message_bytes,
             max_inflight_msgs: 64,
             check_quorum: true,
             pre_vote: true,
@@ -103,6 +126,8 @@ impl Replica {
             queued: Vec::new(),
             writing: None,
             led_terms: Vec::new(),
+            refused_by_raft: 0,
+            unsafe_ack_before_write: settings.unsafe_ack_before_write,
         };
         replica.draw_election_timeout();
         Ok(replica)
@@ -129,6 +154,15 @@ impl Replica {
         self.raw.raft.raft_log.committed
     }
 
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
+    /// Peer messages that passed the wire checks and raft-rs itself refused.
+    pub fn refused_by_raft(&self) -> u64 {
+        self.refused_by_raft
+    }
+
     pub fn led_terms(&self) -> &[u64] {
         &self.led_terms
     }
@@ -144,7 +178,8 @@ impl Replica {
 
     /// Steps a peer's batch into Raft, each message checked first (`check_entry` is what an
     /// appended entry's data must pass). Returns the refused messages' reasons; a refused
-    /// message changes nothing.
+    /// message changes nothing. Messages raft-rs itself refuses (one for a peer it does not
+    /// know) change nothing either, and are counted ([`Replica::refused_by_raft`]).
     pub fn step_batch(
         &mut self,
         sender: u64,
@@ -156,9 +191,9 @@ impl Replica {
             let at = Receiver::of(&self.raw, sender);
             match wire::message_from_wire(message, &at, check_entry) {
                 Ok(message) => {
-                    // raft-rs refuses a message for a peer it does not know; that too
-                    // changes nothing.
-                    let _ = self.raft(|raw| raw.step(message));
+                    if self.raft(|raw| raw.step(message)).is_err() {
+                        self.refused_by_raft += 1;
+                    }
                 }
                 Err(error) => refused.push(error),
             }
@@ -232,9 +267,12 @@ impl Replica {
             records.extend(ready.record);
             messages.extend(ready.messages);
         }
-        if records.is_empty() {
+        if records.is_empty() || self.unsafe_ack_before_write {
             self.raft(|raw| raw.on_persist_ready(number));
             self.send(messages, out);
+            if !records.is_empty() {
+                out.write.get_or_insert_with(Vec::new).extend(records);
+            }
             return true;
         }
         out.write = Some(records);

@@ -11,7 +11,7 @@ fn group(size: u64) -> Vec<Replica> {
     (1..=size)
         .map(|id| {
             let log = RaftLog::replay([(0, founding.as_slice())]).unwrap();
-            let settings = ReplicaSettings { id, election_ticks: 10, heartbeat_ticks: 2, seed: id * 7 };
+            let settings = ReplicaSettings::new(id, 10, 2, id * 7);
             Replica::new(&settings, log).unwrap()
         })
         .collect()

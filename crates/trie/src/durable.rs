@@ -43,9 +43,9 @@ pub enum DurableError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("checkpoint {path} is corrupt: {what}")]
-    CorruptCheckpoint { path: PathBuf, what: String },
+    CorruptCheckpoint { path: PathBuf, what: Malformed },
     #[error("log record {lsn} is corrupt: {what}")]
-    CorruptRecord { lsn: u64, what: String },
+    CorruptRecord { lsn: u64, what: Malformed },
     #[error("log record {lsn} holds version {found}, expected {expected}: versions are missing")]
     VersionGap { lsn: u64, expected: u64, found: u64 },
     #[error("replaying version {version} gives root {actual}, the log recorded {expected}")]
@@ -307,59 +307,84 @@ fn encode_record(version: u64, root: B256, updates: &[Update]) -> Vec<u8> {
     out
 }
 
+/// What is wrong with a log record or a checkpoint whose bytes are intact on the device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("{what}: needs {needs} bytes, {left} left")]
+    Short { what: String, needs: usize, left: usize },
+    #[error("{count} {what} cannot fit in {left} bytes")]
+    TooMany { what: &'static str, count: u64, left: usize },
+    #[error("{what}: key of {len} bytes exceeds {max}", max = crate::MAX_KEY_BYTES)]
+    KeyTooLong { what: String, len: usize },
+    #[error("update {index}: flag {flag} is neither put (1) nor delete (0)")]
+    Flag { index: usize, flag: u8 },
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+    #[error("shorter than its checksum")]
+    NoChecksum,
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("bad magic")]
+    Magic,
+    #[error("unknown format version {0}")]
+    Format(u16),
+    #[error("content hashes to {actual}, header says {header}")]
+    Root { actual: B256, header: B256 },
+}
+
 /// A cursor over untrusted bytes: every read checks the length first.
 struct Reader<'a> {
     bytes: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, len: usize, what: &str) -> Result<&'a [u8], String> {
+    fn take(&mut self, len: usize, what: impl Into<String>) -> Result<&'a [u8], Malformed> {
         if self.bytes.len() < len {
-            return Err(format!("{what}: needs {len} bytes, {} left", self.bytes.len()));
+            return Err(Malformed::Short { what: what.into(), needs: len, left: self.bytes.len() });
         }
         let (head, rest) = self.bytes.split_at(len);
         self.bytes = rest;
         Ok(head)
     }
-    fn u32(&mut self, what: &str) -> Result<u32, String> {
+    fn u32(&mut self, what: &str) -> Result<u32, Malformed> {
         let bytes = self.take(4, what)?;
         Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
-    fn u64(&mut self, what: &str) -> Result<u64, String> {
+    fn u64(&mut self, what: &str) -> Result<u64, Malformed> {
         let mut buf = [0u8; 8];
         buf.copy_from_slice(self.take(8, what)?);
         Ok(u64::from_le_bytes(buf))
     }
-    fn sized(&mut self, what: &str) -> Result<&'a [u8], String> {
+    fn sized(&mut self, what: &str) -> Result<&'a [u8], Malformed> {
         let len = self.u32(what)? as usize;
         self.take(len, what)
     }
 }
 
-fn decode_record(payload: &[u8]) -> Result<(u64, B256, Vec<Update>), String> {
+fn decode_record(payload: &[u8]) -> Result<(u64, B256, Vec<Update>), Malformed> {
     let mut reader = Reader { bytes: payload };
     let version = reader.u64("version")?;
     let root = B256::from_slice(reader.take(32, "root")?);
     let count = reader.u32("update count")? as usize;
     // Each update takes at least 5 bytes, which bounds the count before allocating.
     if count > reader.bytes.len() / 5 {
-        return Err(format!("{count} updates cannot fit in {} bytes", reader.bytes.len()));
+        return Err(Malformed::TooMany { what: "updates", count: count as u64, left: reader.bytes.len() });
     }
     let mut updates = Vec::with_capacity(count);
     for index in 0..count {
         let key = reader.sized(&format!("update {index} key"))?.to_vec();
         if key.len() > crate::MAX_KEY_BYTES {
-            return Err(format!("update {index}: key of {} bytes exceeds {}", key.len(), crate::MAX_KEY_BYTES));
+            return Err(Malformed::KeyTooLong { what: format!("update {index}"), len: key.len() });
         }
         let value = match reader.take(1, "flag")?[0] {
             0 => None,
             1 => Some(reader.sized(&format!("update {index} value"))?.to_vec()),
-            other => return Err(format!("update {index}: flag {other} is neither put (1) nor delete (0)")),
+            flag => return Err(Malformed::Flag { index, flag }),
         };
         updates.push((key, value));
     }
     if !reader.bytes.is_empty() {
-        return Err(format!("{} trailing bytes", reader.bytes.len()));
+        return Err(Malformed::Trailing(reader.bytes.len()));
     }
     Ok((version, root, updates))
 }
@@ -428,23 +453,23 @@ fn write_checkpoint(storage: &dyn Storage, version: u64, trie: &Trie) -> Result<
 
 fn read_checkpoint(storage: &dyn Storage, name: &str) -> Result<(u64, Trie), DurableError> {
     let path = storage.path_of(name);
-    let corrupt = |what: String| DurableError::CorruptCheckpoint { path: path.clone(), what };
+    let corrupt = |what: Malformed| DurableError::CorruptCheckpoint { path: path.clone(), what };
     let bytes = storage.open(name).and_then(|device| device.read_all()).map_err(io_error(path.clone()))?;
     if bytes.len() < 4 {
-        return Err(corrupt("shorter than its checksum".into()));
+        return Err(corrupt(Malformed::NoChecksum));
     }
     let (body, checksum) = bytes.split_at(bytes.len() - 4);
     let expected = u32::from_le_bytes([checksum[0], checksum[1], checksum[2], checksum[3]]);
     if crc32fast::hash(body) != expected {
-        return Err(corrupt("checksum mismatch".into()));
+        return Err(corrupt(Malformed::Checksum));
     }
     let mut reader = Reader { bytes: body };
     if reader.take(8, "magic").map_err(corrupt)? != CHECKPOINT_MAGIC {
-        return Err(corrupt("bad magic".into()));
+        return Err(corrupt(Malformed::Magic));
     }
     let format = reader.take(2, "format").map_err(corrupt)?;
     if u16::from_le_bytes([format[0], format[1]]) != CHECKPOINT_FORMAT {
-        return Err(corrupt(format!("unknown format version {}", u16::from_le_bytes([format[0], format[1]]))));
+        return Err(corrupt(Malformed::Format(u16::from_le_bytes([format[0], format[1]]))));
     }
     let version = reader.u64("version").map_err(corrupt)?;
     let root = B256::from_slice(reader.take(32, "root").map_err(corrupt)?);
@@ -453,17 +478,17 @@ fn read_checkpoint(storage: &dyn Storage, name: &str) -> Result<(u64, Trie), Dur
     for index in 0..count {
         let key = reader.sized(&format!("entry {index} key")).map_err(corrupt)?;
         if key.len() > crate::MAX_KEY_BYTES {
-            return Err(corrupt(format!("entry {index}: key of {} bytes exceeds {}", key.len(), crate::MAX_KEY_BYTES)));
+            return Err(corrupt(Malformed::KeyTooLong { what: format!("entry {index}"), len: key.len() }));
         }
         let value = reader.sized(&format!("entry {index} value")).map_err(corrupt)?;
         trie.insert(key, value);
     }
     if !reader.bytes.is_empty() {
-        return Err(corrupt(format!("{} trailing bytes", reader.bytes.len())));
+        return Err(corrupt(Malformed::Trailing(reader.bytes.len())));
     }
     let actual = trie.root_hash();
     if actual != root {
-        return Err(corrupt(format!("content hashes to {actual}, header says {root}")));
+        return Err(corrupt(Malformed::Root { actual, header: root }));
     }
     Ok((version, trie))
 }
@@ -508,7 +533,7 @@ mod tests {
         match DurableTrie::open(dir.path(), options) {
             Err(DurableError::CorruptCheckpoint { path, what }) => {
                 assert_eq!(path, checkpoint);
-                assert!(what.contains("checksum"), "{what}");
+                assert_eq!(what, Malformed::Checksum, "{what}");
             }
             other => panic!("expected a corrupt-checkpoint error, got {:?}", other.map(|(t, _)| t.version())),
         }
@@ -612,9 +637,9 @@ mod tests {
         }
         let mut bad_flag = encoded.clone();
         bad_flag[44 + 4 + 1] = 9;
-        assert!(decode_record(&bad_flag).unwrap_err().contains("flag 9"));
+        assert!(matches!(decode_record(&bad_flag).unwrap_err(), Malformed::Flag { flag: 9, .. }));
         let mut huge_count = encoded;
         huge_count[40..44].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(decode_record(&huge_count).unwrap_err().contains("cannot fit"));
+        assert!(matches!(decode_record(&huge_count).unwrap_err(), Malformed::TooMany { what: "updates", .. }));
     }
 }

@@ -62,7 +62,7 @@ pub enum EngineError {
         /// The record's sequence number.
         lsn: u64,
         /// What is wrong with it.
-        why: String,
+        why: crate::wal::WalDecodeError,
     },
     /// Too many sessions are open.
     #[error("all {MAX_SESSIONS} session slots are in use")]

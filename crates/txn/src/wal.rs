@@ -68,8 +68,49 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// Why bytes are not a log record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WalDecodeError {
+    /// The record ends inside a field.
+    #[error("record ends inside the {what} (needs {needs} bytes at {at}, record is {len})")]
+    Truncated {
+        /// The field.
+        what: &'static str,
+        /// Bytes the field needs.
+        needs: usize,
+        /// Where the field starts.
+        at: usize,
+        /// The record's length.
+        len: usize,
+    },
+    /// A write is neither a put nor a delete.
+    #[error("unknown write tag {tag} at byte {at}")]
+    UnknownWriteTag {
+        /// The tag found.
+        tag: u8,
+        /// Where it is.
+        at: usize,
+    },
+    /// The record is of no kind this build writes.
+    #[error("unknown record kind {0}")]
+    UnknownKind(u8),
+    /// Bytes follow the record's last field.
+    #[error("{0} trailing bytes after the record")]
+    Trailing(usize),
+    /// A count of items larger than the bytes left could hold.
+    #[error("{what} {count} does not fit in the {left} bytes left")]
+    CountTooLarge {
+        /// What is counted.
+        what: &'static str,
+        /// The count found.
+        count: usize,
+        /// Bytes left in the record.
+        left: usize,
+    },
+}
+
 /// Decodes one record, naming what is wrong when it is malformed.
-pub fn decode(record: &[u8]) -> Result<LogRecord, String> {
+pub fn decode(record: &[u8]) -> Result<LogRecord, WalDecodeError> {
     let mut r = Reader { buf: record, pos: 0 };
     let record = match r.u8("record kind")? {
         KIND_COMMIT => {
@@ -82,7 +123,7 @@ pub fn decode(record: &[u8]) -> Result<LogRecord, String> {
                 let value = match r.u8("write tag")? {
                     TAG_PUT => Some(r.bytes("value")?),
                     TAG_DELETE => None,
-                    other => return Err(format!("unknown write tag {other} at byte {}", r.pos - 1)),
+                    tag => return Err(WalDecodeError::UnknownWriteTag { tag, at: r.pos - 1 }),
                 };
                 writes.push((key, value));
             }
@@ -96,10 +137,10 @@ pub fn decode(record: &[u8]) -> Result<LogRecord, String> {
             }
             LogRecord::Load { pairs }
         }
-        other => return Err(format!("unknown record kind {other}")),
+        other => return Err(WalDecodeError::UnknownKind(other)),
     };
     if r.pos != r.buf.len() {
-        return Err(format!("{} trailing bytes after the record", r.buf.len() - r.pos));
+        return Err(WalDecodeError::Trailing(r.buf.len() - r.pos));
     }
     Ok(record)
 }
@@ -110,26 +151,29 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&[u8], String> {
-        let end = self.pos.checked_add(n).filter(|&end| end <= self.buf.len()).ok_or_else(|| {
-            format!("record ends inside the {what} (needs {n} bytes at {}, record is {})", self.pos, self.buf.len())
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&[u8], WalDecodeError> {
+        let end = self.pos.checked_add(n).filter(|&end| end <= self.buf.len()).ok_or(WalDecodeError::Truncated {
+            what,
+            needs: n,
+            at: self.pos,
+            len: self.buf.len(),
         })?;
         let bytes = &self.buf[self.pos..end];
         self.pos = end;
         Ok(bytes)
     }
 
-    fn u8(&mut self, what: &str) -> Result<u8, String> {
+    fn u8(&mut self, what: &'static str) -> Result<u8, WalDecodeError> {
         Ok(self.take(1, what)?[0])
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32, String> {
+    fn u32(&mut self, what: &'static str) -> Result<u32, WalDecodeError> {
         let mut b = [0; 4];
         b.copy_from_slice(self.take(4, what)?);
         Ok(u32::from_le_bytes(b))
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, String> {
+    fn u64(&mut self, what: &'static str) -> Result<u64, WalDecodeError> {
         let mut b = [0; 8];
         b.copy_from_slice(self.take(8, what)?);
         Ok(u64::from_le_bytes(b))
@@ -137,16 +181,16 @@ impl Reader<'_> {
 
     /// A count of items of at least `min_item_bytes` each, checked against what is left so a
     /// corrupt count cannot make us allocate gigabytes.
-    fn count(&mut self, what: &str, min_item_bytes: usize) -> Result<usize, String> {
+    fn count(&mut self, what: &'static str, min_item_bytes: usize) -> Result<usize, WalDecodeError> {
         let n = self.u32(what)? as usize;
         let left = self.buf.len() - self.pos;
         if n.saturating_mul(min_item_bytes) > left {
-            return Err(format!("{what} {n} does not fit in the {left} bytes left"));
+            return Err(WalDecodeError::CountTooLarge { what, count: n, left });
         }
         Ok(n)
     }
 
-    fn bytes(&mut self, what: &str) -> Result<Bytes, String> {
+    fn bytes(&mut self, what: &'static str) -> Result<Bytes, WalDecodeError> {
         let n = self.u32(what)? as usize;
         Ok(Bytes::copy_from_slice(self.take(n, what)?))
     }
@@ -226,12 +270,12 @@ mod tests {
         }
         let mut bad = buf.clone();
         bad[0] = 9;
-        assert!(decode(&bad).unwrap_err().contains("unknown record kind"));
+        assert_eq!(decode(&bad).unwrap_err(), WalDecodeError::UnknownKind(9));
         let mut long = buf.clone();
         long.push(0);
-        assert!(decode(&long).unwrap_err().contains("trailing"));
+        assert_eq!(decode(&long).unwrap_err(), WalDecodeError::Trailing(1));
         let mut huge = vec![KIND_LOAD];
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
-        assert!(decode(&huge).unwrap_err().contains("does not fit"));
+        assert!(matches!(decode(&huge).unwrap_err(), WalDecodeError::CountTooLarge { what: "pair count", .. }));
     }
 }

@@ -203,12 +203,12 @@ impl OrderingServer {
             records.push(founding);
         }
         let log = RaftLog::replay(records.iter().enumerate().map(|(lsn, record)| (lsn as u64, record.as_slice())));
-        let settings = ReplicaSettings {
-            id: self.raft_id(&self.name).unwrap_or(0),
-            election_ticks: self.config.raft.election_ticks,
-            heartbeat_ticks: self.config.raft.heartbeat_ticks,
-            seed: self.seed,
-        };
+        let settings = ReplicaSettings::new(
+            self.raft_id(&self.name).unwrap_or(0),
+            self.config.raft.election_ticks,
+            self.config.raft.heartbeat_ticks,
+            self.seed,
+        );
         match log.map_err(|error| error.to_string()).and_then(|log| {
             Replica::new(&settings, log).map_err(|error| format!("raft-rs refused the replica: {error}"))
         }) {

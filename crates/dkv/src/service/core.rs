@@ -1,34 +1,26 @@
-//! The configuration replica's core: raft-rs's `RawNode` driven as a Virga role.
+//! The configuration replica's core: the configuration state machine replicated by
+//! virga-raft's [`Replica`] (raft-rs's `RawNode` with the Ready protocol done once for every
+//! Raft group of Virga), driven as a Virga role.
 //!
 //! Events in (a tick timer, peers' Raft batches, proposals, map reads, device completions),
-//! commands out (Raft batches to peers, replies, the tick timer, log appends). Persistence
-//! follows raft-rs's asynchronous Ready protocol: each Ready's entries and hard state go into
-//! the in-memory [`ConfigLog`] at once and into a queue; one device append at a time writes
-//! every queued Ready (group commit) and only once it is durable does the core tell raft-rs
-//! (`on_persist_ready`) and send the messages that promised it (votes, acknowledgements).
-//! A leader's own appends go out before its write, as Raft allows: an entry counts toward the
-//! commit only once the leader's own write is done too.
-//!
-//! Elections are deterministic: raft-rs draws its randomized election timeout from the
-//! thread's RNG whenever its role or term changes; after every call into the `RawNode` the
-//! core overwrites it with a draw from its own seeded RNG when (term, role) changed, and only
-//! ticks ever read it.
+//! commands out (Raft batches to peers, replies, the tick timer, log appends). After every
+//! event the replica hands out an [`Output`]: committed entries, applied here in order;
+//! messages, sent as one batch per peer; and at most one device append, whose completion goes
+//! back to the replica before the messages that promise it (votes, acknowledgements) leave.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use crate::Dkv;
-use raft::eraftpb::{Entry, EntryType, Message};
-use raft::{RawNode, StateRole};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use raft::eraftpb::{Entry, EntryType};
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
 use virga_net::NetError;
+use virga_raft::{Output, Replica, ReplicaSettings};
 
 use super::ConfigLog;
 use super::{ConfigIo, ConfigIoDone, ReplicaConfig, ServiceStats};
 use crate::config::{Applied, ConfigRefusal, ConfigState};
-use crate::raft_wire::{self, Receiver};
+use crate::raft_wire;
 use crate::wire::{self, Proposal};
 
 /// What a proposal came to, kept per client so that a retried proposal is answered without
@@ -41,34 +33,17 @@ pub struct Outcome {
     pub refusal: String,
 }
 
-/// A Ready whose writes wait for the device.
-struct Queued {
-    number: u64,
-    record: Option<Vec<u8>>,
-    messages: Vec<Message>,
-}
-
-/// The device append in flight: the newest Ready it covers and the messages held for it.
-struct Writing {
-    io: IoId,
-    number: u64,
-    messages: Vec<Message>,
-}
-
 /// One replica of the configuration service.
 pub struct ConfigCore {
     config: ReplicaConfig,
-    raw: RawNode<ConfigLog>,
+    replica: Replica,
     state: ConfigState,
     /// Per client: its highest applied sequence number and what it came to.
     sessions: BTreeMap<String, (u64, Outcome)>,
-    rng: StdRng,
-    /// (term, role) after the last call into the RawNode.
-    seen: (u64, StateRole),
     ids: Ids,
     tick_timer: Option<TimerId>,
-    queued: Vec<Queued>,
-    writing: Option<Writing>,
+    /// The device append the replica waits for.
+    writing: Option<IoId>,
     /// Proposals this leader made, by (client, seq): who waits for the outcome.
     waiting: HashMap<(String, u64), Vec<(String, CallId)>>,
     /// Raft batches in flight: to which Raft id.
@@ -78,56 +53,41 @@ pub struct ConfigCore {
     chain: u64,
     /// (index, chain) after each applied entry, when the configuration keeps a history.
     history: Vec<(u64, u64)>,
-    /// Terms in which this replica became leader.
-    led_terms: Vec<u64>,
     stats: ServiceStats,
     /// Device appends issued and not yet completed.
     writes_in_flight: usize,
     /// A device write failed: the replica stops (it must not acknowledge what is not durable).
     failed: Option<String>,
+    /// Terms of leadership already logged.
+    terms_logged: usize,
 }
 
 impl ConfigCore {
     /// A replica over its recovered log (see [`super::open_replica`]).
     pub fn new(config: ReplicaConfig, log: ConfigLog) -> Result<ConfigCore, raft::Error> {
-        let raft_config = raft::Config {
-            id: config.id,
-            election_tick: config.election_ticks,
-            heartbeat_tick: config.heartbeat_ticks,
-            // The state machine is rebuilt by applying every committed entry again.
-            applied: 0,
-            max_size_per_msg: 256 << 10,
-            max_inflight_msgs: 64,
-            check_quorum: true,
-            pre_vote: true,
-            ..Default::default()
+        let settings = ReplicaSettings {
+            max_message_bytes: 256 << 10,
+            unsafe_ack_before_write: config.unsafe_ack_before_write,
+            ..ReplicaSettings::new(config.id, config.election_ticks, config.heartbeat_ticks, config.seed)
         };
-        raft_config.validate()?;
-        let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let raw = RawNode::new(&raft_config, log, &logger)?;
-        let seen = (raw.raft.term, raw.raft.state);
-        let mut core = ConfigCore {
-            rng: StdRng::seed_from_u64(config.seed),
+        let replica = Replica::new(&settings, log)?;
+        Ok(ConfigCore {
             config,
-            raw,
+            replica,
             state: ConfigState::new(),
             sessions: BTreeMap::new(),
-            seen,
             ids: Ids::default(),
             tick_timer: None,
-            queued: Vec::new(),
             writing: None,
             waiting: HashMap::new(),
             calls: HashMap::new(),
             chain: 0,
             history: Vec::new(),
-            led_terms: Vec::new(),
             stats: ServiceStats::default(),
             writes_in_flight: 0,
             failed: None,
-        };
-        core.draw_election_timeout();
-        Ok(core)
+            terms_logged: 0,
+        })
     }
 
     pub fn id(&self) -> u64 {
@@ -143,24 +103,24 @@ impl ConfigCore {
     }
 
     pub fn is_leader(&self) -> bool {
-        self.raw.raft.state == StateRole::Leader
+        self.replica.is_leader()
     }
 
     pub fn term(&self) -> u64 {
-        self.raw.raft.term
+        self.replica.term()
     }
 
     /// The Raft id of the leader this replica knows (0 = none).
     pub fn leader(&self) -> u64 {
-        self.raw.raft.leader_id
+        self.replica.leader()
     }
 
     pub fn last_index(&self) -> u64 {
-        self.raw.raft.raft_log.last_index()
+        self.replica.last_index()
     }
 
     pub fn commit_index(&self) -> u64 {
-        self.raw.raft.raft_log.committed
+        self.replica.commit_index()
     }
 
     /// The applied index and the hash chain over the entries applied up to it.
@@ -173,7 +133,7 @@ impl ConfigCore {
     }
 
     pub fn led_terms(&self) -> &[u64] {
-        &self.led_terms
+        self.replica.led_terms()
     }
 
     pub fn stats(&self) -> &ServiceStats {
@@ -187,27 +147,6 @@ impl ConfigCore {
 
     pub fn failed(&self) -> Option<&str> {
         self.failed.as_deref()
-    }
-
-    /// Calls into the RawNode, then redraws the election timeout if (term, role) changed.
-    fn raft<T>(&mut self, call: impl FnOnce(&mut RawNode<ConfigLog>) -> T) -> T {
-        let result = call(&mut self.raw);
-        let now = (self.raw.raft.term, self.raw.raft.state);
-        if now != self.seen {
-            if now.1 == StateRole::Leader {
-                self.led_terms.push(now.0);
-                tracing::info!(replica = self.raw.raft.id, term = now.0, "leads the configuration service");
-            }
-            self.seen = now;
-            self.draw_election_timeout();
-        }
-        result
-    }
-
-    fn draw_election_timeout(&mut self) {
-        let low = self.config.election_ticks;
-        let timeout = self.rng.random_range(low..2 * low);
-        self.raw.raft.set_randomized_election_timeout(timeout);
     }
 
     fn arm_tick(&mut self, out: &mut Vec<Command<Dkv, ConfigIo>>) {
@@ -252,24 +191,11 @@ impl ConfigCore {
             self.stats.refused_messages += batch.messages.len() as u64;
             return ResponseBody::Error(format!("{from} is not a replica of the configuration service"));
         };
-        for message in batch.messages {
-            let at = Receiver {
-                me: self.config.id,
-                sender,
-                term: self.raw.raft.term,
-                is_leader: self.is_leader(),
-                leader: self.raw.raft.leader_id,
-                last_index: self.raw.raft.raft_log.last_index(),
-            };
-            match raft_wire::message_from_wire(message, &at) {
-                Ok(message) => {
-                    if self.raft(|raw| raw.step(message)).is_err() {
-                        self.stats.refused_messages += 1;
-                    }
-                }
-                Err(error) => self.stats.refuse(&error),
-            }
+        let refused_by_raft = self.replica.refused_by_raft();
+        for error in self.replica.step_batch(sender, batch.messages, &raft_wire::check_proposal) {
+            self.stats.refuse(&error);
         }
+        self.stats.refused_messages += self.replica.refused_by_raft() - refused_by_raft;
         ResponseBody::Ack(proto::Ack {})
     }
 
@@ -281,7 +207,7 @@ impl ConfigCore {
             Err(error) => return Some(ResponseBody::Error(format!("a malformed proposal: {error}"))),
         };
         if !self.is_leader() {
-            let leader = self.peer_name(self.raw.raft.leader_id).unwrap_or_default().to_string();
+            let leader = self.peer_name(self.replica.leader()).unwrap_or_default().to_string();
             return Some(ResponseBody::NotLeader(proto::NotLeader { leader }));
         }
         if let Some((seq, outcome)) = self.sessions.get(&proposal.client) {
@@ -300,8 +226,7 @@ impl ConfigCore {
             waiters.push((from.to_string(), call));
             return None;
         }
-        let data = wire::encode_proposal(&proposal);
-        match self.raft(|raw| raw.propose(Vec::new(), data)) {
+        match self.replica.propose(wire::encode_proposal(&proposal)) {
             Ok(()) => {
                 self.stats.proposals += 1;
                 self.waiting.insert(key, vec![(from.to_string(), call)]);
@@ -314,101 +239,57 @@ impl ConfigCore {
     fn on_response(&mut self, call: CallId, result: Result<proto::Response, NetError>) {
         if let Some(to) = self.calls.remove(&call) {
             if result.is_err() {
-                self.raft(|raw| raw.report_unreachable(to));
+                self.replica.unreachable(to);
             }
         }
     }
 
-    fn on_written(&mut self, io: IoId, result: ConfigIoDone, out: &mut Vec<Command<Dkv, ConfigIo>>) {
+    /// A device append finished; returns whether the replica was waiting for it.
+    fn on_written(&mut self, io: IoId, result: ConfigIoDone) -> bool {
         self.writes_in_flight = self.writes_in_flight.saturating_sub(1);
-        let writing = match self.writing.take() {
-            Some(writing) if writing.io == io => writing,
-            other => {
-                self.writing = other;
-                return;
-            }
-        };
+        if self.writing != Some(io) {
+            return false;
+        }
+        self.writing = None;
         match result {
             ConfigIoDone::Appended(Ok(_)) => {
                 self.stats.writes += 1;
-                self.raft(|raw| raw.on_persist_ready(writing.number));
-                self.send(writing.messages, out);
+                true
             }
             ConfigIoDone::Appended(Err(error)) => {
-                tracing::error!(replica = self.raw.raft.id, %error, "a log append failed: the replica stops");
+                tracing::error!(replica = self.config.id, %error, "a log append failed: the replica stops");
                 self.failed = Some(format!("a log append failed: {error}"));
+                false
             }
         }
     }
 
-    /// Hands out every Ready: messages that need no durability at once, the rest queued
-    /// behind the device write that makes them durable.
-    fn drain_ready(&mut self, out: &mut Vec<Command<Dkv, ConfigIo>>) {
-        loop {
-            while self.raw.has_ready() {
-                let mut ready = self.raw.ready();
-                let messages = ready.take_messages();
-                self.send(messages, out);
-                let record = ConfigLog::record(ready.entries(), ready.hs());
-                let store = self.raw.mut_store();
-                store.append(ready.entries());
-                if let Some(hard_state) = ready.hs() {
-                    store.set_hard_state(hard_state.clone());
-                }
-                for entry in ready.take_committed_entries() {
-                    self.apply(entry, out);
-                }
-                self.queued.push(Queued { number: ready.number(), record, messages: ready.take_persisted_messages() });
-                self.raft(|raw| raw.advance_append_async(ready));
-                let applied = self.state.applied_index();
-                self.raft(|raw| raw.advance_apply_to(applied));
+    /// Carries out what the replica handed out: applies the committed entries, sends the
+    /// messages (one batch per peer) and starts the device append.
+    fn carry_out(&mut self, output: Output, out: &mut Vec<Command<Dkv, ConfigIo>>) {
+        for entry in output.committed {
+            self.apply(entry, out);
+        }
+        self.send(output.messages, out);
+        if let Some(records) = output.write {
+            let io = self.ids.io();
+            self.writes_in_flight += 1;
+            if !self.config.unsafe_ack_before_write {
+                self.writing = Some(io);
             }
-            if !self.start_write(out) {
-                break;
-            }
+            out.push(Command::Io { io, op: ConfigIo::Append { records, sync: self.config.sync } });
+        }
+        if self.replica.led_terms().len() > self.terms_logged {
+            self.terms_logged = self.replica.led_terms().len();
+            tracing::info!(replica = self.config.id, term = self.term(), "leads the configuration service");
         }
         if !self.is_leader() && !self.waiting.is_empty() {
             self.fail_waiting(out);
         }
     }
 
-    /// Starts the device append of every queued Ready, unless one is in flight. Returns
-    /// whether the queue was persisted at once (nothing to write), so more may be ready.
-    fn start_write(&mut self, out: &mut Vec<Command<Dkv, ConfigIo>>) -> bool {
-        if self.writing.is_some() || self.queued.is_empty() {
-            return false;
-        }
-        let queued = std::mem::take(&mut self.queued);
-        let number = queued.last().map_or(0, |ready| ready.number);
-        let mut records = Vec::new();
-        let mut messages = Vec::new();
-        for ready in queued {
-            records.extend(ready.record);
-            messages.extend(ready.messages);
-        }
-        if records.is_empty() || self.config.unsafe_ack_before_write {
-            self.raft(|raw| raw.on_persist_ready(number));
-            self.send(messages, out);
-            if !records.is_empty() {
-                let io = self.ids.io();
-                self.writes_in_flight += 1;
-                out.push(Command::Io { io, op: ConfigIo::Append { records, sync: self.config.sync } });
-            }
-            return true;
-        }
-        let io = self.ids.io();
-        self.writes_in_flight += 1;
-        out.push(Command::Io { io, op: ConfigIo::Append { records, sync: self.config.sync } });
-        self.writing = Some(Writing { io, number, messages });
-        false
-    }
-
     /// Sends raft-rs's messages, one batch per receiver.
-    fn send(&mut self, messages: Vec<Message>, out: &mut Vec<Command<Dkv, ConfigIo>>) {
-        let mut batches: BTreeMap<u64, Vec<proto::RaftMessage>> = BTreeMap::new();
-        for message in messages {
-            batches.entry(message.to).or_default().push(raft_wire::message_to_wire(message));
-        }
+    fn send(&mut self, batches: BTreeMap<u64, Vec<proto::RaftMessage>>, out: &mut Vec<Command<Dkv, ConfigIo>>) {
         for (to, messages) in batches {
             let Some(name) = self.peer_name(to).map(str::to_string) else { continue };
             let call = self.ids.call();
@@ -509,17 +390,26 @@ impl Role for ConfigCore {
         if self.failed.is_some() {
             return;
         }
+        let mut output = Output::default();
         match event {
             Event::Start => self.arm_tick(out),
             Event::Timer(timer) if Some(timer) == self.tick_timer => {
-                self.raft(|raw| raw.tick());
+                self.replica.tick();
                 self.arm_tick(out);
             }
             Event::Timer(_) | Event::Input(()) => {}
             Event::Request { from, call, request } => self.on_request(from, call, request, out),
             Event::Response { call, result } => self.on_response(call, result),
-            Event::IoDone { io, result } => self.on_written(io, result, out),
+            Event::IoDone { io, result } => {
+                if self.on_written(io, result) {
+                    self.replica.written(&mut output);
+                }
+            }
         }
-        self.drain_ready(out);
+        if self.failed.is_some() {
+            return;
+        }
+        self.replica.drain(&mut output);
+        self.carry_out(output, out);
     }
 }

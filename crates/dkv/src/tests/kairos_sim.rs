@@ -59,13 +59,24 @@ fn caching_with_remote_validation_and_all_session_clients_passes() {
     }
 }
 
+/// Without faults nothing is lost or unavailable: every program commits, except that under
+/// contention on the hot accounts one may run out of attempts (seeds 3 and 10 of the first
+/// twelve, one program of 180 each).
 #[test]
 fn without_faults_every_program_commits_and_the_cache_serves_reads() {
-    let options =
-        TxnRunOptions { faults: false, clock: SkewProfile::None, cache: CacheMode::Naive, ..TxnRunOptions::new(3) };
-    let report = check(&options);
-    assert_eq!((report.committed, report.gave_up), (180, 0), "{report:?}");
-    assert!(report.cache_hits * 4 > report.cache_reads, "{report:?}");
+    for seed in 0..4 {
+        let options = TxnRunOptions {
+            faults: false,
+            clock: SkewProfile::None,
+            cache: CacheMode::Naive,
+            ..TxnRunOptions::new(seed)
+        };
+        let report = check(&options);
+        assert_eq!(report.committed + report.gave_up as u64, 180, "{report:?}");
+        assert!(report.gave_up <= 1, "{report:?}");
+        assert_eq!(report.session_unavailable + report.session_outcome_unknown, 0, "{report:?}");
+        assert!(report.cache_hits * 4 > report.cache_reads, "{report:?}");
+    }
 }
 
 #[test]
@@ -194,7 +205,7 @@ fn each_weakened_validator_is_caught() {
 
 /// A primary that validates in a passed-over validator's place under the lease it granted
 /// that validator lets a write land under a cached read the validator vouched for alone.
-/// The seeds are the first four of six in 10,000 where that shows (it takes a validator
+/// The seeds are the first four of nine in 10,000 where that shows (it takes a validator
 /// alive but cut off from a client while that client writes a key the validator vouched for);
 /// the same seeds pass unweakened. (A change to the protocol's timing moves them: find them
 /// again with `virga sim dkv --seeds 10000 --validators 2 --cache naive --weaken
@@ -203,7 +214,7 @@ fn each_weakened_validator_is_caught() {
 fn a_primary_taking_over_under_the_validators_lease_is_caught() {
     let weakening = Weakening { skip_validator_lease: true, ..Weakening::default() };
     assert_eq!(Weakening::from_name("skip-validator-lease"), Ok(weakening));
-    for seed in [2961, 6255, 6755, 6948] {
+    for seed in [52, 286, 991, 4745] {
         let honest = TxnRunOptions { cache: CacheMode::Naive, validators: 2, ..TxnRunOptions::new(seed) };
         let report = check(&honest);
         assert!(report.validator_takeovers > 0, "{report:?}");
