@@ -91,18 +91,34 @@ pub struct EtcdReport {
     pub first_error: Option<String>,
 }
 
+/// etcd is missing; the message says what to install.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "etcd is not installed (no `etcd` executable on PATH): `virga bench dkv --peers` starts a three-member etcd \
+     cluster as the store's peer; install it with `{INSTALL_COMMAND}` (Debian's etcd 3.4), or leave out --peers"
+)]
+pub struct EtcdMissing;
+
 /// The `etcd` executable on `PATH`, or a message saying what to install.
-pub fn etcd_available() -> Result<PathBuf, String> {
+pub fn etcd_available() -> Result<PathBuf, EtcdMissing> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).map(|dir| dir.join("etcd")).find(|candidate| is_executable(candidate)).ok_or_else(
-        || {
-            format!(
-                "etcd is not installed (no `etcd` executable on PATH): `virga bench dkv --peers` starts a \
-                 three-member etcd cluster as the store's peer; install it with `{INSTALL_COMMAND}` (Debian's \
-                 etcd 3.4), or leave out --peers"
-            )
-        },
-    )
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("etcd"))
+        .find(|candidate| is_executable(candidate))
+        .ok_or(EtcdMissing)
+}
+
+/// What is wrong with etcd's answer to a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EtcdAnswerError {
+    #[error("a read Txn of {keys} ranges answered succeeded={succeeded} with {responses} responses")]
+    ReadShape { keys: usize, succeeded: bool, responses: usize },
+    #[error("a read Txn answered {0} where a range was expected")]
+    NotARange(String),
+    #[error("read Txn: {0}")]
+    Read(String),
+    #[error("write Txn: {0}")]
+    Write(String),
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -305,13 +321,13 @@ pub fn write_request(txn: &YcsbTTxn, revisions: &[i64], value_size: usize) -> pr
 
 /// The `mod_revision` of each key a read `Txn` answered (0 for a missing key), or what is
 /// wrong with the answer.
-pub fn read_revisions(response: &proto::TxnResponse, keys: usize) -> Result<Vec<i64>, String> {
+pub fn read_revisions(response: &proto::TxnResponse, keys: usize) -> Result<Vec<i64>, EtcdAnswerError> {
     if !response.succeeded || response.responses.len() != keys {
-        return Err(format!(
-            "a read Txn of {keys} ranges answered succeeded={} with {} responses",
-            response.succeeded,
-            response.responses.len()
-        ));
+        return Err(EtcdAnswerError::ReadShape {
+            keys,
+            succeeded: response.succeeded,
+            responses: response.responses.len(),
+        });
     }
     response
         .responses
@@ -320,7 +336,7 @@ pub fn read_revisions(response: &proto::TxnResponse, keys: usize) -> Result<Vec<
             Some(proto::response_op::Response::ResponseRange(range)) => {
                 Ok(range.kvs.first().map_or(0, |kv| kv.mod_revision))
             }
-            other => Err(format!("a read Txn answered {other:?} where a range was expected")),
+            other => Err(EtcdAnswerError::NotARange(format!("{other:?}"))),
         })
         .collect()
 }
@@ -378,8 +394,12 @@ enum Attempt {
     Aborted,
 }
 
-async fn attempt(client: &mut KvClient<Channel>, txn: &YcsbTTxn, value_size: usize) -> Result<Attempt, String> {
-    let reads = client.txn(read_request(txn)).await.map_err(|status| format!("read Txn: {status}"))?;
+async fn attempt(
+    client: &mut KvClient<Channel>,
+    txn: &YcsbTTxn,
+    value_size: usize,
+) -> Result<Attempt, EtcdAnswerError> {
+    let reads = client.txn(read_request(txn)).await.map_err(|status| EtcdAnswerError::Read(status.to_string()))?;
     let revisions = read_revisions(reads.get_ref(), txn.ids.len())?;
     if !txn.writes {
         return Ok(Attempt::Committed { read_only: true });
@@ -387,7 +407,7 @@ async fn attempt(client: &mut KvClient<Channel>, txn: &YcsbTTxn, value_size: usi
     let writes = client
         .txn(write_request(txn, &revisions, value_size))
         .await
-        .map_err(|status| format!("write Txn: {status}"))?;
+        .map_err(|status| EtcdAnswerError::Write(status.to_string()))?;
     Ok(if writes.get_ref().succeeded { Attempt::Committed { read_only: false } } else { Attempt::Aborted })
 }
 
@@ -416,7 +436,7 @@ async fn run_client(mut client: KvClient<Channel>, workload: Arc<YcsbT>, mut rng
                     }
                 }
                 Err(error) => {
-                    counters.error(error);
+                    counters.error(error.to_string());
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     break;
                 }
@@ -429,7 +449,7 @@ async fn run_client(mut client: KvClient<Channel>, workload: Arc<YcsbT>, mut rng
 /// transactions from `config.clients` clients, one transaction in flight each, for
 /// `config.duration` after `config.warmup`. `config.sync` is not consulted: etcd fsyncs.
 pub fn run_etcd(config: &DkvBenchConfig, workload: &YcsbT) -> Result<EtcdReport> {
-    let binary = etcd_available().map_err(|message| anyhow!(message))?;
+    let binary = etcd_available()?;
     let etcd_version = version(&binary)?;
     // The clients' tasks outlive this borrow; the generator is rebuilt from the same
     // configuration, so it draws the same transactions.

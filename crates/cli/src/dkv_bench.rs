@@ -234,7 +234,7 @@ impl Workload {
                         audit.total_balance,
                         workload.expected_total()
                     ),
-                    Err(error) => error.clone(),
+                    Err(error) => error.to_string(),
                 };
                 StoreRun { report: run.report, audit: Some((conserved, detail)) }
             }
@@ -383,7 +383,7 @@ pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
         bail!("--peers runs etcd on ycsb-t only, not {}", args.workload.name());
     }
     if args.peers {
-        etcd_available().map_err(anyhow::Error::msg)?;
+        etcd_available()?;
     }
     let workload = Workload::of(args)?;
     eprintln!(

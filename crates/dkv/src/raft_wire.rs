@@ -15,6 +15,6 @@ pub fn message_from_wire(message: proto::RaftMessage, at: &Receiver) -> Result<e
 }
 
 /// What an entry of the configuration service must hold: a configuration proposal.
-pub(crate) fn check_proposal(data: &[u8]) -> Result<(), String> {
-    wire::decode_proposal(data).map(drop).map_err(|error| format!("not a configuration proposal: {error}"))
+pub(crate) fn check_proposal(data: &[u8]) -> Result<(), EntryRefusal> {
+    wire::decode_proposal(data).map(drop).map_err(|error| EntryRefusal::new("a configuration proposal", error))
 }

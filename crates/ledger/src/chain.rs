@@ -110,6 +110,8 @@ pub enum ChainError {
     BadFormatFile { path: PathBuf, text: String },
     #[error("contract store (block {number}): {problem}")]
     Contracts { number: u64, problem: ContractProblem },
+    #[error("one state store is empty, the other holds block {block}")]
+    OneStoreEmpty { block: u64 },
     #[error("contract store is at block {contracts}, the account store at block {state}: they move together")]
     StoresApart { state: u64, contracts: u64 },
     #[error("the state is damaged: {0}")]
@@ -635,7 +637,7 @@ fn open_state_stores(
             Ok(Some(state)) => Some((accounts, contracts, state)),
             Ok(None) => None,
             Err(reason) => {
-                rebuilt = Some(reason);
+                rebuilt = Some(reason.to_string());
                 None
             }
         },
@@ -662,7 +664,7 @@ fn check_stores(
     head_number: u64,
     accounts: &DurableTrie,
     contracts: &DurableTrie,
-) -> Result<Option<StateTrie>, String> {
+) -> Result<Option<StateTrie>, ChainError> {
     if accounts.version() == 0 && contracts.version() == 0 {
         return Ok(None);
     }
@@ -670,26 +672,22 @@ fn check_stores(
         let empty = accounts.version() == 0 || contracts.version() == 0;
         let (state, contracts) = (accounts.version().saturating_sub(1), contracts.version().saturating_sub(1));
         if empty {
-            return Err(format!("one state store is empty, the other holds block {}", state.max(contracts)));
+            return Err(ChainError::OneStoreEmpty { block: state.max(contracts) });
         }
-        return Err(ChainError::StoresApart { state, contracts }.to_string());
+        return Err(ChainError::StoresApart { state, contracts });
     }
     let number = accounts.version() - 1;
     if number > head_number {
-        return Err(format!("it held block {number}, beyond the last stored block"));
+        return Err(ChainError::StateAhead { state: number, head: head_number });
     }
-    let expected = if number == 0 {
-        genesis.header.state_root
-    } else {
-        load_block(store, number).map_err(|error| error.to_string())?.header.state_root
-    };
+    let expected = if number == 0 { genesis.header.state_root } else { load_block(store, number)?.header.state_root };
     let found = accounts.trie().root_hash();
     if found != expected {
-        return Err(ChainError::StateRoot { number, expected, found }.to_string());
+        return Err(ChainError::StateRoot { number, expected, found });
     }
     let state = contract_store::load_state(accounts.trie().snapshot(), contracts.trie())
-        .map_err(|problem| ChainError::Contracts { number, problem }.to_string())?;
-    contract_store::check(&state, false).map_err(|problem| ChainError::Contracts { number, problem }.to_string())?;
+        .map_err(|problem| ChainError::Contracts { number, problem })?;
+    contract_store::check(&state, false).map_err(|problem| ChainError::Contracts { number, problem })?;
     Ok(Some(state))
 }
 

@@ -24,7 +24,7 @@ pub mod wire;
 
 pub use log::{RaftLog, RaftLogError};
 pub use replica::{Output, Replica, ReplicaSettings};
-pub use wire::{EntryCheck, RaftWireError, Receiver};
+pub use wire::{EntryCheck, EntryRefusal, RaftWireError, Receiver};
 
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,7 @@ fn group(size: u64) -> Vec<Replica> {
         .collect()
 }
 
-fn any_data(_: &[u8]) -> Result<(), String> {
+fn any_data(_: &[u8]) -> Result<(), crate::EntryRefusal> {
     Ok(())
 }
 

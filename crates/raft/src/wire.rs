@@ -21,7 +21,23 @@ use raft::eraftpb::{self, EntryType, MessageType};
 
 /// What a group's entries must hold: the check of one entry's data (never empty), with the
 /// reason it is refused.
-pub type EntryCheck<'a> = &'a dyn Fn(&[u8]) -> Result<(), String>;
+pub type EntryCheck<'a> = &'a dyn Fn(&[u8]) -> Result<(), EntryRefusal>;
+
+/// Why an entry's data is not what the group replicates: what it should hold, and why the
+/// group's decoder refused it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not {expected}: {reason}")]
+pub struct EntryRefusal {
+    pub expected: &'static str,
+    pub reason: String,
+}
+
+impl EntryRefusal {
+    /// `error` refusing data that should be `expected`.
+    pub fn new(expected: &'static str, error: impl std::fmt::Display) -> EntryRefusal {
+        EntryRefusal { expected, reason: error.to_string() }
+    }
+}
 
 /// Most entries one append may carry (raft-rs sends at most `max_inflight`-bounded batches,
 /// far fewer than this).
@@ -98,7 +114,7 @@ pub enum RaftWireError {
     #[error("entry at index {index} is a membership change, which the service does not make")]
     ConfChangeUnsupported { index: u64 },
     #[error("entry at index {index} does not hold what the group replicates: {reason}")]
-    BadEntry { index: u64, reason: String },
+    BadEntry { index: u64, reason: EntryRefusal },
     #[error("Raft id {from} sends as leader of term {term}, whose leader is Raft id {leader}")]
     SecondLeader { from: u64, term: u64, leader: u64 },
     #[error("commit index {commit} is beyond this replica's last index {last_index}")]

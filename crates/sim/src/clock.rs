@@ -27,6 +27,18 @@ pub(crate) struct NodeClock {
     jitter_rng: StdRng,
 }
 
+/// Why a clock cannot follow a skew.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SkewProblem {
+    /// The drift as given (a float, possibly NaN, kept as its text).
+    #[error("drift {0} ppm is not within ±{MAX_DRIFT_PPM}")]
+    Drift(String),
+    #[error("offset {0} ns is beyond ±{MAX_OFFSET_NS}")]
+    Offset(i64),
+    #[error("jitter {0} ns is beyond {MAX_OFFSET_NS}")]
+    Jitter(u64),
+}
+
 impl NodeClock {
     pub(crate) fn new(skew: Skew, added_at: u64, jitter_seed: u64) -> Self {
         NodeClock {
@@ -39,15 +51,15 @@ impl NodeClock {
     }
 
     /// Whether `skew` is one a clock can follow; the reason if not.
-    pub(crate) fn check(skew: &Skew) -> Result<(), String> {
+    pub(crate) fn check(skew: &Skew) -> Result<(), SkewProblem> {
         if !skew.drift_ppm.is_finite() || skew.drift_ppm.abs() > MAX_DRIFT_PPM {
-            return Err(format!("drift {} ppm is not within ±{MAX_DRIFT_PPM}", skew.drift_ppm));
+            return Err(SkewProblem::Drift(skew.drift_ppm.to_string()));
         }
         if skew.offset_ns.unsigned_abs() > MAX_OFFSET_NS {
-            return Err(format!("offset {} ns is beyond ±{MAX_OFFSET_NS}", skew.offset_ns));
+            return Err(SkewProblem::Offset(skew.offset_ns));
         }
         if skew.jitter_ns > MAX_OFFSET_NS {
-            return Err(format!("jitter {} ns is beyond {MAX_OFFSET_NS}", skew.jitter_ns));
+            return Err(SkewProblem::Jitter(skew.jitter_ns));
         }
         Ok(())
     }

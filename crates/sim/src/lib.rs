@@ -53,7 +53,7 @@ use virga_net::role::{CallId, IoExecutor, IoId, Protocol, Role, TimerId};
 use virga_net::NetError;
 
 pub use bench::{null_core_events_per_sec, NullCore, NullProtocol};
-pub use clock::{EPOCH_BASE_NS, MAX_DRIFT_PPM, MAX_OFFSET_NS};
+pub use clock::{SkewProblem, EPOCH_BASE_NS, MAX_DRIFT_PPM, MAX_OFFSET_NS};
 pub use cost::{CostModel, RoleEvent, ZeroCost};
 pub use network::{LinkConfig, NetConfig, Partition};
 pub use stats::{Stats, Traffic};
@@ -69,7 +69,7 @@ pub enum SimError {
     #[error("invalid simulator configuration: {field}: {reason}")]
     InvalidConfig { field: String, reason: String },
     #[error("invalid clock for node {node}: {reason}")]
-    InvalidSkew { node: String, reason: String },
+    InvalidSkew { node: String, reason: SkewProblem },
     #[error("a node named {0} already exists")]
     DuplicateNode(String),
     #[error("no node named {0}")]

@@ -78,10 +78,23 @@ pub enum GenesisError {
     MissingAlloc,
     /// One account of `alloc` is malformed.
     #[error("account {}: {problem}", hex::encode_prefixed(account))]
-    Account { account: Address, problem: String },
+    Account { account: Address, problem: AccountProblem },
     /// A genesis header field is malformed; the message gives line and column.
     #[error("genesis header: {0}")]
     Header(serde_json::Error),
+}
+
+/// What is wrong with one account of `alloc`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccountProblem {
+    /// go-ethereum reads `balance` and `nonce` as decimal or `0x` hex only.
+    #[error("{field} {text} is not a decimal or 0x-hex number")]
+    NotANumber { field: &'static str, text: String },
+    #[error("code {0} is missing the 0x prefix")]
+    CodeWithoutPrefix(String),
+    /// The account does not deserialize (the message, clipped, says where).
+    #[error("{0}")]
+    Malformed(String),
 }
 
 /// The part of a document the state root depends on.
@@ -169,9 +182,10 @@ impl Genesis {
         let entries = document.alloc.ok_or(GenesisError::MissingAlloc)?;
         let mut alloc = Alloc::new();
         for (address, account) in entries {
-            let problem = |problem: String| GenesisError::Account { account: address, problem };
+            let problem = |problem: AccountProblem| GenesisError::Account { account: address, problem };
             check_geth_forms(&account).map_err(problem)?;
-            let account = GenesisAccount::deserialize(account).map_err(|e| problem(clip(&e.to_string())))?;
+            let account = GenesisAccount::deserialize(account)
+                .map_err(|e| problem(AccountProblem::Malformed(clip(&e.to_string()))))?;
             alloc.insert(address, account);
         }
         Ok(alloc)
@@ -193,18 +207,18 @@ fn in_file<T>(path: &Path, parse: impl FnOnce(&str) -> Result<T, GenesisError>) 
 }
 
 /// Refuses the forms alloy-genesis would read but go-ethereum refuses (see the module docs).
-fn check_geth_forms(account: &Value) -> Result<(), String> {
+fn check_geth_forms(account: &Value) -> Result<(), AccountProblem> {
     let Value::Object(fields) = account else { return Ok(()) };
     for field in ["balance", "nonce"] {
         if let Some(Value::String(text)) = fields.get(field) {
             if !is_geth_number(text) {
-                return Err(format!("{field} {} is not a decimal or 0x-hex number", quote(text)));
+                return Err(AccountProblem::NotANumber { field, text: quote(text) });
             }
         }
     }
     if let Some(Value::String(code)) = fields.get("code") {
         if !code.is_empty() && !code.starts_with("0x") && !code.starts_with("0X") {
-            return Err(format!("code {} is missing the 0x prefix", quote(code)));
+            return Err(AccountProblem::CodeWithoutPrefix(quote(code)));
         }
     }
     Ok(())

@@ -31,7 +31,52 @@ pub enum TrieTestError {
     #[error("{file}: not valid JSON: {source}")]
     Json { file: String, source: serde_json::Error },
     #[error("{file}: {what}")]
-    Format { file: String, what: String },
+    Format { file: String, what: FormatProblem },
+}
+
+/// What is wrong with a TrieTests document that is valid JSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatProblem {
+    #[error("top level must be an object of named cases")]
+    NotAnObject,
+    #[error("case {case}: {problem}")]
+    Case { case: String, problem: CaseProblem },
+}
+
+/// What is wrong with one case.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CaseProblem {
+    #[error("missing field \"in\"")]
+    MissingIn,
+    #[error("\"in\" must be a list of pairs or an object")]
+    InShape,
+    #[error("in[{index}] must be a [key, value] pair")]
+    NotAPair { index: usize },
+    #[error("in[{index}] key: {problem}")]
+    PairKey { index: usize, problem: TextProblem },
+    #[error("in[{index}] value: {problem}")]
+    PairValue { index: usize, problem: TextProblem },
+    #[error("key {key:?}: {problem}")]
+    Key { key: String, problem: TextProblem },
+    #[error("value of {key:?}: {problem}")]
+    Value { key: String, problem: TextProblem },
+    #[error("missing string field \"root\"")]
+    MissingRoot,
+    #[error("root: {0}")]
+    Root(TextProblem),
+    #[error("root must be 32 bytes, got {0}")]
+    RootLength(usize),
+}
+
+/// What is wrong with a key, value or root string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextProblem {
+    #[error("must be a string")]
+    NotAString,
+    #[error("{0}")]
+    Hex(#[from] virga_core::hex::FromHexError),
+    #[error("{0} bytes is longer than the longest key ({max})", max = crate::MAX_KEY_BYTES)]
+    TooLong(usize),
 }
 
 /// Runs every case of the file at `path`.
@@ -47,20 +92,18 @@ pub fn run_file(path: &Path, secure: bool) -> Result<Vec<CaseOutcome>, TrieTestE
 
 /// Runs every case of a TrieTests document given as text.
 pub fn run_str(text: &str, secure: bool) -> Result<Vec<CaseOutcome>, TrieTestError> {
-    let format = |what: String| TrieTestError::Format { file: String::new(), what };
+    let format = |what: FormatProblem| TrieTestError::Format { file: String::new(), what };
     let document: Value =
         serde_json::from_str(text).map_err(|source| TrieTestError::Json { file: String::new(), source })?;
-    let cases = document.as_object().ok_or_else(|| format("top level must be an object of named cases".into()))?;
+    let cases = document.as_object().ok_or_else(|| format(FormatProblem::NotAnObject))?;
     let mut outcomes = Vec::with_capacity(cases.len());
     for (name, case) in cases {
-        let pairs = case_pairs(name, case).map_err(format)?;
-        let root_text = case
-            .get("root")
-            .and_then(Value::as_str)
-            .ok_or_else(|| format(format!("case {name}: missing string field \"root\"")))?;
-        let root_bytes = decode_text(root_text).map_err(|e| format(format!("case {name}: root: {e}")))?;
+        let in_case = |problem: CaseProblem| format(FormatProblem::Case { case: name.clone(), problem });
+        let pairs = case_pairs(case).map_err(in_case)?;
+        let root_text = case.get("root").and_then(Value::as_str).ok_or_else(|| in_case(CaseProblem::MissingRoot))?;
+        let root_bytes = decode_text(root_text).map_err(|problem| in_case(CaseProblem::Root(problem)))?;
         if root_bytes.len() != 32 {
-            return Err(format(format!("case {name}: root must be 32 bytes, got {}", root_bytes.len())));
+            return Err(in_case(CaseProblem::RootLength(root_bytes.len())));
         }
         let actual = if secure {
             let mut trie = SecureTrie::new();
@@ -82,38 +125,37 @@ pub fn run_str(text: &str, secure: bool) -> Result<Vec<CaseOutcome>, TrieTestErr
 
 type Pair = (Vec<u8>, Option<Vec<u8>>);
 
-fn case_pairs(name: &str, case: &Value) -> Result<Vec<Pair>, String> {
-    let input = case.get("in").ok_or_else(|| format!("case {name}: missing field \"in\""))?;
+fn case_pairs(case: &Value) -> Result<Vec<Pair>, CaseProblem> {
+    let input = case.get("in").ok_or(CaseProblem::MissingIn)?;
     let mut pairs = Vec::new();
     match input {
         Value::Array(items) => {
             for (index, item) in items.iter().enumerate() {
-                let pair = item
-                    .as_array()
-                    .filter(|p| p.len() == 2)
-                    .ok_or_else(|| format!("case {name}: in[{index}] must be a [key, value] pair"))?;
-                let key = text_field(&pair[0]).map_err(|e| format!("case {name}: in[{index}] key: {e}"))?;
-                let value = optional_text(&pair[1]).map_err(|e| format!("case {name}: in[{index}] value: {e}"))?;
+                let pair = item.as_array().filter(|p| p.len() == 2).ok_or(CaseProblem::NotAPair { index })?;
+                let key = text_field(&pair[0]).map_err(|problem| CaseProblem::PairKey { index, problem })?;
+                let value = optional_text(&pair[1]).map_err(|problem| CaseProblem::PairValue { index, problem })?;
                 pairs.push((key, value));
             }
         }
         Value::Object(items) => {
             for (key_text, value) in items {
-                let key = decode_text(key_text).map_err(|e| format!("case {name}: key {key_text:?}: {e}"))?;
-                let value = optional_text(value).map_err(|e| format!("case {name}: value of {key_text:?}: {e}"))?;
+                let key =
+                    decode_text(key_text).map_err(|problem| CaseProblem::Key { key: key_text.clone(), problem })?;
+                let value =
+                    optional_text(value).map_err(|problem| CaseProblem::Value { key: key_text.clone(), problem })?;
                 pairs.push((key, value));
             }
         }
-        _ => return Err(format!("case {name}: \"in\" must be a list of pairs or an object")),
+        _ => return Err(CaseProblem::InShape),
     }
     Ok(pairs)
 }
 
-fn text_field(value: &Value) -> Result<Vec<u8>, String> {
-    value.as_str().ok_or_else(|| "must be a string".to_string()).and_then(decode_text)
+fn text_field(value: &Value) -> Result<Vec<u8>, TextProblem> {
+    value.as_str().ok_or(TextProblem::NotAString).and_then(decode_text)
 }
 
-fn optional_text(value: &Value) -> Result<Option<Vec<u8>>, String> {
+fn optional_text(value: &Value) -> Result<Option<Vec<u8>>, TextProblem> {
     if value.is_null() {
         Ok(None)
     } else {
@@ -122,14 +164,10 @@ fn optional_text(value: &Value) -> Result<Option<Vec<u8>>, String> {
 }
 
 /// `0x…` is hex, anything else is the UTF-8 bytes of the string.
-fn decode_text(text: &str) -> Result<Vec<u8>, String> {
-    let bytes = if text.starts_with("0x") {
-        virga_core::hex::decode(text).map_err(|e| e.to_string())?
-    } else {
-        text.as_bytes().to_vec()
-    };
+fn decode_text(text: &str) -> Result<Vec<u8>, TextProblem> {
+    let bytes = if text.starts_with("0x") { virga_core::hex::decode(text)? } else { text.as_bytes().to_vec() };
     if bytes.len() > crate::MAX_KEY_BYTES {
-        return Err(format!("{} bytes is longer than the longest key ({})", bytes.len(), crate::MAX_KEY_BYTES));
+        return Err(TextProblem::TooLong(bytes.len()));
     }
     Ok(bytes)
 }

@@ -168,15 +168,23 @@ pub struct TransferAudit {
     pub total_balance: u128,
 }
 
+/// An account key whose value is not a balance.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("account {account}: value is {bytes} bytes, not an 8-byte balance")]
+pub struct NotABalance {
+    pub account: u64,
+    pub bytes: usize,
+}
+
 /// Sums the balances of every account key in `pairs`, ignoring other keys (an engine may keep
 /// its own metadata in the same key space). Fails on the first account whose value is not a
 /// balance.
-pub fn audit<'a>(pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Result<TransferAudit, String> {
+pub fn audit<'a>(pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Result<TransferAudit, NotABalance> {
     let mut found = TransferAudit { accounts: 0, total_balance: 0 };
     for (key, value) in pairs.filter(|(key, _)| is_account_key(key)) {
-        let balance = decode_balance(value).ok_or_else(|| {
-            let id = u64::from_be_bytes(key[1..].try_into().expect("account keys are 9 bytes"));
-            format!("account {id}: value is {} bytes, not an 8-byte balance", value.len())
+        let balance = decode_balance(value).ok_or_else(|| NotABalance {
+            account: u64::from_be_bytes(key[1..].try_into().expect("account keys are 9 bytes")),
+            bytes: value.len(),
         })?;
         found.accounts += 1;
         found.total_balance += u128::from(balance);
@@ -252,7 +260,7 @@ mod tests {
         let txn = TransferTxn { from: 4, to: 99, amount: 1 };
         assert_eq!(oracle.execute(&workload, &txn).unwrap_err(), MISSING_KEY);
         let err = audit(oracle.iter()).unwrap_err();
-        assert!(err.contains("account 3"), "{err}");
+        assert_eq!(err.account, 3, "{err}");
         // Foreign keys are ignored.
         let mut oracle = Oracle::loaded(&workload);
         oracle.insert(b"zz-meta", b"x");

@@ -451,8 +451,8 @@ impl OrderingServer {
 }
 
 /// What an orderer's Raft entry must hold: a block cut.
-fn check_cut(data: &[u8]) -> Result<(), String> {
-    BlockCut::decode(data).map(drop).map_err(|error| format!("not a block cut: {error}"))
+fn check_cut(data: &[u8]) -> Result<(), virga_raft::EntryRefusal> {
+    BlockCut::decode(data).map(drop).map_err(|error| virga_raft::EntryRefusal::new("a block cut", error))
 }
 
 /// The records that found an ordering group whose log starts with `genesis` (each a cut,

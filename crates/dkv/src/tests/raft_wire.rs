@@ -429,7 +429,7 @@ fn entries_must_hold_proposals() {
     let error = refused(sample, |m, _| m.entries[1].data = zero_seq);
     let zero = wire::WireError::ZeroSequence.to_string();
     assert!(
-        matches!(&error, RaftWireError::BadEntry { index: i, reason } if *i == index && reason.contains(&zero)),
+        matches!(&error, RaftWireError::BadEntry { index: i, reason } if *i == index && reason.reason.contains(&zero)),
         "{error:?}"
     );
 }

@@ -100,7 +100,15 @@ fn run_unit(name: &str, unit: &TestUnit, only: Option<Fork>) -> Vec<CaseResult> 
 }
 
 /// The `pre` accounts.
-fn pre_state(unit: &TestUnit) -> Result<Vec<GenesisAccount>, String> {
+/// A field of the test that does not fit the type Virga gives it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {value} does not fit in 64 bits")]
+struct TooWide {
+    field: &'static str,
+    value: U256,
+}
+
+fn pre_state(unit: &TestUnit) -> Result<Vec<GenesisAccount>, TooWide> {
     let accounts = unit.pre.iter().map(|(address, pre)| {
         Ok(GenesisAccount {
             address: *address,
@@ -113,7 +121,7 @@ fn pre_state(unit: &TestUnit) -> Result<Vec<GenesisAccount>, String> {
     accounts.collect()
 }
 
-fn block_context(unit: &TestUnit, fork: Fork) -> Result<BlockContext, String> {
+fn block_context(unit: &TestUnit, fork: Fork) -> Result<BlockContext, TooWide> {
     let env = &unit.env;
     Ok(BlockContext {
         fork,
@@ -129,8 +137,8 @@ fn block_context(unit: &TestUnit, fork: Fork) -> Result<BlockContext, String> {
     })
 }
 
-fn to_u64(value: U256, field: &str) -> Result<u64, String> {
-    u64::try_from(value).map_err(|_| format!("{field} {value} does not fit in 64 bits"))
+fn to_u64(value: U256, field: &'static str) -> Result<u64, TooWide> {
+    u64::try_from(value).map_err(|_| TooWide { field, value })
 }
 
 /// What became of the case's transaction.

@@ -206,6 +206,7 @@ impl BuildJob {
             let contracts = match attach_bags(layer, &bag, submission.storage, submission.codes) {
                 Ok(contracts) => contracts,
                 Err(reason) => {
+                    let reason = reason.to_string();
                     refuse_submission(&self.config.id, &mut self.stats, from, call, &reason, &mut self.answers);
                     continue;
                 }
@@ -361,6 +362,17 @@ fn misbuild(mut built: BuiltBlock, wrong_root: bool) -> BuiltBlock {
     built
 }
 
+/// Why a submission's bags do not attach to the top layer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BagRefusal {
+    #[error("node bag refused: {0}")]
+    Keys(#[source] crate::codec::WireError),
+    #[error("node bag refused: {0}")]
+    Bag(#[from] virga_trie::partial::BagError),
+    #[error("node bag refused: {0}")]
+    Contracts(#[from] ContractBagError),
+}
+
 /// Attaches a submission's account bag, then its slot bags (to the storage roots of the
 /// accounts the bag just brought) and code, to `layer`; returns the contract part, or why
 /// the submission is refused.
@@ -369,16 +381,15 @@ fn attach_bags(
     bag: &NodeBag,
     storage: Vec<crate::proto::StorageBag>,
     codes: Vec<Vec<u8>>,
-) -> Result<ContractBags, String> {
-    let refused = |reason: &dyn std::fmt::Display| format!("node bag refused: {reason}");
+) -> Result<ContractBags, BagRefusal> {
     // Bags attach along their keys' paths; pruning later walks those paths only.
-    check_keys(&bag.keys).map_err(|reason| refused(&reason))?;
+    check_keys(&bag.keys).map_err(BagRefusal::Keys)?;
     // Witness revision: unchanged subtrees attach by hash; what changed is ours already.
-    let grown = attach_bag(&mut layer.top.accounts, bag).map_err(|error| refused(&error))?;
+    let grown = attach_bag(&mut layer.top.accounts, bag)?;
     layer.estimated_bytes += grown;
     record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
-    let contracts = ContractBags::from_wire(storage, codes).map_err(|error| refused(&ContractBagError::from(error)))?;
-    layer.estimated_bytes += contracts.attach(&mut layer.top).map_err(|error| refused(&error))?;
+    let contracts = ContractBags::from_wire(storage, codes).map_err(ContractBagError::from)?;
+    layer.estimated_bytes += contracts.attach(&mut layer.top)?;
     Ok(contracts)
 }
 
