@@ -49,7 +49,11 @@ impl MapRefresh {
 
     /// The fetch's answer: a map newer than `current`, if it brought one. A failure moves
     /// to the next replica; any map answered ends the staleness.
-    pub(crate) fn answered(&mut self, body: Result<ResponseBody, String>, current: &ShardMap) -> Option<ShardMap> {
+    pub(crate) fn answered(
+        &mut self,
+        body: Result<ResponseBody, virga_net::NetError>,
+        current: &ShardMap,
+    ) -> Option<ShardMap> {
         self.call = None;
         match body {
             Ok(ResponseBody::Map(reply)) => {

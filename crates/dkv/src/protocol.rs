@@ -3,7 +3,7 @@
 //! the shard replicas' reads, two-phase commit, replication, leases and termination.
 
 use virga_net::role::Protocol;
-use virga_net::{ProtobufError, WireProtocol};
+use virga_net::{NetError, ProtobufError, WireProtocol};
 
 use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
 
@@ -109,5 +109,15 @@ impl WireProtocol for Dkv {
             Some(_) => Ok(response),
             None => Err(ProtobufError::Empty { message: "dkv response" }),
         }
+    }
+}
+
+/// The body of an answer to one of a core's calls. A response with no body is what no peer
+/// of this build sends (the codec refuses one on the wire), so it is a bad response.
+pub(crate) fn body_of(result: Result<Response, NetError>) -> Result<ResponseBody, NetError> {
+    match result {
+        Ok(Response { body: Some(body) }) => Ok(body),
+        Ok(Response { body: None }) => Err(NetError::BadResponse { peer: "a dkv peer".to_string() }),
+        Err(error) => Err(error),
     }
 }

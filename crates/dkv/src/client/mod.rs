@@ -451,7 +451,7 @@ impl TxnClient {
         out.extend(self.map_refresh.fetch(&mut self.ids, replicas, self.config.deadline));
     }
 
-    fn on_map(&mut self, body: Result<ResponseBody, String>) {
+    fn on_map(&mut self, body: Result<ResponseBody, NetError>) {
         if let Some(map) = self.map_refresh.answered(body, &self.config.map) {
             tracing::info!(client = self.config.client, version = map.version(), "adopted a newer shard map");
             self.config.map = map;
@@ -460,11 +460,7 @@ impl TxnClient {
     }
 
     fn on_response(&mut self, now: Nanos, call: CallId, result: Result<proto::Response, NetError>, out: &mut Out) {
-        let body = match result {
-            Ok(proto::Response { body: Some(body) }) => Ok(body),
-            Ok(proto::Response { body: None }) => Err("an empty response".to_string()),
-            Err(error) => Err(error.to_string()),
-        };
+        let body = crate::protocol::body_of(result);
         if self.map_refresh.is_fetch(call) {
             self.on_map(body);
             return;

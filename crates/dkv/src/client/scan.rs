@@ -128,7 +128,7 @@ impl TxnClient {
         id: TxnId,
         index: usize,
         shard: u32,
-        result: Result<ResponseBody, String>,
+        result: Result<ResponseBody, virga_net::NetError>,
         out: &mut Out,
     ) {
         let Some(active) = self.txns.get_mut(&id) else { return };

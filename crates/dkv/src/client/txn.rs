@@ -263,7 +263,7 @@ impl TxnClient {
         now: Nanos,
         id: TxnId,
         call: CallId,
-        result: Result<ResponseBody, String>,
+        result: Result<ResponseBody, virga_net::NetError>,
         out: &mut Out,
     ) {
         let Some(txn) = self.txns.get_mut(&id) else { return };
@@ -466,7 +466,13 @@ impl TxnClient {
         out.push(Command::Call { to, call, request, deadline: self.config.deadline });
     }
 
-    pub(super) fn on_vote(&mut self, id: TxnId, call: CallId, result: Result<ResponseBody, String>, out: &mut Out) {
+    pub(super) fn on_vote(
+        &mut self,
+        id: TxnId,
+        call: CallId,
+        result: Result<ResponseBody, virga_net::NetError>,
+        out: &mut Out,
+    ) {
         let one_round_trip = self.config.one_round_trip;
         let Some(txn) = self.txns.get_mut(&id) else { return };
         let Phase::Preparing { calls, yes, participants, commit_ts, validate_only } = &mut txn.phase else { return };
@@ -640,10 +646,11 @@ pub(super) enum Failure {
     Unavailable(String),
 }
 
-pub(super) fn describe_failure(answer: &Result<ResponseBody, String>) -> Failure {
+pub(super) fn describe_failure(answer: &Result<ResponseBody, virga_net::NetError>) -> Failure {
     match answer {
         Ok(ResponseBody::WrongEpoch(wrong)) => Failure::StaleMap { epoch: wrong.epoch },
-        Err(error) | Ok(ResponseBody::Error(error)) => Failure::Unavailable(error.clone()),
+        Err(error) => Failure::Unavailable(error.to_string()),
+        Ok(ResponseBody::Error(error)) => Failure::Unavailable(error.clone()),
         Ok(other) => Failure::Unavailable(format!("an unexpected answer: {other:?}")),
     }
 }

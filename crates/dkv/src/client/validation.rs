@@ -127,7 +127,7 @@ impl TxnClient {
         &mut self,
         id: TxnId,
         call: CallId,
-        result: Result<ResponseBody, String>,
+        result: Result<ResponseBody, virga_net::NetError>,
         out: &mut Out,
     ) {
         let Some(txn) = self.txns.get_mut(&id) else { return };

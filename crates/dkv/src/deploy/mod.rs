@@ -100,7 +100,7 @@ pub enum DeployError {
     #[error("{path}: {error}")]
     Io { path: PathBuf, error: std::io::Error },
     #[error("{path}: {problem}")]
-    BadLayoutFile { path: PathBuf, problem: String },
+    BadLayoutFile { path: PathBuf, problem: LayoutFileProblem },
     #[error(
         "{path} holds a cluster of {stored}; the options ask for {asked} (leave them out, or use a new directory)"
     )]
@@ -182,39 +182,69 @@ impl LayoutFile {
         text
     }
 
-    fn decode(text: &str) -> Result<LayoutFile, String> {
+    fn decode(text: &str) -> Result<LayoutFile, LayoutFileProblem> {
         let mut lines = text.lines();
         if lines.next() != Some("virga kv cluster 1") {
-            return Err("not a virga kv cluster layout (its first line is not `virga kv cluster 1`)".to_string());
+            return Err(LayoutFileProblem::NotALayout);
         }
-        let mut field = |name: &str| -> Result<u64, String> {
-            let line = lines.next().ok_or_else(|| format!("no `{name}` line"))?;
+        let mut field = |name: &'static str| -> Result<u64, LayoutFileProblem> {
+            let line = lines.next().ok_or(LayoutFileProblem::MissingLine(name))?;
             let value = line.strip_prefix(name).and_then(|rest| rest.strip_prefix(' '));
-            let value = value.ok_or_else(|| format!("`{line}` where `{name} N` belongs"))?;
-            value.parse().map_err(|_| format!("`{name}` is not a number: {value:?}"))
+            let value = value.ok_or_else(|| LayoutFileProblem::Misplaced { line: line.to_string(), name })?;
+            value.parse().map_err(|_| LayoutFileProblem::NotANumber { name, value: value.to_string() })
         };
-        let shards = u32::try_from(field("shards")?).map_err(|_| "too many shards".to_string())?;
+        let shards = u32::try_from(field("shards")?).map_err(|_| LayoutFileProblem::TooLarge("shards"))?;
         let replicas = field("replicas")? as usize;
         let data_nodes = field("data_nodes")? as usize;
-        let incarnation = u32::try_from(field("incarnation")?).map_err(|_| "incarnation overflows".to_string())?;
+        let incarnation =
+            u32::try_from(field("incarnation")?).map_err(|_| LayoutFileProblem::TooLarge("incarnation"))?;
         // Then, each when it applies: the base port of a cluster of processes, the validators.
         let (mut base_port, mut validators) = (None, 0);
         for line in lines {
             if let Some(value) = line.strip_prefix("base_port ") {
-                base_port = Some(value.parse().map_err(|_| format!("`base_port` is not a port: {value:?}"))?);
+                base_port = Some(value.parse().map_err(|_| LayoutFileProblem::NotAPort(value.to_string()))?);
             } else if let Some(value) = line.strip_prefix("validators ") {
                 validators = value
                     .parse::<usize>()
                     .ok()
                     .filter(|count| (1..=16).contains(count))
-                    .ok_or_else(|| format!("`validators` is not a count from 1 to 16: {value:?}"))?;
+                    .ok_or_else(|| LayoutFileProblem::ValidatorCount(value.to_string()))?;
             } else {
-                return Err(format!("`{line}` after the incarnation"));
+                return Err(LayoutFileProblem::Trailing(line.to_string()));
             }
         }
         let shape = ClusterShape { shards, replicas, data_nodes, validators };
         Ok(LayoutFile { shape, incarnation, base_port })
     }
+}
+
+/// What is wrong with a cluster's layout file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutFileProblem {
+    #[error("not a virga kv cluster layout (its first line is not `virga kv cluster 1`)")]
+    NotALayout,
+    #[error("no `{0}` line")]
+    MissingLine(&'static str),
+    #[error("`{line}` where `{name} N` belongs")]
+    Misplaced { line: String, name: &'static str },
+    #[error("`{name}` is not a number: {value:?}")]
+    NotANumber { name: &'static str, value: String },
+    #[error("`{0}` is too large")]
+    TooLarge(&'static str),
+    #[error("`base_port` is not a port: {0:?}")]
+    NotAPort(String),
+    #[error("`validators` is not a count from 1 to 16: {0:?}")]
+    ValidatorCount(String),
+    #[error("`{0}` after the incarnation")]
+    Trailing(String),
+    #[error("no base port: the directory is a `virga kv cluster up` cluster, not one of processes (`virga kv cluster init`)")]
+    NoBasePort,
+    #[error("a cluster is there already (its roles restart from it as they are)")]
+    AlreadyThere,
+    #[error("not a count of starts: {0:?}")]
+    NotACount(String),
+    #[error("opened too often")]
+    OpenedTooOften,
 }
 
 pub(crate) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> DeployError + '_ {
@@ -256,7 +286,7 @@ fn open_layout(dir: &Path, shape: Option<ClusterShape>) -> Result<LayoutFile, De
     layout.incarnation = layout
         .incarnation
         .checked_add(1)
-        .ok_or_else(|| DeployError::BadLayoutFile { path: path.clone(), problem: "opened too often".to_string() })?;
+        .ok_or_else(|| DeployError::BadLayoutFile { path: path.clone(), problem: LayoutFileProblem::OpenedTooOften })?;
     write_durably(dir, LAYOUT_FILE, &layout.encode())?;
     Ok(layout)
 }
@@ -519,10 +549,11 @@ mod tests {
         assert_eq!(LayoutFile::decode(&ported.encode()), Ok(ported));
         assert!(LayoutFile::decode(&format!("{}port 1\n", layout.encode())).is_err());
         let wrong = layout.encode().replace("replicas 5", "replicas five");
-        assert_eq!(LayoutFile::decode(&wrong), Err("`replicas` is not a number: \"five\"".to_string()));
-        assert!(LayoutFile::decode("hello").unwrap_err().contains("not a virga kv cluster layout"));
+        let not_a_number = LayoutFileProblem::NotANumber { name: "replicas", value: "five".into() };
+        assert_eq!(LayoutFile::decode(&wrong), Err(not_a_number));
+        assert_eq!(LayoutFile::decode("hello"), Err(LayoutFileProblem::NotALayout));
         let short = "virga kv cluster 1\nshards 3\n";
-        assert_eq!(LayoutFile::decode(short), Err("no `replicas` line".to_string()));
+        assert_eq!(LayoutFile::decode(short), Err(LayoutFileProblem::MissingLine("replicas")));
     }
 
     #[test]

@@ -55,9 +55,7 @@ impl ProcessPlan {
         let layout = read_layout(dir)?;
         let base_port = layout.base_port.ok_or_else(|| DeployError::BadLayoutFile {
             path: dir.join(LAYOUT_FILE),
-            problem: "no base port: the directory is a `virga kv cluster up` cluster, not one of processes \
-                      (`virga kv cluster init`)"
-                .to_string(),
+            problem: super::LayoutFileProblem::NoBasePort,
         })?;
         ProcessPlan::of(layout.shape, base_port)
     }
@@ -89,10 +87,7 @@ pub fn init_processes(dir: &Path, shape: ClusterShape, base_port: u16) -> Result
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let path = dir.join(LAYOUT_FILE);
     if path.exists() {
-        return Err(DeployError::BadLayoutFile {
-            path,
-            problem: "a cluster is there already (its roles restart from it as they are)".to_string(),
-        });
+        return Err(DeployError::BadLayoutFile { path, problem: super::LayoutFileProblem::AlreadyThere });
     }
     let layout = LayoutFile { shape, incarnation: 0, base_port: Some(base_port) };
     write_durably(dir, LAYOUT_FILE, &layout.encode())?;
@@ -107,7 +102,7 @@ fn count_start(dir: &Path, role: &str) -> Result<u32, DeployError> {
     let starts = match std::fs::read_to_string(&path) {
         Ok(text) => text.trim().parse::<u32>().map_err(|_| DeployError::BadLayoutFile {
             path: path.clone(),
-            problem: format!("not a count of starts: {text:?}"),
+            problem: super::LayoutFileProblem::NotACount(text.to_string()),
         })?,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => 0,
         Err(error) => return Err(DeployError::Io { path, error }),

@@ -331,7 +331,7 @@ impl ValidatorCore {
 
     /// A primary's answer to a renewal: first the floor rises to the highest commit
     /// timestamp validated in this validator's place, then the grant counts.
-    fn on_grant(&mut self, shard: u32, body: Result<ResponseBody, String>) {
+    fn on_grant(&mut self, shard: u32, body: Result<ResponseBody, NetError>) {
         match body {
             Ok(ResponseBody::ValidatorGrant(grant)) => {
                 let takeover_high = shard_wire::ts_from_wire(grant.takeover_high);
@@ -527,7 +527,7 @@ impl ValidatorCore {
         }
     }
 
-    fn on_state(&mut self, call: CallId, body: Result<ResponseBody, String>) {
+    fn on_state(&mut self, call: CallId, body: Result<ResponseBody, NetError>) {
         let Some((txn, shard)) = self.queries.remove(&call) else { return };
         let Some(held) = self.held.get_mut(&txn) else { return };
         held.calls.retain(|pending| *pending != call);
@@ -553,11 +553,7 @@ impl ValidatorCore {
     }
 
     fn on_response(&mut self, call: CallId, result: Result<proto::Response, NetError>) {
-        let body = match result {
-            Ok(proto::Response { body: Some(body) }) => Ok(body),
-            Ok(proto::Response { body: None }) => Err("an empty response".to_string()),
-            Err(error) => Err(error.to_string()),
-        };
+        let body = crate::protocol::body_of(result);
         if self.map_refresh.is_fetch(call) {
             if let Some(map) = self.map_refresh.answered(body, &self.config.map) {
                 self.config.map = map;

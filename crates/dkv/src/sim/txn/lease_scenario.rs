@@ -57,7 +57,8 @@ pub fn lease_scenario(leases: bool) -> Result<LeaseScenario, SimError> {
         leases,
         ..TxnRunOptions::new(1)
     };
-    let cluster = cluster(&options).map_err(|reason| SimError::InvalidConfig { field: "layout".into(), reason })?;
+    let cluster = cluster(&options)
+        .map_err(|error| SimError::InvalidConfig { field: "layout".into(), reason: error.to_string() })?;
     let config = SimConfig { seed: 1, device_latency: Duration::from_millis(1), ..SimConfig::default() };
     let mut sim: Sim<DkvNode> = Sim::new(config)?;
     let disks = Disks::default();

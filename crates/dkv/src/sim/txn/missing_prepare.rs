@@ -56,7 +56,8 @@ pub fn missing_prepare_scenario(weakened: bool) -> Result<MissingPrepare, SimErr
         weakening: Weakening { terminate_ignoring_missing_prepare: weakened, ..Weakening::default() },
         ..TxnRunOptions::new(1)
     };
-    let cluster = cluster(&options).map_err(|reason| SimError::InvalidConfig { field: "layout".into(), reason })?;
+    let cluster = cluster(&options)
+        .map_err(|error| SimError::InvalidConfig { field: "layout".into(), reason: error.to_string() })?;
     let client = cluster.clients[0].clone();
     let (first, second) = (cluster.map.groups()[0].primary.clone(), cluster.map.groups()[1].primary.clone());
     // The client cannot reach the second shard's primary from just before its prepares.

@@ -311,10 +311,9 @@ pub(super) struct Cluster {
     backups_only: Vec<String>,
 }
 
-pub(super) fn cluster(options: &TxnRunOptions) -> Result<Cluster, String> {
+pub(super) fn cluster(options: &TxnRunOptions) -> Result<Cluster, crate::LayoutError> {
     let data: Vec<String> = (0..options.data_nodes).map(|index| format!("data-{index}")).collect();
-    let map =
-        ShardMap::place(&data, Partitioning::Hash { shards: options.shards }, 1).map_err(|error| error.to_string())?;
+    let map = ShardMap::place(&data, Partitioning::Hash { shards: options.shards }, 1)?;
     let (primaries, backups_only) =
         data.iter().cloned().partition(|node| map.groups().iter().any(|group| group.primary == *node));
     let clients = (0..options.clients).map(|index| format!("client-{index}")).collect();
@@ -496,7 +495,8 @@ fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (
 
 /// Runs one seed and checks it.
 pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
-    let cluster = cluster(options).map_err(|reason| SimError::InvalidConfig { field: "layout".into(), reason })?;
+    let cluster = cluster(options)
+        .map_err(|error| SimError::InvalidConfig { field: "layout".into(), reason: error.to_string() })?;
     let mut rng = StdRng::seed_from_u64(options.seed);
     let (config, crashes) = sim_config(options, &mut rng, &cluster);
     let partitions = config.net.partitions.len();

@@ -246,7 +246,8 @@ pub fn run_closed_loop(
         validators: shape.validators,
         ..TxnRunOptions::new(shape.seed)
     };
-    let cluster = cluster(&options).map_err(|reason| SimError::InvalidConfig { field: "layout".into(), reason })?;
+    let cluster = cluster(&options)
+        .map_err(|error| SimError::InvalidConfig { field: "layout".into(), reason: error.to_string() })?;
     let net = NetConfig { latency_min: shape.latency, latency_max: shape.latency, ..NetConfig::default() };
     let config = SimConfig {
         seed: shape.seed,
