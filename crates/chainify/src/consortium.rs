@@ -392,7 +392,7 @@ fn panicked(what: &str) -> OrganizationError {
     OrganizationError::Database {
         org: "?".to_string(),
         what: what.to_string(),
-        error: "the organization's thread panicked".to_string(),
+        error: crate::organization::SqlError::Panicked,
     }
 }
 

@@ -43,10 +43,25 @@ impl BlockEffects {
     }
 }
 
+/// What a database answered, whichever its driver.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Postgres(#[from] postgres::Error),
+    /// A query of a table's state returned a NULL key or row image.
+    #[error("table {table} returned a NULL key or image")]
+    NullKeyOrImage { table: String },
+    /// The organization's worker thread panicked before its database answered.
+    #[error("the organization's thread panicked")]
+    Panicked,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum OrganizationError {
     #[error("organization {org}: {what}: {error}")]
-    Database { org: String, what: String, error: String },
+    Database { org: String, what: String, error: SqlError },
     #[error("organization {org}: table {table} lacks its digest trigger {trigger} (or it is disabled); reinstall it")]
     MissingTrigger { org: String, table: String, trigger: String },
     #[error("organization {org}: the shared table {table} is missing")]
@@ -123,13 +138,13 @@ pub trait SqlSession: Send {
     const DIALECT: Dialect;
 
     /// Runs statements that return nothing.
-    fn batch(&mut self, sql: &str) -> Result<(), String>;
+    fn batch(&mut self, sql: &str) -> Result<(), SqlError>;
 
     /// Runs `statements` in one database transaction; on the first error it is rolled back.
-    fn atomically(&mut self, statements: &[String]) -> Result<(), String>;
+    fn atomically(&mut self, statements: &[String]) -> Result<(), SqlError>;
 
     /// Every row of a query whose columns are all text (cast in the query); NULL is None.
-    fn texts(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String>;
+    fn texts(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, SqlError>;
 }
 
 /// An organization over a database session.
@@ -199,7 +214,7 @@ impl<S: SqlSession> DatabaseOrganization<S> {
         &mut self.session
     }
 
-    fn failed(&self, what: &str, error: String) -> OrganizationError {
+    fn failed(&self, what: &str, error: SqlError) -> OrganizationError {
         OrganizationError::Database { org: self.name.clone(), what: what.to_string(), error }
     }
 
@@ -353,8 +368,9 @@ impl<S: SqlSession> Organization for DatabaseOrganization<S> {
             for row in self.texts("reading the state", &sql)? {
                 let mut fields = row.into_iter();
                 let (Some(Some(pk)), Some(Some(image))) = (fields.next(), fields.next()) else {
-                    let problem = format!("table {} returned a NULL key or image", table.name);
-                    return Err(self.failed("reading the state", problem));
+                    return Err(
+                        self.failed("reading the state", SqlError::NullKeyOrImage { table: table.name.clone() })
+                    );
                 };
                 rows.push(DigestRow { table: table.name.clone(), pk, serial: 0, image, op: DigestOp::Insert });
             }

@@ -3,7 +3,7 @@
 use postgres::{Client, NoTls, SimpleQueryMessage};
 
 use crate::dialect::Dialect;
-use crate::organization::{DatabaseOrganization, OrganizationError, SqlSession};
+use crate::organization::{DatabaseOrganization, OrganizationError, SqlError, SqlSession};
 
 /// An organization whose database is PostgreSQL.
 pub type PostgresOrganization = DatabaseOrganization<Client>;
@@ -31,7 +31,7 @@ impl PostgresOrganization {
             session(connection, synchronous_commit).map_err(|error| OrganizationError::Database {
                 org: name.to_string(),
                 what: "connecting".to_string(),
-                error: error.to_string(),
+                error: error.into(),
             })
         };
         let main = open()?;
@@ -51,21 +51,21 @@ fn session(connection: &str, synchronous_commit: bool) -> Result<Client, postgre
 impl SqlSession for Client {
     const DIALECT: Dialect = Dialect::Postgres;
 
-    fn batch(&mut self, sql: &str) -> Result<(), String> {
-        self.batch_execute(sql).map_err(|error| error.to_string())
+    fn batch(&mut self, sql: &str) -> Result<(), SqlError> {
+        self.batch_execute(sql).map_err(SqlError::from)
     }
 
-    fn atomically(&mut self, statements: &[String]) -> Result<(), String> {
-        let mut transaction = self.transaction().map_err(|error| error.to_string())?;
+    fn atomically(&mut self, statements: &[String]) -> Result<(), SqlError> {
+        let mut transaction = self.transaction().map_err(SqlError::from)?;
         for statement in statements {
-            transaction.batch_execute(statement).map_err(|error| error.to_string())?;
+            transaction.batch_execute(statement).map_err(SqlError::from)?;
         }
-        transaction.commit().map_err(|error| error.to_string())
+        transaction.commit().map_err(SqlError::from)
     }
 
-    fn texts(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    fn texts(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, SqlError> {
         // The simple protocol returns every column as text.
-        let messages = self.simple_query(sql).map_err(|error| error.to_string())?;
+        let messages = self.simple_query(sql).map_err(SqlError::from)?;
         Ok(messages
             .into_iter()
             .filter_map(|message| match message {

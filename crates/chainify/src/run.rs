@@ -303,7 +303,7 @@ impl Alone {
         let server = PostgresServer::start(dir, 5432)?;
         let mut organization =
             PostgresOrganization::connect_with_workers("alone", &server.connection_string(), true, connections.max(1))?;
-        let failed = |error: String| RunError::Io(format!("PostgreSQL alone: {error}"));
+        let failed = |error: crate::organization::SqlError| RunError::Io(format!("PostgreSQL alone: {error}"));
         let tables: Vec<String> =
             smallbank::tables().iter().map(|table| Dialect::Postgres.create_table(table)).collect();
         organization.session().atomically(&tables).map_err(failed)?;

@@ -7,7 +7,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::Connection;
 
 use crate::dialect::Dialect;
-use crate::organization::{DatabaseOrganization, OrganizationError, SqlSession};
+use crate::organization::{DatabaseOrganization, OrganizationError, SqlError, SqlSession};
 
 /// An organization whose database is SQLite.
 pub type SqliteOrganization = DatabaseOrganization<Connection>;
@@ -32,7 +32,7 @@ impl SqliteSync {
 }
 
 fn opening(name: &str, what: String, error: rusqlite::Error) -> OrganizationError {
-    OrganizationError::Database { org: name.to_string(), what, error: error.to_string() }
+    OrganizationError::Database { org: name.to_string(), what, error: error.into() }
 }
 
 impl SqliteOrganization {
@@ -74,20 +74,20 @@ impl SqliteOrganization {
 impl SqlSession for Connection {
     const DIALECT: Dialect = Dialect::Sqlite;
 
-    fn batch(&mut self, sql: &str) -> Result<(), String> {
-        self.execute_batch(sql).map_err(|error| error.to_string())
+    fn batch(&mut self, sql: &str) -> Result<(), SqlError> {
+        self.execute_batch(sql).map_err(SqlError::from)
     }
 
-    fn atomically(&mut self, statements: &[String]) -> Result<(), String> {
-        let transaction = self.transaction().map_err(|error| error.to_string())?;
+    fn atomically(&mut self, statements: &[String]) -> Result<(), SqlError> {
+        let transaction = self.transaction().map_err(SqlError::from)?;
         for statement in statements {
-            transaction.execute_batch(statement).map_err(|error| error.to_string())?;
+            transaction.execute_batch(statement).map_err(SqlError::from)?;
         }
-        transaction.commit().map_err(|error| error.to_string())
+        transaction.commit().map_err(SqlError::from)
     }
 
-    fn texts(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
-        let mut statement = self.prepare(sql).map_err(|error| error.to_string())?;
+    fn texts(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, SqlError> {
+        let mut statement = self.prepare(sql).map_err(SqlError::from)?;
         let columns = statement.column_count();
         let rows = statement
             .query_map([], |row| {
@@ -104,7 +104,7 @@ impl SqlSession for Connection {
                     })
                     .collect::<Result<Vec<_>, rusqlite::Error>>()
             })
-            .map_err(|error| error.to_string())?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|error| error.to_string())
+            .map_err(SqlError::from)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(SqlError::from)
     }
 }

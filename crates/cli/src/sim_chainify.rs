@@ -81,7 +81,7 @@ struct Failure {
 
 fn run_one(options: &SimOptions) -> Result<SimReport, String> {
     match std::panic::catch_unwind(AssertUnwindSafe(|| run_seed(options))) {
-        Ok(result) => result,
+        Ok(result) => result.map_err(|error| error.to_string()),
         Err(payload) => Err(payload
             .downcast_ref::<String>()
             .cloned()

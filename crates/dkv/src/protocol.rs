@@ -5,6 +5,18 @@
 use virga_net::role::Protocol;
 use virga_net::{NetError, ProtobufError, WireProtocol};
 
+use crate::proto::TxnPhase;
+
+/// Why bytes are not a message of the dkv protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DkvWireError {
+    #[error(transparent)]
+    Protobuf(#[from] ProtobufError),
+    /// An enum field holds a value this build does not know: refused, never defaulted.
+    #[error("field {field} holds {value}, a value this build does not know")]
+    UnknownEnumValue { field: &'static str, value: i32 },
+}
+
 use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
 
 /// The dkv protocol: [`Request`] and [`Response`] of `virga.dkv.v1`, in envelopes named `dkv`.
@@ -80,7 +92,7 @@ impl Protocol for Dkv {
 
 impl WireProtocol for Dkv {
     const NAME: &'static str = "dkv";
-    type DecodeError = ProtobufError;
+    type DecodeError = DkvWireError;
 
     fn refusal(reason: String) -> Response {
         Response { body: Some(ResponseBody::Error(reason)) }
@@ -91,11 +103,11 @@ impl WireProtocol for Dkv {
     }
 
     /// A request of no kind this build knows is refused, not served as a default.
-    fn decode_request(bytes: &[u8]) -> Result<Request, ProtobufError> {
+    fn decode_request(bytes: &[u8]) -> Result<Request, DkvWireError> {
         let request: Request = ProtobufError::decode(bytes, "dkv request")?;
         match request.body {
             Some(_) => Ok(request),
-            None => Err(ProtobufError::Empty { message: "dkv request" }),
+            None => Err(ProtobufError::Empty { message: "dkv request" }.into()),
         }
     }
 
@@ -103,11 +115,14 @@ impl WireProtocol for Dkv {
         prost::Message::encode_to_vec(&response)
     }
 
-    fn decode_response(bytes: &[u8]) -> Result<Response, ProtobufError> {
+    fn decode_response(bytes: &[u8]) -> Result<Response, DkvWireError> {
         let response: Response = ProtobufError::decode(bytes, "dkv response")?;
-        match response.body {
+        match &response.body {
+            None => Err(ProtobufError::Empty { message: "dkv response" }.into()),
+            Some(ResponseBody::State(state)) if TxnPhase::try_from(state.phase).is_err() => {
+                Err(DkvWireError::UnknownEnumValue { field: "TxnState.phase", value: state.phase })
+            }
             Some(_) => Ok(response),
-            None => Err(ProtobufError::Empty { message: "dkv response" }),
         }
     }
 }
@@ -119,5 +134,80 @@ pub(crate) fn body_of(result: Result<Response, NetError>) -> Result<ResponseBody
         Ok(Response { body: Some(body) }) => Ok(body),
         Ok(Response { body: None }) => Err(NetError::BadResponse { peer: "a dkv peer".to_string() }),
         Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto;
+    use proptest::prelude::*;
+
+    fn state(phase: i32) -> Response {
+        Response { body: Some(ResponseBody::State(proto::TxnState { phase })) }
+    }
+
+    #[test]
+    fn an_unknown_termination_phase_is_refused_and_never_read_as_a_vote() {
+        let bytes = Dkv::encode_response(state(9));
+        assert_eq!(
+            Dkv::decode_response(&bytes),
+            Err(DkvWireError::UnknownEnumValue { field: "TxnState.phase", value: 9 })
+        );
+        for phase in [TxnPhase::NeverPrepared, TxnPhase::Prepared, TxnPhase::VotedAbort, TxnPhase::Committed] {
+            let known = state(phase as i32);
+            assert_eq!(Dkv::decode_response(&Dkv::encode_response(known.clone())), Ok(known));
+        }
+    }
+
+    #[test]
+    fn an_empty_or_unparsable_message_is_refused_with_its_reason() {
+        assert_eq!(
+            Dkv::decode_request(&Dkv::encode_request(Request { body: None })),
+            Err(ProtobufError::Empty { message: "dkv request" }.into())
+        );
+        assert!(matches!(
+            Dkv::decode_response(&[0xff, 0xff]),
+            Err(DkvWireError::Protobuf(ProtobufError::Undecodable { message: "dkv response", .. }))
+        ));
+    }
+
+    fn get() -> impl Strategy<Value = Request> {
+        (
+            any::<u32>(),
+            any::<u64>(),
+            prop::collection::vec(any::<u8>(), 1..40),
+            any::<u64>(),
+            any::<u32>(),
+            any::<u64>(),
+        )
+            .prop_map(|(shard, epoch, key, time, client, read_interval_ns)| Request {
+                body: Some(proto::request::Body::Get(proto::Get {
+                    shard,
+                    epoch,
+                    key,
+                    ts: Some(proto::Timestamp { time, client }),
+                    read_interval_ns,
+                })),
+            })
+    }
+
+    proptest! {
+        /// What the gRPC transport sends is what the callee's core receives, and the byte
+        /// count both transports report is the encoding's length.
+        #[test]
+        fn a_request_crosses_the_codec_unchanged(request in get()) {
+            let bytes = Dkv::encode_request(request.clone());
+            prop_assert_eq!(bytes.len(), Dkv::request_bytes(&request));
+            prop_assert_eq!(Dkv::decode_request(&bytes), Ok(request));
+        }
+
+        #[test]
+        fn any_bytes_decode_to_a_message_or_a_named_refusal(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            match Dkv::decode_response(&bytes) {
+                Ok(response) => prop_assert!(response.body.is_some()),
+                Err(error) => prop_assert!(!error.to_string().is_empty()),
+            }
+        }
     }
 }

@@ -102,3 +102,54 @@ pub fn response(body: ResponseBody) -> Response {
 pub fn refusal(reason: impl Into<String>) -> Response {
     response(ResponseBody::Error(reason.into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto;
+    use proptest::prelude::*;
+
+    fn witness() -> impl Strategy<Value = Request> {
+        (prop::collection::vec(prop::collection::vec(any::<u8>(), 32), 0..8), any::<u32>(), any::<u64>()).prop_map(
+            |(keys, compaction, number)| {
+                request(RequestBody::Witness(proto::WitnessRequest {
+                    keys,
+                    compaction,
+                    at: Some(proto::BlockId { number, hash: vec![7; 32] }),
+                    slots: Vec::new(),
+                    code_hashes: Vec::new(),
+                }))
+            },
+        )
+    }
+
+    proptest! {
+        /// What the gRPC transport sends is what the callee's core receives, and the byte
+        /// count both transports report is the encoding's length.
+        #[test]
+        fn a_request_crosses_the_codec_unchanged(request in witness()) {
+            let bytes = Rainblock::encode_request(request.clone());
+            prop_assert_eq!(bytes.len(), Rainblock::request_bytes(&request));
+            prop_assert_eq!(Rainblock::decode_request(&bytes), Ok(request));
+        }
+
+        #[test]
+        fn any_bytes_decode_to_a_message_or_a_named_refusal(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            match Rainblock::decode_response(&bytes) {
+                Ok(response) => prop_assert!(response.body.is_some()),
+                Err(error) => prop_assert!(!error.to_string().is_empty()),
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_message_is_a_message_of_no_known_kind_and_refused() {
+        assert_eq!(
+            Rainblock::decode_request(&Rainblock::encode_request(Request { body: None })),
+            Err(ProtobufError::Empty { message: "rainblock request" })
+        );
+        assert_eq!(Rainblock::decode_response(&[]), Err(ProtobufError::Empty { message: "rainblock response" }));
+        let refused = Rainblock::decode_response(&Rainblock::encode_response(refusal("busy"))).unwrap();
+        assert_eq!(Rainblock::refusal_reason(&refused), Some("busy"));
+    }
+}

@@ -54,16 +54,16 @@ fn victim_state(running: &Running, victim: usize) -> (u64, u64, u64) {
 /// runtime of its own).
 async fn on_member<T: Send + 'static>(
     member: &Arc<Mutex<Member>>,
-    call: impl FnOnce(&mut Member) -> Result<T, String> + Send + 'static,
+    call: impl FnOnce(&mut Member) -> Result<T, RunError> + Send + 'static,
 ) -> Result<T, RunError> {
     let member = Arc::clone(member);
     let result = tokio::task::spawn_blocking(move || {
-        let mut member = member.lock().map_err(|_| "an organization's lock is poisoned".to_string())?;
+        let mut member = member.lock().map_err(|_| RunError::Io("an organization's lock is poisoned".to_string()))?;
         call(&mut member)
     })
     .await;
     match result {
-        Ok(done) => done.map_err(RunError::Io),
+        Ok(done) => done,
         Err(error) => Err(RunError::Io(format!("a database call failed: {error}"))),
     }
 }
@@ -86,8 +86,8 @@ pub(super) async fn tamper_and_recover(
     let keep = pipeline.keep_checkpoints;
     let started = Instant::now();
     let organization = on_member(&members[victim], move |member| {
-        let last = height.checked_sub(1).ok_or("nothing executed yet")?;
-        member.checkpoint(last, keep).map_err(|error| error.to_string())?;
+        let last = height.checked_sub(1).ok_or_else(|| RunError::Io("nothing executed yet".to_string()))?;
+        member.checkpoint(last, keep)?;
         Ok(member.organization.name().to_string())
     })
     .await?;
@@ -102,8 +102,7 @@ pub(super) async fn tamper_and_recover(
     let tps_before = (before.answered - warm.answered) as f64 / warm_at.elapsed().as_secs_f64();
     let (recovered_before, attempts_before, tampered_height) = victim_state(running, victim);
     let tampered_at = Instant::now();
-    on_member(&members[victim], |member| member.organization.run_outside_chain(TAMPER_SQL).map_err(|e| e.to_string()))
-        .await?;
+    on_member(&members[victim], |member| Ok(member.organization.run_outside_chain(TAMPER_SQL)?)).await?;
     let (recovered_after, attempts_after) = loop {
         let (recovered, attempts, _) = victim_state(running, victim);
         if recovered > recovered_before {

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::Refusal;
 use virga_ledger::tx::SigningKey;
 use virga_ledger::wlc::{Agreement, ChainedTx, Hash, Proposal, ProposalBatch};
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, TimerId};
@@ -110,14 +111,14 @@ impl ChainifyServer {
                 let response = match request {
                     Request::Propose(proposal) => match self.propose(&from, call, proposal, out) {
                         Ok(()) => return,
-                        Err(reason) => reason,
+                        Err(reason) => reason.to_string(),
                     },
                     Request::Agree(batch) => match self.agree(&from, batch) {
                         Ok(agreement) => {
                             out.push(Command::Reply { to: from, call, response: Response::Agreed(agreement) });
                             return;
                         }
-                        Err(reason) => reason,
+                        Err(reason) => reason.to_string(),
                     },
                     Request::Committed(outcomes) if from == node_name(&self.org, "exec") => {
                         for outcome in outcomes {
@@ -163,16 +164,17 @@ impl ChainifyServer {
         call: CallId,
         proposal: Proposal,
         out: &mut Vec<PipelineCommand>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         if proposal.client != from || self.config.client_org(from) != Some(self.org.as_str()) {
-            return Err(format!(
-                "{from} sent a proposal of {:?}; only {}'s own clients propose here, each for itself",
-                proposal.client, self.org
-            ));
+            return Err(Refusal::ForeignProposal {
+                from: from.to_string(),
+                client: proposal.client,
+                org: self.org.clone(),
+            });
         }
-        proposal.check(&self.config.clients).map_err(|error| error.to_string())?;
+        proposal.check(&self.config.clients)?;
         if !self.accepted.is_new(&proposal.client, proposal.seq) {
-            return Err(format!("proposal {} of {} is a replay", proposal.seq, proposal.client));
+            return Err(Refusal::ReplayedProposal { client: proposal.client, seq: proposal.seq });
         }
         self.accepted.insert(&proposal.client, proposal.seq);
         self.stats.proposals += 1;
@@ -317,27 +319,27 @@ impl ChainifyServer {
 
     /// Another organization's batch: it must come from that organization's ChainifyServer,
     /// and every proposal must be from one of its clients, signed, and not a replay.
-    fn agree(&mut self, from: &str, batch: ProposalBatch) -> Result<Agreement, String> {
+    fn agree(&mut self, from: &str, batch: ProposalBatch) -> Result<Agreement, Refusal> {
         let origin = organization_of(from).unwrap_or_default();
         if from != node_name(origin, "chainify") || batch.origin != origin || origin == self.org {
-            return Err(format!("{from} asked for an agreement on a batch of {:?}", batch.origin));
+            return Err(Refusal::ForeignBatch { from: from.to_string(), origin: batch.origin });
         }
         let hash = batch.hash();
         if !self.agreed_batches.contains(&hash) {
             let mut in_batch = BTreeSet::new();
             for proposal in &batch.proposals {
                 if !in_batch.insert((proposal.client.as_str(), proposal.seq)) {
-                    return Err(format!("the batch holds proposal {} of {} twice", proposal.seq, proposal.client));
+                    return Err(Refusal::DuplicateInBatch { client: proposal.client.clone(), seq: proposal.seq });
                 }
                 if self.config.client_org(&proposal.client) != Some(origin) {
-                    return Err(format!(
-                        "the batch holds a proposal of {:?}, not a client of {origin}",
-                        proposal.client
-                    ));
+                    return Err(Refusal::StrangerInBatch {
+                        client: proposal.client.clone(),
+                        origin: origin.to_string(),
+                    });
                 }
-                proposal.check(&self.config.clients).map_err(|error| error.to_string())?;
+                proposal.check(&self.config.clients)?;
                 if !self.agreed.is_new(&proposal.client, proposal.seq) {
-                    return Err(format!("the batch replays proposal {} of {}", proposal.seq, proposal.client));
+                    return Err(Refusal::ReplayedInBatch { client: proposal.client.clone(), seq: proposal.seq });
                 }
             }
             for proposal in &batch.proposals {

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::Refusal;
 use virga_ledger::tx::SigningKey;
 use virga_ledger::wlc::{Hash, SignedVote, VoteOutcome};
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, TimerId};
@@ -115,6 +116,7 @@ impl CommitServer {
                     Ok(None) => return,
                     Ok(Some(response)) => response,
                     Err(reason) => {
+                        let reason = reason.to_string();
                         self.stats.refused.push(reason.clone());
                         Response::Refused(reason)
                     }
@@ -129,7 +131,7 @@ impl CommitServer {
                     Ok(Response::VoteAck(Some(vote))) => {
                         let block = vote.block;
                         if let Err(reason) = self.hear(&peer, block, vote) {
-                            self.stats.refused.push(reason);
+                            self.stats.refused.push(reason.to_string());
                         }
                     }
                     Ok(_) => {}
@@ -156,9 +158,9 @@ impl CommitServer {
         call: CallId,
         request: Request,
         out: &mut Vec<PipelineCommand>,
-    ) -> Result<Option<Response>, String> {
+    ) -> Result<Option<Response>, Refusal> {
         if !self.loaded {
-            return Err("the commit server is still reading its vote log".to_string());
+            return Err(Refusal::Loading { server: "commit server", log: "vote log" });
         }
         match request {
             Request::Decide { block, hash } if from == node_name(&self.org, "exec") => {
@@ -171,7 +173,7 @@ impl CommitServer {
                     || peer == self.org
                     || !self.config.organizations.contains_key(&peer)
                 {
-                    return Err(format!("{from} is not another commit server of the consortium"));
+                    return Err(Refusal::NotACommitPeer { from: from.to_string() });
                 }
                 if let Some(vote) = vote {
                     self.hear(&peer, block, vote)?;
@@ -182,10 +184,11 @@ impl CommitServer {
                 }
                 Ok(Some(Response::VoteAck(own)))
             }
-            other => Err(format!(
-                "a commit server does not serve {} from {from}",
-                <super::ChainifyProtocol as virga_net::role::Protocol>::request_kind(&other)
-            )),
+            other => Err(Refusal::NotServed {
+                server: "a commit server",
+                kind: <super::ChainifyProtocol as virga_net::role::Protocol>::request_kind(&other),
+                from: from.to_string(),
+            }),
         }
     }
 
@@ -251,16 +254,16 @@ impl CommitServer {
     }
 
     /// A peer's vote, counted once checked (signature, signer, block).
-    fn hear(&mut self, peer: &str, block: u64, vote: SignedVote) -> Result<(), String> {
+    fn hear(&mut self, peer: &str, block: u64, vote: SignedVote) -> Result<(), Refusal> {
         if vote.organization != peer {
-            return Err(format!("{peer} sent a vote in the name of {:?}", vote.organization));
+            return Err(Refusal::VoteInAnotherName { peer: peer.to_string(), organization: vote.organization });
         }
         let around =
             self.deciding.as_ref().map(|deciding| deciding.block).or(self.own.keys().next_back().copied()).unwrap_or(0);
         if block + KEPT_BLOCKS < around || block > around + KEPT_BLOCKS {
-            return Err(format!("{peer}'s vote for block {block} is too far from block {around}"));
+            return Err(Refusal::VoteTooFar { peer: peer.to_string(), block, around });
         }
-        vote.check(&self.config.organizations, block).map_err(|error| error.to_string())?;
+        vote.check(&self.config.organizations, block)?;
         self.heard.entry(block).or_default().entry(vote.organization).or_insert(vote.ledger_block_hash);
         Ok(())
     }

@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 use virga_ledger::wlc::{LedgerBlock, SignedVote};
 use virga_log::{LogError, LogOptions, OpenMode, RecordLog};
 
-use super::PipelineIo;
-use super::PipelineIoDone;
+use super::{DeviceFailure, PipelineIo, PipelineIoDone};
 use crate::consortium::{Member, NextBlock};
 
 /// An organization's database and ledger as its execution server's device.
@@ -35,13 +34,13 @@ struct Records {
 
 impl Records {
     /// Appends `more` to the disk log (synced) if there is one, then to memory.
-    fn append(&mut self, more: Vec<Vec<u8>>) -> Result<(), String> {
+    fn append(&mut self, more: Vec<Vec<u8>>) -> Result<(), DeviceFailure> {
         if let Some(disk) = self.disk.as_mut() {
-            let dir = disk.dir().display().to_string();
+            let dir = disk.dir().to_path_buf();
             for record in &more {
-                disk.append(record).map_err(|error| format!("{dir}: {error}"))?;
+                disk.append(record).map_err(|error| DeviceFailure::Log { dir: dir.clone(), error })?;
             }
-            disk.sync().map_err(|error| format!("{dir}: {error}"))?;
+            disk.sync().map_err(|error| DeviceFailure::Log { dir, error })?;
         }
         self.records.extend(more);
         Ok(())
@@ -67,7 +66,7 @@ pub enum DeviceError {
     #[error("{}: {error}", dir.display())]
     Log { dir: PathBuf, error: LogError },
     #[error("{}: founding the orderer log: {reason}", dir.display())]
-    Found { dir: PathBuf, reason: String },
+    Found { dir: PathBuf, reason: Box<DeviceFailure> },
     #[error("{}: vote record {at} does not decode ({reason}); the vote log is damaged", dir.display())]
     BadVote { dir: PathBuf, at: usize, reason: String },
 }
@@ -82,19 +81,23 @@ impl OrdererLog {
     pub fn open(dir: &Path, founding: impl FnOnce() -> Vec<Vec<u8>>) -> Result<OrdererLog, DeviceError> {
         let mut opened = open_records(dir)?;
         if opened.records.is_empty() {
-            opened.append(founding()).map_err(|reason| DeviceError::Found { dir: dir.to_path_buf(), reason })?;
+            opened
+                .append(founding())
+                .map_err(|reason| DeviceError::Found { dir: dir.to_path_buf(), reason: Box::new(reason) })?;
         }
         Ok(OrdererLog { inner: Arc::new(Mutex::new(opened)) })
     }
 
     pub fn execute(&self, op: PipelineIo) -> PipelineIoDone {
         let Ok(mut inner) = self.inner.lock() else {
-            return PipelineIoDone::RaftAppended(Err("the orderer log's lock is poisoned".to_string()));
+            return PipelineIoDone::RaftAppended(Err(DeviceFailure::Poisoned("orderer log")));
         };
         match op {
             PipelineIo::LoadRaft => PipelineIoDone::LoadedRaft(inner.records.clone()),
             PipelineIo::AppendRaft(more) => PipelineIoDone::RaftAppended(inner.append(more)),
-            _ => PipelineIoDone::RaftAppended(Err("an orderer's log keeps only Raft records".to_string())),
+            _ => PipelineIoDone::RaftAppended(Err(DeviceFailure::WrongDevice(
+                "an orderer's log keeps only Raft records",
+            ))),
         }
     }
 }
@@ -153,7 +156,10 @@ impl VoteLog {
                     if let Err(error) = logged {
                         // Not reported as logged, so the commit server never sends it.
                         tracing::error!(block, %error, "a vote could not be logged");
-                        return PipelineIoDone::Appended(Err(error.to_string()));
+                        return PipelineIoDone::Appended(Err(DeviceFailure::Log {
+                            dir: disk.dir().to_path_buf(),
+                            error,
+                        }));
                     }
                 }
                 inner.keep(vote);
@@ -180,41 +186,43 @@ impl OrganizationDevice {
 
     pub fn execute(&mut self, op: PipelineIo) -> PipelineIoDone {
         let Ok(mut member) = self.member.lock() else {
-            return PipelineIoDone::Loaded(Err("the organization's database lock is poisoned".to_string()));
+            return PipelineIoDone::Loaded(Err(DeviceFailure::Poisoned("organization's database")));
         };
         match op {
             PipelineIo::Load => {
                 let chain = member.ledger.blocks().to_vec();
-                let loaded = member.rebuild(&chain, None).map_err(|error| error.to_string());
+                let loaded = member.rebuild(&chain, None).map_err(DeviceFailure::from);
                 PipelineIoDone::Loaded(
                     loaded.map(|_| (chain.len() as u64, chain.last().map_or([0; 32], LedgerBlock::hash))),
                 )
             }
-            PipelineIo::Execute { number, previous, transactions } => PipelineIoDone::Executed(
-                member.execute(number, previous, &transactions).map_err(|error| error.to_string()),
-            ),
+            PipelineIo::Execute { number, previous, transactions } => {
+                PipelineIoDone::Executed(member.execute(number, previous, &transactions).map_err(DeviceFailure::from))
+            }
             PipelineIo::Append(block) => PipelineIoDone::Appended(self.append(&mut member, block)),
             PipelineIo::Recover { number, previous, transactions, consensus } => {
                 let chain = member.ledger.blocks().to_vec();
                 let next = NextBlock { number, previous, transactions: &transactions, expected: consensus };
                 let rebuilt = match member.rebuild(&chain, Some(next)) {
                     Ok((attempts, Some(block))) => self.append(&mut member, block.clone()).map(|()| (block, attempts)),
-                    Ok((_, None)) => Err("a rebuild with a block to execute returned none".to_string()),
-                    Err(error) => Err(error.to_string()),
+                    Ok((_, None)) => Err(DeviceFailure::NothingRebuilt),
+                    Err(error) => Err(error.into()),
                 };
                 PipelineIoDone::Recovered(rebuilt)
             }
             PipelineIo::LoadRaft | PipelineIo::AppendRaft(_) | PipelineIo::LoadVotes | PipelineIo::LogVote(_) => {
-                PipelineIoDone::Loaded(Err("an organization's database keeps no orderer or vote log".to_string()))
+                PipelineIoDone::Loaded(Err(DeviceFailure::WrongDevice(
+                    "an organization's database keeps no orderer or vote log",
+                )))
             }
         }
     }
 
-    fn append(&self, member: &mut Member, block: LedgerBlock) -> Result<(), String> {
+    fn append(&self, member: &mut Member, block: LedgerBlock) -> Result<(), DeviceFailure> {
         let number = block.number;
-        member.ledger.append(block).map_err(|error| error.to_string())?;
+        member.ledger.append(block)?;
         if (number + 1) % self.checkpoint_every == 0 {
-            member.checkpoint(number, self.keep_checkpoints).map_err(|error| error.to_string())?;
+            member.checkpoint(number, self.keep_checkpoints)?;
         }
         Ok(())
     }

@@ -338,7 +338,7 @@ impl ExecutionServer {
                 self.phase = Phase::Idle;
             }
             (PipelineIoDone::Loaded(Err(error)), Phase::Loading) => {
-                self.stats.failures.push(error);
+                self.stats.failures.push(error.to_string());
                 self.back_off(TimerFor::Load, out);
             }
             (PipelineIoDone::Executed(result), Phase::Executing) => {
@@ -350,7 +350,7 @@ impl ExecutionServer {
                             current.own = Some(own);
                         }
                     }
-                    Err(error) => self.stats.failures.push(error),
+                    Err(error) => self.stats.failures.push(error.to_string()),
                 }
                 self.phase = Phase::Deciding;
                 self.ask_commit_server(out);
@@ -370,7 +370,7 @@ impl ExecutionServer {
             }
             (PipelineIoDone::Appended(Err(error)), Phase::Appending) => {
                 // The ledger could not take the block: rebuild towards it as if it lost.
-                self.stats.failures.push(error);
+                self.stats.failures.push(error.to_string());
                 if let Some(consensus) =
                     self.current.as_ref().and_then(|current| current.own.as_ref()).map(LedgerBlock::hash)
                 {
@@ -379,7 +379,7 @@ impl ExecutionServer {
                 }
             }
             (PipelineIoDone::Recovered(Err(error)), Phase::Recovering { .. }) => {
-                self.stats.failures.push(error);
+                self.stats.failures.push(error.to_string());
                 self.back_off(TimerFor::Recover, out);
             }
             _ => {}

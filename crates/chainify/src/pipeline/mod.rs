@@ -33,6 +33,7 @@ pub mod device;
 pub mod execution;
 pub mod node;
 pub mod orderer;
+mod refusal;
 mod seq_window;
 #[cfg(test)]
 mod tests;
@@ -41,6 +42,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use alloy_primitives::Address;
+pub use refusal::Refusal;
 pub use virga_ledger::wlc::wire::{self, Decision, Outcome, Request, Response};
 use virga_ledger::wlc::{AgreementPolicy, Hash, LedgerBlock, SignedVote};
 use virga_net::role::Protocol;
@@ -277,15 +279,35 @@ pub enum PipelineIo {
 
 #[derive(Debug)]
 pub enum PipelineIoDone {
-    Loaded(Result<(u64, Hash), String>),
-    Executed(Result<LedgerBlock, String>),
-    Appended(Result<(), String>),
+    Loaded(Result<(u64, Hash), DeviceFailure>),
+    Executed(Result<LedgerBlock, DeviceFailure>),
+    Appended(Result<(), DeviceFailure>),
     /// The block agreed, and how many rebuild attempts it took.
-    Recovered(Result<(LedgerBlock, usize), String>),
+    Recovered(Result<(LedgerBlock, usize), DeviceFailure>),
     LoadedRaft(Vec<Vec<u8>>),
-    RaftAppended(Result<(), String>),
+    RaftAppended(Result<(), DeviceFailure>),
     LoadedVotes(Vec<SignedVote>),
     VoteLogged(u64),
+}
+
+/// Why a device operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceFailure {
+    #[error("{}: {error}", .dir.display())]
+    Log { dir: std::path::PathBuf, error: virga_log::LogError },
+    #[error(transparent)]
+    Organization(#[from] crate::organization::OrganizationError),
+    #[error(transparent)]
+    Consortium(#[from] crate::consortium::ConsortiumError),
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::LedgerError),
+    #[error("the {0}'s lock is poisoned")]
+    Poisoned(&'static str),
+    /// An operation sent to a device that does not keep what it asks for.
+    #[error("{0}")]
+    WrongDevice(&'static str),
+    #[error("a rebuild with a block to execute returned none")]
+    NothingRebuilt,
 }
 
 /// The event and command types every pipeline core handles.

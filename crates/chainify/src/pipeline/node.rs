@@ -35,7 +35,9 @@ impl NodeDevice {
             NodeDevice::Organization(device) => device.execute(op),
             NodeDevice::Orderer(log) => log.execute(op),
             NodeDevice::Votes(log) => log.execute(op),
-            NodeDevice::None => PipelineIoDone::Loaded(Err("this node has no device".to_string())),
+            NodeDevice::None => {
+                PipelineIoDone::Loaded(Err(super::DeviceFailure::WrongDevice("this node has no device")))
+            }
         }
     }
 

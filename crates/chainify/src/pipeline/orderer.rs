@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::Refusal;
 use prost::Message as _;
 use raft::eraftpb::{Entry, EntryType};
 use virga_ledger::tx::SigningKey;
@@ -185,6 +186,7 @@ impl OrderingServer {
             }
             Event::Request { from, call, request } => {
                 if let Err(reason) = self.request(&from, call, request, out) {
+                    let reason = reason.to_string();
                     self.stats.refused.push(reason.clone());
                     out.push(Command::Reply { to: from, call, response: Response::Refused(reason) });
                 }
@@ -235,16 +237,15 @@ impl OrderingServer {
         call: CallId,
         request: Request,
         out: &mut Vec<PipelineCommand>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         if self.replica.is_none() {
-            return Err("the orderer is still reading its log".to_string());
+            return Err(Refusal::Loading { server: "orderer", log: "log" });
         }
         let org = organization_of(from).unwrap_or_default();
         match request {
             Request::Raft(bytes) => {
-                let sender = self.raft_id(from).ok_or_else(|| format!("{from} is not an orderer replica"))?;
-                let batch = proto::RaftBatch::decode(bytes.as_slice())
-                    .map_err(|error| format!("a Raft batch that does not decode: {error}"))?;
+                let sender = self.raft_id(from).ok_or_else(|| Refusal::NotAnOrderer { from: from.to_string() })?;
+                let batch = proto::RaftBatch::decode(bytes.as_slice())?;
                 let refused = match self.replica.as_mut() {
                     Some(replica) => replica.step_batch(sender, batch.messages, &check_cut),
                     None => Vec::new(),
@@ -262,7 +263,7 @@ impl OrderingServer {
                     out.push(Command::Reply { to: from.to_string(), call, response: Response::NotLeader(leader) });
                     return Ok(());
                 }
-                chained.check(&self.config.organizations, self.config.agreements).map_err(|error| error.to_string())?;
+                chained.check(&self.config.organizations, self.config.agreements)?;
                 self.order(from, call, chained, out);
                 Ok(())
             }
@@ -271,10 +272,11 @@ impl OrderingServer {
                 self.answer_fetchers(out);
                 Ok(())
             }
-            other => Err(format!(
-                "the orderer does not serve {} from {from}",
-                <super::ChainifyProtocol as virga_net::role::Protocol>::request_kind(&other)
-            )),
+            other => Err(Refusal::NotServed {
+                server: "the orderer",
+                kind: <super::ChainifyProtocol as virga_net::role::Protocol>::request_kind(&other),
+                from: from.to_string(),
+            }),
         }
     }
 

@@ -17,6 +17,7 @@ use std::fmt;
 use virga_ledger::wlc::{Hash, LedgerBlock, OrderedBlock};
 use virga_sim::Sim;
 
+use super::SimSetupError;
 use super::{fresh_member, org_names, Cluster, Faults, SimOptions, SimReport};
 use crate::organization::Transaction;
 use crate::pipeline::node::{ChainifyNode, PipelineNode};
@@ -51,7 +52,7 @@ fn replay(
     blocks: &[OrderedBlock],
     oracle: &mut crate::Member,
     violations: &mut Vec<Violation>,
-) -> Result<Replay, String> {
+) -> Result<Replay, SimSetupError> {
     let config = &cluster.config;
     let mut chain: Vec<LedgerBlock> = Vec::new();
     let mut outcomes = BTreeMap::new();
@@ -80,7 +81,7 @@ fn replay(
             }
         }
         let previous = chain.last().map_or([0; 32], LedgerBlock::hash);
-        let ledger_block = oracle.execute(at as u64, previous, &transactions).map_err(|error| error.to_string())?;
+        let ledger_block = oracle.execute(at as u64, previous, &transactions)?;
         for (name, ok) in names.into_iter().zip(&ledger_block.successful) {
             outcomes.insert(name, (at as u64, *ok));
         }
@@ -109,7 +110,7 @@ pub(super) fn check<R: PipelineNode>(
     cluster: &Cluster,
     sim: &Sim<R>,
     faults: Faults,
-) -> Result<SimReport, String> {
+) -> Result<SimReport, SimSetupError> {
     let mut violations = Vec::new();
     let blocks = ordered_blocks(cluster, sim);
     for name in &cluster.config.orderers {
@@ -120,19 +121,19 @@ pub(super) fn check<R: PipelineNode>(
     }
     let mut oracle = fresh_member("oracle")?;
     let replay = replay(cluster, &blocks, &mut oracle, &mut violations)?;
-    let oracle_state: Hash = oracle.organization.state_hash().map_err(|error| error.to_string())?;
+    let oracle_state: Hash = oracle.organization.state_hash()?;
     let tampered_state = match &faults.tamper {
         Some((_, statement)) => {
-            oracle.organization.run_outside_chain(statement).map_err(|error| error.to_string())?;
-            Some(oracle.organization.state_hash().map_err(|error| error.to_string())?)
+            oracle.organization.run_outside_chain(statement)?;
+            Some(oracle.organization.state_hash()?)
         }
         None => None,
     };
     let mut heights = BTreeMap::new();
     let mut undetected_tamper = false;
     for org in org_names() {
-        let member = cluster.members.get(&org).ok_or("a missing organization")?;
-        let mut member = member.lock().map_err(|_| "a poisoned organization lock")?;
+        let member = cluster.members.get(&org).ok_or_else(|| SimSetupError::MissingOrganization(org.clone()))?;
+        let mut member = member.lock().map_err(|_| SimSetupError::Poisoned)?;
         let ledger = member.ledger.blocks().to_vec();
         heights.insert(org.clone(), ledger.len() as u64);
         if let Some(at) = ledger.iter().zip(&replay.chain).position(|(held, agreed)| held != agreed) {
@@ -153,7 +154,7 @@ pub(super) fn check<R: PipelineNode>(
             )));
             continue;
         }
-        let state = member.organization.state_hash().map_err(|error| error.to_string())?;
+        let state = member.organization.state_hash()?;
         let tampered = faults.tamper.is_some() && faults.faulty.as_deref() == Some(org.as_str());
         if tampered && Some(state) == tampered_state && state != oracle_state {
             undetected_tamper = true;

@@ -167,7 +167,7 @@ fn org_names() -> Vec<String> {
     (1..=3).map(|index| format!("org-{index}")).collect()
 }
 
-fn build_cluster(options: &SimOptions) -> Result<Cluster, String> {
+fn build_cluster(options: &SimOptions) -> Result<Cluster, SimSetupError> {
     let orgs = org_names();
     let org_keys: BTreeMap<String, SigningKey> = orgs
         .iter()
@@ -197,7 +197,7 @@ fn build_cluster(options: &SimOptions) -> Result<Cluster, String> {
         });
     }
     let orderer_key = SigningKey::from_seed(0x5749_3000);
-    let policy = AgreementPolicy::new(2, 3).map_err(|error| error.to_string())?;
+    let policy = AgreementPolicy::new(2, 3)?;
     let config = Arc::new(PipelineConfig {
         organizations: org_keys.iter().map(|(name, key)| (name.clone(), key.address())).collect(),
         clients: client_keys.iter().map(|(name, key)| (name.clone(), key.address())).collect(),
@@ -239,16 +239,16 @@ fn build_cluster(options: &SimOptions) -> Result<Cluster, String> {
 }
 
 /// An organization on an in-memory SQLite database with SmallBank's tables installed.
-fn fresh_member(name: &str) -> Result<Member, String> {
-    let mut organization = SqliteOrganization::in_memory(name).map_err(|error| error.to_string())?;
-    organization.install(&smallbank::tables()).map_err(|error| error.to_string())?;
+fn fresh_member(name: &str) -> Result<Member, SimSetupError> {
+    let mut organization = SqliteOrganization::in_memory(name)?;
+    organization.install(&smallbank::tables())?;
     Ok(Member::new(Box::new(organization), Ledger::in_memory()))
 }
 
 /// The customers as the first ordered blocks: the loader's proposals, agreed by every
 /// organization, committed in the ordering group's log before it starts.
-fn customer_cuts(cluster: &Cluster, customers: u64) -> Result<Vec<BlockCut>, String> {
-    let loader = cluster.client_keys.get(LOADER).ok_or("no loader key")?;
+fn customer_cuts(cluster: &Cluster, customers: u64) -> Result<Vec<BlockCut>, SimSetupError> {
+    let loader = cluster.client_keys.get(LOADER).ok_or(SimSetupError::NoLoaderKey)?;
     let mut cuts = Vec::new();
     let mut seq = 0;
     for (number, block) in smallbank::load_blocks(customers, 64).into_iter().enumerate() {
@@ -366,8 +366,25 @@ fn make_core(
     }
 }
 
+/// Why a seed could not be run (its checks' findings are the report's, not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum SimSetupError {
+    #[error(transparent)]
+    Sim(#[from] virga_sim::SimError),
+    #[error(transparent)]
+    Organization(#[from] crate::organization::OrganizationError),
+    #[error(transparent)]
+    Policy(#[from] virga_ledger::wlc::PolicyError),
+    #[error("no loader key")]
+    NoLoaderKey,
+    #[error("a poisoned organization lock")]
+    Poisoned,
+    #[error("organization {0} is missing from the cluster")]
+    MissingOrganization(String),
+}
+
 /// Runs one seed and checks it.
-pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
+pub fn run_seed(options: &SimOptions) -> Result<SimReport, SimSetupError> {
     if options.wire {
         run_nodes::<virga_net::wired::Wired<ChainifyNode>>(options)
     } else {
@@ -377,7 +394,7 @@ pub fn run_seed(options: &SimOptions) -> Result<SimReport, String> {
 
 /// The faults that happen at a moment of the run rather than at a node: the tamper, and the
 /// crash of whichever orderer replica leads then; in time order.
-fn intervene<R: PipelineNode>(sim: &mut Sim<R>, cluster: &Cluster, faults: &Faults) -> Result<(), String> {
+fn intervene<R: PipelineNode>(sim: &mut Sim<R>, cluster: &Cluster, faults: &Faults) -> Result<(), SimSetupError> {
     let mut moments: Vec<(u64, bool)> = Vec::new();
     if let Some((at, _)) = &faults.tamper {
         moments.push((*at, true));
@@ -394,22 +411,22 @@ fn intervene<R: PipelineNode>(sim: &mut Sim<R>, cluster: &Cluster, faults: &Faul
             else {
                 continue;
             };
-            let mut member = member.lock().map_err(|_| "a poisoned organization lock")?;
-            member.organization.run_outside_chain(statement).map_err(|error| error.to_string())?;
+            let mut member = member.lock().map_err(|_| SimSetupError::Poisoned)?;
+            member.organization.run_outside_chain(statement)?;
         } else if let Some((_, up)) = faults.leader_crash {
             let leader = cluster.config.orderers.iter().find(
                 |name| matches!(sim.core(name).map(R::node), Some(ChainifyNode::Orderer(core)) if core.is_leader()),
             );
             if let Some(leader) = leader.cloned() {
-                sim.crash(&leader).map_err(|error| error.to_string())?;
-                sim.restart_at(up, &leader).map_err(|error| error.to_string())?;
+                sim.crash(&leader)?;
+                sim.restart_at(up, &leader)?;
             }
         }
     }
     Ok(())
 }
 
-fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, String> {
+fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, SimSetupError> {
     let cluster = Arc::new(build_cluster(options)?);
     let mut rng = StdRng::seed_from_u64(options.seed ^ 0xc4a1_f1db);
     let faults = draw_faults(options, &mut rng);
@@ -433,22 +450,21 @@ fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, String>
             }
         }
     }
-    let mut sim: Sim<R> =
-        Sim::new(SimConfig { seed: options.seed, net, ..SimConfig::default() }).map_err(|error| error.to_string())?;
+    let mut sim: Sim<R> = Sim::new(SimConfig { seed: options.seed, net, ..SimConfig::default() })?;
     if faults.lossy {
-        sim.set_net_faults(0.02, 0.02).map_err(|error| error.to_string())?;
+        sim.set_net_faults(0.02, 0.02)?;
     }
     for node in &nodes {
         let (core, device) = make_node::<R>(&cluster, &faults, options.weakening, node);
-        sim.add_node(node.clone(), core, device).map_err(|error| error.to_string())?;
+        sim.add_node(node.clone(), core, device)?;
     }
     let factory_cluster = Arc::clone(&cluster);
     let factory_faults = faults.clone();
     let weakening = options.weakening;
     sim.set_factory(move |node| make_node(&factory_cluster, &factory_faults, weakening, node));
     for (node, down, up) in &faults.crashes {
-        sim.crash_at(*down, node).map_err(|error| error.to_string())?;
-        sim.restart_at(*up, node).map_err(|error| error.to_string())?;
+        sim.crash_at(*down, node)?;
+        sim.restart_at(*up, node)?;
     }
     intervene(&mut sim, &cluster, &faults)?;
     let limit = 60_000 * MS;

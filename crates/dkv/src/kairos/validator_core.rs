@@ -532,9 +532,11 @@ impl ValidatorCore {
         let Some(held) = self.held.get_mut(&txn) else { return };
         held.calls.retain(|pending| *pending != call);
         match body {
+            // A phase this build does not know is no answer: never a vote either way.
             Ok(ResponseBody::State(state)) => {
-                let phase = proto::TxnPhase::try_from(state.phase).unwrap_or(proto::TxnPhase::Prepared);
-                held.heard.insert(shard, phase);
+                if let Ok(phase) = proto::TxnPhase::try_from(state.phase) {
+                    held.heard.insert(shard, phase);
+                }
             }
             // A primary may have changed: ask the configuration service before the next round.
             _ => self.map_refresh.mark_stale(),

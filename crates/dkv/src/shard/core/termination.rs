@@ -132,8 +132,11 @@ impl DataCore {
         let Some((shard, txn, other)) = self.queries.remove(&call) else { return };
         let Some(terminating) = self.terminating.get_mut(&(shard, txn)) else { return };
         terminating.calls.retain(|pending| *pending != call);
-        if let Some(ResponseBody::State(reply)) = body {
-            let phase = proto::TxnPhase::try_from(reply.phase).unwrap_or(proto::TxnPhase::Prepared);
+        // A phase this build does not know is no answer: never a vote either way.
+        if let Some(Ok(phase)) = body.map(|body| match body {
+            ResponseBody::State(reply) => proto::TxnPhase::try_from(reply.phase).map_err(drop),
+            _ => Err(()),
+        }) {
             terminating.heard.insert(other, phase);
             self.conclude(shard, txn, out);
         }
