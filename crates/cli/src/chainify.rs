@@ -12,7 +12,7 @@ use virga_chainify::smallbank::Skew;
 use virga_ledger::wlc::AgreementPolicy;
 
 #[derive(Subcommand)]
-pub enum ChainifyCommand {
+pub(crate) enum ChainifyCommand {
     /// Runs three organizations (two on PostgreSQL, one on SQLite; or three on SQLite) on
     /// SmallBank: each executes every block on its own database, and they agree on the
     /// effects (trigger digests hashed into LedgerBlocks) by a c-of-3 vote. The same
@@ -34,7 +34,7 @@ pub enum ChainifyCommand {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Policy {
+pub(crate) enum Policy {
     /// Any two of the three organizations must hold the same effects.
     Any2,
     /// All three.
@@ -42,7 +42,7 @@ pub enum Policy {
 }
 
 #[derive(Args)]
-pub struct ChainifyUpArgs {
+pub(crate) struct ChainifyUpArgs {
     /// Three organizations on SQLite (no PostgreSQL needed; no PostgreSQL-alone figure).
     #[arg(long)]
     pub sqlite_only: bool,
@@ -90,7 +90,7 @@ pub(crate) fn zipf_exponent(text: &str) -> Result<f64, String> {
     }
 }
 
-pub fn run(command: &ChainifyCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(command: &ChainifyCommand) -> anyhow::Result<ExitCode> {
     match command {
         ChainifyCommand::Up(args) => run_up(args),
         ChainifyCommand::Node(command) => crate::chainify_node::run(command),

@@ -16,7 +16,7 @@ use crate::chainify::Policy;
 use crate::limits;
 
 #[derive(Args)]
-pub struct ChainifyBenchArgs {
+pub(crate) struct ChainifyBenchArgs {
     /// Three organizations on SQLite (no PostgreSQL needed, no PostgreSQL-alone figure).
     #[arg(long)]
     pub sqlite_only: bool,
@@ -70,7 +70,7 @@ pub struct ChainifyBenchArgs {
 }
 
 #[derive(Clone, Copy, Debug)]
-pub struct SkewArg(Skew);
+pub(crate) struct SkewArg(Skew);
 
 fn skew(text: &str) -> Result<SkewArg, String> {
     match text {
@@ -80,7 +80,7 @@ fn skew(text: &str) -> Result<SkewArg, String> {
     }
 }
 
-pub fn run_bench(args: &ChainifyBenchArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run_bench(args: &ChainifyBenchArgs) -> anyhow::Result<ExitCode> {
     let policy = match args.policy {
         Policy::Any2 => AgreementPolicy::new(2, 3),
         Policy::All3 => AgreementPolicy::new(3, 3),

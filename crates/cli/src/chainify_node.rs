@@ -15,7 +15,7 @@ use virga_chainify::smallbank::Skew;
 use crate::chainify::Policy;
 
 #[derive(Subcommand)]
-pub enum NodeCommand {
+pub(crate) enum NodeCommand {
     /// Writes a deployment directory: the organizations (two PostgreSQL and one SQLite, or
     /// three SQLite), every server's loopback address, fresh keys and the settings.
     Init(InitArgs),
@@ -29,7 +29,7 @@ pub enum NodeCommand {
 }
 
 #[derive(Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// The directory to write (must not hold a consortium yet).
     #[arg(long)]
     dir: PathBuf,
@@ -71,7 +71,7 @@ pub struct InitArgs {
 }
 
 #[derive(Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The directory written by `virga chainify node init`.
     #[arg(long)]
     dir: PathBuf,
@@ -81,7 +81,7 @@ pub struct RunArgs {
 }
 
 #[derive(Args)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     #[arg(long)]
     dir: PathBuf,
     /// The clients to run (names from `init`: client-1, …); by default client-1.
@@ -104,7 +104,7 @@ pub struct ClientArgs {
     json: Option<PathBuf>,
 }
 
-pub fn run(command: &NodeCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(command: &NodeCommand) -> anyhow::Result<ExitCode> {
     match command {
         NodeCommand::Init(args) => init(args),
         NodeCommand::Run(args) => serve(args),

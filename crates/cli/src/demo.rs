@@ -14,7 +14,7 @@ use virga_bench::trie::{node_bag_experiment, resident_bytes, Workload};
 use virga_trie::{verify_proof, SecureTrie};
 
 #[derive(Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Accounts in the state.
     #[arg(long, default_value_t = 1_000_000, value_parser = crate::limits::count(2))]
     accounts: usize,
@@ -39,7 +39,7 @@ fn bar(total: u64, label: &str) -> ProgressBar {
     bar
 }
 
-pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     println!(
         "Virga demo: DSM-Tree state of {} Ethereum accounts, {} blocks of {} transfers",
         args.accounts, args.blocks, args.transfers

@@ -25,10 +25,10 @@ use virga_core::clock::SkewProfile;
 use virga_dkv::client::ReadOnlyValidation;
 use virga_txn::{Durability, Engine, EngineConfig, SyncMode};
 
-pub use crate::dkv_figures::DkvFigure;
+pub(crate) use crate::dkv_figures::DkvFigure;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DkvTransport {
+pub(crate) enum DkvTransport {
     /// Every role in this process, on the in-process transport.
     Inproc,
     /// Every configuration replica and data node behind its own gRPC server on loopback.
@@ -36,7 +36,7 @@ pub enum DkvTransport {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DkvSync {
+pub(crate) enum DkvSync {
     /// Group commit: each replica fsyncs a group of records before acknowledging them.
     Group,
     /// No fsync (a crash may lose acknowledged commits).
@@ -44,7 +44,7 @@ pub enum DkvSync {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DkvWorkload {
+pub(crate) enum DkvWorkload {
     /// Transactional YCSB: 4 keys per transaction, 90% read-only (Zipf 0.99), read-write
     /// ones read-modify-write (Zipf 0.75); client programs.
     YcsbT,
@@ -88,7 +88,7 @@ impl From<DkvValidation> for ReadOnlyValidation {
 }
 
 #[derive(Args)]
-pub struct DkvBenchArgs {
+pub(crate) struct DkvBenchArgs {
     #[arg(long, value_enum, default_value_t = DkvTransport::Inproc)]
     pub transport: DkvTransport,
     #[arg(long, default_value_t = 3, value_parser = crate::limits::count_between(1, 64))]
@@ -146,7 +146,7 @@ pub struct DkvBenchArgs {
 
 impl DkvBenchArgs {
     /// The store's configuration for round `run`.
-    pub fn store_config(&self, run: usize) -> DkvBenchConfig {
+    pub(crate) fn store_config(&self, run: usize) -> DkvBenchConfig {
         DkvBenchConfig {
             net: match self.transport {
                 DkvTransport::Inproc => DkvNet::InProc,
@@ -163,7 +163,7 @@ impl DkvBenchArgs {
         }
     }
 
-    pub fn sync_name(&self) -> &'static str {
+    pub(crate) fn sync_name(&self) -> &'static str {
         match self.sync {
             DkvSync::Group => "group",
             DkvSync::None => "none",
@@ -172,7 +172,7 @@ impl DkvBenchArgs {
 }
 
 /// A workload as both systems run it.
-pub enum Workload {
+pub(crate) enum Workload {
     YcsbT(YcsbT),
     SmallBank(SmallBankWorkload),
     Retwis(RetwisWorkload),
@@ -180,7 +180,7 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub fn of(args: &DkvBenchArgs) -> Result<Workload> {
+    pub(crate) fn of(args: &DkvBenchArgs) -> Result<Workload> {
         Ok(match args.workload {
             DkvWorkload::YcsbT => {
                 let defaults = YcsbTConfig::default();
@@ -216,7 +216,7 @@ impl Workload {
     }
 
     /// One run of the store.
-    pub fn store(&self, config: &DkvBenchConfig) -> Result<StoreRun> {
+    pub(crate) fn store(&self, config: &DkvBenchConfig) -> Result<StoreRun> {
         let sessions = |run: virga_bench::dkv::SessionRun| StoreRun { report: run.report, audit: None };
         Ok(match self {
             Workload::YcsbT(workload) => StoreRun { report: run_store(config, workload)?, audit: None },
@@ -257,7 +257,7 @@ impl Workload {
 }
 
 /// A store run, and for transfers whether the money added up.
-pub struct StoreRun {
+pub(crate) struct StoreRun {
     pub report: DkvBenchReport,
     pub audit: Option<(bool, String)>,
 }
@@ -338,13 +338,13 @@ fn etcd_run(config: &DkvBenchConfig, workload: &YcsbT, run: usize) -> Result<Etc
     Ok(report)
 }
 
-pub fn median(values: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
-pub fn spread(values: impl Iterator<Item = f64>) -> String {
+pub(crate) fn spread(values: impl Iterator<Item = f64>) -> String {
     let (low, high) = values.fold((f64::MAX, f64::MIN), |(low, high), v| (low.min(v), high.max(v)));
     format!("{low:.0}–{high:.0}")
 }
@@ -372,7 +372,7 @@ fn single_node(args: &DkvBenchArgs, workload: &Workload, run: usize) -> Result<R
     workload.engine(&options, &backend)
 }
 
-pub fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
+pub(crate) fn bench_dkv(args: &DkvBenchArgs) -> Result<ExitCode> {
     if args.replicas % 2 != 1 {
         bail!("--replicas {} is even: a shard has one primary and 2f backups", args.replicas);
     }

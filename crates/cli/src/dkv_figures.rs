@@ -12,7 +12,7 @@ use virga_bench::kv::ycsb_t::{YcsbT, YcsbTConfig};
 use crate::dkv_bench::DkvBenchArgs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DkvFigure {
+pub(crate) enum DkvFigure {
     /// SEMEL Table 3.2's shape: single-key gets and blind puts at 100/75/50/25% gets, 5
     /// clients x 32 in flight: throughput, mean get and put latency.
     SemelTable,
@@ -26,7 +26,7 @@ pub enum DkvFigure {
     Scale,
 }
 
-pub fn run(figure: DkvFigure, args: &DkvBenchArgs) -> Result<ExitCode> {
+pub(crate) fn run(figure: DkvFigure, args: &DkvBenchArgs) -> Result<ExitCode> {
     let base = args.store_config(0);
     eprintln!(
         "virga bench dkv --figure {}: {} shards x {} replicas, --sync {}, {} rounds of {} s a point",

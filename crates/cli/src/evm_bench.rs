@@ -8,7 +8,7 @@ use clap::Args;
 use virga_bench::evm::{run, EvmBenchConfig, EXECUTORS};
 
 #[derive(Args)]
-pub struct EvmBenchArgs {
+pub(crate) struct EvmBenchArgs {
     /// Token holders in the state (each also an account with ether).
     #[arg(long, default_value_t = 1_000_000, value_parser = crate::limits::count(1))]
     accounts: usize,
@@ -35,7 +35,7 @@ pub struct EvmBenchArgs {
     json: Option<PathBuf>,
 }
 
-pub fn run_bench(args: &EvmBenchArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run_bench(args: &EvmBenchArgs) -> anyhow::Result<ExitCode> {
     if args.senders > args.accounts {
         anyhow::bail!("--senders {} exceeds --accounts {}: senders are holders", args.senders, args.accounts);
     }

@@ -8,7 +8,7 @@ use virga_evm::statetest::{run_file, Tally};
 use virga_evm::Fork;
 
 #[derive(Args)]
-pub struct EvmTestArgs {
+pub(crate) struct EvmTestArgs {
     /// GeneralStateTests files, or directories searched for `*.json` files.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -29,7 +29,7 @@ fn parse_fork(name: &str) -> Result<Fork, String> {
 
 /// One line per case (`PASS`, `FAIL … expected …, got …`, `SKIP … reason`), the totals on
 /// standard error; fails if any case or file failed.
-pub fn run(args: &EvmTestArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &EvmTestArgs) -> anyhow::Result<ExitCode> {
     let mut files = Vec::new();
     for path in &args.paths {
         collect_json_files(path, &mut files)?;

@@ -8,7 +8,7 @@ use serde::Serialize;
 use virga_txn::cache::{ideal_lease, simulate};
 
 #[derive(Subcommand)]
-pub enum KairosCommand {
+pub(crate) enum KairosCommand {
     /// The ideal lease of a cached key (seed 004 §4.2.3, Algorithm 3), and the fresh-hit
     /// and stale rates the model expects for it.
     ///
@@ -24,7 +24,7 @@ pub enum KairosCommand {
 }
 
 #[derive(Args)]
-pub struct LeaseArgs {
+pub(crate) struct LeaseArgs {
     /// R: the cache's mean inter-read time of the key, in ms.
     #[arg(long, value_parser = crate::limits::positive)]
     read_interval_ms: f64,
@@ -63,7 +63,7 @@ struct SimulatedRates {
     miss_rate: f64,
 }
 
-pub fn run(command: &KairosCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(command: &KairosCommand) -> anyhow::Result<ExitCode> {
     match command {
         KairosCommand::Lease(args) => lease(args),
     }

@@ -23,7 +23,7 @@ const META_FILE: &str = "kv.json";
 const WAL_DIR: &str = "wal";
 
 #[derive(Args, Clone, Debug)]
-pub struct KvBenchArgs {
+pub(crate) struct KvBenchArgs {
     /// ycsb-a … ycsb-f, smallbank, retwis or transfer.
     #[arg(long, default_value = "smallbank")]
     pub workload: String,
@@ -76,7 +76,7 @@ pub struct KvBenchArgs {
 }
 
 #[derive(Args, Clone, Debug)]
-pub struct ClockSweepArgs {
+pub(crate) struct ClockSweepArgs {
     /// Zipf exponents (contention levels) to sweep, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0.2,0.6,0.8,1.0,1.2,1.4", value_parser = crate::limits::non_negative)]
     pub zipf: Vec<f64>,
@@ -97,7 +97,7 @@ pub struct ClockSweepArgs {
 }
 
 #[derive(Args, Clone, Debug)]
-pub struct KvAuditArgs {
+pub(crate) struct KvAuditArgs {
     /// Directory written by `virga bench kv --dir`, or a stopped `virga kv cluster up`
     /// cluster's directory.
     #[arg(long)]
@@ -246,7 +246,7 @@ fn check_run_options(duration: f64, threads: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn bench_kv(args: &KvBenchArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn bench_kv(args: &KvBenchArgs) -> anyhow::Result<ExitCode> {
     check_run_options(args.duration, args.threads)?;
     let mut spec = WorkloadSpec::from_args(args)?;
     if let Some(dir) = &args.dir {
@@ -352,7 +352,7 @@ fn run_virga_once(args: &KvBenchArgs, spec: &WorkloadSpec) -> anyhow::Result<Run
 
 /// MILANA's clock experiment on one node: Retwis under OCC with per-client clocks skewed
 /// like PTP and like NTP, at rising contention; the abort rates side by side.
-pub fn bench_clocks(args: &ClockSweepArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn bench_clocks(args: &ClockSweepArgs) -> anyhow::Result<ExitCode> {
     check_run_options(args.duration, args.threads)?;
     if let Some(bad) = args.zipf.iter().find(|z| !(z.is_finite() && **z >= 0.0)) {
         bail!("--zipf values must be finite and at least 0, not {bad}");
@@ -529,7 +529,7 @@ struct AuditReport {
     expected_total_balance: Option<u128>,
 }
 
-pub fn kv_audit(args: &KvAuditArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn kv_audit(args: &KvAuditArgs) -> anyhow::Result<ExitCode> {
     if virga_dkv::deploy::is_cluster_dir(&args.dir) {
         return crate::kv_cluster::audit(args);
     }

@@ -14,7 +14,7 @@ use virga_dkv::api::grpc::RemoteKv;
 use virga_dkv::api::{Kv, KvError, Transaction};
 
 #[derive(Subcommand)]
-pub enum KvClientCommand {
+pub(crate) enum KvClientCommand {
     /// Prints the value of KEY (nothing, and exit 1, when it is missing).
     Get { key: String },
     /// Sets KEY to VALUE.
@@ -63,7 +63,7 @@ fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-pub fn run(address: &str, wait: f64, tls: &crate::kv_cluster::TlsArgs, command: &KvClientCommand) -> ExitCode {
+pub(crate) fn run(address: &str, wait: f64, tls: &crate::kv_cluster::TlsArgs, command: &KvClientCommand) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -14,7 +14,7 @@ use virga_dkv::deploy::{ClusterOptions, ClusterShape, LocalCluster};
 /// Mutual TLS on every gRPC endpoint: this process's certificate and key, and the CA that
 /// signs every role's and client's certificate (all three, or none).
 #[derive(Args, Default)]
-pub struct TlsArgs {
+pub(crate) struct TlsArgs {
     /// This process's certificate (PEM).
     #[arg(long, global = true, requires_all = ["tls_key", "tls_ca"])]
     pub tls_cert: Option<PathBuf>,
@@ -28,7 +28,7 @@ pub struct TlsArgs {
 
 impl TlsArgs {
     /// The TLS setting, read and checked, when the options name one.
-    pub fn load(&self) -> anyhow::Result<Option<virga_net::Tls>> {
+    pub(crate) fn load(&self) -> anyhow::Result<Option<virga_net::Tls>> {
         match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
             (Some(cert), Some(key), Some(ca)) => Ok(Some(virga_net::Tls::load(cert, key, ca)?)),
             (None, None, None) => Ok(None),
@@ -38,7 +38,7 @@ impl TlsArgs {
 }
 
 #[derive(Subcommand)]
-pub enum ClusterCommand {
+pub(crate) enum ClusterCommand {
     /// Runs a whole cluster (configuration service, data nodes, a client core) in this
     /// process from a directory, serving the client API until stopped; the same command
     /// restarts it from the directory.
@@ -52,7 +52,7 @@ pub enum ClusterCommand {
 }
 
 #[derive(Args)]
-pub struct ClusterInitArgs {
+pub(crate) struct ClusterInitArgs {
     /// The cluster's directory (must hold no cluster).
     #[arg(long)]
     pub dir: PathBuf,
@@ -75,7 +75,7 @@ pub struct ClusterInitArgs {
 }
 
 #[derive(Args)]
-pub struct ClusterNodeArgs {
+pub(crate) struct ClusterNodeArgs {
     #[arg(long)]
     pub dir: PathBuf,
     /// The role: config-1, config-2, config-3, data-N, validator-N or api.
@@ -90,7 +90,7 @@ pub struct ClusterNodeArgs {
 }
 
 #[derive(Args)]
-pub struct ClusterUpArgs {
+pub(crate) struct ClusterUpArgs {
     /// The cluster's directory (created with a new cluster when empty).
     #[arg(long)]
     pub dir: PathBuf,
@@ -117,7 +117,7 @@ pub struct ClusterUpArgs {
     pub sync: String,
 }
 
-pub fn run(command: &ClusterCommand, tls: &TlsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(command: &ClusterCommand, tls: &TlsArgs) -> anyhow::Result<ExitCode> {
     let tls = tls.load()?;
     // The roles log what they do (failovers, takeovers, terminations, elections) to stderr.
     let _ = tracing_subscriber::fmt()
@@ -241,7 +241,7 @@ fn node(args: &ClusterNodeArgs, tls: Option<virga_net::Tls>) -> anyhow::Result<E
 /// `virga kv audit --dir D` on a stopped cluster: every replica of every shard, as JSON;
 /// exit 1 if the replicas of a shard hold different states, or the total is not the
 /// expected one.
-pub fn audit(args: &crate::kv::KvAuditArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn audit(args: &crate::kv::KvAuditArgs) -> anyhow::Result<ExitCode> {
     let audit = virga_dkv::deploy::audit_cluster(&args.dir, args.prefix.as_bytes())
         .with_context(|| format!("auditing the cluster in {}", args.dir.display()))?;
     let disagreeing = audit.disagreeing_shards();

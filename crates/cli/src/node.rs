@@ -11,7 +11,7 @@ use virga_node::process::{self, ClientJob, ClusterPlan, PlanOptions};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
-pub struct NodeArgs {
+pub(crate) struct NodeArgs {
     #[command(subcommand)]
     init: Option<NodeCommand>,
     /// Which role this process plays.
@@ -104,7 +104,7 @@ enum Role {
     Client,
 }
 
-pub fn run(args: &NodeArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &NodeArgs) -> Result<ExitCode> {
     init_logging();
     match &args.init {
         Some(NodeCommand::Init(init)) => return init_cluster(init),

@@ -14,7 +14,7 @@ use virga_node::cluster::TransportKind;
 use crate::up::Bars;
 
 #[derive(Args)]
-pub struct RainblockBenchArgs {
+pub(crate) struct RainblockBenchArgs {
     /// Account counts N (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000", value_parser = crate::limits::count(2))]
     accounts: Vec<usize>,
@@ -98,7 +98,7 @@ impl RainblockBenchArgs {
     }
 }
 
-pub fn bench_rainblock(args: &RainblockBenchArgs) -> Result<ExitCode> {
+pub(crate) fn bench_rainblock(args: &RainblockBenchArgs) -> Result<ExitCode> {
     let config = args.sweep();
     config.validate(args.fig)?;
     let mut results = RainblockResults::new(config.clone());

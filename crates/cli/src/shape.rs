@@ -5,7 +5,7 @@ use clap::Args;
 use virga_node::topology::Topology;
 
 #[derive(Args)]
-pub struct ClusterShape {
+pub(crate) struct ClusterShape {
     /// Shards of the bottom layer (1, 16 or 256).
     #[arg(long, default_value_t = 16, value_parser = crate::limits::shards)]
     pub shards: usize,
@@ -37,7 +37,7 @@ pub struct ClusterShape {
 impl ClusterShape {
     /// The cluster these flags shape, with `accounts` and `storage_nodes` (flags of each
     /// command's own); clients, batch and in-flight from `Topology::small` until set.
-    pub fn topology(&self, accounts: usize, storage_nodes: usize) -> Topology {
+    pub(crate) fn topology(&self, accounts: usize, storage_nodes: usize) -> Topology {
         Topology {
             accounts,
             shards: self.shards,
@@ -53,11 +53,11 @@ impl ClusterShape {
         }
     }
 
-    pub fn max_block_transfers(&self) -> usize {
+    pub(crate) fn max_block_transfers(&self) -> usize {
         self.block_transfers
     }
 
-    pub fn top_budget_bytes(&self) -> usize {
+    pub(crate) fn top_budget_bytes(&self) -> usize {
         self.top_budget_mib.saturating_mul(1 << 20)
     }
 }

@@ -16,7 +16,7 @@ use virga_node::cost::model::{predict, Link, Links, Prediction, Shape};
 use virga_node::cost::validate::{validate, RunShape, ValidationRow};
 
 #[derive(Subcommand)]
-pub enum SimCommand {
+pub(crate) enum SimCommand {
     /// RainBlock's roles: `--seeds N` runs N seeds under faults in the simulator and checks
     /// each (a failure prints the command that replays it); otherwise the cost model's
     /// predictions (`--predict`), checked against real clusters (`--validate`), and the seed's
@@ -42,7 +42,7 @@ pub enum SimCommand {
 }
 
 #[derive(Args)]
-pub struct RainblockSimArgs {
+pub(crate) struct RainblockSimArgs {
     #[command(flatten)]
     pub seeds: crate::sim_seeds::SeedArgs,
     #[command(flatten)]
@@ -50,7 +50,7 @@ pub struct RainblockSimArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SimTransport {
+pub(crate) enum SimTransport {
     /// One process, in-process calls.
     Inproc,
     /// gRPC on loopback.
@@ -60,7 +60,7 @@ pub enum SimTransport {
 }
 
 #[derive(Args)]
-pub struct PredictArgs {
+pub(crate) struct PredictArgs {
     /// Predict the shape given by the options below (the default when no mode is given).
     #[arg(long)]
     pub predict: bool,
@@ -180,7 +180,7 @@ struct ValidationEntry {
     detail: ValidationRow,
 }
 
-pub fn run(command: &SimCommand) -> Result<ExitCode> {
+pub(crate) fn run(command: &SimCommand) -> Result<ExitCode> {
     match command {
         SimCommand::Rainblock(args) => match args.seeds.seeds {
             Some(seeds) => {
@@ -244,7 +244,7 @@ fn taskset_installed() -> bool {
 }
 
 /// The shape the options describe.
-pub fn shape_of(args: &PredictArgs, calibration: &Calibration) -> Shape {
+pub(crate) fn shape_of(args: &PredictArgs, calibration: &Calibration) -> Shape {
     let transport =
         args.transport.unwrap_or(if args.machines > 1 { SimTransport::Network } else { SimTransport::Inproc });
     let links = match transport {
@@ -305,7 +305,7 @@ fn seed_shapes() -> Vec<(String, f64, Shape)> {
     ]
 }
 
-pub fn predict_and_validate(args: &PredictArgs) -> Result<ExitCode> {
+pub(crate) fn predict_and_validate(args: &PredictArgs) -> Result<ExitCode> {
     if let Some(threads) = args.measure_cpu_share {
         let share = virga_node::cost::calibrate::cpu_share(threads, 1.0).context("reading /proc/self/stat")?;
         let fsync = virga_node::cost::calibrate::fsync_latency_us(20)?;
@@ -523,7 +523,7 @@ fn seed_progress_bar(prefix: &'static str, seeds: u64) -> indicatif::ProgressBar
 /// `run` gives each seed's options and report, `problem` a failed report's first problem,
 /// printed with `replay`'s command as it happens. Returns the outcomes in seed order and the
 /// wall-clock seconds.
-pub fn run_seeds<O: Send, R: Send>(
+pub(crate) fn run_seeds<O: Send, R: Send>(
     prefix: &'static str,
     (first, last): (u64, u64),
     threads: usize,

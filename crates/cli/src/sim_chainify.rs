@@ -15,7 +15,7 @@ use virga_chainify::sim::{run_seed, SimOptions, SimReport, Weakening};
 use crate::limits;
 
 #[derive(Args, Debug)]
-pub struct ChainifySimArgs {
+pub(crate) struct ChainifySimArgs {
     /// Seeds to run, each a full run.
     #[arg(long, value_parser = limits::count_u64_between(1, 10_000_000))]
     pub seeds: u64,
@@ -49,7 +49,7 @@ pub struct ChainifySimArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum WeakenArg {
+pub(crate) enum WeakenArg {
     /// Commit servers commit their own effects without waiting for the vote.
     CommitWithoutQuorum,
 }
@@ -97,7 +97,7 @@ fn problem(report: &Result<SimReport, String>) -> Option<String> {
     }
 }
 
-pub fn run(args: &ChainifySimArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ChainifySimArgs) -> anyhow::Result<ExitCode> {
     let Some(last) = args.first_seed.checked_add(args.seeds) else {
         eprintln!("error: --first-seed {} plus --seeds {} overflows a u64", args.first_seed, args.seeds);
         return Ok(ExitCode::from(2));

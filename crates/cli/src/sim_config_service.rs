@@ -12,7 +12,7 @@ use virga_dkv::sim::{run_service, ServiceRunOptions, ServiceRunReport};
 use crate::limits;
 
 #[derive(Args, Debug)]
-pub struct ConfigServiceArgs {
+pub(crate) struct ConfigServiceArgs {
     /// Seeds to run, each a full run with faults (loss, duplication, partitions, crashes and
     /// power failures).
     #[arg(long, value_parser = limits::count_u64_between(1, 10_000_000))]
@@ -36,7 +36,7 @@ pub struct ConfigServiceArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum BrokenService {
+pub(crate) enum BrokenService {
     /// Replicas acknowledge votes and appends before their log write is durable.
     AckBeforeWrite,
 }
@@ -101,7 +101,7 @@ struct Report {
 /// What one seed came to: its report, or why the simulation could not start.
 type Outcome = (ServiceRunOptions, Result<ServiceRunReport, String>);
 
-pub fn run(args: &ConfigServiceArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &ConfigServiceArgs) -> anyhow::Result<ExitCode> {
     let last = args.first_seed.checked_add(args.seeds).context("--first-seed plus --seeds overflows a u64")?;
     let threads = args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     eprintln!(

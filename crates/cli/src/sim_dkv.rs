@@ -21,7 +21,7 @@ use crate::limits;
 /// Options of a seed run, refused by clap (exit 2) when out of range. `--lease-scenario`
 /// replaces the seeds, so it takes none of their options.
 #[derive(Args, Debug)]
-pub struct DkvArgs {
+pub(crate) struct DkvArgs {
     /// Seeds to run, each a full run: 3 shards of 3 replicas, 3 clients, 60 programs each
     /// (the last client's run as interactive sessions, see --session-clients).
     #[arg(long, value_parser = limits::count_u64_between(1, 10_000_000), required_unless_present = "lease_scenario")]
@@ -89,7 +89,7 @@ pub struct DkvArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Faults {
+pub(crate) enum Faults {
     All,
     None,
 }
@@ -104,7 +104,7 @@ impl Faults {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Clock {
+pub(crate) enum Clock {
     Physical,
     Hybrid,
 }
@@ -235,7 +235,7 @@ struct Report {
 /// What one seed came to: its report, or why it did not run to its end.
 type Outcome = (TxnRunOptions, Result<TxnRunReport, String>);
 
-pub fn run(args: &DkvArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &DkvArgs) -> anyhow::Result<ExitCode> {
     let Some(seeds) = args.seeds.filter(|_| !args.lease_scenario) else {
         return run_lease_scenario(args.json.as_deref());
     };

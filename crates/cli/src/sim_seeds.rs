@@ -12,7 +12,7 @@ use virga_node::sim::{replay_command, run_seed, Broken, Faults, Length, RunOptio
 use crate::limits;
 
 #[derive(Args, Debug)]
-pub struct SeedArgs {
+pub(crate) struct SeedArgs {
     /// Seeds to run (full-length unless `--short`).
     #[arg(long, value_parser = limits::count_u64(1))]
     pub seeds: Option<u64>,
@@ -92,7 +92,7 @@ struct Report {
 }
 
 /// Runs the seeds; returns whether every one passed.
-pub fn run(args: &SeedArgs, seeds: u64, json: Option<&PathBuf>) -> anyhow::Result<bool> {
+pub(crate) fn run(args: &SeedArgs, seeds: u64, json: Option<&PathBuf>) -> anyhow::Result<bool> {
     let faults = Faults::parse(&args.faults)?;
     let broken = args.broken.as_deref().map(broken_variant).transpose().map_err(anyhow::Error::msg)?;
     let length = if args.short { Length::Short } else { Length::Full };

@@ -12,7 +12,7 @@ use virga_node::cluster::{up, Progress, TransportKind, UpConfig, UpReport};
 use virga_node::topology::Topology;
 
 #[derive(Args)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// Directory for the chain and the storage nodes' logs (must not hold a chain; `virga
     /// verify --dir D` audits it afterwards). Default: a temporary directory, removed at the end.
     #[arg(long)]
@@ -58,14 +58,14 @@ pub struct UpArgs {
 
 /// Progress bars on stderr, one per phase. With `clear`, a finished phase's bar is erased
 /// (sweeps keep only their table); `label` prefixes every phase's name.
-pub struct Bars {
+pub(crate) struct Bars {
     bar: Mutex<Option<ProgressBar>>,
     pub label: Mutex<String>,
     clear: bool,
 }
 
 impl Bars {
-    pub fn new(clear: bool) -> Bars {
+    pub(crate) fn new(clear: bool) -> Bars {
         Bars { bar: Mutex::new(None), label: Mutex::new(String::new()), clear }
     }
 
@@ -110,7 +110,7 @@ impl Progress for Bars {
     }
 }
 
-pub fn run(args: &UpArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &UpArgs) -> Result<ExitCode> {
     let temporary = match &args.dir {
         Some(_) => None,
         None => Some(tempfile::tempdir().context("creating a temporary directory")?),

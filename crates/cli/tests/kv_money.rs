@@ -11,26 +11,26 @@ use virga_dkv::api::{Kv, KvError};
 
 use crate::support::text;
 
-pub const ACCOUNTS: usize = 8;
-pub const INITIAL: u64 = 100;
+pub(crate) const ACCOUNTS: usize = 8;
+pub(crate) const INITIAL: u64 = 100;
 
-pub fn account(index: usize) -> Bytes {
+pub(crate) fn account(index: usize) -> Bytes {
     Bytes::from(format!("acct-{index}"))
 }
 
-pub fn balance(value: Option<&Bytes>) -> u64 {
+pub(crate) fn balance(value: Option<&Bytes>) -> u64 {
     value.and_then(|value| std::str::from_utf8(value).ok()).and_then(|text| text.parse().ok()).unwrap_or(0)
 }
 
 /// Gives every account its initial balance.
-pub async fn open_accounts(kv: &Kv<RemoteKv>) {
+pub(crate) async fn open_accounts(kv: &Kv<RemoteKv>) {
     for index in 0..ACCOUNTS {
         kv.put(account(index), INITIAL.to_string()).await.unwrap();
     }
 }
 
 /// Moves 1 from `from` to `to` and marks the transfer `mark` done, in one transaction.
-pub async fn transfer(kv: &Kv<RemoteKv>, from: usize, to: usize, mark: String) -> Result<(), KvError> {
+pub(crate) async fn transfer(kv: &Kv<RemoteKv>, from: usize, to: usize, mark: String) -> Result<(), KvError> {
     let txn = kv.begin().await?;
     let (a, b) = (txn.get(account(from)).await?, txn.get(account(to)).await?);
     let (a, b) = (balance(a.as_ref()), balance(b.as_ref()));
@@ -45,7 +45,7 @@ pub async fn transfer(kv: &Kv<RemoteKv>, from: usize, to: usize, mark: String) -
 /// The total over the accounts and the acknowledged marks that are missing, read in one
 /// transaction, again while it fails (a killed client's prepared transactions are being
 /// terminated, a restarted role is coming back).
-pub async fn audit(kv: &Kv<RemoteKv>, marks: &[String]) -> (u64, Vec<String>) {
+pub(crate) async fn audit(kv: &Kv<RemoteKv>, marks: &[String]) -> (u64, Vec<String>) {
     let mut last = None;
     for _ in 0..100 {
         match audit_once(kv, marks).await {
@@ -75,7 +75,7 @@ async fn audit_once(kv: &Kv<RemoteKv>, marks: &[String]) -> Result<(u64, Vec<Str
 
 /// `virga kv audit` on the stopped cluster in `dir`: it must pass (every group's replicas
 /// agree, the accounts hold the exact total); its report.
-pub fn offline_audit(dir: &Path) -> serde_json::Value {
+pub(crate) fn offline_audit(dir: &Path) -> serde_json::Value {
     let total = (INITIAL * ACCOUNTS as u64).to_string();
     let audit = Command::new(env!("CARGO_BIN_EXE_virga"))
         .args(["kv", "audit", "--dir", &dir.display().to_string(), "--prefix", "acct-", "--expect-total", &total])

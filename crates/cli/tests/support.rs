@@ -5,21 +5,21 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
-pub fn virga(args: &[&str]) -> Output {
+pub(crate) fn virga(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_virga")).args(args).output().expect("run virga")
 }
 
-pub fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-pub fn json(path: &std::path::Path) -> serde_json::Value {
+pub(crate) fn json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// A base port with `count` free ports after it (probed; another process could still take
 /// one before the roles bind, which would fail the test loudly, not wrongly).
-pub fn free_ports(count: u16) -> u16 {
+pub(crate) fn free_ports(count: u16) -> u16 {
     // Tests of this binary run at once: each call starts its probe elsewhere.
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -34,7 +34,7 @@ pub fn free_ports(count: u16) -> u16 {
 }
 
 /// Stops a server process with SIGTERM (it stops gracefully), or SIGKILL after 20 s.
-pub fn stop(mut child: Child) {
+pub(crate) fn stop(mut child: Child) {
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let deadline = Instant::now() + Duration::from_secs(20);
     while child.try_wait().unwrap().is_none() {

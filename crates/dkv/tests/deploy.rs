@@ -21,19 +21,19 @@ use virga_net::{Host, Transport};
 
 /// The longest any one wait of these tests may take: elections need 10 to 20 ticks of 10 ms
 /// (more after a split vote), and each command an fsync on a majority.
-pub const WITHIN: Duration = Duration::from_millis(2_500);
+pub(crate) const WITHIN: Duration = Duration::from_millis(2_500);
 
-pub fn replica_name(id: u64) -> String {
+pub(crate) fn replica_name(id: u64) -> String {
     format!("config-{id}")
 }
 
 /// The three replicas of the service: Raft ids 1 to 3.
-pub fn peers() -> Vec<(u64, String)> {
+pub(crate) fn peers() -> Vec<(u64, String)> {
     (1..=3).map(|id| (id, replica_name(id))).collect()
 }
 
 /// One replica under the driver.
-pub struct Replica {
+pub(crate) struct Replica {
     pub id: u64,
     pub name: String,
     running: Running<ConfigCore>,
@@ -41,12 +41,12 @@ pub struct Replica {
 }
 
 impl Replica {
-    pub fn with_core<T>(&self, read: impl FnOnce(&ConfigCore) -> T) -> T {
+    pub(crate) fn with_core<T>(&self, read: impl FnOnce(&ConfigCore) -> T) -> T {
         self.running.with_core(read)
     }
 
     /// Stops the driver and waits for its loop to end (its record log closes with it).
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         self.running.join().await;
     }
@@ -55,7 +55,7 @@ impl Replica {
 /// Opens replica `id` from its directory under `dir` (founding it when empty) and runs it as
 /// peer `config-<id>` on `transport`. `publish` makes the replica's host reachable (registers
 /// it in process, or serves it on a gRPC listener) before the core takes its first step.
-pub fn start_replica(
+pub(crate) fn start_replica(
     dir: &Path,
     id: u64,
     transport: Arc<dyn Transport<Dkv>>,
@@ -74,14 +74,14 @@ pub fn start_replica(
 }
 
 /// A configuration client under the driver: its commands go in as the role's input.
-pub struct Client {
+pub(crate) struct Client {
     running: Running<ConfigClient>,
     stop: watch::Sender<bool>,
 }
 
 impl Client {
     /// Client `id` (a new id per client: a session's sequence numbers never go back).
-    pub fn start(id: &str, transport: Arc<dyn Transport<Dkv>>) -> Client {
+    pub(crate) fn start(id: &str, transport: Arc<dyn Transport<Dkv>>) -> Client {
         let replicas = peers().into_iter().map(|(_, name)| name).collect();
         let (stop, stopped) = watch::channel(false);
         let client = ConfigClient::new(ConfigClientConfig::new(id, replicas));
@@ -89,31 +89,31 @@ impl Client {
         Client { running, stop }
     }
 
-    pub fn propose(&self, commands: Vec<ConfigCommand>) {
+    pub(crate) fn propose(&self, commands: Vec<ConfigCommand>) {
         assert!(self.running.input(commands), "the client stopped");
     }
 
     /// Waits until all `count` commands given so far have their outcomes.
-    pub async fn outcomes(&self, count: usize) -> Vec<ClientOutcome> {
+    pub(crate) async fn outcomes(&self, count: usize) -> Vec<ClientOutcome> {
         wait_for(&format!("{count} outcomes"), || {
             self.running.with_core(|client| (client.outcomes().len() >= count).then(|| client.outcomes().to_vec()))
         })
         .await
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         self.running.join().await;
     }
 }
 
 /// Polls `probe` until it gives a value, for at most [`WITHIN`].
-pub async fn wait_for<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
+pub(crate) async fn wait_for<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
     wait_for_within(what, WITHIN, probe).await
 }
 
 /// Polls `probe` until it gives a value, for at most `within`.
-pub async fn wait_for_within<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+pub(crate) async fn wait_for_within<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
     let started = Instant::now();
     loop {
         if let Some(value) = probe() {
@@ -125,14 +125,14 @@ pub async fn wait_for_within<T>(what: &str, within: Duration, mut probe: impl Fn
 }
 
 /// The leader every given replica knows, when one of them leads and all agree on it.
-pub fn agreed_leader(replicas: &[&Replica]) -> Option<u64> {
+pub(crate) fn agreed_leader(replicas: &[&Replica]) -> Option<u64> {
     let leader = replicas.iter().find(|replica| replica.with_core(ConfigCore::is_leader))?.id;
     replicas.iter().all(|replica| replica.with_core(ConfigCore::leader) == leader).then_some(leader)
 }
 
 /// What every given replica has applied, when they all applied the same entries up to at
 /// least `at_least`: the configuration state and its (index, hash chain) history.
-pub fn converged(replicas: &[&Replica], at_least: u64) -> Option<(ConfigState, Vec<(u64, u64)>)> {
+pub(crate) fn converged(replicas: &[&Replica], at_least: u64) -> Option<(ConfigState, Vec<(u64, u64)>)> {
     let states: Vec<_> = replicas
         .iter()
         .map(|replica| replica.with_core(|core| (core.state().clone(), core.history().to_vec())))
@@ -150,7 +150,7 @@ fn data_nodes() -> Vec<String> {
 /// The commands the tests propose: a layout of 4 shards over 6 data nodes (f = 1), then
 /// failovers and backup changes, each at the epoch its group has by then; and the state
 /// they lead to (the oracle: `ConfigState` applied in order, here, without Raft).
-pub fn layout_changes() -> (Vec<ConfigCommand>, ConfigState) {
+pub(crate) fn layout_changes() -> (Vec<ConfigCommand>, ConfigState) {
     let map = ShardMap::place(&data_nodes(), Partitioning::Hash { shards: 4 }, 1).unwrap();
     let mut expected = ConfigState::new();
     let mut commands = Vec::new();
@@ -174,14 +174,14 @@ pub fn layout_changes() -> (Vec<ConfigCommand>, ConfigState) {
 }
 
 /// A data node outside `shard`'s group.
-pub fn outsider(state: &ConfigState, shard: ShardId) -> String {
+pub(crate) fn outsider(state: &ConfigState, shard: ShardId) -> String {
     let group = state.map().unwrap().group(shard).unwrap();
     data_nodes().into_iter().find(|node| !group.contains(node)).unwrap()
 }
 
 /// The client was told of every command, in order, each applied (none refused), at
 /// increasing log indexes and map versions.
-pub fn assert_all_applied(outcomes: &[ClientOutcome], commands: &[ConfigCommand]) {
+pub(crate) fn assert_all_applied(outcomes: &[ClientOutcome], commands: &[ConfigCommand]) {
     let given: Vec<_> = outcomes.iter().map(|outcome| &outcome.command).collect();
     assert_eq!(given, commands.iter().collect::<Vec<_>>());
     for outcome in outcomes {

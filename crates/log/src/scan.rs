@@ -47,7 +47,7 @@ pub(crate) struct IndexedSegment {
 impl IndexedSegment {
     /// Position of the record at `index` among `offsets` (the segment's, or the active
     /// segment's kept by the log), whose records end at `end`.
-    pub fn position(offsets: &[u64], end: u64, index: usize) -> Option<RecordPos> {
+    pub(crate) fn position(offsets: &[u64], end: u64, index: usize) -> Option<RecordPos> {
         let offset = *offsets.get(index)?;
         let next = offsets.get(index + 1).copied().unwrap_or(end);
         let payload_len = u32::try_from(next - offset - RECORD_HEADER_LEN as u64).ok()?;

@@ -46,7 +46,7 @@ impl Batching {
 }
 
 /// Largest batch a server accepts (a caller's [`Batching::max_calls`] above it is cut to it).
-pub const MAX_BATCH_CALLS: usize = 4096;
+pub(crate) const MAX_BATCH_CALLS: usize = 4096;
 
 /// How long a batch sender waits for a peer to start answering a batch.
 const BATCH_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

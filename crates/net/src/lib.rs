@@ -23,13 +23,13 @@
 
 /// The generated messages, in modules that mirror their protobuf packages.
 mod generated {
-    #![allow(clippy::all)]
-    pub mod virga {
-        pub mod v1 {
+    #![allow(clippy::all, clippy::too_many_lines)]
+    pub(crate) mod virga {
+        pub(crate) mod v1 {
             include!(concat!(env!("OUT_DIR"), "/virga.v1.rs"));
         }
-        pub mod health {
-            pub mod v1 {
+        pub(crate) mod health {
+            pub(crate) mod v1 {
                 include!(concat!(env!("OUT_DIR"), "/virga.health.v1.rs"));
             }
         }

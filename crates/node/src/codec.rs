@@ -24,33 +24,33 @@ pub enum WireError {
 }
 
 /// A 32-byte hash field.
-pub fn b256(bytes: &[u8], field: &str) -> Result<B256, WireError> {
+pub(crate) fn b256(bytes: &[u8], field: &str) -> Result<B256, WireError> {
     B256::try_from(bytes).map_err(|_| WireError::HashLength { field: field.to_string(), len: bytes.len() })
 }
 
-pub fn block_id(number: u64, hash: B256) -> proto::BlockId {
+pub(crate) fn block_id(number: u64, hash: B256) -> proto::BlockId {
     proto::BlockId { number, hash: hash.to_vec() }
 }
 
 /// A block id field; `None` when absent.
-pub fn parse_block_id(id: Option<&proto::BlockId>, field: &str) -> Result<Option<(u64, B256)>, WireError> {
+pub(crate) fn parse_block_id(id: Option<&proto::BlockId>, field: &str) -> Result<Option<(u64, B256)>, WireError> {
     match id {
         None => Ok(None),
         Some(id) => Ok(Some((id.number, b256(&id.hash, field)?))),
     }
 }
 
-pub fn bag_to_wire(bag: &NodeBag) -> proto::NodeBag {
+pub(crate) fn bag_to_wire(bag: &NodeBag) -> proto::NodeBag {
     proto::NodeBag { keys: bag.keys.clone(), nodes: bag.nodes.clone() }
 }
 
-pub fn bag_from_wire(bag: Option<proto::NodeBag>) -> NodeBag {
+pub(crate) fn bag_from_wire(bag: Option<proto::NodeBag>) -> NodeBag {
     let bag = bag.unwrap_or_default();
     NodeBag { keys: bag.keys, nodes: bag.nodes }
 }
 
 /// Keys of the state trie are keccak-256 hashes: 32 bytes.
-pub fn check_keys(keys: &[Vec<u8>]) -> Result<(), WireError> {
+pub(crate) fn check_keys(keys: &[Vec<u8>]) -> Result<(), WireError> {
     match keys.iter().position(|key| key.len() != 32) {
         Some(index) => Err(WireError::KeyLength { index, len: keys[index].len() }),
         None => Ok(()),
@@ -58,7 +58,7 @@ pub fn check_keys(keys: &[Vec<u8>]) -> Result<(), WireError> {
 }
 
 /// An RLP block header that must span all of `bytes`.
-pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
+pub(crate) fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
     let mut rest = bytes;
     let header = Header::decode(&mut rest).map_err(WireError::Header)?;
     if !rest.is_empty() {
@@ -67,6 +67,6 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
     Ok(header)
 }
 
-pub fn decode_block(bytes: &[u8]) -> Result<Block, WireError> {
+pub(crate) fn decode_block(bytes: &[u8]) -> Result<Block, WireError> {
     Block::decode(bytes).map_err(WireError::Block)
 }

@@ -16,7 +16,7 @@
 pub mod log;
 /// Raft's wire messages (package `virga.raft.v1`).
 pub mod proto {
-    #![allow(clippy::all)]
+    #![allow(clippy::all, clippy::too_many_lines)]
     include!(concat!(env!("OUT_DIR"), "/virga.raft.v1.rs"));
 }
 pub mod replica;

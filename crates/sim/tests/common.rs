@@ -8,22 +8,22 @@ use virga_net::role::{CallId, Command, Event, Ids, IoExecutor, IoId, Nanos, Prot
 use virga_net::NetError;
 use virga_sim::{Sim, SimConfig, EPOCH_BASE_NS};
 
-pub const MS: u64 = 1_000_000;
+pub(crate) const MS: u64 = 1_000_000;
 
 #[derive(Clone, Debug)]
-pub enum Ask {
+pub(crate) enum Ask {
     Ping(u64),
     /// Asks the callee to refuse.
     Refuse,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Answer {
+pub(crate) enum Answer {
     Pong(u64),
     Refused(String),
 }
 
-pub struct TestProtocol;
+pub(crate) struct TestProtocol;
 
 impl Protocol for TestProtocol {
     type Request = Ask;
@@ -61,19 +61,19 @@ impl Protocol for TestProtocol {
 
 /// What a test core is told to do.
 #[derive(Debug)]
-pub enum Do {
+pub(crate) enum Do {
     Call { to: String, deadline: Duration, refuse: bool },
     Timer(Duration),
     Io(u64),
 }
 
-pub fn call(to: &str, deadline_ms: u64) -> Do {
+pub(crate) fn call(to: &str, deadline_ms: u64) -> Do {
     Do::Call { to: to.to_string(), deadline: Duration::from_millis(deadline_ms), refuse: false }
 }
 
 /// What a test core saw.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Seen {
+pub(crate) enum Seen {
     Start,
     /// It issued call `CallId` to the peer (not an event: its own action, for the checker).
     Called(CallId, String),
@@ -92,7 +92,7 @@ pub enum Seen {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub node: String,
     pub incarnation: u32,
     /// The node's clock less the epoch base: virtual time when the node has no skew.
@@ -100,9 +100,9 @@ pub struct Entry {
     pub seen: Seen,
 }
 
-pub type Log = Arc<Mutex<Vec<Entry>>>;
+pub(crate) type Log = Arc<Mutex<Vec<Entry>>>;
 
-pub struct TestCore {
+pub(crate) struct TestCore {
     node: String,
     incarnation: u32,
     log: Log,
@@ -112,7 +112,7 @@ pub struct TestCore {
 }
 
 impl TestCore {
-    pub fn new(node: &str, incarnation: u32, log: &Log) -> Self {
+    pub(crate) fn new(node: &str, incarnation: u32, log: &Log) -> Self {
         TestCore { node: node.to_string(), incarnation, log: Arc::clone(log), answers: true, ids: Ids::default() }
     }
 
@@ -168,7 +168,7 @@ impl Role for TestCore {
 }
 
 /// A device that doubles what it is given.
-pub struct Doubler;
+pub(crate) struct Doubler;
 
 impl IoExecutor<TestCore> for Doubler {
     fn execute(&mut self, op: u64) -> u64 {
@@ -177,7 +177,7 @@ impl IoExecutor<TestCore> for Doubler {
 }
 
 /// A simulator with nodes `ids` and a factory that restarts them with the next incarnation.
-pub fn sim_with(config: SimConfig, ids: &[&str]) -> (Sim<TestCore>, Log) {
+pub(crate) fn sim_with(config: SimConfig, ids: &[&str]) -> (Sim<TestCore>, Log) {
     let log = Log::default();
     let mut sim = Sim::new(config).unwrap();
     for id in ids {
@@ -194,20 +194,20 @@ pub fn sim_with(config: SimConfig, ids: &[&str]) -> (Sim<TestCore>, Log) {
 }
 
 /// A network with a fixed latency and nothing else.
-pub fn fixed_latency(latency: Duration) -> SimConfig {
+pub(crate) fn fixed_latency(latency: Duration) -> SimConfig {
     let mut config = SimConfig::default();
     config.net.latency_min = latency;
     config.net.latency_max = latency;
     config
 }
 
-pub fn entries(log: &Log) -> Vec<Entry> {
+pub(crate) fn entries(log: &Log) -> Vec<Entry> {
     log.lock().unwrap().clone()
 }
 
 /// What is wrong with the calls in `log`: every call issued must get exactly one response,
 /// except that a call whose caller crashed before its deadline may get none.
-pub fn check_one_response_per_call(log: &[Entry], crashed: &dyn Fn(&str, u32) -> bool) -> Result<usize, String> {
+pub(crate) fn check_one_response_per_call(log: &[Entry], crashed: &dyn Fn(&str, u32) -> bool) -> Result<usize, String> {
     let mut calls = std::collections::BTreeMap::new();
     for entry in log {
         let key = |call: CallId| (entry.node.clone(), entry.incarnation, call);

@@ -19,7 +19,7 @@ use crate::{rlp, value};
 
 /// A shared pointer to one trie node.
 #[derive(Clone)]
-pub struct Node(pub(crate) Arc<NodeInner>);
+pub(crate) struct Node(pub(crate) Arc<NodeInner>);
 
 #[derive(Clone)]
 pub(crate) struct NodeInner {

@@ -30,7 +30,7 @@ const LOAD_RECORD_BYTES: usize = 1 << 20;
 const WATERMARK_PERIOD: u32 = 256;
 
 /// A session idle this long (in nanoseconds of its clock) stops holding the watermark back.
-pub const IDLE_GRACE_NS: u64 = 1_000_000_000;
+pub(crate) const IDLE_GRACE_NS: u64 = 1_000_000_000;
 
 /// Transaction ids a session takes from the engine at a time.
 const TXN_ID_BLOCK: u64 = 1 << 16;

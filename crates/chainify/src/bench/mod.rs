@@ -256,6 +256,7 @@ pub fn run(config: &BenchConfig, progress: &mut dyn FnMut(&BenchPoint)) -> Resul
     result
 }
 
+#[allow(clippy::too_many_lines)] // Predates the lint: a debt, to split.
 async fn run_async(
     config: &BenchConfig,
     infos: &[OrganizationInfo],

@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 const WINDOW: usize = 4096;
 
 #[derive(Debug, Default, Clone)]
-pub struct SeqWindow {
+pub(super) struct SeqWindow {
     clients: BTreeMap<String, (u64, BTreeSet<u64>)>,
 }
 
 impl SeqWindow {
     /// Whether `seq` of `client` would be new.
-    pub fn is_new(&self, client: &str, seq: u64) -> bool {
+    pub(super) fn is_new(&self, client: &str, seq: u64) -> bool {
         match self.clients.get(client) {
             Some((floor, seen)) => seq > *floor && !seen.contains(&seq),
             None => seq > 0,
@@ -23,7 +23,7 @@ impl SeqWindow {
     }
 
     /// Records `seq` of `client` as seen.
-    pub fn insert(&mut self, client: &str, seq: u64) {
+    pub(super) fn insert(&mut self, client: &str, seq: u64) {
         let (floor, seen) = self.clients.entry(client.to_string()).or_default();
         seen.insert(seq);
         while seen.len() > WINDOW {

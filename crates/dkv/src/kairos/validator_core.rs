@@ -45,7 +45,7 @@ pub const BEYOND_LEASE: &str = "beyond-validator-lease";
 const REMEMBERED_RELEASES: usize = 65_536;
 
 /// The reason a validator gives for a transaction it was already told the outcome of.
-pub const ALREADY_RELEASED: &str = "already-released";
+pub(super) const ALREADY_RELEASED: &str = "already-released";
 
 /// The peer name of validator `index`.
 pub fn validator_name(index: u32) -> String {

@@ -7,12 +7,12 @@ use virga_evm::contracts::{token, KITTIES, LOTTERY, TOKEN};
 use virga_evm::{BlockContext, EthTransaction, Fork};
 use virga_trie::account::{Account, StateTrie};
 
-pub const TOKEN_AT: Address = alloy_primitives::address!("00000000000000000000000000000000000e2c20");
-pub const KITTIES_AT: Address = alloy_primitives::address!("000000000000000000000000000000000000c47e");
-pub const LOTTERY_AT: Address = alloy_primitives::address!("0000000000000000000000000000000000001077");
+pub(crate) const TOKEN_AT: Address = alloy_primitives::address!("00000000000000000000000000000000000e2c20");
+pub(crate) const KITTIES_AT: Address = alloy_primitives::address!("000000000000000000000000000000000000c47e");
+pub(crate) const LOTTERY_AT: Address = alloy_primitives::address!("0000000000000000000000000000000000001077");
 
 /// Senders 1 to 3 with ether, the three contracts deployed, sender 1 holding 1,000 tokens.
-pub fn contracts_genesis() -> StateTrie {
+pub(crate) fn contracts_genesis() -> StateTrie {
     let mut state = StateTrie::new();
     for seed in 1..=3 {
         state.set_account(sender(seed), Account::with_balance(0, U256::from(10u64).pow(U256::from(18))));
@@ -27,7 +27,7 @@ pub fn contracts_genesis() -> StateTrie {
 }
 
 /// Block `number` of the contracts' tests (Cancun, base fee 7).
-pub fn contracts_block(number: u64) -> BlockContext {
+pub(crate) fn contracts_block(number: u64) -> BlockContext {
     BlockContext {
         fork: Fork::Cancun,
         chain_id: 1,
@@ -43,19 +43,19 @@ pub fn contracts_block(number: u64) -> BlockContext {
 }
 
 /// The test key numbered `seed` (1 and up).
-pub fn secret(seed: u32) -> SecretKey {
+pub(crate) fn secret(seed: u32) -> SecretKey {
     let mut bytes = [0x11u8; 32];
     bytes[28..].copy_from_slice(&seed.to_be_bytes());
     SecretKey::from_byte_array(bytes).expect("a valid scalar")
 }
 
-pub fn sender(seed: u32) -> Address {
+pub(crate) fn sender(seed: u32) -> Address {
     let public = secret(seed).public_key(SECP256K1).serialize_uncompressed();
     Address::from_raw_public_key(&public[1..])
 }
 
 /// What a test transaction does; fees are fixed.
-pub struct Call {
+pub(crate) struct Call {
     pub nonce: u64,
     pub to: TxKind,
     pub value: U256,
@@ -65,7 +65,7 @@ pub struct Call {
     pub legacy: bool,
 }
 
-pub fn sign(seed: u32, call: Call) -> EthTransaction {
+pub(crate) fn sign(seed: u32, call: Call) -> EthTransaction {
     let signature = |digest: alloy_primitives::B256| {
         let (id, compact) =
             SECP256K1.sign_ecdsa_recoverable(Message::from_digest(digest.0), &secret(seed)).serialize_compact();

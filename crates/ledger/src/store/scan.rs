@@ -26,7 +26,7 @@ pub(super) struct ChainIndex {
 
 impl ChainIndex {
     /// Indexes the record at `lsn` whose payload starts with `prefix`.
-    pub fn visit(&mut self, lsn: u64, prefix: &[u8]) {
+    pub(super) fn visit(&mut self, lsn: u64, prefix: &[u8]) {
         if self.violation.is_none() {
             if let Err(damage) = self.admit(lsn, prefix) {
                 self.violation = Some((lsn, damage));
@@ -55,7 +55,7 @@ impl ChainIndex {
     }
 
     /// The violation found, as an error naming where it lies. `log` must index the record.
-    pub fn violation_error(&self, log: &RecordLog) -> Option<StoreError> {
+    pub(super) fn violation_error(&self, log: &RecordLog) -> Option<StoreError> {
         let (lsn, damage) = self.violation.clone()?;
         let block = number_at(lsn).unwrap_or(0);
         let storage = log.storage();

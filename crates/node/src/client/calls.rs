@@ -21,11 +21,11 @@ use super::witness::{ContractAsk, Witnesses};
 use super::UserTransfer;
 
 /// Filter reason of a call that still reached unwitnessed state after the last round.
-pub const UNREADABLE_STATE: &str = "unreadable_state";
+pub(super) const UNREADABLE_STATE: &str = "unreadable_state";
 
 /// Fetch rounds a batch with contract calls may take: the accounts, then what the calls
 /// reach (their code the first time the client meets a contract, then their slots).
-pub const MAX_ROUNDS: usize = 3;
+pub(super) const MAX_ROUNDS: usize = 3;
 
 /// Gas limit of the guessed block: any call a real block could hold fits.
 const GUESSED_GAS_LIMIT: u64 = 1 << 40;

@@ -88,7 +88,7 @@ pub struct Served {
 
 /// A block accepted as a version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     pub number: u64,
     pub hash: B256,
     /// False when the node held the block already.

@@ -27,45 +27,45 @@ impl Default for Rows {
 
 impl Rows {
     /// Empty, with room for `rows` rows and `items` items.
-    pub fn with_capacity(rows: usize, items: usize) -> Rows {
+    pub(super) fn with_capacity(rows: usize, items: usize) -> Rows {
         let mut start = Vec::with_capacity(rows + 1);
         start.push(0);
         Rows { start, items: Vec::with_capacity(items) }
     }
 
     /// Removes every row.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.start.truncate(1);
         self.items.clear();
     }
 
     /// Number of rows.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.start.len() - 1
     }
 
     /// Whether there is no row.
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Number of items in all rows.
-    pub fn total(&self) -> usize {
+    pub(super) fn total(&self) -> usize {
         self.items.len()
     }
 
     /// Row `r`.
-    pub fn row(&self, r: usize) -> &[u32] {
+    pub(super) fn row(&self, r: usize) -> &[u32] {
         &self.items[self.start[r] as usize..self.start[r + 1] as usize]
     }
 
     /// Appends an item to the row being built.
-    pub fn push(&mut self, x: u32) {
+    pub(super) fn push(&mut self, x: u32) {
         self.items.push(x);
     }
 
     /// Closes the row being built.
-    pub fn end_row(&mut self) {
+    pub(super) fn end_row(&mut self) {
         self.start.push(self.items.len() as u32);
     }
 
@@ -76,7 +76,7 @@ impl Rows {
     }
 
     /// Row `c` of the result lists the rows that hold `c`, ascending (`columns` rows).
-    pub fn transpose(&self, columns: usize) -> Rows {
+    pub(super) fn transpose(&self, columns: usize) -> Rows {
         let mut start = vec![0u32; columns + 1];
         for &c in &self.items {
             start[c as usize + 1] += 1;
@@ -108,7 +108,7 @@ pub(super) struct Interned {
 
 impl Interned {
     /// Interns every key of `txs` (reads before writes, transactions in index order).
-    pub fn new<K: Eq + Hash>(txs: &[super::TxAccess<K>]) -> Interned {
+    pub(super) fn new<K: Eq + Hash>(txs: &[super::TxAccess<K>]) -> Interned {
         let n_reads = txs.iter().map(|t| t.reads.len()).sum();
         let n_writes = txs.iter().map(|t| t.writes.len()).sum();
         // The map is only probed, never iterated: ids follow first appearance.
@@ -141,7 +141,7 @@ impl Graph {
     /// Builds the graph over `nodes` (input indices, ascending); node `g` of the graph is
     /// `nodes[g]`. Edges come from per-key reader lists, deduplicated with a stamp array,
     /// so the cost is the number of (writer, reader) pairs sharing a key, not n² × keys.
-    pub fn build(interned: &Interned, nodes: &[usize]) -> Graph {
+    pub(super) fn build(interned: &Interned, nodes: &[usize]) -> Graph {
         let m = nodes.len();
         let by_key = |rows: &Rows| {
             let mut local = Rows::with_capacity(m, 0);
@@ -179,12 +179,12 @@ impl Graph {
     }
 
     /// Number of nodes.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.out.len()
     }
 
     /// Number of edges.
-    pub fn edges(&self) -> usize {
+    pub(super) fn edges(&self) -> usize {
         self.out.total()
     }
 }
@@ -203,7 +203,7 @@ impl Tarjan {
     /// Appends to `comps` the strongly connected components with more than one node among
     /// the `active` nodes (edges to inactive nodes are ignored), each sorted ascending, in
     /// the order found. Iterative, O(N + E).
-    pub fn run(&mut self, out: &Rows, active: &[bool], comps: &mut Rows) {
+    pub(super) fn run(&mut self, out: &Rows, active: &[bool], comps: &mut Rows) {
         let m = out.len();
         self.index.clear();
         self.index.resize(m, NONE);
@@ -273,7 +273,7 @@ pub(super) struct SubGraph {
 
 impl SubGraph {
     /// `members` ascending; `pos` is scratch of the graph's size, all `NONE`, and is left so.
-    pub fn induced(graph: &Graph, members: &[u32], pos: &mut [u32]) -> SubGraph {
+    pub(super) fn induced(graph: &Graph, members: &[u32], pos: &mut [u32]) -> SubGraph {
         for (p, &v) in members.iter().enumerate() {
             pos[v as usize] = p as u32;
         }
@@ -293,7 +293,7 @@ impl SubGraph {
     }
 
     /// Number of nodes.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.out.len()
     }
 
@@ -301,7 +301,7 @@ impl SubGraph {
     /// E − N + 1. An ear decomposition starts from one cycle and adds E − N ears; each ear
     /// closes, with a simple path back through the part built so far, a new elementary cycle
     /// holding the ear's edges, which no earlier one holds.
-    pub fn cycle_lower_bound(&self) -> usize {
+    pub(super) fn cycle_lower_bound(&self) -> usize {
         (self.out.total() + 1).saturating_sub(self.len())
     }
 }
@@ -359,7 +359,7 @@ impl Johnson {
     /// As in Johnson's paper: take the strongly connected component with the least node `s`
     /// in the subgraph of nodes >= `s`, list the cycles through `s` in it with the blocking
     /// search, and continue above `s`; stop when no component with a cycle is left.
-    pub fn enumerate(&mut self, g: &SubGraph, limit: usize, cycles: &mut Cycles) -> bool {
+    pub(super) fn enumerate(&mut self, g: &SubGraph, limit: usize, cycles: &mut Cycles) -> bool {
         let n = g.len();
         self.active.clear();
         self.active.resize(n, true);
