@@ -5,7 +5,6 @@
 //! Each panics only on a real bug: a decoder or verifier that panics, a checkpoint accepted
 //! whose state does not hash to its header's root.
 
-use crate::protocol::Request;
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, U256};
 use prost::Message;
@@ -114,7 +113,8 @@ fn peers() -> &'static Peers {
 /// answered (or refused) without a panic. Submissions are taken through the miner's block
 /// building, where their transfers and node bags are decoded and verified.
 pub fn peer_request(data: &[u8]) {
-    let Ok(request) = Request::decode(data) else { return };
+    // Through the protocol's codec, as over gRPC: what it refuses never reaches a role.
+    let Ok(request) = <crate::protocol::Rainblock as virga_net::WireProtocol>::decode_request(data) else { return };
     let peers = peers();
     answer(peers.storage.handle("fuzz".to_string(), request.clone()));
     // A submission is answered once its block is built: queue it, build, then collect.

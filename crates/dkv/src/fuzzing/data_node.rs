@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use crate::Dkv;
 use bytes::Bytes;
-use prost::Message as _;
 use virga_core::device::MemStorage;
 use virga_log::{LogOptions, RecordLog};
 use virga_net::role::{CallId, Command, Event, Role};
@@ -671,8 +670,10 @@ fn next_request(input: &mut &[u8]) -> Option<(&'static str, proto::Request)> {
         let bytes = &input[2..];
         let (bytes, rest) = bytes.split_at(length.min(bytes.len()).min(MAX_REQUEST_BYTES));
         *input = rest;
-        // An undecodable request is refused by the transport; the node sees an empty one.
-        let request = proto::Request::decode(bytes).unwrap_or_default();
+        // Bytes go through the protocol's codec, as over gRPC. What it refuses never
+        // reaches a node there; here the node sees an empty request instead, which an
+        // in-process caller could send.
+        let request = <crate::Dkv as virga_net::WireProtocol>::decode_request(bytes).unwrap_or_default();
         return Some((SENDERS[usize::from(tag >> 6)], request));
     }
     let (kind, mut knobs) = honest(tag / 4);
