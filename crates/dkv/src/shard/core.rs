@@ -131,6 +131,40 @@ struct Pending {
     since: Nanos,
 }
 
+/// What one of this node's calls is for: its answer goes to the part of the core that made
+/// it, and nowhere else.
+enum CallFor {
+    /// A pending record sent to a backup (replication).
+    Replicate {
+        key: PendingKey,
+        backup: String,
+    },
+    /// A termination query to another participant's primary.
+    Query {
+        shard: u32,
+        txn: TxnId,
+        participant: u32,
+    },
+    /// A decision sent to another participant's primary (termination).
+    Decide {
+        shard: u32,
+        txn: TxnId,
+        commit: bool,
+    },
+    /// A new primary's fetch of a replica's table (takeover).
+    Fetch {
+        shard: u32,
+    },
+    /// A primary's lease request to a backup.
+    Lease {
+        shard: u32,
+        backup: String,
+    },
+    /// A map read, or a configuration proposal, at the configuration service.
+    Map,
+    Proposal,
+}
+
 /// What to do once a group of records is durable.
 enum AfterLog {
     LocalDurable(PendingKey),
@@ -146,17 +180,15 @@ pub struct DataCore {
     unlogged: Vec<(Vec<u8>, AfterLog)>,
     writing: Option<(IoId, Vec<AfterLog>)>,
     pending: BTreeMap<PendingKey, Pending>,
-    calls: HashMap<CallId, (PendingKey, String)>,
+    /// Every call in flight, by what it is for: the one router of answers.
+    calls: HashMap<CallId, CallFor>,
     /// Transactions this primary voted abort on, so a retried prepare gets the same vote.
     voted_abort: HashMap<(u32, TxnId), AbortReason>,
     retry_timer: Option<TimerId>,
     /// Transactions prepared at this primary with no decision yet, and since when.
     undecided: BTreeMap<(u32, TxnId), Nanos>,
     terminating: BTreeMap<(u32, TxnId), termination::Terminating>,
-    /// Termination queries in flight: (shard, txn, participant asked).
-    queries: HashMap<CallId, (u32, TxnId, u32)>,
-    /// Decisions this primary sends to other participants, and those to send again.
-    deciding: HashMap<CallId, (u32, TxnId, bool)>,
+    /// Decisions to other participants that were not acknowledged, to send again.
     lost_decisions: Vec<(u32, TxnId, bool)>,
     check_timer: Option<TimerId>,
     /// One-participant transactions this primary commits as soon as their vote is safe.
@@ -164,8 +196,6 @@ pub struct DataCore {
     /// Leases, shard primaries taking over, and the link to the configuration service.
     leases: lease::Leases,
     takeovers: BTreeMap<u32, takeover::Takeover>,
-    /// Fetches in flight, by shard taken over.
-    fetches: HashMap<CallId, u32>,
     link: lease::ConfigLink,
     watermarks: gc::Watermarks,
     /// Soft leases for cached reads: each cached key's write rate, nothing per client.
@@ -211,14 +241,11 @@ impl DataCore {
             retry_timer: None,
             undecided: BTreeMap::new(),
             terminating: BTreeMap::new(),
-            queries: HashMap::new(),
-            deciding: HashMap::new(),
             lost_decisions: Vec::new(),
             check_timer: None,
             commit_on_vote: BTreeSet::new(),
             leases: lease::Leases::default(),
             takeovers: BTreeMap::new(),
-            fetches: HashMap::new(),
             watermarks: gc::Watermarks::default(),
             now: 0,
             stats: DataStats::default(),
@@ -641,30 +668,41 @@ impl DataCore {
         result: Result<proto::Response, NetError>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
-        if self.queries.contains_key(&call) {
-            self.on_state(call, result.ok().and_then(|response| response.body), out);
-            return;
-        }
-        if self.fetches.contains_key(&call) {
-            let now = self.now;
-            self.on_table(now, call, result.ok().and_then(|response| response.body), out);
-            return;
-        }
-        if self.on_link_response(self.now, call, result.as_ref().ok().and_then(|response| response.body.clone()), out) {
-            return;
-        }
-        if let Some(decision) = self.deciding.remove(&call) {
-            if !matches!(result.map(|response| response.body), Ok(Some(ResponseBody::Ack(_)))) {
-                self.lost_decisions.push(decision);
-                self.arm_retry(out);
+        let Some(purpose) = self.calls.remove(&call) else { return };
+        let body = result.ok().and_then(|response| response.body);
+        let now = self.now;
+        match purpose {
+            CallFor::Replicate { key, backup } => self.on_replicated(key, backup, body, out),
+            CallFor::Query { shard, txn, participant } => self.on_state(call, shard, txn, participant, body, out),
+            CallFor::Decide { shard, txn, commit } => {
+                if !matches!(body, Some(ResponseBody::Ack(_))) {
+                    self.lost_decisions.push((shard, txn, commit));
+                    self.arm_retry(out);
+                }
             }
-            return;
+            CallFor::Fetch { shard } => self.on_table(now, call, shard, body, out),
+            CallFor::Lease { shard, backup } => {
+                if let Some(ResponseBody::Grant(grant)) = body {
+                    self.on_grant(shard, backup, wire::ts_from_wire(grant.until));
+                }
+            }
+            CallFor::Map => self.on_map(now, call, body, out),
+            CallFor::Proposal => self.on_proposed(now, call, body, out),
         }
-        let Some((key, backup)) = self.calls.remove(&call) else { return };
+    }
+
+    /// A backup's answer to a replicated record.
+    fn on_replicated(
+        &mut self,
+        key: PendingKey,
+        backup: String,
+        body: Option<ResponseBody>,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) {
         let Some(pending) = self.pending.get_mut(&key) else { return };
         pending.in_flight.remove(&backup);
-        match result.map(|response| response.body) {
-            Ok(Some(ResponseBody::Ack(_))) => {
+        match body {
+            Some(ResponseBody::Ack(_)) => {
                 pending.acked.insert(backup);
                 self.settle(key, out);
             }

@@ -12,14 +12,14 @@
 //! over; the service's epoch check lets one proposal win. Every node fetches the map
 //! periodically and takes the newer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
 
-use super::{AfterLog, DataConfig, DataCore};
+use super::{AfterLog, CallFor, DataConfig, DataCore};
 use crate::config::ConfigCommand;
 use crate::layout::{ShardId, ShardMap};
 use crate::shard::replica::ShardRecord;
@@ -41,7 +41,6 @@ pub(super) struct Leases {
     pub(super) held: BTreeMap<u32, Held>,
     /// As a backup: when the primary last asked, by shard.
     pub(super) heard: BTreeMap<u32, Nanos>,
-    calls: HashMap<CallId, (u32, String)>,
 }
 
 /// The node's link to the configuration service: map fetches and one proposal at a time.
@@ -110,7 +109,7 @@ impl DataCore {
         }
         for (shard, epoch, backup) in requests {
             let call = self.ids.call();
-            self.leases.calls.insert(call, (shard, backup.clone()));
+            self.calls.insert(call, CallFor::Lease { shard, backup: backup.clone() });
             let request = proto::LeaseRequest { shard, epoch, until: Some(wire::ts_to_wire(until)) };
             out.push(Command::Call {
                 to: backup,
@@ -139,6 +138,7 @@ impl DataCore {
         self.link.last_fetch = Some(now);
         let call = self.ids.call();
         self.link.map_call = Some(call);
+        self.calls.insert(call, CallFor::Map);
         out.push(Command::Call {
             to: self.link.replicas[self.link.target].clone(),
             call,
@@ -166,6 +166,7 @@ impl DataCore {
         }
         let new_call = self.ids.call();
         *call = Some(new_call);
+        self.calls.insert(new_call, CallFor::Proposal);
         let proposal = Proposal { client: self.link.session.clone(), seq: *seq, command: command.clone() };
         out.push(Command::Call {
             to: self.link.replicas[self.link.target].clone(),
@@ -201,32 +202,37 @@ impl DataCore {
         None
     }
 
-    /// Routes the answers of lease, map and proposal calls; false if `call` is none of them.
-    pub(super) fn on_link_response(
+    /// The configuration service's answer to a map read.
+    pub(super) fn on_map(
         &mut self,
         now: Nanos,
         call: CallId,
         body: Option<ResponseBody>,
         out: &mut Vec<Command<Dkv, DataIo>>,
-    ) -> bool {
-        if let Some((shard, backup)) = self.leases.calls.remove(&call) {
-            if let Some(ResponseBody::Grant(grant)) = body {
-                self.on_grant(shard, backup, wire::ts_from_wire(grant.until));
-            }
-            return true;
+    ) {
+        if self.link.map_call != Some(call) {
+            return;
         }
-        if self.link.map_call == Some(call) {
-            self.link.map_call = None;
-            match body {
-                Some(ResponseBody::Map(reply)) => {
-                    if let Some(map) = reply.map.and_then(|map| config_wire::map_from_proto(map).ok()) {
-                        self.offer_map(now, map, out);
-                    }
+        self.link.map_call = None;
+        match body {
+            Some(ResponseBody::Map(reply)) => {
+                if let Some(map) = reply.map.and_then(|map| config_wire::map_from_proto(map).ok()) {
+                    self.offer_map(now, map, out);
                 }
-                _ => self.link.next_target(),
             }
-            return true;
+            _ => self.link.next_target(),
         }
+    }
+
+    /// The configuration service's answer to this node's proposal.
+    /// An answer to an earlier proposal call than the one in flight is stale, and dropped.
+    pub(super) fn on_proposed(
+        &mut self,
+        now: Nanos,
+        call: CallId,
+        body: Option<ResponseBody>,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) {
         if self.link.proposal.as_ref().is_some_and(|(_, _, pending)| *pending == Some(call)) {
             match body {
                 Some(ResponseBody::Proposed(_)) => {
@@ -250,12 +256,10 @@ impl DataCore {
                     }
                 }
             }
-            return true;
         }
-        false
     }
 
-    fn on_grant(&mut self, shard: u32, backup: String, until: Timestamp) {
+    pub(super) fn on_grant(&mut self, shard: u32, backup: String, until: Timestamp) {
         let Some(group) = self.map.group(ShardId(shard)) else { return };
         if group.primary != self.config.node {
             return;

@@ -10,7 +10,7 @@ use crate::proto::{self as proto, request::Body as RequestBody, response::Body a
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 
-use super::{vote, AfterLog, DataCore, Pending, PendingKey, PendingKind};
+use super::{vote, AfterLog, CallFor, DataCore, Pending, PendingKey, PendingKind};
 use crate::layout::{ReplicaRole, ShardId};
 use crate::shard::replica::ShardRecord;
 use crate::shard::wire;
@@ -90,7 +90,7 @@ impl DataCore {
             }
             let call = self.ids.call();
             pending.in_flight.insert(backup.clone());
-            self.calls.insert(call, (key, backup.clone()));
+            self.calls.insert(call, CallFor::Replicate { key, backup: backup.clone() });
             let replicate = proto::Replicate {
                 shard: key.0,
                 // The group's epoch now, not the one the record was made at: a backup added

@@ -16,7 +16,7 @@ use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
 
-use super::{AfterLog, DataCore, Pending, PendingKind};
+use super::{AfterLog, CallFor, DataCore, Pending, PendingKind};
 use crate::layout::ShardId;
 use crate::shard::replica::ShardRecord;
 use crate::shard::wire;
@@ -51,7 +51,7 @@ impl DataCore {
             }
             let call = self.ids.call();
             takeover.calls.insert(call, backup.clone());
-            self.fetches.insert(call, shard);
+            self.calls.insert(call, CallFor::Fetch { shard });
             out.push(Command::Call {
                 to: backup.clone(),
                 call,
@@ -103,10 +103,10 @@ impl DataCore {
         &mut self,
         now: Nanos,
         call: CallId,
+        shard: u32,
         body: Option<ResponseBody>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
-        let Some(shard) = self.fetches.remove(&call) else { return };
         let Some(takeover) = self.takeovers.get_mut(&shard) else { return };
         let Some(from) = takeover.calls.remove(&call) else { return };
         match body {

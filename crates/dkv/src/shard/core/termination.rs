@@ -18,7 +18,7 @@ use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
 use virga_txn::AbortReason;
 
-use super::{AfterLog, DataCore, PendingKind};
+use super::{AfterLog, CallFor, DataCore, PendingKind};
 use crate::layout::ShardId;
 use crate::shard::replica::{ShardRecord, TxnStatus};
 use crate::shard::wire;
@@ -112,7 +112,7 @@ impl DataCore {
             for other in others {
                 let Some(group) = self.map.group(ShardId(other)) else { continue };
                 let call = self.ids.call();
-                self.queries.insert(call, (shard, txn, other));
+                self.calls.insert(call, CallFor::Query { shard, txn, participant: other });
                 terminating.calls.push(call);
                 let query = proto::TxnQuery { shard: other, epoch: group.epoch, txn: Some(wire::txn_to_wire(txn)) };
                 out.push(Command::Call {
@@ -128,8 +128,15 @@ impl DataCore {
     }
 
     /// A participant's answer to a query (or none: the termination is started again later).
-    pub(super) fn on_state(&mut self, call: CallId, body: Option<ResponseBody>, out: &mut Vec<Command<Dkv, DataIo>>) {
-        let Some((shard, txn, other)) = self.queries.remove(&call) else { return };
+    pub(super) fn on_state(
+        &mut self,
+        call: CallId,
+        shard: u32,
+        txn: TxnId,
+        other: u32,
+        body: Option<ResponseBody>,
+        out: &mut Vec<Command<Dkv, DataIo>>,
+    ) {
         let Some(terminating) = self.terminating.get_mut(&(shard, txn)) else { return };
         terminating.calls.retain(|pending| *pending != call);
         // A phase this build does not know is no answer: never a vote either way.
@@ -216,7 +223,7 @@ impl DataCore {
     pub(super) fn send_decision(&mut self, shard: u32, txn: TxnId, commit: bool, out: &mut Vec<Command<Dkv, DataIo>>) {
         let Some(group) = self.map.group(ShardId(shard)) else { return };
         let call = self.ids.call();
-        self.deciding.insert(call, (shard, txn, commit));
+        self.calls.insert(call, CallFor::Decide { shard, txn, commit });
         let decide = proto::Decide { shard, epoch: group.epoch, txn: Some(wire::txn_to_wire(txn)), commit };
         out.push(Command::Call {
             to: group.primary.clone(),
