@@ -237,6 +237,18 @@ pub struct ClientStats {
     pub commit_latency_read_write: crate::metrics::LatencyHistogram,
 }
 
+/// What one of the client's calls is for.
+enum CallFor {
+    /// A read, prepare, scan or validation of a running transaction.
+    Txn(TxnId),
+    /// A decision to a participant's primary, retried until acknowledged.
+    Decide { shard: u32, txn: TxnId, commit: bool },
+    /// A release of what a validator held for a decided transaction.
+    Release { validator: u32, txn: TxnId, commit: bool },
+    /// A watermark to a validator: an acknowledgement says it is back.
+    Watermark { validator: u32 },
+}
+
 pub struct TxnClient {
     config: TxnClientConfig,
     ids: Ids,
@@ -249,23 +261,19 @@ pub struct TxnClient {
     /// The transactions running, by id (ordered, so a retry sends in the same order on every
     /// run of a seed).
     txns: BTreeMap<TxnId, Txn>,
-    /// Which transaction each read or prepare in flight belongs to.
-    calls: HashMap<CallId, TxnId>,
+    /// Every call in flight, by what it is for: the one router of answers (the map fetch
+    /// aside, which its own small state machine tracks).
+    calls: HashMap<CallId, CallFor>,
     /// Aborted programs waiting to run again: by timer, the program and its next attempt.
     reruns: BTreeMap<TimerId, (Program, u32)>,
-    /// Decisions not yet acknowledged: by call, (shard, txn, commit).
-    deciding: HashMap<CallId, (u32, TxnId, bool)>,
+    /// Decisions that were not acknowledged, to send again.
     lost_decisions: Vec<(u32, TxnId, bool)>,
-    /// Releases of validators' held writes not yet acknowledged: by call, (validator, txn,
-    /// commit). Retried as decisions are, so a lost one does not hold keys until the
-    /// validator asks the primaries.
-    releasing: HashMap<CallId, (u32, TxnId, bool)>,
+    /// Releases of validators' held writes that were not acknowledged: retried as decisions
+    /// are, so a lost one does not hold keys until the validator asks the primaries.
     lost_releases: Vec<(u32, TxnId, bool)>,
     /// Validators that did not answer or could not vote lately, and until when the client
     /// goes straight to the primaries in their place.
     validators_down: HashMap<u32, Nanos>,
-    /// Watermarks in flight to validators: an acknowledgement says the validator is back.
-    watermark_calls: HashMap<CallId, u32>,
     retry_timer: Option<TimerId>,
     /// Gets waiting out a prepared writer go out again at this timer.
     reread_timer: Option<TimerId>,
@@ -296,12 +304,9 @@ impl TxnClient {
             txns: BTreeMap::new(),
             calls: HashMap::new(),
             reruns: BTreeMap::new(),
-            deciding: HashMap::new(),
             lost_decisions: Vec::new(),
-            releasing: HashMap::new(),
             lost_releases: Vec::new(),
             validators_down: HashMap::new(),
-            watermark_calls: HashMap::new(),
             retry_timer: None,
             reread_timer: None,
             map_refresh: Default::default(),
@@ -350,7 +355,8 @@ impl TxnClient {
     /// Programs given and not finished, open session transactions, and decisions not yet
     /// acknowledged.
     pub fn outstanding(&self) -> usize {
-        self.queue.len() + self.txns.len() + self.reruns.len() + self.deciding.len() + self.lost_decisions.len()
+        let deciding = self.calls.values().filter(|purpose| matches!(purpose, CallFor::Decide { .. })).count();
+        self.queue.len() + self.txns.len() + self.reruns.len() + deciding + self.lost_decisions.len()
     }
 
     /// A timestamp of this client strictly above every one it gave before.
@@ -388,7 +394,7 @@ impl TxnClient {
     fn send_decision(&mut self, shard: u32, txn: TxnId, commit: bool, out: &mut Out) {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
         let call = self.ids.call();
-        self.deciding.insert(call, (shard, txn, commit));
+        self.calls.insert(call, CallFor::Decide { shard, txn, commit });
         self.stats.decisions += 1;
         let decide = proto::Decide { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)), commit };
         out.push(Command::Call {
@@ -470,27 +476,30 @@ impl TxnClient {
             self.map_refresh.mark_stale();
             self.arm_retry(out);
         }
-        if let Some(validator) = self.watermark_calls.remove(&call) {
-            if matches!(body, Ok(ResponseBody::Ack(_))) {
-                self.validators_down.remove(&validator);
+        let id = match self.calls.remove(&call) {
+            Some(CallFor::Txn(id)) => id,
+            Some(CallFor::Watermark { validator }) => {
+                if matches!(body, Ok(ResponseBody::Ack(_))) {
+                    self.validators_down.remove(&validator);
+                }
+                return;
             }
-            return;
-        }
-        if let Some(release) = self.releasing.remove(&call) {
-            if !matches!(body, Ok(ResponseBody::Ack(_))) {
-                self.lost_releases.push(release);
-                self.arm_retry(out);
+            Some(CallFor::Release { validator, txn, commit }) => {
+                if !matches!(body, Ok(ResponseBody::Ack(_))) {
+                    self.lost_releases.push((validator, txn, commit));
+                    self.arm_retry(out);
+                }
+                return;
             }
-            return;
-        }
-        if let Some((shard, txn, commit)) = self.deciding.remove(&call) {
-            if !matches!(body, Ok(ResponseBody::Ack(_))) {
-                self.lost_decisions.push((shard, txn, commit));
-                self.arm_retry(out);
+            Some(CallFor::Decide { shard, txn, commit }) => {
+                if !matches!(body, Ok(ResponseBody::Ack(_))) {
+                    self.lost_decisions.push((shard, txn, commit));
+                    self.arm_retry(out);
+                }
+                return;
             }
-            return;
-        }
-        let Some(id) = self.calls.remove(&call) else { return };
+            None => return,
+        };
         match self.txns.get(&id).map(|txn| &txn.phase) {
             Some(Phase::Reading(calls)) if calls.contains_key(&call) => self.on_read_reply(now, id, call, body, out),
             Some(Phase::Preparing { calls, .. }) if calls.contains_key(&call) => self.on_vote(id, call, body, out),
@@ -523,7 +532,7 @@ impl TxnClient {
         for (index, peer) in peers.into_iter().enumerate() {
             let call = self.ids.call();
             if let Some(validator) = index.checked_sub(primaries) {
-                self.watermark_calls.insert(call, validator as u32);
+                self.calls.insert(call, CallFor::Watermark { validator: validator as u32 });
             }
             let request = proto::Watermark {
                 client: self.config.client,

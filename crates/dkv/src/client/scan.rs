@@ -11,7 +11,7 @@ use virga_net::role::{Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
 
 use super::txn::{describe_failure, Phase, ReadCall, ReadState};
-use super::{Out, TxnClient};
+use super::{CallFor, Out, TxnClient};
 use crate::layout::ShardMap;
 use crate::shard::wire as shard_wire;
 use crate::shard::ScanRange;
@@ -112,7 +112,7 @@ impl TxnClient {
         let Phase::Reading(calls) = &mut active.phase else { return };
         let call = self.ids.call();
         calls.insert(call, ReadCall::Scan(index, shard));
-        self.calls.insert(call, id);
+        self.calls.insert(call, CallFor::Txn(id));
         self.stats.scans += 1;
         out.push(Command::Call {
             to,

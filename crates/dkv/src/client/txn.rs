@@ -12,7 +12,7 @@ use virga_txn::AbortReason;
 
 use super::scan::ScanState;
 use super::session::SessionTxn;
-use super::{Out, Program, ProgramOutcome, ProgramResult, ReadOnlyValidation, TxnClient};
+use super::{CallFor, Out, Program, ProgramOutcome, ProgramResult, ReadOnlyValidation, TxnClient};
 use crate::kairos::CachedRead;
 use crate::shard::wire::{self as shard_wire, PrepareRequest};
 use crate::shard::{ReadOp, WriteOp, MAX_KEYS_PER_GET};
@@ -230,7 +230,7 @@ impl TxnClient {
         let Some(txn) = self.txns.get_mut(&id) else { return };
         let Phase::Reading(calls) = &mut txn.phase else { return };
         let call = self.ids.call();
-        self.calls.insert(call, id);
+        self.calls.insert(call, CallFor::Txn(id));
         self.stats.gets += 1;
         self.stats.keys_read += keys.len() as u64;
         let ts = Some(shard_wire::ts_to_wire(txn.ts_begin));
@@ -456,7 +456,7 @@ impl TxnClient {
         };
         let call = self.ids.call();
         calls.insert(call, shard);
-        self.calls.insert(call, id);
+        self.calls.insert(call, CallFor::Txn(id));
         if validate_only {
             self.stats.validations += 1;
         } else {

@@ -34,7 +34,7 @@ use virga_net::role::{CallId, Command};
 use virga_storage::{Timestamp, TxnId};
 
 use super::txn::{describe_failure, Phase};
-use super::{Out, TxnClient};
+use super::{CallFor, Out, TxnClient};
 use crate::kairos::validator::{validator_of, ValidatorAbort};
 use crate::kairos::{validate_to_wire, ValidateRequest, BEYOND_LEASE};
 use crate::shard::ReadOp;
@@ -117,7 +117,7 @@ impl TxnClient {
         };
         let call = self.ids.call();
         calls.insert(call, validator);
-        self.calls.insert(call, id);
+        self.calls.insert(call, CallFor::Txn(id));
         self.stats.validator_validations += 1;
         let request = proto::Request { body: Some(RequestBody::Validate(validate_to_wire(&request))) };
         out.push(Command::Call { to, call, request, deadline });
@@ -235,7 +235,7 @@ impl TxnClient {
         let Some(to) = self.config.validators.get(validator as usize).cloned() else { return };
         let release = proto::Release { txn: Some(crate::shard::wire::txn_to_wire(id)), commit };
         let call = self.ids.call();
-        self.releasing.insert(call, (validator, id, commit));
+        self.calls.insert(call, CallFor::Release { validator, txn: id, commit });
         self.stats.releases += 1;
         let request = proto::Request { body: Some(RequestBody::Release(release)) };
         out.push(Command::Call { to, call, request, deadline: self.config.deadline });
