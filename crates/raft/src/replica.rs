@@ -40,7 +40,8 @@ pub struct ReplicaSettings {
     /// Largest batch of entries in one append message, in bytes.
     pub max_message_bytes: u64,
     /// A deliberately broken variant, for the checkers to catch: acknowledge (votes,
-    /// appends) before the log write is durable.
+    /// appends) before the log write is durable. Only in test builds and under `sim`.
+    #[cfg(any(test, feature = "sim"))]
     pub unsafe_ack_before_write: bool,
 }
 
@@ -54,6 +55,7 @@ impl ReplicaSettings {
             heartbeat_ticks,
             seed,
             max_message_bytes: 1 << 20,
+            #[cfg(any(test, feature = "sim"))]
             unsafe_ack_before_write: false,
         }
     }
@@ -96,6 +98,7 @@ pub struct Replica {
     led_terms: Vec<u64>,
     /// Peer messages raft-rs itself refused after they passed the wire checks.
     refused_by_raft: u64,
+    #[cfg(any(test, feature = "sim"))]
     unsafe_ack_before_write: bool,
 }
 
@@ -127,6 +130,7 @@ impl Replica {
             writing: None,
             led_terms: Vec::new(),
             refused_by_raft: 0,
+            #[cfg(any(test, feature = "sim"))]
             unsafe_ack_before_write: settings.unsafe_ack_before_write,
         };
         replica.draw_election_timeout();
@@ -267,7 +271,11 @@ impl Replica {
             records.extend(ready.record);
             messages.extend(ready.messages);
         }
-        if records.is_empty() || self.unsafe_ack_before_write {
+        #[cfg(any(test, feature = "sim"))]
+        let ack_before_write = self.unsafe_ack_before_write;
+        #[cfg(not(any(test, feature = "sim")))]
+        let ack_before_write = false;
+        if records.is_empty() || ack_before_write {
             self.raft(|raw| raw.on_persist_ready(number));
             self.send(messages, out);
             if !records.is_empty() {

@@ -53,12 +53,15 @@ pub struct Validation<'a> {
     pub writes: &'a [Bytes],
 }
 
-/// Deliberately broken validators, for the checks to catch.
+/// Deliberately broken validators, for the checks to catch. The switches exist only in test
+/// builds and under the `sim` feature; otherwise this is empty and every check runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ValidatorWeakening {
     /// Skips `freshness < ts_GC → abort`.
+    #[cfg(any(test, feature = "sim"))]
     pub skip_freshness: bool,
     /// Skips the latest-committed check of reads served from a cache.
+    #[cfg(any(test, feature = "sim"))]
     pub skip_cached_latest_committed: bool,
 }
 
@@ -115,7 +118,10 @@ impl ValidatorState {
         }
         // A transaction that read nothing has no freshness to judge.
         let reads = !validation.reads.is_empty();
-        if reads && !self.weakened.skip_freshness && validation.freshness < self.floor {
+        if reads
+            && !crate::shard::replica::weakened!(self.weakened, skip_freshness)
+            && validation.freshness < self.floor
+        {
             return Err(ValidatorAbort::BelowGc);
         }
         self.check(validation).map_err(ValidatorAbort::Check)?;
@@ -143,7 +149,7 @@ impl ValidatorState {
             if state.prepared.is_some_and(|(holder, holder_ts)| holder != txn && holder_ts <= ts) {
                 return Err(AbortReason::ReadPrepared);
             }
-            let skip = read.cached && self.weakened.skip_cached_latest_committed;
+            let skip = read.cached && crate::shard::replica::weakened!(self.weakened, skip_cached_latest_committed);
             if !skip && state.latest_committed.is_some_and(|newest| newest != read.version) {
                 return Err(AbortReason::ReadStale);
             }

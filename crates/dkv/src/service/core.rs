@@ -67,6 +67,7 @@ impl ConfigCore {
     pub fn new(config: ReplicaConfig, log: ConfigLog) -> Result<ConfigCore, raft::Error> {
         let settings = ReplicaSettings {
             max_message_bytes: 256 << 10,
+            #[cfg(any(test, feature = "sim"))]
             unsafe_ack_before_write: config.unsafe_ack_before_write,
             ..ReplicaSettings::new(config.id, config.election_ticks, config.heartbeat_ticks, config.seed)
         };
@@ -274,7 +275,11 @@ impl ConfigCore {
         if let Some(records) = output.write {
             let io = self.ids.io();
             self.writes_in_flight += 1;
-            if !self.config.unsafe_ack_before_write {
+            #[cfg(any(test, feature = "sim"))]
+            let waits = !self.config.unsafe_ack_before_write;
+            #[cfg(not(any(test, feature = "sim")))]
+            let waits = true;
+            if waits {
                 self.writing = Some(io);
             }
             out.push(Command::Io { io, op: ConfigIo::Append { records, sync: self.config.sync } });

@@ -58,7 +58,8 @@ pub struct ReplicaConfig {
     /// Keep (index, chain) of every applied entry (for checkers).
     pub keep_history: bool,
     /// A deliberately broken variant, for the checkers to catch: acknowledge (votes, appends)
-    /// before the log write is durable.
+    /// before the log write is durable. Only in test builds and under `sim`.
+    #[cfg(any(test, feature = "sim"))]
     pub unsafe_ack_before_write: bool,
 }
 
@@ -76,6 +77,7 @@ impl ReplicaConfig {
             message_deadline: Duration::from_millis(500),
             seed,
             keep_history: false,
+            #[cfg(any(test, feature = "sim"))]
             unsafe_ack_before_write: false,
         }
     }

@@ -126,24 +126,44 @@ impl KeyCc {
     }
 }
 
-/// Deliberately broken variants, for the checkers to catch.
+/// Deliberately broken variants, for the checkers to catch. The switches exist only in
+/// test builds and under the `sim` feature; otherwise this is empty and every check runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Weakened {
     /// The primary skips Algorithm 1's `latestRead >= ts_commit` check (of keys and of
     /// scanned ranges).
+    #[cfg(any(test, feature = "sim"))]
     pub skip_latest_read: bool,
     /// Cooperative termination takes a participant that never received the prepare for
     /// one that voted commit (breaking rule 2), also once that participant has recorded the
     /// abort (asked again, it answers "voted abort").
+    #[cfg(any(test, feature = "sim"))]
     pub terminate_ignoring_missing_prepare: bool,
     /// The primary skips the `latestCommitted` check (the version read is still the newest)
     /// for reads a client served from its cache.
+    #[cfg(any(test, feature = "sim"))]
     pub skip_cached_latest_committed: bool,
     /// The primary validates a read-write transaction in place of a KAIROS validator it
     /// passed over at any commit timestamp, even one under the lease it granted that
     /// validator (whose reads it cannot see).
+    #[cfg(any(test, feature = "sim"))]
     pub skip_validator_lease: bool,
 }
+
+/// Whether a weakening switch is on: never, in a build without the switches.
+macro_rules! weakened {
+    ($weakened:expr, $switch:ident) => {{
+        #[cfg(any(test, feature = "sim"))]
+        let on = $weakened.$switch;
+        #[cfg(not(any(test, feature = "sim")))]
+        let on = {
+            let _ = &$weakened;
+            false
+        };
+        on
+    }};
+}
+pub(crate) use weakened;
 
 /// One shard's replica.
 pub struct ShardReplica<S: VersionedStore = MvStore> {
@@ -379,7 +399,7 @@ impl<S: VersionedStore> ShardReplica<S> {
             if held_by_other(&read.key) {
                 return Err(AbortReason::ReadPrepared);
             }
-            let skip = read.cached && self.weakened.skip_cached_latest_committed;
+            let skip = read.cached && weakened!(self.weakened, skip_cached_latest_committed);
             if !skip && self.newest(&read.key) != read.version {
                 return Err(AbortReason::ReadStale);
             }
@@ -390,10 +410,10 @@ impl<S: VersionedStore> ShardReplica<S> {
                 return Err(AbortReason::WritePrepared);
             }
             let latest_read = self.cc.get(&write.key).map_or(Timestamp::ZERO, |cc| cc.latest_read);
-            if !self.weakened.skip_latest_read && latest_read >= commit_ts {
+            if !weakened!(self.weakened, skip_latest_read) && latest_read >= commit_ts {
                 return Err(AbortReason::WriteAfterRead);
             }
-            if !self.weakened.skip_latest_read && self.under_range_read(&write.key, commit_ts) {
+            if !weakened!(self.weakened, skip_latest_read) && self.under_range_read(&write.key, commit_ts) {
                 return Err(AbortReason::Phantom);
             }
             if self.newest(&write.key) >= commit_ts {

@@ -162,7 +162,7 @@ impl DataCore {
         let Some(terminating) = self.terminating.get(&(shard, txn)) else { return };
         let Some(entry) = self.replicas.get(&shard).and_then(|replica| replica.txn(txn)) else { return };
         let participants = entry.participants.clone();
-        let weakened = self.config.weakened.terminate_ignoring_missing_prepare;
+        let weakened = crate::shard::replica::weakened!(self.config.weakened, terminate_ignoring_missing_prepare);
         let heard: BTreeMap<u32, proto::TxnPhase> = terminating
             .heard
             .iter()

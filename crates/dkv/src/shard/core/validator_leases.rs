@@ -97,7 +97,7 @@ impl DataCore {
     ) -> Result<(), Timestamp> {
         let floor =
             validators.iter().map(|validator| self.validator_leases.lease_end(shard, *validator)).max().unwrap_or(0);
-        if self.config.weakened.skip_validator_lease || commit_ts.time > floor {
+        if crate::shard::replica::weakened!(self.config.weakened, skip_validator_lease) || commit_ts.time > floor {
             self.stats.validator_takeovers += 1;
             return Ok(());
         }
