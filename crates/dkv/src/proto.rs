@@ -7,4 +7,5 @@
 
 include!(concat!(env!("OUT_DIR"), "/virga.dkv.v1.rs"));
 
+pub use crate::api::proto::Timestamp;
 pub use virga_raft::proto::*;
