@@ -104,11 +104,7 @@ impl WireProtocol for Dkv {
 
     /// A request of no kind this build knows is refused, not served as a default.
     fn decode_request(bytes: &[u8]) -> Result<Request, DkvWireError> {
-        let request: Request = ProtobufError::decode(bytes, "dkv request")?;
-        match request.body {
-            Some(_) => Ok(request),
-            None => Err(ProtobufError::Empty { message: "dkv request" }.into()),
-        }
+        Ok(ProtobufError::decode_kind(bytes, "dkv request", |request: &Request| request.body.is_some())?)
     }
 
     fn encode_response(response: Response) -> Vec<u8> {
@@ -116,7 +112,8 @@ impl WireProtocol for Dkv {
     }
 
     fn decode_response(bytes: &[u8]) -> Result<Response, DkvWireError> {
-        let response: Response = ProtobufError::decode(bytes, "dkv response")?;
+        let response =
+            ProtobufError::decode_kind(bytes, "dkv response", |response: &Response| response.body.is_some())?;
         match &response.body {
             None => Err(ProtobufError::Empty { message: "dkv response" }.into()),
             Some(ResponseBody::State(state)) if TxnPhase::try_from(state.phase).is_err() => {

@@ -68,11 +68,7 @@ impl WireProtocol for Health {
     }
 
     fn decode_request(bytes: &[u8]) -> Result<Request, ProtobufError> {
-        let request: Request = ProtobufError::decode(bytes, "health request")?;
-        match request.body {
-            Some(_) => Ok(request),
-            None => Err(ProtobufError::Empty { message: "health request" }),
-        }
+        ProtobufError::decode_kind(bytes, "health request", |request: &Request| request.body.is_some())
     }
 
     fn encode_response(response: Response) -> Vec<u8> {
@@ -80,11 +76,7 @@ impl WireProtocol for Health {
     }
 
     fn decode_response(bytes: &[u8]) -> Result<Response, ProtobufError> {
-        let response: Response = ProtobufError::decode(bytes, "health response")?;
-        match response.body {
-            Some(_) => Ok(response),
-            None => Err(ProtobufError::Empty { message: "health response" }),
-        }
+        ProtobufError::decode_kind(bytes, "health response", |response: &Response| response.body.is_some())
     }
 }
 

@@ -183,60 +183,7 @@ mod tests {
         assert!(host.handler::<Health>().is_none());
     }
 
-    /// Echo's messages under a name that is already taken.
-    struct Impostor;
-
-    impl crate::role::Protocol for Impostor {
-        type Request = Ask;
-        type Response = Answer;
-
-        fn request_kind(request: &Ask) -> &'static str {
-            Echo::request_kind(request)
-        }
-
-        fn response_kind(response: &Answer) -> &'static str {
-            Echo::response_kind(response)
-        }
-
-        fn request_bytes(request: &Ask) -> usize {
-            Echo::request_bytes(request)
-        }
-
-        fn response_bytes(response: &Answer) -> usize {
-            Echo::response_bytes(response)
-        }
-
-        fn refusal_reason(response: &Answer) -> Option<&str> {
-            Echo::refusal_reason(response)
-        }
-    }
-
-    impl WireProtocol for Impostor {
-        const NAME: &'static str = "echo";
-        type DecodeError = EchoWireError;
-
-        fn refusal(reason: String) -> Answer {
-            Echo::refusal(reason)
-        }
-
-        fn encode_request(request: Ask) -> Vec<u8> {
-            Echo::encode_request(request)
-        }
-
-        fn decode_request(bytes: &[u8]) -> Result<Ask, EchoWireError> {
-            Echo::decode_request(bytes)
-        }
-
-        fn encode_response(response: Answer) -> Vec<u8> {
-            Echo::encode_response(response)
-        }
-
-        fn decode_response(bytes: &[u8]) -> Result<Answer, EchoWireError> {
-            Echo::decode_response(bytes)
-        }
-    }
-
-    impl Handler<Impostor> for Refuses {
+    impl Handler<crate::echo::Lossy> for Refuses {
         fn handle(&self, _: String, _: Ask) -> BoxFuture<Answer> {
             Box::pin(std::future::ready(Answer::Refused(self.0.to_string())))
         }
@@ -245,6 +192,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "two protocols are named echo")]
     fn two_protocols_claiming_one_name_is_caught() {
-        let _ = Host::new().with::<Echo>(Arc::new(Refuses("a"))).with::<Impostor>(Arc::new(Refuses("b")));
+        // Lossy's codec is not Echo's, but it claims Echo's name.
+        let _ = Host::new().with::<Echo>(Arc::new(Refuses("a"))).with::<crate::echo::Lossy>(Arc::new(Refuses("b")));
     }
 }

@@ -136,6 +136,21 @@ impl ProtobufError {
     pub fn decode<M: prost::Message + Default>(bytes: &[u8], message: &'static str) -> Result<M, ProtobufError> {
         M::decode(bytes).map_err(|source| ProtobufError::Undecodable { message, source })
     }
+
+    /// `bytes` as a protocol's envelope-less message `M` whose `oneof` must be set
+    /// (`has_kind`): one of no kind this build knows is refused, never defaulted.
+    pub fn decode_kind<M: prost::Message + Default>(
+        bytes: &[u8],
+        message: &'static str,
+        has_kind: impl FnOnce(&M) -> bool,
+    ) -> Result<M, ProtobufError> {
+        let decoded: M = Self::decode(bytes, message)?;
+        if has_kind(&decoded) {
+            Ok(decoded)
+        } else {
+            Err(ProtobufError::Empty { message })
+        }
+    }
 }
 
 /// Serves one protocol's requests addressed to one peer.

@@ -70,11 +70,7 @@ impl WireProtocol for Rainblock {
 
     /// A request of no kind this build knows is refused, not served as a default.
     fn decode_request(bytes: &[u8]) -> Result<Request, ProtobufError> {
-        let request: Request = ProtobufError::decode(bytes, "rainblock request")?;
-        match request.body {
-            Some(_) => Ok(request),
-            None => Err(ProtobufError::Empty { message: "rainblock request" }),
-        }
+        ProtobufError::decode_kind(bytes, "rainblock request", |request: &Request| request.body.is_some())
     }
 
     fn encode_response(response: Response) -> Vec<u8> {
@@ -82,11 +78,7 @@ impl WireProtocol for Rainblock {
     }
 
     fn decode_response(bytes: &[u8]) -> Result<Response, ProtobufError> {
-        let response: Response = ProtobufError::decode(bytes, "rainblock response")?;
-        match response.body {
-            Some(_) => Ok(response),
-            None => Err(ProtobufError::Empty { message: "rainblock response" }),
-        }
+        ProtobufError::decode_kind(bytes, "rainblock response", |response: &Response| response.body.is_some())
     }
 }
 
