@@ -26,10 +26,12 @@ use super::{
 /// How many blocks of votes are kept below the block being decided.
 const KEPT_BLOCKS: u64 = 1024;
 
-/// A commit server's deliberate fault, for the simulator's checks to catch.
+/// A commit server's deliberate fault, for the simulator's checks to catch. Its variants
+/// exist only in test builds and under the `sim` feature; elsewhere it has none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitWeakness {
     /// Commit on its own hash without waiting for the policy.
+    #[cfg(any(test, feature = "sim"))]
     CommitWithoutQuorum,
 }
 
@@ -268,6 +270,13 @@ impl CommitServer {
         Ok(())
     }
 
+    fn commits_without_quorum(&self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self.weakness == Some(CommitWeakness::CommitWithoutQuorum);
+        #[cfg(not(any(test, feature = "sim")))]
+        return self.weakness.is_some();
+    }
+
     fn evaluate(&mut self, out: &mut Vec<PipelineCommand>) {
         let Some(deciding) = self.deciding.as_ref().filter(|deciding| deciding.logged) else {
             return;
@@ -275,7 +284,7 @@ impl CommitServer {
         let heard = self.heard.get(&deciding.block);
         let votes = heard.into_iter().flatten().map(|(name, hash)| (name.as_str(), *hash));
         let decision = match deciding.own {
-            Some(_) if self.weakness == Some(CommitWeakness::CommitWithoutQuorum) => Some(Decision::Commit),
+            Some(_) if self.commits_without_quorum() => Some(Decision::Commit),
             Some(own) => match self.config.policy.decide(&self.org, own, votes) {
                 VoteOutcome::Commit { .. } => Some(Decision::Commit),
                 VoteOutcome::Recover { consensus, .. } => Some(Decision::Recover { consensus }),

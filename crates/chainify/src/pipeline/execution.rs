@@ -20,9 +20,11 @@ use crate::organization::Transaction;
 const QUEUE: usize = 8;
 
 /// An execution server's deliberate fault: it reports a wrong LedgerBlock hash for every
-/// block (an organization that lies about its effects).
+/// block (an organization that lies about its effects). Its variants exist only in test
+/// builds and under the `sim` feature; elsewhere it has none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecutionWeakness {
+    #[cfg(any(test, feature = "sim"))]
     LieAboutEffects,
 }
 
@@ -275,12 +277,19 @@ impl ExecutionServer {
         out.push(Command::Io { io: self.ids.io(), op });
     }
 
+    fn lies_about_effects(&self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self.weakness == Some(ExecutionWeakness::LieAboutEffects);
+        #[cfg(not(any(test, feature = "sim")))]
+        return self.weakness.is_some();
+    }
+
     fn ask_commit_server(&mut self, out: &mut Vec<PipelineCommand>) {
         let Some(current) = &self.current else {
             return;
         };
         let mut hash = current.own.as_ref().map(LedgerBlock::hash);
-        if self.weakness == Some(ExecutionWeakness::LieAboutEffects) {
+        if self.lies_about_effects() {
             hash = hash.map(|mut hash| {
                 hash[0] ^= 1;
                 hash

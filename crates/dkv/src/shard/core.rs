@@ -59,7 +59,9 @@ pub struct DataConfig {
     pub session: String,
     /// Primaries serve reads under a lease from f backups, and a primary taking over
     /// refuses commit timestamps at or below the leases granted. Off only to show the
-    /// anomaly it prevents.
+    /// anomaly it prevents: the switch exists only in test builds and under `sim` or
+    /// `fuzzing`.
+    #[cfg(any(test, feature = "sim", feature = "fuzzing"))]
     pub leases: bool,
     /// How far ahead of its clock a primary asks its lease to reach.
     pub lease_length: Duration,
@@ -83,6 +85,14 @@ pub struct DataConfig {
 }
 
 impl DataConfig {
+    /// Whether read leases are on: always, but in the unsafe variant of the simulator.
+    pub(crate) fn leases(&self) -> bool {
+        #[cfg(any(test, feature = "sim", feature = "fuzzing"))]
+        return self.leases;
+        #[cfg(not(any(test, feature = "sim", feature = "fuzzing")))]
+        return true;
+    }
+
     pub fn new(node: impl Into<String>, map: ShardMap) -> DataConfig {
         DataConfig {
             node: node.into(),
@@ -94,6 +104,7 @@ impl DataConfig {
             check_every: Duration::from_millis(100),
             config_replicas: Vec::new(),
             session: String::new(),
+            #[cfg(any(test, feature = "sim", feature = "fuzzing"))]
             leases: true,
             lease_length: Duration::from_millis(400),
             suspect_after: Duration::from_millis(800),

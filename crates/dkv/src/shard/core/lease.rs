@@ -84,7 +84,7 @@ fn ts(time: Nanos) -> Timestamp {
 impl DataCore {
     /// Whether this primary may serve a read of `shard` at `ts`.
     pub(super) fn under_lease(&self, shard: u32, ts: Timestamp) -> bool {
-        !self.config.leases || self.leases.held.get(&shard).is_some_and(|held| ts < held.until)
+        !self.config.leases() || self.leases.held.get(&shard).is_some_and(|held| ts < held.until)
     }
 
     /// Every check: ask for leases, suspect silent primaries, fetch the map.

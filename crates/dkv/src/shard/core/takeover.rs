@@ -130,7 +130,7 @@ impl DataCore {
     /// Algorithm 2's merge and what follows it.
     fn finish_takeover(&mut self, shard: u32, out: &mut Vec<Command<Dkv, DataIo>>) {
         let Some(takeover) = self.takeovers.remove(&shard) else { return };
-        let leases = self.config.leases;
+        let leases = self.config.leases();
         let Some(replica) = self.replicas.get_mut(&shard) else { return };
         let mut floor = replica.lease_granted();
         let mut fetched = Vec::new();
