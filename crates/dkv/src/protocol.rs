@@ -114,13 +114,12 @@ impl WireProtocol for Dkv {
     fn decode_response(bytes: &[u8]) -> Result<Response, DkvWireError> {
         let response =
             ProtobufError::decode_kind(bytes, "dkv response", |response: &Response| response.body.is_some())?;
-        match &response.body {
-            None => Err(ProtobufError::Empty { message: "dkv response" }.into()),
-            Some(ResponseBody::State(state)) if TxnPhase::try_from(state.phase).is_err() => {
-                Err(DkvWireError::UnknownEnumValue { field: "TxnState.phase", value: state.phase })
+        if let Some(ResponseBody::State(state)) = &response.body {
+            if TxnPhase::try_from(state.phase).is_err() {
+                return Err(DkvWireError::UnknownEnumValue { field: "TxnState.phase", value: state.phase });
             }
-            Some(_) => Ok(response),
         }
+        Ok(response)
     }
 }
 

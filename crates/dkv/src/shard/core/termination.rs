@@ -140,10 +140,10 @@ impl DataCore {
         let Some(terminating) = self.terminating.get_mut(&(shard, txn)) else { return };
         terminating.calls.retain(|pending| *pending != call);
         // A phase this build does not know is no answer: never a vote either way.
-        if let Some(Ok(phase)) = body.map(|body| match body {
-            ResponseBody::State(reply) => proto::TxnPhase::try_from(reply.phase).map_err(drop),
-            _ => Err(()),
-        }) {
+        if let Some(Ok(phase)) = match body {
+            Some(ResponseBody::State(reply)) => Some(proto::TxnPhase::try_from(reply.phase)),
+            _ => None,
+        } {
             terminating.heard.insert(other, phase);
             self.conclude(shard, txn, out);
         }
