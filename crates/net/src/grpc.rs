@@ -282,10 +282,11 @@ impl BatchSender {
 
 impl<P: WireProtocol> Transport<P> for Grpc {
     fn call(&self, from: &str, to: &str, request: P::Request) -> BoxFuture<Result<P::Response, NetError>> {
-        let request_bytes = P::request_bytes(&request);
         let kind = MessageKind::of::<P>(&request);
         let envelope =
             Envelope { from: from.to_string(), protocol: P::NAME.to_string(), body: P::encode_request(request) };
+        // The bytes as sent and received: a protocol's own count may convert to measure.
+        let request_bytes = envelope.body.len();
         let sent = self.send(to, envelope);
         let stats = Arc::clone(&self.stats);
         let (from, to) = (from.to_string(), to.to_string());
@@ -293,15 +294,18 @@ impl<P: WireProtocol> Transport<P> for Grpc {
             let reply = sent?.await.unwrap_or_else(|_| {
                 Err(NetError::Unreachable { peer: to.clone(), reason: "the call was dropped unsent".to_string() })
             })?;
-            let response = match reply.outcome {
-                Some(reply::Outcome::Body(bytes)) => P::decode_response(&bytes)
-                    .map_err(|error| NetError::Malformed { peer: to.clone(), reason: error.to_string() })?,
+            let (response, response_bytes) = match reply.outcome {
+                Some(reply::Outcome::Body(bytes)) => (
+                    P::decode_response(&bytes)
+                        .map_err(|error| NetError::Malformed { peer: to.clone(), reason: error.to_string() })?,
+                    bytes.len(),
+                ),
                 Some(reply::Outcome::NotHosted(not_hosted)) => {
                     return Err(NetError::NotHosted { peer: to, protocol: P::NAME, hosted: not_hosted.hosted });
                 }
                 None => return Err(NetError::BadResponse { peer: to }),
             };
-            stats.record(&from, &to, kind, request_bytes, P::response_bytes(&response));
+            stats.record(&from, &to, kind, request_bytes, response_bytes);
             P::check(&to, response)
         })
     }

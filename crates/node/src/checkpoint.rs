@@ -145,7 +145,7 @@ pub fn encode(
         header: alloy_rlp::encode(header),
         shard_hashes: shards.shards().iter().map(|shard| shard.subtree_hash().to_vec()).collect(),
         shards: images,
-        slots,
+        slots: slots.into_iter().map(crate::codec::slot_update_to_wire).collect(),
         codes,
     };
     Ok(frame(&checkpoint.encode_to_vec()))

@@ -4,7 +4,9 @@
 //! that storage node, whose witnesses then show them. A call whose bag lacks the slots is
 //! left out as `missing_witness`.
 
-use crate::proto::{self, Submission};
+use crate::messages::{
+    BlockId, HeadReply, Request, Response, SlotKeys, Submission, SubmissionReply, TxOutcome, WitnessRequest,
+};
 use alloy_consensus::TxEip1559;
 use alloy_primitives::{keccak256, Address, TxKind, B256, U256};
 use virga_evm::contracts::{token, TOKEN};
@@ -13,7 +15,6 @@ use virga_net::role::{CallId, Command, Event, Role};
 use virga_trie::proof::NodeBag;
 
 use crate::client::{check_contract_witness, check_witness, ClientCore, UserTransfer};
-use crate::codec::{bag_from_wire, bag_to_wire, block_id};
 use crate::core_tests::{answer_calls, calls, outcomes, replies, submit, Net};
 use crate::miner::MinerIoDone;
 use crate::testkit::Fixture;
@@ -76,13 +77,13 @@ fn transfer_call_at(net: &Net, nonce: u64, amount: u64) -> SignedTx {
 }
 
 /// The token's balance slots of accounts 0 and 1.
-fn slot_keys(net: &Net) -> Vec<Vec<u8>> {
+fn slot_keys(net: &Net) -> Vec<B256> {
     slot_keys_of(&net.fixture)
 }
 
-fn slot_keys_of(fixture: &Fixture) -> Vec<Vec<u8>> {
+fn slot_keys_of(fixture: &Fixture) -> Vec<B256> {
     let addresses = &fixture.accounts.addresses;
-    [addresses[0], addresses[1]].iter().map(|a| keccak256(B256::from(token::balance_slot(*a))).to_vec()).collect()
+    [addresses[0], addresses[1]].iter().map(|a| keccak256(B256::from(token::balance_slot(*a)))).collect()
 }
 
 /// The witnesses of the sender's, the recipient's and the token's accounts, and (if
@@ -97,29 +98,25 @@ fn submission(net: &mut Net, tx: &SignedTx, with_slots: bool) -> Submission {
     let (mut bags, mut storage, mut codes) = (Vec::new(), Vec::new(), Vec::new());
     for (_, node) in &mut net.nodes {
         let served = |key: &B256| node.served().contains(&(key[0] as usize >> 4));
-        let keys: Vec<Vec<u8>> = accounts.iter().filter(|key| served(key)).map(|key| key.to_vec()).collect();
+        let keys: Vec<B256> = accounts.iter().filter(|key| served(key)).copied().collect();
         let contract = with_slots && served(&token_key);
-        let request = proto::WitnessRequest {
+        let request = WitnessRequest {
             keys,
             compaction: 0,
-            at: Some(block_id(number, hash)),
-            slots: if contract {
-                vec![proto::SlotKeys { account: token_key.to_vec(), slots: slots.clone() }]
-            } else {
-                Vec::new()
-            },
-            code_hashes: if contract { vec![code_hash.to_vec()] } else { Vec::new() },
+            at: Some(BlockId::new(number, hash)),
+            slots: if contract { vec![SlotKeys { account: token_key, slots: slots.clone() }] } else { Vec::new() },
+            code_hashes: if contract { vec![code_hash] } else { Vec::new() },
         };
         let reply = node.witness(&request).unwrap();
-        bags.push(bag_from_wire(reply.bag));
+        bags.push(reply.bag);
         storage.extend(reply.storage);
         codes.extend(reply.codes);
     }
     Submission {
         transactions: vec![tx.encode()],
-        bag: Some(bag_to_wire(&NodeBag::merge(bags))),
-        witness_at: Some(block_id(number, hash)),
-        witness_root: root.to_vec(),
+        bag: NodeBag::merge(bags),
+        witness_at: BlockId::new(number, hash),
+        witness_root: root,
         storage,
         codes,
     }
@@ -134,11 +131,11 @@ fn token_balances(net: &mut Net) -> Vec<U256> {
     let (_, node) =
         net.nodes.iter_mut().find(|(_, node)| node.served().contains(&(token_key[0] as usize >> 4))).unwrap();
     assert_eq!(node.head().2, root, "the storage node took the block");
-    let asked = [proto::SlotKeys { account: token_key.to_vec(), slots }];
-    let request = proto::WitnessRequest {
-        keys: vec![token_key.to_vec()],
+    let asked = [SlotKeys { account: token_key, slots }];
+    let request = WitnessRequest {
+        keys: vec![token_key],
         compaction: 0,
-        at: Some(block_id(number, hash)),
+        at: Some(BlockId::new(number, hash)),
         slots: asked.to_vec(),
         code_hashes: Vec::new(),
     };
@@ -151,7 +148,7 @@ fn token_balances(net: &mut Net) -> Vec<U256> {
 }
 
 /// Commits the block a submission led to and returns its outcomes.
-fn commit(net: &mut Net, submission: Submission) -> Vec<proto::TxOutcome> {
+fn commit(net: &mut Net, submission: Submission) -> Vec<TxOutcome> {
     let out = submit(&mut net.miner, 9, submission);
     assert_eq!(calls(&out).len(), 2, "the block goes to both storage nodes: {out:?}");
     let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
@@ -194,11 +191,7 @@ fn token_storage_root(net: &mut Net) -> B256 {
     let token_key = keccak256(TOKEN_AT);
     let (_, node) =
         net.nodes.iter_mut().find(|(_, node)| node.served().contains(&(token_key[0] as usize >> 4))).unwrap();
-    let request = proto::WitnessRequest {
-        keys: vec![token_key.to_vec()],
-        at: Some(block_id(number, hash)),
-        ..Default::default()
-    };
+    let request = WitnessRequest { keys: vec![token_key], at: Some(BlockId::new(number, hash)), ..Default::default() };
     let (_, _, values) = check_witness(node.witness(&request).unwrap(), &[token_key], (number, hash), root, 0).unwrap();
     virga_trie::account::Account::decode_rlp(values[0].1 .0.as_ref().unwrap()).unwrap().storage_root
 }
@@ -209,11 +202,11 @@ fn compact_slot_bags(net: &mut Net, submission: &mut Submission, level: usize) -
     let root = token_storage_root(net);
     let (mut full, mut compact) = (0, 0);
     for entry in &mut submission.storage {
-        let bag = bag_from_wire(entry.bag.take());
+        let bag = std::mem::take(&mut entry.bag);
         let compacted = bag.compact(root, level).unwrap();
         full += bag.node_bytes();
         compact += compacted.node_bytes();
-        entry.bag = Some(bag_to_wire(&compacted));
+        entry.bag = compacted;
     }
     (full, compact)
 }
@@ -274,7 +267,6 @@ fn a_miner_pruning_after_every_block_keeps_the_contract_whose_storage_the_block_
 /// Carries out a client core's calls against the net (the miner's head, the storage nodes'
 /// witnesses, the miner committing each submission) until it makes no more.
 fn drive_client(net: &mut Net, client: &mut ClientCore, transfers: Vec<UserTransfer>) {
-    use crate::protocol::{response, RequestBody, ResponseBody};
     let now = 5_000_000_000;
     let mut commands = Vec::new();
     client.step(now, Event::Input(transfers), &mut commands);
@@ -287,21 +279,21 @@ fn drive_client(net: &mut Net, client: &mut ClientCore, transfers: Vec<UserTrans
         let mut next = Vec::new();
         for command in commands {
             let Command::Call { to, call, request, .. } = command else { continue };
-            let answer = match request.body {
-                Some(RequestBody::Head(_)) => {
+            let answer = match request {
+                Request::Head => {
                     let (number, hash, root) = net.miner.head();
-                    let head = proto::HeadReply { head: Some(block_id(number, hash)), state_root: root.to_vec() };
-                    response(ResponseBody::Head(head))
+                    let head = HeadReply { head: BlockId::new(number, hash), state_root: root };
+                    Response::Head(head)
                 }
-                Some(RequestBody::Witness(asked)) => {
+                Request::Witness(asked) => {
                     let (_, node) = net.nodes.iter_mut().find(|(id, _)| *id == to).unwrap();
-                    response(ResponseBody::Witness(node.witness(&asked).unwrap()))
+                    Response::Witness(node.witness(&asked).unwrap())
                 }
-                Some(RequestBody::Submit(submission)) => {
+                Request::Submit(submission) => {
                     let outcomes = commit(net, submission);
                     let (number, hash, _) = net.miner.head();
-                    let reply = proto::SubmissionReply { block: Some(block_id(number, hash)), outcomes };
-                    response(ResponseBody::Submitted(reply))
+                    let reply = SubmissionReply { block: Some(BlockId::new(number, hash)), outcomes };
+                    Response::Submitted(reply)
                 }
                 other => panic!("a client asked {other:?}"),
             };

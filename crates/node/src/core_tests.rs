@@ -1,8 +1,8 @@
 //! The storage node's and the miner's cores, driven event by event; the tests assert on the
 //! commands they emit.
 
-use crate::proto::{self, Submission};
-use crate::protocol::{request, Rainblock, Request, RequestBody, Response, ResponseBody};
+use crate::messages::{BlockId, Request, Response, Submission, TxOutcome, WitnessRequest};
+use crate::protocol::Rainblock;
 use alloy_primitives::{keccak256, B256, U256};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,6 @@ use virga_net::role::{CallId, Command, Event, IoExecutor, Protocol, Role};
 use virga_net::NetError;
 use virga_trie::proof::NodeBag;
 
-use crate::codec::{bag_from_wire, bag_to_wire, block_id};
 use crate::miner::MinerConfig;
 use crate::miner::{execution_pool, MinerCore, MinerIo, MinerIoDone, BLOCK_REFUSED};
 use crate::storage::{
@@ -117,9 +116,9 @@ pub(crate) fn warm_net_on(fixture: Fixture, top_budget_bytes: usize) -> Net {
     let mut out = Vec::new();
     miner.step(1_000_000_000, Event::Start, &mut out);
     let asked = calls(&out);
-    let tops = asked.iter().filter(|(_, _, r)| matches!(r.body, Some(RequestBody::Top(_)))).count();
+    let tops = asked.iter().filter(|(_, _, r)| matches!(r, Request::Top(_))).count();
     assert_eq!(tops, 2, "a top request to each storage node: {asked:?}");
-    assert!(asked.iter().any(|(_, _, r)| matches!(r.body, Some(RequestBody::Witness(_)))));
+    assert!(asked.iter().any(|(_, _, r)| matches!(r, Request::Witness(_))));
     assert!(!miner.warm_up_state().0);
     answer_calls(&mut miner, &mut nodes, out);
     assert!(miner.warm_up_state().0, "warm once every top and the witness are in");
@@ -151,21 +150,22 @@ fn submission(net: &mut Net, sender: usize, first_nonce: u64, count: u64) -> Sub
     let mut bags = Vec::new();
     for (id, node) in &mut net.nodes {
         let _ = id;
-        let keys: Vec<Vec<u8>> =
-            keys.iter().filter(|key| node.served().contains(&(key[0] as usize >> 4))).map(|key| key.to_vec()).collect();
+        let keys: Vec<B256> =
+            keys.iter().filter(|key| node.served().contains(&(key[0] as usize >> 4))).copied().collect();
         if keys.is_empty() {
             continue;
         }
         let witness =
-            proto::WitnessRequest { keys, compaction: 0, at: Some(block_id(number, hash)), ..Default::default() };
-        bags.push(bag_from_wire(node.witness(&witness).unwrap().bag));
+            WitnessRequest { keys, compaction: 0, at: Some(BlockId::new(number, hash)), ..Default::default() };
+        bags.push(node.witness(&witness).unwrap().bag);
     }
     Submission {
         transactions,
-        bag: Some(bag_to_wire(&NodeBag::merge(bags))),
-        witness_at: Some(block_id(number, hash)),
-        witness_root: root.to_vec(),
-        ..Default::default()
+        bag: NodeBag::merge(bags),
+        witness_at: BlockId::new(number, hash),
+        witness_root: root,
+        storage: Vec::new(),
+        codes: Vec::new(),
     }
 }
 
@@ -177,7 +177,7 @@ pub(crate) fn submit(miner: &mut MinerCore, call: u64, submission: Submission) -
 
 fn submit_unbuilt(miner: &mut MinerCore, call: u64, submission: Submission) -> Vec<MinerCommand> {
     let mut out = Vec::new();
-    let request = request(RequestBody::Submit(submission));
+    let request = Request::Submit(submission);
     miner.step(2_000_000_000, Event::Request { from: "client-0".into(), call: CallId(call), request }, &mut out);
     out
 }
@@ -203,9 +203,9 @@ fn build_now(miner: &mut MinerCore, commands: Vec<MinerCommand>) -> Vec<MinerCom
     out
 }
 
-pub(crate) fn outcomes(response: &Response) -> Vec<proto::TxOutcome> {
-    match &response.body {
-        Some(ResponseBody::Submitted(submitted)) => submitted.outcomes.clone(),
+pub(crate) fn outcomes(response: &Response) -> Vec<TxOutcome> {
+    match &response {
+        Response::Submitted(submitted) => submitted.outcomes.clone(),
         other => panic!("not a submission reply: {other:?}"),
     }
 }
@@ -217,7 +217,7 @@ fn a_block_is_answered_only_after_every_storage_node_logged_it_and_it_is_stored(
     let out = submit(&mut net.miner, 7, submission);
     let sent = calls(&out);
     assert_eq!(sent.len(), 2, "the block goes to both storage nodes: {out:?}");
-    assert!(sent.iter().all(|(_, _, r)| matches!(r.body, Some(RequestBody::ApplyBlock(_)))));
+    assert!(sent.iter().all(|(_, _, r)| matches!(r, Request::ApplyBlock(_))));
     assert!(replies(&out).is_empty(), "no answer before the storage nodes log the block");
     let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
     let Some(Command::Io { io, op: MinerIo::Store { number, .. } }) = rest.first() else {
@@ -275,10 +275,8 @@ fn a_refused_block_is_abandoned_with_the_block_built_on_it_and_the_tip_returns_i
     // The next block builds on the committed head again: block 1 once more.
     let again = submission(&mut net, 0, 0, 1);
     let out = submit(&mut net.miner, 3, again);
-    let Some((_, _, Request { body: Some(RequestBody::ApplyBlock(updates)) })) = calls(&out).into_iter().next() else {
-        panic!("{out:?}")
-    };
-    let header = crate::codec::decode_header(&updates.header).unwrap();
+    let Some((_, _, Request::ApplyBlock(updates))) = calls(&out).into_iter().next() else { panic!("{out:?}") };
+    let header = updates.header.clone();
     assert_eq!(header.number, 1);
     assert_eq!(header.parent_hash, net.fixture.header.hash_slow());
 }
@@ -333,10 +331,8 @@ fn a_block_is_sent_only_once_built_and_the_core_commits_the_previous_one_while_t
     // Block 2 builds on block 1.
     let mut out = Vec::new();
     net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) }, &mut out);
-    let Some((_, _, Request { body: Some(RequestBody::ApplyBlock(updates)) })) = calls(&out).into_iter().next() else {
-        panic!("{out:?}")
-    };
-    let header = crate::codec::decode_header(&updates.header).unwrap();
+    let Some((_, _, Request::ApplyBlock(updates))) = calls(&out).into_iter().next() else { panic!("{out:?}") };
+    let header = updates.header.clone();
     assert_eq!((header.number, header.parent_hash), (2, net.miner.head().1));
 }
 
@@ -370,10 +366,8 @@ fn a_block_built_while_its_parent_is_refused_is_abandoned_when_its_build_complet
     // The tip stayed at the committed head: the next block is block 1 again, on genesis.
     let again = submission(&mut net, 0, 0, 1);
     let out = submit(&mut net.miner, 3, again);
-    let Some((_, _, Request { body: Some(RequestBody::ApplyBlock(updates)) })) = calls(&out).into_iter().next() else {
-        panic!("{out:?}")
-    };
-    let header = crate::codec::decode_header(&updates.header).unwrap();
+    let Some((_, _, Request::ApplyBlock(updates))) = calls(&out).into_iter().next() else { panic!("{out:?}") };
+    let header = updates.header.clone();
     assert_eq!((header.number, header.parent_hash), (1, net.fixture.header.hash_slow()));
 }
 
@@ -451,7 +445,7 @@ fn a_storage_node_acknowledges_a_block_only_once_its_log_record_is_durable() {
     let acked: Vec<CallId> = out
         .iter()
         .filter_map(|command| match command {
-            Command::Reply { call, response: Response { body: Some(ResponseBody::BlockAck(_)) }, .. } => Some(*call),
+            Command::Reply { call, response: Response::BlockAck(_), .. } => Some(*call),
             _ => None,
         })
         .collect();
@@ -473,7 +467,7 @@ fn a_failed_append_refuses_the_block_and_forgets_its_version() {
     };
     core.step(0, Event::IoDone { io, result: StorageIoDone::Appended(Err(full)) }, &mut out);
     match out.pop() {
-        Some(Command::Reply { response: Response { body: Some(ResponseBody::Error(reason)) }, .. }) => {
+        Some(Command::Reply { response: Response::Refused(reason), .. }) => {
             assert!(reason.starts_with("logging block 1 failed: failed to fsync mem:/updates"), "{reason}");
             assert!(reason.contains("disk full"), "{reason}")
         }
@@ -487,10 +481,10 @@ fn a_failed_append_refuses_the_block_and_forgets_its_version() {
 fn a_block_on_an_unknown_parent_is_refused_as_such_and_its_sender_hears_why() {
     let (fixture, block) = block_one_updates();
     let (mut core, _disk) = logged_storage_core(&fixture, Arc::new(MemStorage::new()));
-    let Some(RequestBody::ApplyBlock(mut updates)) = block.body else { panic!("{block:?}") };
-    let mut header = crate::codec::decode_header(&updates.header).unwrap();
+    let Request::ApplyBlock(mut updates) = block else { panic!("{block:?}") };
+    let mut header = updates.header.clone();
     header.parent_hash = B256::repeat_byte(7);
-    updates.header = alloy_rlp::encode(&header);
+    updates.header = header;
     let mut out = Vec::new();
     let refused = core.admit_block("miner-0".into(), CallId(1), updates.clone(), &mut out).unwrap_err();
     assert!(
@@ -498,14 +492,10 @@ fn a_block_on_an_unknown_parent_is_refused_as_such_and_its_sender_hears_why() {
         "{refused:?}"
     );
     assert!(out.is_empty(), "nothing logged or answered: {out:?}");
-    let request = request(RequestBody::ApplyBlock(updates));
+    let request = Request::ApplyBlock(updates);
     core.step(0, Event::Request { from: "miner-0".into(), call: CallId(2), request }, &mut out);
     match out.pop() {
-        Some(Command::Reply {
-            call: CallId(2),
-            response: Response { body: Some(ResponseBody::Error(reason)) },
-            ..
-        }) => {
+        Some(Command::Reply { call: CallId(2), response: Response::Refused(reason), .. }) => {
             assert_eq!(reason, refused.to_string())
         }
         other => panic!("{other:?}"),

@@ -7,7 +7,6 @@
 
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, U256};
-use prost::Message;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use virga_ledger::verify::ChainConfig;
@@ -128,7 +127,7 @@ pub fn peer_request(data: &[u8]) {
     while let Some(command) = commands.pop() {
         match command {
             Command::Reply { call: replied, response, .. } if replied == call => {
-                assert!(response.body.is_some(), "a request answered with an empty response");
+                assert_reasoned(&response);
                 answered = true;
             }
             Command::Io { io, op } => {
@@ -145,8 +144,15 @@ pub fn peer_request(data: &[u8]) {
 fn answer(mut reply: virga_net::BoxFuture<crate::protocol::Response>) {
     let mut context = Context::from_waker(Waker::noop());
     match reply.as_mut().poll(&mut context) {
-        Poll::Ready(response) => assert!(response.body.is_some(), "a request answered with an empty response"),
+        Poll::Ready(response) => assert_reasoned(&response),
         Poll::Pending => panic!("a request to a fuzzed peer did not answer at once"),
+    }
+}
+
+/// A refusal says why.
+fn assert_reasoned(response: &crate::protocol::Response) {
+    if let crate::protocol::Response::Refused(reason) = response {
+        assert!(!reason.is_empty(), "a request refused without a reason");
     }
 }
 
@@ -183,18 +189,22 @@ mod tests {
             peer_request(&bytes);
         }
         // Well-formed requests of every kind, with nonsense inside.
+        use crate::proto::{self, request::Body};
+        let block = proto::BlockId { number: 0, hash: vec![0; 32] };
         for body in [
-            crate::protocol::RequestBody::Witness(Default::default()),
-            crate::protocol::RequestBody::Top(Default::default()),
-            crate::protocol::RequestBody::ApplyBlock(Default::default()),
-            crate::protocol::RequestBody::Head(Default::default()),
-            crate::protocol::RequestBody::Submit(crate::proto::Submission {
+            Body::Witness(Default::default()),
+            Body::Top(Default::default()),
+            Body::ApplyBlock(Default::default()),
+            Body::Head(Default::default()),
+            Body::Submit(proto::Submission {
                 transactions: vec![vec![0xf8, 0x01]],
+                witness_at: Some(block),
+                witness_root: vec![0; 32],
                 ..Default::default()
             }),
-            crate::protocol::RequestBody::Announce(Default::default()),
+            Body::Announce(Default::default()),
         ] {
-            peer_request(&crate::protocol::request(body).encode_to_vec());
+            peer_request(&prost::Message::encode_to_vec(&proto::Request { body: Some(body) }));
         }
     }
 }

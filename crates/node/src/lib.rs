@@ -19,7 +19,7 @@ pub mod audit;
 pub mod checkpoint;
 pub mod client;
 pub mod cluster;
-mod codec;
+pub mod codec;
 #[cfg(test)]
 mod contract_core_tests;
 #[cfg(test)]
@@ -28,6 +28,7 @@ mod core_tests;
 pub mod cost;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod messages;
 pub mod miner;
 #[cfg(feature = "grpc")]
 pub mod process;

@@ -1,56 +1,66 @@
 //! RainBlock's messages (storage nodes, miners, prefetching clients) as a protocol of the
-//! transports.
+//! transports: the cores exchange [`crate::messages`]; the gRPC transport encodes them once
+//! through [`crate::codec`].
 
 use virga_net::role::Protocol;
 use virga_net::{ProtobufError, WireProtocol};
 
-pub use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody, Request, Response};
+use crate::codec::{request_from_wire, request_to_wire, response_from_wire, response_to_wire, WireError};
+pub use crate::messages::{Request, Response};
 
-/// RainBlock's protocol: [`Request`] and [`Response`] of package `virga.rainblock.v1`, in
-/// envelopes named `rainblock`.
+/// RainBlock's protocol: [`Request`] and [`Response`], in envelopes named `rainblock`.
 #[derive(Clone, Copy, Debug)]
 pub struct Rainblock;
+
+/// Why bytes are not a RainBlock message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RainblockWireError {
+    #[error(transparent)]
+    Protobuf(#[from] ProtobufError),
+    #[error(transparent)]
+    Field(#[from] WireError),
+}
 
 impl Protocol for Rainblock {
     type Request = Request;
     type Response = Response;
 
     fn request_kind(request: &Request) -> &'static str {
-        match &request.body {
-            Some(RequestBody::Witness(_)) => "witness",
-            Some(RequestBody::Top(_)) => "top",
-            Some(RequestBody::ApplyBlock(_)) => "apply_block",
-            Some(RequestBody::Head(_)) => "head",
-            Some(RequestBody::Submit(_)) => "submit",
-            Some(RequestBody::Announce(_)) => "announce",
-            None => "empty",
+        match request {
+            Request::Witness(_) => "witness",
+            Request::Top(_) => "top",
+            Request::ApplyBlock(_) => "apply_block",
+            Request::Head => "head",
+            Request::Submit(_) => "submit",
+            Request::Announce(_) => "announce",
         }
     }
 
     fn response_kind(response: &Response) -> &'static str {
-        match &response.body {
-            Some(ResponseBody::Witness(_)) => "witness",
-            Some(ResponseBody::Top(_)) => "top",
-            Some(ResponseBody::BlockAck(_)) => "block_ack",
-            Some(ResponseBody::Head(_)) => "head",
-            Some(ResponseBody::Submitted(_)) => "submitted",
-            Some(ResponseBody::Verdict(_)) => "verdict",
-            Some(ResponseBody::Error(_)) => "error",
-            None => "empty",
+        match response {
+            Response::Witness(_) => "witness",
+            Response::Top(_) => "top",
+            Response::BlockAck(_) => "block_ack",
+            Response::Head(_) => "head",
+            Response::Submitted(_) => "submitted",
+            Response::Verdict(_) => "verdict",
+            Response::Refused(_) => "error",
         }
     }
 
+    /// The encoding's length. It converts a copy, so it is for the cost model, not a hot
+    /// path (the gRPC transport counts the bytes it sends).
     fn request_bytes(request: &Request) -> usize {
-        prost::Message::encoded_len(request)
+        prost::Message::encoded_len(&request_to_wire(request.clone()))
     }
 
     fn response_bytes(response: &Response) -> usize {
-        prost::Message::encoded_len(response)
+        prost::Message::encoded_len(&response_to_wire(response.clone()))
     }
 
     fn refusal_reason(response: &Response) -> Option<&str> {
-        match &response.body {
-            Some(ResponseBody::Error(reason)) => Some(reason),
+        match response {
+            Response::Refused(reason) => Some(reason),
             _ => None,
         }
     }
@@ -58,90 +68,40 @@ impl Protocol for Rainblock {
 
 impl WireProtocol for Rainblock {
     const NAME: &'static str = "rainblock";
-    type DecodeError = ProtobufError;
+    type DecodeError = RainblockWireError;
 
     fn refusal(reason: String) -> Response {
-        refusal(reason)
+        Response::Refused(reason)
     }
 
     fn encode_request(request: Request) -> Vec<u8> {
-        prost::Message::encode_to_vec(&request)
+        prost::Message::encode_to_vec(&request_to_wire(request))
     }
 
-    /// A request of no kind this build knows is refused, not served as a default.
-    fn decode_request(bytes: &[u8]) -> Result<Request, ProtobufError> {
-        ProtobufError::decode_kind(bytes, "rainblock request", |request: &Request| request.body.is_some())
+    /// A request of no kind this build knows, or with a malformed field, is refused.
+    fn decode_request(bytes: &[u8]) -> Result<Request, RainblockWireError> {
+        let request = ProtobufError::decode_kind(bytes, "rainblock request", |request: &crate::proto::Request| {
+            request.body.is_some()
+        })?;
+        Ok(request_from_wire(request)?)
     }
 
     fn encode_response(response: Response) -> Vec<u8> {
-        prost::Message::encode_to_vec(&response)
+        prost::Message::encode_to_vec(&response_to_wire(response))
     }
 
-    fn decode_response(bytes: &[u8]) -> Result<Response, ProtobufError> {
-        ProtobufError::decode_kind(bytes, "rainblock response", |response: &Response| response.body.is_some())
+    fn decode_response(bytes: &[u8]) -> Result<Response, RainblockWireError> {
+        let response = ProtobufError::decode_kind(bytes, "rainblock response", |response: &crate::proto::Response| {
+            response.body.is_some()
+        })?;
+        Ok(response_from_wire(response)?)
     }
-}
-
-pub fn request(body: RequestBody) -> Request {
-    Request { body: Some(body) }
-}
-
-pub fn response(body: ResponseBody) -> Response {
-    Response { body: Some(body) }
 }
 
 /// A refusal with its reason.
 pub fn refusal(reason: impl Into<String>) -> Response {
-    response(ResponseBody::Error(reason.into()))
+    Response::Refused(reason.into())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::proto;
-    use proptest::prelude::*;
-
-    fn witness() -> impl Strategy<Value = Request> {
-        (prop::collection::vec(prop::collection::vec(any::<u8>(), 32), 0..8), any::<u32>(), any::<u64>()).prop_map(
-            |(keys, compaction, number)| {
-                request(RequestBody::Witness(proto::WitnessRequest {
-                    keys,
-                    compaction,
-                    at: Some(proto::BlockId { number, hash: vec![7; 32] }),
-                    slots: Vec::new(),
-                    code_hashes: Vec::new(),
-                }))
-            },
-        )
-    }
-
-    proptest! {
-        /// What the gRPC transport sends is what the callee's core receives, and the byte
-        /// count both transports report is the encoding's length.
-        #[test]
-        fn a_request_crosses_the_codec_unchanged(request in witness()) {
-            let bytes = Rainblock::encode_request(request.clone());
-            prop_assert_eq!(bytes.len(), Rainblock::request_bytes(&request));
-            prop_assert_eq!(Rainblock::decode_request(&bytes), Ok(request));
-        }
-
-        #[test]
-        fn any_bytes_decode_to_a_message_or_a_named_refusal(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
-            match Rainblock::decode_response(&bytes) {
-                Ok(response) => prop_assert!(response.body.is_some()),
-                Err(error) => prop_assert!(!error.to_string().is_empty()),
-            }
-        }
-    }
-
-    #[test]
-    fn an_empty_message_is_a_message_of_no_known_kind_and_refused() {
-        assert_eq!(
-            Rainblock::decode_request(&Rainblock::encode_request(Request { body: None })),
-            Err(ProtobufError::Empty { message: "rainblock request" })
-        );
-        assert_eq!(Rainblock::decode_response(&[]), Err(ProtobufError::Empty { message: "rainblock response" }));
-        let refused = Rainblock::decode_response(&Rainblock::encode_response(refusal("busy"))).unwrap();
-        assert_eq!(Rainblock::refusal_reason(&refused), Some("busy"));
-    }
-}
+mod tests;

@@ -25,7 +25,7 @@ async fn a_peer_serves_rainblock_and_answers_pings_with_its_id_role_and_version(
     let pong = health::ping(&*transport, "client-0", "miner-3").await.unwrap();
     assert_eq!((pong.node.as_str(), pong.role.as_str(), pong.version.as_str()), ("miner-3", "miner", health::VERSION));
     let rainblock: &dyn Transport<Rainblock> = &*transport;
-    let refused = rainblock.call("client-0", "miner-3", Request::default()).await.unwrap_err();
+    let refused = rainblock.call("client-0", "miner-3", Request::Head).await.unwrap_err();
     assert!(matches!(refused, NetError::Refused { ref reason, .. } if reason == "busy"), "{refused}");
 
     // A peer registered with RainBlock alone is up but does not serve health.
@@ -33,5 +33,5 @@ async fn a_peer_serves_rainblock_and_answers_pings_with_its_id_role_and_version(
     let not_hosted = health::ping(&*transport, "client-0", "storage-0").await.unwrap_err();
     assert!(matches!(not_hosted, NetError::NotHosted { protocol: "health", .. }), "{not_hosted}");
     let kinds = transport.stats().kinds();
-    assert_eq!(kinds.keys().map(ToString::to_string).collect::<Vec<_>>(), ["health.ping", "rainblock.empty"]);
+    assert_eq!(kinds.keys().map(ToString::to_string).collect::<Vec<_>>(), ["health.ping", "rainblock.head"]);
 }

@@ -28,8 +28,8 @@ mod queue;
 mod tests;
 mod witness;
 
-use crate::proto::{self, Submission};
-use crate::protocol::{refusal, request, Rainblock, RequestBody, ResponseBody};
+use crate::messages::{BlockId, Request, Response, Submission};
+use crate::protocol::{refusal, Rainblock};
 use alloy_primitives::{Address, B256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -38,7 +38,6 @@ use virga_ledger::tx::SignedTx;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
 
-use crate::codec::{b256, bag_to_wire, block_id, parse_block_id};
 use crate::storage::prefix_nibbles;
 use queue::SenderQueues;
 pub use witness::{check_contract_witness, check_witness, ContractWitness, WitnessError};
@@ -145,10 +144,6 @@ pub enum HeadError {
     Unavailable(NetError),
     #[error("the miner answered a head request with something else")]
     UnexpectedReply,
-    #[error("the miner sent no head")]
-    NoHead,
-    #[error("the miner's head is malformed: {0}")]
-    Malformed(crate::codec::WireError),
 }
 
 /// What a step of the core asks its driver to do.
@@ -329,10 +324,10 @@ impl ClientCore {
         self.queues.waiting()
     }
 
-    fn call(&mut self, batch: u64, to: &str, body: RequestBody, out: &mut Commands) -> CallId {
+    fn call(&mut self, batch: u64, to: &str, request: Request, out: &mut Commands) -> CallId {
         let call = self.ids.call();
         self.calls.insert(call, batch);
-        out.push(Command::Call { to: to.to_string(), call, request: request(body), deadline: self.config.deadline });
+        out.push(Command::Call { to: to.to_string(), call, request, deadline: self.config.deadline });
         call
     }
 
@@ -346,12 +341,12 @@ impl ClientCore {
             let id = self.next_batch;
             self.next_batch += 1;
             let miner = self.config.miner.clone();
-            let call = self.call(id, &miner, RequestBody::Head(proto::HeadRequest {}), out);
+            let call = self.call(id, &miner, Request::Head, out);
             self.batches.insert(id, Batch { transfers, stage: Stage::AwaitingHead { call } });
         }
     }
 
-    fn on_response(&mut self, id: u64, call: CallId, result: Result<proto::Response, NetError>, out: &mut Commands) {
+    fn on_response(&mut self, id: u64, call: CallId, result: Result<Response, NetError>, out: &mut Commands) {
         let Some(mut batch) = self.batches.remove(&id) else { return };
         match batch.stage {
             Stage::AwaitingHead { call: expected } if expected == call => match parse_head(result) {
@@ -443,7 +438,7 @@ impl ClientCore {
             out.push(Command::Call {
                 to: call.peer,
                 call: call.call,
-                request: request(RequestBody::Witness(call.request)),
+                request: Request::Witness(call.request),
                 deadline: self.config.deadline,
             });
         }
@@ -511,21 +506,20 @@ impl ClientCore {
         self.stats.witness_bytes_compact += bag.node_bytes() as u64;
         self.stats.calls_submitted += calls_submitted;
         let (storage, codes) = contracts;
-        let slot_bytes: usize =
-            storage.iter().filter_map(|entry| entry.bag.as_ref()).flat_map(|bag| &bag.nodes).map(Vec::len).sum();
+        let slot_bytes: usize = storage.iter().flat_map(|entry| &entry.bag.nodes).map(Vec::len).sum();
         let contract_bytes = (slot_bytes + codes.iter().map(Vec::len).sum::<usize>()) as u64;
         self.stats.witness_bytes_compact += contract_bytes;
         self.stats.contract_witness_bytes += contract_bytes;
         let submission = Submission {
             transactions: kept.iter().map(|t| t.tx.encode()).collect(),
-            bag: Some(bag_to_wire(&bag)),
-            witness_at: Some(block_id(number, hash)),
-            witness_root: root.to_vec(),
+            bag,
+            witness_at: BlockId::new(number, hash),
+            witness_root: root,
             storage,
             codes,
         };
         let miner = self.config.miner.clone();
-        let call = self.call(id, &miner, RequestBody::Submit(submission), out);
+        let call = self.call(id, &miner, Request::Submit(submission), out);
         self.batches.insert(id, Batch { transfers: kept, stage: Stage::AwaitingSubmission { call } });
     }
 
@@ -587,14 +581,12 @@ impl ClientCore {
         &mut self,
         id: u64,
         kept: Vec<UserTransfer>,
-        result: Result<proto::Response, NetError>,
+        result: Result<Response, NetError>,
         out: &mut Commands,
     ) {
         let (block, outcomes) = match result {
-            Ok(reply) => match reply.body {
-                Some(ResponseBody::Submitted(submitted)) => {
-                    (parse_block_id(submitted.block.as_ref(), "block").ok().flatten(), submitted.outcomes)
-                }
+            Ok(reply) => match reply {
+                Response::Submitted(submitted) => (submitted.block.map(BlockId::pair), submitted.outcomes),
                 _ => (None, Vec::new()),
             },
             Err(error) => {
@@ -671,13 +663,9 @@ impl ClientCore {
 }
 
 /// The committed head in the miner's answer.
-fn parse_head(result: Result<proto::Response, NetError>) -> Result<Head, HeadError> {
-    let reply = result.map_err(HeadError::Unavailable)?;
-    let Some(ResponseBody::Head(head)) = reply.body else {
+fn parse_head(result: Result<Response, NetError>) -> Result<Head, HeadError> {
+    let Response::Head(head) = result.map_err(HeadError::Unavailable)? else {
         return Err(HeadError::UnexpectedReply);
     };
-    let (number, hash) =
-        parse_block_id(head.head.as_ref(), "head").map_err(HeadError::Malformed)?.ok_or(HeadError::NoHead)?;
-    let root = b256(&head.state_root, "state_root").map_err(HeadError::Malformed)?;
-    Ok((number, hash, root))
+    Ok((head.head.number, head.head.hash, head.state_root))
 }

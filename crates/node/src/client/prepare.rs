@@ -80,7 +80,7 @@ pub(super) fn contract_bags(
     code_used: &std::collections::BTreeSet<B256>,
     codes: &HashMap<B256, Vec<u8>>,
     compaction: usize,
-) -> (Vec<crate::proto::StorageBag>, Vec<Vec<u8>>) {
+) -> (Vec<crate::messages::StorageBag>, Vec<Vec<u8>>) {
     let mut by_account: std::collections::BTreeMap<(B256, B256), Vec<NodeBag>> = std::collections::BTreeMap::new();
     for (account, root, bag) in &contracts.bags {
         by_account.entry((*account, *root)).or_default().push(bag.clone());
@@ -91,7 +91,7 @@ pub(super) fn contract_bags(
             let merged = NodeBag::merge(bags);
             // A verified bag always compacts; should it not, the whole one still attaches.
             let bag = merged.compact(root, compaction).unwrap_or(merged);
-            crate::proto::StorageBag { account: account.to_vec(), bag: Some(crate::codec::bag_to_wire(&bag)) }
+            crate::messages::StorageBag { account, bag }
         })
         .collect();
     (storage, code_used.iter().filter_map(|hash| codes.get(hash).cloned()).collect())

@@ -1,8 +1,7 @@
 //! The client core driven by hand: events in, and the commands it emits checked. Witnesses
 //! come from real storage nodes on a small genesis state, so every check is the real one.
 
-use crate::proto::{self, Submission};
-use crate::protocol::{response, RequestBody, Response, ResponseBody};
+use crate::messages::{BlockId, HeadReply, Request, Response, Submission, SubmissionReply, TxOutcome, WitnessRequest};
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, B256, U256};
 use proptest::prelude::*;
@@ -15,7 +14,6 @@ use virga_net::NetError;
 
 use super::*;
 use crate::cluster::{replicated_layout, write_genesis};
-use crate::codec::{bag_from_wire, block_id};
 use crate::storage::{shard_state, ShardedState, StorageNode};
 use crate::workload::{Accounts, GAS_PRICE};
 
@@ -27,7 +25,7 @@ const MINER: &str = "miner-0";
 #[derive(Debug)]
 enum Sent {
     Head(CallId),
-    Witness { call: CallId, peer: String, request: proto::WitnessRequest },
+    Witness { call: CallId, peer: String, request: WitnessRequest },
     Submit(CallId, Submission),
     Timer(TimerId, Duration),
 }
@@ -122,13 +120,13 @@ impl World {
             .map(|command| match command {
                 Command::Call { to, call, request, deadline } => {
                     assert_eq!(deadline, self.core.config().deadline, "every call carries the deadline");
-                    match request.body {
-                        Some(RequestBody::Head(_)) => {
+                    match request {
+                        Request::Head => {
                             assert_eq!(to, MINER);
                             Sent::Head(call)
                         }
-                        Some(RequestBody::Witness(request)) => Sent::Witness { call, peer: to, request },
-                        Some(RequestBody::Submit(submission)) => {
+                        Request::Witness(request) => Sent::Witness { call, peer: to, request },
+                        Request::Submit(submission) => {
                             assert_eq!(to, MINER);
                             Sent::Submit(call, submission)
                         }
@@ -151,11 +149,11 @@ impl World {
 
     fn head_reply(&self) -> Response {
         let (number, hash, root) = self.head;
-        response(ResponseBody::Head(proto::HeadReply { head: Some(block_id(number, hash)), state_root: root.to_vec() }))
+        Response::Head(HeadReply { head: BlockId::new(number, hash), state_root: root })
     }
 
-    fn witness_reply(&self, peer: &str, request: &proto::WitnessRequest) -> Response {
-        response(ResponseBody::Witness(self.nodes[peer].witness(request).unwrap()))
+    fn witness_reply(&self, peer: &str, request: &WitnessRequest) -> Response {
+        Response::Witness(self.nodes[peer].witness(request).unwrap())
     }
 
     /// Answers the head call and every witness call with honest answers, until the batch's
@@ -187,14 +185,14 @@ fn heads(sent: &[Sent]) -> Vec<CallId> {
 fn submitted(outcomes: Vec<(bool, &str)>) -> Response {
     let outcomes = outcomes
         .into_iter()
-        .map(|(included, reason)| proto::TxOutcome {
-            tx_hash: Vec::new(),
+        .map(|(included, reason)| TxOutcome {
+            tx_hash: B256::ZERO,
             included,
             succeeded: included,
             reason: reason.to_string(),
         })
         .collect();
-    response(ResponseBody::Submitted(proto::SubmissionReply { block: None, outcomes }))
+    Response::Submitted(SubmissionReply { block: None, outcomes })
 }
 
 fn deadline_exceeded(peer: &str) -> NetError {
@@ -230,12 +228,12 @@ fn a_head_reply_asks_each_storage_node_once_for_its_shards_keys_at_that_block() 
     for sent in &sent {
         let Sent::Witness { peer, request, .. } = sent else { panic!("{sent:?}") };
         assert!(peers.insert(peer.clone()), "{peer} asked twice");
-        assert_eq!(request.at, Some(block_id(world.head.0, world.head.1)));
+        assert_eq!(request.at, Some(BlockId::new(world.head.0, world.head.1)));
         assert_eq!(request.compaction, 0, "full witnesses, to check them");
         let served = &world.layout.iter().find(|(id, _)| id == peer).unwrap().1;
         for key in &request.keys {
             assert!(served.contains(&usize::from(key[0] >> 4)), "{peer} does not serve key {key:?}");
-            asked.push(B256::from_slice(key));
+            asked.push(*key);
         }
     }
     asked.sort_unstable();
@@ -248,7 +246,7 @@ fn a_refused_or_bad_witness_is_asked_of_the_shards_next_replica() {
     let transfers: Vec<UserTransfer> = (0..4).map(|i| world.transfer(i, i + 12, 0)).collect();
     let head = heads(&world.input(transfers))[0];
     let sent = world.respond(head, Ok(world.head_reply()));
-    let mut witnesses: Vec<(CallId, String, proto::WitnessRequest)> = sent
+    let mut witnesses: Vec<(CallId, String, WitnessRequest)> = sent
         .into_iter()
         .map(|sent| match sent {
             Sent::Witness { call, peer, request } => (call, peer, request),
@@ -270,10 +268,10 @@ fn a_refused_or_bad_witness_is_asked_of_the_shards_next_replica() {
     // A witness with a node flipped: recorded as not verifying, asked of the next replica.
     let (call, liar, request) = witnesses.remove(0);
     let mut lie = world.nodes[&liar].witness(&request).unwrap();
-    let bag = lie.bag.as_mut().unwrap();
+    let bag = &mut lie.bag;
     let last = bag.nodes[0].len() - 1;
     bag.nodes[0][last] ^= 1;
-    let again = world.respond(call, Ok(response(ResponseBody::Witness(lie))));
+    let again = world.respond(call, Ok(Response::Witness(lie)));
     let [Sent::Witness { peer, request: retried, .. }] = again.as_slice() else { panic!("{again:?}") };
     assert_ne!(peer, &liar);
     assert_eq!(retried.keys, request.keys);
@@ -318,10 +316,10 @@ fn verified_witnesses_lead_to_a_submission_with_the_transactions_and_a_bag() {
     let (call, submission, others) = world.drive_to_submission(head);
     assert!(others.is_empty(), "{others:?}");
     assert_eq!(decoded(&submission), hashes);
-    assert_eq!(submission.witness_at, Some(block_id(world.head.0, world.head.1)));
-    assert_eq!(submission.witness_root, world.head.2.to_vec());
+    assert_eq!(submission.witness_at, BlockId::new(world.head.0, world.head.1));
+    assert_eq!(submission.witness_root, world.head.2);
     // Compaction 0 keeps every node: the bag alone proves every account against the root.
-    let bag = bag_from_wire(submission.bag.clone());
+    let bag = submission.bag.clone();
     assert_eq!(bag.keys.iter().cloned().collect::<HashSet<_>>(), keys);
     let values = bag.verify(world.head.2).unwrap();
     assert!(values.iter().all(Option::is_some), "every account exists at genesis");
@@ -341,7 +339,7 @@ fn a_compacted_bag_leaves_out_the_upper_levels() {
     let transfers: Vec<UserTransfer> = (0..5).map(|i| world.transfer(i, i + 9, 0)).collect();
     let head = heads(&world.input(transfers))[0];
     let (_, submission, _) = world.drive_to_submission(head);
-    let bag = bag_from_wire(submission.bag);
+    let bag = submission.bag;
     let stats = world.core.stats();
     assert_eq!(stats.witness_bytes_compact, bag.node_bytes() as u64);
     assert!(stats.witness_bytes_compact < stats.witness_bytes_full, "{stats:?}");
@@ -356,7 +354,7 @@ fn transfers_that_would_fail_are_filtered_with_their_reason_and_the_bag_narrowed
     let head = heads(&world.input(vec![good.clone(), wrong_nonce]))[0];
     let (_, submission, _) = world.drive_to_submission(head);
     assert_eq!(decoded(&submission), vec![good.tx.hash()]);
-    let bag = bag_from_wire(submission.bag);
+    let bag = submission.bag;
     let keys: HashSet<Vec<u8>> = bag.keys.iter().cloned().collect();
     let [sender_key, recipient_key] = crate::client::precheck::touched_keys(&good.tx, good.sender);
     assert_eq!(keys, HashSet::from([sender_key.to_vec(), recipient_key.to_vec()]));
@@ -464,7 +462,7 @@ fn no_more_than_in_flight_batches_are_under_way() {
 fn a_request_to_a_client_is_refused() {
     let mut world = world(1, 1, 3);
     let mut out = Vec::new();
-    let request = crate::protocol::request(RequestBody::Head(proto::HeadRequest {}));
+    let request = Request::Head;
     world.core.step(0, Event::Request { from: "x".into(), call: CallId(9), request }, &mut out);
     assert!(matches!(out.as_slice(), [Command::Reply { call: CallId(9), .. }]), "{out:?}");
 }
@@ -480,10 +478,10 @@ fn check_witness_refuses_another_block_other_keys_and_a_tampered_node() {
         .take(2)
         .collect();
     assert_eq!(served.len(), 2, "storage-0 serves some of the accounts");
-    let request = proto::WitnessRequest {
-        keys: served.iter().map(|key| key.to_vec()).collect(),
+    let request = WitnessRequest {
+        keys: served.clone(),
         compaction: 0,
-        at: Some(block_id(number, hash)),
+        at: Some(BlockId::new(number, hash)),
         ..Default::default()
     };
     let honest = world.nodes[peer].witness(&request).unwrap();
@@ -499,7 +497,7 @@ fn check_witness_refuses_another_block_other_keys_and_a_tampered_node() {
     assert_eq!(error, WitnessError::WrongKeys { proved: 2, asked: 1 });
 
     let mut tampered = honest.clone();
-    tampered.bag.as_mut().unwrap().nodes.push(vec![0xc0]);
+    tampered.bag.nodes.push(vec![0xc0]);
     let error = check_witness(tampered, &served, (number, hash), root, 3).unwrap_err();
     assert!(matches!(error, WitnessError::DoesNotVerify { .. }), "{error}");
 
@@ -553,8 +551,8 @@ impl Peers {
                 Turn::Late => world.respond(call, Err(deadline_exceeded(&peer))),
                 Turn::Refuse => {
                     let mut lie = world.nodes[&peer].witness(&request).unwrap();
-                    lie.bag.as_mut().unwrap().nodes.push(vec![0xc0]);
-                    world.respond(call, Ok(response(ResponseBody::Witness(lie))))
+                    lie.bag.nodes.push(vec![0xc0]);
+                    world.respond(call, Ok(Response::Witness(lie)))
                 }
             },
             Sent::Submit(call, submission) => {

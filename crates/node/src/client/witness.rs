@@ -1,20 +1,20 @@
 //! A batch's witness fetch: which storage node is asked for which keys, the checks every
 //! witness must pass, and what a failed one leads to.
 
-use crate::proto;
+use crate::messages::{BlockId, Response, SlotKeys, StorageBag, WitnessReply, WitnessRequest};
 use alloy_primitives::{B256, U256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use virga_net::role::{CallId, Ids};
 use virga_net::NetError;
 use virga_trie::proof::{NodeBag, ProofError};
 
-use crate::codec::{b256, bag_from_wire, block_id, parse_block_id};
+use crate::codec::b256;
 
 /// Why a storage node's witness was not used, or why a fetch gave up.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WitnessError {
     #[error("witness is for block {served:?}, not the block asked for ({}, {})", asked.0, asked.1)]
-    WrongBlock { served: Option<(u64, B256)>, asked: (u64, B256) },
+    WrongBlock { served: (u64, B256), asked: (u64, B256) },
     #[error("witness is about {proved} keys, not the {asked} asked for")]
     WrongKeys { proved: usize, asked: usize },
     #[error("witness does not verify against {root}: {source}")]
@@ -75,17 +75,16 @@ pub(super) type KeyValues = Vec<(B256, (Option<Vec<u8>>, usize))>;
 /// against the block's state root (every key proved, every node used). Returns it whole,
 /// compacted at `compaction`, and each key's value.
 pub fn check_witness(
-    witness: proto::WitnessReply,
+    witness: WitnessReply,
     keys: &[B256],
     at: (u64, B256),
     root: B256,
     compaction: usize,
 ) -> Result<(NodeBag, NodeBag, KeyValues), WitnessError> {
-    let served = parse_block_id(witness.at.as_ref(), "at").map_err(WitnessError::Malformed)?;
-    if served != Some(at) {
-        return Err(WitnessError::WrongBlock { served, asked: at });
+    if witness.at.pair() != at {
+        return Err(WitnessError::WrongBlock { served: witness.at.pair(), asked: at });
     }
-    let bag = bag_from_wire(witness.bag);
+    let bag = witness.bag;
     let asked: HashSet<&[u8]> = keys.iter().map(|key| key.as_slice()).collect();
     let proved: HashSet<&[u8]> = bag.keys.iter().map(Vec::as_slice).collect();
     if bag.keys.len() != keys.len() || proved != asked {
@@ -118,9 +117,9 @@ pub struct ContractWitness {
 /// account's bag proves exactly the slots asked from the storage root `storage_root_of` the
 /// account (whose own witness was verified first), and each code hashes to the hash asked.
 pub fn check_contract_witness(
-    storage: Vec<proto::StorageBag>,
+    storage: Vec<StorageBag>,
     codes: Vec<Vec<u8>>,
-    asked_slots: &[proto::SlotKeys],
+    asked_slots: &[SlotKeys],
     asked_codes: &[B256],
     storage_root_of: impl Fn(&B256) -> Option<B256>,
 ) -> Result<ContractWitness, WitnessError> {
@@ -132,13 +131,15 @@ pub fn check_contract_witness(
     }
     let mut checked = ContractWitness::default();
     for (served, asked) in storage.into_iter().zip(asked_slots) {
-        let account = b256(&asked.account, "slot account").map_err(WitnessError::Malformed)?;
-        if served.account != asked.account {
+        let account = asked.account;
+        if served.account != account {
             return Err(WitnessError::WrongSlots { account });
         }
         let root = storage_root_of(&account).ok_or(WitnessError::SlotsUnanchored { account })?;
-        let bag = bag_from_wire(served.bag);
-        if bag.keys != asked.slots {
+        let bag = served.bag;
+        if bag.keys.len() != asked.slots.len()
+            || bag.keys.iter().zip(&asked.slots).any(|(key, slot)| key[..] != slot[..])
+        {
             return Err(WitnessError::WrongSlots { account });
         }
         let values = bag.verify(root).map_err(|source| WitnessError::SlotsDoNotVerify {
@@ -221,7 +222,7 @@ struct Asked {
     peer: String,
     shards: Vec<usize>,
     keys: Vec<B256>,
-    slots: Vec<proto::SlotKeys>,
+    slots: Vec<SlotKeys>,
     codes: Vec<B256>,
 }
 
@@ -230,7 +231,7 @@ struct Asked {
 pub(super) struct WitnessCall {
     pub(super) call: CallId,
     pub(super) peer: String,
-    pub(super) request: proto::WitnessRequest,
+    pub(super) request: WitnessRequest,
 }
 
 /// What became of a witness answer.
@@ -359,21 +360,18 @@ impl WitnessFetch {
         let mut calls = Vec::with_capacity(by_node.len());
         for (peer, (shards, keys, contracts)) in by_node {
             let call = ids.call();
-            let slots: Vec<proto::SlotKeys> = contracts
+            let slots: Vec<SlotKeys> = contracts
                 .slots
                 .iter()
-                .map(|(account, slots)| proto::SlotKeys {
-                    account: account.to_vec(),
-                    slots: slots.iter().map(|slot| slot.to_vec()).collect(),
-                })
+                .map(|(account, slots)| SlotKeys { account: *account, slots: slots.clone() })
                 .collect();
             let codes: Vec<B256> = contracts.codes.values().copied().collect();
-            let request = proto::WitnessRequest {
-                keys: keys.iter().map(|key| key.to_vec()).collect(),
+            let request = WitnessRequest {
+                keys: keys.clone(),
                 compaction: 0,
-                at: Some(block_id(self.at.0, self.at.1)),
+                at: Some(BlockId::new(self.at.0, self.at.1)),
                 slots: slots.clone(),
-                code_hashes: codes.iter().map(|hash| hash.to_vec()).collect(),
+                code_hashes: codes.clone(),
             };
             calls.push(WitnessCall { call, peer: peer.to_string(), request });
             self.outstanding.insert(call, Asked { peer: peer.to_string(), shards, keys, slots, codes });
@@ -385,14 +383,14 @@ impl WitnessFetch {
     pub(super) fn answer(
         &mut self,
         call: CallId,
-        result: Result<proto::Response, NetError>,
+        result: Result<Response, NetError>,
         compaction: usize,
     ) -> Option<Answered> {
         let asked = self.outstanding.remove(&call)?;
         let checked = match result {
             Err(error) => Err(WitnessError::Unavailable(error)),
-            Ok(reply) => match reply.body {
-                Some(crate::protocol::ResponseBody::Witness(mut witness)) => {
+            Ok(reply) => match reply {
+                Response::Witness(mut witness) => {
                     let (storage, codes) = (std::mem::take(&mut witness.storage), std::mem::take(&mut witness.codes));
                     check_witness(witness, &asked.keys, self.at, self.root, compaction).and_then(|checked| {
                         let storage_root_of = |key: &B256| storage_root(&checked.2, key);

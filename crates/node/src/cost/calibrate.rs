@@ -9,9 +9,7 @@
 //! [`Machine::effective_cores`] measures how much of the cores a CPU-bound job of this
 //! process actually gets ([`super::probes`] holds that and the transports' probes).
 
-use crate::proto;
-use crate::protocol::{request, Request, RequestBody};
-use prost::Message;
+use crate::protocol::{Rainblock, Request};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -328,8 +326,10 @@ fn run_rig(setup: &CalibrationSetup) -> Result<(Samples, (f64, f64)), Calibratio
     let (mut small, mut large) = (Vec::new(), Vec::new());
     for _ in 0..setup.repetitions {
         for sample in [rig.block(setup.small_block)?, rig.block(setup.large_block)?] {
-            if let Some(record) = sample.messages.iter().find_map(|m| match &m.body {
-                Some(RequestBody::ApplyBlock(updates)) => Some(updates.encode_to_vec()),
+            if let Some(record) = sample.messages.iter().find_map(|m| match m {
+                Request::ApplyBlock(updates) => {
+                    Some(prost::Message::encode_to_vec(&crate::codec::block_updates_to_wire((**updates).clone())))
+                }
                 _ => None,
             }) {
                 log.append(record)?;
@@ -380,11 +380,11 @@ fn message_costs(samples: &Samples) -> Result<MessageCosts, CalibrationError> {
     let messages: Vec<Request> = samples.all().flat_map(|s| s.messages.iter().cloned()).collect();
     let (encode_ns_per_byte, decode_ns_per_byte) = codec_ns_per_byte(&messages);
     let nodes: Vec<Vec<u8>> = samples.all().flat_map(|s| s.witness_nodes.iter().cloned()).collect();
-    let small_request = request(RequestBody::Head(proto::HeadRequest {}));
+    let small_request = Request::Head;
     let large_request = messages
         .iter()
-        .filter(|m| matches!(m.body, Some(RequestBody::Submit(_))))
-        .max_by_key(|m| m.encoded_len())
+        .filter(|m| matches!(m, Request::Submit(_)))
+        .max_by_key(|m| <Rainblock as virga_net::role::Protocol>::request_bytes(m))
         .cloned()
         .unwrap_or_else(|| small_request.clone());
     let (grpc_call_us, grpc_ns_per_byte) = grpc_costs(&small_request, &large_request)?;

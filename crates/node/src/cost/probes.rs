@@ -2,16 +2,16 @@
 //! node, a call over the in-process and the gRPC transport, the CPU model, and the share of
 //! the cores a busy process gets.
 
-use crate::proto::{self};
-use crate::protocol::{Rainblock, Request, Response, ResponseBody};
+use crate::messages::{BlockId, HeadReply};
+use crate::protocol::{Rainblock, Request, Response};
 use alloy_primitives::{keccak256, B256};
-use prost::Message;
 use std::sync::Arc;
 use std::time::Instant;
 use virga_ledger::tx::{RecoveredTx, SignedTx};
+use virga_net::role::Protocol;
+use virga_net::WireProtocol;
 use virga_net::{Handler, Transport};
 
-use crate::codec::block_id;
 use crate::testkit::Fixture;
 use crate::topology::Topology;
 use crate::workload::{sign_transfers, Mix};
@@ -19,21 +19,22 @@ use crate::workload::{sign_transfers, Mix};
 use super::calibrate::{median, setup_error, step_error, CalibrationError};
 use super::rig::micros;
 
-/// prost encoding and decoding of `messages`: nanoseconds per byte (medians over messages).
+/// The codec's encoding and decoding of `messages` (conversion and protobuf): nanoseconds
+/// per byte (medians over messages).
 pub(super) fn codec_ns_per_byte(messages: &[Request]) -> (f64, f64) {
     let (mut encode, mut decode) = (Vec::new(), Vec::new());
     for message in messages {
-        let bytes = message.encoded_len().max(1) as f64;
+        let bytes = Rainblock::request_bytes(message).max(1) as f64;
         let rounds = 8;
         let started = Instant::now();
         let mut encoded = Vec::new();
         for _ in 0..rounds {
-            encoded = message.encode_to_vec();
+            encoded = Rainblock::encode_request(message.clone());
         }
         encode.push(started.elapsed().as_secs_f64() * 1e9 / rounds as f64 / bytes);
         let started = Instant::now();
         for _ in 0..rounds {
-            let _ = std::hint::black_box(Request::decode(encoded.as_slice()));
+            let _ = std::hint::black_box(Rainblock::decode_request(encoded.as_slice()));
         }
         decode.push(started.elapsed().as_secs_f64() * 1e9 / rounds as f64 / bytes);
     }
@@ -60,8 +61,8 @@ struct Echo;
 
 impl Handler<Rainblock> for Echo {
     fn handle(&self, _from: String, _request: Request) -> virga_net::BoxFuture<Response> {
-        let head = proto::HeadReply { head: Some(block_id(1, B256::ZERO)), state_root: vec![0; 32] };
-        Box::pin(std::future::ready(crate::protocol::response(ResponseBody::Head(head))))
+        let head = HeadReply { head: BlockId::new(1, B256::ZERO), state_root: B256::ZERO };
+        Box::pin(std::future::ready(Response::Head(head)))
     }
 }
 
@@ -105,7 +106,7 @@ pub(super) fn inproc_call_us(small: &Request) -> Result<f64, CalibrationError> {
         let (sender, mut inbox) = tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<Response>>();
         tokio::spawn(async move {
             while let Some(reply) = inbox.recv().await {
-                let _ = reply.send(Echo.handle(String::new(), Request::default()).await);
+                let _ = reply.send(Echo.handle(String::new(), Request::Head).await);
             }
         });
         let transport = virga_net::InProc::new();
@@ -152,7 +153,7 @@ pub(super) fn grpc_costs(small: &Request, large: &Request) -> Result<(Option<f64
         let small_us = time_calls(&*transport, small, 400).await.map_err(step_error("gRPC calls"))?;
         let large_us = time_calls(&*transport, large, 100).await.map_err(step_error("gRPC calls"))?;
         let _ = stop.send(());
-        let extra_bytes = large.encoded_len().saturating_sub(small.encoded_len()).max(1) as f64;
+        let extra_bytes = Rainblock::request_bytes(large).saturating_sub(Rainblock::request_bytes(small)).max(1) as f64;
         let per_byte = ((large_us - small_us) * 1e3 / extra_bytes).max(0.0);
         Ok((Some(small_us), Some(per_byte)))
     })

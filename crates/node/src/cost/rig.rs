@@ -6,10 +6,9 @@
 //! and each step is timed by the process's CPU clock.
 
 use crate::client::precheck::{check_transfer, touched_keys};
-use crate::proto::{self, Submission};
-use crate::protocol::{request, Rainblock, Request, RequestBody, Response, ResponseBody};
+use crate::messages::{BlockId, Request, Response, Submission, WitnessRequest};
+use crate::protocol::Rainblock;
 use alloy_primitives::B256;
-use prost::Message;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,7 +19,6 @@ use virga_trie::account::Account;
 use virga_trie::proof::NodeBag;
 
 use crate::client::UserTransfer;
-use crate::codec::{bag_from_wire, bag_to_wire, block_id};
 use crate::miner::{execution_pool, MinerCore, MinerIo, MinerIoDone};
 use crate::storage::{log_options, open_core, NodeStorage, StorageCore, StorageIo};
 use crate::testkit::Fixture;
@@ -239,19 +237,19 @@ impl Rig {
         keys.sort_unstable();
         keys.dedup();
         sample.keys = keys.len();
-        let mut by_node: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
+        let mut by_node: BTreeMap<usize, Vec<B256>> = BTreeMap::new();
         let prefix = crate::storage::prefix_nibbles(self.fixture.topology.shards).unwrap_or(0);
         for key in &keys {
             let shard = virga_trie::shard::shard_of(key.as_slice(), prefix).map_err(step_error("shard"))?;
             let node = self.fixture.layout.iter().position(|(_, shards)| shards.contains(&shard)).unwrap_or(0);
-            by_node.entry(node).or_default().push(key.to_vec());
+            by_node.entry(node).or_default().push(*key);
         }
         let mut replies = Vec::new();
         for (node, node_keys) in by_node {
-            let witness = proto::WitnessRequest {
+            let witness = WitnessRequest {
                 keys: node_keys,
                 compaction: 0,
-                at: Some(block_id(number, hash)),
+                at: Some(BlockId::new(number, hash)),
                 ..Default::default()
             };
             let core = &mut self.nodes[node].1;
@@ -259,7 +257,7 @@ impl Rig {
             let reply = core.witness(&witness).map_err(step_error("witness"))?;
             sample.witness_us += self.clock.micros(started);
             sample.witness_calls += 1;
-            sample.witness_bytes += reply.encoded_len();
+            sample.witness_bytes += Rainblock::response_bytes(&Response::Witness(reply.clone()));
             replies.push(reply);
         }
 
@@ -267,7 +265,7 @@ impl Rig {
         let mut compact = Vec::new();
         let started = self.clock.start();
         for reply in replies {
-            let bag = bag_from_wire(reply.bag);
+            let bag = reply.bag;
             let (proven, _, compacted) = bag.verify_compact(root, self.compaction).map_err(step_error("verify"))?;
             for (key, value) in bag.keys.iter().zip(proven) {
                 values.insert(B256::from_slice(key), value);
@@ -307,14 +305,15 @@ impl Rig {
         let bag = NodeBag::merge(compact);
         let submission = Submission {
             transactions: batch.iter().map(|t| t.tx.encode()).collect(),
-            bag: Some(bag_to_wire(&bag)),
-            witness_at: Some(block_id(number, hash)),
-            witness_root: root.to_vec(),
-            ..Default::default()
+            bag: bag.clone(),
+            witness_at: BlockId::new(number, hash),
+            witness_root: root,
+            storage: Vec::new(),
+            codes: Vec::new(),
         };
         sample.bag_us = self.clock.micros(started);
-        let submit = request(RequestBody::Submit(submission.clone()));
-        sample.submission_bytes = submit.encoded_len();
+        let submit = Request::Submit(submission.clone());
+        sample.submission_bytes = Rainblock::request_bytes(&submit);
         sample.messages.push(submit.clone());
 
         self.time_miner_parts(&submission, &bag, &mut sample)?;
@@ -337,10 +336,10 @@ impl Rig {
             for command in pending {
                 match command {
                     Command::Call { to, call, request, .. } => {
-                        if let Some(RequestBody::ApplyBlock(updates)) = &request.body {
+                        if let Request::ApplyBlock(updates) = &request {
                             sample.apply_calls += 1;
                             sample.apply_updates += updates.updates.len();
-                            sample.apply_bytes += request.encoded_len();
+                            sample.apply_bytes += Rainblock::request_bytes(&request);
                             sample.messages.push(request.clone());
                         }
                         let started = self.clock.start();
@@ -359,7 +358,7 @@ impl Rig {
                     }
                     build @ Command::Io { op: MinerIo::Build(_), .. } => next.extend(self.build_now(vec![build])),
                     Command::Reply { response, .. } => {
-                        sample.answer_bytes += response.encoded_len();
+                        sample.answer_bytes += Rainblock::response_bytes(&response);
                         answers.push(response);
                     }
                     Command::SetTimer { .. } => {}
@@ -370,10 +369,8 @@ impl Rig {
         sample.commit_us = commit_us;
         let included = answers
             .iter()
-            .filter_map(|response| match &response.body {
-                Some(ResponseBody::Submitted(submitted)) => {
-                    Some(submitted.outcomes.iter().filter(|o| o.included).count())
-                }
+            .filter_map(|response| match response {
+                Response::Submitted(submitted) => Some(submitted.outcomes.iter().filter(|o| o.included).count()),
                 _ => None,
             })
             .sum::<usize>();

@@ -11,8 +11,9 @@
 //! older root. A transfer whose accounts still cannot be read aborts as `stale_witness`;
 //! every signature is recovered.
 
-use crate::proto::{BlockUpdates, KeyUpdate, SlotUpdate, TxOutcome};
+use crate::messages::{BlockUpdates, KeyUpdate, SlotUpdate, TxOutcome};
 use crate::protocol::Rainblock;
+use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, B256};
 use std::collections::{HashMap, HashSet};
 use virga_core::KECCAK_EMPTY;
@@ -33,7 +34,7 @@ use super::top_layer::{kept_through_prune, record_paths, Layer, Pruning, WRITE_A
 use super::{
     refuse_submission, Built, LeftOut, MinerConfig, MinerCore, MinerIo, MinerStats, Pending, Replies, UpdatesError,
 };
-use crate::codec::{b256, bag_from_wire, check_keys};
+use crate::codec::check_keys;
 use crate::storage::prefix_nibbles;
 
 /// Why a transfer whose nonce its sender has used already is left out.
@@ -188,21 +189,7 @@ impl BuildJob {
         let mut next_nonces: HashMap<Address, u64> = HashMap::new();
         for (pending, transfers) in batch.into_iter().zip(decoded) {
             let Pending { from, call, submission } = pending;
-            let bag = bag_from_wire(submission.bag);
-            let witness_root = match b256(&submission.witness_root, "witness_root") {
-                Ok(root) => root,
-                Err(reason) => {
-                    refuse_submission(
-                        &self.config.id,
-                        &mut self.stats,
-                        from,
-                        call,
-                        &reason.to_string(),
-                        &mut self.answers,
-                    );
-                    continue;
-                }
-            };
+            let (bag, witness_root) = (submission.bag, submission.witness_root);
             let contracts = match attach_bags(layer, &bag, submission.storage, submission.codes) {
                 Ok(contracts) => contracts,
                 Err(reason) => {
@@ -303,15 +290,16 @@ impl BuildJob {
         let replies = outcomes_of(slots, &built);
         layer.estimated_bytes += touched.len().saturating_add(1).saturating_mul(WRITE_ALLOWANCE_BYTES);
         record_paths(&mut layer.unpruned, touched.iter().copied());
-        let updates = match logical_updates(&config, &layer.top.accounts, touched, &built.outcome.writes) {
-            Ok(updates) => updates,
-            Err(reason) => {
-                // The tip stays where it was; the block's submissions are answered as left out.
-                tracing::error!(miner = %config.id, %reason, "collecting updates failed");
-                self.answer_unbuilt(replies);
-                return None;
-            }
-        };
+        let updates =
+            match logical_updates(&config, &built.block.header, &layer.top.accounts, touched, &built.outcome.writes) {
+                Ok(updates) => updates,
+                Err(reason) => {
+                    // The tip stays where it was; the block's submissions are answered as left out.
+                    tracing::error!(miner = %config.id, %reason, "collecting updates failed");
+                    self.answer_unbuilt(replies);
+                    return None;
+                }
+            };
         let keep = kept_through_prune(config.beneficiary, &built.outcome.writes);
         layer.estimated_bytes = self.pruning.maybe_prune(
             &mut layer.top,
@@ -379,7 +367,7 @@ pub(crate) enum BagRefusal {
 fn attach_bags(
     layer: &mut Layer,
     bag: &NodeBag,
-    storage: Vec<crate::proto::StorageBag>,
+    storage: Vec<crate::messages::StorageBag>,
     codes: Vec<Vec<u8>>,
 ) -> Result<ContractBags, BagRefusal> {
     // Bags attach along their keys' paths; pruning later walks those paths only.
@@ -388,7 +376,7 @@ fn attach_bags(
     let grown = attach_bag(&mut layer.top.accounts, bag)?;
     layer.estimated_bytes += grown;
     record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
-    let contracts = ContractBags::from_wire(storage, codes).map_err(ContractBagError::from)?;
+    let contracts = ContractBags::from_messages(storage, codes).map_err(ContractBagError::from)?;
     layer.estimated_bytes += contracts.attach(&mut layer.top)?;
     Ok(contracts)
 }
@@ -403,6 +391,7 @@ pub(crate) fn attach_bag(top: &mut PartialTrie, bag: &NodeBag) -> Result<usize, 
 /// grouped for the storage node serving its shard, and every shard's new subtree hash.
 fn logical_updates(
     config: &MinerConfig,
+    header: &Header,
     top: &PartialTrie,
     mut keys: Vec<B256>,
     writes: &BlockWrites,
@@ -418,14 +407,12 @@ fn logical_updates(
         by_shard
             .entry(shard)
             .or_default()
-            .push(KeyUpdate { key: key.to_vec(), value: value.map(|v| v.into_owned()).unwrap_or_default() });
+            .push(KeyUpdate { key, value: value.map(|v| v.into_owned()).unwrap_or_default() });
     }
     let shard_hashes = (0..config.shard_count)
         .map(|index| {
             let path: Vec<u8> = (0..prefix).map(|i| ((index >> (4 * (prefix - 1 - i))) & 15) as u8).collect();
-            top.subtree_hash_at(&path)
-                .map(|hash| hash.to_vec())
-                .map_err(|source| UpdatesError::ShardHash { shard: index, source })
+            top.subtree_hash_at(&path).map_err(|source| UpdatesError::ShardHash { shard: index, source })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let contracts = contract_updates(writes, prefix)?;
@@ -434,7 +421,14 @@ fn logical_updates(
         .iter()
         .map(|(peer, shards)| {
             let updates = shards.iter().flat_map(|shard| by_shard.get(shard).cloned().unwrap_or_default()).collect();
-            let mut message = BlockUpdates { shard_hashes: shard_hashes.clone(), updates, ..Default::default() };
+            let mut message = BlockUpdates {
+                header: header.clone(),
+                shard_hashes: shard_hashes.clone(),
+                updates,
+                slots: Vec::new(),
+                cleared: Vec::new(),
+                codes: Vec::new(),
+            };
             for shard in shards {
                 if let Some(contract) = contracts.get(shard) {
                     message.slots.extend(contract.slots.iter().cloned());
@@ -451,7 +445,7 @@ fn logical_updates(
 #[derive(Default)]
 struct ContractUpdates {
     slots: Vec<SlotUpdate>,
-    cleared: Vec<Vec<u8>>,
+    cleared: Vec<B256>,
     codes: Vec<Vec<u8>>,
 }
 
@@ -467,12 +461,12 @@ fn contract_updates(writes: &BlockWrites, prefix: usize) -> Result<HashMap<usize
         }
         let shard = by_shard.entry(virga_trie::shard::shard_of(key.as_slice(), prefix)?).or_default();
         if deleted || write.storage_cleared {
-            shard.cleared.push(key.to_vec());
+            shard.cleared.push(key);
         }
         for (slot, value) in &write.slots {
             let value = if value.is_zero() { Vec::new() } else { storage_value_rlp(*value) };
-            let slot = keccak256(B256::from(*slot)).to_vec();
-            shard.slots.push(SlotUpdate { account: key.to_vec(), slot, value });
+            let slot = keccak256(B256::from(*slot));
+            shard.slots.push(SlotUpdate { account: key, slot, value });
         }
         let created = write.info.as_ref().filter(|info| write.storage_cleared && info.code_hash != KECCAK_EMPTY);
         if let Some(code) = created.and_then(|info| info.code.as_ref()) {
@@ -483,7 +477,7 @@ fn contract_updates(writes: &BlockWrites, prefix: usize) -> Result<HashMap<usize
 }
 
 fn left_out(tx_hash: B256, reason: String) -> TxOutcome {
-    TxOutcome { tx_hash: tx_hash.to_vec(), included: false, succeeded: false, reason }
+    TxOutcome { tx_hash, included: false, succeeded: false, reason }
 }
 
 /// Each submission's outcomes from the block's receipts and refusals (`Ok(index)` is a
@@ -501,7 +495,7 @@ fn outcomes_of(slots: Vec<(String, virga_net::role::CallId, Vec<AdmissionSlot>)>
                 .map(|(tx_hash, slot)| match slot {
                     Ok(index) => match (receipt_of(index), refusal_of(index)) {
                         (Some(receipt), _) => TxOutcome {
-                            tx_hash: tx_hash.to_vec(),
+                            tx_hash,
                             included: true,
                             succeeded: receipt.success,
                             reason: if receipt.success { String::new() } else { "reverted".to_string() },

@@ -5,8 +5,8 @@
 //! reached is asked again, with a growing back-off, until it answers; an answer refusing
 //! the block (or acknowledging another) is final, and the block is abandoned.
 
-use crate::proto::{self, BlockUpdates, TxOutcome};
-use crate::protocol::{request, Rainblock, RequestBody, Response, ResponseBody};
+use crate::messages::{BlockAnnouncement, BlockUpdates, Request, TxOutcome, Verdict};
+use crate::protocol::{Rainblock, Response};
 use alloy_primitives::B256;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -17,7 +17,6 @@ use super::{
     outcomes_reply, AckError, Built, ChainDiskError, MinerCore, MinerIo, Outstanding, Replies, StoreFor, TimerPurpose,
     BLOCK_REFUSED,
 };
-use crate::codec::{bag_to_wire, parse_block_id};
 
 /// The first back-off before asking an unreachable storage node again; it doubles up to
 /// [`MAX_RETRY_DELAY`].
@@ -61,12 +60,7 @@ impl MinerCore {
                 continue;
             }
             let encoded = built.block.encode();
-            let header = alloy_rlp::encode(&built.block.header);
-            let messages: Vec<(String, BlockUpdates)> = built
-                .updates
-                .iter()
-                .map(|(peer, message)| (peer.clone(), BlockUpdates { header: header.clone(), ..message.clone() }))
-                .collect();
+            let messages: Vec<(String, BlockUpdates)> = built.updates.clone();
             let awaiting = messages.iter().map(|(peer, _)| peer.clone()).collect();
             let mut committing = Committing {
                 built,
@@ -102,7 +96,7 @@ impl MinerCore {
         let number = committing.built.block.header.number;
         self.calls.insert(call, Outstanding::ApplyBlock { peer: peer.clone(), number, next_delay });
         committing.open_calls += 1;
-        let request = request(RequestBody::ApplyBlock(message));
+        let request = Request::ApplyBlock(Box::new(message));
         out.push(Command::Call { to: peer, call, request, deadline: self.deadline });
     }
 
@@ -237,18 +231,18 @@ impl MinerCore {
     fn gossip(&mut self, committing: &mut Committing, out: &mut Vec<Command<Rainblock, MinerIo>>) {
         committing.gossiped = true;
         let number = committing.built.block.header.number;
-        let (storage, codes) = committing.built.contracts.to_wire();
-        let announcement = proto::BlockAnnouncement {
-            block: committing.encoded.clone(),
-            bag: Some(bag_to_wire(&committing.built.bag)),
+        let (storage, codes) = committing.built.contracts.to_messages();
+        let announcement = Box::new(BlockAnnouncement {
+            block: committing.built.block.clone(),
+            bag: committing.built.bag.clone(),
             storage,
             codes,
-        };
+        });
         for peer in self.config.peers.clone() {
             let call = self.ids.call();
             self.calls.insert(call, Outstanding::Gossip { peer: peer.clone(), number });
             committing.gossip_awaited += 1;
-            let request = request(RequestBody::Announce(announcement.clone()));
+            let request = Request::Announce(announcement.clone());
             out.push(Command::Call { to: peer, call, request, deadline: self.deadline });
         }
     }
@@ -262,9 +256,9 @@ impl MinerCore {
         out: &mut Vec<Command<Rainblock, MinerIo>>,
     ) {
         let refusal = match result {
-            Ok(reply) => match reply.body {
-                Some(ResponseBody::Verdict(verdict)) if verdict.accepted => None,
-                Some(ResponseBody::Verdict(verdict)) => Some(verdict.reason),
+            Ok(reply) => match reply {
+                Response::Verdict(Verdict::Accepted) => None,
+                Response::Verdict(Verdict::Rejected(reason)) => Some(reason),
                 _ => Some("answered an announcement with something else".to_string()),
             },
             Err(error) => {
@@ -328,12 +322,11 @@ impl MinerCore {
 
 /// A storage node's answer to `ApplyBlock` must acknowledge that very block.
 fn acknowledged(reply: Response, number: u64, hash: B256) -> Result<(), AckError> {
-    let Some(ResponseBody::BlockAck(ack)) = reply.body else {
+    let Response::BlockAck(acked) = reply else {
         return Err(AckError::NotAnAck);
     };
-    match parse_block_id(ack.block.as_ref(), "block")? {
-        Some(acked) if acked == (number, hash) => Ok(()),
-        Some((acked, acked_hash)) => Err(AckError::OtherBlock { acked, acked_hash, number, hash }),
-        None => Err(AckError::NoBlock { number, hash }),
+    match acked.pair() {
+        acked if acked == (number, hash) => Ok(()),
+        (acked, acked_hash) => Err(AckError::OtherBlock { acked, acked_hash, number, hash }),
     }
 }

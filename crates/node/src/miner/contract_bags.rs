@@ -3,13 +3,13 @@
 //! storage bag's nodes attach where they hash to hash nodes of the account's storage trie;
 //! code is held by its own hash), so it cannot change what the miner believes.
 
-use crate::proto::StorageBag;
+use crate::messages::StorageBag;
 use alloy_primitives::{keccak256, B256};
 use std::collections::BTreeMap;
 use virga_evm::{PartialState, WitnessJoinError};
 use virga_trie::proof::NodeBag;
 
-use crate::codec::{b256, bag_from_wire, bag_to_wire, check_keys, WireError};
+use crate::codec::{check_keys, WireError};
 
 /// Why a submission's contract witnesses were refused.
 #[derive(Debug, thiserror::Error)]
@@ -28,12 +28,10 @@ pub(crate) struct ContractBags {
 }
 
 impl ContractBags {
-    /// Checks the wire form: 32-byte account and slot keys.
-    pub(crate) fn from_wire(storage: Vec<StorageBag>, codes: Vec<Vec<u8>>) -> Result<ContractBags, WireError> {
+    /// Checks the bags' slot keys: 32 bytes.
+    pub(crate) fn from_messages(storage: Vec<StorageBag>, codes: Vec<Vec<u8>>) -> Result<ContractBags, WireError> {
         let mut bags = ContractBags::default();
-        for entry in storage {
-            let account = b256(&entry.account, "storage bag account")?;
-            let bag = bag_from_wire(entry.bag);
+        for StorageBag { account, bag } in storage {
             check_keys(&bag.keys)?;
             bags.add_storage(account, bag);
         }
@@ -43,12 +41,9 @@ impl ContractBags {
         Ok(bags)
     }
 
-    pub(crate) fn to_wire(&self) -> (Vec<StorageBag>, Vec<Vec<u8>>) {
-        let storage = self
-            .storage
-            .iter()
-            .map(|(account, bag)| StorageBag { account: account.to_vec(), bag: Some(bag_to_wire(bag)) })
-            .collect();
+    pub(crate) fn to_messages(&self) -> (Vec<StorageBag>, Vec<Vec<u8>>) {
+        let storage =
+            self.storage.iter().map(|(account, bag)| StorageBag { account: *account, bag: bag.clone() }).collect();
         (storage, self.codes.values().cloned().collect())
     }
 

@@ -1,8 +1,8 @@
 //! A miner in this process: its core run by virga-net's tokio driver, with the chain store
 //! as its device. Requests that arrive before the driver starts wait in its mailbox.
 
-use crate::proto;
-use crate::protocol::{response, Rainblock, Request, RequestBody, Response, ResponseBody};
+use crate::messages::{BlockId, HeadReply};
+use crate::protocol::{Rainblock, Request, Response};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use parking_lot::Mutex;
@@ -109,10 +109,10 @@ impl Miner {
 
 impl Handler<Rainblock> for Miner {
     fn handle(&self, from: String, request: Request) -> BoxFuture<Response> {
-        if let Some(RequestBody::Head(_)) = request.body {
-            let (number, hash, root) = self.head();
-            let head = proto::HeadReply { head: Some(crate::codec::block_id(number, hash)), state_root: root.to_vec() };
-            return Box::pin(std::future::ready(response(ResponseBody::Head(head))));
+        if let Request::Head = request {
+            let (number, hash, state_root) = self.head();
+            let head = HeadReply { head: BlockId::new(number, hash), state_root };
+            return Box::pin(std::future::ready(Response::Head(head)));
         }
         self.handler.handle(from, request)
     }

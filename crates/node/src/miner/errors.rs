@@ -62,8 +62,6 @@ pub enum UpdatesError {
 /// Why a block another miner announced was refused. The announcer hears the text.
 #[derive(Debug, thiserror::Error)]
 pub enum AnnouncementRefusal {
-    #[error("{0}")]
-    Malformed(#[from] WireError),
     #[error("node bag refused: {0}")]
     BagKeys(#[source] WireError),
     #[error("node bag refused: {0}")]
@@ -80,12 +78,8 @@ pub enum AnnouncementRefusal {
 pub enum AckError {
     #[error("answered a block with something other than an acknowledgement")]
     NotAnAck,
-    #[error("{0}")]
-    Malformed(#[from] WireError),
     #[error("acknowledged block {acked} ({acked_hash}) instead of block {number} ({hash})")]
     OtherBlock { acked: u64, acked_hash: B256, number: u64, hash: B256 },
-    #[error("acknowledged no block instead of block {number} ({hash})")]
-    NoBlock { number: u64, hash: B256 },
 }
 
 /// Why a warm-up round failed (the miner tries again on a timer).

@@ -1,7 +1,7 @@
 //! A follower: blocks announced by another miner are verified from this miner's own top
 //! layer and the block's bag (re-executed, never trusted), stored, then adopted.
 
-use crate::proto;
+use crate::messages::{BlockAnnouncement, Response, Verdict};
 use crate::protocol::Rainblock;
 use alloy_primitives::{keccak256, B256};
 use virga_ledger::verify::{check_block, execute_block, ExecMode};
@@ -11,7 +11,7 @@ use super::building::attach_bag;
 use super::contract_bags::ContractBags;
 use super::top_layer::{kept_through_prune, record_paths, Layer, WRITE_ALLOWANCE_BYTES};
 use super::{AnnouncementRefusal, ChainDiskError, MinerCore, MinerIo, StoreFor};
-use crate::codec::{bag_from_wire, check_keys, decode_block};
+use crate::codec::check_keys;
 use virga_evm::PartialState;
 
 impl MinerCore {
@@ -20,12 +20,11 @@ impl MinerCore {
         &mut self,
         from: String,
         call: CallId,
-        announcement: proto::BlockAnnouncement,
+        announcement: BlockAnnouncement,
         out: &mut Vec<Command<Rainblock, MinerIo>>,
     ) {
-        let encoded = announcement.block.clone();
         match self.verify_announced(announcement) {
-            Ok((number, hash, layer)) => {
+            Ok((number, hash, layer, encoded)) => {
                 self.layer.committed = layer.clone();
                 self.layer.committed_hash = hash;
                 self.layer.tip = layer;
@@ -38,8 +37,8 @@ impl MinerCore {
             Err(reason) => {
                 tracing::warn!(miner = %self.config.id, peer = %from, %reason, "announced block refused");
                 self.stats.refused_blocks += 1;
-                let verdict = proto::Verdict { accepted: false, reason: reason.to_string() };
-                out.push(Command::Reply { to: from, call, response: verdict_response(verdict) });
+                let verdict = Verdict::Rejected(reason.to_string());
+                out.push(Command::Reply { to: from, call, response: Response::Verdict(verdict) });
             }
         }
     }
@@ -55,26 +54,25 @@ impl MinerCore {
         let verdict = match result {
             Ok(()) => {
                 self.stats.verified_blocks += 1;
-                proto::Verdict { accepted: true, reason: String::new() }
+                Verdict::Accepted
             }
-            Err(reason) => proto::Verdict { accepted: false, reason: format!("storing the block failed: {reason}") },
+            Err(reason) => Verdict::Rejected(format!("storing the block failed: {reason}")),
         };
-        out.push(Command::Reply { to: from, call, response: verdict_response(verdict) });
+        out.push(Command::Reply { to: from, call, response: Response::Verdict(verdict) });
     }
 
-    /// Checks the block on the tip and re-executes it on the top layer with its bag attached.
+    /// Checks the block on the tip and re-executes it on the top layer with its bag attached;
+    /// returns the block's number, hash, the layer after it, and its encoding to store.
     fn verify_announced(
         &mut self,
-        announcement: proto::BlockAnnouncement,
-    ) -> Result<(u64, B256, Layer), AnnouncementRefusal> {
-        let block = decode_block(&announcement.block)?;
-        let bag = bag_from_wire(announcement.bag);
+        announcement: BlockAnnouncement,
+    ) -> Result<(u64, B256, Layer, Vec<u8>), AnnouncementRefusal> {
+        let BlockAnnouncement { block, bag, storage, codes } = announcement;
         check_keys(&bag.keys).map_err(AnnouncementRefusal::BagKeys)?;
         let chain = self.config.chain;
         let transactions = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Parallel, &self.pool)?;
         let mut layer = self.layer.tip.clone();
-        let contracts =
-            ContractBags::from_wire(announcement.storage, announcement.codes).map_err(AnnouncementRefusal::BagKeys)?;
+        let contracts = ContractBags::from_messages(storage, codes).map_err(AnnouncementRefusal::BagKeys)?;
         let grown = attach_bag(&mut layer.top.accounts, &bag)?
             + contracts.attach(&mut layer.top).map_err(AnnouncementRefusal::ContractBag)?;
         record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
@@ -110,11 +108,8 @@ impl MinerCore {
         );
         let hash = block.hash();
         let number = block.header.number;
+        let encoded = block.encode();
         layer.advance(block.header, hash);
-        Ok((number, hash, layer))
+        Ok((number, hash, layer, encoded))
     }
-}
-
-fn verdict_response(verdict: proto::Verdict) -> crate::protocol::Response {
-    crate::protocol::response(crate::protocol::ResponseBody::Verdict(verdict))
 }

@@ -20,8 +20,8 @@ pub use building::{BuildJob, BuildOutcome, NONCE_USED};
 pub use driver::Miner;
 pub use errors::{AckError, AnnouncementRefusal, ChainDiskError, LeftOut, UpdatesError, WarmUpFailure};
 
-use crate::proto::{self, BlockUpdates, Submission, TxOutcome};
-use crate::protocol::{refusal, response, Rainblock, RequestBody, Response, ResponseBody};
+use crate::messages::{BlockId, BlockUpdates, HeadReply, Request, Submission, SubmissionReply, TxOutcome};
+use crate::protocol::{refusal, Rainblock, Response};
 use alloy_consensus::Header;
 use alloy_primitives::{Address, B256};
 use std::collections::{HashMap, VecDeque};
@@ -34,7 +34,7 @@ use virga_ledger::verify::ChainConfig;
 use virga_net::role::{CallId, Command, Detached, Event, Ids, IoExecutor, IoId, Nanos, Role, TimerId};
 use virga_trie::proof::NodeBag;
 
-use crate::codec::{block_id, decode_block};
+use crate::codec::decode_block;
 use crate::storage::prefix_nibbles;
 use commit::Committing;
 use top_layer::{Layer, TopLayer};
@@ -419,25 +419,19 @@ impl MinerCore {
         }
     }
 
-    fn request(
-        &mut self,
-        from: String,
-        call: CallId,
-        body: Option<RequestBody>,
-        out: &mut Vec<Command<Rainblock, MinerIo>>,
-    ) {
-        match body {
-            Some(RequestBody::Submit(submission)) => {
+    fn request(&mut self, from: String, call: CallId, request: Request, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        match request {
+            Request::Submit(submission) => {
                 self.inbox.push_back(Pending { from, call, submission });
                 self.pump(out);
             }
-            Some(RequestBody::Head(_)) => {
-                let (number, hash, root) = self.head();
-                let head = proto::HeadReply { head: Some(block_id(number, hash)), state_root: root.to_vec() };
-                out.push(Command::Reply { to: from, call, response: response(ResponseBody::Head(head)) });
+            Request::Head => {
+                let (number, hash, state_root) = self.head();
+                let head = HeadReply { head: BlockId::new(number, hash), state_root };
+                out.push(Command::Reply { to: from, call, response: Response::Head(head) });
             }
-            Some(RequestBody::Announce(announcement)) => self.announced(from, call, announcement, out),
-            _ => out.push(Command::Reply {
+            Request::Announce(announcement) => self.announced(from, call, *announcement, out),
+            Request::Witness(_) | Request::Top(_) | Request::ApplyBlock(_) => out.push(Command::Reply {
                 to: from,
                 call,
                 response: refusal("miners serve submit, head and announce requests"),
@@ -472,7 +466,7 @@ impl Role for MinerCore {
     /// An announced block is re-executed in the step; blocks of its own are built off the
     /// core, so every other step is short.
     fn is_long_step(&self, event: &Event<Rainblock, MinerIoDone, std::convert::Infallible>) -> bool {
-        matches!(event, Event::Request { request, .. } if matches!(request.body, Some(RequestBody::Announce(_))))
+        matches!(event, Event::Request { request, .. } if matches!(request, Request::Announce(_)))
     }
 
     fn step(
@@ -484,7 +478,7 @@ impl Role for MinerCore {
         self.last_now = now;
         match event {
             Event::Start => self.start_warm_up(out),
-            Event::Request { from, call, request } => self.request(from, call, request.body, out),
+            Event::Request { from, call, request } => self.request(from, call, request, out),
             Event::Response { call, result } => self.response(call, result, out),
             Event::Timer(timer) => match self.timers.remove(&timer) {
                 Some(TimerPurpose::RetryBlock { peer, number, delay }) => self.retry_block(peer, number, delay, out),
@@ -517,10 +511,7 @@ pub(crate) fn refuse_submission(
 }
 
 pub(crate) fn outcomes_reply(block: Option<(u64, B256)>, outcomes: Vec<TxOutcome>) -> Response {
-    response(ResponseBody::Submitted(proto::SubmissionReply {
-        block: block.map(|(number, hash)| block_id(number, hash)),
-        outcomes,
-    }))
+    Response::Submitted(SubmissionReply { block: block.map(|(number, hash)| BlockId::new(number, hash)), outcomes })
 }
 
 /// The miner's device: its chain store (none in tests that keep no chain), and the

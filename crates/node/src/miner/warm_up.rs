@@ -3,8 +3,8 @@
 //! credits. A round that fails (a node unreachable, a witness refused) is tried again after
 //! [`WARM_UP_RETRY`]; the miner builds nothing until a round succeeds.
 
-use crate::proto;
-use crate::protocol::{request, Rainblock, RequestBody, Response, ResponseBody};
+use crate::messages::{BlockId, Request, TopRequest, WitnessRequest};
+use crate::protocol::{Rainblock, Response};
 use alloy_primitives::{keccak256, B256};
 use std::time::Duration;
 use virga_net::role::Command;
@@ -13,7 +13,6 @@ use virga_trie::proof::NodeBag;
 
 use super::{MinerCore, MinerIo, Outstanding, TimerPurpose, WarmUpFailure};
 use crate::client::WitnessError;
-use crate::codec::{bag_from_wire, block_id, parse_block_id};
 use crate::storage::prefix_nibbles;
 
 /// The pause before a failed warm-up round is tried again.
@@ -49,13 +48,8 @@ impl MinerCore {
             let call = self.ids.call();
             self.calls.insert(call, Outstanding::Top { round });
             self.warm.tops_awaited += 1;
-            let top = proto::TopRequest { levels, at: Some(block_id(number, hash)) };
-            out.push(Command::Call {
-                to: peer,
-                call,
-                request: request(RequestBody::Top(top)),
-                deadline: self.deadline,
-            });
+            let top = TopRequest { levels, at: Some(BlockId::new(number, hash)) };
+            out.push(Command::Call { to: peer, call, request: Request::Top(top), deadline: self.deadline });
         }
         self.ask_beneficiary_witness(out);
     }
@@ -79,18 +73,13 @@ impl MinerCore {
         self.warm.witness_asked += 1;
         let call = self.ids.call();
         self.calls.insert(call, Outstanding::BeneficiaryWitness { round: self.warm.round, peer: peer.clone() });
-        let witness = proto::WitnessRequest {
-            keys: vec![key.to_vec()],
+        let witness = WitnessRequest {
+            keys: vec![key],
             compaction: 0,
-            at: Some(block_id(number, hash)),
+            at: Some(BlockId::new(number, hash)),
             ..Default::default()
         };
-        out.push(Command::Call {
-            to: peer,
-            call,
-            request: request(RequestBody::Witness(witness)),
-            deadline: self.deadline,
-        });
+        out.push(Command::Call { to: peer, call, request: Request::Witness(witness), deadline: self.deadline });
     }
 
     pub(crate) fn top_answered(
@@ -103,14 +92,11 @@ impl MinerCore {
             return;
         }
         self.warm.tops_awaited -= 1;
-        match result.map(|reply| reply.body) {
-            Ok(Some(ResponseBody::Top(top))) => {
+        match result {
+            Ok(Response::Top(top)) => {
                 self.warm.nodes.extend(top.nodes);
                 for entry in top.storage {
-                    let Ok(account) = B256::try_from(entry.account.as_slice()) else {
-                        return self.warm_up_failed(WarmUpFailure::UnexpectedTopReply, out);
-                    };
-                    self.warm.storage_tops.push((account, bag_from_wire(entry.bag).nodes));
+                    self.warm.storage_tops.push((entry.account, entry.bag.nodes));
                 }
             }
             Ok(_) => return self.warm_up_failed(WarmUpFailure::UnexpectedTopReply, out),
@@ -203,14 +189,13 @@ impl MinerCore {
 /// A storage node's answer to a one-key witness request: a witness for block `at`, about
 /// exactly `key`, verifying against `root`.
 fn check_witness(reply: Response, key: &B256, at: (u64, B256), root: B256) -> Result<NodeBag, WitnessError> {
-    let Some(ResponseBody::Witness(witness)) = reply.body else {
+    let Response::Witness(witness) = reply else {
         return Err(WitnessError::UnexpectedReply);
     };
-    let served = parse_block_id(witness.at.as_ref(), "at").map_err(WitnessError::Malformed)?;
-    if served != Some(at) {
-        return Err(WitnessError::WrongBlock { served, asked: at });
+    if witness.at.pair() != at {
+        return Err(WitnessError::WrongBlock { served: witness.at.pair(), asked: at });
     }
-    let bag = bag_from_wire(witness.bag);
+    let bag = witness.bag;
     if bag.keys != [key.to_vec()] {
         return Err(WitnessError::WrongKeys { proved: bag.keys.len(), asked: 1 });
     }

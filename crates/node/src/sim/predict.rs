@@ -3,7 +3,7 @@
 //! simulated cluster's throughput is the prediction. The analytic model (`cost::model`)
 //! predicts the same shapes from the same calibration; the two are set side by side.
 
-use crate::protocol::{Rainblock, RequestBody, ResponseBody};
+use crate::protocol::{Rainblock, Request, Response};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -62,29 +62,25 @@ impl CostModel<RainblockNode> for CalibratedCosts {
         let calibration = &self.calibration;
         let us = match event {
             Event::Request { request, .. } => {
-                let work = match &request.body {
+                let work = match request {
                     // Queued: admission and building are the build job's ([`Self::io_compute_cost`]).
-                    Some(RequestBody::Submit(_)) => 0.0,
-                    Some(RequestBody::ApplyBlock(updates)) => {
+                    Request::Submit(_) => 0.0,
+                    Request::ApplyBlock(updates) => {
                         cpu_us(calibration, Work::ApplyBlock { updates: updates.updates.len() })
                             + calibration.storage.log_append_fsync_us
                     }
-                    Some(RequestBody::Witness(witness)) => {
-                        cpu_us(calibration, Work::Witness { keys: witness.keys.len() })
-                    }
+                    Request::Witness(witness) => cpu_us(calibration, Work::Witness { keys: witness.keys.len() }),
                     _ => 0.0,
                 };
                 work + self.message_us(Rainblock::request_bytes(request))
             }
             Event::Response { result: Ok(response), .. } => {
-                let work = match &response.body {
-                    Some(ResponseBody::Witness(witness)) => {
-                        let keys = witness.bag.as_ref().map_or(0, |bag| bag.keys.len());
+                let work = match response {
+                    Response::Witness(witness) => {
+                        let keys = witness.bag.keys.len();
                         cpu_us(calibration, Work::ClientBatch { transfers: keys / 2, keys })
                     }
-                    Some(ResponseBody::BlockAck(_)) => {
-                        calibration.miner.commit_block_us / self.storage_nodes.max(1) as f64
-                    }
+                    Response::BlockAck(_) => calibration.miner.commit_block_us / self.storage_nodes.max(1) as f64,
                     _ => 0.0,
                 };
                 work + self.message_us(Rainblock::response_bytes(response))

@@ -2,7 +2,8 @@
 //! of slots and code prove through the state root, and every disagreement is refused by name.
 //! The oracle is a whole `StateTrie` given the same changes.
 
-use crate::proto::{self, BlockUpdates, KeyUpdate, SlotUpdate};
+use crate::messages::{BlockId, BlockUpdates, KeyUpdate, SlotKeys, SlotUpdate, WitnessReply, WitnessRequest};
+use crate::proto;
 use alloy_consensus::Header;
 use alloy_primitives::{keccak256, Address, B256, U256};
 use virga_core::EMPTY_ROOT;
@@ -16,7 +17,6 @@ use super::versions::{BlockRefusal, ReadRefusal, Served, Versions};
 use super::{keep_served, prefix_nibbles, shard_genesis, ShardedState};
 use crate::checkpoint;
 use crate::client::{check_contract_witness, check_witness, WitnessError};
-use crate::codec::{bag_from_wire, block_id};
 
 const SHARDS: usize = 16;
 const TOKEN: Address = Address::repeat_byte(0x70);
@@ -30,8 +30,8 @@ fn slot(n: u64) -> B256 {
     B256::from(U256::from(n))
 }
 
-fn slot_key(n: u64) -> Vec<u8> {
-    keccak256(slot(n)).to_vec()
+fn slot_key(n: u64) -> B256 {
+    keccak256(slot(n))
 }
 
 fn shard_of_address(address: &Address) -> usize {
@@ -93,7 +93,7 @@ impl World {
         &mut self,
         accounts: &[Address],
         slots: Vec<SlotUpdate>,
-        cleared: Vec<Vec<u8>>,
+        cleared: Vec<B256>,
         codes: Vec<Vec<u8>>,
     ) -> BlockUpdates {
         let state_root = self.state.root();
@@ -110,14 +110,14 @@ impl World {
         let updates = accounts
             .iter()
             .map(|address| KeyUpdate {
-                key: keccak256(address).to_vec(),
+                key: keccak256(address),
                 value: self.state.account(address).unwrap().map(|a| a.rlp()).unwrap_or_default(),
             })
             .collect();
         self.header = header.clone();
         BlockUpdates {
-            header: alloy_rlp::encode(&header),
-            shard_hashes: sharded.accounts.shards().iter().map(|s| s.subtree_hash().to_vec()).collect(),
+            header,
+            shard_hashes: sharded.accounts.shards().iter().map(|s| s.subtree_hash()).collect(),
             updates,
             slots,
             cleared,
@@ -129,28 +129,22 @@ impl World {
     fn set_slot(&mut self, n: u64, value: u64) -> SlotUpdate {
         self.state.set_storage(TOKEN, slot(n), U256::from(value));
         let value = if value == 0 { Vec::new() } else { storage_value_rlp(U256::from(value)) };
-        SlotUpdate { account: keccak256(TOKEN).to_vec(), slot: slot_key(n), value }
+        SlotUpdate { account: keccak256(TOKEN), slot: slot_key(n), value }
     }
 
     /// The token's account (unless `slots_only`), slots 3, 4, 100 and 999, and code.
-    fn witness(
-        &self,
-        versions: &Versions,
-        served: &[usize],
-        slots_only: bool,
-    ) -> Result<proto::WitnessReply, ReadRefusal> {
-        let request = proto::WitnessRequest {
-            keys: if slots_only { Vec::new() } else { vec![keccak256(TOKEN).to_vec()] },
+    fn witness(&self, versions: &Versions, served: &[usize], slots_only: bool) -> Result<WitnessReply, ReadRefusal> {
+        let request = WitnessRequest {
+            keys: if slots_only { Vec::new() } else { vec![keccak256(TOKEN)] },
             compaction: 0,
-            at: Some(block_id(self.header.number, self.header.hash_slow())),
-            slots: vec![proto::SlotKeys {
-                account: keccak256(TOKEN).to_vec(),
+            at: Some(BlockId::new(self.header.number, self.header.hash_slow())),
+            slots: vec![SlotKeys {
+                account: keccak256(TOKEN),
                 slots: vec![slot_key(3), slot_key(4), slot_key(100), slot_key(999)],
             }],
-            code_hashes: vec![self.token().code_hash.to_vec()],
+            code_hashes: vec![self.token().code_hash],
         };
-        let (reply, bag) = versions.witness(&request, served, |_, version| version.shards.clone())?;
-        Ok(super::versions::with_bag(reply, &bag))
+        versions.witness(&request, served, |_, version| version.shards.clone())
     }
 
     fn token(&self) -> Account {
@@ -159,16 +153,14 @@ impl World {
 }
 
 /// Checks a witness as a client does: the account first, then its slots and code.
-fn check(world: &World, reply: proto::WitnessReply) -> Result<Vec<(u64, U256)>, WitnessError> {
+fn check(world: &World, reply: WitnessReply) -> Result<Vec<(u64, U256)>, WitnessError> {
     let at = (world.header.number, world.header.hash_slow());
     let keys = [keccak256(TOKEN)];
     let (storage, codes) = (reply.storage.clone(), reply.codes.clone());
     let (_, _, values) = check_witness(reply, &keys, at, world.header.state_root, 0)?;
     let account = values[0].1 .0.as_ref().map(|raw| Account::decode_rlp(raw).unwrap());
-    let asked = [proto::SlotKeys {
-        account: keccak256(TOKEN).to_vec(),
-        slots: vec![slot_key(3), slot_key(4), slot_key(100), slot_key(999)],
-    }];
+    let asked =
+        [SlotKeys { account: keccak256(TOKEN), slots: vec![slot_key(3), slot_key(4), slot_key(100), slot_key(999)] }];
     let code_hash = world.token().code_hash;
     let checked = check_contract_witness(storage, codes, &asked, &[code_hash], |key| {
         (*key == keccak256(TOKEN)).then(|| account.map_or(EMPTY_ROOT, |a| a.storage_root))
@@ -216,16 +208,13 @@ fn a_witness_with_wrong_slots_values_or_code_is_refused_by_the_client() {
     assert!(matches!(check(&world, wrong_code), Err(WitnessError::WrongCode { .. })));
 
     let mut fewer_slots = good.clone();
-    let mut bag = bag_from_wire(fewer_slots.storage[0].bag.take());
-    bag.keys.pop();
-    fewer_slots.storage[0].bag = Some(crate::codec::bag_to_wire(&bag));
+    fewer_slots.storage[0].bag.keys.pop();
     assert!(matches!(check(&world, fewer_slots), Err(WitnessError::WrongSlots { .. })));
 
     let mut flipped = good.clone();
-    let mut bag = bag_from_wire(flipped.storage[0].bag.take());
+    let bag = &mut flipped.storage[0].bag;
     let last = bag.nodes.last_mut().unwrap();
     *last.last_mut().unwrap() ^= 1;
-    flipped.storage[0].bag = Some(crate::codec::bag_to_wire(&bag));
     let error = check(&world, flipped).unwrap_err();
     assert!(matches!(error, WitnessError::SlotsDoNotVerify { .. }), "{error}");
     assert!(error.is_bad_witness());
@@ -298,7 +287,7 @@ fn a_block_whose_contract_storage_disagrees_with_its_accounts_is_refused_by_name
     let block = w.block(&[TOKEN], Vec::new(), Vec::new(), Vec::new());
     refused(&served, &mut versions, &block, |r| matches!(r, ContractRefusal::StorageOfAbsentAccount { .. }));
     let mut wiped = block;
-    wiped.cleared = vec![keccak256(TOKEN).to_vec()];
+    wiped.cleared = vec![keccak256(TOKEN)];
     versions.accept(&served, &wiped).unwrap();
     assert!(versions.by_hash[&versions.head().1].contracts.accounts_with_storage().next().is_none());
 }

@@ -7,7 +7,7 @@
 //! account now announces, and with its code held: what a node serves always proves through
 //! the state root.
 
-use crate::proto;
+use crate::messages::{BlockUpdates, SlotKeys, SlotUpdate, StorageBag};
 use alloy_primitives::{keccak256, B256, U256};
 use alloy_rlp::Decodable;
 use std::collections::HashMap;
@@ -19,13 +19,10 @@ use virga_trie::shard::{shard_of, ShardedTrie};
 use virga_trie::Trie;
 
 use super::versions::ReadRefusal;
-use crate::codec::{b256, bag_to_wire, check_keys};
 
 /// Why a block's contract updates were refused; part of [`BlockRefusal`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ContractRefusal {
-    #[error("slot update {index}: {field} is {len} bytes, not 32")]
-    KeyLength { index: usize, field: &'static str, len: usize },
     #[error("slot update {index} of account {account}: the value is not a non-zero RLP integer")]
     BadSlotValue { index: usize, account: B256 },
     #[error("contract storage of account {account}, in shard {shard}, not served here")]
@@ -110,11 +107,12 @@ impl Contracts {
     }
 
     /// Every slot (account, slot, value) and every piece of code, for a checkpoint.
-    pub fn entries(&self) -> (Vec<proto::SlotUpdate>, Vec<Vec<u8>>) {
+    pub fn entries(&self) -> (Vec<SlotUpdate>, Vec<Vec<u8>>) {
         let mut slots = Vec::new();
         for (account, trie) in self.storage.iter() {
             for (slot, value) in trie.entries() {
-                slots.push(proto::SlotUpdate { account: account.to_vec(), slot, value });
+                // Slot keys are keccak hashes: the trie holds no other.
+                slots.push(SlotUpdate { account: *account, slot: B256::from_slice(&slot), value });
             }
         }
         (slots, self.code.values().map(|code| code.to_vec()).collect())
@@ -125,29 +123,27 @@ impl Contracts {
     /// whose storage changed against its new value.
     pub fn apply(
         &mut self,
-        updates: &proto::BlockUpdates,
+        updates: &BlockUpdates,
         shards: &ShardedTrie,
         served: &[usize],
     ) -> Result<(), ContractRefusal> {
         let prefix = prefix_of(shards);
         // Each updated account's new value (the last update of a key is the one in force).
-        let mut updated: HashMap<&[u8], &[u8]> = HashMap::with_capacity(updates.updates.len());
+        let mut updated: HashMap<B256, &[u8]> = HashMap::with_capacity(updates.updates.len());
         for update in &updates.updates {
-            updated.insert(&update.key, &update.value);
+            updated.insert(update.key, &update.value);
         }
         let mut concerned: Vec<B256> = Vec::new();
         if !updates.cleared.is_empty() || !updates.slots.is_empty() {
             // Only a block that changes storage copies the map (of trie handles).
             let storage = Arc::make_mut(&mut self.storage);
-            for (index, account) in updates.cleared.iter().enumerate() {
-                let account = key32(account, index, "cleared account")?;
+            for &account in &updates.cleared {
                 check_served(&account, served, prefix)?;
                 storage.remove(&account);
                 concerned.push(account);
             }
             for (index, update) in updates.slots.iter().enumerate() {
-                let account = key32(&update.account, index, "account")?;
-                let slot = key32(&update.slot, index, "slot")?;
+                let (account, slot) = (update.account, update.slot);
                 check_served(&account, served, prefix)?;
                 let trie = storage.entry(account).or_default();
                 if update.value.is_empty() {
@@ -171,14 +167,12 @@ impl Contracts {
                 code.insert(keccak256(bytes), Arc::from(bytes.as_slice()));
             }
         }
-        for (key, value) in &updated {
-            // Keys were checked as the shards took them: 32 bytes.
-            let account = B256::from_slice(key);
-            self.check_account_value(&account, (!value.is_empty()).then_some(*value))?;
+        for (account, value) in &updated {
+            self.check_account_value(account, (!value.is_empty()).then_some(*value))?;
         }
         concerned.sort_unstable();
         concerned.dedup();
-        for account in concerned.iter().filter(|account| !updated.contains_key(account.as_slice())) {
+        for account in concerned.iter().filter(|account| !updated.contains_key(*account)) {
             self.check_account(account, shards)?;
         }
         Ok(())
@@ -223,15 +217,14 @@ impl Contracts {
 
     /// The top `levels` levels of every held storage trie, as keyless bags: a miner that
     /// holds them takes slot witnesses compacted below them.
-    pub fn tops(&self, levels: usize) -> Vec<proto::StorageBag> {
+    pub fn tops(&self, levels: usize) -> Vec<StorageBag> {
         let mut accounts: Vec<&B256> = self.storage.keys().collect();
         accounts.sort();
         accounts
             .into_iter()
             .map(|account| {
                 let nodes = self.storage[account].top_nodes(levels);
-                let bag = NodeBag { keys: Vec::new(), nodes };
-                proto::StorageBag { account: account.to_vec(), bag: Some(bag_to_wire(&bag)) }
+                StorageBag { account: *account, bag: NodeBag { keys: Vec::new(), nodes } }
             })
             .collect()
     }
@@ -240,28 +233,26 @@ impl Contracts {
     /// the asked code.
     pub fn prove(
         &self,
-        slots: &[proto::SlotKeys],
-        code_hashes: &[Vec<u8>],
+        slots: &[SlotKeys],
+        code_hashes: &[B256],
         shards: &ShardedTrie,
         served: &[usize],
-    ) -> Result<(Vec<proto::StorageBag>, Vec<Vec<u8>>), ReadRefusal> {
+    ) -> Result<(Vec<StorageBag>, Vec<Vec<u8>>), ReadRefusal> {
         let prefix = prefix_of(shards);
         let mut bags = Vec::with_capacity(slots.len());
         for asked in slots {
-            let account = b256(&asked.account, "slot account")?;
-            check_keys(&asked.slots)?;
+            let account = asked.account;
             if !served_key(&account, served, prefix) {
                 return Err(ReadRefusal::ContractNotServed(account));
             }
             let bag = match self.storage.get(&account) {
                 Some(trie) => trie.prove_many(&asked.slots, 0),
-                None => NodeBag { keys: asked.slots.clone(), nodes: Vec::new() },
+                None => NodeBag { keys: asked.slots.iter().map(|slot| slot.to_vec()).collect(), nodes: Vec::new() },
             };
-            bags.push(proto::StorageBag { account: account.to_vec(), bag: Some(bag_to_wire(&bag)) });
+            bags.push(StorageBag { account, bag });
         }
         let mut codes = Vec::with_capacity(code_hashes.len());
-        for hash in code_hashes {
-            let hash = b256(hash, "code hash")?;
+        for &hash in code_hashes {
             let code = self.code.get(&hash).ok_or(ReadRefusal::CodeNotHeld(hash))?;
             codes.push(code.to_vec());
         }
@@ -283,10 +274,6 @@ fn check_served(account: &B256, served: &[usize], prefix: usize) -> Result<(), C
         true => Ok(()),
         false => Err(ContractRefusal::NotServed { account: *account, shard }),
     }
-}
-
-fn key32(bytes: &[u8], index: usize, field: &'static str) -> Result<B256, ContractRefusal> {
-    B256::try_from(bytes).map_err(|_| ContractRefusal::KeyLength { index, field, len: bytes.len() })
 }
 
 /// A storage trie's value: the RLP of a non-zero integer, minimally encoded (zero is a

@@ -7,8 +7,8 @@
 //! [`CHECKPOINT_LAG`] blocks down, and once one is written, for the log to be cut below the
 //! checkpoint before it.
 
-use crate::proto::{self, BlockUpdates};
-use crate::protocol::{refusal, response, Rainblock, Request, RequestBody, Response, ResponseBody};
+use crate::messages::{BlockId, BlockUpdates, HeadReply, Request, Response, WitnessReply, WitnessRequest};
+use crate::protocol::{refusal, Rainblock};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use prost::Message;
@@ -16,10 +16,9 @@ use std::collections::{HashMap, VecDeque};
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role};
 use virga_trie::shard::ShardedTrie;
 
-use super::versions::{with_bag, Accepted, BlockRefusal, ReadRefusal, Served, Versions};
+use super::versions::{Accepted, BlockRefusal, ReadRefusal, Served, Versions};
 use super::{Contracts, StorageError, StorageStats, CHECKPOINT_LAG, DEFAULT_CHECKPOINT_INTERVAL};
 use crate::checkpoint::CheckpointError;
-use crate::codec::block_id;
 use virga_log::LogError;
 
 /// What a storage node asks of its device.
@@ -179,7 +178,7 @@ impl StorageCore {
     /// already, or when it lies on a fork that left the chain below the checkpoint).
     pub(crate) fn replay(&mut self, base: Option<u64>, lsn: u64, updates: &BlockUpdates) -> Result<bool, StorageError> {
         let logged_block = |source| StorageError::LoggedBlock { lsn, source };
-        let header = crate::codec::decode_header(&updates.header).map_err(|error| logged_block(error.into()))?;
+        let header = &updates.header;
         self.log_blocks.push_back((header.number, lsn));
         if let Some(base) = base {
             if header.number <= base || !self.versions.by_hash.contains_key(&header.parent_hash) {
@@ -243,7 +242,7 @@ impl StorageCore {
         &mut self,
         from: String,
         call: CallId,
-        updates: BlockUpdates,
+        updates: Box<BlockUpdates>,
         out: &mut Vec<Command<Rainblock, StorageIo>>,
     ) {
         if let Err(refused) = self.admit_block(from.clone(), call, updates, out) {
@@ -257,7 +256,7 @@ impl StorageCore {
         &mut self,
         from: String,
         call: CallId,
-        updates: BlockUpdates,
+        updates: Box<BlockUpdates>,
         out: &mut Vec<Command<Rainblock, StorageIo>>,
     ) -> Result<(), BlockRefusal> {
         let accepted = match self.accept(&updates) {
@@ -283,7 +282,10 @@ impl StorageCore {
             return Ok(());
         }
         let io = self.ids.io();
-        out.push(Command::Io { io, op: StorageIo::Append { record: updates.encode_to_vec() } });
+        out.push(Command::Io {
+            io,
+            op: StorageIo::Append { record: crate::codec::block_updates_to_wire(*updates).encode_to_vec() },
+        });
         let waiters = vec![(from, call)];
         #[cfg(feature = "fault-injection")]
         let waiters = if self.fault == StorageFault::AckBeforeLog {
@@ -358,20 +360,17 @@ impl StorageCore {
 
     /// Answers a read request (witness, top, head) from the versions.
     pub fn serve(&mut self, request: Request) -> Response {
-        let reply = match request.body {
-            Some(RequestBody::Witness(request)) => self.witness(&request).map(ResponseBody::Witness),
-            Some(RequestBody::Top(request)) => self.versions.top(&request).map(ResponseBody::Top),
-            Some(RequestBody::Head(_)) => {
-                let (number, hash, root) = self.head();
-                Ok(ResponseBody::Head(proto::HeadReply {
-                    head: Some(block_id(number, hash)),
-                    state_root: root.to_vec(),
-                }))
+        let reply = match request {
+            Request::Witness(request) => self.witness(&request).map(Response::Witness),
+            Request::Top(request) => self.versions.top(&request).map(Response::Top),
+            Request::Head => {
+                let (number, hash, state_root) = self.head();
+                Ok(Response::Head(HeadReply { head: BlockId::new(number, hash), state_root }))
             }
-            Some(_) | None => Err(ReadRefusal::Unsupported),
+            Request::ApplyBlock(_) | Request::Submit(_) | Request::Announce(_) => Err(ReadRefusal::Unsupported),
         };
         match reply {
-            Ok(body) => response(body),
+            Ok(response) => response,
             Err(reason) => {
                 tracing::warn!(node = %self.id, %reason, "refused");
                 refusal(reason.to_string())
@@ -380,10 +379,10 @@ impl StorageCore {
     }
 
     /// A node bag for the request's keys at its block (default: head).
-    pub fn witness(&mut self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, ReadRefusal> {
+    pub fn witness(&mut self, request: &WitnessRequest) -> Result<WitnessReply, ReadRefusal> {
         #[cfg(feature = "fault-injection")]
         let fault = self.fault;
-        let (reply, bag) = self.versions.witness(request, &self.served.shards, |versions, version| {
+        let reply = self.versions.witness(request, &self.served.shards, |versions, version| {
             #[cfg(feature = "fault-injection")]
             if fault == StorageFault::StaleWitness && version.header.number > 0 {
                 if let Some(parent) = versions.by_hash.get(&version.header.parent_hash) {
@@ -394,29 +393,29 @@ impl StorageCore {
             version.shards.clone()
         })?;
         #[cfg(feature = "fault-injection")]
-        let (bag, reply) = {
-            let (mut bag, mut reply) = (bag, reply);
+        let reply = {
+            let mut reply = reply;
             if self.fault == StorageFault::CorruptWitness {
-                if let Some(byte) = bag.nodes.last_mut().and_then(|node| node.last_mut()) {
+                if let Some(byte) = reply.bag.nodes.last_mut().and_then(|node| node.last_mut()) {
                     *byte ^= 0x01;
                 }
                 // Slot witnesses lie too.
-                let slot_nodes = reply.storage.iter_mut().filter_map(|storage| storage.bag.as_mut());
+                let slot_nodes = reply.storage.iter_mut().map(|storage| &mut storage.bag);
                 if let Some(byte) =
                     slot_nodes.flat_map(|bag| bag.nodes.last_mut()).next().and_then(|node| node.last_mut())
                 {
                     *byte ^= 0x01;
                 }
             }
-            (bag, reply)
+            reply
         };
         self.stats.witnesses_served += 1;
-        Ok(with_bag(reply, &bag))
+        Ok(reply)
     }
 }
 
 fn ack(number: u64, hash: B256) -> Response {
-    response(ResponseBody::BlockAck(proto::BlockAck { block: Some(block_id(number, hash)) }))
+    Response::BlockAck(BlockId::new(number, hash))
 }
 
 impl Role for StorageCore {
@@ -432,10 +431,10 @@ impl Role for StorageCore {
         out: &mut Vec<Command<Rainblock, StorageIo>>,
     ) {
         match event {
-            Event::Request { from, call, request } => match request.body {
-                Some(RequestBody::ApplyBlock(updates)) => self.apply_block(from, call, updates, out),
-                body => {
-                    let response = self.serve(Request { body });
+            Event::Request { from, call, request } => match request {
+                Request::ApplyBlock(updates) => self.apply_block(from, call, updates, out),
+                request => {
+                    let response = self.serve(request);
                     out.push(Command::Reply { to: from, call, response });
                 }
             },

@@ -24,7 +24,7 @@ pub use disk::StorageDisk;
 pub use node::{open_core, NodeStorage, Opened, StorageNode};
 pub use versions::{BlockRefusal, ReadRefusal, Served};
 
-use crate::proto::{self, BlockUpdates};
+use crate::messages::BlockUpdates;
 use crate::protocol::{refusal, Rainblock, Request, Response};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
@@ -68,7 +68,9 @@ pub fn decode_logged(record: &virga_log::Record) -> Result<BlockUpdates, Storage
 
 /// The payload of log record `lsn` as the `BlockUpdates` the node accepted.
 pub fn decode_logged_payload(lsn: u64, payload: &[u8]) -> Result<BlockUpdates, StorageError> {
-    BlockUpdates::decode(payload).map_err(|source| StorageError::LogRecord { lsn, source })
+    let wire = crate::proto::BlockUpdates::decode(payload).map_err(|source| StorageError::LogRecord { lsn, source })?;
+    crate::codec::block_updates_from_wire(wire)
+        .map_err(|source| StorageError::LoggedBlock { lsn, source: BlockRefusal::Wire(source) })
 }
 
 /// The storage holding a node's log at `path` and its checkpoints (the log's parent

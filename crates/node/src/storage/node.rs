@@ -240,7 +240,7 @@ impl Inner {
         let call = CallId(self.next_call);
         self.next_call += 1;
         let mut commands = Vec::new();
-        self.core.admit_block(from, call, updates, &mut commands)?;
+        self.core.admit_block(from, call, Box::new(updates), &mut commands)?;
         let mut answer = None;
         let mut reply = |replied, response| {
             if replied == call {
@@ -370,18 +370,18 @@ impl StorageNode {
     pub fn apply_block(&self, updates: &BlockUpdates) -> Result<(u64, B256), StorageError> {
         let response = self.inner.lock().apply(self.id.clone(), updates.clone())?;
         let unacknowledged = |reason: &str| StorageError::Unacknowledged { reason: reason.to_string() };
-        match response.body {
-            Some(crate::protocol::ResponseBody::BlockAck(ack)) => {
-                let acked = crate::codec::parse_block_id(ack.block.as_ref(), "block").map_err(BlockRefusal::from)?;
-                acked.ok_or_else(|| unacknowledged("acknowledged no block"))
-            }
-            Some(crate::protocol::ResponseBody::Error(reason)) => Err(StorageError::Unacknowledged { reason }),
+        match response {
+            Response::BlockAck(acked) => Ok(acked.pair()),
+            Response::Refused(reason) => Err(StorageError::Unacknowledged { reason }),
             _ => Err(unacknowledged("the storage node answered a block with something else")),
         }
     }
 
     /// A node bag for `keys` at block `at` (default: head), leaving out levels above `compaction`.
-    pub fn witness(&self, request: &proto::WitnessRequest) -> Result<proto::WitnessReply, ReadRefusal> {
+    pub fn witness(
+        &self,
+        request: &crate::messages::WitnessRequest,
+    ) -> Result<crate::messages::WitnessReply, ReadRefusal> {
         self.inner.lock().core.witness(request)
     }
 }

@@ -1,7 +1,7 @@
 //! A storage node's versions: one per accepted block, sharing trie nodes, with the checks a
 //! block passes before it becomes one. Pure: no I/O.
 
-use crate::proto::{self, BlockUpdates};
+use crate::messages::{BlockId, BlockUpdates, TopReply, TopRequest, WitnessReply, WitnessRequest};
 use alloy_consensus::Header;
 use alloy_primitives::B256;
 use std::collections::{HashMap, HashSet};
@@ -11,7 +11,6 @@ use virga_trie::shard::{Shard, ShardError, ShardedTrie};
 
 use super::contracts::{ContractRefusal, Contracts};
 use super::{prefix_nibbles, FORK_DEPTH};
-use crate::codec::{b256, bag_to_wire, block_id, check_keys, decode_header, parse_block_id};
 
 /// Why a block's updates were refused. The miner hears it as text (its `Display`).
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +55,6 @@ pub enum BlockRefusal {
 /// Why a storage node refused a read (witness, top) request. The peer hears it as text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadRefusal {
-    #[error("{0}")]
-    Wire(#[from] crate::codec::WireError),
     #[error("block {0} is not held here (collected, or never received)")]
     NotHeld(B256),
     #[error("cannot prove here: {0}")]
@@ -133,7 +130,7 @@ impl Versions {
     /// Checks a block's updates and applies them as a new version; returns how many old
     /// versions were collected with it.
     pub(crate) fn accept(&mut self, served: &Served, updates: &BlockUpdates) -> Result<(Accepted, u64), BlockRefusal> {
-        let header = decode_header(&updates.header)?;
+        let header = &updates.header;
         let hash = header.hash_slow();
         let number = header.number;
         if self.by_hash.contains_key(&hash) {
@@ -142,7 +139,7 @@ impl Versions {
         let Some(parent) = self.by_hash.get(&header.parent_hash) else {
             return Err(BlockRefusal::UnknownParent { number, parent: header.parent_hash });
         };
-        check_header(&served.config, &parent.header, &header)
+        check_header(&served.config, &parent.header, header)
             .map_err(|problem| BlockRefusal::BadHeader { number, problem })?;
         let mut shards = parent.shards.clone();
         if updates.shard_hashes.len() != served.shard_count {
@@ -152,12 +149,7 @@ impl Versions {
                 shards: served.shard_count,
             });
         }
-        let announced = updates
-            .shard_hashes
-            .iter()
-            .enumerate()
-            .map(|(index, bytes)| b256(bytes, &format!("shard hash {index}")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let announced = &updates.shard_hashes;
         apply_updates(served, &mut shards, updates)?;
         let mut contracts = parent.contracts.clone();
         contracts
@@ -184,7 +176,7 @@ impl Versions {
         if computed != header.state_root {
             return Err(BlockRefusal::RootMismatch { number, computed, header: header.state_root });
         }
-        self.by_hash.insert(hash, Version { header, shards, contracts });
+        self.by_hash.insert(hash, Version { header: header.clone(), shards, contracts });
         if number > self.head_number {
             self.head = hash;
             self.head_number = number;
@@ -193,8 +185,8 @@ impl Versions {
         Ok((Accepted { number, hash, new: true }, collected))
     }
 
-    fn version_for(&self, at: Option<(u64, B256)>) -> Result<(B256, &Version), ReadRefusal> {
-        let hash = at.map_or(self.head, |(_, hash)| hash);
+    fn version_for(&self, at: Option<BlockId>) -> Result<(B256, &Version), ReadRefusal> {
+        let hash = at.map_or(self.head, |at| at.hash);
         match self.by_hash.get(&hash) {
             Some(version) => Ok((hash, version)),
             None => Err(ReadRefusal::NotHeld(hash)),
@@ -206,31 +198,27 @@ impl Versions {
     /// test fault says otherwise).
     pub(crate) fn witness(
         &self,
-        request: &proto::WitnessRequest,
+        request: &WitnessRequest,
         served: &[usize],
         prove_from: impl FnOnce(&Versions, &Version) -> ShardedTrie,
-    ) -> Result<(proto::WitnessReply, virga_trie::proof::NodeBag), ReadRefusal> {
-        check_keys(&request.keys)?;
-        let at = parse_block_id(request.at.as_ref(), "at")?;
-        let (hash, version) = self.version_for(at)?;
+    ) -> Result<WitnessReply, ReadRefusal> {
+        let (hash, version) = self.version_for(request.at)?;
         let shards = prove_from(self, version);
         let bag = shards.try_prove_many(&request.keys, request.compaction as usize).map_err(ReadRefusal::Unprovable)?;
         let (storage, codes) =
             version.contracts.prove(&request.slots, &request.code_hashes, &version.shards, served)?;
-        let reply = proto::WitnessReply {
-            at: Some(block_id(version.header.number, hash)),
-            state_root: version.header.state_root.to_vec(),
-            bag: None,
+        Ok(WitnessReply {
+            at: BlockId::new(version.header.number, hash),
+            state_root: version.header.state_root,
+            bag,
             storage,
             codes,
-        };
-        Ok((reply, bag))
+        })
     }
 
     /// The served shards' nodes above level `levels` at block `at` (default: head).
-    pub(crate) fn top(&self, request: &proto::TopRequest) -> Result<proto::TopReply, ReadRefusal> {
-        let at = parse_block_id(request.at.as_ref(), "at")?;
-        let (hash, version) = self.version_for(at)?;
+    pub(crate) fn top(&self, request: &TopRequest) -> Result<TopReply, ReadRefusal> {
+        let (hash, version) = self.version_for(request.at)?;
         let levels = request.levels as usize;
         let mut nodes = version.shards.top_nodes(levels);
         // The contracts' account paths, so that the miner can anchor their storage tops.
@@ -238,9 +226,9 @@ impl Versions {
         if !contracts.is_empty() {
             nodes.extend(version.shards.try_prove_many(&contracts, 0).map_err(ReadRefusal::Unprovable)?.nodes);
         }
-        Ok(proto::TopReply {
-            at: Some(block_id(version.header.number, hash)),
-            state_root: version.header.state_root.to_vec(),
+        Ok(TopReply {
+            at: BlockId::new(version.header.number, hash),
+            state_root: version.header.state_root,
             nodes,
             storage: version.contracts.tops(levels),
         })
@@ -284,10 +272,12 @@ impl Versions {
 fn apply_updates(served: &Served, shards: &mut ShardedTrie, updates: &BlockUpdates) -> Result<(), BlockRefusal> {
     let mut touched: Vec<Shard> = Vec::new();
     for update in &updates.updates {
-        check_keys(std::slice::from_ref(&update.key))?;
-        let index = shards.shard_for(&update.key)?;
+        let index = shards.shard_for(update.key.as_slice())?;
         if !served.shards.contains(&index) {
-            return Err(BlockRefusal::NotServed { key: virga_core::hex::encode_prefixed(&update.key), shard: index });
+            return Err(BlockRefusal::NotServed {
+                key: virga_core::hex::encode_prefixed(update.key.as_slice()),
+                shard: index,
+            });
         }
         let position = match touched.iter().position(|shard| shard.index() == index) {
             Some(position) => position,
@@ -297,16 +287,10 @@ fn apply_updates(served: &Served, shards: &mut ShardedTrie, updates: &BlockUpdat
                 touched.len() - 1
             }
         };
-        touched[position].insert(&update.key, &update.value)?;
+        touched[position].insert(update.key.as_slice(), &update.value)?;
     }
     for shard in touched {
         shards.set_shard(shard)?;
     }
     Ok(())
-}
-
-/// The witness reply with its bag on the wire.
-pub(crate) fn with_bag(mut reply: proto::WitnessReply, bag: &virga_trie::proof::NodeBag) -> proto::WitnessReply {
-    reply.bag = Some(bag_to_wire(bag));
-    reply
 }
