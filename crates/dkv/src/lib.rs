@@ -41,6 +41,7 @@ pub mod fuzzing;
 pub mod kairos;
 pub mod layout;
 mod map_refresh;
+pub mod messages;
 pub mod metrics;
 pub mod proto;
 mod protocol;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Ids};
 
@@ -43,7 +43,7 @@ impl MapRefresh {
         let call = ids.call();
         self.call = Some(call);
         let to = replicas[self.target % replicas.len()].clone();
-        let request = proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) };
+        let request = Request::GetMap;
         Some(Command::Call { to, call, request, deadline })
     }
 
@@ -51,12 +51,12 @@ impl MapRefresh {
     /// to the next replica; any map answered ends the staleness.
     pub(crate) fn answered(
         &mut self,
-        body: Result<ResponseBody, virga_net::NetError>,
+        body: Result<Response, virga_net::NetError>,
         current: &ShardMap,
     ) -> Option<ShardMap> {
         self.call = None;
         match body {
-            Ok(ResponseBody::Map(reply)) => {
+            Ok(Response::Map(reply)) => {
                 self.stale = false;
                 let map = reply.map.and_then(|map| crate::wire::map_from_proto(map).ok());
                 map.filter(|map| map.version() > current.version())

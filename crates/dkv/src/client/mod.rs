@@ -27,7 +27,8 @@ mod validation;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
@@ -397,12 +398,7 @@ impl TxnClient {
         self.calls.insert(call, CallFor::Decide { shard, txn, commit });
         self.stats.decisions += 1;
         let decide = proto::Decide { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)), commit };
-        out.push(Command::Call {
-            to,
-            call,
-            request: proto::Request { body: Some(RequestBody::Decide(decide)) },
-            deadline: self.config.deadline,
-        });
+        out.push(Command::Call { to, call, request: Request::Decide(decide), deadline: self.config.deadline });
     }
 
     fn arm_retry(&mut self, out: &mut Out) {
@@ -457,7 +453,7 @@ impl TxnClient {
         out.extend(self.map_refresh.fetch(&mut self.ids, replicas, self.config.deadline));
     }
 
-    fn on_map(&mut self, body: Result<ResponseBody, NetError>) {
+    fn on_map(&mut self, body: Result<Response, NetError>) {
         if let Some(map) = self.map_refresh.answered(body, &self.config.map) {
             tracing::info!(client = self.config.client, version = map.version(), "adopted a newer shard map");
             self.config.map = map;
@@ -465,13 +461,13 @@ impl TxnClient {
         }
     }
 
-    fn on_response(&mut self, now: Nanos, call: CallId, result: Result<proto::Response, NetError>, out: &mut Out) {
-        let body = crate::protocol::body_of(result);
+    fn on_response(&mut self, now: Nanos, call: CallId, result: Result<Response, NetError>, out: &mut Out) {
+        let body = result;
         if self.map_refresh.is_fetch(call) {
             self.on_map(body);
             return;
         }
-        if matches!(body, Err(_) | Ok(ResponseBody::Error(_) | ResponseBody::WrongEpoch(_))) {
+        if matches!(body, Err(_) | Ok(Response::Refused(_) | Response::WrongEpoch(_))) {
             // A primary may have changed (a watermark that did not arrive says so too).
             self.map_refresh.mark_stale();
             self.arm_retry(out);
@@ -479,20 +475,20 @@ impl TxnClient {
         let id = match self.calls.remove(&call) {
             Some(CallFor::Txn(id)) => id,
             Some(CallFor::Watermark { validator }) => {
-                if matches!(body, Ok(ResponseBody::Ack(_))) {
+                if matches!(body, Ok(Response::Ack)) {
                     self.validators_down.remove(&validator);
                 }
                 return;
             }
             Some(CallFor::Release { validator, txn, commit }) => {
-                if !matches!(body, Ok(ResponseBody::Ack(_))) {
+                if !matches!(body, Ok(Response::Ack)) {
                     self.lost_releases.push((validator, txn, commit));
                     self.arm_retry(out);
                 }
                 return;
             }
             Some(CallFor::Decide { shard, txn, commit }) => {
-                if !matches!(body, Ok(ResponseBody::Ack(_))) {
+                if !matches!(body, Ok(Response::Ack)) {
                     self.lost_decisions.push((shard, txn, commit));
                     self.arm_retry(out);
                 }
@@ -542,7 +538,7 @@ impl TxnClient {
             out.push(Command::Call {
                 to: peer,
                 call,
-                request: proto::Request { body: Some(RequestBody::Watermark(request)) },
+                request: Request::Watermark(request),
                 deadline: self.config.deadline,
             });
         }
@@ -589,16 +585,16 @@ impl Role for TxnClient {
             Event::Timer(timer) if Some(timer) == self.watermark_timer => self.broadcast_watermark(now, out),
             Event::Start => self.broadcast_watermark(now, out),
             Event::Request { from, call, request } => {
-                let response = match request.body {
+                let response = match request {
                     // EI: a primary calls back about a key this client cached.
-                    Some(RequestBody::Invalidate(invalidate)) => {
+                    Request::Invalidate(invalidate) => {
                         let version = shard_wire::ts_from_wire(invalidate.version);
                         self.cache.invalidated(&invalidate.key, version);
-                        ResponseBody::Ack(proto::Ack {})
+                        Response::Ack
                     }
-                    _ => ResponseBody::Error("a client serves only invalidations".to_string()),
+                    _ => Response::Refused("a client serves only invalidations".to_string()),
                 };
-                out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+                out.push(Command::Reply { to: from, call, response });
             }
             Event::Timer(_) | Event::IoDone { .. } => {}
         }

@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use bytes::Bytes;
 use virga_net::role::{Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
@@ -114,12 +115,7 @@ impl TxnClient {
         calls.insert(call, ReadCall::Scan(index, shard));
         self.calls.insert(call, CallFor::Txn(id));
         self.stats.scans += 1;
-        out.push(Command::Call {
-            to,
-            call,
-            request: proto::Request { body: Some(RequestBody::Scan(request)) },
-            deadline: self.config.deadline,
-        });
+        out.push(Command::Call { to, call, request: Request::Scan(request), deadline: self.config.deadline });
     }
 
     pub(super) fn on_scan_reply(
@@ -128,12 +124,12 @@ impl TxnClient {
         id: TxnId,
         index: usize,
         shard: u32,
-        result: Result<ResponseBody, virga_net::NetError>,
+        result: Result<Response, virga_net::NetError>,
         out: &mut Out,
     ) {
         let Some(active) = self.txns.get_mut(&id) else { return };
         match result {
-            Ok(ResponseBody::Rows(reply)) => {
+            Ok(Response::Rows(reply)) => {
                 let Some(scan) = active.scans.get_mut(index) else { return };
                 scan.answered.insert(shard);
                 scan.prepared_below |= reply.prepared_below;
@@ -154,7 +150,7 @@ impl TxnClient {
                     active.reads.entry(key).or_insert(read);
                 }
             }
-            Ok(ResponseBody::TooOld(_)) => {
+            Ok(Response::TooOld(_)) => {
                 self.aborted(id, "snapshot-too-old".to_string(), out);
                 return;
             }

@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
@@ -241,7 +242,7 @@ impl TxnClient {
         let body = match keys.as_slice() {
             [key] => {
                 let read_interval_ns = interval(key);
-                RequestBody::Get(proto::Get { shard, epoch, key: key.to_vec(), ts, read_interval_ns })
+                Request::Get(proto::Get { shard, epoch, key: key.to_vec(), ts, read_interval_ns })
             }
             _ => {
                 let wire_keys = keys.iter().map(|key| key.to_vec()).collect();
@@ -250,11 +251,11 @@ impl TxnClient {
                 if read_intervals_ns.iter().all(|&interval| interval == 0) {
                     read_intervals_ns.clear();
                 }
-                RequestBody::GetMany(proto::GetMany { shard, epoch, keys: wire_keys, ts, read_intervals_ns })
+                Request::GetMany(proto::GetMany { shard, epoch, keys: wire_keys, ts, read_intervals_ns })
             }
         };
         calls.insert(call, ReadCall::Get(keys));
-        let request = proto::Request { body: Some(body) };
+        let request = body;
         out.push(Command::Call { to, call, request, deadline: self.config.deadline });
     }
 
@@ -263,7 +264,7 @@ impl TxnClient {
         now: Nanos,
         id: TxnId,
         call: CallId,
-        result: Result<ResponseBody, virga_net::NetError>,
+        result: Result<Response, virga_net::NetError>,
         out: &mut Out,
     ) {
         let Some(txn) = self.txns.get_mut(&id) else { return };
@@ -274,10 +275,10 @@ impl TxnClient {
             None => return,
         };
         let values = match result {
-            Ok(ResponseBody::Value(reply)) if keys.len() == 1 => vec![reply],
-            Ok(ResponseBody::Values(reply)) if reply.values.len() == keys.len() => reply.values,
+            Ok(Response::Value(reply)) if keys.len() == 1 => vec![reply],
+            Ok(Response::Values(reply)) if reply.values.len() == keys.len() => reply.values,
             // The versions this snapshot needs may be collected: run it again, newer.
-            Ok(ResponseBody::TooOld(_)) => {
+            Ok(Response::TooOld(_)) => {
                 self.aborted(id, "snapshot-too-old".to_string(), out);
                 return;
             }
@@ -462,7 +463,7 @@ impl TxnClient {
         } else {
             self.stats.prepares += 1;
         }
-        let request = proto::Request { body: Some(RequestBody::Prepare(shard_wire::prepare_to_wire(&prepare))) };
+        let request = Request::Prepare(shard_wire::prepare_to_wire(&prepare));
         out.push(Command::Call { to, call, request, deadline: self.config.deadline });
     }
 
@@ -470,7 +471,7 @@ impl TxnClient {
         &mut self,
         id: TxnId,
         call: CallId,
-        result: Result<ResponseBody, virga_net::NetError>,
+        result: Result<Response, virga_net::NetError>,
         out: &mut Out,
     ) {
         let one_round_trip = self.config.one_round_trip;
@@ -483,7 +484,7 @@ impl TxnClient {
         let one_round = participants.len() == 1 && one_round_trip;
         let decide = !(validate_only || one_round);
         match result {
-            Ok(ResponseBody::Vote(vote)) if vote.commit => {
+            Ok(Response::Vote(vote)) if vote.commit => {
                 yes.insert(shard);
                 if yes.len() == participants.len() {
                     let (commit_ts, participants) = (*commit_ts, participants.clone());
@@ -494,7 +495,7 @@ impl TxnClient {
                     }
                 }
             }
-            Ok(ResponseBody::Vote(vote)) => {
+            Ok(Response::Vote(vote)) => {
                 let participants = participants.clone();
                 self.note_stale(id, &vote.stale);
                 // A primary that took over refuses commit timestamps up to its floor: the
@@ -646,11 +647,11 @@ pub(super) enum Failure {
     Unavailable(String),
 }
 
-pub(super) fn describe_failure(answer: &Result<ResponseBody, virga_net::NetError>) -> Failure {
+pub(super) fn describe_failure(answer: &Result<Response, virga_net::NetError>) -> Failure {
     match answer {
-        Ok(ResponseBody::WrongEpoch(wrong)) => Failure::StaleMap { epoch: wrong.epoch },
+        Ok(Response::WrongEpoch(wrong)) => Failure::StaleMap { epoch: wrong.epoch },
         Err(error) => Failure::Unavailable(error.to_string()),
-        Ok(ResponseBody::Error(error)) => Failure::Unavailable(error.clone()),
+        Ok(Response::Refused(error)) => Failure::Unavailable(error.clone()),
         Ok(other) => Failure::Unavailable(format!("an unexpected answer: {other:?}")),
     }
 }

@@ -28,7 +28,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command};
 use virga_storage::{Timestamp, TxnId};
@@ -119,7 +120,7 @@ impl TxnClient {
         calls.insert(call, validator);
         self.calls.insert(call, CallFor::Txn(id));
         self.stats.validator_validations += 1;
-        let request = proto::Request { body: Some(RequestBody::Validate(validate_to_wire(&request))) };
+        let request = Request::Validate(validate_to_wire(&request));
         out.push(Command::Call { to, call, request, deadline });
     }
 
@@ -127,7 +128,7 @@ impl TxnClient {
         &mut self,
         id: TxnId,
         call: CallId,
-        result: Result<ResponseBody, virga_net::NetError>,
+        result: Result<Response, virga_net::NetError>,
         out: &mut Out,
     ) {
         let Some(txn) = self.txns.get_mut(&id) else { return };
@@ -137,7 +138,7 @@ impl TxnClient {
         };
         let Some(validator) = calls.remove(&call) else { return };
         match result {
-            Ok(ResponseBody::Vote(vote)) if vote.commit => {
+            Ok(Response::Vote(vote)) if vote.commit => {
                 let holds = txn.writes.keys().any(|key| owners.get(key) == Some(&validator));
                 if holds && !txn.held_at.contains(&validator) {
                     txn.held_at.push(validator);
@@ -152,13 +153,13 @@ impl TxnClient {
                     }
                 }
             }
-            Ok(ResponseBody::Vote(vote)) if vote.reason == BEYOND_LEASE => {
+            Ok(Response::Vote(vote)) if vote.reason == BEYOND_LEASE => {
                 if read_only {
                     return self.validate_at_primaries(id, out);
                 }
                 self.pass_over(id, validator, out);
             }
-            Ok(ResponseBody::Vote(vote)) => {
+            Ok(Response::Vote(vote)) => {
                 if read_only && vote.reason == ValidatorAbort::BelowGc.name() {
                     return self.validate_at_primaries(id, out);
                 }
@@ -237,7 +238,7 @@ impl TxnClient {
         let call = self.ids.call();
         self.calls.insert(call, CallFor::Release { validator, txn: id, commit });
         self.stats.releases += 1;
-        let request = proto::Request { body: Some(RequestBody::Release(release)) };
+        let request = Request::Release(release);
         out.push(Command::Call { to, call, request, deadline: self.config.deadline });
     }
 }

@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use bytes::Bytes;
 use virga_core::device::MemStorage;
@@ -159,7 +160,7 @@ impl Snapshot {
 /// A request and its sender, formatted only when a check fails.
 struct Described {
     from: String,
-    request: proto::Request,
+    request: Request,
 }
 
 impl std::fmt::Display for Described {
@@ -172,8 +173,8 @@ fn check_unchanged(before: &Snapshot, core: &DataCore, described: &Described) {
     assert_eq!(&Snapshot::of(core), before, "{described} was refused but changed a replica");
 }
 
-fn is_refusal(body: &Option<ResponseBody>) -> bool {
-    matches!(body, Some(ResponseBody::Error(_) | ResponseBody::WrongEpoch(_) | ResponseBody::TooOld(_)))
+fn is_refusal(response: &Response) -> bool {
+    matches!(response, Response::Refused(_) | Response::WrongEpoch(_) | Response::TooOld(_))
 }
 
 /// What the requests of one input came to.
@@ -198,7 +199,7 @@ struct Harness {
     /// Device writes and calls not completed yet, in order.
     outstanding: VecDeque<Command<Dkv, DataIo>>,
     /// Every request: what it was and the replies it got.
-    asked: BTreeMap<CallId, (Described, Vec<Option<ResponseBody>>)>,
+    asked: BTreeMap<CallId, (Described, Vec<Option<Response>>)>,
     tally: Tally,
 }
 
@@ -217,7 +218,7 @@ impl Harness {
 
     /// Steps one request, checking that a refusal changed no replica; what it sets off is
     /// left outstanding.
-    fn request(&mut self, from: &str, request: proto::Request) -> CallId {
+    fn request(&mut self, from: &str, request: Request) -> CallId {
         let call = CallId(self.next_call);
         self.next_call += 1;
         let described = Described { from: from.to_string(), request: request.clone() };
@@ -225,9 +226,8 @@ impl Harness {
         let mut commands = Vec::new();
         self.core.step(0, Event::Request { from: from.to_string(), call, request }, &mut commands);
         // Refusals are immediate, in the request's own step.
-        let refused = commands
-            .iter()
-            .any(|command| matches!(command, Command::Reply { response, .. } if is_refusal(&response.body)));
+        let refused =
+            commands.iter().any(|command| matches!(command, Command::Reply { response, .. } if is_refusal(response)));
         if refused {
             check_unchanged(&before, &self.core, &described);
         }
@@ -238,10 +238,10 @@ impl Harness {
 
     /// Steps one request and completes everything outstanding; checks that it got exactly
     /// one reply and that a commit vote left the transaction prepared. Returns the reply.
-    fn ask(&mut self, from: &str, request: proto::Request) -> Option<ResponseBody> {
-        let prepared = match &request.body {
+    fn ask(&mut self, from: &str, request: Request) -> Option<Response> {
+        let prepared = match &request {
             // A validation alone holds nothing: its commit vote prepares nothing.
-            Some(RequestBody::Prepare(prepare)) if !prepare.validate_only => {
+            Request::Prepare(prepare) if !prepare.validate_only => {
                 wire::txn_from_wire(prepare.txn).ok().map(|txn| (prepare.shard, txn))
             }
             _ => None,
@@ -249,7 +249,7 @@ impl Harness {
         let call = self.request(from, request);
         self.complete(usize::MAX);
         let reply = self.answer(call);
-        if let (Some(ResponseBody::Vote(vote)), Some((shard, txn))) = (&reply, prepared) {
+        if let (Some(Response::Vote(vote)), Some((shard, txn))) = (&reply, prepared) {
             if vote.commit {
                 let status = self.core.replica(shard).and_then(|replica| replica.txn(txn)).map(|entry| entry.status);
                 assert!(
@@ -263,7 +263,7 @@ impl Harness {
     }
 
     /// The one reply `call` got.
-    fn answer(&self, call: CallId) -> Option<ResponseBody> {
+    fn answer(&self, call: CallId) -> Option<Response> {
         let (described, replies) = &self.asked[&call];
         match replies.as_slice() {
             [reply] => reply.clone(),
@@ -278,12 +278,12 @@ impl Harness {
         for call in self.asked.keys() {
             let reply = self.answer(*call);
             self.tally.requests += 1;
-            if is_refusal(&reply) {
+            if reply.as_ref().is_some_and(is_refusal) {
                 self.tally.refused += 1;
             } else {
                 self.tally.served += 1;
             }
-            self.tally.commit_votes += usize::from(matches!(reply, Some(ResponseBody::Vote(vote)) if vote.commit));
+            self.tally.commit_votes += usize::from(matches!(reply, Some(Response::Vote(vote)) if vote.commit));
         }
     }
 
@@ -296,7 +296,7 @@ impl Harness {
                         panic!("a reply to {call:?}, never asked")
                     };
                     assert_eq!(to, described.from, "the reply to {described} went to {to}");
-                    replies.push(response.body);
+                    replies.push(Some(response));
                 }
                 Command::SetTimer { .. } => {}
                 other => self.outstanding.push_back(other),
@@ -321,10 +321,8 @@ impl Harness {
                 }
                 Command::Call { to, call, request, .. } => {
                     // The backups hold what they are sent; nothing else is answered in time.
-                    let result = match request.body {
-                        Some(RequestBody::Replicate(_)) => {
-                            Ok(proto::Response { body: Some(ResponseBody::Ack(proto::Ack {})) })
-                        }
+                    let result = match request {
+                        Request::Replicate(_) => Ok(Response::Ack),
                         _ => Err(NetError::DeadlineExceeded { peer: to, after: std::time::Duration::ZERO }),
                     };
                     self.core.step(0, Event::Response { call, result }, &mut more);
@@ -528,18 +526,18 @@ fn writes(knobs: &Knobs, first: usize) -> Vec<proto::Write> {
         .collect()
 }
 
-fn build(kind: u8, knobs: &Knobs) -> proto::Request {
+fn build(kind: u8, knobs: &Knobs) -> Request {
     let ts = Some(wire::ts_to_wire(knobs.ts));
     let (shard, epoch) = (knobs.shard, knobs.epoch);
-    let body = match kind {
-        0 => RequestBody::Get(proto::Get {
+    match kind {
+        0 => Request::Get(proto::Get {
             shard,
             epoch,
             key: knobs.key.clone(),
             ts,
             read_interval_ns: u64::from(knobs.limit) << 10,
         }),
-        1 => RequestBody::Scan(proto::Scan {
+        1 => Request::Scan(proto::Scan {
             shard,
             epoch,
             start: knobs.key.clone(),
@@ -547,7 +545,7 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
             ts,
             limit: knobs.limit,
         }),
-        2 => RequestBody::Prepare(proto::Prepare {
+        2 => Request::Prepare(proto::Prepare {
             shard,
             epoch,
             txn: knobs.txn,
@@ -574,13 +572,13 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
             validate_only: knobs.limit == 2,
             takeover_validators: knobs.takeover.clone(),
         }),
-        3 => RequestBody::Decide(proto::Decide { shard, epoch, txn: knobs.txn, commit: knobs.commit }),
-        4 => RequestBody::Replicate(proto::Replicate { shard, epoch, record: replicated(knobs) }),
-        5 => RequestBody::Query(proto::TxnQuery { shard, epoch, txn: knobs.txn }),
-        6 => RequestBody::Lease(proto::LeaseRequest { shard, epoch, until: ts }),
-        7 => RequestBody::Fetch(proto::Fetch { shard, epoch }),
-        8 => RequestBody::Watermark(proto::Watermark { client: 9, ts, freshness: None }),
-        10 => RequestBody::GetMany(proto::GetMany {
+        3 => Request::Decide(proto::Decide { shard, epoch, txn: knobs.txn, commit: knobs.commit }),
+        4 => Request::Replicate(proto::Replicate { shard, epoch, record: replicated(knobs) }),
+        5 => Request::Query(proto::TxnQuery { shard, epoch, txn: knobs.txn }),
+        6 => Request::Lease(proto::LeaseRequest { shard, epoch, until: ts }),
+        7 => Request::Fetch(proto::Fetch { shard, epoch }),
+        8 => Request::Watermark(proto::Watermark { client: 9, ts, freshness: None }),
+        10 => Request::GetMany(proto::GetMany {
             shard,
             epoch,
             keys: (0..=knobs.reads).map(|at| op_key(knobs, at)).collect(),
@@ -591,16 +589,15 @@ fn build(kind: u8, knobs: &Knobs) -> proto::Request {
                 _ => (0..=knobs.reads).map(|at| (at as u64) << 20).collect(),
             },
         }),
-        11 => RequestBody::ValidatorLease(proto::ValidatorLease {
+        11 => Request::ValidatorLease(proto::ValidatorLease {
             validator: knobs.limit,
             shard,
             epoch,
             until_ns: knobs.ts.time,
         }),
-        _ if knobs.commit => RequestBody::GetMap(proto::GetMap {}),
-        _ => RequestBody::Propose(proto::ConfigProposal::default()),
-    };
-    proto::Request { body: Some(body) }
+        _ if knobs.commit => Request::GetMap,
+        _ => Request::Propose(proto::ConfigProposal::default()),
+    }
 }
 
 fn replicated(knobs: &Knobs) -> Option<proto::ShardRecord> {
@@ -628,7 +625,7 @@ fn replicated(knobs: &Knobs) -> Option<proto::ShardRecord> {
 /// completion of device writes and calls (after each request, a byte (mod 4) says how many
 /// of the oldest complete; the rest complete at the end), and the rest are up to 8
 /// requests stepped into the sample node, each a tag byte then, for a tag ≡ 0 (mod 4), a
-/// `u16` little-endian length and that many bytes decoded as a `proto::Request` from the
+/// `u16` little-endian length and that many bytes decoded as a `Request` from the
 /// sender the tag's top bits pick; for any other tag, the honest request of kind `tag / 4`
 /// (mod 10) changed by a count byte's (mod 9) (field, value) edits. Every request gets
 /// exactly one reply once its writes and replication complete; a refusal changes no
@@ -662,7 +659,7 @@ pub fn step_requests(data: &[u8]) -> Tally {
     harness.tally
 }
 
-fn next_request(input: &mut &[u8]) -> Option<(&'static str, proto::Request)> {
+fn next_request(input: &mut &[u8]) -> Option<(&'static str, Request)> {
     let (&tag, rest) = input.split_first()?;
     *input = rest;
     if tag % 4 == 0 {
@@ -671,9 +668,9 @@ fn next_request(input: &mut &[u8]) -> Option<(&'static str, proto::Request)> {
         let (bytes, rest) = bytes.split_at(length.min(bytes.len()).min(MAX_REQUEST_BYTES));
         *input = rest;
         // Bytes go through the protocol's codec, as over gRPC. What it refuses never
-        // reaches a node there; here the node sees an empty request instead, which an
-        // in-process caller could send.
-        let request = <crate::Dkv as virga_net::WireProtocol>::decode_request(bytes).unwrap_or_default();
+        // reaches a node there; here the node is sent a configuration request instead,
+        // which an in-process caller could send and a data node must refuse.
+        let request = <crate::Dkv as virga_net::WireProtocol>::decode_request(bytes).unwrap_or(Request::GetMap);
         return Some((SENDERS[usize::from(tag >> 6)], request));
     }
     let (kind, mut knobs) = honest(tag / 4);

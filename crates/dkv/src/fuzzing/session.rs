@@ -14,7 +14,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Nanos, Role, TimerId};
 use virga_net::NetError;
@@ -50,7 +51,7 @@ impl Bytes8<'_> {
 struct Harness {
     client: TxnClient,
     now: Nanos,
-    calls: VecDeque<(CallId, proto::Request)>,
+    calls: VecDeque<(CallId, Request)>,
     timers: Vec<TimerId>,
     /// Transactions begun so far (so operations name real ones most of the time).
     begun: Vec<u64>,
@@ -92,7 +93,7 @@ impl Harness {
         for command in out {
             match command {
                 // Watermarks need no answer to check anything; the rest wait for one.
-                Command::Call { request: proto::Request { body: Some(RequestBody::Watermark(_)) }, .. } => {}
+                Command::Call { request: Request::Watermark(_), .. } => {}
                 Command::Call { call, request, .. } => self.calls.push_back((call, request)),
                 Command::SetTimer { timer, .. } => self.timers.push(timer),
                 Command::Reply { .. } | Command::Io { .. } => {}
@@ -161,15 +162,15 @@ impl Harness {
     /// request a client does not serve. The client answers each once and goes on.
     fn peer_request(&mut self, bytes: &mut Bytes8) {
         let body = match bytes.next() % 4 {
-            0 => RequestBody::Invalidate(proto::Invalidate { key: bytes.key().to_vec(), version: None }),
-            1 => RequestBody::Get(proto::Get { key: bytes.key().to_vec(), ..Default::default() }),
-            _ => RequestBody::Invalidate(proto::Invalidate {
+            0 => Request::Invalidate(proto::Invalidate { key: bytes.key().to_vec(), version: None }),
+            1 => Request::Get(proto::Get { key: bytes.key().to_vec(), ..Default::default() }),
+            _ => Request::Invalidate(proto::Invalidate {
                 key: bytes.key().to_vec(),
                 version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
             }),
         };
         let call = CallId(u64::from(bytes.next()) << 40);
-        let request = proto::Request { body: Some(body) };
+        let request = body;
         let mut out = Vec::new();
         self.client.step(self.now, Event::Request { from: "node-0".to_string(), call, request }, &mut out);
         let replies = out.iter().filter(|command| matches!(command, Command::Reply { .. })).count();
@@ -196,22 +197,22 @@ fn get_reply(bytes: &mut Bytes8) -> proto::GetReply {
 }
 
 /// An answer to `request`: a fitting one, a refusal, or none at all.
-fn answer_for(request: &proto::Request, bytes: &mut Bytes8) -> Result<proto::Response, NetError> {
+fn answer_for(request: &Request, bytes: &mut Bytes8) -> Result<Response, NetError> {
     let choice = bytes.next() % 8;
-    let body = match (&request.body, choice) {
+    let body = match (request, choice) {
         (_, 0) => {
             return Err(NetError::DeadlineExceeded { peer: "node-0".to_string(), after: Duration::from_millis(300) })
         }
-        (_, 1) => ResponseBody::Error("refused".to_string()),
-        (_, 2) => ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: u64::from(bytes.next()) }),
-        (_, 3) => ResponseBody::TooOld(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 1))),
-        (Some(RequestBody::Get(_)), _) => ResponseBody::Value(get_reply(bytes)),
+        (_, 1) => Response::Refused("refused".to_string()),
+        (_, 2) => Response::WrongEpoch(proto::WrongEpoch { epoch: u64::from(bytes.next()) }),
+        (_, 3) => Response::TooOld(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 1))),
+        (Request::Get(_), _) => Response::Value(get_reply(bytes)),
         // Sometimes a wrong number of answers.
-        (Some(RequestBody::GetMany(get)), _) => {
+        (Request::GetMany(get), _) => {
             let count = if choice == 4 { usize::from(bytes.next() % 4) } else { get.keys.len() };
-            ResponseBody::Values(proto::GetManyReply { values: (0..count).map(|_| get_reply(bytes)).collect() })
+            Response::Values(proto::GetManyReply { values: (0..count).map(|_| get_reply(bytes)).collect() })
         }
-        (Some(RequestBody::Scan(scan)), _) => ResponseBody::Rows(proto::ScanReply {
+        (Request::Scan(scan), _) => Response::Rows(proto::ScanReply {
             rows: (0..bytes.next() % 3)
                 .map(|_| proto::Row {
                     key: [scan.start.clone(), vec![b'a' + bytes.next() % 4]].concat(),
@@ -222,18 +223,18 @@ fn answer_for(request: &proto::Request, bytes: &mut Bytes8) -> Result<proto::Res
                 .collect(),
             prepared_below: bytes.next() % 4 == 0,
         }),
-        (Some(RequestBody::Prepare(_)), _) => ResponseBody::Vote(proto::Vote {
+        (Request::Prepare(_), _) => Response::Vote(proto::Vote {
             commit: bytes.next() % 3 != 0,
             reason: "read-stale".to_string(),
             floor: (bytes.next() % 3 == 0)
                 .then(|| shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()) << 32, 1))),
             stale: (0..bytes.next() % 2).map(|_| vec![b'a' + bytes.next() % 4]).collect(),
         }),
-        (Some(RequestBody::Decide(_)), _) => ResponseBody::Ack(proto::Ack {}),
+        (Request::Decide(_), _) => Response::Ack,
         // A well-formed answer to something else: it does not fit.
-        _ => ResponseBody::Ack(proto::Ack {}),
+        _ => Response::Ack,
     };
-    Ok(proto::Response { body: Some(body) })
+    Ok(body)
 }
 
 /// Runs the bytes as a session's life; panics on a broken invariant.

@@ -8,7 +8,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use virga_net::role::{CallId, Command, Event, Role, TimerId};
 use virga_net::NetError;
 
@@ -95,14 +96,14 @@ pub fn run_validator(data: &[u8]) -> ValidatorTally {
                     txn: Some(proto::TxnId { client: 1, seq: u32::from(seq) }),
                     commit: commit & 1 == 1,
                 };
-                harness.ask(proto::Request { body: Some(RequestBody::Release(release)) });
+                harness.ask(Request::Release(release));
             }
             3 => {
                 let Some([client, back]) = take::<2>(&mut input) else { break };
                 let freshness =
                     shard_wire::ts_to_wire(virga_storage::Timestamp::new(harness.now - u64::from(back) * MS, 1));
                 let watermark = proto::Watermark { client: u32::from(client), ts: None, freshness: Some(freshness) };
-                harness.ask(proto::Request { body: Some(RequestBody::Watermark(watermark)) });
+                harness.ask(Request::Watermark(watermark));
             }
             4 => {
                 let Some([advance]) = take::<1>(&mut input) else { break };
@@ -137,18 +138,18 @@ fn take<const N: usize>(input: &mut &[u8]) -> Option<[u8; N]> {
     Some(*head)
 }
 
-fn raw_request(input: &mut &[u8]) -> Option<proto::Request> {
+fn raw_request(input: &mut &[u8]) -> Option<Request> {
     let [low, high] = take::<2>(input)?;
     let length = usize::from(u16::from_le_bytes([low, high])).min(input.len());
     let (bytes, rest) = input.split_at(length);
     *input = rest;
-    // Through the protocol's codec, as over gRPC; what it refuses arrives as an empty
-    // request, which an in-process caller could send.
-    Some(<crate::Dkv as virga_net::WireProtocol>::decode_request(bytes).unwrap_or_default())
+    // Through the protocol's codec, as over gRPC; what it refuses arrives as a request a
+    // validator does not serve, which an in-process caller could send.
+    Some(<crate::Dkv as virga_net::WireProtocol>::decode_request(bytes).unwrap_or(Request::GetMap))
 }
 
 /// A validation of small keys and timestamps near the validator's clock.
-fn built_validation(input: &mut &[u8], now: u64) -> Option<proto::Request> {
+fn built_validation(input: &mut &[u8], now: u64) -> Option<Request> {
     let [seq, commit_back, fresh_back, shape] = take::<4>(input)?;
     let ts = |back: u8| Some(shard_wire::ts_to_wire(virga_storage::Timestamp::new(now - u64::from(back) * MS, 1)));
     let mut reads = Vec::new();
@@ -170,7 +171,7 @@ fn built_validation(input: &mut &[u8], now: u64) -> Option<proto::Request> {
         participants: if writes.is_empty() { Vec::new() } else { vec![0, u32::from(shape >> 4) % 3] },
         writes,
     };
-    Some(proto::Request { body: Some(RequestBody::Validate(validate)) })
+    Some(Request::Validate(validate))
 }
 
 impl Harness {
@@ -181,12 +182,8 @@ impl Harness {
         for command in out {
             match command {
                 Command::SetTimer { timer, .. } => self.tick = Some(timer),
-                Command::Call { call, request: proto::Request { body: Some(RequestBody::Query(_)) }, .. } => {
-                    self.queries.push(call)
-                }
-                Command::Call {
-                    call, request: proto::Request { body: Some(RequestBody::ValidatorLease(_)) }, ..
-                } => self.renewals.push(call),
+                Command::Call { call, request: Request::Query(_), .. } => self.queries.push(call),
+                Command::Call { call, request: Request::ValidatorLease(_), .. } => self.renewals.push(call),
                 Command::Reply { call, response, .. } => {
                     let asked = self.pending.remove(&call);
                     let Some(accepted) = asked else { panic!("a reply to {call:?}, which is not pending") };
@@ -198,26 +195,26 @@ impl Harness {
         assert!(self.core.held() <= self.holders.len(), "holds {} of {} voted", self.core.held(), self.holders.len());
     }
 
-    fn tally_reply(&mut self, accepted: Option<ValidateRequest>, response: &proto::Response) {
-        match &response.body {
-            Some(ResponseBody::Vote(vote)) if vote.commit => {
+    fn tally_reply(&mut self, accepted: Option<ValidateRequest>, response: &Response) {
+        match response {
+            Response::Vote(vote) if vote.commit => {
                 self.tally.commit_votes += 1;
                 if let Some(accepted) = accepted.filter(|accepted| !accepted.writes.is_empty()) {
                     self.holders.insert(accepted.txn);
                 }
             }
-            Some(ResponseBody::Vote(_)) => self.tally.abort_votes += 1,
-            Some(ResponseBody::Ack(_)) => {}
-            Some(ResponseBody::Error(_)) => self.tally.errors += 1,
+            Response::Vote(_) => self.tally.abort_votes += 1,
+            Response::Ack => {}
+            Response::Refused(_) => self.tally.errors += 1,
             other => panic!("a validator answered {other:?}"),
         }
     }
 
-    fn ask(&mut self, request: proto::Request) {
+    fn ask(&mut self, request: Request) {
         self.next_call += 1;
         let call = CallId(self.next_call);
-        let accepted = match &request.body {
-            Some(RequestBody::Validate(validate)) => validate_from_wire(validate.clone()).ok(),
+        let accepted = match &request {
+            Request::Validate(validate) => validate_from_wire(validate.clone()).ok(),
             _ => None,
         };
         if let Some(accepted) = &accepted {
@@ -244,7 +241,7 @@ impl Harness {
         let call = self.renewals.remove(0);
         let result = match knob & 0x3f {
             0 => Err(NetError::Unreachable { peer: "data-0".into(), reason: "fuzzed".into() }),
-            1 => Ok(proto::Response { body: Some(ResponseBody::Error("fuzzed".into())) }),
+            1 => Ok(Response::Refused("fuzzed".into())),
             _ if knob == u8::MAX => Ok(grant_body(self.now + 10_000 * MS, None)),
             reach => {
                 let high = (knob & 0x40 != 0).then(|| {
@@ -263,17 +260,15 @@ impl Harness {
         }
         let call = self.queries.remove(0);
         let result = match proto::TxnPhase::try_from(i32::from(phase % 6)) {
-            Ok(phase) => {
-                Ok(proto::Response { body: Some(ResponseBody::State(proto::TxnState { phase: phase as i32 })) })
-            }
+            Ok(phase) => Ok(Response::State(phase)),
             Err(_) => Err(NetError::Unreachable { peer: "data-0".into(), reason: "fuzzed".into() }),
         };
         self.step(Event::Response { call, result });
     }
 }
 
-fn grant_body(until_ns: u64, takeover_high: Option<proto::Timestamp>) -> proto::Response {
-    proto::Response { body: Some(ResponseBody::ValidatorGrant(proto::ValidatorGrant { until_ns, takeover_high })) }
+fn grant_body(until_ns: u64, takeover_high: Option<proto::Timestamp>) -> Response {
+    Response::ValidatorGrant(proto::ValidatorGrant { until_ns, takeover_high })
 }
 
 #[cfg(test)]

@@ -24,7 +24,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
@@ -323,7 +324,7 @@ impl ValidatorCore {
             out.push(Command::Call {
                 to: group.primary.clone(),
                 call,
-                request: proto::Request { body: Some(RequestBody::ValidatorLease(lease)) },
+                request: Request::ValidatorLease(lease),
                 deadline: self.config.deadline,
             });
         }
@@ -331,9 +332,9 @@ impl ValidatorCore {
 
     /// A primary's answer to a renewal: first the floor rises to the highest commit
     /// timestamp validated in this validator's place, then the grant counts.
-    fn on_grant(&mut self, shard: u32, body: Result<ResponseBody, NetError>) {
+    fn on_grant(&mut self, shard: u32, body: Result<Response, NetError>) {
         match body {
-            Ok(ResponseBody::ValidatorGrant(grant)) => {
+            Ok(Response::ValidatorGrant(grant)) => {
                 let takeover_high = shard_wire::ts_from_wire(grant.takeover_high);
                 if takeover_high > self.state.floor() {
                     self.state.collect(takeover_high);
@@ -369,10 +370,10 @@ impl ValidatorCore {
     /// Votes on a validation, or (`None`) parks it: a read-only one whose only obstacle is a
     /// writer held at or below its timestamp waits for that writer's release, as a get waits
     /// out a prepared writer, rather than abort a transaction that may well be valid.
-    fn on_validate(&mut self, now: Nanos, from: &str, call: CallId, validate: proto::Validate) -> Option<ResponseBody> {
+    fn on_validate(&mut self, now: Nanos, from: &str, call: CallId, validate: proto::Validate) -> Option<Response> {
         let request = match validate_from_wire(validate) {
             Ok(request) => request,
-            Err(error) => return Some(ResponseBody::Error(format!("a malformed validation: {error}"))),
+            Err(error) => return Some(Response::Refused(format!("a malformed validation: {error}"))),
         };
         self.stats.validations += 1;
         let vote = self.judge(now, &request);
@@ -409,11 +410,11 @@ impl ValidatorCore {
         Ok(())
     }
 
-    fn vote_body(&mut self, request: &ValidateRequest, vote: Result<(), Abort>) -> ResponseBody {
+    fn vote_body(&mut self, request: &ValidateRequest, vote: Result<(), Abort>) -> Response {
         match vote {
             Ok(()) => {
                 self.stats.commit_votes += 1;
-                ResponseBody::Vote(proto::Vote { commit: true, ..proto::Vote::default() })
+                Response::Vote(proto::Vote { commit: true, ..proto::Vote::default() })
             }
             Err(abort) => {
                 let stale = match abort {
@@ -424,7 +425,7 @@ impl ValidatorCore {
                 };
                 let reason = abort.name().to_string();
                 *self.stats.aborts.entry(reason.clone()).or_default() += 1;
-                ResponseBody::Vote(proto::Vote { commit: false, reason, stale, ..proto::Vote::default() })
+                Response::Vote(proto::Vote { commit: false, reason, stale, ..proto::Vote::default() })
             }
         }
     }
@@ -444,25 +445,21 @@ impl ValidatorCore {
                 continue;
             }
             let response = self.vote_body(&parked.request, vote);
-            out.push(Command::Reply {
-                to: parked.from,
-                call: parked.call,
-                response: proto::Response { body: Some(response) },
-            });
+            out.push(Command::Reply { to: parked.from, call: parked.call, response });
         }
     }
 
-    fn on_release(&mut self, release: proto::Release) -> ResponseBody {
+    fn on_release(&mut self, release: proto::Release) -> Response {
         let txn = match shard_wire::txn_from_wire(release.txn) {
             Ok(txn) => txn,
-            Err(error) => return ResponseBody::Error(format!("a malformed release: {error}")),
+            Err(error) => return Response::Refused(format!("a malformed release: {error}")),
         };
         if self.held.remove(&txn).is_some() {
             self.stats.releases += 1;
         }
         self.state.decide(txn, release.commit);
         self.remember_release(txn);
-        ResponseBody::Ack(proto::Ack {})
+        Response::Ack
     }
 
     fn remember_release(&mut self, txn: TxnId) {
@@ -477,10 +474,10 @@ impl ValidatorCore {
         }
     }
 
-    fn on_watermark(&mut self, now: Nanos, watermark: proto::Watermark) -> ResponseBody {
+    fn on_watermark(&mut self, now: Nanos, watermark: proto::Watermark) -> Response {
         let freshness = watermark.freshness.or(watermark.ts);
         self.reports.insert(watermark.client, (shard_wire::ts_from_wire(freshness), now));
-        ResponseBody::Ack(proto::Ack {})
+        Response::Ack
     }
 
     /// Raises the floor to `ts_GC` (the minimum freshness of the clients heard from lately),
@@ -520,23 +517,21 @@ impl ValidatorCore {
                 out.push(Command::Call {
                     to: group.primary.clone(),
                     call,
-                    request: proto::Request { body: Some(RequestBody::Query(query)) },
+                    request: Request::Query(query),
                     deadline: self.config.deadline,
                 });
             }
         }
     }
 
-    fn on_state(&mut self, call: CallId, body: Result<ResponseBody, NetError>) {
+    fn on_state(&mut self, call: CallId, body: Result<Response, NetError>) {
         let Some((txn, shard)) = self.queries.remove(&call) else { return };
         let Some(held) = self.held.get_mut(&txn) else { return };
         held.calls.retain(|pending| *pending != call);
         match body {
-            // A phase this build does not know is no answer: never a vote either way.
-            Ok(ResponseBody::State(state)) => {
-                if let Ok(phase) = proto::TxnPhase::try_from(state.phase) {
-                    held.heard.insert(shard, phase);
-                }
+            // The codec refuses a phase this build does not know: it is never a vote.
+            Ok(Response::State(phase)) => {
+                held.heard.insert(shard, phase);
             }
             // A primary may have changed: ask the configuration service before the next round.
             _ => self.map_refresh.mark_stale(),
@@ -554,8 +549,8 @@ impl ValidatorCore {
         out.extend(self.map_refresh.fetch(&mut self.ids, &self.config.config_replicas, self.config.deadline));
     }
 
-    fn on_response(&mut self, call: CallId, result: Result<proto::Response, NetError>) {
-        let body = crate::protocol::body_of(result);
+    fn on_response(&mut self, call: CallId, result: Result<Response, NetError>) {
+        let body = result;
         if self.map_refresh.is_fetch(call) {
             if let Some(map) = self.map_refresh.answered(body, &self.config.map) {
                 self.config.map = map;
@@ -583,20 +578,18 @@ impl Role for ValidatorCore {
         match event {
             Event::Start => self.on_start(now, out),
             Event::Request { from, call, request } => {
-                let response = match request.body {
-                    Some(RequestBody::Validate(validate)) => self.on_validate(now, &from, call, validate),
-                    Some(RequestBody::Release(release)) => {
+                let response = match request {
+                    Request::Validate(validate) => self.on_validate(now, &from, call, validate),
+                    Request::Release(release) => {
                         let response = self.on_release(release);
                         self.retry_parked(now, false, out);
                         Some(response)
                     }
-                    Some(RequestBody::Watermark(watermark)) => Some(self.on_watermark(now, watermark)),
-                    _ => {
-                        Some(ResponseBody::Error("a validator serves only validations, releases and watermarks".into()))
-                    }
+                    Request::Watermark(watermark) => Some(self.on_watermark(now, watermark)),
+                    _ => Some(Response::Refused("a validator serves only validations, releases and watermarks".into())),
                 };
                 if let Some(response) = response {
-                    out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+                    out.push(Command::Reply { to: from, call, response });
                 }
             }
             Event::Response { call, result } => {

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
@@ -117,7 +117,7 @@ impl ConfigClient {
         out.push(Command::Call {
             to: self.config.replicas[self.target].clone(),
             call,
-            request: proto::Request { body: Some(RequestBody::Propose(wire::proposal_to_proto(&proposal))) },
+            request: Request::Propose(wire::proposal_to_proto(&proposal)),
             deadline: self.config.deadline,
         });
     }
@@ -125,7 +125,7 @@ impl ConfigClient {
     fn on_response(
         &mut self,
         call: CallId,
-        result: Result<proto::Response, NetError>,
+        result: Result<Response, NetError>,
         out: &mut Vec<Command<Dkv, std::convert::Infallible>>,
     ) {
         let Some(in_flight) = &mut self.in_flight else { return };
@@ -133,8 +133,8 @@ impl ConfigClient {
             return;
         }
         in_flight.call = None;
-        match result.map(|response| response.body) {
-            Ok(Some(ResponseBody::Proposed(proposed))) => {
+        match result {
+            Ok(Response::Proposed(proposed)) => {
                 let Some(done) = self.in_flight.take() else { return };
                 self.outcomes.push(ClientOutcome {
                     seq: done.seq,
@@ -145,7 +145,7 @@ impl ConfigClient {
                 });
                 self.next(out);
             }
-            Ok(Some(ResponseBody::NotLeader(hint))) => {
+            Ok(Response::NotLeader(hint)) => {
                 match self.config.replicas.iter().position(|replica| *replica == hint.leader) {
                     Some(leader) if leader != self.target => {
                         self.target = leader;
@@ -191,8 +191,8 @@ impl Role for ConfigClient {
                 self.send(out);
             }
             Event::Request { from, call, .. } => {
-                let response = ResponseBody::Error("a configuration client serves no requests".to_string());
-                out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+                let response = Response::Refused("a configuration client serves no requests".to_string());
+                out.push(Command::Reply { to: from, call, response });
             }
             Event::Start | Event::Timer(_) | Event::IoDone { .. } => {}
         }

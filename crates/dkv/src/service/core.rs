@@ -10,7 +10,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use raft::eraftpb::{Entry, EntryType};
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
@@ -164,59 +165,52 @@ impl ConfigCore {
         self.config.peers.iter().find(|(_, peer)| peer == name).map(|(id, _)| *id)
     }
 
-    fn on_request(
-        &mut self,
-        from: String,
-        call: CallId,
-        request: proto::Request,
-        out: &mut Vec<Command<Dkv, ConfigIo>>,
-    ) {
-        let response = match request.body {
-            Some(RequestBody::Raft(batch)) => self.on_raft_batch(&from, batch),
-            Some(RequestBody::Propose(proposal)) => match self.on_propose(&from, call, proposal) {
+    fn on_request(&mut self, from: String, call: CallId, request: Request, out: &mut Vec<Command<Dkv, ConfigIo>>) {
+        let response = match request {
+            Request::Raft(batch) => self.on_raft_batch(&from, batch),
+            Request::Propose(proposal) => match self.on_propose(&from, call, proposal) {
                 Some(response) => response,
                 None => return,
             },
-            Some(RequestBody::GetMap(_)) => ResponseBody::Map(proto::MapReply {
+            Request::GetMap => Response::Map(proto::MapReply {
                 map: self.state.map().map(wire::map_to_proto),
                 applied: self.state.applied_index(),
             }),
-            None => ResponseBody::Error("an empty dkv request".to_string()),
-            Some(_) => ResponseBody::Error("a configuration replica serves no shard requests".to_string()),
+            _ => Response::Refused("a configuration replica serves no shard requests".to_string()),
         };
-        out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+        out.push(Command::Reply { to: from, call, response });
     }
 
-    fn on_raft_batch(&mut self, from: &str, batch: proto::RaftBatch) -> ResponseBody {
+    fn on_raft_batch(&mut self, from: &str, batch: proto::RaftBatch) -> Response {
         let Some(sender) = self.peer_id(from) else {
             self.stats.refused_messages += batch.messages.len() as u64;
-            return ResponseBody::Error(format!("{from} is not a replica of the configuration service"));
+            return Response::Refused(format!("{from} is not a replica of the configuration service"));
         };
         let refused_by_raft = self.replica.refused_by_raft();
         for error in self.replica.step_batch(sender, batch.messages, &raft_wire::check_proposal) {
             self.stats.refuse(&error);
         }
         self.stats.refused_messages += self.replica.refused_by_raft() - refused_by_raft;
-        ResponseBody::Ack(proto::Ack {})
+        Response::Ack
     }
 
     /// Proposes a configuration change if this replica leads; the reply waits for the
     /// outcome (None) unless the proposal is refused or already applied.
-    fn on_propose(&mut self, from: &str, call: CallId, proposal: proto::ConfigProposal) -> Option<ResponseBody> {
+    fn on_propose(&mut self, from: &str, call: CallId, proposal: proto::ConfigProposal) -> Option<Response> {
         let proposal = match wire::proposal_from_proto(proposal) {
             Ok(proposal) => proposal,
-            Err(error) => return Some(ResponseBody::Error(format!("a malformed proposal: {error}"))),
+            Err(error) => return Some(Response::Refused(format!("a malformed proposal: {error}"))),
         };
         if !self.is_leader() {
             let leader = self.peer_name(self.replica.leader()).unwrap_or_default().to_string();
-            return Some(ResponseBody::NotLeader(proto::NotLeader { leader }));
+            return Some(Response::NotLeader(proto::NotLeader { leader }));
         }
         if let Some((seq, outcome)) = self.sessions.get(&proposal.client) {
             if proposal.seq == *seq {
                 return Some(proposed(outcome));
             }
             if proposal.seq < *seq {
-                return Some(ResponseBody::Error(format!(
+                return Some(Response::Refused(format!(
                     "sequence number {} of client {} is older than its last applied one ({seq})",
                     proposal.seq, proposal.client
                 )));
@@ -233,11 +227,11 @@ impl ConfigCore {
                 self.waiting.insert(key, vec![(from.to_string(), call)]);
                 None
             }
-            Err(error) => Some(ResponseBody::Error(format!("the proposal was dropped ({error}); retry"))),
+            Err(error) => Some(Response::Refused(format!("the proposal was dropped ({error}); retry"))),
         }
     }
 
-    fn on_response(&mut self, call: CallId, result: Result<proto::Response, NetError>) {
+    fn on_response(&mut self, call: CallId, result: Result<Response, NetError>) {
         if let Some(to) = self.calls.remove(&call) {
             if result.is_err() {
                 self.replica.unreachable(to);
@@ -303,7 +297,7 @@ impl ConfigCore {
             out.push(Command::Call {
                 to: name,
                 call,
-                request: proto::Request { body: Some(RequestBody::Raft(proto::RaftBatch { messages })) },
+                request: Request::Raft(proto::RaftBatch { messages }),
                 deadline: self.config.message_deadline,
             });
         }
@@ -342,7 +336,7 @@ impl ConfigCore {
     fn answer(&mut self, proposal: &Proposal, outcome: &Outcome, out: &mut Vec<Command<Dkv, ConfigIo>>) {
         let Some(waiters) = self.waiting.remove(&(proposal.client.clone(), proposal.seq)) else { return };
         for (to, call) in waiters {
-            out.push(Command::Reply { to, call, response: proto::Response { body: Some(proposed(outcome)) } });
+            out.push(Command::Reply { to, call, response: proposed(outcome) });
         }
     }
 
@@ -350,15 +344,15 @@ impl ConfigCore {
     fn fail_waiting(&mut self, out: &mut Vec<Command<Dkv, ConfigIo>>) {
         for (_, waiters) in std::mem::take(&mut self.waiting) {
             for (to, call) in waiters {
-                let response = ResponseBody::Error("leadership changed before the proposal applied; retry".to_string());
-                out.push(Command::Reply { to, call, response: proto::Response { body: Some(response) } });
+                let response = Response::Refused("leadership changed before the proposal applied; retry".to_string());
+                out.push(Command::Reply { to, call, response });
             }
         }
     }
 }
 
-fn proposed(outcome: &Outcome) -> ResponseBody {
-    ResponseBody::Proposed(proto::Proposed {
+fn proposed(outcome: &Outcome) -> Response {
+    Response::Proposed(proto::Proposed {
         index: outcome.index,
         version: outcome.version,
         refusal: outcome.refusal.clone(),

@@ -10,7 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
@@ -179,7 +180,7 @@ enum CallFor {
 /// What to do once a group of records is durable.
 enum AfterLog {
     LocalDurable(PendingKey),
-    Reply { to: String, call: CallId, response: ResponseBody },
+    Reply { to: String, call: CallId, response: Response },
 }
 
 pub struct DataCore {
@@ -315,10 +316,10 @@ impl DataCore {
     }
 
     /// This node's role in `shard` at `epoch`, if the map gives it one there.
-    fn role(&self, shard: u32, epoch: u64) -> Result<ReplicaRole, ResponseBody> {
+    fn role(&self, shard: u32, epoch: u64) -> Result<ReplicaRole, Response> {
         let fence = self.replicas.get(&shard).map_or(0, |replica| replica.fence());
         if epoch < fence {
-            return Err(ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: fence }));
+            return Err(Response::WrongEpoch(proto::WrongEpoch { epoch: fence }));
         }
         let group = self.map.group(ShardId(shard));
         match group {
@@ -328,22 +329,22 @@ impl DataCore {
                 } else if group.backups.contains(&self.config.node) {
                     Ok(ReplicaRole::Backup)
                 } else {
-                    Err(ResponseBody::Error(format!("{} holds no replica of shard {shard}", self.config.node)))
+                    Err(Response::Refused(format!("{} holds no replica of shard {shard}", self.config.node)))
                 }
             }
-            Some(group) => Err(ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: group.epoch })),
-            None => Err(ResponseBody::Error(format!("shard {shard} is not in the map"))),
+            Some(group) => Err(Response::WrongEpoch(proto::WrongEpoch { epoch: group.epoch })),
+            None => Err(Response::Refused(format!("shard {shard} is not in the map"))),
         }
     }
 
-    fn primary_of(&self, shard: u32, epoch: u64) -> Result<(), ResponseBody> {
+    fn primary_of(&self, shard: u32, epoch: u64) -> Result<(), Response> {
         match self.role(shard, epoch)? {
             ReplicaRole::Primary if self.takeovers.contains_key(&shard) => {
-                Err(ResponseBody::Error(format!("{} is taking over shard {shard}; retry", self.config.node)))
+                Err(Response::Refused(format!("{} is taking over shard {shard}; retry", self.config.node)))
             }
             ReplicaRole::Primary => Ok(()),
             ReplicaRole::Backup => {
-                Err(ResponseBody::Error(format!("{} is a backup of shard {shard}, not its primary", self.config.node)))
+                Err(Response::Refused(format!("{} is a backup of shard {shard}, not its primary", self.config.node)))
             }
         }
     }
@@ -353,59 +354,63 @@ impl DataCore {
         now: Nanos,
         from: String,
         call: CallId,
-        request: proto::Request,
+        request: Request,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
-        let response = match request.body {
-            Some(RequestBody::Get(get)) => Some(self.on_get(&from, get)),
-            Some(RequestBody::GetMany(get)) => Some(self.on_get_many(&from, get)),
-            Some(RequestBody::Scan(scan)) => Some(self.on_scan(scan)),
-            Some(RequestBody::Query(query)) => self.on_query(&from, call, query),
-            Some(RequestBody::Lease(lease)) => self.on_lease_request(now, &from, call, lease),
-            Some(RequestBody::Fetch(fetch)) => self.on_fetch(&from, call, fetch),
-            Some(RequestBody::Watermark(watermark)) => Some(self.on_watermark(now, watermark)),
-            Some(RequestBody::Prepare(prepare)) => match wire::prepare_from_wire(prepare) {
+        let response = match request {
+            Request::Get(get) => Some(self.on_get(&from, get)),
+            Request::GetMany(get) => Some(self.on_get_many(&from, get)),
+            Request::Scan(scan) => Some(self.on_scan(scan)),
+            Request::Query(query) => self.on_query(&from, call, query),
+            Request::Lease(lease) => self.on_lease_request(now, &from, call, lease),
+            Request::Fetch(fetch) => self.on_fetch(&from, call, fetch),
+            Request::Watermark(watermark) => Some(self.on_watermark(now, watermark)),
+            Request::Prepare(prepare) => match wire::prepare_from_wire(prepare) {
                 Ok(prepare) => self.on_prepare(now, &from, call, prepare, out),
-                Err(error) => Some(ResponseBody::Error(format!("a malformed prepare: {error}"))),
+                Err(error) => Some(Response::Refused(format!("a malformed prepare: {error}"))),
             },
-            Some(RequestBody::Decide(decide)) => self.on_decide(&from, call, decide, out),
-            Some(RequestBody::Replicate(replicate)) => self.on_replicate(&from, call, replicate),
-            Some(RequestBody::ValidatorLease(lease)) => Some(self.on_validator_lease(lease)),
-            Some(_) => Some(ResponseBody::Error("a data node serves no configuration requests".to_string())),
-            None => Some(ResponseBody::Error("an empty dkv request".to_string())),
+            Request::Decide(decide) => self.on_decide(&from, call, decide, out),
+            Request::Replicate(replicate) => self.on_replicate(&from, call, replicate),
+            Request::ValidatorLease(lease) => Some(self.on_validator_lease(lease)),
+            Request::Raft(_) | Request::Propose(_) | Request::GetMap => {
+                Some(Response::Refused("a data node serves no configuration requests".to_string()))
+            }
+            Request::Invalidate(_) | Request::Validate(_) | Request::Release(_) => {
+                Some(Response::Refused("a data node serves no client or validator requests".to_string()))
+            }
         };
         if let Some(response) = response {
-            self.stats.refusals += u64::from(matches!(response, ResponseBody::Error(_) | ResponseBody::WrongEpoch(_)));
-            out.push(Command::Reply { to: from, call, response: proto::Response { body: Some(response) } });
+            self.stats.refusals += u64::from(matches!(response, Response::Refused(_) | Response::WrongEpoch(_)));
+            out.push(Command::Reply { to: from, call, response });
         }
     }
 
-    fn on_get(&mut self, from: &str, get: proto::Get) -> ResponseBody {
+    fn on_get(&mut self, from: &str, get: proto::Get) -> Response {
         if let Err(error) = wire::check_key(&get.key) {
-            return ResponseBody::Error(format!("a malformed get: {error}"));
+            return Response::Refused(format!("a malformed get: {error}"));
         }
         let ts = wire::ts_from_wire(get.ts);
         if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, std::slice::from_ref(&get.key)) {
             return refusal;
         }
         match self.read(from, get.shard, get.key, ts, get.read_interval_ns) {
-            Some(value) => ResponseBody::Value(value),
-            None => ResponseBody::Error(format!("no replica of shard {}", get.shard)),
+            Some(value) => Response::Value(value),
+            None => Response::Refused(format!("no replica of shard {}", get.shard)),
         }
     }
 
-    fn on_get_many(&mut self, from: &str, get: proto::GetMany) -> ResponseBody {
+    fn on_get_many(&mut self, from: &str, get: proto::GetMany) -> Response {
         if get.keys.is_empty() || get.keys.len() > MAX_KEYS_PER_GET {
-            return ResponseBody::Error(format!(
+            return Response::Refused(format!(
                 "a get_many of {} keys (1 to {MAX_KEYS_PER_GET} may be asked at once)",
                 get.keys.len()
             ));
         }
         if let Some(error) = get.keys.iter().find_map(|key| wire::check_key(key).err()) {
-            return ResponseBody::Error(format!("a malformed get_many: {error}"));
+            return Response::Refused(format!("a malformed get_many: {error}"));
         }
         if !get.read_intervals_ns.is_empty() && get.read_intervals_ns.len() != get.keys.len() {
-            return ResponseBody::Error(format!(
+            return Response::Refused(format!(
                 "a get_many of {} keys with {} read intervals (none, or one a key)",
                 get.keys.len(),
                 get.read_intervals_ns.len()
@@ -420,18 +425,18 @@ impl DataCore {
         for (key, interval) in get.keys.into_iter().zip(intervals) {
             match self.read(from, get.shard, key, ts, interval) {
                 Some(value) => values.push(value),
-                None => return ResponseBody::Error(format!("no replica of shard {}", get.shard)),
+                None => return Response::Refused(format!("no replica of shard {}", get.shard)),
             }
         }
-        ResponseBody::Values(proto::GetManyReply { values })
+        Response::Values(proto::GetManyReply { values })
     }
 
     /// Whether this node may serve reads of `keys` in `shard` at `ts`: it is the primary at
     /// `epoch`, the keys are the shard's, `ts` is above the watermark and under its lease.
-    fn check_read(&mut self, shard: u32, epoch: u64, ts: Timestamp, keys: &[Vec<u8>]) -> Result<(), ResponseBody> {
+    fn check_read(&mut self, shard: u32, epoch: u64, ts: Timestamp, keys: &[Vec<u8>]) -> Result<(), Response> {
         self.primary_of(shard, epoch)?;
         if keys.iter().any(|key| self.map.shard_of(key).0 != shard) {
-            return Err(ResponseBody::Error(format!("a key is not in shard {shard}")));
+            return Err(Response::Refused(format!("a key is not in shard {shard}")));
         }
         if let Some(refusal) = self.too_old(shard, ts) {
             self.stats.too_old += 1;
@@ -439,7 +444,7 @@ impl DataCore {
         }
         if !self.under_lease(shard, ts) {
             self.stats.lease_refusals += 1;
-            return Err(ResponseBody::Error(format!("the lease of shard {shard} does not cover {ts} yet; retry")));
+            return Err(Response::Refused(format!("the lease of shard {shard} does not cover {ts} yet; retry")));
         }
         Ok(())
     }
@@ -472,10 +477,10 @@ impl DataCore {
         })
     }
 
-    fn on_scan(&mut self, scan: proto::Scan) -> ResponseBody {
+    fn on_scan(&mut self, scan: proto::Scan) -> Response {
         let range = match wire::range_from_wire(scan.start, scan.end, scan.ts) {
             Ok(range) => range,
-            Err(error) => return ResponseBody::Error(format!("a malformed scan: {error}")),
+            Err(error) => return Response::Refused(format!("a malformed scan: {error}")),
         };
         if let Err(refusal) = self.primary_of(scan.shard, scan.epoch) {
             return refusal;
@@ -486,18 +491,18 @@ impl DataCore {
         }
         if !self.under_lease(scan.shard, range.ts) {
             self.stats.lease_refusals += 1;
-            return ResponseBody::Error(format!(
+            return Response::Refused(format!(
                 "the lease of shard {} does not cover {} yet; retry",
                 scan.shard, range.ts
             ));
         }
         let Some(replica) = self.replicas.get_mut(&scan.shard) else {
-            return ResponseBody::Error(format!("no replica of shard {}", scan.shard));
+            return Response::Refused(format!("no replica of shard {}", scan.shard));
         };
         self.stats.scans += 1;
         let limit = (scan.limit as usize).clamp(1, wire::MAX_OPS_PER_SHARD);
         let found = replica.scan(range, limit);
-        ResponseBody::Rows(proto::ScanReply {
+        Response::Rows(proto::ScanReply {
             rows: found
                 .rows
                 .into_iter()
@@ -519,7 +524,7 @@ impl DataCore {
         call: CallId,
         prepare: PrepareRequest,
         out: &mut Vec<Command<Dkv, DataIo>>,
-    ) -> Option<ResponseBody> {
+    ) -> Option<Response> {
         let (shard, txn) = (prepare.shard, prepare.txn);
         if let Err(refusal) = self.primary_of(shard, prepare.epoch) {
             return Some(refusal);
@@ -531,7 +536,7 @@ impl DataCore {
             .chain(prepare.reads.iter().map(|read| &read.key))
             .find(|key| self.map.shard_of(key).0 != shard)
         {
-            return Some(ResponseBody::Error(format!("key {key:?} is not in shard {shard}")));
+            return Some(Response::Refused(format!("key {key:?} is not in shard {shard}")));
         }
         if prepare.validate_only {
             return Some(self.validate_read_only(prepare));
@@ -563,7 +568,7 @@ impl DataCore {
                 self.stats.aborts += 1;
                 self.voted_abort.insert((shard, txn), AbortReason::BelowCommitFloor);
                 let mut answer = vote(Err(AbortReason::BelowCommitFloor));
-                if let ResponseBody::Vote(vote) = &mut answer {
+                if let Response::Vote(vote) = &mut answer {
                     vote.floor = Some(wire::ts_to_wire(floor));
                 }
                 return Some(answer);
@@ -574,10 +579,10 @@ impl DataCore {
             self.stats.aborts += 1;
             self.voted_abort.insert((shard, txn), reason);
             let mut answer = vote(Err(reason));
-            if let (ResponseBody::Vote(vote), AbortReason::BelowCommitFloor) = (&mut answer, reason) {
+            if let (Response::Vote(vote), AbortReason::BelowCommitFloor) = (&mut answer, reason) {
                 vote.floor = Some(wire::ts_to_wire(replica.commit_floor()));
             }
-            if let (ResponseBody::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
+            if let (Response::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
                 vote.stale = replica.stale_reads(&prepare.reads).into_iter().map(|key| key.to_vec()).collect();
             }
             return Some(answer);
@@ -603,7 +608,7 @@ impl DataCore {
     /// timestamp, served under the read lease as a get at that timestamp would be; on
     /// success the reads raise their keys' latest read. Nothing is logged or remembered of
     /// the transaction: a retry validates again.
-    fn validate_read_only(&mut self, prepare: PrepareRequest) -> ResponseBody {
+    fn validate_read_only(&mut self, prepare: PrepareRequest) -> Response {
         let (shard, ts) = (prepare.shard, prepare.commit_ts);
         if let Some(refusal) = self.too_old(shard, ts) {
             self.stats.too_old += 1;
@@ -611,10 +616,10 @@ impl DataCore {
         }
         if !self.under_lease(shard, ts) {
             self.stats.lease_refusals += 1;
-            return ResponseBody::Error(format!("the lease of shard {shard} does not cover {ts} yet; retry"));
+            return Response::Refused(format!("the lease of shard {shard} does not cover {ts} yet; retry"));
         }
         let Some(replica) = self.replicas.get_mut(&shard) else {
-            return ResponseBody::Error(format!("no replica of shard {shard}"));
+            return Response::Refused(format!("no replica of shard {shard}"));
         };
         self.stats.validations += 1;
         match replica.validate(prepare.txn, ts, &prepare.reads, &prepare.scans, &[]) {
@@ -625,7 +630,7 @@ impl DataCore {
             Err(reason) => {
                 self.stats.aborts += 1;
                 let mut answer = vote(Err(reason));
-                if let (ResponseBody::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
+                if let (Response::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
                     vote.stale = replica.stale_reads(&prepare.reads).into_iter().map(|key| key.to_vec()).collect();
                 }
                 answer
@@ -639,10 +644,10 @@ impl DataCore {
         call: CallId,
         decide: proto::Decide,
         out: &mut Vec<Command<Dkv, DataIo>>,
-    ) -> Option<ResponseBody> {
+    ) -> Option<Response> {
         let txn = match wire::txn_from_wire(decide.txn) {
             Ok(txn) => txn,
-            Err(error) => return Some(ResponseBody::Error(format!("a malformed decision: {error}"))),
+            Err(error) => return Some(Response::Refused(format!("a malformed decision: {error}"))),
         };
         let shard = decide.shard;
         if let Err(refusal) = self.primary_of(shard, decide.epoch) {
@@ -652,19 +657,19 @@ impl DataCore {
         let known = replica.txn(txn).map(|entry| entry.status);
         match known {
             // Already decided (a retry): acknowledge.
-            Some(TxnStatus::Committed | TxnStatus::Aborted) => return Some(ResponseBody::Ack(proto::Ack {})),
+            Some(TxnStatus::Committed | TxnStatus::Aborted) => return Some(Response::Ack),
             Some(TxnStatus::Prepared) => {}
             // Never prepared here (this primary voted abort, or the prepare was lost):
             // nothing to undo, but the abort is logged so that a late prepare is refused,
             // after a restart too.
             None => {
                 if decide.commit {
-                    return Some(ResponseBody::Error(format!("transaction {txn:x} never prepared at shard {shard}")));
+                    return Some(Response::Refused(format!("transaction {txn:x} never prepared at shard {shard}")));
                 }
                 self.voted_abort.entry((shard, txn)).or_insert(AbortReason::Coordinator);
                 let record = ShardRecord::Decided { txn, commit: false };
                 replica.apply(&record);
-                let after = AfterLog::Reply { to: from.to_string(), call, response: ResponseBody::Ack(proto::Ack {}) };
+                let after = AfterLog::Reply { to: from.to_string(), call, response: Response::Ack };
                 self.unlogged.push((wire::encode_log_record(shard, &record), after));
                 return None;
             }
@@ -673,27 +678,22 @@ impl DataCore {
         None
     }
 
-    fn on_response(
-        &mut self,
-        call: CallId,
-        result: Result<proto::Response, NetError>,
-        out: &mut Vec<Command<Dkv, DataIo>>,
-    ) {
+    fn on_response(&mut self, call: CallId, result: Result<Response, NetError>, out: &mut Vec<Command<Dkv, DataIo>>) {
         let Some(purpose) = self.calls.remove(&call) else { return };
-        let body = result.ok().and_then(|response| response.body);
+        let body = result.ok();
         let now = self.now;
         match purpose {
             CallFor::Replicate { key, backup } => self.on_replicated(key, backup, body, out),
             CallFor::Query { shard, txn, participant } => self.on_state(call, shard, txn, participant, body, out),
             CallFor::Decide { shard, txn, commit } => {
-                if !matches!(body, Some(ResponseBody::Ack(_))) {
+                if !matches!(body, Some(Response::Ack)) {
                     self.lost_decisions.push((shard, txn, commit));
                     self.arm_retry(out);
                 }
             }
             CallFor::Fetch { shard } => self.on_table(now, call, shard, body, out),
             CallFor::Lease { shard, backup } => {
-                if let Some(ResponseBody::Grant(grant)) = body {
+                if let Some(Response::Grant(grant)) = body {
                     self.on_grant(shard, backup, wire::ts_from_wire(grant.until));
                 }
             }
@@ -707,13 +707,13 @@ impl DataCore {
         &mut self,
         key: PendingKey,
         backup: String,
-        body: Option<ResponseBody>,
+        body: Option<Response>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
         let Some(pending) = self.pending.get_mut(&key) else { return };
         pending.in_flight.remove(&backup);
         match body {
-            Some(ResponseBody::Ack(_)) => {
+            Some(Response::Ack) => {
                 pending.acked.insert(backup);
                 self.settle(key, out);
             }
@@ -762,7 +762,7 @@ impl DataCore {
                     self.settle(key, out);
                 }
                 AfterLog::Reply { to, call, response } => {
-                    out.push(Command::Reply { to, call, response: proto::Response { body: Some(response) } });
+                    out.push(Command::Reply { to, call, response });
                 }
             }
         }
@@ -780,12 +780,10 @@ impl DataCore {
     }
 }
 
-fn vote(result: Result<(), AbortReason>) -> ResponseBody {
+fn vote(result: Result<(), AbortReason>) -> Response {
     match result {
-        Ok(()) => {
-            ResponseBody::Vote(proto::Vote { commit: true, reason: String::new(), floor: None, stale: Vec::new() })
-        }
-        Err(reason) => ResponseBody::Vote(proto::Vote {
+        Ok(()) => Response::Vote(proto::Vote { commit: true, reason: String::new(), floor: None, stale: Vec::new() }),
+        Err(reason) => Response::Vote(proto::Vote {
             commit: false,
             reason: reason.name().to_string(),
             floor: None,

@@ -234,7 +234,7 @@ fn a_primary_whose_group_changes_keeps_its_reads_state() {
 /// as invalid) is kept as an error (a `session:` violation in a run) and the work dropped.
 #[test]
 fn the_session_driver_sends_a_transfers_gets_together_and_keeps_unexpected_answers() {
-    use crate::proto::{request::Body, Request};
+    use crate::messages::Request;
     use bytes::Bytes;
     use virga_net::role::{Command, Event};
 
@@ -252,7 +252,7 @@ fn the_session_driver_sends_a_transfers_gets_together_and_keeps_unexpected_answe
     let gets: Vec<Vec<u8>> = out
         .iter()
         .filter_map(|command| match command {
-            Command::Call { request: Request { body: Some(Body::Get(get)) }, .. } => Some(get.key.clone()),
+            Command::Call { request: Request::Get(get), .. } => Some(get.key.clone()),
             _ => None,
         })
         .collect();

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Role};
@@ -35,13 +36,12 @@ fn lease_length() -> u64 {
 }
 
 /// Steps `request` at `now`, completes any log write, and returns the reply.
-fn ask(core: &mut DataCore, now: u64, request: RequestBody) -> ResponseBody {
+fn ask(core: &mut DataCore, now: u64, request: Request) -> Response {
     let mut out: Vec<Command<Dkv, DataIo>> = Vec::new();
-    let request = proto::Request { body: Some(request) };
     core.step(now, Event::Request { from: "client-1".into(), call: CallId(5), request }, &mut out);
     for command in std::mem::take(&mut out) {
         match command {
-            Command::Reply { response: proto::Response { body: Some(body) }, .. } => return body,
+            Command::Reply { response: body, .. } => return body,
             Command::Io { io, op: DataIo::Append { records, .. } } => {
                 let done = DataIoDone::Appended(Ok(records.len() as u64));
                 core.step(now, Event::IoDone { io, result: done }, &mut out);
@@ -50,7 +50,7 @@ fn ask(core: &mut DataCore, now: u64, request: RequestBody) -> ResponseBody {
         }
     }
     match out.into_iter().find_map(|command| match command {
-        Command::Reply { response: proto::Response { body: Some(body) }, .. } => Some(body),
+        Command::Reply { response: body, .. } => Some(body),
         _ => None,
     }) {
         Some(body) => body,
@@ -60,14 +60,14 @@ fn ask(core: &mut DataCore, now: u64, request: RequestBody) -> ResponseBody {
 
 fn renew(core: &mut DataCore, now: u64, until_ns: u64) -> proto::ValidatorGrant {
     let lease = proto::ValidatorLease { validator: 0, shard: 0, epoch: 1, until_ns };
-    match ask(core, now, RequestBody::ValidatorLease(lease)) {
-        ResponseBody::ValidatorGrant(grant) => grant,
+    match ask(core, now, Request::ValidatorLease(lease)) {
+        Response::ValidatorGrant(grant) => grant,
         other => panic!("not a grant: {other:?}"),
     }
 }
 
 /// A read-write transaction writing `k` at `commit` that passed over validator 0.
-fn takeover(seq: u32, commit: u64) -> RequestBody {
+fn takeover(seq: u32, commit: u64) -> Request {
     let prepare = PrepareRequest {
         shard: 0,
         epoch: 1,
@@ -81,12 +81,12 @@ fn takeover(seq: u32, commit: u64) -> RequestBody {
         validate_only: false,
         takeover_validators: vec![0],
     };
-    RequestBody::Prepare(wire::prepare_to_wire(&prepare))
+    Request::Prepare(wire::prepare_to_wire(&prepare))
 }
 
-fn vote(body: ResponseBody) -> proto::Vote {
+fn vote(body: Response) -> proto::Vote {
     match body {
-        ResponseBody::Vote(vote) => vote,
+        Response::Vote(vote) => vote,
         other => panic!("not a vote: {other:?}"),
     }
 }
@@ -136,21 +136,21 @@ fn the_weakened_primary_validates_under_the_validators_lease() {
 #[test]
 fn malformed_takeovers_and_lease_requests_are_refused() {
     let mut core = node(Weakened::default(), Vec::new());
-    let RequestBody::Prepare(mut twice) = takeover(1, T0) else { unreachable!() };
+    let Request::Prepare(mut twice) = takeover(1, T0) else { unreachable!() };
     twice.takeover_validators = vec![0, 0];
-    let RequestBody::Prepare(mut out_of_range) = takeover(2, T0) else { unreachable!() };
+    let Request::Prepare(mut out_of_range) = takeover(2, T0) else { unreachable!() };
     out_of_range.takeover_validators = vec![wire::MAX_VALIDATORS];
     let lease = proto::ValidatorLease { validator: wire::MAX_VALIDATORS, shard: 0, epoch: 1, until_ns: T0 };
     let stale = proto::ValidatorLease { validator: 0, shard: 0, epoch: 7, until_ns: T0 };
     for (request, expected) in [
-        (RequestBody::Prepare(twice), "passed over twice"),
-        (RequestBody::Prepare(out_of_range), "out of range"),
-        (RequestBody::ValidatorLease(lease), "out of range"),
+        (Request::Prepare(twice), "passed over twice"),
+        (Request::Prepare(out_of_range), "out of range"),
+        (Request::ValidatorLease(lease), "out of range"),
     ] {
         match ask(&mut core, T0, request) {
-            ResponseBody::Error(error) => assert!(error.contains(expected), "{error} lacks {expected:?}"),
+            Response::Refused(error) => assert!(error.contains(expected), "{error} lacks {expected:?}"),
             other => panic!("expected an error with {expected:?}, got {other:?}"),
         }
     }
-    assert!(matches!(ask(&mut core, T0, RequestBody::ValidatorLease(stale)), ResponseBody::WrongEpoch(_)));
+    assert!(matches!(ask(&mut core, T0, Request::ValidatorLease(stale)), Response::WrongEpoch(_)));
 }

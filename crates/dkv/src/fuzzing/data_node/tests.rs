@@ -15,16 +15,16 @@ fn every_honest_request_is_served_and_configuration_requests_refused() {
         let mut harness = Harness::new(false);
         let reply = harness.ask(knobs.from, build(kind, &knobs));
         let served = match (kind, &reply) {
-            (0, Some(ResponseBody::Value(value))) => value.found && value.value == b"1",
-            (1, Some(ResponseBody::Rows(rows))) => rows.rows.len() == 3,
-            (2, Some(ResponseBody::Vote(vote))) => vote.commit,
-            (3 | 4 | 8, Some(ResponseBody::Ack(_))) => true,
-            (5, Some(ResponseBody::State(state))) => state.phase == proto::TxnPhase::Prepared as i32,
-            (6, Some(ResponseBody::Grant(_))) => true,
-            (7, Some(ResponseBody::Table(table))) => table.records.len() == 3,
-            (9, reply) => is_refusal(reply),
-            (11, Some(ResponseBody::ValidatorGrant(grant))) => grant.until_ns > 0,
-            (10, Some(ResponseBody::Values(values))) => {
+            (0, Some(Response::Value(value))) => value.found && value.value == b"1",
+            (1, Some(Response::Rows(rows))) => rows.rows.len() == 3,
+            (2, Some(Response::Vote(vote))) => vote.commit,
+            (3 | 4 | 8, Some(Response::Ack)) => true,
+            (5, Some(Response::State(phase))) => *phase == proto::TxnPhase::Prepared,
+            (6, Some(Response::Grant(_))) => true,
+            (7, Some(Response::Table(table))) => table.records.len() == 3,
+            (9, reply) => reply.as_ref().is_some_and(is_refusal),
+            (11, Some(Response::ValidatorGrant(grant))) => grant.until_ns > 0,
+            (10, Some(Response::Values(values))) => {
                 values.values.len() == 2 && values.values[0].found && values.values[0].value == b"1"
             }
             _ => false,
@@ -38,10 +38,10 @@ fn every_honest_request_is_served_and_configuration_requests_refused() {
 fn a_prepare_voted_commit_then_decided_is_installed() {
     let mut harness = Harness::new(false);
     let (kind, knobs) = honest(2);
-    assert!(matches!(harness.ask("client-9", build(kind, &knobs)), Some(ResponseBody::Vote(v)) if v.commit));
+    assert!(matches!(harness.ask("client-9", build(kind, &knobs)), Some(Response::Vote(v)) if v.commit));
     let (kind, mut knobs) = honest(3);
     knobs.txn = wire_txn(txn_id(3, 1));
-    assert!(matches!(harness.ask("client-9", build(kind, &knobs)), Some(ResponseBody::Ack(_))));
+    assert!(matches!(harness.ask("client-9", build(kind, &knobs)), Some(Response::Ack)));
     let replica = harness.core.replica(0).unwrap();
     assert_eq!(replica.store().get_at(b"b", Timestamp::new(40, 3)), Some(Bytes::from_static(b"v")));
     assert_eq!(replica.store().get_at(b"b", Timestamp::new(39, 0)), Some(Bytes::from_static(b"20")));
@@ -67,7 +67,7 @@ fn a_refusal_that_changes_a_replica_is_caught() {
     knobs.shard = 0;
     knobs.epoch = 2;
     let request = build(kind, &knobs);
-    assert!(matches!(harness.ask("n1", request.clone()), Some(ResponseBody::Table(_))));
+    assert!(matches!(harness.ask("n1", request.clone()), Some(Response::Table(_))));
     check_unchanged(&before, &harness.core, &Described { from: "n1".to_string(), request });
 }
 
@@ -140,33 +140,33 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
     let (kind, knobs) = honest(10);
     let mut harness = Harness::new(false);
     let ask = |harness: &mut Harness, keys: Vec<Vec<u8>>| {
-        let Some(RequestBody::GetMany(mut get)) = build(kind, &knobs).body else { panic!("kind 10 is a get_many") };
+        let Request::GetMany(mut get) = build(kind, &knobs) else { panic!("kind 10 is a get_many") };
         get.keys = keys;
-        harness.ask(knobs.from, proto::Request { body: Some(RequestBody::GetMany(get)) })
+        harness.ask(knobs.from, Request::GetMany(get))
     };
     let reply = ask(&mut harness, vec![]);
-    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("0 keys")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("0 keys")), "{reply:?}");
     let reply = ask(&mut harness, vec![b"a".to_vec(); crate::shard::MAX_KEYS_PER_GET + 1]);
-    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("1025 keys")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("1025 keys")), "{reply:?}");
     // `m` is shard 1's (led by n1): the whole request is refused, not the rest answered.
     let reply = ask(&mut harness, vec![b"a".to_vec(), b"m".to_vec()]);
-    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("not in shard 0")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("not in shard 0")), "{reply:?}");
     let reply = ask(&mut harness, vec![b"a".to_vec(), Vec::new()]);
-    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("malformed")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("malformed")), "{reply:?}");
     // Read intervals (KAIROS) come one a key or not at all.
-    let Some(RequestBody::GetMany(mut get)) = build(kind, &knobs).body else { panic!("kind 10 is a get_many") };
+    let Request::GetMany(mut get) = build(kind, &knobs) else { panic!("kind 10 is a get_many") };
     get.keys = vec![b"a".to_vec(), b"b".to_vec()];
     get.read_intervals_ns = vec![1_000];
-    let reply = harness.ask(knobs.from, proto::Request { body: Some(RequestBody::GetMany(get)) });
-    assert!(matches!(&reply, Some(ResponseBody::Error(e)) if e.contains("1 read intervals")), "{reply:?}");
+    let reply = harness.ask(knobs.from, Request::GetMany(get));
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("1 read intervals")), "{reply:?}");
     // The same keys one by one and together read the same.
     let together = ask(&mut harness, vec![b"a".to_vec(), b"b".to_vec(), b"f-absent".to_vec()]);
-    let Some(ResponseBody::Values(together)) = together else { panic!("{together:?}") };
+    let Some(Response::Values(together)) = together else { panic!("{together:?}") };
     for (key, value) in [b"a".as_slice(), b"b", b"f-absent"].into_iter().zip(&together.values) {
         let (get_kind, mut get_knobs) = honest(0);
         get_knobs.key = key.to_vec();
         let alone = harness.ask(get_knobs.from, build(get_kind, &get_knobs));
-        assert_eq!(alone, Some(ResponseBody::Value(value.clone())), "{key:?}");
+        assert_eq!(alone, Some(Response::Value(value.clone())), "{key:?}");
     }
 }
 
@@ -183,11 +183,11 @@ fn a_prepare_not_yet_on_f_backups_is_no_vote_for_a_terminator() {
     // Logged and sent to the backups; no backup has answered.
     let early = harness.request("n1", build(5, &knobs));
     let refused = &harness.asked[&early].1;
-    assert!(matches!(refused.as_slice(), [Some(ResponseBody::Error(e))] if e.contains("ask again")), "{refused:?}");
+    assert!(matches!(refused.as_slice(), [Some(Response::Refused(e))] if e.contains("ask again")), "{refused:?}");
     harness.complete(usize::MAX);
-    assert!(matches!(harness.answer(prepare), Some(ResponseBody::Vote(vote)) if vote.commit));
+    assert!(matches!(harness.answer(prepare), Some(Response::Vote(vote)) if vote.commit));
     let late = harness.ask("n1", build(5, &knobs));
-    assert!(matches!(late, Some(ResponseBody::State(state)) if state.phase == proto::TxnPhase::Prepared as i32));
+    assert!(matches!(late, Some(Response::State(proto::TxnPhase::Prepared))));
 }
 
 /// KAIROS's validation of a read-only transaction: a commit vote holds nothing and logs
@@ -199,7 +199,7 @@ fn a_validation_alone_holds_nothing_but_guards_its_reads() {
     let (kind, knobs) = honest(2);
     let validation = Knobs { limit: 2, ..knobs.clone() };
     let reply = harness.ask("client-9", build(kind, &validation));
-    assert!(matches!(&reply, Some(ResponseBody::Vote(vote)) if vote.commit), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Vote(vote)) if vote.commit), "{reply:?}");
     let txn = wire::txn_from_wire(validation.txn).unwrap();
     assert!(harness.core.replica(0).unwrap().txn(txn).is_none(), "a validation leaves no transaction behind");
     // A writer of `a` at 30 < 40, the validated read's timestamp.
@@ -212,13 +212,13 @@ fn a_validation_alone_holds_nothing_but_guards_its_reads() {
     };
     let reply = harness.ask("client-9", build(kind, &writer));
     assert!(
-        matches!(&reply, Some(ResponseBody::Vote(vote)) if !vote.commit && vote.reason == "write-after-read"),
+        matches!(&reply, Some(Response::Vote(vote)) if !vote.commit && vote.reason == "write-after-read"),
         "{reply:?}"
     );
     // A read of `a` at a version that is not its newest.
     let stale = Knobs { limit: 2, ts2: Timestamp::new(5, 0), txn: wire_txn(txn_id(3, 6)), ..knobs };
     let reply = harness.ask("client-9", build(kind, &stale));
-    let Some(ResponseBody::Vote(vote)) = reply else { panic!("{reply:?}") };
+    let Some(Response::Vote(vote)) = reply else { panic!("{reply:?}") };
     assert!(!vote.commit && vote.reason == "read-stale", "{vote:?}");
     assert_eq!(vote.stale, vec![b"a".to_vec()]);
 }

@@ -42,9 +42,7 @@ fn validator_parking(fresh: bool, park_for: Duration) -> ValidatorCore {
 fn renewals(out: Vec<Command<Dkv, Infallible>>) -> Vec<(CallId, u32)> {
     out.into_iter()
         .filter_map(|command| match command {
-            Command::Call {
-                call, request: proto::Request { body: Some(RequestBody::ValidatorLease(lease)) }, ..
-            } => Some((call, lease.shard)),
+            Command::Call { call, request: Request::ValidatorLease(lease), .. } => Some((call, lease.shard)),
             _ => None,
         })
         .collect()
@@ -55,7 +53,7 @@ fn renewals(out: Vec<Command<Dkv, Infallible>>) -> Vec<(CallId, u32)> {
 fn grant(core: &mut ValidatorCore, now: u64, call: CallId, until_ns: u64, takeover_high: u64) {
     let takeover_high = (takeover_high > 0).then(|| shard_wire::ts_to_wire(ts(takeover_high)));
     let grant = proto::ValidatorGrant { until_ns, takeover_high };
-    let response = proto::Response { body: Some(ResponseBody::ValidatorGrant(grant)) };
+    let response = Response::ValidatorGrant(grant);
     core.step(now, Event::Response { call, result: Ok(response) }, &mut Vec::new());
 }
 
@@ -67,7 +65,7 @@ fn read(key: &str, version: u64, cached: bool) -> proto::Read {
     proto::Read { key: key.as_bytes().to_vec(), version: Some(shard_wire::ts_to_wire(ts(version))), cached }
 }
 
-fn validate(txn: u32, commit: u64, freshness: u64, reads: Vec<proto::Read>, writes: &[&str]) -> proto::Request {
+fn validate(txn: u32, commit: u64, freshness: u64, reads: Vec<proto::Read>, writes: &[&str]) -> Request {
     let validate = proto::Validate {
         txn: Some(proto::TxnId { client: 1, seq: txn }),
         commit_ts: Some(shard_wire::ts_to_wire(ts(commit))),
@@ -76,29 +74,29 @@ fn validate(txn: u32, commit: u64, freshness: u64, reads: Vec<proto::Read>, writ
         writes: writes.iter().map(|key| key.as_bytes().to_vec()).collect(),
         participants: if writes.is_empty() { Vec::new() } else { vec![0, 1] },
     };
-    proto::Request { body: Some(RequestBody::Validate(validate)) }
+    Request::Validate(validate)
 }
 
-fn release(txn: u32, commit: bool) -> proto::Request {
+fn release(txn: u32, commit: bool) -> Request {
     let release = proto::Release { txn: Some(proto::TxnId { client: 1, seq: txn }), commit };
-    proto::Request { body: Some(RequestBody::Release(release)) }
+    Request::Release(release)
 }
 
 /// The answer of the validator to `request` at `now`.
-fn ask(core: &mut ValidatorCore, now: u64, request: proto::Request) -> ResponseBody {
+fn ask(core: &mut ValidatorCore, now: u64, request: Request) -> Response {
     let mut out: Vec<Command<Dkv, Infallible>> = Vec::new();
     core.step(now, Event::Request { from: "client-1".into(), call: CallId(7), request }, &mut out);
     match out.as_slice() {
-        [Command::Reply { response: proto::Response { body: Some(body) }, .. }] => body.clone(),
+        [Command::Reply { response: body, .. }] => body.clone(),
         other => panic!("expected one reply, got {other:?}"),
     }
 }
 
 /// The vote: Ok, or the abort reason.
-fn vote(core: &mut ValidatorCore, now: u64, request: proto::Request) -> Result<(), String> {
+fn vote(core: &mut ValidatorCore, now: u64, request: Request) -> Result<(), String> {
     match ask(core, now, request) {
-        ResponseBody::Vote(vote) if vote.commit => Ok(()),
-        ResponseBody::Vote(vote) => Err(vote.reason),
+        Response::Vote(vote) if vote.commit => Ok(()),
+        Response::Vote(vote) => Err(vote.reason),
         other => panic!("not a vote: {other:?}"),
     }
 }
@@ -112,12 +110,12 @@ fn a_held_write_blocks_readers_until_released_and_its_commit_makes_older_reads_s
     // A reader of the held key aborts, whatever it read.
     let reader = || validate(2, T0 + 5, T0 + 5, vec![read("k", 0, true)], &[]);
     assert_eq!(vote(&mut core, now, reader()), Err("read-prepared".into()));
-    assert!(matches!(ask(&mut core, now, release(1, true)), ResponseBody::Ack(_)));
+    assert!(matches!(ask(&mut core, now, release(1, true)), Response::Ack));
     assert_eq!(core.held(), 0);
     // Committed at T0: a cached copy of the version before it is stale, and the vote says
     // which key, so the client drops that copy.
     match ask(&mut core, now, reader()) {
-        ResponseBody::Vote(vote) => assert_eq!((vote.reason.as_str(), vote.stale), ("read-stale", vec![b"k".to_vec()])),
+        Response::Vote(vote) => assert_eq!((vote.reason.as_str(), vote.stale), ("read-stale", vec![b"k".to_vec()])),
         other => panic!("not a vote: {other:?}"),
     }
     assert_eq!(vote(&mut core, now, validate(3, T0 + 5, T0 + 5, vec![read("k", T0, true)], &[])), Ok(()));
@@ -129,7 +127,7 @@ fn a_held_write_blocks_readers_until_released_and_its_commit_makes_older_reads_s
 fn a_validation_after_its_own_release_is_refused_rather_than_held_for_good() {
     let mut core = validator(true);
     let now = T0 + MS;
-    assert!(matches!(ask(&mut core, now, release(9, false)), ResponseBody::Ack(_)));
+    assert!(matches!(ask(&mut core, now, release(9, false)), Response::Ack));
     assert_eq!(vote(&mut core, now, validate(9, T0, T0, vec![], &["k"])), Err(ALREADY_RELEASED.into()));
     assert_eq!(core.held(), 0);
 }
@@ -163,7 +161,7 @@ fn the_floor_follows_the_oldest_freshness_the_clients_report() {
             ts: Some(shard_wire::ts_to_wire(ts(freshness + 100))),
             freshness: Some(shard_wire::ts_to_wire(ts(freshness))),
         };
-        proto::Request { body: Some(RequestBody::Watermark(watermark)) }
+        Request::Watermark(watermark)
     };
     let now = T0 + MS;
     assert_eq!(vote(&mut core, now, validate(1, T0, T0, vec![read("a", 0, false)], &[])), Ok(()));
@@ -194,16 +192,14 @@ fn tick_queries(core: &mut ValidatorCore, now: u64) -> Vec<(CallId, String, u32)
     core.step(now, Event::Timer(tick), &mut out);
     out.into_iter()
         .filter_map(|command| match command {
-            Command::Call { to, call, request: proto::Request { body: Some(RequestBody::Query(query)) }, .. } => {
-                Some((call, to, query.shard))
-            }
+            Command::Call { to, call, request: Request::Query(query), .. } => Some((call, to, query.shard)),
             _ => None,
         })
         .collect()
 }
 
 fn answer(core: &mut ValidatorCore, call: CallId, phase: proto::TxnPhase) {
-    let response = proto::Response { body: Some(ResponseBody::State(proto::TxnState { phase: phase as i32 })) };
+    let response = Response::State(phase);
     core.step(T0, Event::Response { call, result: Ok(response) }, &mut Vec::new());
 }
 
@@ -237,11 +233,11 @@ fn a_held_write_with_no_release_is_decided_by_what_its_primaries_know() {
 fn malformed_requests_get_an_error_and_change_nothing() {
     let mut core = validator(true);
     let mut zero = validate(1, 0, 0, vec![], &["k"]);
-    let Some(RequestBody::Validate(body)) = &mut zero.body else { unreachable!() };
+    let Request::Validate(body) = &mut zero else { unreachable!() };
     body.commit_ts = None;
     let twice = validate(2, T0, T0, vec![], &["k", "k"]);
     let mut orphan = validate(3, T0, T0, vec![], &["k"]);
-    let Some(RequestBody::Validate(body)) = &mut orphan.body else { unreachable!() };
+    let Request::Validate(body) = &mut orphan else { unreachable!() };
     body.participants.clear();
     let empty_key = validate(4, T0, T0, vec![read("", 0, false)], &[]);
     for (request, expected) in [
@@ -249,11 +245,11 @@ fn malformed_requests_get_an_error_and_change_nothing() {
         (twice, "listed twice"),
         (orphan, "names no participant"),
         (empty_key, "key is empty"),
-        (proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) }, "serves only"),
+        (Request::GetMap, "serves only"),
         (release(0, true), "sequence number 0"),
     ] {
         match ask(&mut core, T0, request) {
-            ResponseBody::Error(error) => assert!(error.contains(expected), "{error} lacks {expected:?}"),
+            Response::Refused(error) => assert!(error.contains(expected), "{error} lacks {expected:?}"),
             other => panic!("expected an error with {expected:?}, got {other:?}"),
         }
     }
@@ -261,17 +257,17 @@ fn malformed_requests_get_an_error_and_change_nothing() {
 }
 
 /// Every reply the step produced: (call, vote or other answer).
-fn replies(out: Vec<Command<Dkv, Infallible>>) -> Vec<(CallId, ResponseBody)> {
+fn replies(out: Vec<Command<Dkv, Infallible>>) -> Vec<(CallId, Response)> {
     out.into_iter()
         .filter_map(|command| match command {
-            Command::Reply { call, response: proto::Response { body: Some(body) }, .. } => Some((call, body)),
+            Command::Reply { call, response: body, .. } => Some((call, body)),
             _ => None,
         })
         .collect()
 }
 
-fn is_commit(body: &ResponseBody) -> bool {
-    matches!(body, ResponseBody::Vote(vote) if vote.commit)
+fn is_commit(body: &Response) -> bool {
+    matches!(body, Response::Vote(vote) if vote.commit)
 }
 
 #[test]
@@ -304,7 +300,7 @@ fn a_read_only_validation_behind_a_held_writer_waits_for_its_release_or_its_time
     core.step(now + park_for.as_nanos() as u64, Event::Timer(tick), &mut out);
     let answered = replies(out);
     assert!(
-        matches!(answered.as_slice(), [(CallId(22), ResponseBody::Vote(vote))] if vote.reason == "read-prepared"),
+        matches!(answered.as_slice(), [(CallId(22), Response::Vote(vote))] if vote.reason == "read-prepared"),
         "{answered:?}"
     );
     // A read-write transaction never waits (it would hold its own writes meanwhile).

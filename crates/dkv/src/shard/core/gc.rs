@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::proto::{self as proto, response::Body as ResponseBody};
+use crate::messages::Response;
+use crate::proto;
 use virga_net::role::Nanos;
 use virga_storage::Timestamp;
 
@@ -26,11 +27,11 @@ pub(super) struct Watermarks {
 }
 
 impl DataCore {
-    pub(super) fn on_watermark(&mut self, now: Nanos, watermark: proto::Watermark) -> ResponseBody {
+    pub(super) fn on_watermark(&mut self, now: Nanos, watermark: proto::Watermark) -> Response {
         let ts = wire::ts_from_wire(watermark.ts);
         let entry = self.watermarks.clients.entry(watermark.client).or_insert((ts, now));
         *entry = (entry.0.max(ts), now);
-        ResponseBody::Ack(proto::Ack {})
+        Response::Ack
     }
 
     /// The minimum over the clients heard from within `client_expiry` (ZERO if none).
@@ -77,8 +78,8 @@ impl DataCore {
     }
 
     /// A read below the shard's watermark, refused.
-    pub(super) fn too_old(&self, shard: u32, ts: Timestamp) -> Option<ResponseBody> {
+    pub(super) fn too_old(&self, shard: u32, ts: Timestamp) -> Option<Response> {
         let watermark = self.replicas.get(&shard)?.watermark();
-        (ts < watermark).then(|| ResponseBody::TooOld(wire::ts_to_wire(watermark)))
+        (ts < watermark).then(|| Response::TooOld(wire::ts_to_wire(watermark)))
     }
 }

@@ -14,7 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
@@ -114,7 +115,7 @@ impl DataCore {
             out.push(Command::Call {
                 to: backup,
                 call,
-                request: proto::Request { body: Some(RequestBody::Lease(request)) },
+                request: Request::Lease(request),
                 deadline: self.config.replicate_deadline,
             });
         }
@@ -142,7 +143,7 @@ impl DataCore {
         out.push(Command::Call {
             to: self.link.replicas[self.link.target].clone(),
             call,
-            request: proto::Request { body: Some(RequestBody::GetMap(proto::GetMap {})) },
+            request: Request::GetMap,
             deadline: self.config.replicate_deadline,
         });
     }
@@ -171,7 +172,7 @@ impl DataCore {
         out.push(Command::Call {
             to: self.link.replicas[self.link.target].clone(),
             call: new_call,
-            request: proto::Request { body: Some(RequestBody::Propose(config_wire::proposal_to_proto(&proposal))) },
+            request: Request::Propose(config_wire::proposal_to_proto(&proposal)),
             deadline: self.config.replicate_deadline * 4,
         });
     }
@@ -183,12 +184,12 @@ impl DataCore {
         from: &str,
         call: CallId,
         request: proto::LeaseRequest,
-    ) -> Option<ResponseBody> {
+    ) -> Option<Response> {
         let shard = request.shard;
         match self.role(shard, request.epoch) {
             Ok(crate::layout::ReplicaRole::Backup) => {}
             Ok(crate::layout::ReplicaRole::Primary) => {
-                return Some(ResponseBody::Error(format!("{} is the primary of shard {shard}", self.config.node)))
+                return Some(Response::Refused(format!("{} is the primary of shard {shard}", self.config.node)))
             }
             Err(refusal) => return Some(refusal),
         }
@@ -196,7 +197,7 @@ impl DataCore {
         self.leases.heard.insert(shard, now);
         let record = ShardRecord::LeaseGranted { epoch: request.epoch, until };
         self.replicas.get_mut(&shard)?.apply(&record);
-        let response = ResponseBody::Grant(proto::LeaseGrant { until: Some(wire::ts_to_wire(until)) });
+        let response = Response::Grant(proto::LeaseGrant { until: Some(wire::ts_to_wire(until)) });
         let after = AfterLog::Reply { to: from.to_string(), call, response };
         self.unlogged.push((wire::encode_log_record(shard, &record), after));
         None
@@ -207,7 +208,7 @@ impl DataCore {
         &mut self,
         now: Nanos,
         call: CallId,
-        body: Option<ResponseBody>,
+        body: Option<Response>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
         if self.link.map_call != Some(call) {
@@ -215,7 +216,7 @@ impl DataCore {
         }
         self.link.map_call = None;
         match body {
-            Some(ResponseBody::Map(reply)) => {
+            Some(Response::Map(reply)) => {
                 if let Some(map) = reply.map.and_then(|map| config_wire::map_from_proto(map).ok()) {
                     self.offer_map(now, map, out);
                 }
@@ -230,17 +231,17 @@ impl DataCore {
         &mut self,
         now: Nanos,
         call: CallId,
-        body: Option<ResponseBody>,
+        body: Option<Response>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
         if self.link.proposal.as_ref().is_some_and(|(_, _, pending)| *pending == Some(call)) {
             match body {
-                Some(ResponseBody::Proposed(_)) => {
+                Some(Response::Proposed(_)) => {
                     self.link.proposal = None;
                     self.link.last_fetch = None;
                     self.fetch_map(now, out);
                 }
-                Some(ResponseBody::NotLeader(hint)) => {
+                Some(Response::NotLeader(hint)) => {
                     match self.link.replicas.iter().position(|replica| *replica == hint.leader) {
                         Some(leader) => self.link.target = leader,
                         None => self.link.next_target(),

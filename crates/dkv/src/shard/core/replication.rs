@@ -6,7 +6,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 
@@ -17,17 +18,12 @@ use crate::shard::wire;
 use crate::shard::DataIo;
 
 impl DataCore {
-    pub(super) fn on_replicate(
-        &mut self,
-        from: &str,
-        call: CallId,
-        replicate: proto::Replicate,
-    ) -> Option<ResponseBody> {
+    pub(super) fn on_replicate(&mut self, from: &str, call: CallId, replicate: proto::Replicate) -> Option<Response> {
         let shard = replicate.shard;
         match self.role(shard, replicate.epoch) {
             Ok(ReplicaRole::Backup) => {}
             Ok(ReplicaRole::Primary) => {
-                return Some(ResponseBody::Error(format!("{} is the primary of shard {shard}", self.config.node)))
+                return Some(Response::Refused(format!("{} is the primary of shard {shard}", self.config.node)))
             }
             Err(refusal) => return Some(refusal),
         }
@@ -37,15 +33,15 @@ impl DataCore {
             .and_then(|record| wire::record_from_wire(shard, record))
         {
             Ok(ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. }) => {
-                return Some(ResponseBody::Error("lease and fence records are a replica's own".to_string()))
+                return Some(Response::Refused("lease and fence records are a replica's own".to_string()))
             }
             Ok(record) => record,
-            Err(error) => return Some(ResponseBody::Error(format!("a malformed replicated record: {error}"))),
+            Err(error) => return Some(Response::Refused(format!("a malformed replicated record: {error}"))),
         };
         let replica = self.replicas.get_mut(&shard)?;
         replica.apply(&record);
         self.stats.replicated += 1;
-        let after = AfterLog::Reply { to: from.to_string(), call, response: ResponseBody::Ack(proto::Ack {}) };
+        let after = AfterLog::Reply { to: from.to_string(), call, response: Response::Ack };
         self.unlogged.push((wire::encode_log_record(shard, &record), after));
         None
     }
@@ -101,7 +97,7 @@ impl DataCore {
             out.push(Command::Call {
                 to: backup.clone(),
                 call,
-                request: proto::Request { body: Some(RequestBody::Replicate(replicate)) },
+                request: Request::Replicate(replicate),
                 deadline: self.config.replicate_deadline,
             });
         }
@@ -127,10 +123,10 @@ impl DataCore {
             pending.answered = true;
             let response = match key.2 {
                 PendingKind::Prepared => vote(Ok(())),
-                PendingKind::Decided => ResponseBody::Ack(proto::Ack {}),
+                PendingKind::Decided => Response::Ack,
             };
             for (to, call) in pending.waiters.drain(..) {
-                out.push(Command::Reply { to, call, response: proto::Response { body: Some(response.clone()) } });
+                out.push(Command::Reply { to, call, response: response.clone() });
             }
         }
         if pending.answered && pending.acked.len() >= backups {

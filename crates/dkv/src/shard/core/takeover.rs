@@ -11,7 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
@@ -55,9 +56,7 @@ impl DataCore {
             out.push(Command::Call {
                 to: backup.clone(),
                 call,
-                request: proto::Request {
-                    body: Some(RequestBody::Fetch(proto::Fetch { shard, epoch: takeover.epoch })),
-                },
+                request: Request::Fetch(proto::Fetch { shard, epoch: takeover.epoch }),
                 deadline: self.config.replicate_deadline,
             });
         }
@@ -68,10 +67,10 @@ impl DataCore {
 
     /// A replica answers a new primary's fetch: it fences older epochs out (durably), then
     /// sends its table.
-    pub(super) fn on_fetch(&mut self, from: &str, call: CallId, fetch: proto::Fetch) -> Option<ResponseBody> {
+    pub(super) fn on_fetch(&mut self, from: &str, call: CallId, fetch: proto::Fetch) -> Option<Response> {
         let shard = fetch.shard;
         let Some(group) = self.map.group(ShardId(shard)) else {
-            return Some(ResponseBody::Error(format!("shard {shard} is not in the map")));
+            return Some(Response::Refused(format!("shard {shard} is not in the map")));
         };
         let known_primary = group.primary == from && group.epoch == fetch.epoch;
         // The node may not have the new map yet: a member of the group asking for a newer
@@ -79,11 +78,11 @@ impl DataCore {
         // it cannot gather the f backups it needs anyway).
         let newer_member = fetch.epoch > group.epoch && group.replicas().any(|replica| replica == from);
         if !known_primary && !newer_member {
-            return Some(ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: group.epoch }));
+            return Some(Response::WrongEpoch(proto::WrongEpoch { epoch: group.epoch }));
         }
         let replica = self.replicas.get_mut(&shard)?;
         if fetch.epoch < replica.fence() {
-            return Some(ResponseBody::WrongEpoch(proto::WrongEpoch { epoch: replica.fence() }));
+            return Some(Response::WrongEpoch(proto::WrongEpoch { epoch: replica.fence() }));
         }
         let record = ShardRecord::Fence { epoch: fetch.epoch };
         replica.apply(&record);
@@ -91,7 +90,7 @@ impl DataCore {
             records: replica.records().iter().map(wire::record_to_wire).collect(),
             lease: Some(wire::ts_to_wire(replica.lease_granted())),
         };
-        let after = AfterLog::Reply { to: from.to_string(), call, response: ResponseBody::Table(table) };
+        let after = AfterLog::Reply { to: from.to_string(), call, response: Response::Table(table) };
         self.unlogged.push((wire::encode_log_record(shard, &record), after));
         // A newer epoch than this node's map: fetch the map at the next check.
         self.link.refresh_soon();
@@ -104,18 +103,18 @@ impl DataCore {
         now: Nanos,
         call: CallId,
         shard: u32,
-        body: Option<ResponseBody>,
+        body: Option<Response>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
         let Some(takeover) = self.takeovers.get_mut(&shard) else { return };
         let Some(from) = takeover.calls.remove(&call) else { return };
         match body {
-            Some(ResponseBody::Table(table)) => {
+            Some(Response::Table(table)) => {
                 let records: Vec<ShardRecord> =
                     table.records.into_iter().filter_map(|record| wire::record_from_wire(shard, record).ok()).collect();
                 takeover.tables.insert(from, (records, wire::ts_from_wire(table.lease)));
             }
-            Some(ResponseBody::WrongEpoch(_)) => {
+            Some(Response::WrongEpoch(_)) => {
                 // This node's map may be the stale one.
                 self.fetch_map(now, out);
                 return;

@@ -12,7 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
@@ -34,10 +35,10 @@ pub(super) struct Terminating {
 impl DataCore {
     /// Answers another primary's query: what this primary knows of `txn`. A transaction it
     /// never saw is refused from now on (logged before the answer), so rule 2 holds.
-    pub(super) fn on_query(&mut self, from: &str, call: CallId, query: proto::TxnQuery) -> Option<ResponseBody> {
+    pub(super) fn on_query(&mut self, from: &str, call: CallId, query: proto::TxnQuery) -> Option<Response> {
         let txn = match wire::txn_from_wire(query.txn) {
             Ok(txn) => txn,
-            Err(error) => return Some(ResponseBody::Error(format!("a malformed query: {error}"))),
+            Err(error) => return Some(Response::Refused(format!("a malformed query: {error}"))),
         };
         let shard = query.shard;
         if let Err(refusal) = self.primary_of(shard, query.epoch) {
@@ -52,7 +53,7 @@ impl DataCore {
             // Counting it as a vote could commit the transaction at the other participants
             // and lose it here. The terminator asks again at its next check.
             Some(TxnStatus::Prepared) if !self.prepare_is_safe(shard, txn) => {
-                return Some(ResponseBody::Error(format!(
+                return Some(Response::Refused(format!(
                     "transaction {txn:x} is not yet prepared on f backups of shard {shard}; ask again"
                 )));
             }
@@ -118,7 +119,7 @@ impl DataCore {
                 out.push(Command::Call {
                     to: group.primary.clone(),
                     call,
-                    request: proto::Request { body: Some(RequestBody::Query(query)) },
+                    request: Request::Query(query),
                     deadline: self.config.replicate_deadline,
                 });
             }
@@ -134,16 +135,13 @@ impl DataCore {
         shard: u32,
         txn: TxnId,
         other: u32,
-        body: Option<ResponseBody>,
+        body: Option<Response>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
         let Some(terminating) = self.terminating.get_mut(&(shard, txn)) else { return };
         terminating.calls.retain(|pending| *pending != call);
-        // A phase this build does not know is no answer: never a vote either way.
-        if let Some(Ok(phase)) = match body {
-            Some(ResponseBody::State(reply)) => Some(proto::TxnPhase::try_from(reply.phase)),
-            _ => None,
-        } {
+        // The codec refuses a phase this build does not know: it is never a vote.
+        if let Some(Response::State(phase)) = body {
             terminating.heard.insert(other, phase);
             self.conclude(shard, txn, out);
         }
@@ -206,7 +204,7 @@ impl DataCore {
                     out.push(Command::Call {
                         to: sharer,
                         call,
-                        request: proto::Request { body: Some(RequestBody::Invalidate(invalidate)) },
+                        request: Request::Invalidate(invalidate),
                         deadline: self.config.replicate_deadline,
                     });
                 }
@@ -228,7 +226,7 @@ impl DataCore {
         out.push(Command::Call {
             to: group.primary.clone(),
             call,
-            request: proto::Request { body: Some(RequestBody::Decide(decide)) },
+            request: Request::Decide(decide),
             deadline: self.config.replicate_deadline,
         });
     }
@@ -250,6 +248,6 @@ pub(crate) fn termination_decision(participants: &[u32], heard: &BTreeMap<u32, p
     }
 }
 
-fn state(phase: proto::TxnPhase) -> ResponseBody {
-    ResponseBody::State(proto::TxnState { phase: phase as i32 })
+fn state(phase: proto::TxnPhase) -> Response {
+    Response::State(phase)
 }

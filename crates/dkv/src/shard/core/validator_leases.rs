@@ -20,7 +20,8 @@
 
 use std::collections::HashMap;
 
-use crate::proto::{self as proto, response::Body as ResponseBody};
+use crate::messages::Response;
+use crate::proto;
 use virga_net::role::Nanos;
 use virga_storage::Timestamp;
 
@@ -56,9 +57,9 @@ impl DataCore {
 
     /// A validator's lease request: granted up to what it asks, at most the longest grant
     /// past this clock, unless a transaction passed over it lately.
-    pub(super) fn on_validator_lease(&mut self, request: proto::ValidatorLease) -> ResponseBody {
+    pub(super) fn on_validator_lease(&mut self, request: proto::ValidatorLease) -> Response {
         if request.validator >= wire::MAX_VALIDATORS {
-            return ResponseBody::Error(format!(
+            return Response::Refused(format!(
                 "validator {} is out of range (at most {} validators)",
                 request.validator,
                 wire::MAX_VALIDATORS
@@ -68,20 +69,20 @@ impl DataCore {
             return refusal;
         }
         let Some(replica) = self.replicas.get(&request.shard) else {
-            return ResponseBody::Error(format!("no replica of shard {}", request.shard));
+            return Response::Refused(format!("no replica of shard {}", request.shard));
         };
         let takeover_high = Some(wire::ts_to_wire(replica.takeover_high(request.validator)));
         let key = (request.shard, request.validator);
         let leases = &mut self.validator_leases;
         if leases.revoked_until.get(&key).is_some_and(|until| *until > self.now) {
             self.stats.validator_lease_refusals += 1;
-            return ResponseBody::ValidatorGrant(proto::ValidatorGrant { until_ns: 0, takeover_high });
+            return Response::ValidatorGrant(proto::ValidatorGrant { until_ns: 0, takeover_high });
         }
         let longest = self.now.saturating_add(self.config.validator_lease.as_nanos() as u64);
         let until = request.until_ns.min(longest);
         let granted = leases.granted.entry(key).or_default();
         *granted = (*granted).max(until);
-        ResponseBody::ValidatorGrant(proto::ValidatorGrant { until_ns: until, takeover_high })
+        Response::ValidatorGrant(proto::ValidatorGrant { until_ns: until, takeover_high })
     }
 
     /// A read-write transaction validated here in place of `validators`: allowed only above

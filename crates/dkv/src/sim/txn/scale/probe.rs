@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::proto::{self as proto, request::Body as RequestBody, response::Body as ResponseBody};
+use crate::messages::{Request, Response};
+use crate::proto;
 use crate::Dkv;
 use tokio::sync::watch;
 use virga_core::device::FileStorage;
@@ -26,7 +27,7 @@ impl Role for Echo {
 
     fn step(&mut self, _: Nanos, event: Event<Dkv, Self::IoDone, ()>, out: &mut Vec<Command<Dkv, Self::Io>>) {
         if let Event::Request { from, call, .. } = event {
-            let response = proto::Response { body: Some(ResponseBody::Ack(proto::Ack {})) };
+            let response = Response::Ack;
             out.push(Command::Reply { to: from, call, response });
         }
     }
@@ -42,9 +43,7 @@ struct Caller {
 impl Caller {
     fn call(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
         self.next += 1;
-        let request = proto::Request {
-            body: Some(RequestBody::Watermark(proto::Watermark { client: 1, ts: None, freshness: None })),
-        };
+        let request = Request::Watermark(proto::Watermark { client: 1, ts: None, freshness: None });
         out.push(Command::Call {
             to: "echo".into(),
             call: CallId(self.next),
