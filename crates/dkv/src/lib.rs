@@ -60,5 +60,5 @@ pub use config::{check_step, Applied, ConfigCommand, ConfigRefusal, ConfigState,
 pub use layout::{
     key_hash, replicas_to_f, LayoutError, NodeIdProblem, Partitioning, ReplicaGroup, ReplicaRole, ShardId, ShardMap,
 };
-pub use protocol::Dkv;
+pub use protocol::{Dkv, DkvWireError};
 pub use wire::WireError;

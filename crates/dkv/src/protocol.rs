@@ -5,8 +5,9 @@
 use virga_net::role::Protocol;
 use virga_net::{ProtobufError, WireProtocol};
 
-use crate::messages::{Request, Response, TxnPhase};
+use crate::messages::{Decide, Replicate, Request, Response, TxnPhase, TxnQuery};
 use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody};
+use crate::shard::wire::{self as shard_wire, ShardWireError};
 
 /// Why bytes are not a message of the dkv protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,6 +17,17 @@ pub enum DkvWireError {
     /// An enum field holds a value this build does not know: refused, never defaulted.
     #[error("field {field} holds {value}, a value this build does not know")]
     UnknownEnumValue { field: &'static str, value: i32 },
+    /// A message of kind `kind` whose fields do not make one.
+    #[error("{kind}: {source}")]
+    Malformed {
+        kind: &'static str,
+        #[source]
+        source: ShardWireError,
+    },
+}
+
+fn malformed(kind: &'static str) -> impl FnOnce(ShardWireError) -> DkvWireError {
+    move |source| DkvWireError::Malformed { kind, source }
 }
 
 /// The dkv protocol: [`Request`] and [`Response`] of [`crate::messages`], in envelopes
@@ -130,10 +142,18 @@ fn request_to_wire(request: Request) -> crate::proto::Request {
         Request::Get(get) => RequestBody::Get(get),
         Request::GetMany(get) => RequestBody::GetMany(get),
         Request::Scan(scan) => RequestBody::Scan(scan),
-        Request::Prepare(prepare) => RequestBody::Prepare(prepare),
-        Request::Decide(decide) => RequestBody::Decide(decide),
-        Request::Replicate(replicate) => RequestBody::Replicate(replicate),
-        Request::Query(query) => RequestBody::Query(query),
+        Request::Prepare(prepare) => RequestBody::Prepare(shard_wire::prepare_to_wire(&prepare)),
+        Request::Decide(Decide { shard, epoch, txn, commit }) => {
+            RequestBody::Decide(crate::proto::Decide { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)), commit })
+        }
+        Request::Replicate(Replicate { shard, epoch, record }) => RequestBody::Replicate(crate::proto::Replicate {
+            shard,
+            epoch,
+            record: Some(shard_wire::record_to_wire(&record)),
+        }),
+        Request::Query(TxnQuery { shard, epoch, txn }) => {
+            RequestBody::Query(crate::proto::TxnQuery { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)) })
+        }
         Request::Lease(lease) => RequestBody::Lease(lease),
         Request::Fetch(fetch) => RequestBody::Fetch(fetch),
         Request::Watermark(watermark) => RequestBody::Watermark(watermark),
@@ -156,10 +176,26 @@ fn request_from_wire(request: crate::proto::Request) -> Result<Request, DkvWireE
         RequestBody::Get(get) => Request::Get(get),
         RequestBody::GetMany(get) => Request::GetMany(get),
         RequestBody::Scan(scan) => Request::Scan(scan),
-        RequestBody::Prepare(prepare) => Request::Prepare(prepare),
-        RequestBody::Decide(decide) => Request::Decide(decide),
-        RequestBody::Replicate(replicate) => Request::Replicate(replicate),
-        RequestBody::Query(query) => Request::Query(query),
+        RequestBody::Prepare(prepare) => {
+            Request::Prepare(shard_wire::prepare_from_wire(prepare).map_err(malformed("prepare"))?)
+        }
+        RequestBody::Decide(decide) => Request::Decide(Decide {
+            shard: decide.shard,
+            epoch: decide.epoch,
+            txn: shard_wire::txn_from_wire(decide.txn).map_err(malformed("decide"))?,
+            commit: decide.commit,
+        }),
+        RequestBody::Replicate(replicate) => {
+            let shard = shard_wire::shard_from_wire(replicate.shard).map_err(malformed("replicate"))?;
+            let record = replicate.record.ok_or(ShardWireError::Missing("record")).map_err(malformed("replicate"))?;
+            let record = shard_wire::record_from_wire(shard, record).map_err(malformed("replicate"))?;
+            Request::Replicate(Replicate { shard, epoch: replicate.epoch, record })
+        }
+        RequestBody::Query(query) => Request::Query(TxnQuery {
+            shard: query.shard,
+            epoch: query.epoch,
+            txn: shard_wire::txn_from_wire(query.txn).map_err(malformed("query"))?,
+        }),
         RequestBody::Lease(lease) => Request::Lease(lease),
         RequestBody::Fetch(fetch) => Request::Fetch(fetch),
         RequestBody::Watermark(watermark) => Request::Watermark(watermark),
@@ -180,11 +216,11 @@ fn response_to_wire(response: Response) -> crate::proto::Response {
         Response::Values(values) => ResponseBody::Values(values),
         Response::Rows(rows) => ResponseBody::Rows(rows),
         Response::Vote(vote) => ResponseBody::Vote(vote),
-        Response::WrongEpoch(wrong) => ResponseBody::WrongEpoch(wrong),
+        Response::WrongEpoch(epoch) => ResponseBody::WrongEpoch(crate::proto::WrongEpoch { epoch }),
         Response::State(phase) => ResponseBody::State(crate::proto::TxnState { phase: phase as i32 }),
         Response::Grant(grant) => ResponseBody::Grant(grant),
         Response::Table(table) => ResponseBody::Table(table),
-        Response::TooOld(watermark) => ResponseBody::TooOld(watermark),
+        Response::TooOld(watermark) => ResponseBody::TooOld(shard_wire::ts_to_wire(watermark)),
         Response::ValidatorGrant(grant) => ResponseBody::ValidatorGrant(grant),
         Response::Refused(reason) => ResponseBody::Error(reason),
     };
@@ -204,7 +240,7 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
         ResponseBody::Values(values) => Response::Values(values),
         ResponseBody::Rows(rows) => Response::Rows(rows),
         ResponseBody::Vote(vote) => Response::Vote(vote),
-        ResponseBody::WrongEpoch(wrong) => Response::WrongEpoch(wrong),
+        ResponseBody::WrongEpoch(wrong) => Response::WrongEpoch(wrong.epoch),
         // A phase this build does not know is refused: never read as a vote either way.
         ResponseBody::State(state) => Response::State(
             TxnPhase::try_from(state.phase)
@@ -212,7 +248,7 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
         ),
         ResponseBody::Grant(grant) => Response::Grant(grant),
         ResponseBody::Table(table) => Response::Table(table),
-        ResponseBody::TooOld(watermark) => Response::TooOld(watermark),
+        ResponseBody::TooOld(watermark) => Response::TooOld(shard_wire::ts_from_wire(Some(watermark))),
         ResponseBody::ValidatorGrant(grant) => Response::ValidatorGrant(grant),
         ResponseBody::Error(reason) => Response::Refused(reason),
     })
@@ -259,9 +295,10 @@ mod tests {
             .prop_map(|(shard, epoch, key, ts, read_interval_ns)| {
                 Request::Get(proto::Get { shard, epoch, key, ts, read_interval_ns })
             });
-        let decide = (any::<u32>(), any::<u64>(), any::<u32>(), any::<u32>(), any::<bool>()).prop_map(
+        let decide = (any::<u32>(), any::<u64>(), any::<u32>(), 1..u32::MAX, any::<bool>()).prop_map(
             |(shard, epoch, client, seq, commit)| {
-                Request::Decide(proto::Decide { shard, epoch, txn: Some(proto::TxnId { client, seq }), commit })
+                let txn = crate::shard::replica::txn_id(client, seq);
+                Request::Decide(Decide { shard, epoch, txn, commit })
             },
         );
         let watermark = (any::<u32>(), timestamp(), timestamp())
@@ -280,7 +317,7 @@ mod tests {
         prop_oneof![
             Just(Response::Ack),
             phase.prop_map(Response::State),
-            any::<u64>().prop_map(|epoch| Response::WrongEpoch(proto::WrongEpoch { epoch })),
+            any::<u64>().prop_map(Response::WrongEpoch),
             "[a-z ]{0,16}".prop_map(Response::Refused),
             (any::<bool>(), "[a-z-]{0,12}").prop_map(|(commit, reason)| Response::Vote(proto::Vote {
                 commit,

@@ -397,7 +397,7 @@ impl TxnClient {
         let call = self.ids.call();
         self.calls.insert(call, CallFor::Decide { shard, txn, commit });
         self.stats.decisions += 1;
-        let decide = proto::Decide { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)), commit };
+        let decide = crate::messages::Decide { shard, epoch, txn, commit };
         out.push(Command::Call { to, call, request: Request::Decide(decide), deadline: self.config.deadline });
     }
 

@@ -463,7 +463,7 @@ impl TxnClient {
         } else {
             self.stats.prepares += 1;
         }
-        let request = Request::Prepare(shard_wire::prepare_to_wire(&prepare));
+        let request = Request::Prepare(prepare);
         out.push(Command::Call { to, call, request, deadline: self.config.deadline });
     }
 
@@ -649,7 +649,7 @@ pub(super) enum Failure {
 
 pub(super) fn describe_failure(answer: &Result<Response, virga_net::NetError>) -> Failure {
     match answer {
-        Ok(Response::WrongEpoch(wrong)) => Failure::StaleMap { epoch: wrong.epoch },
+        Ok(Response::WrongEpoch(epoch)) => Failure::StaleMap { epoch: *epoch },
         Err(error) => Failure::Unavailable(error.to_string()),
         Ok(Response::Refused(error)) => Failure::Unavailable(error.clone()),
         Ok(other) => Failure::Unavailable(format!("an unexpected answer: {other:?}")),

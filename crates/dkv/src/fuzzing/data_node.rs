@@ -241,9 +241,7 @@ impl Harness {
     fn ask(&mut self, from: &str, request: Request) -> Option<Response> {
         let prepared = match &request {
             // A validation alone holds nothing: its commit vote prepares nothing.
-            Request::Prepare(prepare) if !prepare.validate_only => {
-                wire::txn_from_wire(prepare.txn).ok().map(|txn| (prepare.shard, txn))
-            }
+            Request::Prepare(prepare) if !prepare.validate_only => Some((prepare.shard, prepare.txn)),
             _ => None,
         };
         let call = self.request(from, request);
@@ -526,18 +524,26 @@ fn writes(knobs: &Knobs, first: usize) -> Vec<proto::Write> {
         .collect()
 }
 
-fn build(kind: u8, knobs: &Knobs) -> Request {
+/// The request of kind `kind` with `knobs`, as a peer would send it: built on the wire, then
+/// decoded through the protocol's codec, which refuses what is malformed there.
+fn build(kind: u8, knobs: &Knobs) -> Result<Request, crate::protocol::DkvWireError> {
+    let wire = proto::Request { body: Some(build_wire(kind, knobs)) };
+    <crate::Dkv as virga_net::WireProtocol>::decode_request(&prost::Message::encode_to_vec(&wire))
+}
+
+fn build_wire(kind: u8, knobs: &Knobs) -> proto::request::Body {
+    use proto::request::Body;
     let ts = Some(wire::ts_to_wire(knobs.ts));
     let (shard, epoch) = (knobs.shard, knobs.epoch);
     match kind {
-        0 => Request::Get(proto::Get {
+        0 => Body::Get(proto::Get {
             shard,
             epoch,
             key: knobs.key.clone(),
             ts,
             read_interval_ns: u64::from(knobs.limit) << 10,
         }),
-        1 => Request::Scan(proto::Scan {
+        1 => Body::Scan(proto::Scan {
             shard,
             epoch,
             start: knobs.key.clone(),
@@ -545,7 +551,7 @@ fn build(kind: u8, knobs: &Knobs) -> Request {
             ts,
             limit: knobs.limit,
         }),
-        2 => Request::Prepare(proto::Prepare {
+        2 => Body::Prepare(proto::Prepare {
             shard,
             epoch,
             txn: knobs.txn,
@@ -572,13 +578,13 @@ fn build(kind: u8, knobs: &Knobs) -> Request {
             validate_only: knobs.limit == 2,
             takeover_validators: knobs.takeover.clone(),
         }),
-        3 => Request::Decide(proto::Decide { shard, epoch, txn: knobs.txn, commit: knobs.commit }),
-        4 => Request::Replicate(proto::Replicate { shard, epoch, record: replicated(knobs) }),
-        5 => Request::Query(proto::TxnQuery { shard, epoch, txn: knobs.txn }),
-        6 => Request::Lease(proto::LeaseRequest { shard, epoch, until: ts }),
-        7 => Request::Fetch(proto::Fetch { shard, epoch }),
-        8 => Request::Watermark(proto::Watermark { client: 9, ts, freshness: None }),
-        10 => Request::GetMany(proto::GetMany {
+        3 => Body::Decide(proto::Decide { shard, epoch, txn: knobs.txn, commit: knobs.commit }),
+        4 => Body::Replicate(proto::Replicate { shard, epoch, record: replicated(knobs) }),
+        5 => Body::Query(proto::TxnQuery { shard, epoch, txn: knobs.txn }),
+        6 => Body::Lease(proto::LeaseRequest { shard, epoch, until: ts }),
+        7 => Body::Fetch(proto::Fetch { shard, epoch }),
+        8 => Body::Watermark(proto::Watermark { client: 9, ts, freshness: None }),
+        10 => Body::GetMany(proto::GetMany {
             shard,
             epoch,
             keys: (0..=knobs.reads).map(|at| op_key(knobs, at)).collect(),
@@ -589,14 +595,14 @@ fn build(kind: u8, knobs: &Knobs) -> Request {
                 _ => (0..=knobs.reads).map(|at| (at as u64) << 20).collect(),
             },
         }),
-        11 => Request::ValidatorLease(proto::ValidatorLease {
+        11 => Body::ValidatorLease(proto::ValidatorLease {
             validator: knobs.limit,
             shard,
             epoch,
             until_ns: knobs.ts.time,
         }),
-        _ if knobs.commit => Request::GetMap,
-        _ => Request::Propose(proto::ConfigProposal::default()),
+        _ if knobs.commit => Body::GetMap(proto::GetMap {}),
+        _ => Body::Propose(proto::ConfigProposal::default()),
     }
 }
 
@@ -646,6 +652,11 @@ pub fn step_requests(data: &[u8]) -> Tally {
     let deferred = first & 2 == 2;
     for _ in 0..MAX_REQUESTS_PER_INPUT {
         let Some((from, request)) = next_request(&mut input) else { break };
+        let Ok(request) = request else {
+            harness.tally.requests += 1;
+            harness.tally.refused += 1;
+            continue;
+        };
         if deferred {
             harness.request(from, request);
             let Some((&release, rest)) = input.split_first() else { break };
@@ -659,7 +670,7 @@ pub fn step_requests(data: &[u8]) -> Tally {
     harness.tally
 }
 
-fn next_request(input: &mut &[u8]) -> Option<(&'static str, Request)> {
+fn next_request(input: &mut &[u8]) -> Option<(&'static str, Result<Request, crate::protocol::DkvWireError>)> {
     let (&tag, rest) = input.split_first()?;
     *input = rest;
     if tag % 4 == 0 {
@@ -667,10 +678,9 @@ fn next_request(input: &mut &[u8]) -> Option<(&'static str, Request)> {
         let bytes = &input[2..];
         let (bytes, rest) = bytes.split_at(length.min(bytes.len()).min(MAX_REQUEST_BYTES));
         *input = rest;
-        // Bytes go through the protocol's codec, as over gRPC. What it refuses never
-        // reaches a node there; here the node is sent a configuration request instead,
-        // which an in-process caller could send and a data node must refuse.
-        let request = <crate::Dkv as virga_net::WireProtocol>::decode_request(bytes).unwrap_or(Request::GetMap);
+        // Bytes go through the protocol's codec, as over gRPC: what it refuses never
+        // reaches the node.
+        let request = <crate::Dkv as virga_net::WireProtocol>::decode_request(bytes);
         return Some((SENDERS[usize::from(tag >> 6)], request));
     }
     let (kind, mut knobs) = honest(tag / 4);

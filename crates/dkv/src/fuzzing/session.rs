@@ -204,8 +204,8 @@ fn answer_for(request: &Request, bytes: &mut Bytes8) -> Result<Response, NetErro
             return Err(NetError::DeadlineExceeded { peer: "node-0".to_string(), after: Duration::from_millis(300) })
         }
         (_, 1) => Response::Refused("refused".to_string()),
-        (_, 2) => Response::WrongEpoch(proto::WrongEpoch { epoch: u64::from(bytes.next()) }),
-        (_, 3) => Response::TooOld(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 1))),
+        (_, 2) => Response::WrongEpoch(u64::from(bytes.next())),
+        (_, 3) => Response::TooOld(Timestamp::new(u64::from(bytes.next()), 1)),
         (Request::Get(_), _) => Response::Value(get_reply(bytes)),
         // Sometimes a wrong number of answers.
         (Request::GetMany(get), _) => {

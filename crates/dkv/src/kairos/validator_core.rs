@@ -513,7 +513,7 @@ impl ValidatorCore {
                 let call = self.ids.call();
                 self.queries.insert(call, (txn, shard));
                 held.calls.push(call);
-                let query = proto::TxnQuery { shard, epoch: group.epoch, txn: Some(shard_wire::txn_to_wire(txn)) };
+                let query = crate::messages::TxnQuery { shard, epoch: group.epoch, txn };
                 out.push(Command::Call {
                     to: group.primary.clone(),
                     call,

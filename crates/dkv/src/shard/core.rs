@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use crate::messages::{Request, Response};
+use crate::messages::{Decide, Request, Response};
 use crate::proto;
 use crate::Dkv;
 use bytes::Bytes;
@@ -319,7 +319,7 @@ impl DataCore {
     fn role(&self, shard: u32, epoch: u64) -> Result<ReplicaRole, Response> {
         let fence = self.replicas.get(&shard).map_or(0, |replica| replica.fence());
         if epoch < fence {
-            return Err(Response::WrongEpoch(proto::WrongEpoch { epoch: fence }));
+            return Err(Response::WrongEpoch(fence));
         }
         let group = self.map.group(ShardId(shard));
         match group {
@@ -332,7 +332,7 @@ impl DataCore {
                     Err(Response::Refused(format!("{} holds no replica of shard {shard}", self.config.node)))
                 }
             }
-            Some(group) => Err(Response::WrongEpoch(proto::WrongEpoch { epoch: group.epoch })),
+            Some(group) => Err(Response::WrongEpoch(group.epoch)),
             None => Err(Response::Refused(format!("shard {shard} is not in the map"))),
         }
     }
@@ -365,10 +365,7 @@ impl DataCore {
             Request::Lease(lease) => self.on_lease_request(now, &from, call, lease),
             Request::Fetch(fetch) => self.on_fetch(&from, call, fetch),
             Request::Watermark(watermark) => Some(self.on_watermark(now, watermark)),
-            Request::Prepare(prepare) => match wire::prepare_from_wire(prepare) {
-                Ok(prepare) => self.on_prepare(now, &from, call, prepare, out),
-                Err(error) => Some(Response::Refused(format!("a malformed prepare: {error}"))),
-            },
+            Request::Prepare(prepare) => self.on_prepare(now, &from, call, prepare, out),
             Request::Decide(decide) => self.on_decide(&from, call, decide, out),
             Request::Replicate(replicate) => self.on_replicate(&from, call, replicate),
             Request::ValidatorLease(lease) => Some(self.on_validator_lease(lease)),
@@ -642,14 +639,10 @@ impl DataCore {
         &mut self,
         from: &str,
         call: CallId,
-        decide: proto::Decide,
+        decide: Decide,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) -> Option<Response> {
-        let txn = match wire::txn_from_wire(decide.txn) {
-            Ok(txn) => txn,
-            Err(error) => return Some(Response::Refused(format!("a malformed decision: {error}"))),
-        };
-        let shard = decide.shard;
+        let Decide { shard, txn, .. } = decide;
         if let Err(refusal) = self.primary_of(shard, decide.epoch) {
             return Some(refusal);
         }

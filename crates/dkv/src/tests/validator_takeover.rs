@@ -81,7 +81,7 @@ fn takeover(seq: u32, commit: u64) -> Request {
         validate_only: false,
         takeover_validators: vec![0],
     };
-    Request::Prepare(wire::prepare_to_wire(&prepare))
+    Request::Prepare(prepare)
 }
 
 fn vote(body: Response) -> proto::Vote {
@@ -140,17 +140,19 @@ fn malformed_takeovers_and_lease_requests_are_refused() {
     twice.takeover_validators = vec![0, 0];
     let Request::Prepare(mut out_of_range) = takeover(2, T0) else { unreachable!() };
     out_of_range.takeover_validators = vec![wire::MAX_VALIDATORS];
+    // A malformed prepare is refused at the codec, before any core sees it.
+    for (prepare, expected) in [(twice, "passed over twice"), (out_of_range, "out of range")] {
+        let bytes = <Dkv as virga_net::WireProtocol>::encode_request(Request::Prepare(prepare));
+        match <Dkv as virga_net::WireProtocol>::decode_request(&bytes) {
+            Err(error) => assert!(error.to_string().contains(expected), "{error} lacks {expected:?}"),
+            Ok(request) => panic!("expected a refusal with {expected:?}, got {request:?}"),
+        }
+    }
     let lease = proto::ValidatorLease { validator: wire::MAX_VALIDATORS, shard: 0, epoch: 1, until_ns: T0 };
     let stale = proto::ValidatorLease { validator: 0, shard: 0, epoch: 7, until_ns: T0 };
-    for (request, expected) in [
-        (Request::Prepare(twice), "passed over twice"),
-        (Request::Prepare(out_of_range), "out of range"),
-        (Request::ValidatorLease(lease), "out of range"),
-    ] {
-        match ask(&mut core, T0, request) {
-            Response::Refused(error) => assert!(error.contains(expected), "{error} lacks {expected:?}"),
-            other => panic!("expected an error with {expected:?}, got {other:?}"),
-        }
+    match ask(&mut core, T0, Request::ValidatorLease(lease)) {
+        Response::Refused(error) => assert!(error.contains("out of range"), "{error} lacks \"out of range\""),
+        other => panic!("expected an error with \"out of range\", got {other:?}"),
     }
     assert!(matches!(ask(&mut core, T0, Request::ValidatorLease(stale)), Response::WrongEpoch(_)));
 }

@@ -13,7 +13,7 @@ fn every_honest_request_is_served_and_configuration_requests_refused() {
     for kind in 0..KINDS {
         let (_, knobs) = honest(kind);
         let mut harness = Harness::new(false);
-        let reply = harness.ask(knobs.from, build(kind, &knobs));
+        let reply = harness.ask(knobs.from, build(kind, &knobs).unwrap());
         let served = match (kind, &reply) {
             (0, Some(Response::Value(value))) => value.found && value.value == b"1",
             (1, Some(Response::Rows(rows))) => rows.rows.len() == 3,
@@ -38,10 +38,10 @@ fn every_honest_request_is_served_and_configuration_requests_refused() {
 fn a_prepare_voted_commit_then_decided_is_installed() {
     let mut harness = Harness::new(false);
     let (kind, knobs) = honest(2);
-    assert!(matches!(harness.ask("client-9", build(kind, &knobs)), Some(Response::Vote(v)) if v.commit));
+    assert!(matches!(harness.ask("client-9", build(kind, &knobs).unwrap()), Some(Response::Vote(v)) if v.commit));
     let (kind, mut knobs) = honest(3);
     knobs.txn = wire_txn(txn_id(3, 1));
-    assert!(matches!(harness.ask("client-9", build(kind, &knobs)), Some(Response::Ack)));
+    assert!(matches!(harness.ask("client-9", build(kind, &knobs).unwrap()), Some(Response::Ack)));
     let replica = harness.core.replica(0).unwrap();
     assert_eq!(replica.store().get_at(b"b", Timestamp::new(40, 3)), Some(Bytes::from_static(b"v")));
     assert_eq!(replica.store().get_at(b"b", Timestamp::new(39, 0)), Some(Bytes::from_static(b"20")));
@@ -53,7 +53,7 @@ fn a_reply_lost_behind_an_unfinished_write_is_caught() {
     let mut harness = Harness::new(false);
     harness.complete_io = false;
     let (kind, knobs) = honest(3);
-    harness.ask(knobs.from, build(kind, &knobs));
+    harness.ask(knobs.from, build(kind, &knobs).unwrap());
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn a_refusal_that_changes_a_replica_is_caught() {
     let (kind, mut knobs) = honest(7);
     knobs.shard = 0;
     knobs.epoch = 2;
-    let request = build(kind, &knobs);
+    let request = build(kind, &knobs).unwrap();
     assert!(matches!(harness.ask("n1", request.clone()), Some(Response::Table(_))));
     check_unchanged(&before, &harness.core, &Described { from: "n1".to_string(), request });
 }
@@ -140,7 +140,7 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
     let (kind, knobs) = honest(10);
     let mut harness = Harness::new(false);
     let ask = |harness: &mut Harness, keys: Vec<Vec<u8>>| {
-        let Request::GetMany(mut get) = build(kind, &knobs) else { panic!("kind 10 is a get_many") };
+        let Request::GetMany(mut get) = build(kind, &knobs).unwrap() else { panic!("kind 10 is a get_many") };
         get.keys = keys;
         harness.ask(knobs.from, Request::GetMany(get))
     };
@@ -154,7 +154,7 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
     let reply = ask(&mut harness, vec![b"a".to_vec(), Vec::new()]);
     assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("malformed")), "{reply:?}");
     // Read intervals (KAIROS) come one a key or not at all.
-    let Request::GetMany(mut get) = build(kind, &knobs) else { panic!("kind 10 is a get_many") };
+    let Request::GetMany(mut get) = build(kind, &knobs).unwrap() else { panic!("kind 10 is a get_many") };
     get.keys = vec![b"a".to_vec(), b"b".to_vec()];
     get.read_intervals_ns = vec![1_000];
     let reply = harness.ask(knobs.from, Request::GetMany(get));
@@ -165,7 +165,7 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
     for (key, value) in [b"a".as_slice(), b"b", b"f-absent"].into_iter().zip(&together.values) {
         let (get_kind, mut get_knobs) = honest(0);
         get_knobs.key = key.to_vec();
-        let alone = harness.ask(get_knobs.from, build(get_kind, &get_knobs));
+        let alone = harness.ask(get_knobs.from, build(get_kind, &get_knobs).unwrap());
         assert_eq!(alone, Some(Response::Value(value.clone())), "{key:?}");
     }
 }
@@ -179,14 +179,14 @@ fn a_prepare_not_yet_on_f_backups_is_no_vote_for_a_terminator() {
     let mut harness = Harness::new(false);
     let (kind, knobs) = honest(2);
     let knobs = Knobs { participants: vec![0, 1], commit: false, ..knobs };
-    let prepare = harness.request(knobs.from, build(kind, &knobs));
+    let prepare = harness.request(knobs.from, build(kind, &knobs).unwrap());
     // Logged and sent to the backups; no backup has answered.
-    let early = harness.request("n1", build(5, &knobs));
+    let early = harness.request("n1", build(5, &knobs).unwrap());
     let refused = &harness.asked[&early].1;
     assert!(matches!(refused.as_slice(), [Some(Response::Refused(e))] if e.contains("ask again")), "{refused:?}");
     harness.complete(usize::MAX);
     assert!(matches!(harness.answer(prepare), Some(Response::Vote(vote)) if vote.commit));
-    let late = harness.ask("n1", build(5, &knobs));
+    let late = harness.ask("n1", build(5, &knobs).unwrap());
     assert!(matches!(late, Some(Response::State(proto::TxnPhase::Prepared))));
 }
 
@@ -198,7 +198,7 @@ fn a_validation_alone_holds_nothing_but_guards_its_reads() {
     let mut harness = Harness::new(false);
     let (kind, knobs) = honest(2);
     let validation = Knobs { limit: 2, ..knobs.clone() };
-    let reply = harness.ask("client-9", build(kind, &validation));
+    let reply = harness.ask("client-9", build(kind, &validation).unwrap());
     assert!(matches!(&reply, Some(Response::Vote(vote)) if vote.commit), "{reply:?}");
     let txn = wire::txn_from_wire(validation.txn).unwrap();
     assert!(harness.core.replica(0).unwrap().txn(txn).is_none(), "a validation leaves no transaction behind");
@@ -210,14 +210,14 @@ fn a_validation_alone_holds_nothing_but_guards_its_reads() {
         txn: wire_txn(txn_id(3, 5)),
         ..knobs.clone()
     };
-    let reply = harness.ask("client-9", build(kind, &writer));
+    let reply = harness.ask("client-9", build(kind, &writer).unwrap());
     assert!(
         matches!(&reply, Some(Response::Vote(vote)) if !vote.commit && vote.reason == "write-after-read"),
         "{reply:?}"
     );
     // A read of `a` at a version that is not its newest.
     let stale = Knobs { limit: 2, ts2: Timestamp::new(5, 0), txn: wire_txn(txn_id(3, 6)), ..knobs };
-    let reply = harness.ask("client-9", build(kind, &stale));
+    let reply = harness.ask("client-9", build(kind, &stale).unwrap());
     let Some(Response::Vote(vote)) = reply else { panic!("{reply:?}") };
     assert!(!vote.commit && vote.reason == "read-stale", "{vote:?}");
     assert_eq!(vote.stale, vec![b"a".to_vec()]);

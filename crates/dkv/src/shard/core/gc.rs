@@ -80,6 +80,6 @@ impl DataCore {
     /// A read below the shard's watermark, refused.
     pub(super) fn too_old(&self, shard: u32, ts: Timestamp) -> Option<Response> {
         let watermark = self.replicas.get(&shard)?.watermark();
-        (ts < watermark).then(|| Response::TooOld(wire::ts_to_wire(watermark)))
+        (ts < watermark).then_some(Response::TooOld(watermark))
     }
 }

@@ -6,8 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::messages::{Request, Response};
-use crate::proto;
+use crate::messages::{Replicate, Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 
@@ -18,8 +17,8 @@ use crate::shard::wire;
 use crate::shard::DataIo;
 
 impl DataCore {
-    pub(super) fn on_replicate(&mut self, from: &str, call: CallId, replicate: proto::Replicate) -> Option<Response> {
-        let shard = replicate.shard;
+    pub(super) fn on_replicate(&mut self, from: &str, call: CallId, replicate: Replicate) -> Option<Response> {
+        let Replicate { shard, record, .. } = replicate;
         match self.role(shard, replicate.epoch) {
             Ok(ReplicaRole::Backup) => {}
             Ok(ReplicaRole::Primary) => {
@@ -27,17 +26,9 @@ impl DataCore {
             }
             Err(refusal) => return Some(refusal),
         }
-        let record = match replicate
-            .record
-            .ok_or(wire::ShardWireError::Missing("record"))
-            .and_then(|record| wire::record_from_wire(shard, record))
-        {
-            Ok(ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. }) => {
-                return Some(Response::Refused("lease and fence records are a replica's own".to_string()))
-            }
-            Ok(record) => record,
-            Err(error) => return Some(Response::Refused(format!("a malformed replicated record: {error}"))),
-        };
+        if matches!(record, ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. }) {
+            return Some(Response::Refused("lease and fence records are a replica's own".to_string()));
+        }
         let replica = self.replicas.get_mut(&shard)?;
         replica.apply(&record);
         self.stats.replicated += 1;
@@ -87,12 +78,12 @@ impl DataCore {
             let call = self.ids.call();
             pending.in_flight.insert(backup.clone());
             self.calls.insert(call, CallFor::Replicate { key, backup: backup.clone() });
-            let replicate = proto::Replicate {
+            let replicate = Replicate {
                 shard: key.0,
                 // The group's epoch now, not the one the record was made at: a backup added
                 // or removed since raised it, and backups refuse other epochs.
                 epoch: group.epoch,
-                record: Some(wire::record_to_wire(&pending.record)),
+                record: pending.record.clone(),
             };
             out.push(Command::Call {
                 to: backup.clone(),

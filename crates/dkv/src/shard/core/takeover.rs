@@ -78,11 +78,11 @@ impl DataCore {
         // it cannot gather the f backups it needs anyway).
         let newer_member = fetch.epoch > group.epoch && group.replicas().any(|replica| replica == from);
         if !known_primary && !newer_member {
-            return Some(Response::WrongEpoch(proto::WrongEpoch { epoch: group.epoch }));
+            return Some(Response::WrongEpoch(group.epoch));
         }
         let replica = self.replicas.get_mut(&shard)?;
         if fetch.epoch < replica.fence() {
-            return Some(Response::WrongEpoch(proto::WrongEpoch { epoch: replica.fence() }));
+            return Some(Response::WrongEpoch(replica.fence()));
         }
         let record = ShardRecord::Fence { epoch: fetch.epoch };
         replica.apply(&record);

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::{Request, Response};
+use crate::messages::{Decide, Request, Response, TxnQuery};
 use crate::proto;
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
@@ -35,12 +35,8 @@ pub(super) struct Terminating {
 impl DataCore {
     /// Answers another primary's query: what this primary knows of `txn`. A transaction it
     /// never saw is refused from now on (logged before the answer), so rule 2 holds.
-    pub(super) fn on_query(&mut self, from: &str, call: CallId, query: proto::TxnQuery) -> Option<Response> {
-        let txn = match wire::txn_from_wire(query.txn) {
-            Ok(txn) => txn,
-            Err(error) => return Some(Response::Refused(format!("a malformed query: {error}"))),
-        };
-        let shard = query.shard;
+    pub(super) fn on_query(&mut self, from: &str, call: CallId, query: TxnQuery) -> Option<Response> {
+        let TxnQuery { shard, txn, .. } = query;
         if let Err(refusal) = self.primary_of(shard, query.epoch) {
             return Some(refusal);
         }
@@ -115,7 +111,7 @@ impl DataCore {
                 let call = self.ids.call();
                 self.calls.insert(call, CallFor::Query { shard, txn, participant: other });
                 terminating.calls.push(call);
-                let query = proto::TxnQuery { shard: other, epoch: group.epoch, txn: Some(wire::txn_to_wire(txn)) };
+                let query = TxnQuery { shard: other, epoch: group.epoch, txn };
                 out.push(Command::Call {
                     to: group.primary.clone(),
                     call,
@@ -222,7 +218,7 @@ impl DataCore {
         let Some(group) = self.map.group(ShardId(shard)) else { return };
         let call = self.ids.call();
         self.calls.insert(call, CallFor::Decide { shard, txn, commit });
-        let decide = proto::Decide { shard, epoch: group.epoch, txn: Some(wire::txn_to_wire(txn)), commit };
+        let decide = Decide { shard, epoch: group.epoch, txn, commit };
         out.push(Command::Call {
             to: group.primary.clone(),
             call,
