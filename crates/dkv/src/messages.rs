@@ -4,15 +4,79 @@
 //! `virga.dkv.v1` at the transports and refuses what does not decode: an empty message, a
 //! termination phase this build does not know, a transaction id or record that is not one.
 //!
-//! Two-phase commit, replication and termination carry domain types (transaction ids,
-//! timestamps, the replica's records); the other kinds still carry their protobuf structs
-//! and are checked by the core that takes them.
+//! Reads, two-phase commit, replication and termination carry domain types (keys as
+//! `Bytes`, transaction ids, timestamps, the replica's records and scan ranges); the other
+//! kinds (configuration, leases, takeover tables, watermarks, KAIROS's validators) still
+//! carry their protobuf structs and are checked by the core that takes them. Rules of the
+//! store rather than of the wire (a key's length, how many keys one get may ask) are the
+//! cores' to check, whichever transport a message came by.
 
 use crate::proto;
 pub use crate::proto::TxnPhase;
-pub use crate::shard::replica::ShardRecord;
+pub use crate::shard::replica::{ScanRange, ShardRecord};
 pub use crate::shard::wire::PrepareRequest;
+use bytes::Bytes;
 use virga_storage::{Timestamp, TxnId};
+
+/// Read `key` of `shard` at `ts` (MILANA's get at the transaction's begin). KAIROS: a
+/// caching client names how often it reads the key (`read_interval_ns`, 0: not cached) and
+/// is answered with a lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Get {
+    pub shard: u32,
+    pub epoch: u64,
+    pub key: Bytes,
+    pub ts: Timestamp,
+    pub read_interval_ns: u64,
+}
+
+/// Several gets of one shard at one timestamp; `read_intervals_ns` is empty or one a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GetMany {
+    pub shard: u32,
+    pub epoch: u64,
+    pub keys: Vec<Bytes>,
+    pub ts: Timestamp,
+    pub read_intervals_ns: Vec<u64>,
+}
+
+/// The live keys of `shard` in `range` as of its timestamp, at most `limit` of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scan {
+    pub shard: u32,
+    pub epoch: u64,
+    pub range: ScanRange,
+    pub limit: u32,
+}
+
+/// A get's answer: the version visible at the read timestamp (`value` `None`: none, or a
+/// delete), its timestamp and writer (zero when the key had no version), whether a
+/// transaction prepared on the key commits at or below the read timestamp, and KAIROS's
+/// lease on the cached copy (0: none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadReply {
+    pub value: Option<Bytes>,
+    pub version: Timestamp,
+    pub writer: TxnId,
+    pub prepared_below: bool,
+    pub lease_end_ns: u64,
+}
+
+/// One row of a scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub key: Bytes,
+    pub value: Bytes,
+    pub version: Timestamp,
+    pub writer: TxnId,
+}
+
+/// A scan's rows, and whether a writer is prepared in the range at or below its timestamp.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanReply {
+    pub rows: Vec<Row>,
+    pub prepared_below: bool,
+}
 
 /// Phase 2 of two-phase commit, for the primary of `shard` at `epoch`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,9 +112,9 @@ pub enum Request {
     /// The shard map as the replica has applied it.
     GetMap,
     /// SEMEL and MILANA, client to a shard's primary.
-    Get(proto::Get),
-    GetMany(proto::GetMany),
-    Scan(proto::Scan),
+    Get(Get),
+    GetMany(GetMany),
+    Scan(Scan),
     Prepare(PrepareRequest),
     Decide(Decide),
     /// SEMEL replication, primary to backup.
@@ -79,9 +143,10 @@ pub enum Response {
     /// This configuration replica is not the leader.
     NotLeader(proto::NotLeader),
     Map(proto::MapReply),
-    Value(proto::GetReply),
-    Values(proto::GetManyReply),
-    Rows(proto::ScanReply),
+    Value(ReadReply),
+    /// A get_many's answers, one a key in the order asked.
+    Values(Vec<ReadReply>),
+    Rows(ScanReply),
     Vote(proto::Vote),
     /// Not the primary of the shard at the epoch the request names; the replica's epoch.
     WrongEpoch(u64),

@@ -5,9 +5,13 @@
 use virga_net::role::Protocol;
 use virga_net::{ProtobufError, WireProtocol};
 
-use crate::messages::{Decide, Replicate, Request, Response, TxnPhase, TxnQuery};
+use crate::messages::{
+    Decide, Get, GetMany, ReadReply, Replicate, Request, Response, Row, Scan, ScanReply, TxnPhase, TxnQuery,
+};
+use crate::proto;
 use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody};
 use crate::shard::wire::{self as shard_wire, ShardWireError};
+use bytes::Bytes;
 
 /// Why bytes are not a message of the dkv protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,9 +143,30 @@ fn request_to_wire(request: Request) -> crate::proto::Request {
         Request::Raft(batch) => RequestBody::Raft(batch),
         Request::Propose(proposal) => RequestBody::Propose(proposal),
         Request::GetMap => RequestBody::GetMap(crate::proto::GetMap {}),
-        Request::Get(get) => RequestBody::Get(get),
-        Request::GetMany(get) => RequestBody::GetMany(get),
-        Request::Scan(scan) => RequestBody::Scan(scan),
+        Request::Get(Get { shard, epoch, key, ts, read_interval_ns }) => RequestBody::Get(proto::Get {
+            shard,
+            epoch,
+            key: key.to_vec(),
+            ts: Some(shard_wire::ts_to_wire(ts)),
+            read_interval_ns,
+        }),
+        Request::GetMany(GetMany { shard, epoch, keys, ts, read_intervals_ns }) => {
+            RequestBody::GetMany(proto::GetMany {
+                shard,
+                epoch,
+                keys: keys.iter().map(|key| key.to_vec()).collect(),
+                ts: Some(shard_wire::ts_to_wire(ts)),
+                read_intervals_ns,
+            })
+        }
+        Request::Scan(Scan { shard, epoch, range, limit }) => RequestBody::Scan(proto::Scan {
+            shard,
+            epoch,
+            start: range.start.to_vec(),
+            end: range.end.map(|end| end.to_vec()).unwrap_or_default(),
+            ts: Some(shard_wire::ts_to_wire(range.ts)),
+            limit,
+        }),
         Request::Prepare(prepare) => RequestBody::Prepare(shard_wire::prepare_to_wire(&prepare)),
         Request::Decide(Decide { shard, epoch, txn, commit }) => {
             RequestBody::Decide(crate::proto::Decide { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)), commit })
@@ -173,9 +198,26 @@ fn request_from_wire(request: crate::proto::Request) -> Result<Request, DkvWireE
         RequestBody::Raft(batch) => Request::Raft(batch),
         RequestBody::Propose(proposal) => Request::Propose(proposal),
         RequestBody::GetMap(crate::proto::GetMap {}) => Request::GetMap,
-        RequestBody::Get(get) => Request::Get(get),
-        RequestBody::GetMany(get) => Request::GetMany(get),
-        RequestBody::Scan(scan) => Request::Scan(scan),
+        RequestBody::Get(get) => Request::Get(Get {
+            shard: get.shard,
+            epoch: get.epoch,
+            key: Bytes::from(get.key),
+            ts: shard_wire::ts_from_wire(get.ts),
+            read_interval_ns: get.read_interval_ns,
+        }),
+        RequestBody::GetMany(get) => Request::GetMany(GetMany {
+            shard: get.shard,
+            epoch: get.epoch,
+            keys: get.keys.into_iter().map(Bytes::from).collect(),
+            ts: shard_wire::ts_from_wire(get.ts),
+            read_intervals_ns: get.read_intervals_ns,
+        }),
+        RequestBody::Scan(scan) => Request::Scan(Scan {
+            shard: scan.shard,
+            epoch: scan.epoch,
+            range: shard_wire::range_from_wire(scan.start, scan.end, scan.ts).map_err(malformed("scan"))?,
+            limit: scan.limit,
+        }),
         RequestBody::Prepare(prepare) => {
             Request::Prepare(shard_wire::prepare_from_wire(prepare).map_err(malformed("prepare"))?)
         }
@@ -212,9 +254,22 @@ fn response_to_wire(response: Response) -> crate::proto::Response {
         Response::Proposed(proposed) => ResponseBody::Proposed(proposed),
         Response::NotLeader(not_leader) => ResponseBody::NotLeader(not_leader),
         Response::Map(map) => ResponseBody::Map(map),
-        Response::Value(value) => ResponseBody::Value(value),
-        Response::Values(values) => ResponseBody::Values(values),
-        Response::Rows(rows) => ResponseBody::Rows(rows),
+        Response::Value(value) => ResponseBody::Value(read_to_wire(value)),
+        Response::Values(values) => {
+            ResponseBody::Values(proto::GetManyReply { values: values.into_iter().map(read_to_wire).collect() })
+        }
+        Response::Rows(ScanReply { rows, prepared_below }) => ResponseBody::Rows(proto::ScanReply {
+            rows: rows
+                .into_iter()
+                .map(|row| proto::Row {
+                    key: row.key.to_vec(),
+                    value: row.value.to_vec(),
+                    version: Some(shard_wire::ts_to_wire(row.version)),
+                    writer: Some(shard_wire::txn_to_wire(row.writer)),
+                })
+                .collect(),
+            prepared_below,
+        }),
         Response::Vote(vote) => ResponseBody::Vote(vote),
         Response::WrongEpoch(epoch) => ResponseBody::WrongEpoch(crate::proto::WrongEpoch { epoch }),
         Response::State(phase) => ResponseBody::State(crate::proto::TxnState { phase: phase as i32 }),
@@ -236,9 +291,21 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
         ResponseBody::Proposed(proposed) => Response::Proposed(proposed),
         ResponseBody::NotLeader(not_leader) => Response::NotLeader(not_leader),
         ResponseBody::Map(map) => Response::Map(map),
-        ResponseBody::Value(value) => Response::Value(value),
-        ResponseBody::Values(values) => Response::Values(values),
-        ResponseBody::Rows(rows) => Response::Rows(rows),
+        ResponseBody::Value(value) => Response::Value(read_from_wire(value)),
+        ResponseBody::Values(values) => Response::Values(values.values.into_iter().map(read_from_wire).collect()),
+        ResponseBody::Rows(rows) => Response::Rows(ScanReply {
+            rows: rows
+                .rows
+                .into_iter()
+                .map(|row| Row {
+                    key: Bytes::from(row.key),
+                    value: Bytes::from(row.value),
+                    version: shard_wire::ts_from_wire(row.version),
+                    writer: writer_from_wire(row.writer),
+                })
+                .collect(),
+            prepared_below: rows.prepared_below,
+        }),
         ResponseBody::Vote(vote) => Response::Vote(vote),
         ResponseBody::WrongEpoch(wrong) => Response::WrongEpoch(wrong.epoch),
         // A phase this build does not know is refused: never read as a vote either way.
@@ -252,6 +319,32 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
         ResponseBody::ValidatorGrant(grant) => Response::ValidatorGrant(grant),
         ResponseBody::Error(reason) => Response::Refused(reason),
     })
+}
+
+fn read_to_wire(read: ReadReply) -> proto::GetReply {
+    proto::GetReply {
+        found: read.value.is_some(),
+        value: read.value.map(|value| value.to_vec()).unwrap_or_default(),
+        version: Some(shard_wire::ts_to_wire(read.version)),
+        writer: Some(shard_wire::txn_to_wire(read.writer)),
+        prepared_below: read.prepared_below,
+        lease_end_ns: read.lease_end_ns,
+    }
+}
+
+fn read_from_wire(read: proto::GetReply) -> ReadReply {
+    ReadReply {
+        value: read.found.then(|| Bytes::from(read.value)),
+        version: shard_wire::ts_from_wire(read.version),
+        writer: writer_from_wire(read.writer),
+        prepared_below: read.prepared_below,
+        lease_end_ns: read.lease_end_ns,
+    }
+}
+
+/// A version's writer; none (a key that never had a version) is transaction 0.
+fn writer_from_wire(writer: Option<proto::TxnId>) -> virga_storage::TxnId {
+    shard_wire::txn_from_wire(writer).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -286,14 +379,42 @@ mod tests {
         ));
     }
 
+    fn ts() -> impl Strategy<Value = virga_storage::Timestamp> {
+        (any::<u64>(), any::<u32>()).prop_map(|(time, client)| virga_storage::Timestamp::new(time, client))
+    }
+
+    fn read() -> impl Strategy<Value = ReadReply> {
+        (prop::option::of(prop::collection::vec(any::<u8>(), 0..8)), ts(), any::<u64>(), any::<bool>(), any::<u64>())
+            .prop_map(|(value, version, writer, prepared_below, lease_end_ns)| ReadReply {
+                value: value.map(Bytes::from),
+                version,
+                // Transaction ids have a sequence number from 1; none is 0.
+                writer: if writer & 0xffff_ffff == 0 { 0 } else { writer },
+                prepared_below,
+                lease_end_ns,
+            })
+    }
+
     fn timestamp() -> impl Strategy<Value = Option<proto::Timestamp>> {
         prop::option::of((any::<u64>(), any::<u32>()).prop_map(|(time, client)| proto::Timestamp { time, client }))
     }
 
     fn request() -> impl Strategy<Value = Request> {
-        let get = (any::<u32>(), any::<u64>(), prop::collection::vec(any::<u8>(), 1..40), timestamp(), any::<u64>())
-            .prop_map(|(shard, epoch, key, ts, read_interval_ns)| {
-                Request::Get(proto::Get { shard, epoch, key, ts, read_interval_ns })
+        let get = (any::<u32>(), any::<u64>(), prop::collection::vec(any::<u8>(), 1..40), ts(), any::<u64>()).prop_map(
+            |(shard, epoch, key, ts, read_interval_ns)| {
+                Request::Get(Get { shard, epoch, key: Bytes::from(key), ts, read_interval_ns })
+            },
+        );
+        let scan = (
+            any::<u32>(),
+            prop::collection::vec(any::<u8>(), 0..8),
+            prop::option::of(prop::collection::vec(any::<u8>(), 1..8)),
+            ts(),
+            any::<u32>(),
+        )
+            .prop_map(|(shard, start, end, ts, limit)| {
+                let range = crate::messages::ScanRange { start: Bytes::from(start), end: end.map(Bytes::from), ts };
+                Request::Scan(Scan { shard, epoch: 3, range, limit })
             });
         let decide = (any::<u32>(), any::<u64>(), any::<u32>(), 1..u32::MAX, any::<bool>()).prop_map(
             |(shard, epoch, client, seq, commit)| {
@@ -303,7 +424,7 @@ mod tests {
         );
         let watermark = (any::<u32>(), timestamp(), timestamp())
             .prop_map(|(client, ts, freshness)| Request::Watermark(proto::Watermark { client, ts, freshness }));
-        prop_oneof![get, decide, watermark, Just(Request::GetMap)]
+        prop_oneof![get, scan, decide, watermark, Just(Request::GetMap)]
     }
 
     fn response() -> impl Strategy<Value = Response> {
@@ -316,6 +437,8 @@ mod tests {
         ];
         prop_oneof![
             Just(Response::Ack),
+            read().prop_map(Response::Value),
+            prop::collection::vec(read(), 0..3).prop_map(Response::Values),
             phase.prop_map(Response::State),
             any::<u64>().prop_map(Response::WrongEpoch),
             "[a-z ]{0,16}".prop_map(Response::Refused),

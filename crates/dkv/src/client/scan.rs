@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::messages::{Request, Response};
-use crate::proto;
 use bytes::Bytes;
 use virga_net::role::{Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
@@ -14,7 +13,6 @@ use virga_storage::{Timestamp, TxnId};
 use super::txn::{describe_failure, Phase, ReadCall, ReadState};
 use super::{CallFor, Out, TxnClient};
 use crate::layout::ShardMap;
-use crate::shard::wire as shard_wire;
 use crate::shard::ScanRange;
 
 /// One scan of a running transaction.
@@ -102,14 +100,8 @@ impl TxnClient {
         let (epoch, to) = (self.epoch_of(shard), self.primary_of(shard));
         let Some(active) = self.txns.get_mut(&id) else { return };
         let Some(scan) = active.scans.get(index) else { return };
-        let request = proto::Scan {
-            shard,
-            epoch,
-            start: scan.start.to_vec(),
-            end: scan.end.as_ref().map(|end| end.to_vec()).unwrap_or_default(),
-            ts: Some(shard_wire::ts_to_wire(active.ts_begin)),
-            limit: scan.limit,
-        };
+        let range = ScanRange { start: scan.start.clone(), end: scan.end.clone(), ts: active.ts_begin };
+        let request = crate::messages::Scan { shard, epoch, range, limit: scan.limit };
         let Phase::Reading(calls) = &mut active.phase else { return };
         let call = self.ids.call();
         calls.insert(call, ReadCall::Scan(index, shard));
@@ -134,9 +126,7 @@ impl TxnClient {
                 scan.answered.insert(shard);
                 scan.prepared_below |= reply.prepared_below;
                 for row in reply.rows {
-                    let version = shard_wire::ts_from_wire(row.version);
-                    let writer = shard_wire::txn_from_wire(row.writer).unwrap_or(0);
-                    let (key, value) = (Bytes::from(row.key), Bytes::from(row.value));
+                    let (key, value, version, writer) = (row.key, row.value, row.version, row.writer);
                     self.observed = self.observed.max(version);
                     scan.rows.insert(key.clone(), value.clone());
                     let read = ReadState {

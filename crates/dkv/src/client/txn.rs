@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::messages::{Request, Response};
-use crate::proto;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
@@ -234,7 +233,7 @@ impl TxnClient {
         self.calls.insert(call, CallFor::Txn(id));
         self.stats.gets += 1;
         self.stats.keys_read += keys.len() as u64;
-        let ts = Some(shard_wire::ts_to_wire(txn.ts_begin));
+        let ts = txn.ts_begin;
         // A cached key's get carries the cache's mean inter-read time, for its lease.
         let cache = &self.cache;
         let caching = txn.uses_cache && cache.mode().caches();
@@ -242,16 +241,16 @@ impl TxnClient {
         let body = match keys.as_slice() {
             [key] => {
                 let read_interval_ns = interval(key);
-                Request::Get(proto::Get { shard, epoch, key: key.to_vec(), ts, read_interval_ns })
+                Request::Get(crate::messages::Get { shard, epoch, key: key.clone(), ts, read_interval_ns })
             }
             _ => {
-                let wire_keys = keys.iter().map(|key| key.to_vec()).collect();
+                let wire_keys = keys.clone();
                 let mut read_intervals_ns: Vec<u64> =
                     if caching { keys.iter().map(interval).collect() } else { Vec::new() };
                 if read_intervals_ns.iter().all(|&interval| interval == 0) {
                     read_intervals_ns.clear();
                 }
-                Request::GetMany(proto::GetMany { shard, epoch, keys: wire_keys, ts, read_intervals_ns })
+                Request::GetMany(crate::messages::GetMany { shard, epoch, keys: wire_keys, ts, read_intervals_ns })
             }
         };
         calls.insert(call, ReadCall::Get(keys));
@@ -276,7 +275,7 @@ impl TxnClient {
         };
         let values = match result {
             Ok(Response::Value(reply)) if keys.len() == 1 => vec![reply],
-            Ok(Response::Values(reply)) if reply.values.len() == keys.len() => reply.values,
+            Ok(Response::Values(values)) if values.len() == keys.len() => values,
             // The versions this snapshot needs may be collected: run it again, newer.
             Ok(Response::TooOld(_)) => {
                 self.aborted(id, "snapshot-too-old".to_string(), out);
@@ -299,9 +298,9 @@ impl TxnClient {
                 continue;
             }
             let read = ReadState {
-                value: reply.found.then(|| Bytes::from(reply.value)),
-                version: shard_wire::ts_from_wire(reply.version),
-                writer: shard_wire::txn_from_wire(reply.writer).unwrap_or(0),
+                value: reply.value,
+                version: reply.version,
+                writer: reply.writer,
                 prepared_below: reply.prepared_below,
                 cached: false,
                 freshness: txn.ts_begin,

@@ -163,7 +163,13 @@ impl Harness {
     fn peer_request(&mut self, bytes: &mut Bytes8) {
         let body = match bytes.next() % 4 {
             0 => Request::Invalidate(proto::Invalidate { key: bytes.key().to_vec(), version: None }),
-            1 => Request::Get(proto::Get { key: bytes.key().to_vec(), ..Default::default() }),
+            1 => Request::Get(crate::messages::Get {
+                shard: 0,
+                epoch: 0,
+                key: bytes::Bytes::from(bytes.key().to_vec()),
+                ts: Timestamp::ZERO,
+                read_interval_ns: 0,
+            }),
             _ => Request::Invalidate(proto::Invalidate {
                 key: bytes.key().to_vec(),
                 version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
@@ -185,12 +191,13 @@ impl Harness {
     }
 }
 
-fn get_reply(bytes: &mut Bytes8) -> proto::GetReply {
-    proto::GetReply {
-        found: bytes.next() % 2 == 0,
-        value: vec![bytes.next(); usize::from(bytes.next() % 4)],
-        version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
-        writer: None,
+fn get_reply(bytes: &mut Bytes8) -> crate::messages::ReadReply {
+    let found = bytes.next() % 2 == 0;
+    let value = vec![bytes.next(); usize::from(bytes.next() % 4)];
+    crate::messages::ReadReply {
+        value: found.then(|| bytes::Bytes::from(value)),
+        version: Timestamp::new(u64::from(bytes.next()), 2),
+        writer: 0,
         prepared_below: bytes.next() % 4 == 0,
         lease_end_ns: u64::from(bytes.next()) << 24,
     }
@@ -210,15 +217,15 @@ fn answer_for(request: &Request, bytes: &mut Bytes8) -> Result<Response, NetErro
         // Sometimes a wrong number of answers.
         (Request::GetMany(get), _) => {
             let count = if choice == 4 { usize::from(bytes.next() % 4) } else { get.keys.len() };
-            Response::Values(proto::GetManyReply { values: (0..count).map(|_| get_reply(bytes)).collect() })
+            Response::Values((0..count).map(|_| get_reply(bytes)).collect())
         }
-        (Request::Scan(scan), _) => Response::Rows(proto::ScanReply {
+        (Request::Scan(scan), _) => Response::Rows(crate::messages::ScanReply {
             rows: (0..bytes.next() % 3)
-                .map(|_| proto::Row {
-                    key: [scan.start.clone(), vec![b'a' + bytes.next() % 4]].concat(),
-                    value: vec![bytes.next()],
-                    version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
-                    writer: None,
+                .map(|_| crate::messages::Row {
+                    key: bytes::Bytes::from([scan.range.start.to_vec(), vec![b'a' + bytes.next() % 4]].concat()),
+                    value: bytes::Bytes::from(vec![bytes.next()]),
+                    version: Timestamp::new(u64::from(bytes.next()), 2),
+                    writer: 0,
                 })
                 .collect(),
             prepared_below: bytes.next() % 4 == 0,

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use crate::messages::{Decide, Request, Response};
+use crate::messages::{Decide, Get, GetMany, ReadReply, Request, Response, Row, Scan, ScanReply};
 use crate::proto;
 use crate::Dkv;
 use bytes::Bytes;
@@ -382,11 +382,11 @@ impl DataCore {
         }
     }
 
-    fn on_get(&mut self, from: &str, get: proto::Get) -> Response {
+    fn on_get(&mut self, from: &str, get: Get) -> Response {
         if let Err(error) = wire::check_key(&get.key) {
             return Response::Refused(format!("a malformed get: {error}"));
         }
-        let ts = wire::ts_from_wire(get.ts);
+        let ts = get.ts;
         if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, std::slice::from_ref(&get.key)) {
             return refusal;
         }
@@ -396,7 +396,7 @@ impl DataCore {
         }
     }
 
-    fn on_get_many(&mut self, from: &str, get: proto::GetMany) -> Response {
+    fn on_get_many(&mut self, from: &str, get: GetMany) -> Response {
         if get.keys.is_empty() || get.keys.len() > MAX_KEYS_PER_GET {
             return Response::Refused(format!(
                 "a get_many of {} keys (1 to {MAX_KEYS_PER_GET} may be asked at once)",
@@ -413,7 +413,7 @@ impl DataCore {
                 get.read_intervals_ns.len()
             ));
         }
-        let ts = wire::ts_from_wire(get.ts);
+        let ts = get.ts;
         if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, &get.keys) {
             return refusal;
         }
@@ -425,12 +425,12 @@ impl DataCore {
                 None => return Response::Refused(format!("no replica of shard {}", get.shard)),
             }
         }
-        Response::Values(proto::GetManyReply { values })
+        Response::Values(values)
     }
 
     /// Whether this node may serve reads of `keys` in `shard` at `ts`: it is the primary at
     /// `epoch`, the keys are the shard's, `ts` is above the watermark and under its lease.
-    fn check_read(&mut self, shard: u32, epoch: u64, ts: Timestamp, keys: &[Vec<u8>]) -> Result<(), Response> {
+    fn check_read(&mut self, shard: u32, epoch: u64, ts: Timestamp, keys: &[Bytes]) -> Result<(), Response> {
         self.primary_of(shard, epoch)?;
         if keys.iter().any(|key| self.map.shard_of(key).0 != shard) {
             return Err(Response::Refused(format!("a key is not in shard {shard}")));
@@ -449,36 +449,25 @@ impl DataCore {
     /// The snapshot read of `key` at `ts` by `from` (None: no replica of the shard here),
     /// with a lease if a client caching the key asked (`read_interval_ns` > 0); under EI,
     /// `from` is remembered as holding a copy.
-    fn read(
-        &mut self,
-        from: &str,
-        shard: u32,
-        key: Vec<u8>,
-        ts: Timestamp,
-        read_interval_ns: u64,
-    ) -> Option<proto::GetReply> {
+    fn read(&mut self, from: &str, shard: u32, key: Bytes, ts: Timestamp, read_interval_ns: u64) -> Option<ReadReply> {
         let replica = self.replicas.get_mut(&shard)?;
         self.stats.gets += 1;
         let mut lease_end_ns = self.grants.grant(&key, read_interval_ns, self.now);
         if lease_end_ns > 0 && self.grants.mode() == crate::kairos::CacheMode::Ei && !self.grants.share(&key, from) {
             lease_end_ns = 0;
         }
-        let found = replica.get(&Bytes::from(key), ts);
-        Some(proto::GetReply {
-            found: found.value.is_some(),
-            value: found.value.map(|value| value.to_vec()).unwrap_or_default(),
-            version: Some(wire::ts_to_wire(found.version)),
-            writer: Some(wire::txn_to_wire(found.writer)),
+        let found = replica.get(&key, ts);
+        Some(ReadReply {
+            value: found.value,
+            version: found.version,
+            writer: found.writer,
             prepared_below: found.prepared_below,
             lease_end_ns,
         })
     }
 
-    fn on_scan(&mut self, scan: proto::Scan) -> Response {
-        let range = match wire::range_from_wire(scan.start, scan.end, scan.ts) {
-            Ok(range) => range,
-            Err(error) => return Response::Refused(format!("a malformed scan: {error}")),
-        };
+    fn on_scan(&mut self, scan: Scan) -> Response {
+        let range = scan.range;
         if let Err(refusal) = self.primary_of(scan.shard, scan.epoch) {
             return refusal;
         }
@@ -499,15 +488,15 @@ impl DataCore {
         self.stats.scans += 1;
         let limit = (scan.limit as usize).clamp(1, wire::MAX_OPS_PER_SHARD);
         let found = replica.scan(range, limit);
-        Response::Rows(proto::ScanReply {
+        Response::Rows(ScanReply {
             rows: found
                 .rows
                 .into_iter()
-                .map(|(key, version)| proto::Row {
-                    key: key.to_vec(),
-                    value: version.value.map(|value| value.to_vec()).unwrap_or_default(),
-                    version: Some(wire::ts_to_wire(version.ts)),
-                    writer: Some(wire::txn_to_wire(version.writer)),
+                .map(|(key, version)| Row {
+                    key,
+                    value: version.value.unwrap_or_default(),
+                    version: version.ts,
+                    writer: version.writer,
                 })
                 .collect(),
             prepared_below: found.prepared_below,

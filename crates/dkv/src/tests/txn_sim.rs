@@ -252,7 +252,7 @@ fn the_session_driver_sends_a_transfers_gets_together_and_keeps_unexpected_answe
     let gets: Vec<Vec<u8>> = out
         .iter()
         .filter_map(|command| match command {
-            Command::Call { request: Request::Get(get), .. } => Some(get.key.clone()),
+            Command::Call { request: Request::Get(get), .. } => Some(get.key.to_vec()),
             _ => None,
         })
         .collect();

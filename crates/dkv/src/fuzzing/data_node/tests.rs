@@ -15,7 +15,7 @@ fn every_honest_request_is_served_and_configuration_requests_refused() {
         let mut harness = Harness::new(false);
         let reply = harness.ask(knobs.from, build(kind, &knobs).unwrap());
         let served = match (kind, &reply) {
-            (0, Some(Response::Value(value))) => value.found && value.value == b"1",
+            (0, Some(Response::Value(value))) => value.value.as_deref() == Some(b"1".as_slice()),
             (1, Some(Response::Rows(rows))) => rows.rows.len() == 3,
             (2, Some(Response::Vote(vote))) => vote.commit,
             (3 | 4 | 8, Some(Response::Ack)) => true,
@@ -25,7 +25,7 @@ fn every_honest_request_is_served_and_configuration_requests_refused() {
             (9, reply) => reply.as_ref().is_some_and(is_refusal),
             (11, Some(Response::ValidatorGrant(grant))) => grant.until_ns > 0,
             (10, Some(Response::Values(values))) => {
-                values.values.len() == 2 && values.values[0].found && values.values[0].value == b"1"
+                values.len() == 2 && values[0].value.as_deref() == Some(b"1".as_slice())
             }
             _ => false,
         };
@@ -141,7 +141,7 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
     let mut harness = Harness::new(false);
     let ask = |harness: &mut Harness, keys: Vec<Vec<u8>>| {
         let Request::GetMany(mut get) = build(kind, &knobs).unwrap() else { panic!("kind 10 is a get_many") };
-        get.keys = keys;
+        get.keys = keys.into_iter().map(Bytes::from).collect();
         harness.ask(knobs.from, Request::GetMany(get))
     };
     let reply = ask(&mut harness, vec![]);
@@ -155,14 +155,14 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
     assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("malformed")), "{reply:?}");
     // Read intervals (KAIROS) come one a key or not at all.
     let Request::GetMany(mut get) = build(kind, &knobs).unwrap() else { panic!("kind 10 is a get_many") };
-    get.keys = vec![b"a".to_vec(), b"b".to_vec()];
+    get.keys = vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")];
     get.read_intervals_ns = vec![1_000];
     let reply = harness.ask(knobs.from, Request::GetMany(get));
     assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("1 read intervals")), "{reply:?}");
     // The same keys one by one and together read the same.
     let together = ask(&mut harness, vec![b"a".to_vec(), b"b".to_vec(), b"f-absent".to_vec()]);
     let Some(Response::Values(together)) = together else { panic!("{together:?}") };
-    for (key, value) in [b"a".as_slice(), b"b", b"f-absent"].into_iter().zip(&together.values) {
+    for (key, value) in [b"a".as_slice(), b"b", b"f-absent"].into_iter().zip(&together) {
         let (get_kind, mut get_knobs) = honest(0);
         get_knobs.key = key.to_vec();
         let alone = harness.ask(get_knobs.from, build(get_kind, &get_knobs).unwrap());
