@@ -4,9 +4,9 @@
 //! `virga.dkv.v1` at the transports and refuses what does not decode: an empty message, a
 //! termination phase this build does not know, a transaction id or record that is not one.
 //!
-//! Reads, two-phase commit, replication and termination carry domain types (keys as
-//! `Bytes`, transaction ids, timestamps, the replica's records and scan ranges); the other
-//! kinds (configuration, leases, takeover tables, watermarks, KAIROS's validators) still
+//! Reads, two-phase commit and its votes, replication, termination, leases, takeover and watermarks
+//! carry domain types (keys as `Bytes`, transaction ids, timestamps, the replica's records
+//! and scan ranges); the configuration service's messages and KAIROS's validators' still
 //! carry their protobuf structs and are checked by the core that takes them. Rules of the
 //! store rather than of the wire (a key's length, how many keys one get may ask) are the
 //! cores' to check, whichever transport a message came by.
@@ -78,6 +78,50 @@ pub struct ScanReply {
     pub prepared_below: bool,
 }
 
+/// A primary asks a backup of `shard` at `epoch` to let it serve reads below `until`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseRequest {
+    pub shard: u32,
+    pub epoch: u64,
+    pub until: Timestamp,
+}
+
+/// The new primary of `shard` at `epoch` asks a replica for its table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fetch {
+    pub shard: u32,
+    pub epoch: u64,
+}
+
+/// A replica's table for a new primary: every transaction it holds, as prepare and decision
+/// records, and the largest lease it granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchTable {
+    pub records: Vec<ShardRecord>,
+    pub lease: Timestamp,
+}
+
+/// Every transaction of `client` from now on reads at `ts` or above; KAIROS's freshness is
+/// the oldest a version it may still present for validation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermark {
+    pub client: u32,
+    pub ts: Timestamp,
+    pub freshness: Timestamp,
+}
+
+/// A participant's (or a validator's) vote; `reason` names the failed check of an abort.
+/// With `below-commit-floor`, `floor` is the primary's commit floor, which a retry's commit
+/// timestamp must exceed; with an abort, `stale` names the keys whose version read is no
+/// longer the newest committed (a caching client drops them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Vote {
+    pub commit: bool,
+    pub reason: String,
+    pub floor: Option<Timestamp>,
+    pub stale: Vec<Bytes>,
+}
+
 /// Phase 2 of two-phase commit, for the primary of `shard` at `epoch`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decide {
@@ -122,11 +166,11 @@ pub enum Request {
     /// Cooperative termination: a participant primary (or a validator) asks about a transaction.
     Query(TxnQuery),
     /// A primary asks a backup for (more of) its lease.
-    Lease(proto::LeaseRequest),
+    Lease(LeaseRequest),
     /// A new primary collects a replica's transaction table.
-    Fetch(proto::Fetch),
+    Fetch(Fetch),
     /// A client's watermark, for version garbage collection.
-    Watermark(proto::Watermark),
+    Watermark(Watermark),
     /// KAIROS's explicit-invalidation baseline: a committed write of a key a client caches.
     Invalidate(proto::Invalidate),
     /// KAIROS's sharded validators: validate this validator's part, release what a vote held.
@@ -147,13 +191,14 @@ pub enum Response {
     /// A get_many's answers, one a key in the order asked.
     Values(Vec<ReadReply>),
     Rows(ScanReply),
-    Vote(proto::Vote),
+    Vote(Vote),
     /// Not the primary of the shard at the epoch the request names; the replica's epoch.
     WrongEpoch(u64),
     /// What a participant primary knows of a transaction.
     State(TxnPhase),
-    Grant(proto::LeaseGrant),
-    Table(proto::FetchReply),
+    /// A backup's grant, held durably: reads may be served below this.
+    Grant(Timestamp),
+    Table(FetchTable),
     /// A read below the primary's garbage-collection watermark, which it names.
     TooOld(Timestamp),
     ValidatorGrant(proto::ValidatorGrant),

@@ -6,7 +6,8 @@ use virga_net::role::Protocol;
 use virga_net::{ProtobufError, WireProtocol};
 
 use crate::messages::{
-    Decide, Get, GetMany, ReadReply, Replicate, Request, Response, Row, Scan, ScanReply, TxnPhase, TxnQuery,
+    Decide, Fetch, FetchTable, Get, GetMany, LeaseRequest, ReadReply, Replicate, Request, Response, Row, Scan,
+    ScanReply, TxnPhase, TxnQuery, Vote, Watermark,
 };
 use crate::proto;
 use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody};
@@ -179,9 +180,15 @@ fn request_to_wire(request: Request) -> crate::proto::Request {
         Request::Query(TxnQuery { shard, epoch, txn }) => {
             RequestBody::Query(crate::proto::TxnQuery { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)) })
         }
-        Request::Lease(lease) => RequestBody::Lease(lease),
-        Request::Fetch(fetch) => RequestBody::Fetch(fetch),
-        Request::Watermark(watermark) => RequestBody::Watermark(watermark),
+        Request::Lease(LeaseRequest { shard, epoch, until }) => {
+            RequestBody::Lease(proto::LeaseRequest { shard, epoch, until: Some(shard_wire::ts_to_wire(until)) })
+        }
+        Request::Fetch(Fetch { shard, epoch }) => RequestBody::Fetch(proto::Fetch { shard, epoch }),
+        Request::Watermark(Watermark { client, ts, freshness }) => RequestBody::Watermark(proto::Watermark {
+            client,
+            ts: Some(shard_wire::ts_to_wire(ts)),
+            freshness: Some(shard_wire::ts_to_wire(freshness)),
+        }),
         Request::Invalidate(invalidate) => RequestBody::Invalidate(invalidate),
         Request::Validate(validate) => RequestBody::Validate(validate),
         Request::Release(release) => RequestBody::Release(release),
@@ -238,9 +245,18 @@ fn request_from_wire(request: crate::proto::Request) -> Result<Request, DkvWireE
             epoch: query.epoch,
             txn: shard_wire::txn_from_wire(query.txn).map_err(malformed("query"))?,
         }),
-        RequestBody::Lease(lease) => Request::Lease(lease),
-        RequestBody::Fetch(fetch) => Request::Fetch(fetch),
-        RequestBody::Watermark(watermark) => Request::Watermark(watermark),
+        RequestBody::Lease(lease) => Request::Lease(LeaseRequest {
+            shard: lease.shard,
+            epoch: lease.epoch,
+            until: shard_wire::ts_from_wire(lease.until),
+        }),
+        RequestBody::Fetch(fetch) => Request::Fetch(Fetch { shard: fetch.shard, epoch: fetch.epoch }),
+        // A client that reports no freshness is fresh up to its watermark.
+        RequestBody::Watermark(watermark) => Request::Watermark(Watermark {
+            client: watermark.client,
+            ts: shard_wire::ts_from_wire(watermark.ts),
+            freshness: shard_wire::ts_from_wire(watermark.freshness.or(watermark.ts)),
+        }),
         RequestBody::Invalidate(invalidate) => Request::Invalidate(invalidate),
         RequestBody::Validate(validate) => Request::Validate(validate),
         RequestBody::Release(release) => Request::Release(release),
@@ -270,11 +286,19 @@ fn response_to_wire(response: Response) -> crate::proto::Response {
                 .collect(),
             prepared_below,
         }),
-        Response::Vote(vote) => ResponseBody::Vote(vote),
+        Response::Vote(Vote { commit, reason, floor, stale }) => ResponseBody::Vote(proto::Vote {
+            commit,
+            reason,
+            floor: floor.map(shard_wire::ts_to_wire),
+            stale: stale.iter().map(|key| key.to_vec()).collect(),
+        }),
         Response::WrongEpoch(epoch) => ResponseBody::WrongEpoch(crate::proto::WrongEpoch { epoch }),
         Response::State(phase) => ResponseBody::State(crate::proto::TxnState { phase: phase as i32 }),
-        Response::Grant(grant) => ResponseBody::Grant(grant),
-        Response::Table(table) => ResponseBody::Table(table),
+        Response::Grant(until) => ResponseBody::Grant(proto::LeaseGrant { until: Some(shard_wire::ts_to_wire(until)) }),
+        Response::Table(FetchTable { records, lease }) => ResponseBody::Table(proto::FetchReply {
+            records: records.iter().map(shard_wire::record_to_wire).collect(),
+            lease: Some(shard_wire::ts_to_wire(lease)),
+        }),
         Response::TooOld(watermark) => ResponseBody::TooOld(shard_wire::ts_to_wire(watermark)),
         Response::ValidatorGrant(grant) => ResponseBody::ValidatorGrant(grant),
         Response::Refused(reason) => ResponseBody::Error(reason),
@@ -306,15 +330,28 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
                 .collect(),
             prepared_below: rows.prepared_below,
         }),
-        ResponseBody::Vote(vote) => Response::Vote(vote),
+        ResponseBody::Vote(vote) => Response::Vote(Vote {
+            commit: vote.commit,
+            reason: vote.reason,
+            floor: vote.floor.map(|floor| shard_wire::ts_from_wire(Some(floor))),
+            stale: vote.stale.into_iter().map(Bytes::from).collect(),
+        }),
         ResponseBody::WrongEpoch(wrong) => Response::WrongEpoch(wrong.epoch),
         // A phase this build does not know is refused: never read as a vote either way.
         ResponseBody::State(state) => Response::State(
             TxnPhase::try_from(state.phase)
                 .map_err(|_| DkvWireError::UnknownEnumValue { field: "TxnState.phase", value: state.phase })?,
         ),
-        ResponseBody::Grant(grant) => Response::Grant(grant),
-        ResponseBody::Table(table) => Response::Table(table),
+        ResponseBody::Grant(grant) => Response::Grant(shard_wire::ts_from_wire(grant.until)),
+        ResponseBody::Table(table) => Response::Table(FetchTable {
+            records: table
+                .records
+                .into_iter()
+                .map(shard_wire::table_record_from_wire)
+                .collect::<Result<_, _>>()
+                .map_err(malformed("table"))?,
+            lease: shard_wire::ts_from_wire(table.lease),
+        }),
         ResponseBody::TooOld(watermark) => Response::TooOld(shard_wire::ts_from_wire(Some(watermark))),
         ResponseBody::ValidatorGrant(grant) => Response::ValidatorGrant(grant),
         ResponseBody::Error(reason) => Response::Refused(reason),
@@ -395,10 +432,6 @@ mod tests {
             })
     }
 
-    fn timestamp() -> impl Strategy<Value = Option<proto::Timestamp>> {
-        prop::option::of((any::<u64>(), any::<u32>()).prop_map(|(time, client)| proto::Timestamp { time, client }))
-    }
-
     fn request() -> impl Strategy<Value = Request> {
         let get = (any::<u32>(), any::<u64>(), prop::collection::vec(any::<u8>(), 1..40), ts(), any::<u64>()).prop_map(
             |(shard, epoch, key, ts, read_interval_ns)| {
@@ -422,9 +455,12 @@ mod tests {
                 Request::Decide(Decide { shard, epoch, txn, commit })
             },
         );
-        let watermark = (any::<u32>(), timestamp(), timestamp())
-            .prop_map(|(client, ts, freshness)| Request::Watermark(proto::Watermark { client, ts, freshness }));
-        prop_oneof![get, scan, decide, watermark, Just(Request::GetMap)]
+        let watermark = (any::<u32>(), ts(), ts())
+            .prop_map(|(client, ts, freshness)| Request::Watermark(Watermark { client, ts, freshness }));
+        let lease = (any::<u32>(), any::<u64>(), ts())
+            .prop_map(|(shard, epoch, until)| Request::Lease(LeaseRequest { shard, epoch, until }));
+        let fetch = (any::<u32>(), any::<u64>()).prop_map(|(shard, epoch)| Request::Fetch(Fetch { shard, epoch }));
+        prop_oneof![get, scan, decide, watermark, lease, fetch, Just(Request::GetMap)]
     }
 
     fn response() -> impl Strategy<Value = Response> {
@@ -437,17 +473,25 @@ mod tests {
         ];
         prop_oneof![
             Just(Response::Ack),
+            ts().prop_map(Response::Grant),
+            ts().prop_map(|lease| Response::Table(FetchTable { records: Vec::new(), lease })),
             read().prop_map(Response::Value),
             prop::collection::vec(read(), 0..3).prop_map(Response::Values),
             phase.prop_map(Response::State),
             any::<u64>().prop_map(Response::WrongEpoch),
             "[a-z ]{0,16}".prop_map(Response::Refused),
-            (any::<bool>(), "[a-z-]{0,12}").prop_map(|(commit, reason)| Response::Vote(proto::Vote {
-                commit,
-                reason,
-                floor: None,
-                stale: Vec::new()
-            })),
+            (
+                any::<bool>(),
+                "[a-z-]{0,12}",
+                prop::option::of(ts()),
+                prop::collection::vec(prop::collection::vec(any::<u8>(), 0..4), 0..3)
+            )
+                .prop_map(|(commit, reason, floor, stale)| Response::Vote(Vote {
+                    commit,
+                    reason,
+                    floor,
+                    stale: stale.into_iter().map(Bytes::from).collect(),
+                })),
         ]
     }
 

@@ -28,7 +28,6 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::messages::{Request, Response};
-use crate::proto;
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
@@ -530,11 +529,7 @@ impl TxnClient {
             if let Some(validator) = index.checked_sub(primaries) {
                 self.calls.insert(call, CallFor::Watermark { validator: validator as u32 });
             }
-            let request = proto::Watermark {
-                client: self.config.client,
-                ts: Some(shard_wire::ts_to_wire(watermark)),
-                freshness: Some(shard_wire::ts_to_wire(freshness)),
-            };
+            let request = crate::messages::Watermark { client: self.config.client, ts: watermark, freshness };
             out.push(Command::Call {
                 to: peer,
                 call,

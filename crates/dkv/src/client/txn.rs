@@ -14,7 +14,7 @@ use super::scan::ScanState;
 use super::session::SessionTxn;
 use super::{CallFor, Out, Program, ProgramOutcome, ProgramResult, ReadOnlyValidation, TxnClient};
 use crate::kairos::CachedRead;
-use crate::shard::wire::{self as shard_wire, PrepareRequest};
+use crate::shard::wire::PrepareRequest;
 use crate::shard::{ReadOp, WriteOp, MAX_KEYS_PER_GET};
 
 #[derive(Debug, Default)]
@@ -499,7 +499,7 @@ impl TxnClient {
                 self.note_stale(id, &vote.stale);
                 // A primary that took over refuses commit timestamps up to its floor: the
                 // next one goes above it.
-                if let Some(floor) = vote.floor.map(|floor| shard_wire::ts_from_wire(Some(floor))) {
+                if let Some(floor) = vote.floor {
                     if floor.time > self.last_ts.time {
                         self.last_ts = Timestamp::new(floor.time, self.config.client);
                     }
@@ -519,10 +519,10 @@ impl TxnClient {
     }
 
     /// A vote named these keys' versions read as superseded: their cached copies go.
-    pub(super) fn note_stale(&mut self, id: TxnId, stale: &[Vec<u8>]) {
+    pub(super) fn note_stale(&mut self, id: TxnId, stale: &[Bytes]) {
         let Some(txn) = self.txns.get(&id) else { return };
         for key in stale {
-            let was_hit = txn.reads.get(key.as_slice()).is_some_and(|read| read.cached);
+            let was_hit = txn.reads.get(key).is_some_and(|read| read.cached);
             self.cache.found_stale(key, was_hit);
         }
     }

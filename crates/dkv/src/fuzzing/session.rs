@@ -230,12 +230,11 @@ fn answer_for(request: &Request, bytes: &mut Bytes8) -> Result<Response, NetErro
                 .collect(),
             prepared_below: bytes.next() % 4 == 0,
         }),
-        (Request::Prepare(_), _) => Response::Vote(proto::Vote {
+        (Request::Prepare(_), _) => Response::Vote(crate::messages::Vote {
             commit: bytes.next() % 3 != 0,
             reason: "read-stale".to_string(),
-            floor: (bytes.next() % 3 == 0)
-                .then(|| shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()) << 32, 1))),
-            stale: (0..bytes.next() % 2).map(|_| vec![b'a' + bytes.next() % 4]).collect(),
+            floor: (bytes.next() % 3 == 0).then(|| Timestamp::new(u64::from(bytes.next()) << 32, 1)),
+            stale: (0..bytes.next() % 2).map(|_| bytes::Bytes::from(vec![b'a' + bytes.next() % 4])).collect(),
         }),
         (Request::Decide(_), _) => Response::Ack,
         // A well-formed answer to something else: it does not fit.

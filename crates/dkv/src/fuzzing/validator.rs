@@ -100,9 +100,12 @@ pub fn run_validator(data: &[u8]) -> ValidatorTally {
             }
             3 => {
                 let Some([client, back]) = take::<2>(&mut input) else { break };
-                let freshness =
-                    shard_wire::ts_to_wire(virga_storage::Timestamp::new(harness.now - u64::from(back) * MS, 1));
-                let watermark = proto::Watermark { client: u32::from(client), ts: None, freshness: Some(freshness) };
+                let freshness = virga_storage::Timestamp::new(harness.now - u64::from(back) * MS, 1);
+                let watermark = crate::messages::Watermark {
+                    client: u32::from(client),
+                    ts: virga_storage::Timestamp::ZERO,
+                    freshness,
+                };
                 harness.ask(Request::Watermark(watermark));
             }
             4 => {

@@ -414,18 +414,18 @@ impl ValidatorCore {
         match vote {
             Ok(()) => {
                 self.stats.commit_votes += 1;
-                Response::Vote(proto::Vote { commit: true, ..proto::Vote::default() })
+                Response::Vote(crate::messages::Vote { commit: true, ..Default::default() })
             }
             Err(abort) => {
                 let stale = match abort {
                     Abort::Validator(ValidatorAbort::Check(AbortReason::ReadStale)) => {
-                        self.state.stale_reads(&request.reads).map(|key| key.to_vec()).collect()
+                        self.state.stale_reads(&request.reads).cloned().collect()
                     }
                     _ => Vec::new(),
                 };
                 let reason = abort.name().to_string();
                 *self.stats.aborts.entry(reason.clone()).or_default() += 1;
-                Response::Vote(proto::Vote { commit: false, reason, stale, ..proto::Vote::default() })
+                Response::Vote(crate::messages::Vote { commit: false, reason, stale, floor: None })
             }
         }
     }
@@ -474,9 +474,8 @@ impl ValidatorCore {
         }
     }
 
-    fn on_watermark(&mut self, now: Nanos, watermark: proto::Watermark) -> Response {
-        let freshness = watermark.freshness.or(watermark.ts);
-        self.reports.insert(watermark.client, (shard_wire::ts_from_wire(freshness), now));
+    fn on_watermark(&mut self, now: Nanos, watermark: crate::messages::Watermark) -> Response {
+        self.reports.insert(watermark.client, (watermark.freshness, now));
         Response::Ack
     }
 

@@ -10,8 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use crate::messages::{Decide, Get, GetMany, ReadReply, Request, Response, Row, Scan, ScanReply};
-use crate::proto;
+use crate::messages::{Decide, Get, GetMany, ReadReply, Request, Response, Row, Scan, ScanReply, Vote};
 use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
@@ -555,7 +554,7 @@ impl DataCore {
                 self.voted_abort.insert((shard, txn), AbortReason::BelowCommitFloor);
                 let mut answer = vote(Err(AbortReason::BelowCommitFloor));
                 if let Response::Vote(vote) = &mut answer {
-                    vote.floor = Some(wire::ts_to_wire(floor));
+                    vote.floor = Some(floor);
                 }
                 return Some(answer);
             }
@@ -566,10 +565,10 @@ impl DataCore {
             self.voted_abort.insert((shard, txn), reason);
             let mut answer = vote(Err(reason));
             if let (Response::Vote(vote), AbortReason::BelowCommitFloor) = (&mut answer, reason) {
-                vote.floor = Some(wire::ts_to_wire(replica.commit_floor()));
+                vote.floor = Some(replica.commit_floor());
             }
             if let (Response::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
-                vote.stale = replica.stale_reads(&prepare.reads).into_iter().map(|key| key.to_vec()).collect();
+                vote.stale = replica.stale_reads(&prepare.reads);
             }
             return Some(answer);
         }
@@ -617,7 +616,7 @@ impl DataCore {
                 self.stats.aborts += 1;
                 let mut answer = vote(Err(reason));
                 if let (Response::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
-                    vote.stale = replica.stale_reads(&prepare.reads).into_iter().map(|key| key.to_vec()).collect();
+                    vote.stale = replica.stale_reads(&prepare.reads);
                 }
                 answer
             }
@@ -675,8 +674,8 @@ impl DataCore {
             }
             CallFor::Fetch { shard } => self.on_table(now, call, shard, body, out),
             CallFor::Lease { shard, backup } => {
-                if let Some(Response::Grant(grant)) = body {
-                    self.on_grant(shard, backup, wire::ts_from_wire(grant.until));
+                if let Some(Response::Grant(until)) = body {
+                    self.on_grant(shard, backup, until);
                 }
             }
             CallFor::Map => self.on_map(now, call, body, out),
@@ -764,13 +763,8 @@ impl DataCore {
 
 fn vote(result: Result<(), AbortReason>) -> Response {
     match result {
-        Ok(()) => Response::Vote(proto::Vote { commit: true, reason: String::new(), floor: None, stale: Vec::new() }),
-        Err(reason) => Response::Vote(proto::Vote {
-            commit: false,
-            reason: reason.name().to_string(),
-            floor: None,
-            stale: Vec::new(),
-        }),
+        Ok(()) => Response::Vote(Vote { commit: true, ..Vote::default() }),
+        Err(reason) => Response::Vote(Vote { commit: false, reason: reason.name().to_string(), ..Vote::default() }),
     }
 }
 

@@ -298,6 +298,16 @@ pub fn record_to_wire(record: &ShardRecord) -> proto::ShardRecord {
     proto::ShardRecord { record: Some(record) }
 }
 
+/// Checks a record of a fetched table, whose shard the answer does not name: every check
+/// but that its participants include the shard, which the new primary makes.
+pub fn table_record_from_wire(record: proto::ShardRecord) -> Result<ShardRecord, ShardWireError> {
+    let shard = match &record.record {
+        Some(proto::shard_record::Record::Prepared(prepared)) => prepared.participants.first().copied().unwrap_or(0),
+        _ => 0,
+    };
+    record_from_wire(shard, record)
+}
+
 /// Checks a record replicated to shard `shard`.
 pub fn record_from_wire(shard: u32, record: proto::ShardRecord) -> Result<ShardRecord, ShardWireError> {
     use proto::shard_record::Record;

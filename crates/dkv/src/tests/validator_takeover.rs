@@ -84,7 +84,7 @@ fn takeover(seq: u32, commit: u64) -> Request {
     Request::Prepare(prepare)
 }
 
-fn vote(body: Response) -> proto::Vote {
+fn vote(body: Response) -> crate::messages::Vote {
     match body {
         Response::Vote(vote) => vote,
         other => panic!("not a vote: {other:?}"),
@@ -98,7 +98,7 @@ fn a_takeover_waits_past_the_validators_lease_and_its_renewal_learns_how_high_it
     // Just started: it assumes a predecessor granted up to twice the longest lease.
     let refused = vote(ask(&mut core, T0 + MS, takeover(1, T0 + MS)));
     assert_eq!(refused.reason, "below-commit-floor");
-    let floor = wire::ts_from_wire(refused.floor);
+    let floor = refused.floor.unwrap_or(Timestamp::ZERO);
     assert_eq!(floor.time, T0 + 2 * lease);
     // The refusal revoked the lease: renewals get nothing, and learn of no takeover yet.
     let grant = renew(&mut core, T0 + 2 * MS, T0 + 2 * MS + lease);
@@ -114,7 +114,7 @@ fn a_takeover_waits_past_the_validators_lease_and_its_renewal_learns_how_high_it
     assert_eq!(wire::ts_from_wire(grant.takeover_high), Timestamp::new(above, 1));
     // A takeover now has to pass the lease just granted.
     let refused = vote(ask(&mut core, later, takeover(3, later + lease)));
-    assert_eq!(wire::ts_from_wire(refused.floor).time, later + lease);
+    assert_eq!(refused.floor.map(|floor| floor.time), Some(later + lease));
     // The highest takeover survives a restart, from the shard's records.
     let records: Vec<(u32, ShardRecord)> =
         core.replica(0).unwrap().records().into_iter().map(|record| (0, record)).collect();

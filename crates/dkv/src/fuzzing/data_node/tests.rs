@@ -220,5 +220,5 @@ fn a_validation_alone_holds_nothing_but_guards_its_reads() {
     let reply = harness.ask("client-9", build(kind, &stale).unwrap());
     let Some(Response::Vote(vote)) = reply else { panic!("{reply:?}") };
     assert!(!vote.commit && vote.reason == "read-stale", "{vote:?}");
-    assert_eq!(vote.stale, vec![b"a".to_vec()]);
+    assert_eq!(vote.stale, vec![Bytes::from_static(b"a")]);
 }

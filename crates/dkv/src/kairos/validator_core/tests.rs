@@ -115,7 +115,9 @@ fn a_held_write_blocks_readers_until_released_and_its_commit_makes_older_reads_s
     // Committed at T0: a cached copy of the version before it is stale, and the vote says
     // which key, so the client drops that copy.
     match ask(&mut core, now, reader()) {
-        Response::Vote(vote) => assert_eq!((vote.reason.as_str(), vote.stale), ("read-stale", vec![b"k".to_vec()])),
+        Response::Vote(vote) => {
+            assert_eq!((vote.reason.as_str(), vote.stale), ("read-stale", vec![bytes::Bytes::from_static(b"k")]))
+        }
         other => panic!("not a vote: {other:?}"),
     }
     assert_eq!(vote(&mut core, now, validate(3, T0 + 5, T0 + 5, vec![read("k", T0, true)], &[])), Ok(()));
@@ -156,11 +158,7 @@ fn commit_votes_stay_below_the_lease_and_a_restart_starts_above_it() {
 fn the_floor_follows_the_oldest_freshness_the_clients_report() {
     let mut core = validator(true);
     let watermark = |client: u32, freshness: u64| {
-        let watermark = proto::Watermark {
-            client,
-            ts: Some(shard_wire::ts_to_wire(ts(freshness + 100))),
-            freshness: Some(shard_wire::ts_to_wire(ts(freshness))),
-        };
+        let watermark = crate::messages::Watermark { client, ts: ts(freshness + 100), freshness: ts(freshness) };
         Request::Watermark(watermark)
     };
     let now = T0 + MS;

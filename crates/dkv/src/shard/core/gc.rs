@@ -8,13 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::Response;
-use crate::proto;
+use crate::messages::{Response, Watermark};
 use virga_net::role::Nanos;
 use virga_storage::Timestamp;
 
 use super::DataCore;
-use crate::shard::wire;
 
 #[derive(Debug, Default)]
 pub(super) struct Watermarks {
@@ -27,8 +25,8 @@ pub(super) struct Watermarks {
 }
 
 impl DataCore {
-    pub(super) fn on_watermark(&mut self, now: Nanos, watermark: proto::Watermark) -> Response {
-        let ts = wire::ts_from_wire(watermark.ts);
+    pub(super) fn on_watermark(&mut self, now: Nanos, watermark: Watermark) -> Response {
+        let ts = watermark.ts;
         let entry = self.watermarks.clients.entry(watermark.client).or_insert((ts, now));
         *entry = (entry.0.max(ts), now);
         Response::Ack

@@ -14,8 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::{Request, Response};
-use crate::proto;
+use crate::messages::{LeaseRequest, Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
@@ -111,7 +110,7 @@ impl DataCore {
         for (shard, epoch, backup) in requests {
             let call = self.ids.call();
             self.calls.insert(call, CallFor::Lease { shard, backup: backup.clone() });
-            let request = proto::LeaseRequest { shard, epoch, until: Some(wire::ts_to_wire(until)) };
+            let request = LeaseRequest { shard, epoch, until };
             out.push(Command::Call {
                 to: backup,
                 call,
@@ -183,7 +182,7 @@ impl DataCore {
         now: Nanos,
         from: &str,
         call: CallId,
-        request: proto::LeaseRequest,
+        request: LeaseRequest,
     ) -> Option<Response> {
         let shard = request.shard;
         match self.role(shard, request.epoch) {
@@ -193,11 +192,11 @@ impl DataCore {
             }
             Err(refusal) => return Some(refusal),
         }
-        let until = wire::ts_from_wire(request.until);
+        let until = request.until;
         self.leases.heard.insert(shard, now);
         let record = ShardRecord::LeaseGranted { epoch: request.epoch, until };
         self.replicas.get_mut(&shard)?.apply(&record);
-        let response = Response::Grant(proto::LeaseGrant { until: Some(wire::ts_to_wire(until)) });
+        let response = Response::Grant(until);
         let after = AfterLog::Reply { to: from.to_string(), call, response };
         self.unlogged.push((wire::encode_log_record(shard, &record), after));
         None

@@ -11,8 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::messages::{Request, Response};
-use crate::proto;
+use crate::messages::{Fetch, FetchTable, Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
@@ -56,7 +55,7 @@ impl DataCore {
             out.push(Command::Call {
                 to: backup.clone(),
                 call,
-                request: Request::Fetch(proto::Fetch { shard, epoch: takeover.epoch }),
+                request: Request::Fetch(Fetch { shard, epoch: takeover.epoch }),
                 deadline: self.config.replicate_deadline,
             });
         }
@@ -67,7 +66,7 @@ impl DataCore {
 
     /// A replica answers a new primary's fetch: it fences older epochs out (durably), then
     /// sends its table.
-    pub(super) fn on_fetch(&mut self, from: &str, call: CallId, fetch: proto::Fetch) -> Option<Response> {
+    pub(super) fn on_fetch(&mut self, from: &str, call: CallId, fetch: Fetch) -> Option<Response> {
         let shard = fetch.shard;
         let Some(group) = self.map.group(ShardId(shard)) else {
             return Some(Response::Refused(format!("shard {shard} is not in the map")));
@@ -86,10 +85,7 @@ impl DataCore {
         }
         let record = ShardRecord::Fence { epoch: fetch.epoch };
         replica.apply(&record);
-        let table = proto::FetchReply {
-            records: replica.records().iter().map(wire::record_to_wire).collect(),
-            lease: Some(wire::ts_to_wire(replica.lease_granted())),
-        };
+        let table = FetchTable { records: replica.records(), lease: replica.lease_granted() };
         let after = AfterLog::Reply { to: from.to_string(), call, response: Response::Table(table) };
         self.unlogged.push((wire::encode_log_record(shard, &record), after));
         // A newer epoch than this node's map: fetch the map at the next check.
@@ -110,9 +106,16 @@ impl DataCore {
         let Some(from) = takeover.calls.remove(&call) else { return };
         match body {
             Some(Response::Table(table)) => {
-                let records: Vec<ShardRecord> =
-                    table.records.into_iter().filter_map(|record| wire::record_from_wire(shard, record).ok()).collect();
-                takeover.tables.insert(from, (records, wire::ts_from_wire(table.lease)));
+                // A prepare of another shard's transaction is no part of this shard's table.
+                let records: Vec<ShardRecord> = table
+                    .records
+                    .into_iter()
+                    .filter(|record| match record {
+                        ShardRecord::Prepared { participants, .. } => participants.contains(&shard),
+                        _ => true,
+                    })
+                    .collect();
+                takeover.tables.insert(from, (records, table.lease));
             }
             Some(Response::WrongEpoch(_)) => {
                 // This node's map may be the stale one.

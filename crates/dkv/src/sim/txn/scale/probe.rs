@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::messages::{Request, Response};
-use crate::proto;
 use crate::Dkv;
 use tokio::sync::watch;
 use virga_core::device::FileStorage;
@@ -43,7 +42,8 @@ struct Caller {
 impl Caller {
     fn call(&mut self, out: &mut Vec<Command<Dkv, std::convert::Infallible>>) {
         self.next += 1;
-        let request = Request::Watermark(proto::Watermark { client: 1, ts: None, freshness: None });
+        let zero = virga_storage::Timestamp::ZERO;
+        let request = Request::Watermark(crate::messages::Watermark { client: 1, ts: zero, freshness: zero });
         out.push(Command::Call {
             to: "echo".into(),
             call: CallId(self.next),
