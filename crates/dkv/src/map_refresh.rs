@@ -58,8 +58,7 @@ impl MapRefresh {
         match body {
             Ok(Response::Map(reply)) => {
                 self.stale = false;
-                let map = reply.map.and_then(|map| crate::wire::map_from_proto(map).ok());
-                map.filter(|map| map.version() > current.version())
+                reply.map.filter(|map| map.version() > current.version())
             }
             _ => {
                 self.target += 1;

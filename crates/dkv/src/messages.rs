@@ -6,15 +6,19 @@
 //!
 //! Reads, two-phase commit and its votes, replication, termination, leases, takeover and watermarks
 //! carry domain types (keys as `Bytes`, transaction ids, timestamps, the replica's records
-//! and scan ranges); the configuration service's messages and KAIROS's validators' still
-//! carry their protobuf structs and are checked by the core that takes them. Rules of the
+//! and scan ranges), as do the configuration service's proposals and maps and KAIROS's
+//! validations, releases, leases and invalidations. Raft traffic is virga-raft's own
+//! message type, which its replica checks against its log as it steps each. Rules of the
 //! store rather than of the wire (a key's length, how many keys one get may ask) are the
 //! cores' to check, whichever transport a message came by.
 
+pub use crate::kairos::ValidateRequest;
+use crate::layout::ShardMap;
 use crate::proto;
 pub use crate::proto::TxnPhase;
 pub use crate::shard::replica::{ScanRange, ShardRecord};
 pub use crate::shard::wire::PrepareRequest;
+pub use crate::wire::Proposal;
 use bytes::Bytes;
 use virga_storage::{Timestamp, TxnId};
 
@@ -147,12 +151,66 @@ pub struct TxnQuery {
     pub txn: TxnId,
 }
 
+/// KAIROS: a transaction this validator voted commit on ended (`commit`), so what the vote
+/// held is released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub txn: TxnId,
+    pub commit: bool,
+}
+
+/// KAIROS: validator `validator` asks the primary of `shard` at `epoch` to let it vote on
+/// read-only transactions over the shard's keys until `until_ns` of the primary's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValidatorLease {
+    pub validator: u32,
+    pub shard: u32,
+    pub epoch: u64,
+    pub until_ns: u64,
+}
+
+/// A primary's answer to a validator lease: the grant (0: refused, a transaction passed
+/// over the validator lately) and the highest commit timestamp of a transaction validated
+/// at this shard in the validator's place, which its floor must reach before it votes under
+/// the grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValidatorGrant {
+    pub until_ns: u64,
+    pub takeover_high: Timestamp,
+}
+
+/// KAIROS's explicit-invalidation baseline: `key` has a committed version at `version`, so a
+/// cached copy older than it is stale.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalidate {
+    pub key: Bytes,
+    pub version: Timestamp,
+}
+
+/// The configuration service's answer to a proposal, once applied: the log index it applied
+/// at, the map's version after it (unchanged if refused), and why the configuration refused
+/// it (`None`: applied).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proposed {
+    pub index: u64,
+    pub version: u64,
+    pub refusal: Option<String>,
+}
+
+/// A configuration replica's map as it has applied it (`None` before a layout is installed)
+/// and its applied log index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapReply {
+    pub map: Option<ShardMap>,
+    pub applied: u64,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Request {
     /// Raft messages from one configuration replica to another.
     Raft(proto::RaftBatch),
     /// A configuration change, for the leader to propose.
-    Propose(proto::ConfigProposal),
+    Propose(Proposal),
     /// The shard map as the replica has applied it.
     GetMap,
     /// SEMEL and MILANA, client to a shard's primary.
@@ -172,21 +230,21 @@ pub enum Request {
     /// A client's watermark, for version garbage collection.
     Watermark(Watermark),
     /// KAIROS's explicit-invalidation baseline: a committed write of a key a client caches.
-    Invalidate(proto::Invalidate),
+    Invalidate(Invalidate),
     /// KAIROS's sharded validators: validate this validator's part, release what a vote held.
-    Validate(proto::Validate),
-    Release(proto::Release),
+    Validate(ValidateRequest),
+    Release(Release),
     /// A validator asks a shard's primary for (more of) its validator lease.
-    ValidatorLease(proto::ValidatorLease),
+    ValidatorLease(ValidatorLease),
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Response {
     Ack,
-    Proposed(proto::Proposed),
-    /// This configuration replica is not the leader.
-    NotLeader(proto::NotLeader),
-    Map(proto::MapReply),
+    Proposed(Proposed),
+    /// This configuration replica is not the leader; the leader it knows, if any.
+    NotLeader(Option<String>),
+    Map(MapReply),
     Value(ReadReply),
     /// A get_many's answers, one a key in the order asked.
     Values(Vec<ReadReply>),
@@ -201,7 +259,7 @@ pub enum Response {
     Table(FetchTable),
     /// A read below the primary's garbage-collection watermark, which it names.
     TooOld(Timestamp),
-    ValidatorGrant(proto::ValidatorGrant),
+    ValidatorGrant(ValidatorGrant),
     /// The request was refused (malformed, or its outcome is unknown: retry it).
     Refused(String),
 }

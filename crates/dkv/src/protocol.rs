@@ -5,13 +5,16 @@
 use virga_net::role::Protocol;
 use virga_net::{ProtobufError, WireProtocol};
 
+use crate::kairos::{validate_from_wire, validate_to_wire, ValidateWireError};
 use crate::messages::{
-    Decide, Fetch, FetchTable, Get, GetMany, LeaseRequest, ReadReply, Replicate, Request, Response, Row, Scan,
-    ScanReply, TxnPhase, TxnQuery, Vote, Watermark,
+    Decide, Fetch, FetchTable, Get, GetMany, Invalidate, LeaseRequest, MapReply, Proposed, ReadReply, Release,
+    Replicate, Request, Response, Row, Scan, ScanReply, TxnPhase, TxnQuery, ValidatorGrant, ValidatorLease, Vote,
+    Watermark,
 };
 use crate::proto;
 use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody};
 use crate::shard::wire::{self as shard_wire, ShardWireError};
+use crate::wire as config_wire;
 use bytes::Bytes;
 
 /// Why bytes are not a message of the dkv protocol.
@@ -29,6 +32,16 @@ pub enum DkvWireError {
         #[source]
         source: ShardWireError,
     },
+    /// A configuration proposal or shard map that is not one.
+    #[error("{kind}: {source}")]
+    Config {
+        kind: &'static str,
+        #[source]
+        source: crate::wire::WireError,
+    },
+    /// A KAIROS validation that is not one.
+    #[error("validator_validate: {0}")]
+    Validation(#[from] ValidateWireError),
 }
 
 fn malformed(kind: &'static str) -> impl FnOnce(ShardWireError) -> DkvWireError {
@@ -142,7 +155,7 @@ impl WireProtocol for Dkv {
 fn request_to_wire(request: Request) -> crate::proto::Request {
     let body = match request {
         Request::Raft(batch) => RequestBody::Raft(batch),
-        Request::Propose(proposal) => RequestBody::Propose(proposal),
+        Request::Propose(proposal) => RequestBody::Propose(config_wire::proposal_to_proto(&proposal)),
         Request::GetMap => RequestBody::GetMap(crate::proto::GetMap {}),
         Request::Get(Get { shard, epoch, key, ts, read_interval_ns }) => RequestBody::Get(proto::Get {
             shard,
@@ -189,10 +202,17 @@ fn request_to_wire(request: Request) -> crate::proto::Request {
             ts: Some(shard_wire::ts_to_wire(ts)),
             freshness: Some(shard_wire::ts_to_wire(freshness)),
         }),
-        Request::Invalidate(invalidate) => RequestBody::Invalidate(invalidate),
-        Request::Validate(validate) => RequestBody::Validate(validate),
-        Request::Release(release) => RequestBody::Release(release),
-        Request::ValidatorLease(lease) => RequestBody::ValidatorLease(lease),
+        Request::Invalidate(Invalidate { key, version }) => RequestBody::Invalidate(proto::Invalidate {
+            key: key.to_vec(),
+            version: Some(shard_wire::ts_to_wire(version)),
+        }),
+        Request::Validate(validate) => RequestBody::Validate(validate_to_wire(&validate)),
+        Request::Release(Release { txn, commit }) => {
+            RequestBody::Release(proto::Release { txn: Some(shard_wire::txn_to_wire(txn)), commit })
+        }
+        Request::ValidatorLease(ValidatorLease { validator, shard, epoch, until_ns }) => {
+            RequestBody::ValidatorLease(proto::ValidatorLease { validator, shard, epoch, until_ns })
+        }
     };
     crate::proto::Request { body: Some(body) }
 }
@@ -203,7 +223,10 @@ fn request_from_wire(request: crate::proto::Request) -> Result<Request, DkvWireE
     };
     Ok(match body {
         RequestBody::Raft(batch) => Request::Raft(batch),
-        RequestBody::Propose(proposal) => Request::Propose(proposal),
+        RequestBody::Propose(proposal) => Request::Propose(
+            config_wire::proposal_from_proto(proposal)
+                .map_err(|source| DkvWireError::Config { kind: "propose", source })?,
+        ),
         RequestBody::GetMap(crate::proto::GetMap {}) => Request::GetMap,
         RequestBody::Get(get) => Request::Get(Get {
             shard: get.shard,
@@ -257,19 +280,34 @@ fn request_from_wire(request: crate::proto::Request) -> Result<Request, DkvWireE
             ts: shard_wire::ts_from_wire(watermark.ts),
             freshness: shard_wire::ts_from_wire(watermark.freshness.or(watermark.ts)),
         }),
-        RequestBody::Invalidate(invalidate) => Request::Invalidate(invalidate),
-        RequestBody::Validate(validate) => Request::Validate(validate),
-        RequestBody::Release(release) => Request::Release(release),
-        RequestBody::ValidatorLease(lease) => Request::ValidatorLease(lease),
+        RequestBody::Invalidate(invalidate) => Request::Invalidate(Invalidate {
+            key: Bytes::from(invalidate.key),
+            version: shard_wire::ts_from_wire(invalidate.version),
+        }),
+        RequestBody::Validate(validate) => Request::Validate(validate_from_wire(validate)?),
+        RequestBody::Release(release) => Request::Release(Release {
+            txn: shard_wire::txn_from_wire(release.txn).map_err(malformed("release"))?,
+            commit: release.commit,
+        }),
+        RequestBody::ValidatorLease(lease) => Request::ValidatorLease(ValidatorLease {
+            validator: lease.validator,
+            shard: lease.shard,
+            epoch: lease.epoch,
+            until_ns: lease.until_ns,
+        }),
     })
 }
 
 fn response_to_wire(response: Response) -> crate::proto::Response {
     let body = match response {
         Response::Ack => ResponseBody::Ack(crate::proto::Ack {}),
-        Response::Proposed(proposed) => ResponseBody::Proposed(proposed),
-        Response::NotLeader(not_leader) => ResponseBody::NotLeader(not_leader),
-        Response::Map(map) => ResponseBody::Map(map),
+        Response::Proposed(Proposed { index, version, refusal }) => {
+            ResponseBody::Proposed(proto::Proposed { index, version, refusal: refusal.unwrap_or_default() })
+        }
+        Response::NotLeader(leader) => ResponseBody::NotLeader(proto::NotLeader { leader: leader.unwrap_or_default() }),
+        Response::Map(MapReply { map, applied }) => {
+            ResponseBody::Map(proto::MapReply { map: map.as_ref().map(config_wire::map_to_proto), applied })
+        }
         Response::Value(value) => ResponseBody::Value(read_to_wire(value)),
         Response::Values(values) => {
             ResponseBody::Values(proto::GetManyReply { values: values.into_iter().map(read_to_wire).collect() })
@@ -300,7 +338,12 @@ fn response_to_wire(response: Response) -> crate::proto::Response {
             lease: Some(shard_wire::ts_to_wire(lease)),
         }),
         Response::TooOld(watermark) => ResponseBody::TooOld(shard_wire::ts_to_wire(watermark)),
-        Response::ValidatorGrant(grant) => ResponseBody::ValidatorGrant(grant),
+        Response::ValidatorGrant(ValidatorGrant { until_ns, takeover_high }) => {
+            ResponseBody::ValidatorGrant(proto::ValidatorGrant {
+                until_ns,
+                takeover_high: Some(shard_wire::ts_to_wire(takeover_high)),
+            })
+        }
         Response::Refused(reason) => ResponseBody::Error(reason),
     };
     crate::proto::Response { body: Some(body) }
@@ -312,9 +355,23 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
     };
     Ok(match body {
         ResponseBody::Ack(crate::proto::Ack {}) => Response::Ack,
-        ResponseBody::Proposed(proposed) => Response::Proposed(proposed),
-        ResponseBody::NotLeader(not_leader) => Response::NotLeader(not_leader),
-        ResponseBody::Map(map) => Response::Map(map),
+        // A refusal is never empty, so empty text is an applied proposal.
+        ResponseBody::Proposed(proposed) => Response::Proposed(Proposed {
+            index: proposed.index,
+            version: proposed.version,
+            refusal: (!proposed.refusal.is_empty()).then_some(proposed.refusal),
+        }),
+        ResponseBody::NotLeader(not_leader) => {
+            Response::NotLeader((!not_leader.leader.is_empty()).then_some(not_leader.leader))
+        }
+        ResponseBody::Map(reply) => Response::Map(MapReply {
+            map: reply
+                .map
+                .map(config_wire::map_from_proto)
+                .transpose()
+                .map_err(|source| DkvWireError::Config { kind: "map", source })?,
+            applied: reply.applied,
+        }),
         ResponseBody::Value(value) => Response::Value(read_from_wire(value)),
         ResponseBody::Values(values) => Response::Values(values.values.into_iter().map(read_from_wire).collect()),
         ResponseBody::Rows(rows) => Response::Rows(ScanReply {
@@ -353,7 +410,10 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
             lease: shard_wire::ts_from_wire(table.lease),
         }),
         ResponseBody::TooOld(watermark) => Response::TooOld(shard_wire::ts_from_wire(Some(watermark))),
-        ResponseBody::ValidatorGrant(grant) => Response::ValidatorGrant(grant),
+        ResponseBody::ValidatorGrant(grant) => Response::ValidatorGrant(ValidatorGrant {
+            until_ns: grant.until_ns,
+            takeover_high: shard_wire::ts_from_wire(grant.takeover_high),
+        }),
         ResponseBody::Error(reason) => Response::Refused(reason),
     })
 }
@@ -404,6 +464,19 @@ mod tests {
         for phase in [TxnPhase::NeverPrepared, TxnPhase::Prepared, TxnPhase::VotedAbort, TxnPhase::Committed] {
             assert_eq!(Dkv::decode_response(&state(phase as i32)), Ok(Response::State(phase)));
         }
+    }
+
+    #[test]
+    fn a_malformed_proposal_or_map_is_refused_naming_what_is_wrong() {
+        let proposal = proto::ConfigProposal { client: "client-1".into(), seq: 0, command: None };
+        let bytes = prost::Message::encode_to_vec(&proto::Request { body: Some(RequestBody::Propose(proposal)) });
+        let error = Dkv::decode_request(&bytes).expect_err("sequence number 0 is refused");
+        assert!(matches!(error, DkvWireError::Config { kind: "propose", .. }), "{error}");
+        let map = proto::ShardMap { version: 1, f: 1, partitioning: None, groups: Vec::new() };
+        let reply = proto::MapReply { map: Some(map), applied: 3 };
+        let bytes = prost::Message::encode_to_vec(&proto::Response { body: Some(ResponseBody::Map(reply)) });
+        let error = Dkv::decode_response(&bytes).expect_err("a map with no partitioning is refused");
+        assert!(error.to_string().starts_with("map: "), "{error}");
     }
 
     #[test]
@@ -460,7 +533,70 @@ mod tests {
         let lease = (any::<u32>(), any::<u64>(), ts())
             .prop_map(|(shard, epoch, until)| Request::Lease(LeaseRequest { shard, epoch, until }));
         let fetch = (any::<u32>(), any::<u64>()).prop_map(|(shard, epoch)| Request::Fetch(Fetch { shard, epoch }));
-        prop_oneof![get, scan, decide, watermark, lease, fetch, Just(Request::GetMap)]
+        let store = prop_oneof![get, scan, decide, watermark, lease, fetch, Just(Request::GetMap)];
+        prop_oneof![store, kairos_or_config_request()]
+    }
+
+    fn txn() -> impl Strategy<Value = virga_storage::TxnId> {
+        (any::<u32>(), 1..u32::MAX).prop_map(|(client, seq)| crate::shard::replica::txn_id(client, seq))
+    }
+
+    /// KAIROS's validator traffic and the configuration service's proposals.
+    fn kairos_or_config_request() -> impl Strategy<Value = Request> {
+        let key = || prop::collection::vec(any::<u8>(), 1..16).prop_map(Bytes::from);
+        let invalidate = (key(), ts()).prop_map(|(key, version)| Request::Invalidate(Invalidate { key, version }));
+        let release = (txn(), any::<bool>()).prop_map(|(txn, commit)| Request::Release(Release { txn, commit }));
+        let validator_lease = (0..crate::shard::wire::MAX_VALIDATORS, any::<u32>(), any::<u64>(), any::<u64>())
+            .prop_map(|(validator, shard, epoch, until_ns)| {
+                Request::ValidatorLease(ValidatorLease { validator, shard, epoch, until_ns })
+            });
+        let read = (key(), ts(), any::<bool>()).prop_map(|(key, version, cached)| crate::shard::ReadOp {
+            key,
+            version,
+            cached,
+        });
+        let validate = (txn(), 1..u64::MAX, ts(), prop::collection::vec(read, 0..3), prop::option::of(key())).prop_map(
+            |(txn, commit, freshness, reads, write)| {
+                let writes: Vec<Bytes> = write.into_iter().collect();
+                let participants = if writes.is_empty() { Vec::new() } else { vec![0, 2] };
+                let commit_ts = virga_storage::Timestamp::new(commit, 1);
+                Request::Validate(crate::messages::ValidateRequest {
+                    txn,
+                    commit_ts,
+                    freshness,
+                    reads,
+                    writes,
+                    participants,
+                })
+            },
+        );
+        let propose = (1..u64::MAX, 0..64u32, any::<u64>()).prop_map(|(seq, shard, epoch)| {
+            let command = crate::config::ConfigCommand::Failover {
+                shard: crate::layout::ShardId(shard),
+                epoch,
+                new_primary: "data-1".to_string(),
+            };
+            Request::Propose(crate::messages::Proposal { client: "client-7".to_string(), seq, command })
+        });
+        prop_oneof![invalidate, release, validator_lease, validate, propose]
+    }
+
+    fn kairos_or_config_response() -> impl Strategy<Value = Response> {
+        let nodes: Vec<String> = (0..3).map(|index| format!("data-{index}")).collect();
+        let placed = crate::layout::ShardMap::place(&nodes, crate::layout::Partitioning::Hash { shards: 2 }, 1)
+            .expect("a valid layout");
+        prop_oneof![
+            (any::<u64>(), ts()).prop_map(|(until_ns, takeover_high)| Response::ValidatorGrant(ValidatorGrant {
+                until_ns,
+                takeover_high
+            })),
+            (any::<u64>(), any::<u64>(), prop::option::of("[a-z ]{1,16}"))
+                .prop_map(|(index, version, refusal)| Response::Proposed(Proposed { index, version, refusal })),
+            prop::option::of("data-[0-9]").prop_map(Response::NotLeader),
+            (any::<bool>(), any::<u64>()).prop_map(move |(installed, applied)| {
+                Response::Map(MapReply { map: installed.then(|| placed.clone()), applied })
+            }),
+        ]
     }
 
     fn response() -> impl Strategy<Value = Response> {
@@ -471,7 +607,7 @@ mod tests {
             Just(TxnPhase::Committed),
             Just(TxnPhase::Aborted),
         ];
-        prop_oneof![
+        let store = prop_oneof![
             Just(Response::Ack),
             ts().prop_map(Response::Grant),
             ts().prop_map(|lease| Response::Table(FetchTable { records: Vec::new(), lease })),
@@ -492,7 +628,8 @@ mod tests {
                     floor,
                     stale: stale.into_iter().map(Bytes::from).collect(),
                 })),
-        ]
+        ];
+        prop_oneof![store, kairos_or_config_response()]
     }
 
     proptest! {

@@ -39,7 +39,6 @@ pub use self::session::{Reply, SessionError, SessionOp, SessionReply, SessionReq
 
 use self::txn::{Phase, Txn};
 use crate::layout::ShardMap;
-use crate::shard::wire as shard_wire;
 
 /// The commands a client core emits.
 type Out = Vec<Command<Dkv, std::convert::Infallible>>;
@@ -583,8 +582,7 @@ impl Role for TxnClient {
                 let response = match request {
                     // EI: a primary calls back about a key this client cached.
                     Request::Invalidate(invalidate) => {
-                        let version = shard_wire::ts_from_wire(invalidate.version);
-                        self.cache.invalidated(&invalidate.key, version);
+                        self.cache.invalidated(&invalidate.key, invalidate.version);
                         Response::Ack
                     }
                     _ => Response::Refused("a client serves only invalidations".to_string()),

@@ -28,8 +28,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::messages::{Request, Response};
-use crate::proto;
+use crate::messages::{Release, Request, Response};
 use bytes::Bytes;
 use virga_net::role::{CallId, Command};
 use virga_storage::{Timestamp, TxnId};
@@ -37,7 +36,7 @@ use virga_storage::{Timestamp, TxnId};
 use super::txn::{describe_failure, Phase};
 use super::{CallFor, Out, TxnClient};
 use crate::kairos::validator::{validator_of, ValidatorAbort};
-use crate::kairos::{validate_to_wire, ValidateRequest, BEYOND_LEASE};
+use crate::kairos::{ValidateRequest, BEYOND_LEASE};
 use crate::shard::ReadOp;
 
 /// How long a validator that did not answer (twice) is passed over directly.
@@ -120,7 +119,7 @@ impl TxnClient {
         calls.insert(call, validator);
         self.calls.insert(call, CallFor::Txn(id));
         self.stats.validator_validations += 1;
-        let request = Request::Validate(validate_to_wire(&request));
+        let request = Request::Validate(request);
         out.push(Command::Call { to, call, request, deadline });
     }
 
@@ -234,7 +233,7 @@ impl TxnClient {
 
     pub(super) fn send_release(&mut self, validator: u32, id: TxnId, commit: bool, out: &mut Out) {
         let Some(to) = self.config.validators.get(validator as usize).cloned() else { return };
-        let release = proto::Release { txn: Some(crate::shard::wire::txn_to_wire(id)), commit };
+        let release = Release { txn: id, commit };
         let call = self.ids.call();
         self.calls.insert(call, CallFor::Release { validator, txn: id, commit });
         self.stats.releases += 1;

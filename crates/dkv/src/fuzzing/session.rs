@@ -14,8 +14,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::messages::{Request, Response};
-use crate::proto;
+use crate::messages::{Invalidate, Request, Response};
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Nanos, Role, TimerId};
 use virga_net::NetError;
@@ -23,7 +22,6 @@ use virga_storage::Timestamp;
 
 use crate::client::{ClientInput, Reply, SessionOp, SessionRequest, TxnClient, TxnClientConfig};
 use crate::layout::{Partitioning, ShardMap};
-use crate::shard::wire as shard_wire;
 
 /// Reads the fuzzer's bytes one at a time, zero once they run out.
 struct Bytes8<'a>(&'a [u8]);
@@ -162,17 +160,17 @@ impl Harness {
     /// request a client does not serve. The client answers each once and goes on.
     fn peer_request(&mut self, bytes: &mut Bytes8) {
         let body = match bytes.next() % 4 {
-            0 => Request::Invalidate(proto::Invalidate { key: bytes.key().to_vec(), version: None }),
+            0 => Request::Invalidate(Invalidate { key: Bytes::from(bytes.key().to_vec()), version: Timestamp::ZERO }),
             1 => Request::Get(crate::messages::Get {
                 shard: 0,
                 epoch: 0,
-                key: bytes::Bytes::from(bytes.key().to_vec()),
+                key: Bytes::from(bytes.key().to_vec()),
                 ts: Timestamp::ZERO,
                 read_interval_ns: 0,
             }),
-            _ => Request::Invalidate(proto::Invalidate {
-                key: bytes.key().to_vec(),
-                version: Some(shard_wire::ts_to_wire(Timestamp::new(u64::from(bytes.next()), 2))),
+            _ => Request::Invalidate(Invalidate {
+                key: Bytes::from(bytes.key().to_vec()),
+                version: Timestamp::new(u64::from(bytes.next()), 2),
             }),
         };
         let call = CallId(u64::from(bytes.next()) << 40);

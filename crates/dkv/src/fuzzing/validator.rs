@@ -8,10 +8,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::messages::{Request, Response};
+use crate::messages::{Release, Request, Response, ValidatorGrant};
 use crate::proto;
 use virga_net::role::{CallId, Command, Event, Role, TimerId};
 use virga_net::NetError;
+use virga_storage::TxnId;
 
 use crate::kairos::{validate_from_wire, validate_to_wire, ValidateRequest, ValidatorConfig, ValidatorCore};
 use crate::layout::{Partitioning, ShardMap};
@@ -87,15 +88,16 @@ pub fn run_validator(data: &[u8]) -> ValidatorTally {
                 harness.ask(request);
             }
             1 => {
-                let Some(request) = built_validation(&mut input, harness.now) else { break };
-                harness.ask(request);
+                let Some(validate) = built_validation(&mut input, harness.now) else { break };
+                // Through the codec, as over gRPC: a malformed validation is refused there.
+                match validate_from_wire(validate) {
+                    Ok(validate) => harness.ask(Request::Validate(validate)),
+                    Err(_) => harness.refused_at_codec(),
+                }
             }
             2 => {
                 let Some([seq, commit]) = take::<2>(&mut input) else { break };
-                let release = proto::Release {
-                    txn: Some(proto::TxnId { client: 1, seq: u32::from(seq) }),
-                    commit: commit & 1 == 1,
-                };
+                let release = Release { txn: txn_of(seq), commit: commit & 1 == 1 };
                 harness.ask(Request::Release(release));
             }
             3 => {
@@ -151,8 +153,13 @@ fn raw_request(input: &mut &[u8]) -> Option<Request> {
     Some(<crate::Dkv as virga_net::WireProtocol>::decode_request(bytes).unwrap_or(Request::GetMap))
 }
 
-/// A validation of small keys and timestamps near the validator's clock.
-fn built_validation(input: &mut &[u8], now: u64) -> Option<Request> {
+fn txn_of(seq: u8) -> TxnId {
+    shard_wire::txn_from_wire(Some(proto::TxnId { client: 1, seq: u32::from(seq) })).unwrap_or_default()
+}
+
+/// A validation of small keys and timestamps near the validator's clock, as it would come
+/// over the wire (perhaps malformed).
+fn built_validation(input: &mut &[u8], now: u64) -> Option<proto::Validate> {
     let [seq, commit_back, fresh_back, shape] = take::<4>(input)?;
     let ts = |back: u8| Some(shard_wire::ts_to_wire(virga_storage::Timestamp::new(now - u64::from(back) * MS, 1)));
     let mut reads = Vec::new();
@@ -174,7 +181,7 @@ fn built_validation(input: &mut &[u8], now: u64) -> Option<Request> {
         participants: if writes.is_empty() { Vec::new() } else { vec![0, u32::from(shape >> 4) % 3] },
         writes,
     };
-    Some(Request::Validate(validate))
+    Some(validate)
 }
 
 impl Harness {
@@ -217,7 +224,7 @@ impl Harness {
         self.next_call += 1;
         let call = CallId(self.next_call);
         let accepted = match &request {
-            Request::Validate(validate) => validate_from_wire(validate.clone()).ok(),
+            Request::Validate(validate) => Some(validate.clone()),
             _ => None,
         };
         if let Some(accepted) = &accepted {
@@ -234,6 +241,12 @@ impl Harness {
         }
     }
 
+    /// A request the codec refused never reaches the validator; the transport answers it.
+    fn refused_at_codec(&mut self) {
+        self.tally.requests += 1;
+        self.tally.errors += 1;
+    }
+
     /// Answers the oldest lease renewal: a grant of up to 630 ms past the clock, reporting
     /// writes validated in the validator's place up to 31 ms back (`knob` 0xff: a long
     /// grant and none), or a refusal or failure.
@@ -245,11 +258,13 @@ impl Harness {
         let result = match knob & 0x3f {
             0 => Err(NetError::Unreachable { peer: "data-0".into(), reason: "fuzzed".into() }),
             1 => Ok(Response::Refused("fuzzed".into())),
-            _ if knob == u8::MAX => Ok(grant_body(self.now + 10_000 * MS, None)),
+            _ if knob == u8::MAX => Ok(grant_body(self.now + 10_000 * MS, virga_storage::Timestamp::ZERO)),
             reach => {
-                let high = (knob & 0x40 != 0).then(|| {
-                    shard_wire::ts_to_wire(virga_storage::Timestamp::new(self.now - u64::from(reach >> 1) * MS, 1))
-                });
+                let high = if knob & 0x40 != 0 {
+                    virga_storage::Timestamp::new(self.now - u64::from(reach >> 1) * MS, 1)
+                } else {
+                    virga_storage::Timestamp::ZERO
+                };
                 Ok(grant_body(self.now + u64::from(reach) * 10 * MS, high))
             }
         };
@@ -262,7 +277,7 @@ impl Harness {
             return;
         }
         let call = self.queries.remove(0);
-        let result = match proto::TxnPhase::try_from(i32::from(phase % 6)) {
+        let result = match crate::messages::TxnPhase::try_from(i32::from(phase % 6)) {
             Ok(phase) => Ok(Response::State(phase)),
             Err(_) => Err(NetError::Unreachable { peer: "data-0".into(), reason: "fuzzed".into() }),
         };
@@ -270,8 +285,8 @@ impl Harness {
     }
 }
 
-fn grant_body(until_ns: u64, takeover_high: Option<proto::Timestamp>) -> Response {
-    Response::ValidatorGrant(proto::ValidatorGrant { until_ns, takeover_high })
+fn grant_body(until_ns: u64, takeover_high: virga_storage::Timestamp) -> Response {
+    Response::ValidatorGrant(ValidatorGrant { until_ns, takeover_high })
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod client_cache;
 mod grants;
 pub mod validator;
 mod validator_core;
+mod wire;
 
 use std::time::Duration;
 
@@ -29,9 +30,9 @@ use virga_net::role::Nanos;
 pub use self::client_cache::{CacheConfig, CacheStats, CachedRead, ClientCache};
 pub use self::grants::LeaseGrants;
 pub use self::validator_core::{
-    validate_from_wire, validate_to_wire, validator_index, validator_name, ValidateRequest, ValidateWireError,
-    ValidatorConfig, ValidatorCore, ValidatorStats, BEYOND_LEASE,
+    validator_index, validator_name, ValidatorConfig, ValidatorCore, ValidatorStats, BEYOND_LEASE,
 };
+pub use self::wire::{validate_from_wire, validate_to_wire, ValidateRequest, ValidateWireError};
 
 /// How (and whether) clients cache keys across transactions.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -24,10 +24,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use crate::messages::{Request, Response};
-use crate::proto;
+use crate::messages::{Release, Request, Response, TxnPhase, ValidateRequest, ValidatorGrant, ValidatorLease};
 use crate::Dkv;
-use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
 use virga_storage::{Timestamp, TxnId};
@@ -36,8 +34,7 @@ use virga_txn::AbortReason;
 use super::validator::{Validation, ValidatorAbort, ValidatorState, ValidatorWeakening};
 use crate::layout::{ShardId, ShardMap};
 use crate::map_refresh::MapRefresh;
-use crate::shard::wire::{self as shard_wire, ShardWireError};
-use crate::shard::{termination_decision, ReadOp};
+use crate::shard::termination_decision;
 
 /// The reason a validator gives for a commit timestamp beyond its lease.
 pub const BEYOND_LEASE: &str = "beyond-validator-lease";
@@ -146,7 +143,7 @@ struct Parked {
 struct Held {
     participants: Vec<u32>,
     since: Nanos,
-    heard: BTreeMap<u32, proto::TxnPhase>,
+    heard: BTreeMap<u32, TxnPhase>,
     calls: Vec<CallId>,
 }
 
@@ -172,70 +169,6 @@ pub struct ValidatorCore {
     grants: BTreeMap<u32, Nanos>,
     renewals: HashMap<CallId, u32>,
     stats: ValidatorStats,
-}
-
-/// A checked `Validate`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidateRequest {
-    pub txn: TxnId,
-    pub commit_ts: Timestamp,
-    pub freshness: Timestamp,
-    pub reads: Vec<ReadOp>,
-    pub writes: Vec<Bytes>,
-    pub participants: Vec<u32>,
-}
-
-/// Why a `Validate` is refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ValidateWireError {
-    #[error(transparent)]
-    Field(#[from] ShardWireError),
-    #[error("a validation with writes names no participant shard")]
-    NoParticipants,
-    #[error("written key {key:?} is listed twice")]
-    DuplicateWrite { key: Bytes },
-}
-
-pub fn validate_from_wire(validate: proto::Validate) -> Result<ValidateRequest, ValidateWireError> {
-    let commit_ts = shard_wire::ts_from_wire(validate.commit_ts);
-    if commit_ts == Timestamp::ZERO {
-        return Err(ShardWireError::ZeroCommitTimestamp.into());
-    }
-    if validate.writes.len() > shard_wire::MAX_OPS_PER_SHARD {
-        return Err(ShardWireError::TooMany { what: "writes", count: validate.writes.len() }.into());
-    }
-    let mut writes: Vec<Bytes> = Vec::with_capacity(validate.writes.len());
-    for key in validate.writes {
-        shard_wire::check_key(&key)?;
-        let key = Bytes::from(key);
-        if writes.contains(&key) {
-            return Err(ValidateWireError::DuplicateWrite { key });
-        }
-        writes.push(key);
-    }
-    shard_wire::check_participants(&validate.participants)?;
-    if !writes.is_empty() && validate.participants.is_empty() {
-        return Err(ValidateWireError::NoParticipants);
-    }
-    Ok(ValidateRequest {
-        txn: shard_wire::txn_from_wire(validate.txn)?,
-        commit_ts,
-        freshness: shard_wire::ts_from_wire(validate.freshness),
-        reads: shard_wire::reads_from_wire(validate.reads)?,
-        writes,
-        participants: validate.participants,
-    })
-}
-
-pub fn validate_to_wire(request: &ValidateRequest) -> proto::Validate {
-    proto::Validate {
-        txn: Some(shard_wire::txn_to_wire(request.txn)),
-        commit_ts: Some(shard_wire::ts_to_wire(request.commit_ts)),
-        freshness: Some(shard_wire::ts_to_wire(request.freshness)),
-        reads: request.reads.iter().map(shard_wire::read_to_wire).collect(),
-        writes: request.writes.iter().map(|key| key.to_vec()).collect(),
-        participants: request.participants.clone(),
-    }
 }
 
 type Out = Vec<Command<Dkv, std::convert::Infallible>>;
@@ -320,7 +253,7 @@ impl ValidatorCore {
             let shard = shard as u32;
             let call = self.ids.call();
             self.renewals.insert(call, shard);
-            let lease = proto::ValidatorLease { validator: self.config.index, shard, epoch: group.epoch, until_ns };
+            let lease = ValidatorLease { validator: self.config.index, shard, epoch: group.epoch, until_ns };
             out.push(Command::Call {
                 to: group.primary.clone(),
                 call,
@@ -334,15 +267,14 @@ impl ValidatorCore {
     /// timestamp validated in this validator's place, then the grant counts.
     fn on_grant(&mut self, shard: u32, body: Result<Response, NetError>) {
         match body {
-            Ok(Response::ValidatorGrant(grant)) => {
-                let takeover_high = shard_wire::ts_from_wire(grant.takeover_high);
+            Ok(Response::ValidatorGrant(ValidatorGrant { until_ns, takeover_high })) => {
                 if takeover_high > self.state.floor() {
                     self.state.collect(takeover_high);
                     self.stats.takeover_floors += 1;
                     tracing::info!(node = %self.config.node, shard, floor = takeover_high.time, "validator's floor raised past writes validated in its place");
                 }
                 let granted = self.grants.entry(shard).or_default();
-                *granted = (*granted).max(grant.until_ns);
+                *granted = (*granted).max(until_ns);
             }
             // The primary may have changed: ask the configuration service before the next round.
             _ => self.map_refresh.mark_stale(),
@@ -370,11 +302,7 @@ impl ValidatorCore {
     /// Votes on a validation, or (`None`) parks it: a read-only one whose only obstacle is a
     /// writer held at or below its timestamp waits for that writer's release, as a get waits
     /// out a prepared writer, rather than abort a transaction that may well be valid.
-    fn on_validate(&mut self, now: Nanos, from: &str, call: CallId, validate: proto::Validate) -> Option<Response> {
-        let request = match validate_from_wire(validate) {
-            Ok(request) => request,
-            Err(error) => return Some(Response::Refused(format!("a malformed validation: {error}"))),
-        };
+    fn on_validate(&mut self, now: Nanos, from: &str, call: CallId, request: ValidateRequest) -> Option<Response> {
         self.stats.validations += 1;
         let vote = self.judge(now, &request);
         let blocked = matches!(vote, Err(Abort::Validator(ValidatorAbort::Check(AbortReason::ReadPrepared))));
@@ -449,15 +377,11 @@ impl ValidatorCore {
         }
     }
 
-    fn on_release(&mut self, release: proto::Release) -> Response {
-        let txn = match shard_wire::txn_from_wire(release.txn) {
-            Ok(txn) => txn,
-            Err(error) => return Response::Refused(format!("a malformed release: {error}")),
-        };
+    fn on_release(&mut self, Release { txn, commit }: Release) -> Response {
         if self.held.remove(&txn).is_some() {
             self.stats.releases += 1;
         }
-        self.state.decide(txn, release.commit);
+        self.state.decide(txn, commit);
         self.remember_release(txn);
         Response::Ack
     }

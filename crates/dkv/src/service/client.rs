@@ -11,7 +11,7 @@ use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
 
 use crate::config::ConfigCommand;
-use crate::wire::{self, Proposal};
+use crate::wire::Proposal;
 
 /// A client's settings.
 #[derive(Debug, Clone)]
@@ -117,7 +117,7 @@ impl ConfigClient {
         out.push(Command::Call {
             to: self.config.replicas[self.target].clone(),
             call,
-            request: Request::Propose(wire::proposal_to_proto(&proposal)),
+            request: Request::Propose(proposal),
             deadline: self.config.deadline,
         });
     }
@@ -141,12 +141,12 @@ impl ConfigClient {
                     command: done.command,
                     index: proposed.index,
                     version: proposed.version,
-                    refusal: proposed.refusal,
+                    refusal: proposed.refusal.unwrap_or_default(),
                 });
                 self.next(out);
             }
             Ok(Response::NotLeader(hint)) => {
-                match self.config.replicas.iter().position(|replica| *replica == hint.leader) {
+                match hint.and_then(|leader| self.config.replicas.iter().position(|replica| *replica == leader)) {
                     Some(leader) if leader != self.target => {
                         self.target = leader;
                         self.send(out);

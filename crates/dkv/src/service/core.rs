@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::messages::{Request, Response};
+use crate::messages::{MapReply, Proposed, Request, Response};
 use crate::proto;
 use crate::Dkv;
 use raft::eraftpb::{Entry, EntryType};
@@ -172,10 +172,9 @@ impl ConfigCore {
                 Some(response) => response,
                 None => return,
             },
-            Request::GetMap => Response::Map(proto::MapReply {
-                map: self.state.map().map(wire::map_to_proto),
-                applied: self.state.applied_index(),
-            }),
+            Request::GetMap => {
+                Response::Map(MapReply { map: self.state.map().cloned(), applied: self.state.applied_index() })
+            }
             _ => Response::Refused("a configuration replica serves no shard requests".to_string()),
         };
         out.push(Command::Reply { to: from, call, response });
@@ -196,14 +195,10 @@ impl ConfigCore {
 
     /// Proposes a configuration change if this replica leads; the reply waits for the
     /// outcome (None) unless the proposal is refused or already applied.
-    fn on_propose(&mut self, from: &str, call: CallId, proposal: proto::ConfigProposal) -> Option<Response> {
-        let proposal = match wire::proposal_from_proto(proposal) {
-            Ok(proposal) => proposal,
-            Err(error) => return Some(Response::Refused(format!("a malformed proposal: {error}"))),
-        };
+    fn on_propose(&mut self, from: &str, call: CallId, proposal: Proposal) -> Option<Response> {
         if !self.is_leader() {
-            let leader = self.peer_name(self.replica.leader()).unwrap_or_default().to_string();
-            return Some(Response::NotLeader(proto::NotLeader { leader }));
+            let leader = self.peer_name(self.replica.leader()).map(str::to_string);
+            return Some(Response::NotLeader(leader));
         }
         if let Some((seq, outcome)) = self.sessions.get(&proposal.client) {
             if proposal.seq == *seq {
@@ -352,10 +347,10 @@ impl ConfigCore {
 }
 
 fn proposed(outcome: &Outcome) -> Response {
-    Response::Proposed(proto::Proposed {
+    Response::Proposed(Proposed {
         index: outcome.index,
         version: outcome.version,
-        refusal: outcome.refusal.clone(),
+        refusal: (!outcome.refusal.is_empty()).then(|| outcome.refusal.clone()),
     })
 }
 

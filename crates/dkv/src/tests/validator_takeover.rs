@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use crate::messages::{Request, Response};
-use crate::proto;
+use crate::messages::{Request, Response, ValidatorGrant, ValidatorLease};
 use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Role};
@@ -58,8 +57,8 @@ fn ask(core: &mut DataCore, now: u64, request: Request) -> Response {
     }
 }
 
-fn renew(core: &mut DataCore, now: u64, until_ns: u64) -> proto::ValidatorGrant {
-    let lease = proto::ValidatorLease { validator: 0, shard: 0, epoch: 1, until_ns };
+fn renew(core: &mut DataCore, now: u64, until_ns: u64) -> ValidatorGrant {
+    let lease = ValidatorLease { validator: 0, shard: 0, epoch: 1, until_ns };
     match ask(core, now, Request::ValidatorLease(lease)) {
         Response::ValidatorGrant(grant) => grant,
         other => panic!("not a grant: {other:?}"),
@@ -102,7 +101,7 @@ fn a_takeover_waits_past_the_validators_lease_and_its_renewal_learns_how_high_it
     assert_eq!(floor.time, T0 + 2 * lease);
     // The refusal revoked the lease: renewals get nothing, and learn of no takeover yet.
     let grant = renew(&mut core, T0 + 2 * MS, T0 + 2 * MS + lease);
-    assert_eq!((grant.until_ns, wire::ts_from_wire(grant.takeover_high)), (0, Timestamp::ZERO));
+    assert_eq!((grant.until_ns, grant.takeover_high), (0, Timestamp::ZERO));
     // Above the floor, the primary validates in the validator's place.
     let above = floor.time + 1;
     assert!(vote(ask(&mut core, T0 + 3 * MS, takeover(2, above))).commit);
@@ -111,7 +110,7 @@ fn a_takeover_waits_past_the_validators_lease_and_its_renewal_learns_how_high_it
     let later = T0 + 3 * MS + Duration::from_secs(1).as_nanos() as u64;
     let grant = renew(&mut core, later, later + 10 * lease);
     assert_eq!(grant.until_ns, later + lease, "capped at the longest grant");
-    assert_eq!(wire::ts_from_wire(grant.takeover_high), Timestamp::new(above, 1));
+    assert_eq!(grant.takeover_high, Timestamp::new(above, 1));
     // A takeover now has to pass the lease just granted.
     let refused = vote(ask(&mut core, later, takeover(3, later + lease)));
     assert_eq!(refused.floor.map(|floor| floor.time), Some(later + lease));
@@ -120,7 +119,7 @@ fn a_takeover_waits_past_the_validators_lease_and_its_renewal_learns_how_high_it
         core.replica(0).unwrap().records().into_iter().map(|record| (0, record)).collect();
     let mut restarted = node(Weakened::default(), records);
     let grant = renew(&mut restarted, T0 + 10 * lease, T0 + 11 * lease);
-    assert_eq!(wire::ts_from_wire(grant.takeover_high), Timestamp::new(above, 1));
+    assert_eq!(grant.takeover_high, Timestamp::new(above, 1));
 }
 
 #[test]
@@ -148,8 +147,8 @@ fn malformed_takeovers_and_lease_requests_are_refused() {
             Ok(request) => panic!("expected a refusal with {expected:?}, got {request:?}"),
         }
     }
-    let lease = proto::ValidatorLease { validator: wire::MAX_VALIDATORS, shard: 0, epoch: 1, until_ns: T0 };
-    let stale = proto::ValidatorLease { validator: 0, shard: 0, epoch: 7, until_ns: T0 };
+    let lease = ValidatorLease { validator: wire::MAX_VALIDATORS, shard: 0, epoch: 1, until_ns: T0 };
+    let stale = ValidatorLease { validator: 0, shard: 0, epoch: 7, until_ns: T0 };
     match ask(&mut core, T0, Request::ValidatorLease(lease)) {
         Response::Refused(error) => assert!(error.contains("out of range"), "{error} lacks \"out of range\""),
         other => panic!("expected an error with \"out of range\", got {other:?}"),

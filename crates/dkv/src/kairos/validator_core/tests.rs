@@ -7,7 +7,11 @@ use std::convert::Infallible;
 use virga_net::role::{Command, Event};
 
 use super::*;
+use crate::kairos::validate_from_wire;
 use crate::layout::{Partitioning, ShardMap};
+use crate::proto;
+use crate::shard::wire as shard_wire;
+use virga_net::WireProtocol;
 
 const MS: u64 = 1_000_000;
 /// The validator's clock at the start of every test (timestamps are clock readings).
@@ -51,8 +55,8 @@ fn renewals(out: Vec<Command<Dkv, Infallible>>) -> Vec<(CallId, u32)> {
 /// A primary's grant up to `until_ns`, reporting writes validated in the validator's place
 /// up to `takeover_high`.
 fn grant(core: &mut ValidatorCore, now: u64, call: CallId, until_ns: u64, takeover_high: u64) {
-    let takeover_high = (takeover_high > 0).then(|| shard_wire::ts_to_wire(ts(takeover_high)));
-    let grant = proto::ValidatorGrant { until_ns, takeover_high };
+    let takeover_high = if takeover_high > 0 { ts(takeover_high) } else { Timestamp::ZERO };
+    let grant = ValidatorGrant { until_ns, takeover_high };
     let response = Response::ValidatorGrant(grant);
     core.step(now, Event::Response { call, result: Ok(response) }, &mut Vec::new());
 }
@@ -65,21 +69,29 @@ fn read(key: &str, version: u64, cached: bool) -> proto::Read {
     proto::Read { key: key.as_bytes().to_vec(), version: Some(shard_wire::ts_to_wire(ts(version))), cached }
 }
 
-fn validate(txn: u32, commit: u64, freshness: u64, reads: Vec<proto::Read>, writes: &[&str]) -> Request {
-    let validate = proto::Validate {
+/// A validation as a peer would send it.
+fn wire_validate(txn: u32, commit: u64, freshness: u64, reads: Vec<proto::Read>, writes: &[&str]) -> proto::Validate {
+    proto::Validate {
         txn: Some(proto::TxnId { client: 1, seq: txn }),
         commit_ts: Some(shard_wire::ts_to_wire(ts(commit))),
         freshness: Some(shard_wire::ts_to_wire(ts(freshness))),
         reads,
         writes: writes.iter().map(|key| key.as_bytes().to_vec()).collect(),
         participants: if writes.is_empty() { Vec::new() } else { vec![0, 1] },
-    };
-    Request::Validate(validate)
+    }
+}
+
+/// A well-formed validation, as the codec hands it to the validator.
+fn validate(txn: u32, commit: u64, freshness: u64, reads: Vec<proto::Read>, writes: &[&str]) -> Request {
+    Request::Validate(validate_from_wire(wire_validate(txn, commit, freshness, reads, writes)).expect("well-formed"))
+}
+
+fn txn_id(seq: u32) -> TxnId {
+    shard_wire::txn_from_wire(Some(proto::TxnId { client: 1, seq })).expect("a transaction id")
 }
 
 fn release(txn: u32, commit: bool) -> Request {
-    let release = proto::Release { txn: Some(proto::TxnId { client: 1, seq: txn }), commit };
-    Request::Release(release)
+    Request::Release(Release { txn: txn_id(txn), commit })
 }
 
 /// The answer of the validator to `request` at `now`.
@@ -196,7 +208,7 @@ fn tick_queries(core: &mut ValidatorCore, now: u64) -> Vec<(CallId, String, u32)
         .collect()
 }
 
-fn answer(core: &mut ValidatorCore, call: CallId, phase: proto::TxnPhase) {
+fn answer(core: &mut ValidatorCore, call: CallId, phase: TxnPhase) {
     let response = Response::State(phase);
     core.step(T0, Event::Response { call, result: Ok(response) }, &mut Vec::new());
 }
@@ -205,9 +217,9 @@ fn answer(core: &mut ValidatorCore, call: CallId, phase: proto::TxnPhase) {
 fn a_held_write_with_no_release_is_decided_by_what_its_primaries_know() {
     let after = ValidatorConfig::new(0, map()).termination_after.as_nanos() as u64;
     for (phases, commit) in [
-        ([proto::TxnPhase::Prepared, proto::TxnPhase::Prepared], true),
-        ([proto::TxnPhase::Prepared, proto::TxnPhase::NeverPrepared], false),
-        ([proto::TxnPhase::Committed, proto::TxnPhase::Prepared], true),
+        ([TxnPhase::Prepared, TxnPhase::Prepared], true),
+        ([TxnPhase::Prepared, TxnPhase::NeverPrepared], false),
+        ([TxnPhase::Committed, TxnPhase::Prepared], true),
     ] {
         let mut core = validator(true);
         assert_eq!(vote(&mut core, T0, validate(1, T0, T0, vec![], &["k"])), Ok(()));
@@ -228,28 +240,32 @@ fn a_held_write_with_no_release_is_decided_by_what_its_primaries_know() {
 }
 
 #[test]
-fn malformed_requests_get_an_error_and_change_nothing() {
-    let mut core = validator(true);
-    let mut zero = validate(1, 0, 0, vec![], &["k"]);
-    let Request::Validate(body) = &mut zero else { unreachable!() };
-    body.commit_ts = None;
-    let twice = validate(2, T0, T0, vec![], &["k", "k"]);
-    let mut orphan = validate(3, T0, T0, vec![], &["k"]);
-    let Request::Validate(body) = &mut orphan else { unreachable!() };
-    body.participants.clear();
-    let empty_key = validate(4, T0, T0, vec![read("", 0, false)], &[]);
-    for (request, expected) in [
-        (zero, "commit timestamp is zero"),
-        (twice, "listed twice"),
-        (orphan, "names no participant"),
-        (empty_key, "key is empty"),
-        (Request::GetMap, "serves only"),
-        (release(0, true), "sequence number 0"),
+fn malformed_requests_are_refused_at_the_codec_and_others_by_the_validator() {
+    use proto::request::Body;
+    let mut zero = wire_validate(1, 0, 0, vec![], &["k"]);
+    zero.commit_ts = None;
+    let twice = wire_validate(2, T0, T0, vec![], &["k", "k"]);
+    let mut orphan = wire_validate(3, T0, T0, vec![], &["k"]);
+    orphan.participants.clear();
+    let empty_key = wire_validate(4, T0, T0, vec![read("", 0, false)], &[]);
+    let release_zero = proto::Release { txn: Some(proto::TxnId { client: 1, seq: 0 }), commit: true };
+    for (body, expected) in [
+        (Body::Validate(zero), "commit timestamp is zero"),
+        (Body::Validate(twice), "listed twice"),
+        (Body::Validate(orphan), "names no participant"),
+        (Body::Validate(empty_key), "key is empty"),
+        (Body::Release(release_zero), "sequence number 0"),
     ] {
-        match ask(&mut core, T0, request) {
-            Response::Refused(error) => assert!(error.contains(expected), "{error} lacks {expected:?}"),
-            other => panic!("expected an error with {expected:?}, got {other:?}"),
+        let bytes = prost::Message::encode_to_vec(&proto::Request { body: Some(body) });
+        match Dkv::decode_request(&bytes) {
+            Err(error) => assert!(error.to_string().contains(expected), "{error} lacks {expected:?}"),
+            Ok(request) => panic!("expected a refusal with {expected:?}, got {request:?}"),
         }
+    }
+    let mut core = validator(true);
+    match ask(&mut core, T0, Request::GetMap) {
+        Response::Refused(error) => assert!(error.contains("serves only"), "{error}"),
+        other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!((core.held(), core.stats().commit_votes), (0, 0));
 }

@@ -25,7 +25,7 @@ use crate::layout::{ShardId, ShardMap};
 use crate::shard::replica::ShardRecord;
 use crate::shard::wire;
 use crate::shard::DataIo;
-use crate::wire::{self as config_wire, Proposal};
+use crate::wire::Proposal;
 
 /// A primary's lease on one shard.
 #[derive(Debug, Default)]
@@ -171,7 +171,7 @@ impl DataCore {
         out.push(Command::Call {
             to: self.link.replicas[self.link.target].clone(),
             call: new_call,
-            request: Request::Propose(config_wire::proposal_to_proto(&proposal)),
+            request: Request::Propose(proposal),
             deadline: self.config.replicate_deadline * 4,
         });
     }
@@ -216,7 +216,7 @@ impl DataCore {
         self.link.map_call = None;
         match body {
             Some(Response::Map(reply)) => {
-                if let Some(map) = reply.map.and_then(|map| config_wire::map_from_proto(map).ok()) {
+                if let Some(map) = reply.map {
                     self.offer_map(now, map, out);
                 }
             }
@@ -241,7 +241,7 @@ impl DataCore {
                     self.fetch_map(now, out);
                 }
                 Some(Response::NotLeader(hint)) => {
-                    match self.link.replicas.iter().position(|replica| *replica == hint.leader) {
+                    match hint.and_then(|leader| self.link.replicas.iter().position(|replica| *replica == leader)) {
                         Some(leader) => self.link.target = leader,
                         None => self.link.next_target(),
                     }

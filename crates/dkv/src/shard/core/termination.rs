@@ -12,8 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::{Decide, Request, Response, TxnQuery};
-use crate::proto;
+use crate::messages::{Decide, Invalidate, Request, Response, TxnPhase, TxnQuery};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
@@ -28,7 +27,7 @@ use crate::shard::DataIo;
 /// A termination in progress: the phases heard so far, by participant.
 #[derive(Debug, Default)]
 pub(super) struct Terminating {
-    pub(super) heard: BTreeMap<u32, proto::TxnPhase>,
+    pub(super) heard: BTreeMap<u32, TxnPhase>,
     pub(super) calls: Vec<CallId>,
 }
 
@@ -42,8 +41,8 @@ impl DataCore {
         }
         let known = self.replicas.get(&shard)?.txn(txn).map(|entry| entry.status);
         let phase = match known {
-            Some(TxnStatus::Committed) => proto::TxnPhase::Committed,
-            Some(TxnStatus::Aborted) => proto::TxnPhase::Aborted,
+            Some(TxnStatus::Committed) => TxnPhase::Committed,
+            Some(TxnStatus::Aborted) => TxnPhase::Aborted,
             // Prepared here but not yet held by f backups: this primary has not voted, and a
             // crash now would lose the prepare (its successor would answer never prepared).
             // Counting it as a vote could commit the transaction at the other participants
@@ -53,8 +52,8 @@ impl DataCore {
                     "transaction {txn:x} is not yet prepared on f backups of shard {shard}; ask again"
                 )));
             }
-            Some(TxnStatus::Prepared) => proto::TxnPhase::Prepared,
-            None if self.voted_abort.contains_key(&(shard, txn)) => proto::TxnPhase::VotedAbort,
+            Some(TxnStatus::Prepared) => TxnPhase::Prepared,
+            None if self.voted_abort.contains_key(&(shard, txn)) => TxnPhase::VotedAbort,
             None => {
                 self.voted_abort.insert((shard, txn), AbortReason::Coordinator);
                 let record = ShardRecord::Decided { txn, commit: false };
@@ -62,7 +61,7 @@ impl DataCore {
                 if let Some(replica) = self.replicas.get_mut(&shard) {
                     replica.apply(&record);
                 }
-                let response = state(proto::TxnPhase::NeverPrepared);
+                let response = state(TxnPhase::NeverPrepared);
                 let after = AfterLog::Reply { to: from.to_string(), call, response };
                 self.unlogged.push((wire::encode_log_record(shard, &record), after));
                 return None;
@@ -105,7 +104,7 @@ impl DataCore {
             tracing::info!(node = %self.config.node, shard, txn, "terminating a transaction its coordinator left prepared");
             let others: Vec<u32> = entry.participants.iter().copied().filter(|other| *other != shard).collect();
             let mut terminating = Terminating::default();
-            terminating.heard.insert(shard, proto::TxnPhase::Prepared);
+            terminating.heard.insert(shard, TxnPhase::Prepared);
             for other in others {
                 let Some(group) = self.map.group(ShardId(other)) else { continue };
                 let call = self.ids.call();
@@ -157,13 +156,11 @@ impl DataCore {
         let Some(entry) = self.replicas.get(&shard).and_then(|replica| replica.txn(txn)) else { return };
         let participants = entry.participants.clone();
         let weakened = crate::shard::replica::weakened!(self.config.weakened, terminate_ignoring_missing_prepare);
-        let heard: BTreeMap<u32, proto::TxnPhase> = terminating
+        let heard: BTreeMap<u32, TxnPhase> = terminating
             .heard
             .iter()
             .map(|(shard, phase)| match phase {
-                proto::TxnPhase::NeverPrepared | proto::TxnPhase::VotedAbort if weakened => {
-                    (*shard, proto::TxnPhase::Prepared)
-                }
+                TxnPhase::NeverPrepared | TxnPhase::VotedAbort if weakened => (*shard, TxnPhase::Prepared),
                 phase => (*shard, *phase),
             })
             .collect();
@@ -193,8 +190,7 @@ impl DataCore {
             for write in writes {
                 self.grants.written(&write.key, self.now);
                 for sharer in self.grants.take_sharers(&write.key) {
-                    let invalidate =
-                        proto::Invalidate { key: write.key.to_vec(), version: Some(wire::ts_to_wire(version)) };
+                    let invalidate = Invalidate { key: write.key.clone(), version };
                     let call = self.ids.call();
                     self.stats.invalidations += 1;
                     out.push(Command::Call {
@@ -231,8 +227,8 @@ impl DataCore {
 /// The decision the termination rules reach from the phases heard of each participant, or
 /// None while they do not decide it yet. A KAIROS validator holding the transaction's writes
 /// reaches the same decision from the same answers.
-pub(crate) fn termination_decision(participants: &[u32], heard: &BTreeMap<u32, proto::TxnPhase>) -> Option<bool> {
-    use proto::TxnPhase::{Aborted, Committed, NeverPrepared, Prepared, VotedAbort};
+pub(crate) fn termination_decision(participants: &[u32], heard: &BTreeMap<u32, TxnPhase>) -> Option<bool> {
+    use TxnPhase::{Aborted, Committed, NeverPrepared, Prepared, VotedAbort};
     if heard.values().any(|phase| *phase == Committed) {
         Some(true)
     } else if heard.values().any(|phase| matches!(phase, Aborted | VotedAbort | NeverPrepared)) {
@@ -244,6 +240,6 @@ pub(crate) fn termination_decision(participants: &[u32], heard: &BTreeMap<u32, p
     }
 }
 
-fn state(phase: proto::TxnPhase) -> Response {
+fn state(phase: TxnPhase) -> Response {
     Response::State(phase)
 }

@@ -20,8 +20,7 @@
 
 use std::collections::HashMap;
 
-use crate::messages::Response;
-use crate::proto;
+use crate::messages::{Response, ValidatorGrant, ValidatorLease};
 use virga_net::role::Nanos;
 use virga_storage::Timestamp;
 
@@ -57,7 +56,7 @@ impl DataCore {
 
     /// A validator's lease request: granted up to what it asks, at most the longest grant
     /// past this clock, unless a transaction passed over it lately.
-    pub(super) fn on_validator_lease(&mut self, request: proto::ValidatorLease) -> Response {
+    pub(super) fn on_validator_lease(&mut self, request: ValidatorLease) -> Response {
         if request.validator >= wire::MAX_VALIDATORS {
             return Response::Refused(format!(
                 "validator {} is out of range (at most {} validators)",
@@ -71,18 +70,18 @@ impl DataCore {
         let Some(replica) = self.replicas.get(&request.shard) else {
             return Response::Refused(format!("no replica of shard {}", request.shard));
         };
-        let takeover_high = Some(wire::ts_to_wire(replica.takeover_high(request.validator)));
+        let takeover_high = replica.takeover_high(request.validator);
         let key = (request.shard, request.validator);
         let leases = &mut self.validator_leases;
         if leases.revoked_until.get(&key).is_some_and(|until| *until > self.now) {
             self.stats.validator_lease_refusals += 1;
-            return Response::ValidatorGrant(proto::ValidatorGrant { until_ns: 0, takeover_high });
+            return Response::ValidatorGrant(ValidatorGrant { until_ns: 0, takeover_high });
         }
         let longest = self.now.saturating_add(self.config.validator_lease.as_nanos() as u64);
         let until = request.until_ns.min(longest);
         let granted = leases.granted.entry(key).or_default();
         *granted = (*granted).max(until);
-        Response::ValidatorGrant(proto::ValidatorGrant { until_ns: until, takeover_high })
+        Response::ValidatorGrant(ValidatorGrant { until_ns: until, takeover_high })
     }
 
     /// A read-write transaction validated here in place of `validators`: allowed only above
