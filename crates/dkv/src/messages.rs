@@ -205,6 +205,45 @@ pub struct MapReply {
     pub applied: u64,
 }
 
+/// What kind of refusal a role answered, so that a caller can act on it without reading
+/// its text: give up, ask another replica, or ask again later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RefusalKind {
+    /// The request is not one the store accepts (malformed, a key outside the shard it
+    /// names, too many keys, an out-of-range validator): the same request gets the same
+    /// answer.
+    Invalid,
+    /// The role asked serves no request of this kind (a data node asked for the map, a
+    /// client asked to read).
+    WrongRole,
+    /// The node is not the replica the request needs (the shard is not in its map, it holds
+    /// no replica of it, or it is a backup asked as primary or the reverse): refresh the map
+    /// and ask the right one.
+    NotServing,
+    /// The replica cannot answer yet (a takeover or a lease in progress, leadership changed,
+    /// a proposal dropped): the same request may succeed later.
+    Unavailable,
+    /// The transaction asked about never prepared here.
+    UnknownTxn,
+    /// The callee's transport refused the request before any role saw it (it did not decode,
+    /// or the role had stopped).
+    Transport,
+}
+
+/// A role's refusal: its kind, and text that says what was wrong (what a refusal displays).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct Refusal {
+    pub kind: RefusalKind,
+    pub detail: String,
+}
+
+impl Refusal {
+    pub fn new(kind: RefusalKind, detail: impl Into<String>) -> Refusal {
+        Refusal { kind, detail: detail.into() }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Request {
     /// Raft messages from one configuration replica to another.
@@ -260,6 +299,13 @@ pub enum Response {
     /// A read below the primary's garbage-collection watermark, which it names.
     TooOld(Timestamp),
     ValidatorGrant(ValidatorGrant),
-    /// The request was refused (malformed, or its outcome is unknown: retry it).
-    Refused(String),
+    /// The request was refused; the kind says whether asking again may help.
+    Refused(Refusal),
+}
+
+impl Response {
+    /// A refusal of `kind` that says `detail`.
+    pub fn refused(kind: RefusalKind, detail: impl Into<String>) -> Response {
+        Response::Refused(Refusal::new(kind, detail))
+    }
 }

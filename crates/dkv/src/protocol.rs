@@ -7,9 +7,9 @@ use virga_net::{ProtobufError, WireProtocol};
 
 use crate::kairos::{validate_from_wire, validate_to_wire, ValidateWireError};
 use crate::messages::{
-    Decide, Fetch, FetchTable, Get, GetMany, Invalidate, LeaseRequest, MapReply, Proposed, ReadReply, Release,
-    Replicate, Request, Response, Row, Scan, ScanReply, TxnPhase, TxnQuery, ValidatorGrant, ValidatorLease, Vote,
-    Watermark,
+    Decide, Fetch, FetchTable, Get, GetMany, Invalidate, LeaseRequest, MapReply, Proposed, ReadReply, Refusal,
+    RefusalKind, Release, Replicate, Request, Response, Row, Scan, ScanReply, TxnPhase, TxnQuery, ValidatorGrant,
+    ValidatorLease, Vote, Watermark,
 };
 use crate::proto;
 use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody};
@@ -114,7 +114,7 @@ impl Protocol for Dkv {
     /// A `Refused` response is a refusal; `NotLeader` is an answer, left to the caller.
     fn refusal_reason(response: &Response) -> Option<&str> {
         match response {
-            Response::Refused(reason) => Some(reason),
+            Response::Refused(refusal) => Some(&refusal.detail),
             _ => None,
         }
     }
@@ -125,7 +125,7 @@ impl WireProtocol for Dkv {
     type DecodeError = DkvWireError;
 
     fn refusal(reason: String) -> Response {
-        Response::Refused(reason)
+        Response::refused(RefusalKind::Transport, reason)
     }
 
     fn encode_request(request: Request) -> Vec<u8> {
@@ -344,7 +344,9 @@ fn response_to_wire(response: Response) -> crate::proto::Response {
                 takeover_high: Some(shard_wire::ts_to_wire(takeover_high)),
             })
         }
-        Response::Refused(reason) => ResponseBody::Error(reason),
+        Response::Refused(Refusal { kind, detail }) => {
+            ResponseBody::Refused(proto::Refusal { kind: refusal_kind_to_wire(kind) as i32, detail })
+        }
     };
     crate::proto::Response { body: Some(body) }
 }
@@ -414,7 +416,38 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
             until_ns: grant.until_ns,
             takeover_high: shard_wire::ts_from_wire(grant.takeover_high),
         }),
-        ResponseBody::Error(reason) => Response::Refused(reason),
+        // A kind this build does not know is refused, never read as another.
+        ResponseBody::Refused(refusal) => Response::Refused(Refusal {
+            kind: proto::RefusalKind::try_from(refusal.kind)
+                .ok()
+                .and_then(refusal_kind_from_wire)
+                .ok_or(DkvWireError::UnknownEnumValue { field: "Refusal.kind", value: refusal.kind })?,
+            detail: refusal.detail,
+        }),
+    })
+}
+
+fn refusal_kind_to_wire(kind: RefusalKind) -> proto::RefusalKind {
+    match kind {
+        RefusalKind::Invalid => proto::RefusalKind::Invalid,
+        RefusalKind::WrongRole => proto::RefusalKind::WrongRole,
+        RefusalKind::NotServing => proto::RefusalKind::NotServing,
+        RefusalKind::Unavailable => proto::RefusalKind::Unavailable,
+        RefusalKind::UnknownTxn => proto::RefusalKind::UnknownTxn,
+        RefusalKind::Transport => proto::RefusalKind::Transport,
+    }
+}
+
+/// `Unspecified` is no kind: a peer that sends it is refused.
+fn refusal_kind_from_wire(kind: proto::RefusalKind) -> Option<RefusalKind> {
+    Some(match kind {
+        proto::RefusalKind::Unspecified => return None,
+        proto::RefusalKind::Invalid => RefusalKind::Invalid,
+        proto::RefusalKind::WrongRole => RefusalKind::WrongRole,
+        proto::RefusalKind::NotServing => RefusalKind::NotServing,
+        proto::RefusalKind::Unavailable => RefusalKind::Unavailable,
+        proto::RefusalKind::UnknownTxn => RefusalKind::UnknownTxn,
+        proto::RefusalKind::Transport => RefusalKind::Transport,
     })
 }
 
@@ -491,6 +524,29 @@ mod tests {
 
     fn ts() -> impl Strategy<Value = virga_storage::Timestamp> {
         (any::<u64>(), any::<u32>()).prop_map(|(time, client)| virga_storage::Timestamp::new(time, client))
+    }
+
+    fn refusal_kind() -> impl Strategy<Value = RefusalKind> {
+        prop::sample::select(vec![
+            RefusalKind::Invalid,
+            RefusalKind::WrongRole,
+            RefusalKind::NotServing,
+            RefusalKind::Unavailable,
+            RefusalKind::UnknownTxn,
+            RefusalKind::Transport,
+        ])
+    }
+
+    #[test]
+    fn a_refusal_of_no_kind_this_build_knows_is_refused() {
+        for kind in [0, 7, -1] {
+            let refusal = proto::Refusal { kind, detail: "why".into() };
+            let bytes = prost::Message::encode_to_vec(&proto::Response { body: Some(ResponseBody::Refused(refusal)) });
+            assert_eq!(
+                Dkv::decode_response(&bytes),
+                Err(DkvWireError::UnknownEnumValue { field: "Refusal.kind", value: kind })
+            );
+        }
     }
 
     fn read() -> impl Strategy<Value = ReadReply> {
@@ -615,7 +671,7 @@ mod tests {
             prop::collection::vec(read(), 0..3).prop_map(Response::Values),
             phase.prop_map(Response::State),
             any::<u64>().prop_map(Response::WrongEpoch),
-            "[a-z ]{0,16}".prop_map(Response::Refused),
+            (refusal_kind(), "[a-z ]{0,16}").prop_map(|(kind, detail)| Response::refused(kind, detail)),
             (
                 any::<bool>(),
                 "[a-z-]{0,12}",

@@ -27,7 +27,7 @@ mod validation;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::messages::{Request, Response};
+use crate::messages::{RefusalKind, Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
@@ -585,7 +585,7 @@ impl Role for TxnClient {
                         self.cache.invalidated(&invalidate.key, invalidate.version);
                         Response::Ack
                     }
-                    _ => Response::Refused("a client serves only invalidations".to_string()),
+                    _ => Response::refused(RefusalKind::WrongRole, "a client serves only invalidations"),
                 };
                 out.push(Command::Reply { to: from, call, response });
             }

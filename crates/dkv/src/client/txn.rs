@@ -650,7 +650,7 @@ pub(super) fn describe_failure(answer: &Result<Response, virga_net::NetError>) -
     match answer {
         Ok(Response::WrongEpoch(epoch)) => Failure::StaleMap { epoch: *epoch },
         Err(error) => Failure::Unavailable(error.to_string()),
-        Ok(Response::Refused(error)) => Failure::Unavailable(error.clone()),
+        Ok(Response::Refused(refusal)) => Failure::Unavailable(refusal.to_string()),
         Ok(other) => Failure::Unavailable(format!("an unexpected answer: {other:?}")),
     }
 }

@@ -208,7 +208,7 @@ fn answer_for(request: &Request, bytes: &mut Bytes8) -> Result<Response, NetErro
         (_, 0) => {
             return Err(NetError::DeadlineExceeded { peer: "node-0".to_string(), after: Duration::from_millis(300) })
         }
-        (_, 1) => Response::Refused("refused".to_string()),
+        (_, 1) => Response::refused(crate::messages::RefusalKind::Unavailable, "refused"),
         (_, 2) => Response::WrongEpoch(u64::from(bytes.next())),
         (_, 3) => Response::TooOld(Timestamp::new(u64::from(bytes.next()), 1)),
         (Request::Get(_), _) => Response::Value(get_reply(bytes)),

@@ -257,7 +257,7 @@ impl Harness {
         let call = self.renewals.remove(0);
         let result = match knob & 0x3f {
             0 => Err(NetError::Unreachable { peer: "data-0".into(), reason: "fuzzed".into() }),
-            1 => Ok(Response::Refused("fuzzed".into())),
+            1 => Ok(Response::refused(crate::messages::RefusalKind::Unavailable, "fuzzed")),
             _ if knob == u8::MAX => Ok(grant_body(self.now + 10_000 * MS, virga_storage::Timestamp::ZERO)),
             reach => {
                 let high = if knob & 0x40 != 0 {

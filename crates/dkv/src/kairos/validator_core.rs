@@ -24,7 +24,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use crate::messages::{Release, Request, Response, TxnPhase, ValidateRequest, ValidatorGrant, ValidatorLease};
+use crate::messages::{
+    RefusalKind, Release, Request, Response, TxnPhase, ValidateRequest, ValidatorGrant, ValidatorLease,
+};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
@@ -509,7 +511,10 @@ impl Role for ValidatorCore {
                         Some(response)
                     }
                     Request::Watermark(watermark) => Some(self.on_watermark(now, watermark)),
-                    _ => Some(Response::Refused("a validator serves only validations, releases and watermarks".into())),
+                    _ => Some(Response::refused(
+                        RefusalKind::WrongRole,
+                        "a validator serves only validations, releases and watermarks",
+                    )),
                 };
                 if let Some(response) = response {
                     out.push(Command::Reply { to: from, call, response });

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::messages::{Request, Response};
+use crate::messages::{RefusalKind, Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Event, Ids, Nanos, Role, TimerId};
 use virga_net::NetError;
@@ -191,7 +191,7 @@ impl Role for ConfigClient {
                 self.send(out);
             }
             Event::Request { from, call, .. } => {
-                let response = Response::Refused("a configuration client serves no requests".to_string());
+                let response = Response::refused(RefusalKind::WrongRole, "a configuration client serves no requests");
                 out.push(Command::Reply { to: from, call, response });
             }
             Event::Start | Event::Timer(_) | Event::IoDone { .. } => {}

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::messages::{MapReply, Proposed, Request, Response};
+use crate::messages::{MapReply, Proposed, RefusalKind, Request, Response};
 use crate::proto;
 use crate::Dkv;
 use raft::eraftpb::{Entry, EntryType};
@@ -175,7 +175,7 @@ impl ConfigCore {
             Request::GetMap => {
                 Response::Map(MapReply { map: self.state.map().cloned(), applied: self.state.applied_index() })
             }
-            _ => Response::Refused("a configuration replica serves no shard requests".to_string()),
+            _ => Response::refused(RefusalKind::WrongRole, "a configuration replica serves no shard requests"),
         };
         out.push(Command::Reply { to: from, call, response });
     }
@@ -183,7 +183,10 @@ impl ConfigCore {
     fn on_raft_batch(&mut self, from: &str, batch: proto::RaftBatch) -> Response {
         let Some(sender) = self.peer_id(from) else {
             self.stats.refused_messages += batch.messages.len() as u64;
-            return Response::Refused(format!("{from} is not a replica of the configuration service"));
+            return Response::refused(
+                RefusalKind::Invalid,
+                format!("{from} is not a replica of the configuration service"),
+            );
         };
         let refused_by_raft = self.replica.refused_by_raft();
         for error in self.replica.step_batch(sender, batch.messages, &raft_wire::check_proposal) {
@@ -205,10 +208,13 @@ impl ConfigCore {
                 return Some(proposed(outcome));
             }
             if proposal.seq < *seq {
-                return Some(Response::Refused(format!(
-                    "sequence number {} of client {} is older than its last applied one ({seq})",
-                    proposal.seq, proposal.client
-                )));
+                return Some(Response::refused(
+                    RefusalKind::Invalid,
+                    format!(
+                        "sequence number {} of client {} is older than its last applied one ({seq})",
+                        proposal.seq, proposal.client
+                    ),
+                ));
             }
         }
         let key = (proposal.client.clone(), proposal.seq);
@@ -222,7 +228,9 @@ impl ConfigCore {
                 self.waiting.insert(key, vec![(from.to_string(), call)]);
                 None
             }
-            Err(error) => Some(Response::Refused(format!("the proposal was dropped ({error}); retry"))),
+            Err(error) => {
+                Some(Response::refused(RefusalKind::Unavailable, format!("the proposal was dropped ({error}); retry")))
+            }
         }
     }
 
@@ -339,7 +347,10 @@ impl ConfigCore {
     fn fail_waiting(&mut self, out: &mut Vec<Command<Dkv, ConfigIo>>) {
         for (_, waiters) in std::mem::take(&mut self.waiting) {
             for (to, call) in waiters {
-                let response = Response::Refused("leadership changed before the proposal applied; retry".to_string());
+                let response = Response::refused(
+                    RefusalKind::Unavailable,
+                    "leadership changed before the proposal applied; retry",
+                );
                 out.push(Command::Reply { to, call, response });
             }
         }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use crate::messages::{Decide, Get, GetMany, ReadReply, Request, Response, Row, Scan, ScanReply, Vote};
+use crate::messages::{Decide, Get, GetMany, ReadReply, RefusalKind, Request, Response, Row, Scan, ScanReply, Vote};
 use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
@@ -328,23 +328,28 @@ impl DataCore {
                 } else if group.backups.contains(&self.config.node) {
                     Ok(ReplicaRole::Backup)
                 } else {
-                    Err(Response::Refused(format!("{} holds no replica of shard {shard}", self.config.node)))
+                    Err(Response::refused(
+                        RefusalKind::NotServing,
+                        format!("{} holds no replica of shard {shard}", self.config.node),
+                    ))
                 }
             }
             Some(group) => Err(Response::WrongEpoch(group.epoch)),
-            None => Err(Response::Refused(format!("shard {shard} is not in the map"))),
+            None => Err(Response::refused(RefusalKind::NotServing, format!("shard {shard} is not in the map"))),
         }
     }
 
     fn primary_of(&self, shard: u32, epoch: u64) -> Result<(), Response> {
         match self.role(shard, epoch)? {
-            ReplicaRole::Primary if self.takeovers.contains_key(&shard) => {
-                Err(Response::Refused(format!("{} is taking over shard {shard}; retry", self.config.node)))
-            }
+            ReplicaRole::Primary if self.takeovers.contains_key(&shard) => Err(Response::refused(
+                RefusalKind::Unavailable,
+                format!("{} is taking over shard {shard}; retry", self.config.node),
+            )),
             ReplicaRole::Primary => Ok(()),
-            ReplicaRole::Backup => {
-                Err(Response::Refused(format!("{} is a backup of shard {shard}, not its primary", self.config.node)))
-            }
+            ReplicaRole::Backup => Err(Response::refused(
+                RefusalKind::NotServing,
+                format!("{} is a backup of shard {shard}, not its primary", self.config.node),
+            )),
         }
     }
 
@@ -369,10 +374,10 @@ impl DataCore {
             Request::Replicate(replicate) => self.on_replicate(&from, call, replicate),
             Request::ValidatorLease(lease) => Some(self.on_validator_lease(lease)),
             Request::Raft(_) | Request::Propose(_) | Request::GetMap => {
-                Some(Response::Refused("a data node serves no configuration requests".to_string()))
+                Some(Response::refused(RefusalKind::WrongRole, "a data node serves no configuration requests"))
             }
             Request::Invalidate(_) | Request::Validate(_) | Request::Release(_) => {
-                Some(Response::Refused("a data node serves no client or validator requests".to_string()))
+                Some(Response::refused(RefusalKind::WrongRole, "a data node serves no client or validator requests"))
             }
         };
         if let Some(response) = response {
@@ -383,7 +388,7 @@ impl DataCore {
 
     fn on_get(&mut self, from: &str, get: Get) -> Response {
         if let Err(error) = wire::check_key(&get.key) {
-            return Response::Refused(format!("a malformed get: {error}"));
+            return Response::refused(RefusalKind::Invalid, format!("a malformed get: {error}"));
         }
         let ts = get.ts;
         if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, std::slice::from_ref(&get.key)) {
@@ -391,26 +396,29 @@ impl DataCore {
         }
         match self.read(from, get.shard, get.key, ts, get.read_interval_ns) {
             Some(value) => Response::Value(value),
-            None => Response::Refused(format!("no replica of shard {}", get.shard)),
+            None => Response::refused(RefusalKind::NotServing, format!("no replica of shard {}", get.shard)),
         }
     }
 
     fn on_get_many(&mut self, from: &str, get: GetMany) -> Response {
         if get.keys.is_empty() || get.keys.len() > MAX_KEYS_PER_GET {
-            return Response::Refused(format!(
-                "a get_many of {} keys (1 to {MAX_KEYS_PER_GET} may be asked at once)",
-                get.keys.len()
-            ));
+            return Response::refused(
+                RefusalKind::Invalid,
+                format!("a get_many of {} keys (1 to {MAX_KEYS_PER_GET} may be asked at once)", get.keys.len()),
+            );
         }
         if let Some(error) = get.keys.iter().find_map(|key| wire::check_key(key).err()) {
-            return Response::Refused(format!("a malformed get_many: {error}"));
+            return Response::refused(RefusalKind::Invalid, format!("a malformed get_many: {error}"));
         }
         if !get.read_intervals_ns.is_empty() && get.read_intervals_ns.len() != get.keys.len() {
-            return Response::Refused(format!(
-                "a get_many of {} keys with {} read intervals (none, or one a key)",
-                get.keys.len(),
-                get.read_intervals_ns.len()
-            ));
+            return Response::refused(
+                RefusalKind::Invalid,
+                format!(
+                    "a get_many of {} keys with {} read intervals (none, or one a key)",
+                    get.keys.len(),
+                    get.read_intervals_ns.len()
+                ),
+            );
         }
         let ts = get.ts;
         if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, &get.keys) {
@@ -421,7 +429,9 @@ impl DataCore {
         for (key, interval) in get.keys.into_iter().zip(intervals) {
             match self.read(from, get.shard, key, ts, interval) {
                 Some(value) => values.push(value),
-                None => return Response::Refused(format!("no replica of shard {}", get.shard)),
+                None => {
+                    return Response::refused(RefusalKind::NotServing, format!("no replica of shard {}", get.shard))
+                }
             }
         }
         Response::Values(values)
@@ -432,7 +442,7 @@ impl DataCore {
     fn check_read(&mut self, shard: u32, epoch: u64, ts: Timestamp, keys: &[Bytes]) -> Result<(), Response> {
         self.primary_of(shard, epoch)?;
         if keys.iter().any(|key| self.map.shard_of(key).0 != shard) {
-            return Err(Response::Refused(format!("a key is not in shard {shard}")));
+            return Err(Response::refused(RefusalKind::Invalid, format!("a key is not in shard {shard}")));
         }
         if let Some(refusal) = self.too_old(shard, ts) {
             self.stats.too_old += 1;
@@ -440,7 +450,10 @@ impl DataCore {
         }
         if !self.under_lease(shard, ts) {
             self.stats.lease_refusals += 1;
-            return Err(Response::Refused(format!("the lease of shard {shard} does not cover {ts} yet; retry")));
+            return Err(Response::refused(
+                RefusalKind::Unavailable,
+                format!("the lease of shard {shard} does not cover {ts} yet; retry"),
+            ));
         }
         Ok(())
     }
@@ -476,13 +489,13 @@ impl DataCore {
         }
         if !self.under_lease(scan.shard, range.ts) {
             self.stats.lease_refusals += 1;
-            return Response::Refused(format!(
-                "the lease of shard {} does not cover {} yet; retry",
-                scan.shard, range.ts
-            ));
+            return Response::refused(
+                RefusalKind::Unavailable,
+                format!("the lease of shard {} does not cover {} yet; retry", scan.shard, range.ts),
+            );
         }
         let Some(replica) = self.replicas.get_mut(&scan.shard) else {
-            return Response::Refused(format!("no replica of shard {}", scan.shard));
+            return Response::refused(RefusalKind::NotServing, format!("no replica of shard {}", scan.shard));
         };
         self.stats.scans += 1;
         let limit = (scan.limit as usize).clamp(1, wire::MAX_OPS_PER_SHARD);
@@ -521,7 +534,7 @@ impl DataCore {
             .chain(prepare.reads.iter().map(|read| &read.key))
             .find(|key| self.map.shard_of(key).0 != shard)
         {
-            return Some(Response::Refused(format!("key {key:?} is not in shard {shard}")));
+            return Some(Response::refused(RefusalKind::Invalid, format!("key {key:?} is not in shard {shard}")));
         }
         if prepare.validate_only {
             return Some(self.validate_read_only(prepare));
@@ -601,10 +614,13 @@ impl DataCore {
         }
         if !self.under_lease(shard, ts) {
             self.stats.lease_refusals += 1;
-            return Response::Refused(format!("the lease of shard {shard} does not cover {ts} yet; retry"));
+            return Response::refused(
+                RefusalKind::Unavailable,
+                format!("the lease of shard {shard} does not cover {ts} yet; retry"),
+            );
         }
         let Some(replica) = self.replicas.get_mut(&shard) else {
-            return Response::Refused(format!("no replica of shard {shard}"));
+            return Response::refused(RefusalKind::NotServing, format!("no replica of shard {shard}"));
         };
         self.stats.validations += 1;
         match replica.validate(prepare.txn, ts, &prepare.reads, &prepare.scans, &[]) {
@@ -645,7 +661,10 @@ impl DataCore {
             // after a restart too.
             None => {
                 if decide.commit {
-                    return Some(Response::Refused(format!("transaction {txn:x} never prepared at shard {shard}")));
+                    return Some(Response::refused(
+                        RefusalKind::UnknownTxn,
+                        format!("transaction {txn:x} never prepared at shard {shard}"),
+                    ));
                 }
                 self.voted_abort.entry((shard, txn)).or_insert(AbortReason::Coordinator);
                 let record = ShardRecord::Decided { txn, commit: false };

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::messages::{Request, Response, ValidatorGrant, ValidatorLease};
+use crate::messages::{RefusalKind, Request, Response, ValidatorGrant, ValidatorLease};
 use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Role};
@@ -150,7 +150,10 @@ fn malformed_takeovers_and_lease_requests_are_refused() {
     let lease = ValidatorLease { validator: wire::MAX_VALIDATORS, shard: 0, epoch: 1, until_ns: T0 };
     let stale = ValidatorLease { validator: 0, shard: 0, epoch: 7, until_ns: T0 };
     match ask(&mut core, T0, Request::ValidatorLease(lease)) {
-        Response::Refused(error) => assert!(error.contains("out of range"), "{error} lacks \"out of range\""),
+        Response::Refused(error) => assert!(
+            error.kind == RefusalKind::Invalid && error.detail.contains("out of range"),
+            "{error} lacks \"out of range\""
+        ),
         other => panic!("expected an error with \"out of range\", got {other:?}"),
     }
     assert!(matches!(ask(&mut core, T0, Request::ValidatorLease(stale)), Response::WrongEpoch(_)));

@@ -145,20 +145,20 @@ fn a_get_many_that_is_empty_too_large_or_reaches_into_another_shard_is_refused_w
         harness.ask(knobs.from, Request::GetMany(get))
     };
     let reply = ask(&mut harness, vec![]);
-    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("0 keys")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.detail.contains("0 keys")), "{reply:?}");
     let reply = ask(&mut harness, vec![b"a".to_vec(); crate::shard::MAX_KEYS_PER_GET + 1]);
-    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("1025 keys")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.detail.contains("1025 keys")), "{reply:?}");
     // `m` is shard 1's (led by n1): the whole request is refused, not the rest answered.
     let reply = ask(&mut harness, vec![b"a".to_vec(), b"m".to_vec()]);
-    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("not in shard 0")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.detail.contains("not in shard 0")), "{reply:?}");
     let reply = ask(&mut harness, vec![b"a".to_vec(), Vec::new()]);
-    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("malformed")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.detail.contains("malformed")), "{reply:?}");
     // Read intervals (KAIROS) come one a key or not at all.
     let Request::GetMany(mut get) = build(kind, &knobs).unwrap() else { panic!("kind 10 is a get_many") };
     get.keys = vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")];
     get.read_intervals_ns = vec![1_000];
     let reply = harness.ask(knobs.from, Request::GetMany(get));
-    assert!(matches!(&reply, Some(Response::Refused(e)) if e.contains("1 read intervals")), "{reply:?}");
+    assert!(matches!(&reply, Some(Response::Refused(e)) if e.detail.contains("1 read intervals")), "{reply:?}");
     // The same keys one by one and together read the same.
     let together = ask(&mut harness, vec![b"a".to_vec(), b"b".to_vec(), b"f-absent".to_vec()]);
     let Some(Response::Values(together)) = together else { panic!("{together:?}") };
@@ -183,7 +183,10 @@ fn a_prepare_not_yet_on_f_backups_is_no_vote_for_a_terminator() {
     // Logged and sent to the backups; no backup has answered.
     let early = harness.request("n1", build(5, &knobs).unwrap());
     let refused = &harness.asked[&early].1;
-    assert!(matches!(refused.as_slice(), [Some(Response::Refused(e))] if e.contains("ask again")), "{refused:?}");
+    assert!(
+        matches!(refused.as_slice(), [Some(Response::Refused(e))] if e.detail.contains("ask again")),
+        "{refused:?}"
+    );
     harness.complete(usize::MAX);
     assert!(matches!(harness.answer(prepare), Some(Response::Vote(vote)) if vote.commit));
     let late = harness.ask("n1", build(5, &knobs).unwrap());

@@ -264,7 +264,10 @@ fn malformed_requests_are_refused_at_the_codec_and_others_by_the_validator() {
     }
     let mut core = validator(true);
     match ask(&mut core, T0, Request::GetMap) {
-        Response::Refused(error) => assert!(error.contains("serves only"), "{error}"),
+        Response::Refused(error) => {
+            assert_eq!(error.kind, crate::messages::RefusalKind::WrongRole);
+            assert!(error.detail.contains("serves only"), "{error}");
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!((core.held(), core.stats().commit_votes), (0, 0));

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::{LeaseRequest, Request, Response};
+use crate::messages::{LeaseRequest, RefusalKind, Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
@@ -188,7 +188,10 @@ impl DataCore {
         match self.role(shard, request.epoch) {
             Ok(crate::layout::ReplicaRole::Backup) => {}
             Ok(crate::layout::ReplicaRole::Primary) => {
-                return Some(Response::Refused(format!("{} is the primary of shard {shard}", self.config.node)))
+                return Some(Response::refused(
+                    RefusalKind::NotServing,
+                    format!("{} is the primary of shard {shard}", self.config.node),
+                ))
             }
             Err(refusal) => return Some(refusal),
         }

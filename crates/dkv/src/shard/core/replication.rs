@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::messages::{Replicate, Request, Response};
+use crate::messages::{RefusalKind, Replicate, Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 
@@ -22,12 +22,15 @@ impl DataCore {
         match self.role(shard, replicate.epoch) {
             Ok(ReplicaRole::Backup) => {}
             Ok(ReplicaRole::Primary) => {
-                return Some(Response::Refused(format!("{} is the primary of shard {shard}", self.config.node)))
+                return Some(Response::refused(
+                    RefusalKind::NotServing,
+                    format!("{} is the primary of shard {shard}", self.config.node),
+                ))
             }
             Err(refusal) => return Some(refusal),
         }
         if matches!(record, ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. }) {
-            return Some(Response::Refused("lease and fence records are a replica's own".to_string()));
+            return Some(Response::refused(RefusalKind::Invalid, "lease and fence records are a replica's own"));
         }
         let replica = self.replicas.get_mut(&shard)?;
         replica.apply(&record);

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::messages::{Fetch, FetchTable, Request, Response};
+use crate::messages::{Fetch, FetchTable, RefusalKind, Request, Response};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
@@ -69,7 +69,7 @@ impl DataCore {
     pub(super) fn on_fetch(&mut self, from: &str, call: CallId, fetch: Fetch) -> Option<Response> {
         let shard = fetch.shard;
         let Some(group) = self.map.group(ShardId(shard)) else {
-            return Some(Response::Refused(format!("shard {shard} is not in the map")));
+            return Some(Response::refused(RefusalKind::NotServing, format!("shard {shard} is not in the map")));
         };
         let known_primary = group.primary == from && group.epoch == fetch.epoch;
         // The node may not have the new map yet: a member of the group asking for a newer

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::{Decide, Invalidate, Request, Response, TxnPhase, TxnQuery};
+use crate::messages::{Decide, Invalidate, RefusalKind, Request, Response, TxnPhase, TxnQuery};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::{Timestamp, TxnId};
@@ -48,9 +48,10 @@ impl DataCore {
             // Counting it as a vote could commit the transaction at the other participants
             // and lose it here. The terminator asks again at its next check.
             Some(TxnStatus::Prepared) if !self.prepare_is_safe(shard, txn) => {
-                return Some(Response::Refused(format!(
-                    "transaction {txn:x} is not yet prepared on f backups of shard {shard}; ask again"
-                )));
+                return Some(Response::refused(
+                    RefusalKind::Unavailable,
+                    format!("transaction {txn:x} is not yet prepared on f backups of shard {shard}; ask again"),
+                ));
             }
             Some(TxnStatus::Prepared) => TxnPhase::Prepared,
             None if self.voted_abort.contains_key(&(shard, txn)) => TxnPhase::VotedAbort,

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use crate::messages::{Response, ValidatorGrant, ValidatorLease};
+use crate::messages::{RefusalKind, Response, ValidatorGrant, ValidatorLease};
 use virga_net::role::Nanos;
 use virga_storage::Timestamp;
 
@@ -58,17 +58,20 @@ impl DataCore {
     /// past this clock, unless a transaction passed over it lately.
     pub(super) fn on_validator_lease(&mut self, request: ValidatorLease) -> Response {
         if request.validator >= wire::MAX_VALIDATORS {
-            return Response::Refused(format!(
-                "validator {} is out of range (at most {} validators)",
-                request.validator,
-                wire::MAX_VALIDATORS
-            ));
+            return Response::refused(
+                RefusalKind::Invalid,
+                format!(
+                    "validator {} is out of range (at most {} validators)",
+                    request.validator,
+                    wire::MAX_VALIDATORS
+                ),
+            );
         }
         if let Err(refusal) = self.primary_of(request.shard, request.epoch) {
             return refusal;
         }
         let Some(replica) = self.replicas.get(&request.shard) else {
-            return Response::Refused(format!("no replica of shard {}", request.shard));
+            return Response::refused(RefusalKind::NotServing, format!("no replica of shard {}", request.shard));
         };
         let takeover_high = replica.takeover_high(request.validator);
         let key = (request.shard, request.validator);
