@@ -7,10 +7,12 @@
 //! committed or refused); docs/testing.md maps each property to its test.
 
 use std::time::Duration;
-use virga_node::sim::node::RainblockNode;
+use virga_node::client::ClientCore;
+use virga_node::miner::MinerCore;
 use virga_node::sim::{
     replay_command, run_scenario, Crash, Faults, Finished, Length, RunOptions, Scenario, Schedule, TopLayer,
 };
+use virga_node::storage::StorageCore;
 
 const SEED: u64 = 3;
 
@@ -34,15 +36,15 @@ fn with(schedule: Schedule) -> Scenario {
 }
 
 fn storage(finished: &Finished, id: &str) -> virga_node::storage::StorageStats {
-    match finished.sim.core(id) {
-        Some(RainblockNode::Storage(core)) => core.stats(),
+    match finished.sim.core(id).and_then(|node| node.role::<StorageCore>()) {
+        Some(core) => core.stats(),
         _ => panic!("{id} is not an up storage node"),
     }
 }
 
 fn miner(finished: &Finished, id: &str) -> (virga_node::miner::MinerStats, (u64, alloy_primitives::B256)) {
-    match finished.sim.core(id) {
-        Some(RainblockNode::Miner(core)) => {
+    match finished.sim.core(id).and_then(|node| node.role::<MinerCore>()) {
+        Some(core) => {
             let (number, hash, _) = core.head();
             (core.stats(), (number, hash))
         }
@@ -53,8 +55,8 @@ fn miner(finished: &Finished, id: &str) -> (virga_node::miner::MinerStats, (u64,
 fn clients(finished: &Finished) -> Vec<virga_node::client::ClientStats> {
     ["client-0", "client-1"]
         .iter()
-        .map(|id| match finished.sim.core(id) {
-            Some(RainblockNode::Client(core)) => core.stats(),
+        .map(|id| match finished.sim.core(id).and_then(|node| node.role::<ClientCore>()) {
+            Some(core) => core.stats(),
             _ => panic!("{id} is not an up client"),
         })
         .collect()
@@ -167,7 +169,9 @@ fn the_replicas_of_every_shard_agree_at_the_head() {
     let (_, (_, head)) = miner(&finished, "miner-0");
     let mut holders: std::collections::BTreeMap<usize, Vec<(String, alloy_primitives::B256)>> = Default::default();
     for id in storage_ids(&finished) {
-        let Some(RainblockNode::Storage(core)) = finished.sim.core(&id) else { panic!("{id} is down") };
+        let Some(core) = finished.sim.core(&id).and_then(|node| node.role::<StorageCore>()) else {
+            panic!("{id} is down")
+        };
         for (shard, hash) in core.shard_hashes(&head).unwrap_or_else(|| panic!("{id} lacks the head")) {
             holders.entry(shard).or_default().push((id.clone(), hash));
         }

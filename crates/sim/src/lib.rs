@@ -38,6 +38,7 @@ mod bench;
 mod clock;
 mod cost;
 mod dispatch;
+mod multi;
 mod network;
 mod queue;
 mod stats;
@@ -55,6 +56,7 @@ use virga_net::NetError;
 pub use bench::{null_core_events_per_sec, NullCore, NullProtocol};
 pub use clock::{SkewProblem, EPOCH_BASE_NS, MAX_DRIFT_PPM, MAX_OFFSET_NS};
 pub use cost::{CostModel, RoleEvent, ZeroCost};
+pub use multi::{Fit, MultiRole};
 pub use network::{LinkConfig, NetConfig, Partition};
 pub use stats::{Stats, Traffic};
 

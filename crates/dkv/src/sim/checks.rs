@@ -30,7 +30,7 @@ impl Observer {
     /// Reads what changed at every replica.
     pub fn observe(&mut self, sim: &Sim<ServiceNode>, replicas: &[String]) {
         for id in replicas {
-            let Some(ServiceNode::Replica(core)) = sim.core(id) else { continue };
+            let Some(core) = sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>()) else { continue };
             for term in core.led_terms() {
                 match self.leaders.get(term) {
                     Some(leader) if leader != id => {
@@ -78,8 +78,8 @@ impl Observer {
     pub fn check_end(&mut self, sim: &Sim<ServiceNode>, replicas: &[String], client: &str) {
         let mut ends = Vec::new();
         for id in replicas {
-            match sim.core(id) {
-                Some(ServiceNode::Replica(core)) => {
+            match sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>()) {
+                Some(core) => {
                     if let Some(failure) = core.failed() {
                         self.violate(format!("{id} stopped: {failure}"));
                     }
@@ -97,7 +97,7 @@ impl Observer {
                     ));
                 }
             }
-            if let Some(ServiceNode::Client(client_core)) = sim.core(client) {
+            if let Some(client_core) = sim.core(client).and_then(|node| node.role::<crate::service::ConfigClient>()) {
                 for outcome in client_core.outcomes() {
                     if outcome.index > applied.0 || outcome.index == 0 {
                         self.violate(format!(

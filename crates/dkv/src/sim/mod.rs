@@ -19,6 +19,7 @@ use virga_net::role::IoExecutor;
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, SimError};
 
 pub use self::checks::Observer;
+use self::node::{client_node, replica_node};
 pub use self::node::{ServiceDisk, ServiceNode};
 use crate::config::ConfigCommand;
 use crate::layout::{Partitioning, ShardId, ShardMap};
@@ -222,7 +223,7 @@ fn open_node(
             names.to_vec(),
         ));
         *restarts.entry(id.to_string()).or_default() += 1;
-        return (ServiceNode::Client(Box::new(client)), Box::new(ServiceDisk::None));
+        return (client_node(client), Box::new(ServiceDisk::None));
     }
     let restart = restarts.entry(id.to_string()).or_default();
     let peers: Vec<(u64, String)> =
@@ -235,7 +236,7 @@ fn open_node(
     let storage: std::sync::Arc<dyn Storage> =
         std::sync::Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
     match open_replica(config, storage) {
-        Ok((core, disk)) => (ServiceNode::Replica(Box::new(core)), Box::new(ServiceDisk::Replica(Box::new(disk)))),
+        Ok((core, disk)) => (replica_node(core), Box::new(ServiceDisk::Replica(Box::new(disk)))),
         // A memory device always opens, and its records are the replica's own.
         Err(error) => unreachable!("{id} does not reopen: {error}"),
     }
@@ -308,8 +309,8 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
         }
     }
     observer.observe(&sim, &names);
-    let (answered, refused) = match sim.core(CLIENT) {
-        Some(ServiceNode::Client(client)) => {
+    let (answered, refused) = match sim.core(CLIENT).and_then(|node| node.role::<crate::service::ConfigClient>()) {
+        Some(client) => {
             (client.outcomes().len(), client.outcomes().iter().filter(|outcome| !outcome.refusal.is_empty()).count())
         }
         _ => (0, 0),
@@ -318,8 +319,8 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
         observer.violations.push(format!("liveness: {answered} of {given} commands answered within the run"));
     }
     observer.check_end(&sim, &names, CLIENT);
-    let applied_index = match sim.core(&names[0]) {
-        Some(ServiceNode::Replica(core)) => core.applied().0,
+    let applied_index = match sim.core(&names[0]).and_then(|node| node.role::<crate::service::ConfigCore>()) {
+        Some(core) => core.applied().0,
         _ => 0,
     };
     Ok(ServiceRunReport {
@@ -341,20 +342,22 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
 
 /// Whether replica `id` has a log write in flight.
 fn writing(sim: &Sim<ServiceNode>, id: &str) -> bool {
-    matches!(sim.core(id), Some(ServiceNode::Replica(core)) if core.writes_in_flight() > 0)
+    matches!(sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>()), Some(core) if core.writes_in_flight() > 0)
 }
 
 /// The client has every outcome, a leader has committed its whole log (so everything a
 /// client was told is committed on it), and every replica has applied exactly that.
 fn settled(sim: &Sim<ServiceNode>, names: &[String]) -> bool {
-    let Some(ServiceNode::Client(client)) = sim.core(CLIENT) else { return false };
+    let Some(client) = sim.core(CLIENT).and_then(|node| node.role::<crate::service::ConfigClient>()) else {
+        return false;
+    };
     if client.outstanding() > 0 {
         return false;
     }
     let replicas: Vec<_> = names
         .iter()
-        .filter_map(|id| match sim.core(id) {
-            Some(ServiceNode::Replica(core)) => Some(core),
+        .filter_map(|id| match sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>()) {
+            Some(core) => Some(core),
             _ => None,
         })
         .collect();

@@ -4,6 +4,7 @@
 
 use crate::sim::txn::lease_scenario::lease_scenario;
 use crate::sim::txn::{run_txn, TxnRunOptions, TxnRunReport, Weakening};
+use virga_net::role::Role;
 
 fn run(options: &TxnRunOptions) -> TxnRunReport {
     match run_txn(options) {

@@ -39,10 +39,7 @@ pub struct UserView {
 }
 
 fn client<'a>(sim: &'a Sim<RainblockNode>, id: &str) -> Option<&'a crate::client::ClientCore> {
-    match sim.core(id) {
-        Some(RainblockNode::Client(core)) => Some(core),
-        _ => None,
-    }
+    sim.core(id)?.role()
 }
 
 impl UserView {
@@ -89,8 +86,8 @@ impl UserView {
                 format!("{id} {}", client(sim, id).map_or("down".to_string(), |c| format!("idle={}", c.is_idle())))
             })
             .collect();
-        let miner = match sim.core("miner-0") {
-            Some(RainblockNode::Miner(core)) => {
+        let miner = match sim.core("miner-0").and_then(|node| node.role::<crate::miner::MinerCore>()) {
+            Some(core) => {
                 let (warm, failure) = core.warm_up_state();
                 format!("miner-0 head {} warm={warm} last warm-up failure {failure:?}", core.head().0)
             }
@@ -201,8 +198,8 @@ fn check_storage_node(
     let served = fixture.served(id).map(|served| served.shards).unwrap_or_default();
     let expected: Vec<(usize, B256)> =
         served.iter().filter_map(|&i| expected_shards.shard(i).map(|s| (i, s.subtree_hash()))).collect();
-    match sim.core(id) {
-        Some(RainblockNode::Storage(core)) => match core.shard_hashes(&head_hash) {
+    match sim.core(id).and_then(|node| node.role::<crate::storage::StorageCore>()) {
+        Some(core) => match core.shard_hashes(&head_hash) {
             Some(hashes) if hashes == expected => {}
             Some(hashes) => problems.push(format!("{id}'s shards at the head differ from a serial replay: {hashes:?}")),
             None => problems.push(format!("{id} does not hold the chain's head, block {head} ({head_hash})")),

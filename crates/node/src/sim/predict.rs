@@ -14,7 +14,7 @@ use virga_ledger::store::StoreOptions;
 use virga_net::role::{Event, IoExecutor, Protocol};
 use virga_sim::{CostModel, NetConfig, RoleEvent, Sim, SimConfig};
 
-use super::node::{NodeDisk, NodeIo, RainblockNode};
+use super::node::{client_node, miner_node, storage_node, NodeDisk, NodeIo, RainblockNode};
 use crate::client::{ClientCore, UserTransfer};
 use crate::cost::calibrate::Calibration;
 use crate::cost::model::{cpu_us, Work};
@@ -174,10 +174,7 @@ pub fn simulate(
     let committed = |sim: &Sim<RainblockNode>| -> u64 {
         clients
             .iter()
-            .map(|id| match sim.core(id) {
-                Some(RainblockNode::Client(core)) => core.committed(),
-                _ => 0,
-            })
+            .map(|id| sim.core(id).and_then(|node| node.role::<ClientCore>()).map_or(0, ClientCore::committed))
             .sum()
     };
     sim.run_while(limit.as_nanos() as u64, |sim| committed(sim) < transfers as u64);
@@ -202,17 +199,17 @@ fn open(
         let node_storage = NodeStorage::on(storage, log_options())?;
         let opened = open_core(id, served, fixture.header.clone(), &fixture.sharded, node_storage)?;
         let disk = opened.disk.ok_or_else(|| SimulateError::NoDisk(id.to_string()))?;
-        return Ok((RainblockNode::Storage(Box::new(opened.core)), Box::new(NodeDisk::Storage(disk))));
+        return Ok((storage_node(opened.core), Box::new(NodeDisk::Storage(disk))));
     }
     if let Some(index) = id.strip_prefix("miner-").and_then(|index| index.parse::<usize>().ok()) {
         let (store, head) = crate::miner::open_store_on(storage, StoreOptions::default(), &fixture.header)?;
         let pool = execution_pool(1)?;
         let core = MinerCore::new(fixture.miner_config(index), head, pool)?;
-        return Ok((RainblockNode::Miner(Box::new(core)), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store) }))));
+        return Ok((miner_node(core), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store) }))));
     }
     let index = id.strip_prefix("client-").and_then(|index| index.parse::<usize>().ok()).unwrap_or(0);
     let core = ClientCore::new(fixture.client_config(index));
-    Ok((RainblockNode::Client(Box::new(core)), Box::new(NodeDisk::None)))
+    Ok((client_node(core), Box::new(NodeDisk::None)))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use virga_net::role::IoExecutor;
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, Stop};
 
 use super::checks::{check, UserView};
-use super::node::{NodeDisk, RainblockNode};
+use super::node::{client_node, miner_node, storage_node, NodeDisk, RainblockNode};
 use super::plan::{Broken, Faults, Length, Scenario, Schedule, TopLayer, QUIESCENCE_BOUND};
 use crate::client::{ClientConfig, ClientCore, UserTransfer};
 use crate::miner::{execution_pool, ChainDisk, MinerCore};
@@ -82,15 +82,14 @@ fn effects(sim: &Sim<RainblockNode>) -> Effects {
     };
     let ids: Vec<String> = sim.node_ids().map(str::to_string).collect();
     for id in ids {
-        match sim.core(&id) {
-            Some(RainblockNode::Miner(core)) => {
-                let miner = core.stats();
-                effects.abandoned_blocks += miner.abandoned_blocks;
-                effects.refused_announcements += miner.refused_blocks;
-                effects.bad_witnesses += miner.bad_witnesses.len() as u64;
-            }
-            Some(RainblockNode::Client(core)) => effects.bad_witnesses += core.stats().bad_witnesses.len() as u64,
-            _ => {}
+        let Some(node) = sim.core(&id) else { continue };
+        if let Some(core) = node.role::<MinerCore>() {
+            let miner = core.stats();
+            effects.abandoned_blocks += miner.abandoned_blocks;
+            effects.refused_announcements += miner.refused_blocks;
+            effects.bad_witnesses += miner.bad_witnesses.len() as u64;
+        } else if let Some(core) = node.role::<ClientCore>() {
+            effects.bad_witnesses += core.stats().bad_witnesses.len() as u64;
         }
     }
     effects
@@ -187,7 +186,7 @@ fn open_node(
             core.set_fault(crate::storage::StorageFault::AckBeforeLog);
         }
         let disk = opened.disk.unwrap_or_else(|| failed("storage", "no disk".into()));
-        return (RainblockNode::Storage(Box::new(core)), Box::new(NodeDisk::Storage(disk)));
+        return (storage_node(core), Box::new(NodeDisk::Storage(disk)));
     }
     if let Some(index) = id.strip_prefix("miner-").and_then(|index| index.parse::<usize>().ok()) {
         // Every append is durable before the block counts as committed.
@@ -203,13 +202,13 @@ fn open_node(
         if broken == Some(Broken::MinerSkipsBlockCheck) && index > 0 {
             core.set_fault(crate::miner::MinerFault::SkipBlockCheck);
         }
-        return (RainblockNode::Miner(Box::new(core)), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store) })));
+        return (miner_node(core), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store) })));
     }
     let index = id.strip_prefix("client-").and_then(|index| index.parse::<usize>().ok()).unwrap_or(0);
     let mut core = ClientCore::new(client_config(fixture, index));
     core.keep_outcomes();
     let _ = broken;
-    (RainblockNode::Client(Box::new(core)), Box::new(NodeDisk::None))
+    (client_node(core), Box::new(NodeDisk::None))
 }
 
 fn ns(duration: Duration) -> u64 {
@@ -434,7 +433,9 @@ fn contract_calls(transfers: &[UserTransfer], view: &UserView) -> (usize, usize)
 
 /// Whether storage node `id` has a log write in flight.
 fn writing(sim: &Sim<RainblockNode>, id: &str) -> bool {
-    matches!(sim.core(id), Some(RainblockNode::Storage(core)) if core.appends_in_flight() > 0)
+    sim.core(id)
+        .and_then(|node| node.role::<crate::storage::StorageCore>())
+        .is_some_and(|core| core.appends_in_flight() > 0)
 }
 
 fn failed_to_start(seed: u64, problem: virga_sim::SimError) -> RunOutcome {
@@ -463,7 +464,7 @@ fn set_lying_storage(sim: &mut Sim<RainblockNode>, schedule: &Schedule, lying: b
             (true, true) => StorageFault::CorruptWitness,
             (true, false) => StorageFault::StaleWitness,
         };
-        if let Some(RainblockNode::Storage(core)) = sim.core_mut(node) {
+        if let Some(core) = sim.core_mut(node).and_then(|node| node.role_mut::<crate::storage::StorageCore>()) {
             core.set_fault(fault);
         }
     }
@@ -472,7 +473,7 @@ fn set_lying_storage(sim: &mut Sim<RainblockNode>, schedule: &Schedule, lying: b
 #[allow(unused_variables)]
 fn set_lying_miner(sim: &mut Sim<RainblockNode>, lying: bool) {
     #[cfg(feature = "fault-injection")]
-    if let Some(RainblockNode::Miner(core)) = sim.core_mut("miner-0") {
+    if let Some(core) = sim.core_mut("miner-0").and_then(|node| node.role_mut::<MinerCore>()) {
         core.set_fault(if lying { crate::miner::MinerFault::WrongRoot } else { crate::miner::MinerFault::None });
     }
 }

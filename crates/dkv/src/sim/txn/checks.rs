@@ -51,13 +51,13 @@ impl ClientViews {
     pub(super) fn observe(&mut self, sim: &Sim<DkvNode>, clients: &[String]) {
         for id in clients {
             let view = self.views.entry(id.clone()).or_default();
-            let Some(client) = sim.core(id).and_then(DkvNode::txn_client) else {
+            let Some(client) = sim.core(id).and_then(super::node::txn_client) else {
                 view.up = false;
                 continue;
             };
             view.up = true;
             view.outstanding = client.outstanding();
-            if let Some(DkvNode::Session(session)) = sim.core(id) {
+            if let Some(session) = sim.core(id).and_then(|node| node.role::<super::session::SessionClient>()) {
                 let driver = &session.driver;
                 view.session_results.extend_from_slice(&driver.results()[view.session_results.len()..]);
                 view.session_errors.extend_from_slice(&driver.errors()[view.session_errors.len()..]);
@@ -80,20 +80,26 @@ impl ClientViews {
 /// Every client has finished its programs and decisions, and every primary has replicated
 /// all it holds.
 pub(super) fn settled(sim: &Sim<DkvNode>, cluster: &Cluster) -> bool {
-    let clients_done = cluster.clients.iter().all(|id| match sim.core(id) {
-        Some(DkvNode::Client(client)) => client.outstanding() == 0,
-        Some(DkvNode::Session(session)) => session.outstanding() == 0,
-        _ => true,
+    let clients_done = cluster.clients.iter().all(|id| {
+        let Some(node) = sim.core(id) else { return true };
+        match node.role::<super::session::SessionClient>() {
+            Some(session) => session.outstanding() == 0,
+            None => node.role::<crate::client::TxnClient>().is_none_or(|client| client.outstanding() == 0),
+        }
     });
     // Every live node also holds the newest map the service committed: a backup added just
     // now gets its primary's records only once the primary has learned of it.
     let newest = final_map(sim, cluster).version();
-    let nodes_done = cluster.data.iter().all(|id| match sim.core(id) {
-        Some(DkvNode::Data(core)) => {
-            core.replicating() == 0 && core.unlogged() == 0 && core.undecided() == 0 && core.map().version() >= newest
-        }
-        _ => true,
-    });
+    let nodes_done =
+        cluster.data.iter().all(|id| match sim.core(id).and_then(|node| node.role::<crate::shard::DataCore>()) {
+            Some(core) => {
+                core.replicating() == 0
+                    && core.unlogged() == 0
+                    && core.undecided() == 0
+                    && core.map().version() >= newest
+            }
+            _ => true,
+        });
     clients_done && nodes_done
 }
 
@@ -106,7 +112,7 @@ pub(super) fn check_run(
 ) {
     let total = INITIAL_BALANCE * options.accounts as u64;
     for id in &cluster.validators {
-        if let Some(DkvNode::Validator(validator)) = sim.core(id) {
+        if let Some(validator) = sim.core(id).and_then(|node| node.role::<crate::kairos::ValidatorCore>()) {
             report.validator_votes += validator.stats().validations;
             report.validator_terminations += validator.stats().terminations;
         }
@@ -156,7 +162,7 @@ pub(super) fn check_run(
         }
     }
     for id in &cluster.data {
-        if let Some(DkvNode::Data(core)) = sim.core(id) {
+        if let Some(core) = sim.core(id).and_then(|node| node.role::<crate::shard::DataCore>()) {
             report.versions_collected += core.stats().versions_collected;
             report.too_old += core.stats().too_old;
         }
@@ -172,8 +178,8 @@ pub(super) fn check_run(
     report.terminations = cluster
         .data
         .iter()
-        .filter_map(|id| match sim.core(id) {
-            Some(DkvNode::Data(core)) => Some(core.stats().terminations),
+        .filter_map(|id| match sim.core(id).and_then(|node| node.role::<crate::shard::DataCore>()) {
+            Some(core) => Some(core.stats().terminations),
             _ => None,
         })
         .sum();
@@ -227,7 +233,7 @@ fn check_results(
 /// Whether some shard primary holds `txn` as committed.
 fn committed_at_a_primary(sim: &Sim<DkvNode>, map: &ShardMap, txn: u64) -> bool {
     map.groups().iter().enumerate().any(|(shard, group)| {
-        matches!(sim.core(&group.primary), Some(DkvNode::Data(core))
+        matches!(sim.core(&group.primary).and_then(|node| node.role::<crate::shard::DataCore>()), Some(core)
             if core.replica(shard as u32).and_then(|replica| replica.txn(txn)).map(|entry| entry.status) == Some(TxnStatus::Committed))
     })
 }
@@ -245,7 +251,7 @@ fn check_stores(
     let mut sum = 0;
     for (index, group) in map.groups().iter().enumerate() {
         let shard = index as u32;
-        let Some(DkvNode::Data(primary)) = sim.core(&group.primary) else {
+        let Some(primary) = sim.core(&group.primary).and_then(|node| node.role::<crate::shard::DataCore>()) else {
             report.violations.push(format!("primary {} is down at the end", group.primary));
             continue;
         };
@@ -275,7 +281,7 @@ fn check_stores(
             }
             let committed_here = txn.writes.iter().any(|key| map.shard_of(key).0 == shard);
             for backup in group.backups.iter().filter(|_| committed_here) {
-                if let Some(DkvNode::Data(core)) = sim.core(backup) {
+                if let Some(core) = sim.core(backup).and_then(|node| node.role::<crate::shard::DataCore>()) {
                     let status = core.replica(shard).and_then(|replica| replica.txn(txn.id)).map(|entry| entry.status);
                     if status != Some(TxnStatus::Committed) {
                         report.violations.push(format!(
@@ -303,7 +309,7 @@ fn check_stores(
 fn final_map(sim: &Sim<DkvNode>, cluster: &Cluster) -> ShardMap {
     let mut newest = cluster.map.clone();
     for id in &cluster.config {
-        if let Some(DkvNode::Config(core)) = sim.core(id) {
+        if let Some(core) = sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>()) {
             if let Some(map) = core.state().map().filter(|map| map.version() > newest.version()) {
                 newest = map.clone();
             }

@@ -87,8 +87,8 @@ pub fn lease_scenario(leases: bool) -> Result<LeaseScenario, SimError> {
     sim.input_at(ns(Duration::from_millis(2500)), &writer, DkvInput::Programs(vec![write]))?;
     sim.run_until(ns(Duration::from_secs(6)));
 
-    let first_read = match sim.core(&reader) {
-        Some(DkvNode::Client(client)) => client.results().first().and_then(|result| match result.outcome {
+    let first_read = match sim.core(&reader).and_then(|node| node.role::<crate::client::TxnClient>()) {
+        Some(client) => client.results().first().and_then(|result| match result.outcome {
             ProgramOutcome::Committed { commit_ts, .. } => {
                 Some((commit_ts, result.reads.first().and_then(|(_, value)| value.clone())))
             }
@@ -100,24 +100,22 @@ pub fn lease_scenario(leases: bool) -> Result<LeaseScenario, SimError> {
         sim.input(&reader, DkvInput::Programs(vec![Program::SnapshotAt { keys: vec![key], at }]))?;
     }
     sim.run_until(ns(Duration::from_secs(8)));
-    let write_committed_at = match sim.core(&writer) {
-        Some(DkvNode::Client(client)) => client.results().first().and_then(|result| match result.outcome {
+    let write_committed_at = match sim.core(&writer).and_then(|node| node.role::<crate::client::TxnClient>()) {
+        Some(client) => client.results().first().and_then(|result| match result.outcome {
             ProgramOutcome::Committed { commit_ts, read_only: false, .. } => Some(commit_ts),
             _ => None,
         }),
         _ => None,
     };
-    let second_read = match sim.core(&reader) {
-        Some(DkvNode::Client(client)) => client.results().get(1).and_then(|result| match result.outcome {
+    let second_read = match sim.core(&reader).and_then(|node| node.role::<crate::client::TxnClient>()) {
+        Some(client) => client.results().get(1).and_then(|result| match result.outcome {
             ProgramOutcome::Committed { .. } => Some(result.reads.first().and_then(|(_, value)| value.clone())),
             ProgramOutcome::Aborted { .. } => None,
         }),
         _ => None,
     };
-    let failovers = match sim.core("config-1") {
-        Some(DkvNode::Config(core)) => {
-            core.state().map().map_or(0, |map| map.groups().iter().map(|group| group.epoch - 1).sum())
-        }
+    let failovers = match sim.core("config-1").and_then(|node| node.role::<crate::service::ConfigCore>()) {
+        Some(core) => core.state().map().map_or(0, |map| map.groups().iter().map(|group| group.epoch - 1).sum()),
         _ => 0,
     };
     Ok(LeaseScenario { first_read, write_committed_at, second_read, failovers })

@@ -86,11 +86,11 @@ pub fn missing_prepare_scenario(weakened: bool) -> Result<MissingPrepare, SimErr
     sim.crash_at(ns(Duration::from_millis(520)), &client)?;
     sim.run_until(ns(Duration::from_secs(8)));
     let status = |node: &str, shard: u32| -> Option<TxnStatus> {
-        let Some(DkvNode::Data(core)) = sim.core(node) else { return None };
+        let Some(core) = sim.core(node).and_then(|node| node.role::<crate::shard::DataCore>()) else { return None };
         let replica = core.replica(shard)?;
         // The client's only transaction, found where it prepared.
-        let txn = match sim.core(&first) {
-            Some(DkvNode::Data(first)) => first.replica(0)?.records().into_iter().find_map(|record| match record {
+        let txn = match sim.core(&first).and_then(|node| node.role::<crate::shard::DataCore>()) {
+            Some(first) => first.replica(0)?.records().into_iter().find_map(|record| match record {
                 ShardRecord::Prepared { txn, .. } => Some(txn),
                 _ => None,
             })?,

@@ -26,7 +26,8 @@ use virga_core::device::{MemStorage, Storage};
 use virga_net::role::IoExecutor;
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, SimError};
 
-pub use self::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
+use self::node::{admin_node, client_node, config_node, data_node, session_node, validator_node};
+pub use self::node::{txn_client, DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
 pub use self::session::{SessionClient, SessionCounts, SessionDriver};
 use crate::client::{ClientClock, Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
 use crate::config::ConfigCommand;
@@ -351,9 +352,9 @@ pub(super) fn open_node(
         if index >= options.clients.saturating_sub(options.session_clients) {
             config.op_deadline = SESSION_OP_DEADLINE;
             let session = SessionClient::new(TxnClient::new(config));
-            return (DkvNode::Session(Box::new(session)), Box::new(DkvDisk::None));
+            return (session_node(session), Box::new(DkvDisk::None));
         }
-        return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
+        return (client_node(TxnClient::new(config)), Box::new(DkvDisk::None));
     }
     if cluster.validators.iter().any(|validator| validator == id) {
         let mut config = ValidatorConfig::new(crate::kairos::validator_index(id).unwrap_or(0), cluster.map.clone());
@@ -367,18 +368,18 @@ pub(super) fn open_node(
             skip_freshness: options.weakening.validator_skip_freshness,
             skip_cached_latest_committed: options.weakening.validator_skip_cached_latest_committed,
         };
-        return (DkvNode::Validator(Box::new(ValidatorCore::new(config))), Box::new(DkvDisk::None));
+        return (validator_node(ValidatorCore::new(config)), Box::new(DkvDisk::None));
     }
     if id == ADMIN {
         let admin =
             ConfigClient::new(ConfigClientConfig::new(format!("{ADMIN}@{incarnation}"), cluster.config.clone()));
-        return (DkvNode::Admin(Box::new(admin)), Box::new(DkvDisk::None));
+        return (admin_node(admin), Box::new(DkvDisk::None));
     }
     if let Some(index) = cluster.config.iter().position(|replica| replica == id) {
         let peers = cluster.config.iter().enumerate().map(|(index, name)| (index as u64 + 1, name.clone())).collect();
         let seed = options.seed ^ ((index as u64 + 1) << 40) ^ (incarnation << 20);
         return match open_replica(ReplicaConfig::new(index as u64 + 1, peers, seed), storage) {
-            Ok((core, disk)) => (DkvNode::Config(Box::new(core)), Box::new(DkvDisk::Config(Box::new(disk)))),
+            Ok((core, disk)) => (config_node(core), Box::new(DkvDisk::Config(Box::new(disk)))),
             // A memory device always opens, and its records are the replica's own.
             Err(error) => unreachable!("{id} does not reopen: {error}"),
         };
@@ -403,7 +404,7 @@ pub(super) fn open_node(
             for index in 0..options.accounts {
                 core.load(account(index), Bytes::from(INITIAL_BALANCE.to_string()));
             }
-            (DkvNode::Data(Box::new(core)), Box::new(DkvDisk::Data(Box::new(disk))))
+            (data_node(core), Box::new(DkvDisk::Data(Box::new(disk))))
         }
         // A memory device always opens, and its records are the node's own.
         Err(error) => unreachable!("{id} does not reopen: {error}"),

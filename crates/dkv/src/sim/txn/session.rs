@@ -357,10 +357,17 @@ impl SessionClient {
     pub fn outstanding(&self) -> usize {
         self.driver.remaining() + self.client.outstanding()
     }
+}
+
+impl Role for SessionClient {
+    type Protocol = Dkv;
+    type Io = std::convert::Infallible;
+    type IoDone = std::convert::Infallible;
+    type Input = ClientInput;
 
     /// Steps the client (or the driver, for its own timers and for work, which arrives as
     /// programs to run as sessions), then lets the driver answer what came back.
-    pub fn step(&mut self, now: Nanos, event: Event<Dkv, std::convert::Infallible, ClientInput>, out: &mut Out) {
+    fn step(&mut self, now: Nanos, event: Event<Dkv, std::convert::Infallible, ClientInput>, out: &mut Out) {
         match event {
             Event::Timer(timer) if self.driver.timers.contains_key(&timer) => {
                 self.driver.on_timer(&mut self.client, now, out, timer)

@@ -23,7 +23,10 @@ use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
 use virga_sim::{CostModel, NetConfig, Sim, SimConfig, SimError};
 
 pub use self::costs::{calibrate, event_kind, StepCosts};
-use super::node::{DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
+use super::node::{
+    admin_node, client_node, config_node, data_node, txn_client, validator_node, DkvDisk, DkvInput, DkvIo, DkvIoDone,
+    DkvNode,
+};
 use super::{cluster, ns, Cluster, TxnRunOptions, ADMIN};
 use crate::client::{Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
 use crate::config::ConfigCommand;
@@ -163,21 +166,21 @@ fn open(shape: &ScaleShape, cluster: &Cluster, id: &str, load: &Loader<'_>) -> (
         config.cache = shape.cache.clone();
         config.read_only_validation = shape.validation;
         config.validators = cluster.validators.clone();
-        return (DkvNode::Client(Box::new(TxnClient::new(config))), Box::new(DkvDisk::None));
+        return (client_node(TxnClient::new(config)), Box::new(DkvDisk::None));
     }
     if cluster.validators.iter().any(|validator| validator == id) {
         let mut config = ValidatorConfig::new(crate::kairos::validator_index(id).unwrap_or(0), cluster.map.clone());
         config.config_replicas = cluster.config.clone();
-        return (DkvNode::Validator(Box::new(ValidatorCore::new(config))), Box::new(DkvDisk::None));
+        return (validator_node(ValidatorCore::new(config)), Box::new(DkvDisk::None));
     }
     if id == ADMIN {
         let admin = ConfigClient::new(ConfigClientConfig::new(ADMIN, cluster.config.clone()));
-        return (DkvNode::Admin(Box::new(admin)), Box::new(DkvDisk::None));
+        return (admin_node(admin), Box::new(DkvDisk::None));
     }
     if let Some(index) = cluster.config.iter().position(|replica| replica == id) {
         let peers = cluster.config.iter().enumerate().map(|(index, name)| (index as u64 + 1, name.clone())).collect();
         return match open_replica(ReplicaConfig::new(index as u64 + 1, peers, shape.seed ^ index as u64), storage) {
-            Ok((core, disk)) => (DkvNode::Config(Box::new(core)), Box::new(DkvDisk::Config(Box::new(disk)))),
+            Ok((core, disk)) => (config_node(core), Box::new(DkvDisk::Config(Box::new(disk)))),
             // A new memory device always opens.
             Err(error) => unreachable!("{id} does not open: {error}"),
         };
@@ -189,7 +192,7 @@ fn open(shape: &ScaleShape, cluster: &Cluster, id: &str, load: &Loader<'_>) -> (
     match open_data_node(config, storage) {
         Ok((mut core, disk)) => {
             load(&mut |key, value| core.load(key, value));
-            (DkvNode::Data(Box::new(core)), Box::new(DkvDisk::Data(Box::new(disk))))
+            (data_node(core), Box::new(DkvDisk::Data(Box::new(disk))))
         }
         // A new memory device always opens.
         Err(error) => unreachable!("{id} does not open: {error}"),
@@ -274,7 +277,7 @@ pub fn run_closed_loop(
     let feed = |sim: &mut Sim<Timed>, next: &mut dyn FnMut(usize) -> Program| -> Result<(), SimError> {
         for (index, client) in cluster.clients.iter().enumerate() {
             let outstanding =
-                sim.core(client).and_then(|timed| timed.node.txn_client()).map_or(0, TxnClient::outstanding);
+                sim.core(client).and_then(|timed| txn_client(&timed.node)).map_or(0, TxnClient::outstanding);
             let missing = shape.window.max(shape.in_flight).saturating_sub(outstanding);
             if missing > 0 {
                 sim.input(client, DkvInput::Programs((0..missing).map(|_| next(index)).collect()))?;
@@ -290,7 +293,7 @@ pub fn run_closed_loop(
     let counts = |sim: &Sim<Timed>| {
         let mut totals = (0u64, 0u64, 0u64);
         for client in &cluster.clients {
-            if let Some(stats) = sim.core(client).and_then(|timed| timed.node.txn_client()).map(TxnClient::stats) {
+            if let Some(stats) = sim.core(client).and_then(|timed| txn_client(&timed.node)).map(TxnClient::stats) {
                 totals.0 += stats.committed;
                 totals.1 += stats.committed_read_only;
                 totals.2 += stats.aborts.values().sum::<u64>();
