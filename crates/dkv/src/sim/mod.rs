@@ -354,13 +354,8 @@ fn settled(sim: &Sim<ServiceNode>, names: &[String]) -> bool {
     if client.outstanding() > 0 {
         return false;
     }
-    let replicas: Vec<_> = names
-        .iter()
-        .filter_map(|id| match sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>()) {
-            Some(core) => Some(core),
-            _ => None,
-        })
-        .collect();
+    let replicas: Vec<_> =
+        names.iter().filter_map(|id| sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>())).collect();
     let Some(leader) = replicas.iter().find(|core| core.is_leader()) else { return false };
     let committed = leader.commit_index();
     replicas.len() == names.len()

@@ -178,10 +178,8 @@ pub(super) fn check_run(
     report.terminations = cluster
         .data
         .iter()
-        .filter_map(|id| match sim.core(id).and_then(|node| node.role::<crate::shard::DataCore>()) {
-            Some(core) => Some(core.stats().terminations),
-            _ => None,
-        })
+        .filter_map(|id| sim.core(id).and_then(|node| node.role::<crate::shard::DataCore>()))
+        .map(|core| core.stats().terminations)
         .sum();
     if let Err(violation) = checker::check(&history) {
         report.violations.push(format!("serializability: {violation}"));

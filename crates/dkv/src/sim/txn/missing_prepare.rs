@@ -86,7 +86,7 @@ pub fn missing_prepare_scenario(weakened: bool) -> Result<MissingPrepare, SimErr
     sim.crash_at(ns(Duration::from_millis(520)), &client)?;
     sim.run_until(ns(Duration::from_secs(8)));
     let status = |node: &str, shard: u32| -> Option<TxnStatus> {
-        let Some(core) = sim.core(node).and_then(|node| node.role::<crate::shard::DataCore>()) else { return None };
+        let core = sim.core(node).and_then(|node| node.role::<crate::shard::DataCore>())?;
         let replica = core.replica(shard)?;
         // The client's only transaction, found where it prepared.
         let txn = match sim.core(&first).and_then(|node| node.role::<crate::shard::DataCore>()) {
