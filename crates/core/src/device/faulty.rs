@@ -20,8 +20,33 @@ pub struct FaultPlan {
     short_reads: AtomicBool,
     has_flips: AtomicBool,
     flips: Mutex<Vec<BitFlip>>,
+    has_bad_sectors: AtomicBool,
+    bad_sectors: Mutex<Vec<BadSector>>,
+    /// Writes still to be acknowledged without reaching the medium.
+    writes_to_lose: AtomicU64,
+    /// Writes still to land elsewhere, and how many bytes before their offset.
+    writes_to_misdirect: AtomicU64,
+    misdirect_back: AtomicU64,
     syncs: AtomicU64,
     failed_syncs: AtomicU64,
+    media_faults: AtomicU64,
+}
+
+/// A latent sector error: reads of `start..end` of `path` fail until a write covers it.
+#[derive(Clone, Debug)]
+struct BadSector {
+    path: PathBuf,
+    start: u64,
+    end: u64,
+}
+
+/// What happens to one write under the plan's media faults.
+enum WriteFate {
+    Lands,
+    /// Acknowledged, but the medium keeps what it held (a new range reads as zeros).
+    Lost,
+    /// Lands this many bytes before its offset; its own range keeps what it held.
+    Misdirected(u64),
 }
 
 #[derive(Clone, Debug)]
@@ -76,6 +101,35 @@ impl FaultPlan {
         self.has_flips.store(true, Ordering::SeqCst);
     }
 
+    /// A latent sector error: every read that touches bytes `offset..offset + len` of the
+    /// object `path` fails with an I/O error, as an unreadable sector does, until a write
+    /// covers the whole range (the drive remaps the sector); the bytes are gone.
+    pub fn latent_sector_error(&self, path: impl Into<PathBuf>, offset: u64, len: u64) {
+        let sector = BadSector { path: path.into(), start: offset, end: offset.saturating_add(len.max(1)) };
+        self.lock_sectors().push(sector);
+        self.has_bad_sectors.store(true, Ordering::SeqCst);
+    }
+
+    /// The next `n` writes (to any object of the storage) are acknowledged, syncs included,
+    /// but never reach the medium: what the range held stays, and a range past the end
+    /// reads as zeros, as a drive that drops a write from its cache leaves it.
+    pub fn lose_writes(&self, n: u64) {
+        self.writes_to_lose.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` writes land `back` bytes before their offset (at most at 0), over what
+    /// is there, while their own range keeps what it held (zeros past the end), as a write
+    /// the drive sends to the wrong place does.
+    pub fn misdirect_writes(&self, n: u64, back: u64) {
+        self.misdirect_back.store(back, Ordering::SeqCst);
+        self.writes_to_misdirect.store(n, Ordering::SeqCst);
+    }
+
+    /// Media faults that fired: reads refused by a bad sector, writes lost or misdirected.
+    pub fn media_faults(&self) -> u64 {
+        self.media_faults.load(Ordering::SeqCst)
+    }
+
     /// Removes every fault.
     pub fn heal(&self) {
         self.fail_syncs_after(u64::MAX);
@@ -83,6 +137,10 @@ impl FaultPlan {
         self.short_reads(false);
         self.lock_flips().clear();
         self.has_flips.store(false, Ordering::SeqCst);
+        self.lock_sectors().clear();
+        self.has_bad_sectors.store(false, Ordering::SeqCst);
+        self.lose_writes(0);
+        self.misdirect_writes(0, 0);
     }
 
     /// Syncs attempted so far, and how many of them were made to fail.
@@ -92,6 +150,53 @@ impl FaultPlan {
 
     fn lock_flips(&self) -> std::sync::MutexGuard<'_, Vec<BitFlip>> {
         self.flips.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_sectors(&self) -> std::sync::MutexGuard<'_, Vec<BadSector>> {
+        self.bad_sectors.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Fails a read of `offset..offset + len` of `path` that touches a bad sector.
+    fn check_read(&self, path: &Path, offset: u64, len: usize) -> io::Result<()> {
+        if !self.has_bad_sectors.load(Ordering::SeqCst) || len == 0 {
+            return Ok(());
+        }
+        let end = offset + len as u64;
+        let sectors = self.lock_sectors();
+        let Some(bad) = sectors.iter().find(|bad| bad.path == path && bad.start < end && offset < bad.end) else {
+            return Ok(());
+        };
+        self.media_faults.fetch_add(1, Ordering::SeqCst);
+        Err(io::Error::other(format!(
+            "injected latent sector error reading {} at bytes {}..{}",
+            path.display(),
+            bad.start,
+            bad.end
+        )))
+    }
+
+    /// A write of `offset..offset + len` of `path` remaps the bad sectors it covers whole.
+    fn rewrite(&self, path: &Path, offset: u64, len: usize) {
+        if self.has_bad_sectors.load(Ordering::SeqCst) {
+            let end = offset + len as u64;
+            self.lock_sectors().retain(|bad| !(bad.path == path && offset <= bad.start && bad.end <= end));
+        }
+    }
+
+    fn take_one(counter: &AtomicU64) -> bool {
+        counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1)).is_ok()
+    }
+
+    fn write_fate(&self) -> WriteFate {
+        if Self::take_one(&self.writes_to_lose) {
+            self.media_faults.fetch_add(1, Ordering::SeqCst);
+            return WriteFate::Lost;
+        }
+        if Self::take_one(&self.writes_to_misdirect) {
+            self.media_faults.fetch_add(1, Ordering::SeqCst);
+            return WriteFate::Misdirected(self.misdirect_back.load(Ordering::SeqCst));
+        }
+        WriteFate::Lands
     }
 
     fn check_sync(&self, what: &Path) -> io::Result<()> {
@@ -225,10 +330,46 @@ impl FaultyDevice {
     }
 }
 
+impl FaultyDevice {
+    /// Writes `data` at `offset` as the plan's media faults have it land.
+    fn place(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.place_as(self.plan.write_fate(), data, offset)
+    }
+
+    fn place_as(&self, fate: WriteFate, data: &[u8], offset: u64) -> io::Result<()> {
+        match fate {
+            WriteFate::Lands => {
+                self.plan.rewrite(&self.path, offset, data.len());
+                self.inner.write_at(data, offset)
+            }
+            WriteFate::Lost => self.keep_range(offset, data.len()),
+            WriteFate::Misdirected(back) => {
+                self.keep_range(offset, data.len())?;
+                let to = offset.saturating_sub(back);
+                self.plan.rewrite(&self.path, to, data.len());
+                self.inner.write_at(data, to)
+            }
+        }
+    }
+
+    /// The range a write did not reach: what it held stays, and past the end it is zeros
+    /// (the object still grows, as its length is metadata the write did update).
+    fn keep_range(&self, offset: u64, len: usize) -> io::Result<()> {
+        let end = offset + len as u64;
+        let current = self.inner.len()?;
+        if end > current {
+            let from = current.max(offset);
+            self.inner.write_at(&vec![0; (end - from) as usize], from)?;
+        }
+        Ok(())
+    }
+}
+
 impl Device for FaultyDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let want =
             if self.plan.short_reads.load(Ordering::SeqCst) && buf.len() > 1 { buf.len() / 2 } else { buf.len() };
+        self.plan.check_read(&self.path, offset, want)?;
         let n = self.inner.read_at(&mut buf[..want], offset)?;
         self.flip(&mut buf[..n], offset);
         Ok(n)
@@ -252,7 +393,7 @@ impl Device for FaultyDevice {
 
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         let granted = self.plan.take_budget(data.len() as u64) as usize;
-        self.inner.write_at(&data[..granted], offset)?;
+        self.place(&data[..granted], offset)?;
         if granted < data.len() {
             return Err(disk_full(&self.path));
         }
@@ -261,7 +402,14 @@ impl Device for FaultyDevice {
 
     fn append(&self, data: &[u8]) -> io::Result<u64> {
         let granted = self.plan.take_budget(data.len() as u64) as usize;
-        let offset = self.inner.append(&data[..granted])?;
+        let offset = match self.plan.write_fate() {
+            WriteFate::Lands => self.inner.append(&data[..granted])?,
+            fate => {
+                let offset = self.inner.len()?;
+                self.place_as(fate, &data[..granted], offset)?;
+                offset
+            }
+        };
         if granted < data.len() {
             return Err(disk_full(&self.path));
         }

@@ -310,6 +310,61 @@ fn bit_flips_hit_the_named_byte_only() {
 }
 
 #[test]
+fn a_latent_sector_error_fails_reads_that_touch_it_until_a_write_remaps_it() {
+    let plan = FaultPlan::new();
+    let storage = FaultyStorage::new(Arc::new(MemStorage::new()), Arc::clone(&plan));
+    let device = storage.create("f").unwrap();
+    device.append(b"0123456789").unwrap();
+    plan.latent_sector_error(storage.path_of("f"), 4, 2);
+    let mut buf = [0u8; 4];
+    device.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"0123");
+    let error = device.read_all().unwrap_err();
+    assert!(error.to_string().contains("latent sector error"), "{error}");
+    assert!(device.read_exact_at(&mut buf, 5).is_err(), "a read that starts inside the sector fails too");
+    device.write_at(b"ab", 3).unwrap();
+    assert!(device.read_all().is_err(), "a write that covers part of the sector does not remap it");
+    device.write_at(b"xy", 4).unwrap();
+    assert_eq!(device.read_all().unwrap(), b"012axy6789");
+    assert_eq!(plan.media_faults(), 3);
+}
+
+#[test]
+fn a_lost_write_is_acknowledged_and_leaves_the_medium_as_it_was() {
+    let plan = FaultPlan::new();
+    let inner = Arc::new(MemStorage::new());
+    let storage = FaultyStorage::new(inner.clone(), Arc::clone(&plan));
+    let device = storage.create("f").unwrap();
+    device.append(b"abcd").unwrap();
+    plan.lose_writes(2);
+    device.write_at(b"XY", 1).unwrap();
+    assert_eq!(device.append(b"efgh").unwrap(), 4);
+    device.sync().unwrap();
+    assert_eq!(device.append(b"ijkl").unwrap(), 8, "the lost append still grew the object");
+    assert_eq!(inner.open("f").unwrap().read_all().unwrap(), b"abcd\0\0\0\0ijkl");
+    assert_eq!(plan.media_faults(), 2);
+}
+
+#[test]
+fn a_misdirected_write_lands_over_older_bytes_and_leaves_its_own_range_as_it_was() {
+    let plan = FaultPlan::new();
+    let inner = Arc::new(MemStorage::new());
+    let storage = FaultyStorage::new(inner.clone(), Arc::clone(&plan));
+    let device = storage.create("f").unwrap();
+    device.append(b"abcdefgh").unwrap();
+    plan.misdirect_writes(1, 6);
+    assert_eq!(device.append(b"XYZ").unwrap(), 8);
+    device.append(b"!").unwrap();
+    assert_eq!(inner.open("f").unwrap().read_all().unwrap(), b"abXYZfgh\0\0\0!");
+    plan.misdirect_writes(1, 100);
+    device.write_at(b"Q", 11).unwrap();
+    assert_eq!(inner.open("f").unwrap().read_all().unwrap(), b"QbXYZfgh\0\0\0!", "clamped at the start");
+    plan.heal();
+    device.write_at(b"W", 11).unwrap();
+    assert_eq!(inner.open("f").unwrap().read_all().unwrap(), b"QbXYZfgh\0\0\0W");
+}
+
+#[test]
 fn short_reads_are_completed_by_read_exact_at() {
     let plan = FaultPlan::new();
     let storage = FaultyStorage::new(Arc::new(MemStorage::new()), Arc::clone(&plan));
