@@ -31,7 +31,9 @@ pub(crate) struct DkvArgs {
     pub first_seed: u64,
     /// `all`: message loss, duplication and reordering, partitions, and crashes of backups,
     /// primaries (which fail over) and clients (whose transactions the primaries terminate).
-    /// `none`: a reliable network and no crash.
+    /// `disk`: all of those, and one data node that crashes meets a media fault (a latent
+    /// sector error, or writes lost or misdirected just before it crashes); a node whose
+    /// storage then refuses to open stays down. `none`: a reliable network and no crash.
     #[arg(long, value_enum, default_value_t = Faults::All)]
     pub faults: Faults,
     /// Run a deliberately weakened variant, to see the checks catch it: skip-latest-read,
@@ -91,6 +93,7 @@ pub(crate) struct DkvArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Faults {
     All,
+    Disk,
     None,
 }
 
@@ -98,6 +101,7 @@ impl Faults {
     fn name(self) -> &'static str {
         match self {
             Faults::All => "all",
+            Faults::Disk => "disk",
             Faults::None => "none",
         }
     }
@@ -158,6 +162,11 @@ struct Run {
     session_stale_map: u64,
     session_outcome_unknown: u64,
     session_aborted_attempts: u64,
+    /// `--faults disk`: the media fault planted, how often it fired, and the data nodes
+    /// whose storage then refused to open.
+    media_fault: Option<String>,
+    media_faults_fired: u64,
+    unopened: Vec<String>,
     virtual_ms: u64,
     events: u64,
     trace_digest: u64,
@@ -202,6 +211,10 @@ struct Totals {
     validator_terminations: u64,
     validator_fallbacks: u64,
     validator_takeovers: u64,
+    /// `--faults disk`: seeds whose media fault hit a read or a write, and data nodes whose
+    /// storage then refused to open.
+    media_faults_fired: u64,
+    unopened_nodes: u64,
     events: u64,
 }
 
@@ -282,9 +295,10 @@ pub(crate) fn run(args: &DkvArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn seed_options(args: &DkvArgs, seed: u64) -> TxnRunOptions {
-    let faults = args.faults == Faults::All;
+    let faults = args.faults != Faults::None;
     TxnRunOptions {
         faults,
+        media_faults: args.faults == Faults::Disk,
         client_crashes: faults,
         primary_crashes: faults,
         weakening: args.weaken.unwrap_or_default(),
@@ -387,6 +401,9 @@ fn run_of(report: &TxnRunReport) -> Run {
         session_stale_map: report.session_stale_map,
         session_outcome_unknown: report.session_outcome_unknown,
         session_aborted_attempts: report.session_aborted_attempts,
+        media_fault: report.media_fault.clone(),
+        media_faults_fired: report.media_faults_fired,
+        unopened: report.unopened.clone(),
         virtual_ms: report.virtual_ms,
         events: report.events,
         trace_digest: report.trace_digest,
@@ -402,6 +419,8 @@ fn totals(reports: &[&TxnRunReport]) -> Totals {
         totals.aborted_attempts += report.aborted_attempts;
         totals.gave_up += report.gave_up as u64;
         totals.crashes += report.crashes as u64;
+        totals.media_faults_fired += u64::from(report.media_faults_fired > 0);
+        totals.unopened_nodes += report.unopened.len() as u64;
         totals.backup_crashes +=
             (report.crashes - report.client_crashes - report.primary_crashes - report.validator_crashes) as u64;
         totals.validator_crashes += report.validator_crashes as u64;
@@ -438,7 +457,8 @@ fn print_summary(report: &Report) {
          crashes: {} backup, {} client, {} primary; {} failovers, {} terminations; {} versions collected; \
          sessions: {} committed, {} gave up, {} unavailable, {} stale map, {} outcome unknown; \
          cache: {} reads, {} hits, {} stale; validators: {} crashes, {} votes, {} terminations, \
-         {} read-only and {} read-write taken over; {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
+         {} read-only and {} read-write taken over; media faults: {} seed(s) hit, {} node(s) refused to open; \
+         {} events; {:.1} s ({:.3} s per seed on {} thread(s))",
         report.seeds,
         report.failures.len(),
         totals.committed,
@@ -464,6 +484,8 @@ fn print_summary(report: &Report) {
         totals.validator_terminations,
         totals.validator_fallbacks,
         totals.validator_takeovers,
+        totals.media_faults_fired,
+        totals.unopened_nodes,
         totals.events,
         report.timing.wall_seconds,
         report.timing.seconds_per_seed,

@@ -244,6 +244,14 @@ impl Refusal {
     }
 }
 
+/// A backup of `shard` that restarted asks its primary at `epoch` for the shard's records
+/// again: what it acknowledged before may be gone from its disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resync {
+    pub shard: u32,
+    pub epoch: u64,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Request {
     /// Raft messages from one configuration replica to another.
@@ -260,6 +268,8 @@ pub enum Request {
     Decide(Decide),
     /// SEMEL replication, primary to backup.
     Replicate(Replicate),
+    /// A restarted backup asks its primary for every record of a shard again.
+    Resync(Resync),
     /// Cooperative termination: a participant primary (or a validator) asks about a transaction.
     Query(TxnQuery),
     /// A primary asks a backup for (more of) its lease.

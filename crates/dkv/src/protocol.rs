@@ -8,8 +8,8 @@ use virga_net::{ProtobufError, WireProtocol};
 use crate::kairos::{validate_from_wire, validate_to_wire, ValidateWireError};
 use crate::messages::{
     Decide, Fetch, FetchTable, Get, GetMany, Invalidate, LeaseRequest, MapReply, Proposed, ReadReply, Refusal,
-    RefusalKind, Release, Replicate, Request, Response, Row, Scan, ScanReply, TxnPhase, TxnQuery, ValidatorGrant,
-    ValidatorLease, Vote, Watermark,
+    RefusalKind, Release, Replicate, Request, Response, Resync, Row, Scan, ScanReply, TxnPhase, TxnQuery,
+    ValidatorGrant, ValidatorLease, Vote, Watermark,
 };
 use crate::proto;
 use crate::proto::{request::Body as RequestBody, response::Body as ResponseBody};
@@ -68,6 +68,7 @@ impl Protocol for Dkv {
             Request::Prepare(_) => "prepare",
             Request::Decide(_) => "decide",
             Request::Replicate(_) => "replicate",
+            Request::Resync(_) => "resync",
             Request::Query(_) => "query",
             Request::Lease(_) => "lease",
             Request::Fetch(_) => "fetch",
@@ -197,6 +198,7 @@ fn request_to_wire(request: Request) -> crate::proto::Request {
             RequestBody::Lease(proto::LeaseRequest { shard, epoch, until: Some(shard_wire::ts_to_wire(until)) })
         }
         Request::Fetch(Fetch { shard, epoch }) => RequestBody::Fetch(proto::Fetch { shard, epoch }),
+        Request::Resync(Resync { shard, epoch }) => RequestBody::Resync(proto::Resync { shard, epoch }),
         Request::Watermark(Watermark { client, ts, freshness }) => RequestBody::Watermark(proto::Watermark {
             client,
             ts: Some(shard_wire::ts_to_wire(ts)),
@@ -274,6 +276,7 @@ fn request_from_wire(request: crate::proto::Request) -> Result<Request, DkvWireE
             until: shard_wire::ts_from_wire(lease.until),
         }),
         RequestBody::Fetch(fetch) => Request::Fetch(Fetch { shard: fetch.shard, epoch: fetch.epoch }),
+        RequestBody::Resync(resync) => Request::Resync(Resync { shard: resync.shard, epoch: resync.epoch }),
         // A client that reports no freshness is fresh up to its watermark.
         RequestBody::Watermark(watermark) => Request::Watermark(Watermark {
             client: watermark.client,
@@ -589,7 +592,8 @@ mod tests {
         let lease = (any::<u32>(), any::<u64>(), ts())
             .prop_map(|(shard, epoch, until)| Request::Lease(LeaseRequest { shard, epoch, until }));
         let fetch = (any::<u32>(), any::<u64>()).prop_map(|(shard, epoch)| Request::Fetch(Fetch { shard, epoch }));
-        let store = prop_oneof![get, scan, decide, watermark, lease, fetch, Just(Request::GetMap)];
+        let resync = (any::<u32>(), any::<u64>()).prop_map(|(shard, epoch)| Request::Resync(Resync { shard, epoch }));
+        let store = prop_oneof![get, scan, decide, watermark, lease, fetch, resync, Just(Request::GetMap)];
         prop_oneof![store, kairos_or_config_request()]
     }
 

@@ -22,6 +22,7 @@ mod gauges;
 mod gc;
 mod lease;
 mod replication;
+mod resync;
 mod takeover;
 mod termination;
 mod validator_leases;
@@ -174,6 +175,10 @@ enum CallFor {
     /// A map read, or a configuration proposal, at the configuration service.
     Map,
     Proposal,
+    /// A restarted backup's request for a shard's records again.
+    Resync {
+        shard: u32,
+    },
 }
 
 /// What to do once a group of records is durable.
@@ -212,6 +217,7 @@ pub struct DataCore {
     /// Soft leases for cached reads: each cached key's write rate, nothing per client.
     grants: crate::kairos::LeaseGrants,
     validator_leases: validator_leases::ValidatorLeases,
+    resyncs: resync::Resyncs,
     /// The clock at the step being handled.
     now: Nanos,
     stats: DataStats,
@@ -239,6 +245,7 @@ impl DataCore {
         DataCore {
             grants: crate::kairos::LeaseGrants::new(config.cache),
             validator_leases: validator_leases::ValidatorLeases::default(),
+            resyncs: resync::Resyncs::default(),
             map: config.map.clone(),
             link: lease::ConfigLink::new(&config),
             config,
@@ -302,6 +309,11 @@ impl DataCore {
     /// Records not yet acknowledged by every backup (a settled primary has none).
     pub fn replicating(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Shards this restarted backup still waits to hear its primary's resync answer for.
+    pub fn resyncs_waiting(&self) -> usize {
+        self.resyncs.waiting()
     }
 
     /// Transactions prepared at this primary and not yet decided.
@@ -372,6 +384,7 @@ impl DataCore {
             Request::Prepare(prepare) => self.on_prepare(now, &from, call, prepare, out),
             Request::Decide(decide) => self.on_decide(&from, call, decide, out),
             Request::Replicate(replicate) => self.on_replicate(&from, call, replicate),
+            Request::Resync(resync) => Some(self.on_resync(&from, resync, out)),
             Request::ValidatorLease(lease) => Some(self.on_validator_lease(lease)),
             Request::Raft(_) | Request::Propose(_) | Request::GetMap => {
                 Some(Response::refused(RefusalKind::WrongRole, "a data node serves no configuration requests"))
@@ -699,6 +712,7 @@ impl DataCore {
             }
             CallFor::Map => self.on_map(now, call, body, out),
             CallFor::Proposal => self.on_proposed(now, call, body, out),
+            CallFor::Resync { shard } => self.on_resynced(shard, body),
         }
     }
 
@@ -818,6 +832,7 @@ impl Role for DataCore {
                 for (shard, epoch) in led {
                     self.start_takeover(shard, epoch, out);
                 }
+                self.start_resyncs(out);
                 self.arm_check(out);
             }
             Event::Timer(timer) if Some(timer) == self.check_timer => {
@@ -828,6 +843,7 @@ impl Role for DataCore {
                 for shard in taking {
                     self.send_fetches(shard, out);
                 }
+                self.send_resyncs(out);
                 self.arm_check(out);
             }
             Event::Timer(_) | Event::Input(()) => {}

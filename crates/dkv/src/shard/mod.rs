@@ -65,6 +65,10 @@ pub struct DataStats {
     pub failovers_proposed: u64,
     pub takeovers: u64,
     pub merged_records: u64,
+    /// As a restarted backup, shards whose primary answered its resync; as a primary,
+    /// resyncs it served (every record of the shard sent again to that backup).
+    pub resyncs: u64,
+    pub resyncs_served: u64,
     pub maps_adopted: u64,
     /// Reads refused because the primary's lease did not cover their timestamp, or because
     /// they were below the garbage-collection watermark; versions collected in full passes.
@@ -119,7 +123,7 @@ pub fn open_data_node(config: DataConfig, at: impl IntoStorage) -> Result<(DataC
     let options = LogOptions { sync: SyncPolicy::None, ..LogOptions::default() };
     let mut records = Vec::new();
     let mut bad = None;
-    let (log, _) =
+    let (log, recovered) =
         RecordLog::open_with(at, options, OpenMode::Repair, |lsn, payload| match wire::decode_log_record(payload) {
             Ok(record) => records.push(record),
             Err(error) => {
@@ -129,5 +133,12 @@ pub fn open_data_node(config: DataConfig, at: impl IntoStorage) -> Result<(DataC
     if let Some(error) = bad {
         return Err(error);
     }
-    Ok((DataCore::new(config, records), DataDisk { log: Arc::new(Mutex::new(log)) }))
+    // A log that held records, or lost a tail, is a restart: what the node acknowledged
+    // before may be gone with that tail, so it catches up from its primaries.
+    let restarted = !records.is_empty() || recovered.truncated_bytes > 0;
+    let mut core = DataCore::new(config, records);
+    if restarted {
+        core.resync_on_start();
+    }
+    Ok((core, DataDisk { log: Arc::new(Mutex::new(log)) }))
 }

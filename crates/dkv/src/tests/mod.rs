@@ -246,6 +246,7 @@ fn invalid_layouts_are_refused_with_the_right_error() {
 }
 mod kairos_sim;
 mod replica;
+mod resync;
 mod service_sim;
 mod txn_sim;
 mod validator_takeover;

@@ -96,6 +96,7 @@ pub(super) fn settled(sim: &Sim<DkvNode>, cluster: &Cluster) -> bool {
                 core.replicating() == 0
                     && core.unlogged() == 0
                     && core.undecided() == 0
+                    && core.resyncs_waiting() == 0
                     && core.map().version() >= newest
             }
             _ => true,

@@ -64,14 +64,14 @@ pub fn lease_scenario(leases: bool) -> Result<LeaseScenario, SimError> {
     let disks = Disks::default();
     let restarts = Restarts::default();
     for id in cluster.config.iter().chain([&ADMIN.to_string()]).chain(&cluster.data) {
-        let (core, io) = open_node(&options, &cluster, &disks, &restarts, id);
+        let (core, io) = open_node(&options, &cluster, &disks, &Default::default(), &restarts, id);
         sim.add_node(id.clone(), core, io)?;
     }
     let (reader, writer) = (cluster.clients[0].clone(), cluster.clients[1].clone());
-    let (core, io) = open_node(&options, &cluster, &disks, &restarts, &reader);
+    let (core, io) = open_node(&options, &cluster, &disks, &Default::default(), &restarts, &reader);
     sim.add_node_with_skew(reader.clone(), core, io, Skew::default())?;
     let behind = Skew { offset_ns: -(ns(Duration::from_millis(2200)) as i64), ..Skew::default() };
-    let (core, io) = open_node(&options, &cluster, &disks, &restarts, &writer);
+    let (core, io) = open_node(&options, &cluster, &disks, &Default::default(), &restarts, &writer);
     sim.add_node_with_skew(writer.clone(), core, io, behind)?;
 
     let key = Bytes::from_static(KEY.as_bytes());

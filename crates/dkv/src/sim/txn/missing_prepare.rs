@@ -72,7 +72,7 @@ pub fn missing_prepare_scenario(weakened: bool) -> Result<MissingPrepare, SimErr
     let mut sim: Sim<DkvNode> = Sim::new(config)?;
     let (disks, restarts) = (Disks::default(), Restarts::default());
     for id in cluster.config.iter().chain([&ADMIN.to_string()]).chain(&cluster.data).chain(&cluster.clients) {
-        let (core, io) = open_node(&options, &cluster, &disks, &restarts, id);
+        let (core, io) = open_node(&options, &cluster, &disks, &Default::default(), &restarts, id);
         sim.add_node(id.clone(), core, io)?;
     }
     sim.input_at(1, ADMIN, DkvInput::Commands(vec![ConfigCommand::Install(cluster.map.clone())]))?;

@@ -7,6 +7,7 @@
 
 mod checks;
 pub mod lease_scenario;
+mod media;
 pub mod missing_prepare;
 mod node;
 pub mod scale;
@@ -26,7 +27,7 @@ use virga_core::device::{MemStorage, Storage};
 use virga_net::role::IoExecutor;
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, SimError};
 
-use self::node::{admin_node, client_node, config_node, data_node, session_node, validator_node};
+use self::node::{admin_node, client_node, config_node, data_node, session_node, unopened_node, validator_node};
 pub use self::node::{txn_client, DkvDisk, DkvInput, DkvIo, DkvIoDone, DkvNode};
 pub use self::session::{SessionClient, SessionCounts, SessionDriver};
 use crate::client::{ClientClock, Program, ReadOnlyValidation, TxnClient, TxnClientConfig};
@@ -140,6 +141,9 @@ pub struct TxnRunOptions {
     /// Programs per client; every fourth is an audit of all accounts.
     pub programs: usize,
     pub faults: bool,
+    /// With `faults`, one data node that crashes and restarts also meets a media fault: a
+    /// latent sector error, or lost or misdirected writes just before its crash (`media`).
+    pub media_faults: bool,
     pub fault_window: Duration,
     pub settle: Duration,
     pub clock: SkewProfile,
@@ -174,6 +178,7 @@ impl TxnRunOptions {
             accounts: 12,
             programs: 60,
             faults: true,
+            media_faults: false,
             fault_window: Duration::from_secs(2),
             settle: Duration::from_secs(20),
             clock: SkewProfile::Ntp,
@@ -198,6 +203,8 @@ impl TxnRunOptions {
         let mut command = format!("virga sim dkv --seeds 1 --first-seed {}", self.seed);
         if !self.faults {
             command.push_str(" --faults none");
+        } else if self.media_faults {
+            command.push_str(" --faults disk");
         }
         if let Some(name) = self.weakening.name() {
             command.push_str(&format!(" --weaken {name}"));
@@ -257,6 +264,11 @@ pub struct TxnRunReport {
     pub terminations: u64,
     pub committed_by_termination: usize,
     pub partitions: usize,
+    /// `--faults disk`: the media fault planted (node and kind), how many reads and writes
+    /// it hit, and the nodes whose storage then refused to open (with why).
+    pub media_fault: Option<String>,
+    pub media_faults_fired: u64,
+    pub unopened: Vec<String>,
     /// The session clients' work: committed, aborted on every attempt, ended unavailable,
     /// by a stale map, or with its commit's outcome unknown; and their aborted attempts.
     pub session_committed: u64,
@@ -330,6 +342,7 @@ pub(super) fn open_node(
     options: &TxnRunOptions,
     cluster: &Cluster,
     disks: &Disks,
+    plans: &media::Plans,
     restarts: &Restarts,
     id: &str,
 ) -> (DkvNode, Box<dyn IoExecutor<DkvNode>>) {
@@ -339,7 +352,8 @@ pub(super) fn open_node(
         *count += 1;
         *count - 1
     };
-    let storage: Arc<dyn Storage> = Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
+    let disk = disks.borrow_mut().entry(id.to_string()).or_default().clone();
+    let storage: Arc<dyn Storage> = media::storage_of(id, disk, plans);
     if let Some(index) = cluster.clients.iter().position(|client| client == id) {
         let mut config = TxnClientConfig::new(index as u32 + 1, cluster.map.clone());
         config.keep_history = true;
@@ -406,8 +420,8 @@ pub(super) fn open_node(
             }
             (data_node(core), Box::new(DkvDisk::Data(Box::new(disk))))
         }
-        // A memory device always opens, and its records are the node's own.
-        Err(error) => unreachable!("{id} does not reopen: {error}"),
+        // Only a media fault makes a memory device refuse to open: the node stays down.
+        Err(error) => (unopened_node(error.to_string()), Box::new(DkvDisk::None)),
     }
 }
 
@@ -435,7 +449,11 @@ fn programs(rng: &mut StdRng, options: &TxnRunOptions) -> Vec<Program> {
 /// The seed's crashes: (at, back, node) for data nodes, `back == None` for good.
 type Crashes = Vec<(u64, Option<u64>, String)>;
 
-fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (SimConfig, Crashes) {
+fn sim_config(
+    options: &TxnRunOptions,
+    rng: &mut StdRng,
+    cluster: &Cluster,
+) -> (SimConfig, Crashes, Option<media::Planted>) {
     let mut net = NetConfig {
         latency_min: Duration::from_micros(100),
         latency_max: Duration::from_millis(2),
@@ -484,6 +502,8 @@ fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (
             crashes.push((at, None, cluster.clients[rng.random_range(0..cluster.clients.len())].clone()));
         }
     }
+    let planted =
+        if options.faults && options.media_faults { media::schedule(rng, cluster, &mut crashes, window) } else { None };
     let config = SimConfig {
         seed: options.seed,
         net,
@@ -491,7 +511,7 @@ fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (
         clock_profile: options.clock,
         max_events: Some(5_000_000),
     };
-    (config, crashes)
+    (config, crashes, planted)
 }
 
 /// Runs one seed and checks it.
@@ -499,11 +519,13 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
     let cluster = cluster(options)
         .map_err(|error| SimError::InvalidConfig { field: "layout".into(), reason: error.to_string() })?;
     let mut rng = StdRng::seed_from_u64(options.seed);
-    let (config, crashes) = sim_config(options, &mut rng, &cluster);
+    let (config, crashes, mut planted) = sim_config(options, &mut rng, &cluster);
+    let media_fault = planted.as_ref().map(|planted| format!("{:?} on {}", planted.fault, planted.node));
     let partitions = config.net.partitions.len();
     let mut sim: Sim<DkvNode> = Sim::new(config)?;
     let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
     let restarts: Restarts = Rc::new(RefCell::new(HashMap::new()));
+    let plans: media::Plans = Rc::new(RefCell::new(HashMap::new()));
     let everyone: Vec<String> = cluster
         .config
         .iter()
@@ -514,13 +536,15 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         .cloned()
         .collect();
     for id in &everyone {
-        let (core, io) = open_node(options, &cluster, &disks, &restarts, id);
+        let (core, io) = open_node(options, &cluster, &disks, &plans, &restarts, id);
         sim.add_node(id.clone(), core, io)?;
     }
     let cluster = Rc::new(cluster);
-    let (factory_options, factory_cluster, factory_disks, factory_restarts) =
-        (options.clone(), Rc::clone(&cluster), Rc::clone(&disks), Rc::clone(&restarts));
-    sim.set_factory(move |id| open_node(&factory_options, &factory_cluster, &factory_disks, &factory_restarts, id));
+    let (factory_options, factory_cluster, factory_disks, factory_plans, factory_restarts) =
+        (options.clone(), Rc::clone(&cluster), Rc::clone(&disks), Rc::clone(&plans), Rc::clone(&restarts));
+    sim.set_factory(move |id| {
+        open_node(&factory_options, &factory_cluster, &factory_disks, &factory_plans, &factory_restarts, id)
+    });
     let crash_disks = Rc::clone(&disks);
     sim.set_on_crash(move |id, rng| {
         if let Some(storage) = crash_disks.borrow_mut().get_mut(id) {
@@ -559,6 +583,9 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         crashes.iter().filter_map(|(_, back, _)| *back).max().map_or(0, |back| back + ns(Duration::from_secs(2)));
     sim.run_while(window.max(restart_ends) + ns(options.settle), |sim| {
         seen.observe(sim, &cluster.clients);
+        if planted.as_ref().is_some_and(|due| sim.now() >= due.at && media::plant(due, &disks, &plans)) {
+            planted = None;
+        }
         sim.now() < window.max(restart_ends) || !checks::settled(sim, &cluster)
     });
     seen.observe(&sim, &cluster.clients);
@@ -572,8 +599,20 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         virtual_ms: sim.now() / 1_000_000,
         events: sim.stats().events,
         trace_digest: sim.trace_digest(),
+        media_fault,
+        media_faults_fired: media::fired(&plans),
+        unopened: unopened(&sim, &cluster),
         ..TxnRunReport::default()
     };
     checks::check_run(&sim, &cluster, options, &seen, &mut report);
     Ok(report)
+}
+
+/// The data nodes down at the end because their storage did not open, with why.
+fn unopened(sim: &Sim<DkvNode>, cluster: &Cluster) -> Vec<String> {
+    cluster
+        .data
+        .iter()
+        .filter_map(|id| Some(format!("{id}: {}", sim.core(id)?.role::<node::Unopened>()?.error)))
+        .collect()
 }
