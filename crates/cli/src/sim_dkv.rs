@@ -39,7 +39,8 @@ pub(crate) struct DkvArgs {
     /// Run a deliberately weakened variant, to see the checks catch it: skip-latest-read,
     /// skip-local-validation, terminate-ignoring-missing-prepare or
     /// skip-cached-latest-committed (with --cache), validator-skip-freshness or
-    /// validator-skip-cached-latest-committed (with --validators).
+    /// validator-skip-cached-latest-committed (with --validators), skip-resync (with --faults
+    /// disk).
     #[arg(long, value_parser = weakening)]
     pub weaken: Option<Weakening>,
     /// The clients' timestamps: their physical clocks, or hybrid logical clocks.

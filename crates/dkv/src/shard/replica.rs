@@ -148,6 +148,10 @@ pub struct Weakened {
     /// validator (whose reads it cannot see).
     #[cfg(any(test, feature = "sim"))]
     pub skip_validator_lease: bool,
+    /// A restarted backup does not ask its primaries for their records again, so what a
+    /// lost write took from the end of its log stays lost on it.
+    #[cfg(any(test, feature = "sim"))]
+    pub skip_resync: bool,
 }
 
 /// Whether a weakening switch is on: never, in a build without the switches.

@@ -47,7 +47,7 @@ impl DataCore {
 
     /// At the start: every shard this node backs waits for a resync.
     pub(super) fn start_resyncs(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
-        if !self.resyncs.on_start {
+        if !self.resyncs.on_start || crate::shard::replica::weakened!(self.config.weakened, skip_resync) {
             return;
         }
         let node = self.config.node.clone();

@@ -46,7 +46,16 @@ pub(super) type Plans = Rc<RefCell<HashMap<String, Arc<FaultPlan>>>>;
 
 /// Node `id`'s storage: its memory device through its fault plan.
 pub(super) fn storage_of(id: &str, disk: MemStorage, plans: &Plans) -> Arc<dyn Storage> {
-    let plan = Arc::clone(plans.borrow_mut().entry(id.to_string()).or_insert_with(FaultPlan::new));
+    // `FaultPlan::new`, not its `Default`: a default plan has no syncs or bytes left.
+    let mut plans = plans.borrow_mut();
+    let plan = match plans.get(id) {
+        Some(plan) => Arc::clone(plan),
+        None => {
+            let plan = FaultPlan::new();
+            plans.insert(id.to_string(), Arc::clone(&plan));
+            plan
+        }
+    };
     Arc::new(FaultyStorage::new(Arc::new(disk), plan))
 }
 

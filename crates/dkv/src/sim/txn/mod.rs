@@ -62,10 +62,12 @@ pub struct Weakening {
     pub validator_skip_cached_latest_committed: bool,
     /// Primaries validate in place of a passed-over validator under the lease they granted it.
     pub skip_validator_lease: bool,
+    /// Restarted backups skip their resync (caught under `--faults disk`).
+    pub skip_resync: bool,
 }
 
 impl Weakening {
-    fn flags(&self) -> [(bool, &'static str); 7] {
+    fn flags(&self) -> [(bool, &'static str); 8] {
         [
             (self.skip_latest_read, "skip-latest-read"),
             (self.skip_local_validation, "skip-local-validation"),
@@ -74,6 +76,7 @@ impl Weakening {
             (self.validator_skip_freshness, "validator-skip-freshness"),
             (self.validator_skip_cached_latest_committed, "validator-skip-cached-latest-committed"),
             (self.skip_validator_lease, "skip-validator-lease"),
+            (self.skip_resync, "skip-resync"),
         ]
     }
 
@@ -88,7 +91,7 @@ impl Weakening {
     }
 
     /// The names `--weaken` takes, each weakening one thing.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "skip-latest-read",
         "skip-local-validation",
         "terminate-ignoring-missing-prepare",
@@ -96,6 +99,7 @@ impl Weakening {
         "validator-skip-freshness",
         "validator-skip-cached-latest-committed",
         "skip-validator-lease",
+        "skip-resync",
     ];
 
     /// The weakening `--weaken NAME` names (the inverse of [`Weakening::name`]).
@@ -111,6 +115,7 @@ impl Weakening {
                 Ok(Weakening { validator_skip_cached_latest_committed: true, ..none })
             }
             "skip-validator-lease" => Ok(Weakening { skip_validator_lease: true, ..none }),
+            "skip-resync" => Ok(Weakening { skip_resync: true, ..none }),
             _ => Err(UnknownWeakening { name: name.to_owned() }),
         }
     }
@@ -121,7 +126,7 @@ impl Weakening {
 #[error(
     "no weakening is called {name:?}: the names are skip-latest-read, skip-local-validation, \
      terminate-ignoring-missing-prepare, skip-cached-latest-committed, validator-skip-freshness, \
-     validator-skip-cached-latest-committed and skip-validator-lease"
+     validator-skip-cached-latest-committed, skip-validator-lease and skip-resync"
 )]
 pub struct UnknownWeakening {
     pub name: String,
@@ -404,6 +409,7 @@ pub(super) fn open_node(
         terminate_ignoring_missing_prepare: options.weakening.terminate_ignoring_missing_prepare,
         skip_cached_latest_committed: options.weakening.skip_cached_latest_committed,
         skip_validator_lease: options.weakening.skip_validator_lease,
+        skip_resync: options.weakening.skip_resync,
     };
     config.cache = options.cache;
     config.config_replicas = cluster.config.clone();
