@@ -205,7 +205,7 @@ fn each_weakened_validator_is_caught() {
 
 /// A primary that validates in a passed-over validator's place under the lease it granted
 /// that validator lets a write land under a cached read the validator vouched for alone.
-/// The seeds are the first four of nine in 10,000 where that shows (it takes a validator
+/// The seeds are the first four of seven in 10,000 where that shows (it takes a validator
 /// alive but cut off from a client while that client writes a key the validator vouched for);
 /// the same seeds pass unweakened. (A change to the protocol's timing moves them: find them
 /// again with `virga sim dkv --seeds 10000 --validators 2 --cache naive --weaken
@@ -214,7 +214,7 @@ fn each_weakened_validator_is_caught() {
 fn a_primary_taking_over_under_the_validators_lease_is_caught() {
     let weakening = Weakening { skip_validator_lease: true, ..Weakening::default() };
     assert_eq!(Weakening::from_name("skip-validator-lease"), Ok(weakening));
-    for seed in [52, 286, 991, 4745] {
+    for seed in [991, 5494, 6727, 6755] {
         let honest = TxnRunOptions { cache: CacheMode::Naive, validators: 2, ..TxnRunOptions::new(seed) };
         let report = check(&honest);
         assert!(report.validator_takeovers > 0, "{report:?}");
