@@ -143,6 +143,22 @@ struct Pending {
     since: Nanos,
 }
 
+impl Pending {
+    /// A record this primary holds durably and answered for, sent again to the backups not
+    /// in `acked`.
+    fn sent_again(record: ShardRecord, acked: BTreeSet<String>, now: Nanos) -> Pending {
+        Pending {
+            record,
+            acked,
+            in_flight: BTreeSet::new(),
+            local_durable: true,
+            waiters: Vec::new(),
+            answered: true,
+            since: now,
+        }
+    }
+}
+
 /// What one of this node's calls is for: its answer goes to the part of the core that made
 /// it, and nowhere else.
 enum CallFor {

@@ -126,16 +126,7 @@ impl DataCore {
                     pending.acked.remove(from);
                 }
                 None => {
-                    let pending = Pending {
-                        record,
-                        acked: others.clone(),
-                        in_flight: BTreeSet::new(),
-                        local_durable: true,
-                        waiters: Vec::new(),
-                        answered: true,
-                        since: self.now,
-                    };
-                    self.pending.insert(key, pending);
+                    self.pending.insert(key, Pending::sent_again(record, others.clone(), self.now));
                 }
             }
             self.send_replicas(key, out);

@@ -176,16 +176,7 @@ impl DataCore {
             if self.pending.contains_key(&key) {
                 continue;
             }
-            let pending = Pending {
-                record,
-                acked: BTreeSet::new(),
-                in_flight: BTreeSet::new(),
-                local_durable: true,
-                waiters: Vec::new(),
-                answered: true,
-                since: self.now,
-            };
-            self.pending.insert(key, pending);
+            self.pending.insert(key, Pending::sent_again(record, BTreeSet::new(), self.now));
             self.send_replicas(key, out);
         }
     }
