@@ -20,6 +20,7 @@ use virga_txn::AbortReason;
 
 mod gauges;
 mod gc;
+mod group_log;
 mod lease;
 mod replication;
 mod resync;
@@ -27,6 +28,8 @@ mod takeover;
 mod termination;
 mod validator_leases;
 
+use self::group_log::AfterLog;
+use self::replication::{PendingKey, PendingKind};
 pub(crate) use self::termination::termination_decision;
 
 use super::replica::{ShardRecord, ShardReplica, TxnStatus, Weakened};
@@ -120,45 +123,6 @@ impl DataConfig {
     }
 }
 
-/// A record replicated by a primary, until every backup has it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum PendingKind {
-    Prepared,
-    Decided,
-}
-
-type PendingKey = (u32, TxnId, PendingKind);
-
-struct Pending {
-    record: ShardRecord,
-    /// Backups that acknowledged, and backups with a call in flight.
-    acked: BTreeSet<String>,
-    in_flight: BTreeSet<String>,
-    local_durable: bool,
-    /// Callers answered once the record is safe (for a prepare: a majority holds it; for a
-    /// decision: it is durable here).
-    waiters: Vec<(String, CallId)>,
-    answered: bool,
-    /// When it was logged and sent (for the prepare latency).
-    since: Nanos,
-}
-
-impl Pending {
-    /// A record this primary holds durably and answered for, sent again to the backups not
-    /// in `acked`.
-    fn sent_again(record: ShardRecord, acked: BTreeSet<String>, now: Nanos) -> Pending {
-        Pending {
-            record,
-            acked,
-            in_flight: BTreeSet::new(),
-            local_durable: true,
-            waiters: Vec::new(),
-            answered: true,
-            since: now,
-        }
-    }
-}
-
 /// What one of this node's calls is for: its answer goes to the part of the core that made
 /// it, and nowhere else.
 enum CallFor {
@@ -197,31 +161,21 @@ enum CallFor {
     },
 }
 
-/// What to do once a group of records is durable.
-enum AfterLog {
-    LocalDurable(PendingKey),
-    Reply { to: String, call: CallId, response: Response },
-}
-
 pub struct DataCore {
     config: DataConfig,
     /// The newest map this node knows.
     map: ShardMap,
     replicas: BTreeMap<u32, ShardReplica>,
     ids: Ids,
-    unlogged: Vec<(Vec<u8>, AfterLog)>,
-    writing: Option<(IoId, Vec<AfterLog>)>,
-    pending: BTreeMap<PendingKey, Pending>,
+    log: group_log::GroupLog,
+    replication: replication::Replication,
     /// Every call in flight, by what it is for: the one router of answers.
     calls: HashMap<CallId, CallFor>,
     /// Transactions this primary voted abort on, so a retried prepare gets the same vote.
     voted_abort: HashMap<(u32, TxnId), AbortReason>,
+    /// Sends again what was not acknowledged: records to backups, decisions to participants.
     retry_timer: Option<TimerId>,
-    /// Transactions prepared at this primary with no decision yet, and since when.
-    undecided: BTreeMap<(u32, TxnId), Nanos>,
-    terminating: BTreeMap<(u32, TxnId), termination::Terminating>,
-    /// Decisions to other participants that were not acknowledged, to send again.
-    lost_decisions: Vec<(u32, TxnId, bool)>,
+    termination: termination::Termination,
     check_timer: Option<TimerId>,
     /// One-participant transactions this primary commits as soon as their vote is safe.
     commit_on_vote: BTreeSet<(u32, TxnId)>,
@@ -267,15 +221,12 @@ impl DataCore {
             config,
             replicas,
             ids: Ids::default(),
-            unlogged: Vec::new(),
-            writing: None,
-            pending: BTreeMap::new(),
+            log: group_log::GroupLog::default(),
+            replication: replication::Replication::default(),
             calls: HashMap::new(),
             voted_abort: HashMap::new(),
             retry_timer: None,
-            undecided: BTreeMap::new(),
-            terminating: BTreeMap::new(),
-            lost_decisions: Vec::new(),
+            termination: termination::Termination::default(),
             check_timer: None,
             commit_on_vote: BTreeSet::new(),
             leases: lease::Leases::default(),
@@ -324,7 +275,7 @@ impl DataCore {
 
     /// Records not yet acknowledged by every backup (a settled primary has none).
     pub fn replicating(&self) -> usize {
-        self.pending.len()
+        self.replication.len()
     }
 
     /// Shards this restarted backup still waits to hear its primary's resync answer for.
@@ -334,12 +285,12 @@ impl DataCore {
 
     /// Transactions prepared at this primary and not yet decided.
     pub fn undecided(&self) -> usize {
-        self.undecided.len()
+        self.termination.undecided()
     }
 
     /// Device appends in flight or waiting.
     pub fn unlogged(&self) -> usize {
-        self.unlogged.len() + usize::from(self.writing.is_some())
+        self.log.len()
     }
 
     /// This node's role in `shard` at `epoch`, if the map gives it one there.
@@ -581,13 +532,13 @@ impl DataCore {
         if let Some(entry) = replica.txn(txn) {
             return match entry.status {
                 TxnStatus::Aborted => Some(vote(Err(AbortReason::Coordinator))),
-                _ => match self.pending.get_mut(&(shard, txn, PendingKind::Prepared)) {
-                    Some(pending) if !pending.answered => {
-                        pending.waiters.push((from.to_string(), call));
-                        None
-                    }
-                    _ => Some(vote(Ok(()))),
-                },
+                _ if self
+                    .replication
+                    .wait_unanswered(&(shard, txn, PendingKind::Prepared), (from.to_string(), call)) =>
+                {
+                    None
+                }
+                _ => Some(vote(Ok(()))),
             };
         }
         if !prepare.takeover_validators.is_empty() {
@@ -623,7 +574,7 @@ impl DataCore {
             takeover_of: prepare.takeover_validators,
         };
         let record = replica.prepare(record, &prepare.reads, &prepare.scans);
-        self.undecided.insert((shard, txn), now);
+        self.termination.prepared((shard, txn), now);
         if prepare.commit_on_vote {
             self.commit_on_vote.insert((shard, txn));
         }
@@ -698,8 +649,7 @@ impl DataCore {
                 self.voted_abort.entry((shard, txn)).or_insert(AbortReason::Coordinator);
                 let record = ShardRecord::Decided { txn, commit: false };
                 replica.apply(&record);
-                let after = AfterLog::Reply { to: from.to_string(), call, response: Response::Ack };
-                self.unlogged.push((wire::encode_log_record(shard, &record), after));
+                self.log.push(shard, &record, AfterLog::Reply { to: from.to_string(), call, response: Response::Ack });
                 return None;
             }
         }
@@ -716,7 +666,7 @@ impl DataCore {
             CallFor::Query { shard, txn, participant } => self.on_state(call, shard, txn, participant, body, out),
             CallFor::Decide { shard, txn, commit } => {
                 if !matches!(body, Some(Response::Ack)) {
-                    self.lost_decisions.push((shard, txn, commit));
+                    self.termination.lost_decision(shard, txn, commit);
                     self.arm_retry(out);
                 }
             }
@@ -740,17 +690,15 @@ impl DataCore {
         body: Option<Response>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
-        let Some(pending) = self.pending.get_mut(&key) else { return };
-        pending.in_flight.remove(&backup);
-        match body {
-            Some(Response::Ack) => {
-                pending.acked.insert(backup);
-                self.settle(key, out);
-            }
-            _ => {
-                self.stats.replication_retries += 1;
-                self.arm_retry(out);
-            }
+        let acknowledged = matches!(body, Some(Response::Ack));
+        if !self.replication.call_ended(&key, backup, acknowledged) {
+            return;
+        }
+        if acknowledged {
+            self.settle(key, out);
+        } else {
+            self.stats.replication_retries += 1;
+            self.arm_retry(out);
         }
     }
 
@@ -769,13 +717,7 @@ impl DataCore {
     }
 
     fn on_written(&mut self, io: IoId, result: DataIoDone, out: &mut Vec<Command<Dkv, DataIo>>) {
-        let afters = match self.writing.take() {
-            Some((writing, afters)) if writing == io => afters,
-            other => {
-                self.writing = other;
-                return;
-            }
-        };
+        let Some(afters) = self.log.completed(io) else { return };
         let DataIoDone::Appended(result) = result;
         if let Err(error) = result {
             tracing::error!(node = %self.config.node, %error, "a log append failed: the node stops");
@@ -786,9 +728,7 @@ impl DataCore {
         for after in afters {
             match after {
                 AfterLog::LocalDurable(key) => {
-                    if let Some(pending) = self.pending.get_mut(&key) {
-                        pending.local_durable = true;
-                    }
+                    self.replication.durable_here(&key);
                     self.settle(key, out);
                 }
                 AfterLog::Reply { to, call, response } => {
@@ -800,13 +740,9 @@ impl DataCore {
 
     /// Starts one device append of every record waiting, unless one is in flight.
     fn start_write(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
-        if self.writing.is_some() || self.unlogged.is_empty() {
-            return;
+        if let Some((io, records)) = self.log.start(&mut self.ids) {
+            out.push(Command::Io { io, op: DataIo::Append { records, sync: self.config.sync } });
         }
-        let (records, afters): (Vec<Vec<u8>>, Vec<AfterLog>) = std::mem::take(&mut self.unlogged).into_iter().unzip();
-        let io = self.ids.io();
-        self.writing = Some((io, afters));
-        out.push(Command::Io { io, op: DataIo::Append { records, sync: self.config.sync } });
     }
 }
 

@@ -13,9 +13,6 @@ impl DataCore {
             .map(|(&shard, replica)| {
                 let group = self.map.group(ShardId(shard));
                 let primary = group.is_some_and(|group| group.primary == self.config.node);
-                let backlog = self.pending.iter().filter(|(key, pending)| {
-                    key.0 == shard && group.is_some_and(|group| pending.acked.len() < group.backups.len())
-                });
                 ShardGauges {
                     shard,
                     primary,
@@ -24,7 +21,7 @@ impl DataCore {
                     lease_heard_ago: (!primary)
                         .then(|| self.leases.heard.get(&shard).map(|heard| self.now.saturating_sub(*heard)))
                         .flatten(),
-                    replication_backlog: backlog.count(),
+                    replication_backlog: group.map_or(0, |group| self.replication.backlog(shard, group.backups.len())),
                     prepared: replica.prepared_count(),
                 }
             })

@@ -19,11 +19,11 @@ use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
 
-use super::{AfterLog, CallFor, DataConfig, DataCore};
+use super::group_log::AfterLog;
+use super::{CallFor, DataConfig, DataCore};
 use crate::config::ConfigCommand;
 use crate::layout::{ShardId, ShardMap};
 use crate::shard::replica::ShardRecord;
-use crate::shard::wire;
 use crate::shard::DataIo;
 use crate::wire::Proposal;
 
@@ -200,8 +200,7 @@ impl DataCore {
         let record = ShardRecord::LeaseGranted { epoch: request.epoch, until };
         self.replicas.get_mut(&shard)?.apply(&record);
         let response = Response::Grant(until);
-        let after = AfterLog::Reply { to: from.to_string(), call, response };
-        self.unlogged.push((wire::encode_log_record(shard, &record), after));
+        self.log.push(shard, &record, AfterLog::Reply { to: from.to_string(), call, response });
         None
     }
 
@@ -323,9 +322,8 @@ impl DataCore {
                 // No longer this node's to lead: what it was doing as primary stops.
                 self.leases.held.remove(&shard);
                 self.takeovers.remove(&shard);
-                self.undecided.retain(|(undecided, _), _| *undecided != shard);
-                self.terminating.retain(|(terminating, _), _| *terminating != shard);
-                self.pending.retain(|(pending, _, _), _| *pending != shard);
+                self.termination.drop_shard(shard);
+                self.replication.drop_shard(shard);
                 self.commit_on_vote.retain(|(pending, _)| *pending != shard);
             }
             if group.backups.contains(&node) {

@@ -18,7 +18,8 @@ use crate::messages::{RefusalKind, Request, Response, Resync};
 use crate::Dkv;
 use virga_net::role::{CallId, Command};
 
-use super::{CallFor, DataCore, Pending, PendingKind};
+use super::replication::PendingKind;
+use super::{CallFor, DataCore};
 use crate::layout::ShardId;
 use crate::shard::replica::ShardRecord;
 use crate::shard::DataIo;
@@ -121,13 +122,8 @@ impl DataCore {
                 ShardRecord::Decided { txn, .. } => (resync.shard, *txn, PendingKind::Decided),
                 ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. } => continue,
             };
-            match self.pending.get_mut(&key) {
-                Some(pending) => {
-                    pending.acked.remove(from);
-                }
-                None => {
-                    self.pending.insert(key, Pending::sent_again(record, others.clone(), self.now));
-                }
+            if !self.replication.forget_ack(&key, from) {
+                self.replication.durable(key, record, others.clone(), true, self.now);
             }
             self.send_replicas(key, out);
         }

@@ -16,10 +16,11 @@ use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
 
-use super::{AfterLog, CallFor, DataCore, Pending, PendingKind};
+use super::group_log::AfterLog;
+use super::replication::PendingKind;
+use super::{CallFor, DataCore};
 use crate::layout::ShardId;
 use crate::shard::replica::ShardRecord;
-use crate::shard::wire;
 use crate::shard::DataIo;
 
 #[derive(Debug, Default)]
@@ -87,7 +88,7 @@ impl DataCore {
         replica.apply(&record);
         let table = FetchTable { records: replica.records(), lease: replica.lease_granted() };
         let after = AfterLog::Reply { to: from.to_string(), call, response: Response::Table(table) };
-        self.unlogged.push((wire::encode_log_record(shard, &record), after));
+        self.log.push(shard, &record, after);
         // A newer epoch than this node's map: fetch the map at the next check.
         self.link.refresh_soon();
         None
@@ -158,7 +159,7 @@ impl DataCore {
             self.replicate(key, record, None, out);
         }
         for txn in prepared {
-            self.undecided.insert((shard, txn), self.now);
+            self.termination.prepared((shard, txn), self.now);
         }
     }
 
@@ -173,10 +174,10 @@ impl DataCore {
                 ShardRecord::Decided { txn, .. } => (shard, *txn, PendingKind::Decided),
                 ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. } => continue,
             };
-            if self.pending.contains_key(&key) {
+            if self.replication.contains(&key) {
                 continue;
             }
-            self.pending.insert(key, Pending::sent_again(record, BTreeSet::new(), self.now));
+            self.replication.durable(key, record, BTreeSet::new(), true, self.now);
             self.send_replicas(key, out);
         }
     }
