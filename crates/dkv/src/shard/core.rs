@@ -18,6 +18,7 @@ use virga_net::NetError;
 use virga_storage::{Timestamp, TxnId};
 use virga_txn::AbortReason;
 
+mod config_link;
 mod gauges;
 mod gc;
 mod group_log;
@@ -181,8 +182,8 @@ pub struct DataCore {
     commit_on_vote: BTreeSet<(u32, TxnId)>,
     /// Leases, shard primaries taking over, and the link to the configuration service.
     leases: lease::Leases,
-    takeovers: BTreeMap<u32, takeover::Takeover>,
-    link: lease::ConfigLink,
+    takeovers: takeover::Takeovers,
+    link: config_link::ConfigLink,
     watermarks: gc::Watermarks,
     /// Soft leases for cached reads: each cached key's write rate, nothing per client.
     grants: crate::kairos::LeaseGrants,
@@ -217,7 +218,7 @@ impl DataCore {
             validator_leases: validator_leases::ValidatorLeases::default(),
             resyncs: resync::Resyncs::default(),
             map: config.map.clone(),
-            link: lease::ConfigLink::new(&config),
+            link: config_link::ConfigLink::new(&config),
             config,
             replicas,
             ids: Ids::default(),
@@ -230,7 +231,7 @@ impl DataCore {
             check_timer: None,
             commit_on_vote: BTreeSet::new(),
             leases: lease::Leases::default(),
-            takeovers: BTreeMap::new(),
+            takeovers: takeover::Takeovers::default(),
             watermarks: gc::Watermarks::default(),
             now: 0,
             stats: DataStats::default(),
@@ -320,7 +321,7 @@ impl DataCore {
 
     fn primary_of(&self, shard: u32, epoch: u64) -> Result<(), Response> {
         match self.role(shard, epoch)? {
-            ReplicaRole::Primary if self.takeovers.contains_key(&shard) => Err(Response::refused(
+            ReplicaRole::Primary if self.takeovers.is_taking(shard) => Err(Response::refused(
                 RefusalKind::Unavailable,
                 format!("{} is taking over shard {shard}; retry", self.config.node),
             )),
@@ -791,7 +792,7 @@ impl Role for DataCore {
                 self.check_undecided(now, out);
                 self.lease_tick(now, out);
                 self.collect_garbage(now);
-                let taking: Vec<u32> = self.takeovers.keys().copied().collect();
+                let taking = self.takeovers.shards();
                 for shard in taking {
                     self.send_fetches(shard, out);
                 }

@@ -17,9 +17,9 @@ impl DataCore {
                     shard,
                     primary,
                     epoch: group.map_or(0, |group| group.epoch),
-                    lease_until: self.leases.held.get(&shard).filter(|_| primary).map(|held| held.until),
+                    lease_until: self.leases.until(shard).filter(|_| primary),
                     lease_heard_ago: (!primary)
-                        .then(|| self.leases.heard.get(&shard).map(|heard| self.now.saturating_sub(*heard)))
+                        .then(|| self.leases.primary_heard_at(shard).map(|heard| self.now.saturating_sub(heard)))
                         .flatten(),
                     replication_backlog: group.map_or(0, |group| self.replication.backlog(shard, group.backups.len())),
                     prepared: replica.prepared_count(),

@@ -24,19 +24,17 @@ pub(super) struct Watermarks {
     leading_since: BTreeMap<u32, Nanos>,
 }
 
-impl DataCore {
-    pub(super) fn on_watermark(&mut self, now: Nanos, watermark: Watermark) -> Response {
-        let ts = watermark.ts;
-        let entry = self.watermarks.clients.entry(watermark.client).or_insert((ts, now));
+impl Watermarks {
+    /// A client's report: it reads no more below `ts` (a report lower than one before it
+    /// does not lower its watermark).
+    pub(super) fn heard(&mut self, client: u32, ts: Timestamp, now: Nanos) {
+        let entry = self.clients.entry(client).or_insert((ts, now));
         *entry = (entry.0.max(ts), now);
-        Response::Ack
     }
 
-    /// The minimum over the clients heard from within `client_expiry` (ZERO if none).
-    fn watermark(&self, now: Nanos) -> Timestamp {
-        let expiry = self.config.client_expiry.as_nanos() as u64;
-        self.watermarks
-            .clients
+    /// The minimum over the clients heard from within `expiry` (ZERO if none).
+    pub(super) fn watermark(&self, now: Nanos, expiry: Nanos) -> Timestamp {
+        self.clients
             .values()
             .filter(|(_, heard)| now.saturating_sub(*heard) < expiry)
             .map(|(ts, _)| *ts)
@@ -44,13 +42,37 @@ impl DataCore {
             .unwrap_or(Timestamp::ZERO)
     }
 
+    /// Whether a full pass is due, `every` after the last one (which it then is).
+    pub(super) fn full_pass_due(&mut self, now: Nanos, every: Nanos) -> bool {
+        let due = now.saturating_sub(self.last_pass) >= every;
+        if due {
+            self.last_pass = now;
+        }
+        due
+    }
+
+    /// Of the shards this node leads now (`led`), those it has led for `expiry` at least:
+    /// their watermark may rise. A shard it stopped leading starts over.
+    pub(super) fn raisable(&mut self, led: &[u32], now: Nanos, expiry: Nanos) -> Vec<u32> {
+        self.leading_since.retain(|shard, _| led.contains(shard));
+        led.iter()
+            .copied()
+            .filter(|shard| now.saturating_sub(*self.leading_since.entry(*shard).or_insert(now)) >= expiry)
+            .collect()
+    }
+}
+
+impl DataCore {
+    pub(super) fn on_watermark(&mut self, now: Nanos, watermark: Watermark) -> Response {
+        self.watermarks.heard(watermark.client, watermark.ts, now);
+        Response::Ack
+    }
+
     /// Every check: raise the watermark of the shards this node leads; collect now and then.
     pub(super) fn collect_garbage(&mut self, now: Nanos) {
-        let watermark = self.watermark(now);
-        let full_pass = now.saturating_sub(self.watermarks.last_pass) >= self.config.collect_every.as_nanos() as u64;
-        if full_pass {
-            self.watermarks.last_pass = now;
-        }
+        let expiry = self.config.client_expiry.as_nanos() as u64;
+        let watermark = self.watermarks.watermark(now, expiry);
+        let full_pass = self.watermarks.full_pass_due(now, self.config.collect_every.as_nanos() as u64);
         let led: Vec<u32> = self
             .map
             .groups()
@@ -59,11 +81,8 @@ impl DataCore {
             .filter(|(_, group)| group.primary == self.config.node)
             .map(|(shard, _)| shard as u32)
             .collect();
-        let expiry = self.config.client_expiry.as_nanos() as u64;
-        self.watermarks.leading_since.retain(|shard, _| led.contains(shard));
-        for shard in led {
-            let since = *self.watermarks.leading_since.entry(shard).or_insert(now);
-            if now.saturating_sub(since) < expiry || self.takeovers.contains_key(&shard) {
+        for shard in self.watermarks.raisable(&led, now, expiry) {
+            if self.takeovers.is_taking(shard) {
                 continue;
             }
             if let Some(replica) = self.replicas.get_mut(&shard) {
@@ -79,5 +98,46 @@ impl DataCore {
     pub(super) fn too_old(&self, shard: u32, ts: Timestamp) -> Option<Response> {
         let watermark = self.replicas.get(&shard)?.watermark();
         (ts < watermark).then_some(Response::TooOld(watermark))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXPIRY: Nanos = 1_000;
+
+    #[test]
+    fn the_watermark_is_the_lowest_report_of_the_clients_heard_from_lately() {
+        let mut marks = Watermarks::default();
+        assert_eq!(marks.watermark(0, EXPIRY), Timestamp::ZERO, "no client: nothing may be collected");
+        marks.heard(1, Timestamp::new(50, 0), 0);
+        marks.heard(2, Timestamp::new(30, 0), 400);
+        assert_eq!(marks.watermark(500, EXPIRY), Timestamp::new(30, 0));
+        marks.heard(2, Timestamp::new(20, 0), 600);
+        assert_eq!(marks.watermark(700, EXPIRY), Timestamp::new(30, 0), "a lower report lowers nothing");
+        assert_eq!(marks.watermark(1_200, EXPIRY), Timestamp::new(30, 0), "client 1 is silent past its expiry");
+        marks.heard(2, Timestamp::new(90, 0), 1_300);
+        assert_eq!(marks.watermark(1_400, EXPIRY), Timestamp::new(90, 0));
+        assert_eq!(marks.watermark(2_400, EXPIRY), Timestamp::ZERO, "everyone silent");
+    }
+
+    #[test]
+    fn a_shard_led_again_waits_an_expiry_before_its_watermark_rises() {
+        let mut marks = Watermarks::default();
+        assert!(marks.raisable(&[0, 1], 0, EXPIRY).is_empty(), "just started leading");
+        assert_eq!(marks.raisable(&[0, 1], EXPIRY, EXPIRY), vec![0, 1]);
+        assert_eq!(marks.raisable(&[1], EXPIRY + 1, EXPIRY), vec![1], "shard 0 is led no more");
+        assert!(marks.raisable(&[0, 1], EXPIRY + 2, EXPIRY).contains(&1));
+        assert!(!marks.raisable(&[0, 1], EXPIRY + 3, EXPIRY).contains(&0), "shard 0 starts over");
+    }
+
+    #[test]
+    fn a_full_pass_comes_once_per_interval() {
+        let mut marks = Watermarks::default();
+        assert!(!marks.full_pass_due(10, 100));
+        assert!(marks.full_pass_due(100, 100));
+        assert!(!marks.full_pass_due(150, 100));
+        assert!(marks.full_pass_due(200, 100));
     }
 }

@@ -23,12 +23,99 @@ use crate::layout::ShardId;
 use crate::shard::replica::ShardRecord;
 use crate::shard::DataIo;
 
+/// One shard being taken over: the tables fetched so far and the fetches out.
 #[derive(Debug, Default)]
-pub(super) struct Takeover {
+struct Takeover {
     epoch: u64,
-    /// Tables received, by replica.
+    /// Tables received, by replica: the records and the highest lease it granted.
     tables: BTreeMap<String, (Vec<ShardRecord>, Timestamp)>,
     calls: HashMap<CallId, String>,
+}
+
+/// What the fetched tables of a takeover add up to: every record they hold, prepares
+/// first (so that every decision finds its transaction), and the highest lease granted.
+#[derive(Debug, PartialEq)]
+pub(super) struct Fetched {
+    pub(super) records: Vec<ShardRecord>,
+    pub(super) lease: Timestamp,
+}
+
+/// The shards this node is taking over.
+#[derive(Debug, Default)]
+pub(super) struct Takeovers {
+    shards: BTreeMap<u32, Takeover>,
+}
+
+impl Takeovers {
+    pub(super) fn start(&mut self, shard: u32, epoch: u64) {
+        self.shards.insert(shard, Takeover { epoch, ..Takeover::default() });
+    }
+
+    pub(super) fn is_taking(&self, shard: u32) -> bool {
+        self.shards.contains_key(&shard)
+    }
+
+    pub(super) fn shards(&self) -> Vec<u32> {
+        self.shards.keys().copied().collect()
+    }
+
+    /// Stops taking `shard` over (this node no longer leads it).
+    pub(super) fn cancel(&mut self, shard: u32) {
+        self.shards.remove(&shard);
+    }
+
+    /// The epoch the takeover of `shard` fetches at, and the `backups` to ask now: neither
+    /// heard from nor being asked. None if `shard` is not being taken over.
+    pub(super) fn unasked(&self, shard: u32, backups: &[String]) -> Option<(u64, Vec<String>)> {
+        let takeover = self.shards.get(&shard)?;
+        let unasked = backups
+            .iter()
+            .filter(|backup| {
+                !takeover.tables.contains_key(*backup) && !takeover.calls.values().any(|asked| asked == *backup)
+            })
+            .cloned()
+            .collect();
+        Some((takeover.epoch, unasked))
+    }
+
+    pub(super) fn asked(&mut self, shard: u32, call: CallId, backup: String) {
+        if let Some(takeover) = self.shards.get_mut(&shard) {
+            takeover.calls.insert(call, backup);
+        }
+    }
+
+    /// A fetch ended: the replica it asked, if the takeover still waits for it.
+    pub(super) fn call_ended(&mut self, shard: u32, call: CallId) -> Option<String> {
+        self.shards.get_mut(&shard)?.calls.remove(&call)
+    }
+
+    /// A replica's table (only records of `shard`'s transactions are kept); the number of
+    /// tables the takeover holds now.
+    pub(super) fn table(&mut self, shard: u32, from: String, records: Vec<ShardRecord>, lease: Timestamp) -> usize {
+        let Some(takeover) = self.shards.get_mut(&shard) else { return 0 };
+        // A prepare of another shard's transaction is no part of this shard's table.
+        let records = records
+            .into_iter()
+            .filter(|record| match record {
+                ShardRecord::Prepared { participants, .. } => participants.contains(&shard),
+                _ => true,
+            })
+            .collect();
+        takeover.tables.insert(from, (records, lease));
+        takeover.tables.len()
+    }
+
+    /// Ends the takeover of `shard` with what its tables add up to.
+    pub(super) fn finish(&mut self, shard: u32) -> Option<Fetched> {
+        let takeover = self.shards.remove(&shard)?;
+        let mut fetched = Fetched { records: Vec::new(), lease: Timestamp::ZERO };
+        for (records, lease) in takeover.tables.into_values() {
+            fetched.lease = fetched.lease.max(lease);
+            fetched.records.extend(records);
+        }
+        fetched.records.sort_by_key(|record| !matches!(record, ShardRecord::Prepared { .. }));
+        Some(fetched)
+    }
 }
 
 impl DataCore {
@@ -36,27 +123,24 @@ impl DataCore {
     pub(super) fn start_takeover(&mut self, shard: u32, epoch: u64, out: &mut Vec<Command<Dkv, DataIo>>) {
         self.stats.takeovers += 1;
         tracing::info!(node = %self.config.node, shard, epoch, "taking over the shard as its primary");
-        self.leases.held.remove(&shard);
+        self.leases.drop_held(shard);
         self.assume_validator_leases(shard);
-        self.takeovers.insert(shard, Takeover { epoch, ..Takeover::default() });
+        self.takeovers.start(shard, epoch);
         self.send_fetches(shard, out);
     }
 
     /// Fetches from each backup not yet heard and not being asked.
     pub(super) fn send_fetches(&mut self, shard: u32, out: &mut Vec<Command<Dkv, DataIo>>) {
         let Some(group) = self.map.group(ShardId(shard)).cloned() else { return };
-        let Some(takeover) = self.takeovers.get_mut(&shard) else { return };
-        for backup in &group.backups {
-            if takeover.tables.contains_key(backup) || takeover.calls.values().any(|asked| asked == backup) {
-                continue;
-            }
+        let Some((epoch, unasked)) = self.takeovers.unasked(shard, &group.backups) else { return };
+        for backup in unasked {
             let call = self.ids.call();
-            takeover.calls.insert(call, backup.clone());
+            self.takeovers.asked(shard, call, backup.clone());
             self.calls.insert(call, CallFor::Fetch { shard });
             out.push(Command::Call {
-                to: backup.clone(),
+                to: backup,
                 call,
-                request: Request::Fetch(Fetch { shard, epoch: takeover.epoch }),
+                request: Request::Fetch(Fetch { shard, epoch }),
                 deadline: self.config.replicate_deadline,
             });
         }
@@ -103,47 +187,28 @@ impl DataCore {
         body: Option<Response>,
         out: &mut Vec<Command<Dkv, DataIo>>,
     ) {
-        let Some(takeover) = self.takeovers.get_mut(&shard) else { return };
-        let Some(from) = takeover.calls.remove(&call) else { return };
-        match body {
-            Some(Response::Table(table)) => {
-                // A prepare of another shard's transaction is no part of this shard's table.
-                let records: Vec<ShardRecord> = table
-                    .records
-                    .into_iter()
-                    .filter(|record| match record {
-                        ShardRecord::Prepared { participants, .. } => participants.contains(&shard),
-                        _ => true,
-                    })
-                    .collect();
-                takeover.tables.insert(from, (records, table.lease));
-            }
+        let Some(from) = self.takeovers.call_ended(shard, call) else { return };
+        let held = match body {
+            Some(Response::Table(table)) => self.takeovers.table(shard, from, table.records, table.lease),
             Some(Response::WrongEpoch(_)) => {
                 // This node's map may be the stale one.
                 self.fetch_map(now, out);
                 return;
             }
             _ => return,
-        }
-        if takeover.tables.len() >= self.map.f() {
+        };
+        if held >= self.map.f() {
             self.finish_takeover(shard, out);
         }
     }
 
     /// Algorithm 2's merge and what follows it.
     fn finish_takeover(&mut self, shard: u32, out: &mut Vec<Command<Dkv, DataIo>>) {
-        let Some(takeover) = self.takeovers.remove(&shard) else { return };
+        let Some(fetched) = self.takeovers.finish(shard) else { return };
         let leases = self.config.leases();
         let Some(replica) = self.replicas.get_mut(&shard) else { return };
-        let mut floor = replica.lease_granted();
-        let mut fetched = Vec::new();
-        for (records, lease) in takeover.tables.into_values() {
-            floor = floor.max(lease);
-            fetched.extend(records);
-        }
-        // Prepares first, so that every decision finds its transaction.
-        fetched.sort_by_key(|record| !matches!(record, ShardRecord::Prepared { .. }));
-        for record in &fetched {
+        let floor = replica.lease_granted().max(fetched.lease);
+        for record in &fetched.records {
             replica.apply(record);
         }
         replica.take_over(if leases { floor } else { Timestamp::ZERO });
@@ -180,5 +245,55 @@ impl DataCore {
             self.replication.durable(key, record, BTreeSet::new(), true, self.now);
             self.send_replicas(key, out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(txn: u64, participants: Vec<u32>) -> ShardRecord {
+        ShardRecord::Prepared {
+            txn,
+            commit_ts: Timestamp::ZERO,
+            writes: Vec::new(),
+            participants,
+            takeover_of: Vec::new(),
+        }
+    }
+
+    fn backups() -> Vec<String> {
+        vec!["b1".to_string(), "b2".to_string()]
+    }
+
+    #[test]
+    fn each_backup_is_asked_once_until_its_fetch_ends() {
+        let mut takeovers = Takeovers::default();
+        assert_eq!(takeovers.unasked(0, &backups()), None, "no takeover of shard 0");
+        takeovers.start(0, 4);
+        assert_eq!(takeovers.unasked(0, &backups()), Some((4, backups())));
+        takeovers.asked(0, CallId(1), "b1".into());
+        assert_eq!(takeovers.unasked(0, &backups()), Some((4, vec!["b2".to_string()])));
+        assert_eq!(takeovers.call_ended(0, CallId(1)), Some("b1".to_string()));
+        assert_eq!(takeovers.call_ended(0, CallId(1)), None, "ended once");
+        assert_eq!(takeovers.unasked(0, &backups()), Some((4, backups())), "a failed fetch is asked again");
+        assert_eq!(takeovers.table(0, "b1".into(), Vec::new(), Timestamp::ZERO), 1);
+        assert_eq!(takeovers.unasked(0, &backups()), Some((4, vec!["b2".to_string()])), "b1's table is in");
+        takeovers.cancel(0);
+        assert!(!takeovers.is_taking(0));
+    }
+
+    #[test]
+    fn the_tables_merge_with_prepares_first_the_highest_lease_and_only_this_shards_prepares() {
+        let mut takeovers = Takeovers::default();
+        takeovers.start(1, 2);
+        let decided = ShardRecord::Decided { txn: 7, commit: true };
+        let lease = |time| Timestamp::new(time, 0);
+        takeovers.table(1, "b1".into(), vec![decided.clone(), prepared(7, vec![1, 2])], lease(30));
+        takeovers.table(1, "b2".into(), vec![prepared(8, vec![0, 2])], lease(50));
+        let fetched = takeovers.finish(1).expect("shard 1 was being taken over");
+        assert_eq!(fetched.lease, lease(50));
+        assert_eq!(fetched.records, vec![prepared(7, vec![1, 2]), decided], "prepare 8 is not shard 1's");
+        assert_eq!(takeovers.finish(1), None);
     }
 }

@@ -186,7 +186,7 @@ impl DataCore {
         let due = self.termination.due(now, self.config.termination_after.as_nanos() as u64);
         for (shard, txn) in due {
             let leads = self.map.group(ShardId(shard)).is_some_and(|group| group.primary == self.config.node);
-            if !leads || self.takeovers.contains_key(&shard) {
+            if !leads || self.takeovers.is_taking(shard) {
                 continue;
             }
             if !self.prepare_is_safe(shard, txn) {
