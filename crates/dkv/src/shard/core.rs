@@ -6,35 +6,45 @@
 //! with the primary, a majority of the group holds it. A backup logs what it is sent and
 //! acknowledges once durable, in any order. Records of one step and of the steps while a
 //! write is in flight go to the device together (group commit).
+//!
+//! Each part owns its state and is tested on its own; this file routes events to them:
+//! `reads` (gets and scans), `commit` (an ordinary commit, prepare to decision),
+//! `replication` and `group_log` (what the commit waits for), `termination` (transactions
+//! their client left prepared), `takeover` (Algorithm 2), `lease` (read leases and
+//! suspicion), `config_link` (the map), `gc` (watermarks), `resync` (a backup that lost
+//! records), and KAIROS's `validator_leases`. Every answer to a call this node makes comes
+//! back through one router, `on_response`, by what the call was for (`CallFor`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use crate::messages::{Decide, Get, GetMany, ReadReply, RefusalKind, Request, Response, Row, Scan, ScanReply, Vote};
+use crate::messages::{RefusalKind, Request, Response};
 use crate::Dkv;
 use bytes::Bytes;
 use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
 use virga_net::NetError;
-use virga_storage::{Timestamp, TxnId};
+use virga_storage::TxnId;
 use virga_txn::AbortReason;
 
+mod commit;
 mod config_link;
 mod gauges;
 mod gc;
 mod group_log;
 mod lease;
+mod reads;
 mod replication;
 mod resync;
 mod takeover;
 mod termination;
 mod validator_leases;
 
+use self::commit::vote;
 use self::group_log::AfterLog;
-use self::replication::{PendingKey, PendingKind};
+use self::replication::PendingKey;
 pub(crate) use self::termination::termination_decision;
 
-use super::replica::{ShardRecord, ShardReplica, TxnStatus, Weakened};
-use super::wire::{self, PrepareRequest};
+use super::replica::{ShardRecord, ShardReplica, Weakened};
 use super::{DataIo, DataIoDone, DataStats};
 use crate::layout::{ReplicaRole, ShardId, ShardMap};
 
@@ -367,297 +377,6 @@ impl DataCore {
         }
     }
 
-    fn on_get(&mut self, from: &str, get: Get) -> Response {
-        if let Err(error) = wire::check_key(&get.key) {
-            return Response::refused(RefusalKind::Invalid, format!("a malformed get: {error}"));
-        }
-        let ts = get.ts;
-        if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, std::slice::from_ref(&get.key)) {
-            return refusal;
-        }
-        match self.read(from, get.shard, get.key, ts, get.read_interval_ns) {
-            Some(value) => Response::Value(value),
-            None => Response::refused(RefusalKind::NotServing, format!("no replica of shard {}", get.shard)),
-        }
-    }
-
-    fn on_get_many(&mut self, from: &str, get: GetMany) -> Response {
-        if get.keys.is_empty() || get.keys.len() > MAX_KEYS_PER_GET {
-            return Response::refused(
-                RefusalKind::Invalid,
-                format!("a get_many of {} keys (1 to {MAX_KEYS_PER_GET} may be asked at once)", get.keys.len()),
-            );
-        }
-        if let Some(error) = get.keys.iter().find_map(|key| wire::check_key(key).err()) {
-            return Response::refused(RefusalKind::Invalid, format!("a malformed get_many: {error}"));
-        }
-        if !get.read_intervals_ns.is_empty() && get.read_intervals_ns.len() != get.keys.len() {
-            return Response::refused(
-                RefusalKind::Invalid,
-                format!(
-                    "a get_many of {} keys with {} read intervals (none, or one a key)",
-                    get.keys.len(),
-                    get.read_intervals_ns.len()
-                ),
-            );
-        }
-        let ts = get.ts;
-        if let Err(refusal) = self.check_read(get.shard, get.epoch, ts, &get.keys) {
-            return refusal;
-        }
-        let mut values = Vec::with_capacity(get.keys.len());
-        let intervals = get.read_intervals_ns.into_iter().chain(std::iter::repeat(0));
-        for (key, interval) in get.keys.into_iter().zip(intervals) {
-            match self.read(from, get.shard, key, ts, interval) {
-                Some(value) => values.push(value),
-                None => {
-                    return Response::refused(RefusalKind::NotServing, format!("no replica of shard {}", get.shard))
-                }
-            }
-        }
-        Response::Values(values)
-    }
-
-    /// Whether this node may serve reads of `keys` in `shard` at `ts`: it is the primary at
-    /// `epoch`, the keys are the shard's, `ts` is above the watermark and under its lease.
-    fn check_read(&mut self, shard: u32, epoch: u64, ts: Timestamp, keys: &[Bytes]) -> Result<(), Response> {
-        self.primary_of(shard, epoch)?;
-        if keys.iter().any(|key| self.map.shard_of(key).0 != shard) {
-            return Err(Response::refused(RefusalKind::Invalid, format!("a key is not in shard {shard}")));
-        }
-        if let Some(refusal) = self.too_old(shard, ts) {
-            self.stats.too_old += 1;
-            return Err(refusal);
-        }
-        if !self.under_lease(shard, ts) {
-            self.stats.lease_refusals += 1;
-            return Err(Response::refused(
-                RefusalKind::Unavailable,
-                format!("the lease of shard {shard} does not cover {ts} yet; retry"),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The snapshot read of `key` at `ts` by `from` (None: no replica of the shard here),
-    /// with a lease if a client caching the key asked (`read_interval_ns` > 0); under EI,
-    /// `from` is remembered as holding a copy.
-    fn read(&mut self, from: &str, shard: u32, key: Bytes, ts: Timestamp, read_interval_ns: u64) -> Option<ReadReply> {
-        let replica = self.replicas.get_mut(&shard)?;
-        self.stats.gets += 1;
-        let mut lease_end_ns = self.grants.grant(&key, read_interval_ns, self.now);
-        if lease_end_ns > 0 && self.grants.mode() == crate::kairos::CacheMode::Ei && !self.grants.share(&key, from) {
-            lease_end_ns = 0;
-        }
-        let found = replica.get(&key, ts);
-        Some(ReadReply {
-            value: found.value,
-            version: found.version,
-            writer: found.writer,
-            prepared_below: found.prepared_below,
-            lease_end_ns,
-        })
-    }
-
-    fn on_scan(&mut self, scan: Scan) -> Response {
-        let range = scan.range;
-        if let Err(refusal) = self.primary_of(scan.shard, scan.epoch) {
-            return refusal;
-        }
-        if let Some(refusal) = self.too_old(scan.shard, range.ts) {
-            self.stats.too_old += 1;
-            return refusal;
-        }
-        if !self.under_lease(scan.shard, range.ts) {
-            self.stats.lease_refusals += 1;
-            return Response::refused(
-                RefusalKind::Unavailable,
-                format!("the lease of shard {} does not cover {} yet; retry", scan.shard, range.ts),
-            );
-        }
-        let Some(replica) = self.replicas.get_mut(&scan.shard) else {
-            return Response::refused(RefusalKind::NotServing, format!("no replica of shard {}", scan.shard));
-        };
-        self.stats.scans += 1;
-        let limit = (scan.limit as usize).clamp(1, wire::MAX_OPS_PER_SHARD);
-        let found = replica.scan(range, limit);
-        Response::Rows(ScanReply {
-            rows: found
-                .rows
-                .into_iter()
-                .map(|(key, version)| Row {
-                    key,
-                    value: version.value.unwrap_or_default(),
-                    version: version.ts,
-                    writer: version.writer,
-                })
-                .collect(),
-            prepared_below: found.prepared_below,
-        })
-    }
-
-    fn on_prepare(
-        &mut self,
-        now: Nanos,
-        from: &str,
-        call: CallId,
-        prepare: PrepareRequest,
-        out: &mut Vec<Command<Dkv, DataIo>>,
-    ) -> Option<Response> {
-        let (shard, txn) = (prepare.shard, prepare.txn);
-        if let Err(refusal) = self.primary_of(shard, prepare.epoch) {
-            return Some(refusal);
-        }
-        if let Some(key) = prepare
-            .writes
-            .iter()
-            .map(|write| &write.key)
-            .chain(prepare.reads.iter().map(|read| &read.key))
-            .find(|key| self.map.shard_of(key).0 != shard)
-        {
-            return Some(Response::refused(RefusalKind::Invalid, format!("key {key:?} is not in shard {shard}")));
-        }
-        if prepare.validate_only {
-            return Some(self.validate_read_only(prepare));
-        }
-        if let Some(reason) = self.voted_abort.get(&(shard, txn)) {
-            return Some(vote(Err(*reason)));
-        }
-        let replica = self.replicas.get_mut(&shard)?;
-        // Aborted before its prepare arrived (by its client, or by a termination), in an
-        // earlier life of this node too.
-        if replica.decided_early(txn) == Some(false) {
-            return Some(vote(Err(AbortReason::Coordinator)));
-        }
-        // A retried prepare: answer as before, or wait with the first caller.
-        if let Some(entry) = replica.txn(txn) {
-            return match entry.status {
-                TxnStatus::Aborted => Some(vote(Err(AbortReason::Coordinator))),
-                _ if self
-                    .replication
-                    .wait_unanswered(&(shard, txn, PendingKind::Prepared), (from.to_string(), call)) =>
-                {
-                    None
-                }
-                _ => Some(vote(Ok(()))),
-            };
-        }
-        if !prepare.takeover_validators.is_empty() {
-            if let Err(floor) = self.check_takeover(shard, &prepare.takeover_validators, prepare.commit_ts) {
-                self.stats.aborts += 1;
-                self.voted_abort.insert((shard, txn), AbortReason::BelowCommitFloor);
-                let mut answer = vote(Err(AbortReason::BelowCommitFloor));
-                if let Response::Vote(vote) = &mut answer {
-                    vote.floor = Some(floor);
-                }
-                return Some(answer);
-            }
-        }
-        let replica = self.replicas.get_mut(&shard)?;
-        if let Err(reason) = replica.validate(txn, prepare.commit_ts, &prepare.reads, &prepare.scans, &prepare.writes) {
-            self.stats.aborts += 1;
-            self.voted_abort.insert((shard, txn), reason);
-            let mut answer = vote(Err(reason));
-            if let (Response::Vote(vote), AbortReason::BelowCommitFloor) = (&mut answer, reason) {
-                vote.floor = Some(replica.commit_floor());
-            }
-            if let (Response::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
-                vote.stale = replica.stale_reads(&prepare.reads);
-            }
-            return Some(answer);
-        }
-        self.stats.prepares += 1;
-        let record = ShardRecord::Prepared {
-            txn,
-            commit_ts: prepare.commit_ts,
-            writes: prepare.writes,
-            participants: prepare.participants,
-            takeover_of: prepare.takeover_validators,
-        };
-        let record = replica.prepare(record, &prepare.reads, &prepare.scans);
-        self.termination.prepared((shard, txn), now);
-        if prepare.commit_on_vote {
-            self.commit_on_vote.insert((shard, txn));
-        }
-        self.replicate((shard, txn, PendingKind::Prepared), record, Some((from.to_string(), call)), out);
-        None
-    }
-
-    /// A read-only transaction's validation (KAIROS): Algorithm 1 on its reads at the commit
-    /// timestamp, served under the read lease as a get at that timestamp would be; on
-    /// success the reads raise their keys' latest read. Nothing is logged or remembered of
-    /// the transaction: a retry validates again.
-    fn validate_read_only(&mut self, prepare: PrepareRequest) -> Response {
-        let (shard, ts) = (prepare.shard, prepare.commit_ts);
-        if let Some(refusal) = self.too_old(shard, ts) {
-            self.stats.too_old += 1;
-            return refusal;
-        }
-        if !self.under_lease(shard, ts) {
-            self.stats.lease_refusals += 1;
-            return Response::refused(
-                RefusalKind::Unavailable,
-                format!("the lease of shard {shard} does not cover {ts} yet; retry"),
-            );
-        }
-        let Some(replica) = self.replicas.get_mut(&shard) else {
-            return Response::refused(RefusalKind::NotServing, format!("no replica of shard {shard}"));
-        };
-        self.stats.validations += 1;
-        match replica.validate(prepare.txn, ts, &prepare.reads, &prepare.scans, &[]) {
-            Ok(()) => {
-                replica.note_validated_reads(ts, &prepare.reads, &prepare.scans);
-                vote(Ok(()))
-            }
-            Err(reason) => {
-                self.stats.aborts += 1;
-                let mut answer = vote(Err(reason));
-                if let (Response::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
-                    vote.stale = replica.stale_reads(&prepare.reads);
-                }
-                answer
-            }
-        }
-    }
-
-    fn on_decide(
-        &mut self,
-        from: &str,
-        call: CallId,
-        decide: Decide,
-        out: &mut Vec<Command<Dkv, DataIo>>,
-    ) -> Option<Response> {
-        let Decide { shard, txn, .. } = decide;
-        if let Err(refusal) = self.primary_of(shard, decide.epoch) {
-            return Some(refusal);
-        }
-        let replica = self.replicas.get_mut(&shard)?;
-        let known = replica.txn(txn).map(|entry| entry.status);
-        match known {
-            // Already decided (a retry): acknowledge.
-            Some(TxnStatus::Committed | TxnStatus::Aborted) => return Some(Response::Ack),
-            Some(TxnStatus::Prepared) => {}
-            // Never prepared here (this primary voted abort, or the prepare was lost):
-            // nothing to undo, but the abort is logged so that a late prepare is refused,
-            // after a restart too.
-            None => {
-                if decide.commit {
-                    return Some(Response::refused(
-                        RefusalKind::UnknownTxn,
-                        format!("transaction {txn:x} never prepared at shard {shard}"),
-                    ));
-                }
-                self.voted_abort.entry((shard, txn)).or_insert(AbortReason::Coordinator);
-                let record = ShardRecord::Decided { txn, commit: false };
-                replica.apply(&record);
-                self.log.push(shard, &record, AfterLog::Reply { to: from.to_string(), call, response: Response::Ack });
-                return None;
-            }
-        }
-        self.decide_here(shard, txn, decide.commit, Some((from.to_string(), call)), out);
-        None
-    }
-
     fn on_response(&mut self, call: CallId, result: Result<Response, NetError>, out: &mut Vec<Command<Dkv, DataIo>>) {
         let Some(purpose) = self.calls.remove(&call) else { return };
         let body = result.ok();
@@ -744,13 +463,6 @@ impl DataCore {
         if let Some((io, records)) = self.log.start(&mut self.ids) {
             out.push(Command::Io { io, op: DataIo::Append { records, sync: self.config.sync } });
         }
-    }
-}
-
-fn vote(result: Result<(), AbortReason>) -> Response {
-    match result {
-        Ok(()) => Response::Vote(Vote { commit: true, ..Vote::default() }),
-        Err(reason) => Response::Vote(Vote { commit: false, reason: reason.name().to_string(), ..Vote::default() }),
     }
 }
 

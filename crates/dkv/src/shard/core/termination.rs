@@ -15,10 +15,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::messages::{Decide, Invalidate, RefusalKind, Request, Response, TxnPhase, TxnQuery};
+use crate::messages::{Decide, RefusalKind, Request, Response, TxnPhase, TxnQuery};
 use crate::Dkv;
 use virga_net::role::{CallId, Command, Nanos};
-use virga_storage::{Timestamp, TxnId};
+use virga_storage::TxnId;
 use virga_txn::AbortReason;
 
 use super::group_log::AfterLog;
@@ -256,43 +256,6 @@ impl DataCore {
         for other in participants.into_iter().filter(|other| *other != shard) {
             self.send_decision(other, txn, commit, out);
         }
-    }
-
-    /// Applies a decision to this primary's replica, logs and replicates it; the waiter, if
-    /// any, is answered once it is durable here.
-    pub(super) fn decide_here(
-        &mut self,
-        shard: u32,
-        txn: TxnId,
-        commit: bool,
-        waiter: Option<(String, CallId)>,
-        out: &mut Vec<Command<Dkv, DataIo>>,
-    ) {
-        let Some(replica) = self.replicas.get_mut(&shard) else { return };
-        if commit && self.grants.mode().caches() {
-            // The write rates the leases of cached keys come from; under EI, the callbacks.
-            let (version, writes) =
-                replica.txn(txn).map_or((Timestamp::ZERO, &[][..]), |entry| (entry.commit_ts, &entry.writes[..]));
-            for write in writes {
-                self.grants.written(&write.key, self.now);
-                for sharer in self.grants.take_sharers(&write.key) {
-                    let invalidate = Invalidate { key: write.key.clone(), version };
-                    let call = self.ids.call();
-                    self.stats.invalidations += 1;
-                    out.push(Command::Call {
-                        to: sharer,
-                        call,
-                        request: Request::Invalidate(invalidate),
-                        deadline: self.config.replicate_deadline,
-                    });
-                }
-            }
-        }
-        let record = ShardRecord::Decided { txn, commit };
-        replica.apply(&record);
-        self.termination.decided(&(shard, txn));
-        self.stats.decisions += 1;
-        self.replicate((shard, txn, PendingKind::Decided), record, waiter, out);
     }
 
     /// Sends a decision to another participant's primary, retried until acknowledged.
