@@ -29,7 +29,7 @@ const CORES: &[&str] = &[
     "crates/node/src/storage/contracts.rs",
     "crates/node/src/client",
     "crates/node/src/miner/mod.rs",
-    "crates/node/src/miner/building.rs",
+    "crates/node/src/miner/batching.rs",
     "crates/node/src/miner/commit.rs",
     "crates/node/src/miner/contract_bags.rs",
     "crates/node/src/miner/errors.rs",
@@ -60,12 +60,6 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("rayon", "the driver owns thread pools; hand parallel work to it as a device operation"),
     ("std::net", "peers are reached through Command::Call"),
 ];
-
-/// Core modules that still break a rule: each is a debt to pay, and no new one may be added.
-/// The miner owns the rayon pool it builds blocks on (in a detached job) and verifies
-/// announced blocks on (inside a follower's step); the pool belongs to its driver.
-const RATCHET: &[(&str, &str)] =
-    &[("crates/node/src/miner/mod.rs", "rayon"), ("crates/node/src/miner/building.rs", "rayon")];
 
 #[derive(Debug, PartialEq, Eq)]
 struct Violation {
@@ -148,9 +142,6 @@ fn tidy_no_core_module_reads_a_clock_touches_a_file_sleeps_or_starts_threads() {
     for (name, path) in core_files(&root) {
         let source = std::fs::read_to_string(&path).expect("a core module reads");
         for violation in violations(&source) {
-            if RATCHET.contains(&(name.as_str(), violation.forbidden)) {
-                continue;
-            }
             problems.push(format!(
                 "{name}:{}: a core uses `{}`; {}",
                 violation.line, violation.forbidden, violation.advice
@@ -158,19 +149,6 @@ fn tidy_no_core_module_reads_a_clock_touches_a_file_sleeps_or_starts_threads() {
         }
     }
     assert!(problems.is_empty(), "core modules break the rules of a core:\n{}", problems.join("\n"));
-}
-
-#[test]
-fn tidy_every_ratcheted_debt_is_still_owed() {
-    // A debt paid off leaves the list, so that the rule holds there from then on.
-    let root = workspace_root();
-    for (name, forbidden) in RATCHET {
-        let source = std::fs::read_to_string(root.join(name)).expect("a ratcheted module reads");
-        assert!(
-            violations(&source).iter().any(|violation| violation.forbidden == *forbidden),
-            "{name} no longer uses `{forbidden}`: take it off RATCHET"
-        );
-    }
 }
 
 #[test]

@@ -1,19 +1,25 @@
 //! The storage node's and the miner's cores, driven event by event; the tests assert on the
 //! commands they emit.
 
-use crate::messages::{BlockId, Request, Response, Submission, TxOutcome, WitnessRequest};
+use crate::messages::{BlockId, Request, Response, Submission, TxOutcome, Verdict, WitnessRequest};
 use crate::protocol::Rainblock;
 use alloy_primitives::{keccak256, B256, U256};
 use std::sync::Arc;
 use std::time::Duration;
 use virga_core::device::MemStorage;
 use virga_ledger::tx::SignedTx;
-use virga_net::role::{CallId, Command, Event, IoExecutor, Protocol, Role};
+use virga_net::role::{CallId, Command, Event, IoExecutor, IoId, Protocol, Role};
 use virga_net::NetError;
 use virga_trie::proof::NodeBag;
 
 use crate::miner::MinerConfig;
-use crate::miner::{execution_pool, MinerCore, MinerIo, MinerIoDone, BLOCK_REFUSED};
+use crate::miner::{execution_pool, MinerCore, MinerIo, MinerIoDone, VerifyJob, BLOCK_REFUSED};
+
+/// The pool the miner's jobs run on, as its device would.
+fn pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<std::sync::Arc<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| execution_pool(1).unwrap())
+}
 use crate::storage::{
     log_options, open_core, BlockRefusal, NodeStorage, StorageCore, StorageDisk, StorageIo, StorageIoDone,
     CHECKPOINT_LAG,
@@ -39,7 +45,7 @@ fn storage_core(fixture: &Fixture, id: &str) -> StorageCore {
 
 fn miner(fixture: &Fixture, top_budget_bytes: usize) -> MinerCore {
     let config = MinerConfig { top_budget_bytes, ..fixture.miner_config(0) };
-    MinerCore::new(config, fixture.header.clone(), execution_pool(1).unwrap()).unwrap()
+    MinerCore::new(config, fixture.header.clone()).unwrap()
 }
 
 /// The calls among `commands`: callee, call id and request.
@@ -192,7 +198,7 @@ fn build_now(miner: &mut MinerCore, commands: Vec<MinerCommand>) -> Vec<MinerCom
                 let mut next = Vec::new();
                 miner.step(
                     2_000_000_000,
-                    Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) },
+                    Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run(pool()))) },
                     &mut next,
                 );
                 out.extend(build_now(miner, next));
@@ -313,7 +319,7 @@ fn a_block_is_sent_only_once_built_and_the_core_commits_the_previous_one_while_t
     assert!(none.is_none() && rest.is_empty(), "{rest:?}");
     assert!(!net.miner.is_idle());
     let mut out = Vec::new();
-    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) }, &mut out);
+    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run(pool()))) }, &mut out);
     // Block 1 goes to the storage nodes and the second submission is handed out at once.
     let (job, block_one) = take_build(out);
     let (io, job) = job.expect("the waiting submission is built while block 1 commits");
@@ -330,7 +336,7 @@ fn a_block_is_sent_only_once_built_and_the_core_commits_the_previous_one_while_t
     assert_eq!(net.miner.head().0, 1);
     // Block 2 builds on block 1.
     let mut out = Vec::new();
-    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) }, &mut out);
+    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run(pool()))) }, &mut out);
     let Some((_, _, Request::ApplyBlock(updates))) = calls(&out).into_iter().next() else { panic!("{out:?}") };
     let header = updates.header.clone();
     assert_eq!((header.number, header.parent_hash), (2, net.miner.head().1));
@@ -353,7 +359,7 @@ fn a_block_built_while_its_parent_is_refused_is_abandoned_when_its_build_complet
     }
     assert_eq!(replies(&out).len(), 1, "block 1's submission is answered: {out:?}");
     let mut out = Vec::new();
-    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run())) }, &mut out);
+    net.miner.step(0, Event::IoDone { io, result: MinerIoDone::Built(Box::new(job.run(pool()))) }, &mut out);
     assert!(calls(&out).is_empty(), "block 2 descends from the refused block and is never sent: {out:?}");
     let answered = replies(&out);
     assert_eq!(answered.len(), 1, "{out:?}");
@@ -540,4 +546,159 @@ fn a_checkpoint_is_asked_for_every_interval_and_the_log_is_cut_below_the_previou
     assert!(!asked.is_empty(), "checkpoints were asked for");
     assert!(asked.windows(2).all(|pair| pair[0] < pair[1]), "{asked:?}");
     assert!(asked.iter().all(|&number| number + CHECKPOINT_LAG <= CHECKPOINT_LAG + 4), "{asked:?}");
+}
+
+/// Two warm miners at genesis on the same storage nodes: miner-0 gossips to miner-1.
+fn two_miners() -> (Net, MinerCore) {
+    let topology = Topology {
+        accounts: 200,
+        storage_nodes: 2,
+        miners: 2,
+        max_block_transfers: 64,
+        retention: 2,
+        ..Topology::small()
+    };
+    let mut net = warm_net_on(Fixture::new(topology).unwrap(), 1 << 20);
+    let mut follower = MinerCore::new(net.fixture.miner_config(1), net.fixture.header.clone()).unwrap();
+    let mut out = Vec::new();
+    follower.step(1_000_000_000, Event::Start, &mut out);
+    answer_calls(&mut follower, &mut net.nodes, out);
+    assert!(follower.warm_up_state().0);
+    (net, follower)
+}
+
+/// miner-0 commits a block of `submission`; returns its announcement to miner-1.
+fn commit_and_announce(net: &mut Net, submission: Submission) -> Request {
+    let out = submit(&mut net.miner, 1, submission);
+    let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
+    let Some(Command::Io { io, op: MinerIo::Store { .. } }) = rest.first() else { panic!("stored: {rest:?}") };
+    let mut out = Vec::new();
+    net.miner.step(3_000_000_000, Event::IoDone { io: *io, result: MinerIoDone::Stored(Ok(())) }, &mut out);
+    let announced =
+        calls(&out).into_iter().find(|(to, _, request)| to == "miner-1" && matches!(request, Request::Announce(_)));
+    announced.expect("the committed block is announced to miner-1").2
+}
+
+/// The verify jobs among `commands`, and the rest.
+fn verify_jobs(commands: Vec<MinerCommand>) -> (Vec<(IoId, Box<VerifyJob>)>, Vec<MinerCommand>) {
+    let (mut jobs, mut rest) = (Vec::new(), Vec::new());
+    for command in commands {
+        match command {
+            Command::Io { io, op: MinerIo::Verify(job) } => jobs.push((io, job)),
+            other => rest.push(other),
+        }
+    }
+    (jobs, rest)
+}
+
+fn verdicts(commands: &[MinerCommand]) -> Vec<(CallId, Verdict)> {
+    replies(commands)
+        .into_iter()
+        .filter_map(|(call, response)| match response {
+            Response::Verdict(verdict) => Some((call, verdict)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_announced_block_is_verified_off_the_core_one_at_a_time_then_stored_and_adopted() {
+    let (mut net, mut follower) = two_miners();
+    let submission = submission(&mut net, 0, 0, 3);
+    let announcement = commit_and_announce(&mut net, submission);
+    let mut out = Vec::new();
+    follower.step(
+        4_000_000_000,
+        Event::Request { from: "miner-0".into(), call: CallId(1), request: announcement.clone() },
+        &mut out,
+    );
+    let (mut jobs, rest) = verify_jobs(out);
+    assert_eq!(jobs.len(), 1, "the block is handed out to be verified: {rest:?}");
+    assert!(rest.is_empty() && follower.head().0 == 0, "nothing adopted or answered before it is verified");
+    let mut out = Vec::new();
+    follower.step(
+        4_000_000_000,
+        Event::Request { from: "miner-0".into(), call: CallId(2), request: announcement },
+        &mut out,
+    );
+    assert!(verify_jobs(out).0.is_empty(), "one verification at a time: the second waits");
+    assert!(!follower.is_idle());
+
+    let (io, job) = jobs.remove(0);
+    let mut out = Vec::new();
+    follower.step(
+        5_000_000_000,
+        Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) },
+        &mut out,
+    );
+    let (mut waiting, rest) = verify_jobs(out);
+    let Some(Command::Io { io: stored, op: MinerIo::Store { number: 1, .. } }) = rest.first() else {
+        panic!("the verified block is stored: {rest:?}")
+    };
+    assert!(verdicts(&rest).is_empty(), "the verdict waits for the store");
+    assert_eq!(follower.head(), net.miner.head(), "adopted: the follower is at the producer's head");
+    let mut out = Vec::new();
+    follower.step(5_000_000_000, Event::IoDone { io: *stored, result: MinerIoDone::Stored(Ok(())) }, &mut out);
+    assert_eq!(verdicts(&out), vec![(CallId(1), Verdict::Accepted)]);
+
+    assert_eq!(waiting.len(), 1, "the second announcement is verified next");
+    let (io, job) = waiting.remove(0);
+    let mut out = Vec::new();
+    follower.step(
+        6_000_000_000,
+        Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) },
+        &mut out,
+    );
+    let verdicts = verdicts(&out);
+    assert!(
+        matches!(verdicts.as_slice(), [(CallId(2), Verdict::Rejected(_))]),
+        "block 1 again does not build on the follower's tip: {verdicts:?}"
+    );
+    assert!(follower.is_idle());
+    assert_eq!(follower.stats().verified_blocks, 1);
+    assert_eq!(follower.stats().refused_blocks, 1);
+}
+
+#[test]
+fn a_block_verified_on_a_tip_that_moved_meanwhile_is_verified_again_on_the_tip_as_it_is() {
+    let (mut net, mut follower) = two_miners();
+    // The follower's own block, witnessed at genesis like the producer's.
+    let own = submission(&mut net, 2, 0, 1);
+    let theirs = submission(&mut net, 0, 0, 1);
+    let announcement = commit_and_announce(&mut net, theirs);
+    let mut out = Vec::new();
+    follower.step(
+        4_000_000_000,
+        Event::Request { from: "miner-0".into(), call: CallId(1), request: announcement },
+        &mut out,
+    );
+    let (mut jobs, _) = verify_jobs(out);
+    let (io, job) = jobs.remove(0);
+    // Meanwhile the follower builds its own block 1 on genesis and sends it out; the storage
+    // nodes, at the producer's block 1 already, decide its fate.
+    let out = submit(&mut follower, 9, own);
+    let rest = answer_calls(&mut follower, &mut net.nodes, out);
+    assert!(matches!(rest.first(), Some(Command::Io { op: MinerIo::Store { number: 1, .. }, .. })), "{rest:?}");
+    let mut out = Vec::new();
+    follower.step(
+        5_000_000_000,
+        Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) },
+        &mut out,
+    );
+    let (again, rest) = verify_jobs(out);
+    assert_eq!(again.len(), 1, "the tip it was checked on is gone: verified again");
+    assert!(rest.is_empty(), "neither adopted nor answered: {rest:?}");
+    let (io, job) = again.into_iter().next().expect("one job");
+    let mut out = Vec::new();
+    follower.step(
+        6_000_000_000,
+        Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) },
+        &mut out,
+    );
+    let verdicts = verdicts(&out);
+    assert!(
+        matches!(verdicts.as_slice(), [(CallId(1), Verdict::Rejected(_))]),
+        "the producer's block 1 does not build on the follower's own block 1: {verdicts:?}"
+    );
+    assert_ne!(follower.head().1, net.miner.head().1, "the follower did not adopt it");
 }

@@ -78,6 +78,8 @@ pub fn sample_checkpoint() -> Vec<u8> {
 struct Peers {
     storage: Arc<StorageNode>,
     miner: Mutex<MinerCore>,
+    /// The pool the miner's device runs its jobs on.
+    pool: Arc<rayon::ThreadPool>,
 }
 
 /// A storage node and a miner on the sample state, with proof of work so easy (difficulty
@@ -103,8 +105,8 @@ fn peers() -> &'static Peers {
             beneficiary: Address::with_last_byte(7),
         };
         let pool = execution_pool(1).unwrap_or_else(|error| unreachable!("{error}"));
-        let miner = MinerCore::new(config, genesis, pool).unwrap_or_else(|error| unreachable!("{error}"));
-        Peers { storage, miner: Mutex::new(miner) }
+        let miner = MinerCore::new(config, genesis).unwrap_or_else(|error| unreachable!("{error}"));
+        Peers { storage, miner: Mutex::new(miner), pool }
     })
 }
 
@@ -121,8 +123,11 @@ pub fn peer_request(data: &[u8]) {
     let mut commands = Vec::new();
     let call = CallId(0);
     miner.step(0, Event::Request { from: "fuzz".to_string(), call, request }, &mut commands);
-    miner.build_queued(&mut commands);
-    let mut disk = ChainDisk { store: None };
+    if let Some(job) = miner.queued_job() {
+        let outcome = job.run(&peers.pool);
+        miner.drop_built(outcome, &mut commands);
+    }
+    let mut disk = ChainDisk { store: None, pool: Arc::clone(&peers.pool) };
     let mut answered = false;
     while let Some(command) = commands.pop() {
         match command {

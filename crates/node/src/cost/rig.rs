@@ -108,6 +108,8 @@ pub(super) struct Rig {
     fixture: Fixture,
     nodes: Vec<(String, StorageCore)>,
     miner: MinerCore,
+    /// The pool the miner's jobs run on, as its driver's device would.
+    pool: std::sync::Arc<rayon::ThreadPool>,
     transfers: std::vec::IntoIter<UserTransfer>,
     compaction: usize,
     next_call: u64,
@@ -139,7 +141,7 @@ impl Rig {
         }
         let config = fixture.miner_config(0);
         let pool = execution_pool(1).map_err(setup_error)?;
-        let miner = MinerCore::new(config, fixture.header.clone(), pool).map_err(setup_error)?;
+        let miner = MinerCore::new(config, fixture.header.clone()).map_err(setup_error)?;
         let blocks = setup.repetitions * 2 + 2;
         let count = blocks * setup.large_block.max(setup.small_block);
         let chain_id = fixture.config.exec.chain_id;
@@ -148,6 +150,7 @@ impl Rig {
             fixture,
             nodes,
             miner,
+            pool,
             transfers: transfers.into_iter(),
             compaction: setup.compaction,
             next_call: 0,
@@ -172,7 +175,7 @@ impl Rig {
             for command in commands {
                 match command {
                     Command::Io { io, op: MinerIo::Build(job) } => {
-                        let built = MinerIoDone::Built(Box::new(job.run()));
+                        let built = MinerIoDone::Built(Box::new(job.run(&self.pool)));
                         self.miner.step(2_000_000_000, Event::IoDone { io, result: built }, &mut next);
                     }
                     other => rest.push(other),
@@ -357,6 +360,8 @@ impl Rig {
                         commit_us += self.clock.micros(started);
                     }
                     build @ Command::Io { op: MinerIo::Build(_), .. } => next.extend(self.build_now(vec![build])),
+                    // The rig's one miner has no peers, so nothing announces a block to it.
+                    Command::Io { op: MinerIo::Verify(_), .. } => {}
                     Command::Reply { response, .. } => {
                         sample.answer_bytes += Rainblock::response_bytes(&response);
                         answers.push(response);
@@ -410,7 +415,7 @@ impl Rig {
         let beneficiary = crate::cluster::beneficiary(0);
         let started = self.clock.start();
         let hashes = virga_ledger::exec::RecentHashes::default();
-        build_block(&chain, &parent, &mut top, &hashes, recovered, beneficiary, 2, self.miner.pool())
+        build_block(&chain, &parent, &mut top, &hashes, recovered, beneficiary, 2, &self.pool)
             .map_err(step_error("build"))?;
         sample.build_us = self.clock.micros(started);
         Ok(())

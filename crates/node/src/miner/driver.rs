@@ -32,7 +32,8 @@ impl Miner {
     /// A miner whose committed chain is in `store` (head `header`).
     pub fn new(config: MinerConfig, header: Header, store: Option<ChainStore>) -> Result<Arc<Miner>, MinerError> {
         let id = config.id.clone();
-        let core = MinerCore::new(config, header, execution_pool(0)?)?;
+        let core = MinerCore::new(config, header)?;
+        let pool = execution_pool(0)?;
         let head = Arc::new(Mutex::new(core.head()));
         let published = Arc::clone(&head);
         let mailbox = Mailbox::new().with_observer(move |core: &MinerCore| *published.lock() = core.head());
@@ -42,7 +43,7 @@ impl Miner {
             core: Arc::new(Mutex::new(core)),
             head,
             handler,
-            unstarted: Mutex::new(Some((mailbox, ChainDisk { store }))),
+            unstarted: Mutex::new(Some((mailbox, ChainDisk { store, pool }))),
             running: Mutex::new(None),
             stop: watch::channel(false).0,
         }))

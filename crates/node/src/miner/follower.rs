@@ -1,21 +1,51 @@
-//! A follower: blocks announced by another miner are verified from this miner's own top
-//! layer and the block's bag (re-executed, never trusted), stored, then adopted.
+//! A follower: blocks announced by another miner are verified off the core, one at a time
+//! in arrival order (a [`VerifyJob`] the driver runs on its pool: re-executed from this
+//! miner's own top layer and the block's bag, never trusted), then stored and adopted.
+//!
+//! A block is verified on a copy of the tip as it was when its job was handed out. If the
+//! tip is still that one when the job completes, the block is adopted (and blocks this miner
+//! is building on that tip are dropped: the tip's epoch moves); if the tip moved meanwhile
+//! (a block of its own built on it, or the tip fell back), what it was checked against is
+//! gone, and it is verified again on the tip as it is now. Either way a block is adopted
+//! only on the tip it was verified on, as when verification ran inside the step.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::messages::{BlockAnnouncement, Response, Verdict};
 use crate::protocol::Rainblock;
-use alloy_primitives::{keccak256, B256};
-use virga_ledger::verify::{check_block, execute_block, ExecMode};
-use virga_net::role::{CallId, Command};
+use alloy_primitives::B256;
+use virga_net::role::{CallId, Command, IoId};
 
-use super::building::attach_bag;
-use super::contract_bags::ContractBags;
-use super::top_layer::{kept_through_prune, record_paths, Layer, WRITE_ALLOWANCE_BYTES};
-use super::{AnnouncementRefusal, ChainDiskError, MinerCore, MinerIo, StoreFor};
-use crate::codec::check_keys;
-use virga_evm::PartialState;
+use super::verify_job::{VerifyJob, VerifyOutcome};
+use super::{ChainDiskError, MinerCore, MinerIo, StoreFor};
+
+/// Announced blocks: the one being verified, and those waiting for it.
+#[derive(Debug, Default)]
+pub(crate) struct Following {
+    verifying: Option<Verifying>,
+    waiting: VecDeque<(String, CallId, BlockAnnouncement)>,
+}
+
+#[derive(Debug)]
+struct Verifying {
+    io: IoId,
+    from: String,
+    call: CallId,
+    /// The tip's epoch and hash when the job was handed out.
+    epoch: u64,
+    tip: B256,
+}
+
+impl Following {
+    pub(crate) fn is_idle(&self) -> bool {
+        self.verifying.is_none() && self.waiting.is_empty()
+    }
+}
 
 impl MinerCore {
-    /// A block from another miner: verified, then stored; the verdict goes back once it is.
+    /// A block from another miner: verified in its turn; the verdict goes back once it is
+    /// refused, or once it is stored.
     pub(crate) fn announced(
         &mut self,
         from: String,
@@ -23,16 +53,60 @@ impl MinerCore {
         announcement: BlockAnnouncement,
         out: &mut Vec<Command<Rainblock, MinerIo>>,
     ) {
-        match self.verify_announced(announcement) {
-            Ok((number, hash, layer, encoded)) => {
-                self.layer.committed = layer.clone();
-                self.layer.committed_hash = hash;
-                self.layer.tip = layer;
+        self.following.waiting.push_back((from, call, announcement));
+        self.verify_next(out);
+    }
+
+    fn verify_next(&mut self, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        if self.following.verifying.is_some() {
+            return;
+        }
+        if let Some((from, call, announcement)) = self.following.waiting.pop_front() {
+            self.start_verifying(from, call, announcement, out);
+        }
+    }
+
+    fn start_verifying(
+        &mut self,
+        from: String,
+        call: CallId,
+        announcement: BlockAnnouncement,
+        out: &mut Vec<Command<Rainblock, MinerIo>>,
+    ) {
+        let tip = self.layer.tip.clone();
+        let job =
+            VerifyJob::new(Arc::clone(&self.config), tip, self.layer.pruning, announcement, self.skips_block_check());
+        let io = self.ids.io();
+        let (epoch, tip) = (self.layer.epoch, self.layer.tip.header.hash_slow());
+        self.following.verifying = Some(Verifying { io, from, call, epoch, tip });
+        out.push(Command::Io { io, op: MinerIo::Verify(Box::new(job)) });
+    }
+
+    /// The announced block's verification ended: adopted and stored, refused, or verified
+    /// again if the tip it was checked on is gone.
+    pub(crate) fn verified(&mut self, io: IoId, outcome: VerifyOutcome, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        if self.following.verifying.as_ref().map(|verifying| verifying.io) != Some(io) {
+            return;
+        }
+        let Some(Verifying { from, call, epoch, tip, .. }) = self.following.verifying.take() else { return };
+        let VerifyOutcome { verdict, announcement, pruning, stats } = outcome;
+        if (self.layer.epoch, self.layer.tip.header.hash_slow()) != (epoch, tip) {
+            self.start_verifying(from, call, announcement, out);
+            return;
+        }
+        self.stats.absorb(stats);
+        self.layer.pruning = pruning;
+        match verdict {
+            Ok(verified) => {
+                self.layer.committed = verified.layer.clone();
+                self.layer.committed_hash = verified.hash;
+                self.layer.tip = verified.layer;
                 // A block this miner built or is building on the old tip must not commit.
                 self.layer.epoch += 1;
                 let io = self.ids.io();
                 self.stores.insert(io, StoreFor::Followed { from, call });
-                out.push(Command::Io { io, op: MinerIo::Store { number, hash, block: encoded } });
+                let (number, hash, block) = (verified.number, verified.hash, verified.encoded);
+                out.push(Command::Io { io, op: MinerIo::Store { number, hash, block } });
             }
             Err(reason) => {
                 tracing::warn!(miner = %self.config.id, peer = %from, %reason, "announced block refused");
@@ -41,6 +115,7 @@ impl MinerCore {
                 out.push(Command::Reply { to: from, call, response: Response::Verdict(verdict) });
             }
         }
+        self.verify_next(out);
     }
 
     /// The followed block is stored (or storing it failed: the verdict says so).
@@ -59,57 +134,5 @@ impl MinerCore {
             Err(reason) => Verdict::Rejected(format!("storing the block failed: {reason}")),
         };
         out.push(Command::Reply { to: from, call, response: Response::Verdict(verdict) });
-    }
-
-    /// Checks the block on the tip and re-executes it on the top layer with its bag attached;
-    /// returns the block's number, hash, the layer after it, and its encoding to store.
-    fn verify_announced(
-        &mut self,
-        announcement: BlockAnnouncement,
-    ) -> Result<(u64, B256, Layer, Vec<u8>), AnnouncementRefusal> {
-        let BlockAnnouncement { block, bag, storage, codes } = announcement;
-        check_keys(&bag.keys).map_err(AnnouncementRefusal::BagKeys)?;
-        let chain = self.config.chain;
-        let transactions = check_block(&chain, &self.layer.tip.header, &block, None, ExecMode::Parallel, &self.pool)?;
-        let mut layer = self.layer.tip.clone();
-        let contracts = ContractBags::from_messages(storage, codes).map_err(AnnouncementRefusal::BagKeys)?;
-        let grown = attach_bag(&mut layer.top.accounts, &bag)?
-            + contracts.attach(&mut layer.top).map_err(AnnouncementRefusal::ContractBag)?;
-        record_paths(&mut layer.unpruned, bag.keys.iter().map(|key| B256::from_slice(key)));
-        let verified = if self.skips_block_check() {
-            None
-        } else {
-            let top = std::mem::take(&mut layer.top);
-            let hashes = &layer.hashes;
-            Some(execute_block(&chain, top, hashes, &block, transactions, ExecMode::Parallel, &self.pool)?)
-        };
-        let beneficiary = keccak256(block.header.beneficiary);
-        let no_writes = virga_evm::BlockWrites::default();
-        let writes = verified.as_ref().map_or(&no_writes, |verified| &verified.outcome.writes);
-        let keep = kept_through_prune(self.config.beneficiary, writes);
-        if let Some(verified) = verified {
-            record_paths(&mut layer.unpruned, verified.outcome.touched_keys().chain([beneficiary]));
-            layer.top = verified.state;
-        } else {
-            // The broken variant adopts the announced root without executing anything.
-            layer.top = PartialState::new(virga_trie::PartialTrie::from_root_hash(block.header.state_root));
-        }
-        let written = 2 * block.transactions.len() + 1;
-        let estimated = layer.estimated_bytes + grown + written.saturating_mul(WRITE_ALLOWANCE_BYTES);
-        let (budget, retention) = (self.config.top_budget_bytes, self.config.retention);
-        layer.estimated_bytes = self.layer.pruning.maybe_prune(
-            &mut layer.top,
-            estimated,
-            &mut layer.unpruned,
-            budget,
-            retention,
-            &keep,
-            &mut self.stats,
-        );
-        let hash = block.hash();
-        let number = block.header.number;
-        let encoded = block.encode();
-        layer.advance(block.header, hash);
-        Ok((number, hash, layer, encoded))
     }
 }

@@ -1,40 +1,44 @@
 //! RainBlock's miner: executes against its private top layer with no state I/O.
 //!
 //! The miner is a core ([`MinerCore`]: events in, commands out) split along its concerns:
-//! [`warm_up`] fills the top layer, [`building`] admits submissions and builds blocks,
+//! [`warm_up`] fills the top layer, [`batching`] hands out the next block to build,
 //! [`commit`] sends blocks to the storage nodes and commits them in order, [`follower`]
-//! verifies blocks other miners announce, and [`top_layer`] keeps the tip, the committed
-//! head and pruning. [`driver::Miner`] runs the core in this process. The top layer is pruned
-//! to retention level r whenever it outgrows its memory budget.
+//! hands out blocks other miners announce to be verified and adopts them, and [`top_layer`]
+//! keeps the tip, the committed head and pruning. Building and verifying are jobs the core
+//! hands to its device ([`build_job`], [`verify_job`]), which runs them on the execution
+//! pool it owns ([`device`]); [`driver::Miner`] runs the core in this process. The top layer
+//! is pruned to retention level r whenever it outgrows its memory budget.
 
-mod building;
+mod batching;
+mod build_job;
 mod commit;
 mod contract_bags;
+pub mod device;
 pub mod driver;
 mod errors;
 mod follower;
 mod top_layer;
+mod verify_job;
 pub mod warm_up;
 
-pub use building::{BuildJob, BuildOutcome, NONCE_USED};
+pub use build_job::{BuildJob, BuildOutcome, NONCE_USED};
+pub use device::{execution_pool, open_store, open_store_on, ChainDisk, PoolError};
 pub use driver::Miner;
 pub use errors::{AckError, AnnouncementRefusal, ChainDiskError, LeftOut, UpdatesError, WarmUpFailure};
+pub use verify_job::{VerifyJob, VerifyOutcome};
 
 use crate::messages::{BlockId, BlockUpdates, HeadReply, Request, Submission, SubmissionReply, TxOutcome};
 use crate::protocol::{refusal, Rainblock, Response};
 use alloy_consensus::Header;
 use alloy_primitives::{Address, B256};
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use virga_ledger::block::Block;
-use virga_ledger::store::{ChainStore, StoreOptions};
 use virga_ledger::verify::ChainConfig;
-use virga_net::role::{CallId, Command, Detached, Event, Ids, IoExecutor, IoId, Nanos, Role, TimerId};
+use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
 use virga_trie::proof::NodeBag;
 
-use crate::codec::decode_block;
 use crate::storage::prefix_nibbles;
 use commit::Committing;
 use top_layer::{Layer, TopLayer};
@@ -179,8 +183,14 @@ enum StoreFor {
 /// building a block (a computation handed out, so that the core is free meanwhile).
 #[derive(Debug)]
 pub enum MinerIo {
-    Store { number: u64, hash: B256, block: Vec<u8> },
+    Store {
+        number: u64,
+        hash: B256,
+        block: Vec<u8>,
+    },
     Build(Box<BuildJob>),
+    /// Verifying a block another miner announced (re-executing it on the tip).
+    Verify(Box<VerifyJob>),
 }
 
 /// How a [`MinerIo`] ended.
@@ -188,11 +198,11 @@ pub enum MinerIo {
 pub enum MinerIoDone {
     Stored(Result<(), ChainDiskError>),
     Built(Box<BuildOutcome>),
+    Verified(Box<VerifyOutcome>),
 }
 
 pub struct MinerCore {
     config: Arc<MinerConfig>,
-    pool: Arc<rayon::ThreadPool>,
     deadline: Duration,
     ids: Ids,
     layer: TopLayer,
@@ -206,6 +216,7 @@ pub struct MinerCore {
     calls: HashMap<CallId, Outstanding>,
     timers: HashMap<TimerId, TimerPurpose>,
     stores: HashMap<IoId, StoreFor>,
+    following: follower::Following,
     stats: MinerStats,
     /// The clock reading of the latest event: the timestamp of a block built on a completion.
     last_now: Nanos,
@@ -219,7 +230,7 @@ pub enum MinerError {
     #[error("shard count {0} is not 1, 16 or 256")]
     ShardCount(usize),
     #[error("the execution thread pool: {0}")]
-    Pool(#[source] rayon::ThreadPoolBuildError),
+    Pool(#[source] device::PoolError),
     #[error("the block store {}: {source}", .path.display())]
     StoreDir {
         path: std::path::PathBuf,
@@ -242,24 +253,13 @@ pub enum MinerError {
     Unreadable(u64),
 }
 
-/// A thread pool for the miner's parallel execution (`threads` 0: one per core).
-pub fn execution_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, MinerError> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|index| format!("miner-exec-{index}"))
-        .build()
-        .map(Arc::new)
-        .map_err(MinerError::Pool)
-}
-
 impl MinerCore {
     /// A miner whose committed head is `header`, with an empty top layer; it warms up when
     /// it starts.
-    pub fn new(config: MinerConfig, header: Header, pool: Arc<rayon::ThreadPool>) -> Result<MinerCore, MinerError> {
+    pub fn new(config: MinerConfig, header: Header) -> Result<MinerCore, MinerError> {
         prefix_nibbles(config.shard_count).ok_or(MinerError::ShardCount(config.shard_count))?;
         Ok(MinerCore {
             config: Arc::new(config),
-            pool,
             deadline: CALL_DEADLINE,
             ids: Ids::default(),
             layer: TopLayer::new(header),
@@ -271,6 +271,7 @@ impl MinerCore {
             calls: HashMap::new(),
             timers: HashMap::new(),
             stores: HashMap::new(),
+            following: follower::Following::default(),
             stats: MinerStats::default(),
             last_now: 0,
             #[cfg(feature = "fault-injection")]
@@ -318,12 +319,6 @@ impl MinerCore {
         (&self.layer.tip.header, &self.layer.tip.top)
     }
 
-    /// The execution pool blocks are built on.
-    #[cfg(any(test, feature = "sim"))]
-    pub(crate) fn pool(&self) -> &rayon::ThreadPool {
-        &self.pool
-    }
-
     /// Whether the top layer is warm (the miner builds blocks only then), and why the last
     /// warm-up round failed, if it did.
     pub fn warm_up_state(&self) -> (bool, Option<(u64, &WarmUpFailure)>) {
@@ -332,7 +327,11 @@ impl MinerCore {
 
     /// Nothing queued, being built or committed.
     pub fn is_idle(&self) -> bool {
-        self.inbox.is_empty() && self.building.is_none() && self.queued.is_empty() && self.committing.is_none()
+        self.inbox.is_empty()
+            && self.building.is_none()
+            && self.queued.is_empty()
+            && self.committing.is_none()
+            && self.following.is_idle()
     }
 
     /// Starts the next commit, then hands out the next block to build if the commit queue
@@ -402,16 +401,20 @@ impl MinerCore {
         false
     }
 
-    /// Builds a block from the queued submissions and drops it at once, answering them as
-    /// for a refused block: the fuzz target's way through submission decoding and
-    /// verification with no transport. The tip stays where it was.
+    /// The job that builds a block from the queued submissions, whatever the miner's state:
+    /// with [`Self::drop_built`], the fuzz target's way through submission decoding and
+    /// verification with no transport.
     #[cfg(any(test, feature = "fuzzing"))]
-    pub(crate) fn build_queued(&mut self, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+    pub(crate) fn queued_job(&mut self) -> Option<BuildJob> {
         let batch = self.take_batch();
-        if batch.is_empty() {
-            return;
-        }
-        let BuildOutcome { built, answers, stats, .. } = self.build_job(self.last_now, batch).run();
+        (!batch.is_empty()).then(|| self.build_job(self.last_now, batch))
+    }
+
+    /// Drops a block [`Self::queued_job`] built, answering its submissions as for a refused
+    /// block. The tip stays where it was.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn drop_built(&mut self, outcome: BuildOutcome, out: &mut Vec<Command<Rainblock, MinerIo>>) {
+        let BuildOutcome { built, answers, stats, .. } = outcome;
         self.stats.absorb(stats);
         out.extend(answers);
         if let Some(built) = built {
@@ -463,12 +466,6 @@ impl Role for MinerCore {
     type IoDone = MinerIoDone;
     type Input = std::convert::Infallible;
 
-    /// An announced block is re-executed in the step; blocks of its own are built off the
-    /// core, so every other step is short.
-    fn is_long_step(&self, event: &Event<Rainblock, MinerIoDone, std::convert::Infallible>) -> bool {
-        matches!(event, Event::Request { request, .. } if matches!(request, Request::Announce(_)))
-    }
-
     fn step(
         &mut self,
         now: Nanos,
@@ -486,6 +483,7 @@ impl Role for MinerCore {
                 None => {}
             },
             Event::IoDone { io, result: MinerIoDone::Built(outcome) } => self.built(io, *outcome, out),
+            Event::IoDone { io, result: MinerIoDone::Verified(outcome) } => self.verified(io, *outcome, out),
             Event::IoDone { io, result: MinerIoDone::Stored(result) } => match self.stores.remove(&io) {
                 Some(StoreFor::Committed) => self.stored(result, out),
                 Some(StoreFor::Followed { from, call }) => self.followed_stored(from, call, result, out),
@@ -512,66 +510,4 @@ pub(crate) fn refuse_submission(
 
 pub(crate) fn outcomes_reply(block: Option<(u64, B256)>, outcomes: Vec<TxOutcome>) -> Response {
     Response::Submitted(SubmissionReply { block: block.map(|(number, hash)| BlockId::new(number, hash)), outcomes })
-}
-
-/// The miner's device: its chain store (none in tests that keep no chain), and the
-/// blocks it builds.
-pub struct ChainDisk {
-    pub store: Option<ChainStore>,
-}
-
-impl IoExecutor<MinerCore> for ChainDisk {
-    fn execute(&mut self, op: MinerIo) -> MinerIoDone {
-        match op {
-            MinerIo::Store { number, hash, block } => MinerIoDone::Stored(match self.store.as_mut() {
-                Some(store) => store.append(number, hash, &block).map_err(ChainDiskError::from),
-                None => Ok(()),
-            }),
-            MinerIo::Build(job) => MinerIoDone::Built(Box::new(job.run())),
-        }
-    }
-
-    /// A block is built on a thread of its own.
-    fn detach(&mut self, op: MinerIo) -> Result<Detached<MinerIoDone>, MinerIo> {
-        match op {
-            MinerIo::Build(job) => Ok(Box::new(move || MinerIoDone::Built(Box::new(job.run())))),
-            store => Err(store),
-        }
-    }
-}
-
-/// Opens (creating) the miner's block store in `dir/blocks`, storing the genesis block first.
-pub fn open_store(dir: &Path, genesis: &Header) -> Result<(ChainStore, Header), MinerError> {
-    let path = dir.join("blocks");
-    let storage = virga_core::device::FileStorage::create_dir_all(&path)
-        .map_err(|source| MinerError::StoreDir { path: path.clone(), source })?;
-    open_store_on(Arc::new(storage), StoreOptions::default(), genesis)
-}
-
-/// [`open_store`] on any storage (memory devices in the simulator).
-pub fn open_store_on(
-    storage: Arc<dyn virga_core::device::Storage>,
-    options: StoreOptions,
-    genesis: &Header,
-) -> Result<(ChainStore, Header), MinerError> {
-    let (mut store, _) = ChainStore::open(storage, options)?;
-    let genesis_hash = genesis.hash_slow();
-    match store.hash_of(0) {
-        None => {
-            let block = Block { header: genesis.clone(), transactions: Vec::new() };
-            store.append(0, genesis_hash, &block.encode())?;
-        }
-        Some(stored) if stored != genesis_hash => {
-            return Err(MinerError::OtherGenesis { stored, genesis: genesis_hash })
-        }
-        Some(_) => {}
-    }
-    let head = match store.head() {
-        Some((number, _)) if number > 0 => {
-            let bytes = store.get_by_number(number)?.ok_or(MinerError::Unreadable(number))?;
-            decode_block(&bytes).map_err(|source| MinerError::StoredBlock { number, source })?.header
-        }
-        _ => genesis.clone(),
-    };
-    Ok((store, head))
 }

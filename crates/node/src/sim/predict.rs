@@ -204,8 +204,8 @@ fn open(
     if let Some(index) = id.strip_prefix("miner-").and_then(|index| index.parse::<usize>().ok()) {
         let (store, head) = crate::miner::open_store_on(storage, StoreOptions::default(), &fixture.header)?;
         let pool = execution_pool(1)?;
-        let core = MinerCore::new(fixture.miner_config(index), head, pool)?;
-        return Ok((miner_node(core), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store) }))));
+        let core = MinerCore::new(fixture.miner_config(index), head)?;
+        return Ok((miner_node(core), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store), pool }))));
     }
     let index = id.strip_prefix("client-").and_then(|index| index.parse::<usize>().ok()).unwrap_or(0);
     let core = ClientCore::new(fixture.client_config(index));

@@ -196,13 +196,13 @@ fn open_node(
         let config = fixture.miner_config(index);
         let pool = execution_pool(1).unwrap_or_else(|error| failed("pool", error.to_string()));
         #[allow(unused_mut)]
-        let mut core = MinerCore::new(config, head, pool).unwrap_or_else(|error| failed("miner", error.to_string()));
+        let mut core = MinerCore::new(config, head).unwrap_or_else(|error| failed("miner", error.to_string()));
         core.set_deadline(DEADLINE);
         #[cfg(feature = "fault-injection")]
         if broken == Some(Broken::MinerSkipsBlockCheck) && index > 0 {
             core.set_fault(crate::miner::MinerFault::SkipBlockCheck);
         }
-        return (miner_node(core), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store) })));
+        return (miner_node(core), Box::new(NodeDisk::Miner(ChainDisk { store: Some(store), pool })));
     }
     let index = id.strip_prefix("client-").and_then(|index| index.parse::<usize>().ok()).unwrap_or(0);
     let mut core = ClientCore::new(client_config(fixture, index));

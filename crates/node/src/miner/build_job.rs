@@ -2,9 +2,10 @@
 //!
 //! Building is a [`BuildJob`] the core hands out as a device operation
 //! ([`super::MinerIo::Build`]): it carries a copy of everything it reads, so the driver runs
-//! it on a thread of its own while the core goes on committing the previous block, and the
-//! simulator runs it deterministically. The core keeps one build in flight and takes the
-//! block on its completion unless the tip's epoch changed meanwhile.
+//! it on its execution pool, on a thread of its own, while the core goes on committing the
+//! previous block, and the simulator runs it deterministically. The core keeps one build in
+//! flight and takes the block on its completion unless the tip's epoch changed meanwhile.
+//! This module is the job's body, which only the driver runs; it is no part of the core.
 //!
 //! A bag's nodes attach to the top layer only where they hash to a hash node it holds (so a
 //! bag cannot change what the miner believes), which also revises witnesses taken at an
@@ -21,7 +22,6 @@ use virga_evm::BlockWrites;
 use virga_ledger::builder::{build_block, Built as BuiltBlock};
 use virga_ledger::exec::StateSource;
 use virga_ledger::tx::{RecoveredTx, SignedTx};
-use virga_ledger::verify::max_transactions;
 use virga_net::role::{Command, Nanos};
 use virga_trie::account::storage_value_rlp;
 use virga_trie::proof::NodeBag;
@@ -31,9 +31,7 @@ use std::sync::Arc;
 
 use super::contract_bags::{ContractBagError, ContractBags};
 use super::top_layer::{kept_through_prune, record_paths, Layer, Pruning, WRITE_ALLOWANCE_BYTES};
-use super::{
-    refuse_submission, Built, LeftOut, MinerConfig, MinerCore, MinerIo, MinerStats, Pending, Replies, UpdatesError,
-};
+use super::{refuse_submission, Built, LeftOut, MinerConfig, MinerIo, MinerStats, Pending, Replies, UpdatesError};
 use crate::codec::check_keys;
 use crate::storage::prefix_nibbles;
 
@@ -54,7 +52,6 @@ struct Admitted {
 /// Building one block: a batch of submissions and a copy of the tip it builds on.
 pub struct BuildJob {
     config: Arc<MinerConfig>,
-    pool: Arc<rayon::ThreadPool>,
     tip: Layer,
     /// The tip's epoch when the job was handed out.
     epoch: u64,
@@ -111,40 +108,32 @@ impl BuildJob {
         self.batch.len()
     }
 
-    /// Builds the block.
-    pub fn run(mut self) -> BuildOutcome {
-        let built = self.build();
+    /// Builds the block on `pool`.
+    pub fn run(mut self, pool: &rayon::ThreadPool) -> BuildOutcome {
+        let built = self.build(pool);
         BuildOutcome { built, answers: self.answers, stats: self.stats, pruning: self.pruning }
     }
 }
 
-impl MinerCore {
-    /// Submissions for the next block, up to the block's transfer bound.
-    pub(crate) fn take_batch(&mut self) -> Vec<Pending> {
-        let limit = self.config.max_block_transfers.min(max_transactions(self.config.chain.gas_limit)).max(1);
-        let (mut taken, mut count) = (0, 0);
-        for pending in &self.inbox {
-            let size = pending.submission.transactions.len();
-            if count > 0 && taken + size > limit {
-                break;
-            }
-            taken += size;
-            count += 1;
-        }
-        self.inbox.drain(..count).collect()
-    }
-
-    /// The job that builds `batch` on the tip, timestamped from `now`.
-    pub(crate) fn build_job(&self, now: Nanos, batch: Vec<Pending>) -> BuildJob {
+impl BuildJob {
+    /// The job that builds `batch` on `tip` (in `epoch`), timestamped from `now`.
+    pub(crate) fn new(
+        config: Arc<MinerConfig>,
+        tip: Layer,
+        epoch: u64,
+        now: Nanos,
+        batch: Vec<Pending>,
+        pruning: Pruning,
+        wrong_root: bool,
+    ) -> BuildJob {
         BuildJob {
-            config: Arc::clone(&self.config),
-            pool: Arc::clone(&self.pool),
-            tip: self.layer.tip.clone(),
-            epoch: self.layer.epoch,
+            config,
+            tip,
+            epoch,
             now,
             batch,
-            pruning: self.layer.pruning,
-            wrong_root: self.builds_wrong_roots(),
+            pruning,
+            wrong_root,
             stats: MinerStats::default(),
             answers: Vec::new(),
         }
@@ -157,8 +146,8 @@ impl BuildJob {
     }
 
     /// Decodes and recovers every transfer of the batch, in parallel.
-    fn recover_batch(&self, batch: &[Pending]) -> Vec<Vec<Result<RecoveredTx, LeftOut>>> {
-        self.pool.install(|| {
+    fn recover_batch(batch: &[Pending], pool: &rayon::ThreadPool) -> Vec<Vec<Result<RecoveredTx, LeftOut>>> {
+        pool.install(|| {
             use rayon::prelude::*;
             batch
                 .par_iter()
@@ -179,8 +168,8 @@ impl BuildJob {
     }
 
     /// Attaches the batch's bags to `layer` and admits each transfer whose accounts it can read.
-    fn admit(&mut self, batch: Vec<Pending>, layer: &mut Layer) -> Admitted {
-        let decoded = self.recover_batch(&batch);
+    fn admit(&mut self, batch: Vec<Pending>, layer: &mut Layer, pool: &rayon::ThreadPool) -> Admitted {
+        let decoded = Self::recover_batch(&batch, pool);
         let current_root = layer.header.state_root;
         let mut admitted =
             Admitted { transfers: Vec::new(), slots: Vec::new(), bags: Vec::new(), contracts: ContractBags::default() };
@@ -255,11 +244,11 @@ impl BuildJob {
     }
 
     /// Admits what can be executed from the batch and builds the block on the tip.
-    fn build(&mut self) -> Option<Built> {
+    fn build(&mut self, pool: &rayon::ThreadPool) -> Option<Built> {
         let mut layer = self.tip.clone();
         let parent = layer.header.clone();
         let batch = std::mem::take(&mut self.batch);
-        let Admitted { transfers, slots, bags, contracts } = self.admit(batch, &mut layer);
+        let Admitted { transfers, slots, bags, contracts } = self.admit(batch, &mut layer, pool);
         let timestamp = self.now / 1_000_000_000;
         let config = Arc::clone(&self.config);
         let built = build_block(
@@ -270,7 +259,7 @@ impl BuildJob {
             transfers,
             config.beneficiary,
             timestamp,
-            &self.pool,
+            pool,
         );
         let built = match built {
             Ok(built) => misbuild(built, self.wrong_root),
