@@ -249,8 +249,8 @@ fn build(
         let replicas = config.orderers.len();
         let founding =
             || founding_records(replicas, &keys.genesis(deployment.customers, origin).into_iter().collect::<Vec<_>>());
-        let log = OrdererLog::open(&dir.join(name).join("raft"), founding)
-            .map_err(|error| RunError::Io(error.to_string()))?;
+        let log =
+            OrdererLog::open(dir.join(name).join("raft"), founding).map_err(|error| RunError::Io(error.to_string()))?;
         let core = OrderingServer::new(name, keys.orderer.clone(), Arc::clone(config), deployment.seed + at as u64);
         return Ok(Built {
             node: ChainifyNode::Orderer(Box::new(core)),
@@ -272,7 +272,7 @@ fn build(
             Ok(Built { node, device: NodeDevice::None, member: None, postgres: None })
         }
         "commit" => {
-            let votes = VoteLog::open(&home.join("votes")).map_err(|error| RunError::Io(error.to_string()))?;
+            let votes = VoteLog::open(home.join("votes")).map_err(|error| RunError::Io(error.to_string()))?;
             let core = CommitServer::new(org, key, Arc::clone(config), None);
             let node = ChainifyNode::Commit(Box::new(core));
             Ok(Built { node, device: NodeDevice::Votes(votes), member: None, postgres: None })

@@ -13,6 +13,7 @@ use clap::{Args, ValueEnum};
 use virga_chainify::sim::{run_seed, SimOptions, SimReport, Weakening};
 
 use crate::limits;
+use crate::sim_dkv::Faults;
 
 #[derive(Args, Debug)]
 pub(crate) struct ChainifySimArgs {
@@ -28,9 +29,14 @@ pub(crate) struct ChainifySimArgs {
     /// Proposals each client sends.
     #[arg(long, value_parser = limits::count_u64_between(1, 100_000), default_value_t = 40)]
     pub transactions: u64,
-    /// A reliable network and no crash, lie or tampering.
-    #[arg(long)]
-    pub no_faults: bool,
+    /// `all`: lost and duplicated messages, a lagging organization, crashes (a crash loses
+    /// what a server's logs had not synced), and a lying or tampered organization. `disk`:
+    /// all of those, and one orderer replica that crashes meets a media fault (a latent
+    /// sector error while it is down, or a write that lands before its offset just before it
+    /// crashes); a replica whose log then refuses to open stays down. `none`: a reliable
+    /// network and no crash, lie or tampering.
+    #[arg(long, value_enum, default_value = "all")]
+    pub faults: Faults,
     /// Always change the faulty organization's database outside the chain.
     #[arg(long)]
     pub tamper: bool,
@@ -69,6 +75,10 @@ struct Summary {
     seeds_with_tamper: u64,
     undetected_tampers: u64,
     crashes: u64,
+    /// `--faults disk`: seeds whose media fault met a read or write, and orderer replicas
+    /// whose log refused to open.
+    media_faults_hit: u64,
+    unopened: u64,
     wall_seconds: f64,
 }
 
@@ -109,14 +119,19 @@ pub(crate) fn run(args: &ChainifySimArgs) -> anyhow::Result<ExitCode> {
         args.seeds,
         args.clients,
         args.transactions,
-        if args.no_faults { "no faults" } else { "every fault" },
+        match args.faults {
+            Faults::None => "no faults",
+            Faults::All => "every fault",
+            Faults::Disk => "every fault and media faults",
+        },
         weakening.map(|weakening| format!(", weakened: {}", weakening.name())).unwrap_or_default(),
         args.first_seed,
     );
     let options = |seed| SimOptions {
         clients: args.clients,
         transactions: args.transactions,
-        faults: !args.no_faults,
+        faults: args.faults != Faults::None,
+        media_faults: args.faults == Faults::Disk,
         force_tamper: args.tamper,
         weakening,
         wire: args.wire,
@@ -134,6 +149,44 @@ pub(crate) fn run(args: &ChainifySimArgs) -> anyhow::Result<ExitCode> {
         problem,
         SimOptions::replay_command,
     );
+    let summary = summarize(args, &outcomes, wall_seconds);
+    println!(
+        "chainify sim: {} of {} seed(s) passed in {:.1} s\n  ordered blocks {}, answered proposals {}, timed out {}, refused {}\n  \
+         faults: {} seed(s) with a lying organization, {} with a tampered database ({} never touched again, so never detected), {} crashes\n  \
+         media faults: {} seed(s) hit, {} replica(s) refused to open\n  \
+         recoveries {} ({} rebuild attempts)",
+        args.seeds - summary.failures.len() as u64,
+        args.seeds,
+        wall_seconds,
+        summary.ordered_blocks,
+        summary.answered,
+        summary.timed_out,
+        summary.refused,
+        summary.seeds_with_liar,
+        summary.seeds_with_tamper,
+        summary.undetected_tampers,
+        summary.crashes,
+        summary.media_faults_hit,
+        summary.unopened,
+        summary.recoveries,
+        summary.recovery_attempts,
+    );
+    for failure in summary.failures.iter().take(10) {
+        println!("  seed {} FAILED: {}\n    replay: {}", failure.seed, failure.problem, failure.replay);
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&summary)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(if summary.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The totals of the seeds' reports, with every failure and its replay command.
+fn summarize(
+    args: &ChainifySimArgs,
+    outcomes: &[(u64, SimOptions, Result<SimReport, String>)],
+    wall_seconds: f64,
+) -> Summary {
     let mut summary = Summary {
         seeds: args.seeds,
         first_seed: args.first_seed,
@@ -148,9 +201,11 @@ pub(crate) fn run(args: &ChainifySimArgs) -> anyhow::Result<ExitCode> {
         seeds_with_tamper: 0,
         undetected_tampers: 0,
         crashes: 0,
+        media_faults_hit: 0,
+        unopened: 0,
         wall_seconds,
     };
-    for (seed, options, report) in &outcomes {
+    for (seed, options, report) in outcomes {
         if let Some(problem) = problem(report) {
             summary.failures.push(Failure { seed: *seed, problem, replay: options.replay_command() });
         }
@@ -167,31 +222,8 @@ pub(crate) fn run(args: &ChainifySimArgs) -> anyhow::Result<ExitCode> {
         summary.seeds_with_tamper += u64::from(report.faults.tamper.is_some());
         summary.undetected_tampers += u64::from(report.undetected_tamper);
         summary.crashes += report.faults.crashes.len() as u64;
+        summary.media_faults_hit += u64::from(report.media_faults_fired > 0);
+        summary.unopened += report.unopened.len() as u64;
     }
-    println!(
-        "chainify sim: {} of {} seed(s) passed in {:.1} s\n  ordered blocks {}, answered proposals {}, timed out {}, refused {}\n  \
-         faults: {} seed(s) with a lying organization, {} with a tampered database ({} never touched again, so never detected), {} crashes\n  \
-         recoveries {} ({} rebuild attempts)",
-        args.seeds - summary.failures.len() as u64,
-        args.seeds,
-        wall_seconds,
-        summary.ordered_blocks,
-        summary.answered,
-        summary.timed_out,
-        summary.refused,
-        summary.seeds_with_liar,
-        summary.seeds_with_tamper,
-        summary.undetected_tampers,
-        summary.crashes,
-        summary.recoveries,
-        summary.recovery_attempts,
-    );
-    for failure in summary.failures.iter().take(10) {
-        println!("  seed {} FAILED: {}\n    replay: {}", failure.seed, failure.problem, failure.replay);
-    }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&summary)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(if summary.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    summary
 }

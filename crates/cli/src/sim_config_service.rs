@@ -10,11 +10,11 @@ use clap::{Args, ValueEnum};
 use virga_dkv::sim::{run_service, ServiceRunOptions, ServiceRunReport};
 
 use crate::limits;
+use crate::sim_dkv::Faults;
 
 #[derive(Args, Debug)]
 pub(crate) struct ConfigServiceArgs {
-    /// Seeds to run, each a full run with faults (loss, duplication, partitions, crashes and
-    /// power failures).
+    /// Seeds to run, each a full run under `--faults`.
     #[arg(long, value_parser = limits::count_u64_between(1, 10_000_000))]
     pub seeds: u64,
     /// The first seed; seeds run from here up.
@@ -23,6 +23,13 @@ pub(crate) struct ConfigServiceArgs {
     /// Replicas of the service.
     #[arg(long, default_value_t = 3, value_parser = replica_count)]
     pub replicas: usize,
+    /// `all`: message loss and duplication, partitions, crashes of replicas and power failures
+    /// of all of them. `disk`: all of those, and one replica that crashes meets a media fault
+    /// (a latent sector error while it is down, or writes that land before their offset just
+    /// before it crashes); a replica whose storage then refuses to open stays down. `none`: a
+    /// reliable network and no crash.
+    #[arg(long, value_enum, default_value = "all")]
+    pub faults: Faults,
     /// Run a deliberately broken variant (to see the checks catch it).
     #[arg(long, value_enum)]
     pub broken: Option<BrokenService>,
@@ -39,6 +46,9 @@ pub(crate) struct ConfigServiceArgs {
 pub(crate) enum BrokenService {
     /// Replicas acknowledge votes and appends before their log write is durable.
     AckBeforeWrite,
+    /// With `--faults disk`: a replica whose log refuses to open starts over on an empty one
+    /// (as if its disk were replaced), forgetting what it voted and acknowledged.
+    RejoinEmpty,
 }
 
 /// The service runs 3 or 5 replicas (a majority survives one or two failures).
@@ -68,6 +78,9 @@ struct Run {
     power_failures: usize,
     partitions: usize,
     applied_index: u64,
+    media_fault: Option<String>,
+    media_faults_fired: u64,
+    unopened: Vec<String>,
     virtual_ms: u64,
     events: u64,
     trace_digest: u64,
@@ -86,8 +99,13 @@ struct Report {
     seeds: u64,
     first_seed: u64,
     replicas: usize,
+    faults: &'static str,
     broken: Option<BrokenService>,
     failures: Vec<Failure>,
+    /// `--faults disk`: seeds whose media fault met a read or write, and replicas whose
+    /// storage refused to open.
+    media_faults_hit: u64,
+    unopened: u64,
     elections: u64,
     crashes: u64,
     power_failures: u64,
@@ -105,16 +123,24 @@ pub(crate) fn run(args: &ConfigServiceArgs) -> anyhow::Result<ExitCode> {
     let last = args.first_seed.checked_add(args.seeds).context("--first-seed plus --seeds overflows a u64")?;
     let threads = args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     eprintln!(
-        "running {} seed(s) of the configuration service ({} replicas{}) from {} on {threads} thread(s)",
+        "running {} seed(s) of the configuration service ({} replicas, faults `{}`{}) from {} on {threads} thread(s)",
         args.seeds,
         args.replicas,
-        if args.broken.is_some() { ", broken: acknowledging before the write" } else { "" },
+        args.faults.name(),
+        match args.broken {
+            Some(BrokenService::AckBeforeWrite) => ", broken: acknowledging before the write",
+            Some(BrokenService::RejoinEmpty) => ", broken: a damaged replica rejoining empty",
+            None => "",
+        },
         args.first_seed
     );
     let run_seed = |seed| {
         let options = ServiceRunOptions {
             replicas: args.replicas,
+            faults: args.faults != Faults::None,
+            media_faults: args.faults == Faults::Disk,
             unsafe_ack_before_write: args.broken == Some(BrokenService::AckBeforeWrite),
+            unsafe_rejoin_empty: args.broken == Some(BrokenService::RejoinEmpty),
             ..ServiceRunOptions::new(seed)
         };
         let report = run_service(&options).map_err(|error| format!("the simulation did not start: {error}"));
@@ -131,7 +157,8 @@ pub(crate) fn run(args: &ConfigServiceArgs) -> anyhow::Result<ExitCode> {
     let outcomes: Vec<Outcome> = outcomes.into_iter().map(|(_, options, report)| (options, report)).collect();
     let report = summarize(args, &outcomes, wall_seconds, threads);
     eprintln!(
-        "{} seed(s), {} failure(s); {} elections, {} crashes, {} power failures, {} partitions; {} events; \
+        "{} seed(s), {} failure(s); {} elections, {} crashes, {} power failures, {} partitions; \
+         media faults: {} seed(s) hit, {} replica(s) refused to open; {} events; \
          {wall_seconds:.1} s ({:.3} s per seed on {threads} thread(s))",
         report.seeds,
         report.failures.len(),
@@ -139,6 +166,8 @@ pub(crate) fn run(args: &ConfigServiceArgs) -> anyhow::Result<ExitCode> {
         report.crashes,
         report.power_failures,
         report.partitions,
+        report.media_faults_hit,
+        report.unopened,
         report.events,
         report.timing.seconds_per_seed,
     );
@@ -182,6 +211,9 @@ fn summarize(args: &ConfigServiceArgs, outcomes: &[Outcome], wall_seconds: f64, 
             power_failures: report.power_failures,
             partitions: report.partitions,
             applied_index: report.applied_index,
+            media_fault: report.media_fault.clone(),
+            media_faults_fired: report.media_faults_fired,
+            unopened: report.unopened.clone(),
             virtual_ms: report.virtual_ms,
             events: report.events,
             trace_digest: report.trace_digest,
@@ -191,8 +223,11 @@ fn summarize(args: &ConfigServiceArgs, outcomes: &[Outcome], wall_seconds: f64, 
         seeds: args.seeds,
         first_seed: args.first_seed,
         replicas: args.replicas,
+        faults: args.faults.name(),
         broken: args.broken,
         failures,
+        media_faults_hit: total(|report| u64::from(report.media_faults_fired > 0)),
+        unopened: total(|report| report.unopened.len() as u64),
         elections: total(|report| report.elections as u64),
         crashes: total(|report| report.crashes as u64),
         power_failures: total(|report| report.power_failures as u64),

@@ -99,7 +99,7 @@ pub(crate) enum Faults {
 }
 
 impl Faults {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Faults::All => "all",
             Faults::Disk => "disk",

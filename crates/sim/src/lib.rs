@@ -38,6 +38,7 @@ mod bench;
 mod clock;
 mod cost;
 mod dispatch;
+pub mod media;
 mod multi;
 mod network;
 mod queue;

@@ -5,6 +5,7 @@ mod common;
 mod cost;
 mod determinism;
 mod lifecycle;
+mod media;
 mod network;
 mod property;
 mod speed;

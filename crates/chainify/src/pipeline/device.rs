@@ -2,9 +2,10 @@
 //! [`Member`], shared with whoever restarts the organization's servers, since the database
 //! outlives them), an orderer replica's Raft log and a commit server's votes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use virga_core::device::IntoStorage;
 use virga_ledger::wlc::{LedgerBlock, SignedVote};
 use virga_log::{LogError, LogOptions, OpenMode, RecordLog};
 
@@ -18,9 +19,9 @@ pub struct OrganizationDevice {
     keep_checkpoints: usize,
 }
 
-/// An orderer replica's Raft log: its records in order, in memory (outliving the replica's
-/// restarts as a device does) and, when opened on a directory, in a record log there, synced
-/// before an append is reported (Raft answers a vote or an append only after that).
+/// An orderer replica's Raft log: its records in order, in memory and, when opened on a
+/// directory or a [`virga_core::device::Storage`], in a record log there, synced before an
+/// append is reported (Raft answers a vote or an append only after that).
 #[derive(Clone, Default)]
 pub struct OrdererLog {
     inner: Arc<Mutex<Records>>,
@@ -47,16 +48,14 @@ impl Records {
     }
 }
 
-/// Opens the record log in `dir` (created if absent, a torn tail cut: it was never
-/// acknowledged) and reads its records.
-fn open_records(dir: &Path) -> Result<Records, DeviceError> {
-    let failed = |error| DeviceError::Log { dir: dir.to_path_buf(), error };
-    std::fs::create_dir_all(dir)
-        .map_err(|source| failed(LogError::Io { op: "create", path: dir.to_path_buf(), source }))?;
+/// Opens the record log at `at` (a directory, created if absent, or a storage; a torn tail
+/// cut: it was never acknowledged) and reads its records.
+fn open_records(at: impl IntoStorage) -> Result<Records, DeviceError> {
+    let dir = at.location();
     let mut records = Vec::new();
     let (disk, _) =
-        RecordLog::open_with(dir, LogOptions::default(), OpenMode::Repair, |_, payload| records.push(payload.to_vec()))
-            .map_err(failed)?;
+        RecordLog::open_with(at, LogOptions::default(), OpenMode::Repair, |_, payload| records.push(payload.to_vec()))
+            .map_err(|error| DeviceError::Log { dir, error })?;
     Ok(Records { records, disk: Some(disk) })
 }
 
@@ -77,13 +76,13 @@ impl OrdererLog {
         OrdererLog { inner: Arc::new(Mutex::new(Records { records, disk: None })) }
     }
 
-    /// The log kept in `dir`; an empty one is founded with `founding()`'s records first.
-    pub fn open(dir: &Path, founding: impl FnOnce() -> Vec<Vec<u8>>) -> Result<OrdererLog, DeviceError> {
-        let mut opened = open_records(dir)?;
+    /// The log kept at `at` (a directory or a storage); an empty one is founded with
+    /// `founding()`'s records first.
+    pub fn open(at: impl IntoStorage, founding: impl FnOnce() -> Vec<Vec<u8>>) -> Result<OrdererLog, DeviceError> {
+        let dir = at.location();
+        let mut opened = open_records(at)?;
         if opened.records.is_empty() {
-            opened
-                .append(founding())
-                .map_err(|reason| DeviceError::Found { dir: dir.to_path_buf(), reason: Box::new(reason) })?;
+            opened.append(founding()).map_err(|reason| DeviceError::Found { dir, reason: Box::new(reason) })?;
         }
         Ok(OrdererLog { inner: Arc::new(Mutex::new(opened)) })
     }
@@ -128,14 +127,16 @@ impl Votes {
 }
 
 impl VoteLog {
-    /// The votes kept in `dir`. A record that does not decode is refused: the log is this
-    /// server's own, so it means damage, and voting on without it could vote two ways.
-    pub fn open(dir: &Path) -> Result<VoteLog, DeviceError> {
-        let opened = open_records(dir)?;
+    /// The votes kept at `at` (a directory or a storage). A record that does not decode is
+    /// refused: the log is this server's own, so it means damage, and voting on without it
+    /// could vote two ways.
+    pub fn open(at: impl IntoStorage) -> Result<VoteLog, DeviceError> {
+        let dir = at.location();
+        let opened = open_records(at)?;
         let mut votes = Votes { votes: Default::default(), disk: opened.disk };
         for (at, record) in opened.records.iter().enumerate() {
             let vote = SignedVote::decode(record).map_err(|refused| DeviceError::BadVote {
-                dir: dir.to_path_buf(),
+                dir: dir.clone(),
                 at,
                 reason: refused.to_string(),
             })?;

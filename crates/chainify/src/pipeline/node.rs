@@ -18,6 +18,10 @@ pub enum ChainifyNode {
     Orderer(Box<OrderingServer>),
     Execution(Box<ExecutionServer>),
     Commit(Box<CommitServer>),
+    /// A server whose storage did not open in the simulator: its process refused to start,
+    /// so nothing answers until its next restart tries again.
+    #[cfg(any(test, feature = "sim"))]
+    Unopened(String),
 }
 
 /// A node's device: an organization's database for its execution server, the block log for
@@ -84,6 +88,8 @@ impl Role for ChainifyNode {
             ChainifyNode::Orderer(core) => core.step(now, event, out),
             ChainifyNode::Execution(core) => core.step(now, event, out),
             ChainifyNode::Commit(core) => core.step(now, event, out),
+            #[cfg(any(test, feature = "sim"))]
+            ChainifyNode::Unopened(_) => {}
         }
     }
 }

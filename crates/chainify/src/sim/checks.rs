@@ -105,6 +105,22 @@ pub(super) fn ordered_blocks<R: PipelineNode>(cluster: &Cluster, sim: &Sim<R>) -
         .unwrap_or_default()
 }
 
+/// The servers whose storage refused to open at the end, each with why.
+fn unopened<R: PipelineNode>(cluster: &Cluster, sim: &Sim<R>) -> Vec<String> {
+    let commits = org_names().into_iter().map(|org| node_name(&org, "commit"));
+    cluster
+        .config
+        .orderers
+        .iter()
+        .cloned()
+        .chain(commits)
+        .filter_map(|name| match sim.core(&name).map(R::node) {
+            Some(ChainifyNode::Unopened(error)) => Some(format!("{name}: {error}")),
+            _ => None,
+        })
+        .collect()
+}
+
 pub(super) fn check<R: PipelineNode>(
     options: &SimOptions,
     cluster: &Cluster,
@@ -174,6 +190,8 @@ pub(super) fn check<R: PipelineNode>(
         recoveries: 0,
         recovery_attempts: 0,
         undetected_tamper,
+        media_faults_fired: cluster.disks.fired(),
+        unopened: unopened(cluster, sim),
         virtual_ms: sim.now() / 1_000_000,
         violations: Vec::new(),
         trace_digest: sim.trace_digest(),

@@ -10,8 +10,10 @@
 //! fresh database executing the ordered blocks serially.
 
 mod checks;
+mod disks;
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use virga_ledger::tx::SigningKey;
 use virga_ledger::wlc::{Agreement, AgreementPolicy, BlockCut, ChainedTx, Proposal, ProposalBatch};
+use virga_sim::media::Planted;
 use virga_sim::{LinkConfig, NetConfig, Sim, SimConfig};
 
 use crate::consortium::Member;
@@ -66,6 +69,8 @@ pub struct SimOptions {
     pub customers: u64,
     /// Whether the seed draws faults; without, the run is the fault-free pipeline.
     pub faults: bool,
+    /// With `faults`, one orderer replica that crashes also meets a media fault (`disks`).
+    pub media_faults: bool,
     /// Force a faulty organization whose database is changed outside the chain.
     pub force_tamper: bool,
     pub weakening: Option<Weakening>,
@@ -81,6 +86,7 @@ impl SimOptions {
             transactions: 40,
             customers: 30,
             faults: true,
+            media_faults: false,
             force_tamper: false,
             weakening: None,
             wire: false,
@@ -94,7 +100,9 @@ impl SimOptions {
             self.seed, self.clients, self.transactions
         );
         if !self.faults {
-            command.push_str(" --no-faults");
+            command.push_str(" --faults none");
+        } else if self.media_faults {
+            command.push_str(" --faults disk");
         }
         if self.force_tamper {
             command.push_str(" --tamper");
@@ -124,6 +132,8 @@ pub struct Faults {
     /// Whichever orderer replica leads at the first time is down until the second.
     pub leader_crash: Option<(u64, u64)>,
     pub lossy: bool,
+    /// With disk faults: the media fault planted on an orderer replica that crashes.
+    pub media: Option<Planted>,
 }
 
 /// What a run came to.
@@ -143,6 +153,10 @@ pub struct SimReport {
     /// The tampered organization's database still holds the change: no agreed block
     /// touched the changed row after it, so no digest could show it.
     pub undetected_tamper: bool,
+    /// Media faults that met a read or write, and the orderer replicas whose log then
+    /// refused to open (each with why).
+    pub media_faults_fired: u64,
+    pub unopened: Vec<String>,
     pub virtual_ms: u64,
     pub violations: Vec<Violation>,
     pub trace_digest: u64,
@@ -155,11 +169,10 @@ struct Cluster {
     client_keys: BTreeMap<String, SigningKey>,
     orderer_key: SigningKey,
     members: BTreeMap<String, Arc<Mutex<Member>>>,
-    /// Each orderer replica's Raft log.
-    logs: BTreeMap<String, OrdererLog>,
+    /// The orderer replicas' Raft logs and the commit servers' vote logs.
+    disks: disks::Disks,
     /// Seeds the orderers' elections.
     seed: u64,
-    vote_logs: BTreeMap<String, VoteLog>,
     clients: Vec<ClientConfig>,
 }
 
@@ -220,21 +233,18 @@ fn build_cluster(options: &SimOptions) -> Result<Cluster, SimSetupError> {
     for name in &orgs {
         members.insert(name.clone(), Arc::new(Mutex::new(fresh_member(name)?)));
     }
-    let vote_logs = orgs.iter().map(|name| (name.clone(), VoteLog::default())).collect();
     let mut cluster = Cluster {
         config,
         org_keys,
         client_keys,
         orderer_key,
         members,
-        logs: BTreeMap::new(),
+        disks: disks::Disks::new(Vec::new()),
         seed: options.seed,
-        vote_logs,
         clients,
     };
     let founding = founding_records(cluster.config.orderers.len(), &customer_cuts(&cluster, options.customers)?);
-    cluster.logs =
-        cluster.config.orderers.iter().map(|name| (name.clone(), OrdererLog::with_records(founding.clone()))).collect();
+    cluster.disks = disks::Disks::new(founding);
     Ok(cluster)
 }
 
@@ -308,6 +318,10 @@ fn draw_faults(options: &SimOptions, rng: &mut StdRng) -> Faults {
         let up = down + rng.random_range(5..60) * MS;
         faults.crashes.push((node, down, up));
     }
+    if options.media_faults {
+        // Drawn after the rest, so a seed runs as it does without disk faults but for it.
+        faults.media = disks::media_fault(rng, &orderer_names(3), &mut faults.crashes);
+    }
     faults
 }
 
@@ -330,13 +344,16 @@ fn make_core(
 ) -> (ChainifyNode, NodeDevice) {
     let config = Arc::clone(&cluster.config);
     let commit_weakness = weakening.map(|Weakening::CommitWithoutQuorum| CommitWeakness::CommitWithoutQuorum);
-    if let Some(log) = cluster.logs.get(node) {
-        let at = cluster.config.orderers.iter().position(|name| name == node).unwrap_or(0) as u64;
-        let seed = cluster.seed ^ (at + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        return (
-            ChainifyNode::Orderer(Box::new(OrderingServer::new(node, cluster.orderer_key.clone(), config, seed))),
-            NodeDevice::Orderer(log.clone()),
-        );
+    if let Some(at) = cluster.config.orderers.iter().position(|name| name == node) {
+        let seed = cluster.seed ^ (at as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        return match OrdererLog::open(cluster.disks.storage(node), || cluster.disks.founding.clone()) {
+            Ok(log) => (
+                ChainifyNode::Orderer(Box::new(OrderingServer::new(node, cluster.orderer_key.clone(), config, seed))),
+                NodeDevice::Orderer(log),
+            ),
+            // Only a media fault makes a memory device refuse to open: the replica stays down.
+            Err(error) => (ChainifyNode::Unopened(error.to_string()), NodeDevice::None),
+        };
     }
     if let Some(client) = cluster.clients.iter().find(|client| client.name == node) {
         let key = cluster.client_keys.get(node).cloned().unwrap_or_else(|| SigningKey::from_seed(0));
@@ -358,10 +375,13 @@ fn make_core(
                 config.keep_checkpoints,
             ))),
         ),
-        ("commit", _) => (
-            ChainifyNode::Commit(Box::new(CommitServer::new(org, key, config, commit_weakness))),
-            NodeDevice::Votes(cluster.vote_logs.get(org).cloned().unwrap_or_default()),
-        ),
+        ("commit", _) => match VoteLog::open(cluster.disks.storage(node)) {
+            Ok(votes) => (
+                ChainifyNode::Commit(Box::new(CommitServer::new(org, key, config, commit_weakness))),
+                NodeDevice::Votes(votes),
+            ),
+            Err(error) => (ChainifyNode::Unopened(error.to_string()), NodeDevice::None),
+        },
         _ => (ChainifyNode::Chainify(Box::new(ChainifyServer::new(org, key, config))), NodeDevice::None),
     }
 }
@@ -395,17 +415,31 @@ pub fn run_seed(options: &SimOptions) -> Result<SimReport, SimSetupError> {
 /// The faults that happen at a moment of the run rather than at a node: the tamper, and the
 /// crash of whichever orderer replica leads then; in time order.
 fn intervene<R: PipelineNode>(sim: &mut Sim<R>, cluster: &Cluster, faults: &Faults) -> Result<(), SimSetupError> {
-    let mut moments: Vec<(u64, bool)> = Vec::new();
+    #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    enum Moment {
+        Tamper,
+        LeaderCrash,
+        Media,
+    }
+    let mut moments: Vec<(u64, Moment)> = Vec::new();
     if let Some((at, _)) = &faults.tamper {
-        moments.push((*at, true));
+        moments.push((*at, Moment::Tamper));
     }
     if let Some((down, _)) = faults.leader_crash {
-        moments.push((down, false));
+        moments.push((down, Moment::LeaderCrash));
+    }
+    if let Some(planted) = &faults.media {
+        moments.push((planted.at, Moment::Media));
     }
     moments.sort();
-    for (at, is_tamper) in moments {
+    for (at, moment) in moments {
         sim.run_until(at);
-        if is_tamper {
+        if moment == Moment::Media {
+            // A latent sector error needs bytes to hit: the log has its founding records.
+            if let Some(planted) = &faults.media {
+                cluster.disks.plant(planted);
+            }
+        } else if moment == Moment::Tamper {
             let (Some((_, statement)), Some(member)) =
                 (&faults.tamper, faults.faulty.as_ref().and_then(|org| cluster.members.get(org)))
             else {
@@ -427,7 +461,7 @@ fn intervene<R: PipelineNode>(sim: &mut Sim<R>, cluster: &Cluster, faults: &Faul
 }
 
 fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, SimSetupError> {
-    let cluster = Arc::new(build_cluster(options)?);
+    let cluster = Rc::new(build_cluster(options)?);
     let mut rng = StdRng::seed_from_u64(options.seed ^ 0xc4a1_f1db);
     let faults = draw_faults(options, &mut rng);
     let mut nodes: Vec<String> = cluster.config.orderers.clone();
@@ -458,10 +492,12 @@ fn run_nodes<R: PipelineNode>(options: &SimOptions) -> Result<SimReport, SimSetu
         let (core, device) = make_node::<R>(&cluster, &faults, options.weakening, node);
         sim.add_node(node.clone(), core, device)?;
     }
-    let factory_cluster = Arc::clone(&cluster);
+    let factory_cluster = Rc::clone(&cluster);
     let factory_faults = faults.clone();
     let weakening = options.weakening;
     sim.set_factory(move |node| make_node(&factory_cluster, &factory_faults, weakening, node));
+    let crash_cluster = Rc::clone(&cluster);
+    sim.set_on_crash(move |node, rng| crash_cluster.disks.crash(node, rng));
     for (node, down, up) in &faults.crashes {
         sim.crash_at(*down, node)?;
         sim.restart_at(*up, node)?;

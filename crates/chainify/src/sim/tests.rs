@@ -67,3 +67,21 @@ fn seeds_with_every_message_on_the_wire_agree_with_the_serial_replay() {
         assert!(report.answered > 0);
     }
 }
+
+/// `--faults disk`: every fault, and one orderer replica that crashes meets a latent sector
+/// error or a misdirected write under its Raft log; every check holds, and a replica whose
+/// log no longer opens stays down while the other two order.
+#[test]
+fn media_faults_on_an_orderer_replica_keep_every_check() {
+    let (mut hit, mut unopened) = (0, 0);
+    for seed in 300..320 {
+        let report = run(&SimOptions { media_faults: true, ..SimOptions::new(seed) });
+        assert!(report.violations.is_empty(), "{:?}\nreplay: {}", report.violations, report.options.replay_command());
+        assert!(report.faults.media.is_some(), "seed {seed} plants a media fault");
+        assert!(report.unopened.len() <= 1, "seed {seed}: {:?}", report.unopened);
+        hit += u64::from(report.media_faults_fired > 0);
+        unopened += report.unopened.len();
+    }
+    assert!(hit >= 5, "only {hit} of 20 seeds' media faults met a read or a write");
+    assert!(unopened >= 1, "no orderer replica of 20 seeds refused to open");
+}

@@ -201,9 +201,13 @@ pub fn open_replica(config: ReplicaConfig, at: impl IntoStorage) -> Result<(Conf
     config.validate()?;
     let options = LogOptions { sync: SyncPolicy::None, ..LogOptions::default() };
     let mut records = Vec::new();
-    let (mut log, _) = RecordLog::open_with(at, options, OpenMode::Repair, |lsn, payload| {
+    let (mut log, recovered) = RecordLog::open_with(at, options, OpenMode::Repair, |lsn, payload| {
         records.push((lsn, payload.to_vec()));
     })?;
+    if let Some(repair) = &recovered.repair {
+        // Repair takes damage at the log's end for a write a crash cut short (see virga-log).
+        tracing::warn!(replica = config.id, ?repair, "cut the log's torn tail");
+    }
     if records.is_empty() {
         let voters: Vec<u64> = config.peers.iter().map(|(id, _)| *id).collect();
         let founding = ConfigLog::bootstrap_record(&voters);

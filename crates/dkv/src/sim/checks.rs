@@ -85,6 +85,11 @@ impl Observer {
                     }
                     ends.push((id.clone(), core.applied(), core.state().map().cloned()));
                 }
+                // Its storage refused to open (a media fault): it serves nothing, and a
+                // majority must still agree.
+                _ if sim
+                    .core(id)
+                    .is_some_and(|node| node.role::<virga_sim::media::Unopened<crate::Dkv>>().is_some()) => {}
                 _ => self.violate(format!("replica {id} is down at the end")),
             }
         }

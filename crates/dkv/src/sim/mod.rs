@@ -1,7 +1,9 @@
 //! The configuration service in the deterministic simulator (`virga-sim`): 3 or 5 replicas
 //! and a client proposing layout changes, under a seeded schedule of message loss,
-//! duplication, partitions and crashes that lose unsynced writes; the [`checks`] observe every
-//! event. The same seed gives the same run (the same trace digest).
+//! duplication, partitions and crashes that lose unsynced writes, and with media faults
+//! (`--faults disk`) a latent sector error or misdirected writes on a replica that crashes;
+//! the [`checks`] observe every event. The same seed gives the same run (the same trace
+//! digest).
 
 pub mod checks;
 mod node;
@@ -16,10 +18,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use virga_core::device::{MemStorage, Storage};
 use virga_net::role::IoExecutor;
+use virga_sim::media::{self, Kinds, Plans, Planted, Unopened};
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, SimError};
 
 pub use self::checks::Observer;
-use self::node::{client_node, replica_node};
+use self::node::{client_node, replica_node, unopened_node};
 pub use self::node::{ServiceDisk, ServiceNode};
 use crate::config::ConfigCommand;
 use crate::layout::{Partitioning, ShardId, ShardMap};
@@ -41,8 +44,15 @@ pub struct ServiceRunOptions {
     pub fault_window: Duration,
     /// How long after the faults the service has to answer everything and converge.
     pub settle: Duration,
+    /// With `faults`, one replica that crashes and restarts also meets a media fault: a
+    /// latent sector error while it is down, or misdirected writes just before its crash.
+    pub media_faults: bool,
     /// The deliberately broken variant the checks must catch.
     pub unsafe_ack_before_write: bool,
+    /// The broken variant of disk faults: a replica whose log refuses to open starts over
+    /// on an empty one (as if its disk were replaced), with nothing it voted or
+    /// acknowledged before.
+    pub unsafe_rejoin_empty: bool,
 }
 
 impl ServiceRunOptions {
@@ -54,15 +64,29 @@ impl ServiceRunOptions {
             faults: true,
             fault_window: Duration::from_secs(6),
             settle: Duration::from_secs(30),
+            media_faults: false,
             unsafe_ack_before_write: false,
+            unsafe_rejoin_empty: false,
         }
     }
 
     /// The command that replays this run, and only it: `virga sim config-service` runs seeds
     /// `--first-seed` onwards with the other fields at their defaults (as `new` sets them).
     pub fn replay_command(&self) -> String {
-        let broken = if self.unsafe_ack_before_write { " --broken ack-before-write" } else { "" };
-        format!("virga sim config-service --seeds 1 --first-seed {} --replicas {}{broken}", self.seed, self.replicas)
+        let broken = match (self.unsafe_ack_before_write, self.unsafe_rejoin_empty) {
+            (true, _) => " --broken ack-before-write",
+            (false, true) => " --broken rejoin-empty",
+            (false, false) => "",
+        };
+        let faults = match (self.faults, self.media_faults) {
+            (false, _) => " --faults none",
+            (true, true) => " --faults disk",
+            (true, false) => "",
+        };
+        format!(
+            "virga sim config-service --seeds 1 --first-seed {} --replicas {}{faults}{broken}",
+            self.seed, self.replicas
+        )
     }
 }
 
@@ -85,6 +109,11 @@ pub struct ServiceRunReport {
     pub partitions: usize,
     /// The replicas' applied index at the end.
     pub applied_index: u64,
+    /// `--faults disk`: the media fault planted (kind and replica), how many reads and
+    /// writes it met, and the replicas whose storage then refused to open (each with why).
+    pub media_fault: Option<String>,
+    pub media_faults_fired: u64,
+    pub unopened: Vec<String>,
     pub virtual_ms: u64,
     pub events: u64,
     pub trace_digest: u64,
@@ -160,6 +189,7 @@ struct Schedule {
     /// at the `skip`-th event seen with a log write in flight somewhere (so that it meets
     /// writes at every stage of a proposal, not only the first).
     power_failures: Vec<(u64, u32, u64)>,
+    media_fault: Option<Planted>,
 }
 
 /// The seed's faults: network settings, partitions (one replica cut off, or a minority),
@@ -205,7 +235,38 @@ fn schedule(options: &ServiceRunOptions, rng: &mut StdRng, names: &[String]) -> 
         schedule.power_failures.push((from, rng.random_range(0..60), down));
     }
     schedule.power_failures.sort_unstable();
+    if options.media_faults {
+        // Drawn after the rest, so a seed runs as it does without disk faults but for it.
+        schedule.media_fault = media_fault(rng, names, &mut schedule.crashes, window);
+    }
     schedule
+}
+
+/// The seed's media fault, on a replica that crashes and comes back (one crash is added
+/// when the schedule has none). Lost writes are not among them: a replica cannot tell
+/// records its device acknowledged and dropped at the log's end from records a crash cut
+/// before their sync, and Raft's safety rests on a vote or an entry it acknowledged staying
+/// on its disk (see docs/testing.md).
+fn media_fault(
+    rng: &mut StdRng,
+    names: &[String],
+    crashes: &mut Vec<(u64, u64, String)>,
+    window: u64,
+) -> Option<Planted> {
+    let (crash_at, node) = match crashes.len() {
+        0 => {
+            let node = names.get(rng.random_range(0..names.len().max(1)))?.clone();
+            let at = rng.random_range(ns(Duration::from_millis(100))..window.max(ns(Duration::from_millis(101))));
+            let back = at + rng.random_range(ns(Duration::from_millis(50))..ns(Duration::from_millis(800)));
+            crashes.push((at, back, node.clone()));
+            (at, node)
+        }
+        count => {
+            let (at, _, node) = &crashes[rng.random_range(0..count)];
+            (*at, node.clone())
+        }
+    };
+    Some(media::draw(rng, node, crash_at, Kinds::Detectable))
 }
 
 type Disks = Rc<RefCell<HashMap<String, MemStorage>>>;
@@ -213,7 +274,7 @@ type Disks = Rc<RefCell<HashMap<String, MemStorage>>>;
 fn open_node(
     options: &ServiceRunOptions,
     names: &[String],
-    disks: &Disks,
+    (disks, plans): (&Disks, &Plans),
     restarts: &mut HashMap<String, u64>,
     id: &str,
 ) -> (ServiceNode, Box<dyn IoExecutor<ServiceNode>>) {
@@ -233,34 +294,49 @@ fn open_node(
     *restart += 1;
     config.keep_history = true;
     config.unsafe_ack_before_write = options.unsafe_ack_before_write;
-    let storage: std::sync::Arc<dyn Storage> =
-        std::sync::Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
-    match open_replica(config, storage) {
+    let disk = disks.borrow_mut().entry(id.to_string()).or_default().clone();
+    let storage: std::sync::Arc<dyn Storage> = media::storage_of(id, disk, plans);
+    let opened = match open_replica(config.clone(), storage) {
+        Err(_) if options.unsafe_rejoin_empty => {
+            // The broken variant: a new, empty disk, and the faults of the old one gone.
+            let fresh = MemStorage::new();
+            disks.borrow_mut().insert(id.to_string(), fresh.clone());
+            if let Some(plan) = plans.borrow().get(id) {
+                plan.heal();
+            }
+            open_replica(config, media::storage_of(id, fresh, plans))
+        }
+        opened => opened,
+    };
+    match opened {
         Ok((core, disk)) => (replica_node(core), Box::new(ServiceDisk::Replica(Box::new(disk)))),
-        // A memory device always opens, and its records are the replica's own.
-        Err(error) => unreachable!("{id} does not reopen: {error}"),
+        // Only a media fault makes a memory device refuse to open: the replica stays down.
+        Err(error) => (unopened_node(error.to_string()), Box::new(ServiceDisk::None)),
     }
 }
 
-/// Runs one seed and checks it.
-pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimError> {
-    let names = replica_names(options.replicas);
-    let mut rng = StdRng::seed_from_u64(options.seed);
-    let Schedule { net, crashes, mut power_failures } = schedule(options, &mut rng, &names);
-    let partitions = net.partitions.len();
+/// The replicas and the client added, with the factory that reopens one after a crash from
+/// its disk (which the crash hook crashes) through its fault plan.
+fn build(
+    options: &ServiceRunOptions,
+    names: &[String],
+    net: NetConfig,
+) -> Result<(Sim<ServiceNode>, Disks, Plans), SimError> {
     let config =
         SimConfig { seed: options.seed, net, device_latency: Duration::from_millis(2), ..SimConfig::default() };
     let mut sim: Sim<ServiceNode> = Sim::new(config)?;
     let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
+    let plans: Plans = Rc::new(RefCell::new(HashMap::new()));
     let restarts = Rc::new(RefCell::new(HashMap::new()));
     for id in names.iter().map(String::as_str).chain([CLIENT]) {
-        let (core, io) = open_node(options, &names, &disks, &mut restarts.borrow_mut(), id);
+        let (core, io) = open_node(options, names, (&disks, &plans), &mut restarts.borrow_mut(), id);
         sim.add_node(id, core, io)?;
     }
-    let (factory_options, factory_names, factory_disks, factory_restarts) =
-        (options.clone(), names.clone(), Rc::clone(&disks), Rc::clone(&restarts));
+    let (factory_options, factory_names, factory_disks, factory_plans, factory_restarts) =
+        (options.clone(), names.to_vec(), Rc::clone(&disks), Rc::clone(&plans), Rc::clone(&restarts));
     sim.set_factory(move |id| {
-        open_node(&factory_options, &factory_names, &factory_disks, &mut factory_restarts.borrow_mut(), id)
+        let devices = (&factory_disks, &factory_plans);
+        open_node(&factory_options, &factory_names, devices, &mut factory_restarts.borrow_mut(), id)
     });
     let crash_disks = Rc::clone(&disks);
     sim.set_on_crash(move |id, rng| {
@@ -268,6 +344,16 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
             *storage = storage.crash_with(rng);
         }
     });
+    Ok((sim, disks, plans))
+}
+
+/// Runs one seed and checks it.
+pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimError> {
+    let names = replica_names(options.replicas);
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let Schedule { net, crashes, mut power_failures, media_fault } = schedule(options, &mut rng, &names);
+    let partitions = net.partitions.len();
+    let (mut sim, disks, plans) = build(options, &names, net)?;
     for (at, back, id) in &crashes {
         sim.crash_at(*at, id)?;
         sim.restart_at(*back, id)?;
@@ -281,10 +367,15 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
     let mut observer = Observer::default();
     let limit = window + ns(options.settle);
     let mut power_failed = 0;
+    let media_description = media_fault.as_ref().map(|planted| format!("{:?} on {}", planted.fault, planted.node));
+    let mut planted = media_fault;
     loop {
         let mut due = None;
         sim.run_while(limit, |sim| {
             observer.observe(sim, &names);
+            if planted.as_ref().is_some_and(|fault| sim.now() >= fault.at && media::plant(fault, &disks, &plans)) {
+                planted = None;
+            }
             if let Some((from, skip, down)) = power_failures.first_mut() {
                 if sim.now() >= *from && names.iter().any(|id| writing(sim, id)) {
                     if *skip > 0 {
@@ -318,6 +409,7 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
     if answered < given {
         observer.violations.push(format!("liveness: {answered} of {given} commands answered within the run"));
     }
+    let unopened = unopened(&sim, &names);
     observer.check_end(&sim, &names, CLIENT);
     let applied_index = match sim.core(&names[0]).and_then(|node| node.role::<crate::service::ConfigCore>()) {
         Some(core) => core.applied().0,
@@ -334,10 +426,21 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
         power_failures: power_failed,
         partitions,
         applied_index,
+        media_fault: media_description,
+        media_faults_fired: media::fired(&plans),
+        unopened,
         virtual_ms: sim.now() / 1_000_000,
         events: sim.stats().events,
         trace_digest: sim.trace_digest(),
     })
+}
+
+/// The replicas whose storage refused to open, each with why.
+fn unopened(sim: &Sim<ServiceNode>, names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter_map(|id| Some(format!("{id}: {}", sim.core(id)?.role::<Unopened<crate::Dkv>>()?.error)))
+        .collect()
 }
 
 /// Whether replica `id` has a log write in flight.
@@ -346,7 +449,8 @@ fn writing(sim: &Sim<ServiceNode>, id: &str) -> bool {
 }
 
 /// The client has every outcome, a leader has committed its whole log (so everything a
-/// client was told is committed on it), and every replica has applied exactly that.
+/// client was told is committed on it), and every replica has applied exactly that (but a
+/// replica whose storage refused to open, while a majority runs).
 fn settled(sim: &Sim<ServiceNode>, names: &[String]) -> bool {
     let Some(client) = sim.core(CLIENT).and_then(|node| node.role::<crate::service::ConfigClient>()) else {
         return false;
@@ -358,7 +462,9 @@ fn settled(sim: &Sim<ServiceNode>, names: &[String]) -> bool {
         names.iter().filter_map(|id| sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>())).collect();
     let Some(leader) = replicas.iter().find(|core| core.is_leader()) else { return false };
     let committed = leader.commit_index();
-    replicas.len() == names.len()
+    let unopened = unopened(sim, names).len();
+    replicas.len() + unopened == names.len()
+        && unopened < names.len().div_ceil(2)
         && leader.last_index() == committed
         && replicas.iter().all(|core| core.applied().0 == committed)
 }

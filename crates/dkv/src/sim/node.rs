@@ -15,6 +15,11 @@ pub(crate) fn replica_node(core: ConfigCore) -> ServiceNode {
     MultiRole::new(core, Fit { io_done: Some, input: |_| None, io: |io| io })
 }
 
+/// A replica whose storage refused to open: nothing answers until its next restart.
+pub(crate) fn unopened_node(error: String) -> ServiceNode {
+    MultiRole::new(virga_sim::media::Unopened::<Dkv>::new(error), Fit::plain())
+}
+
 pub(crate) fn client_node(client: ConfigClient) -> ServiceNode {
     MultiRole::new(client, Fit { io_done: |_| None, input: Some, io: |never| match never {} })
 }

@@ -84,3 +84,40 @@ fn acknowledging_before_the_log_write_is_durable_is_caught() {
         "{caught:?}"
     );
 }
+
+/// `--faults disk`: the same faults, and one replica that crashes meets a latent sector
+/// error or misdirected writes; every check holds, and a replica whose log no longer opens
+/// stays down while the other two serve.
+#[test]
+fn media_faults_on_a_crashing_replica_keep_every_check() {
+    let (mut hit, mut unopened) = (0, 0);
+    for seed in 0..30 {
+        let report = assert_passes(&ServiceRunOptions { media_faults: true, ..ServiceRunOptions::new(seed) });
+        assert!(report.media_fault.is_some(), "seed {seed} plants a media fault");
+        assert!(report.unopened.len() <= 1, "seed {seed}: {:?}", report.unopened);
+        assert_eq!(report.answered, report.commands, "seed {seed}: every command is answered");
+        hit += u64::from(report.media_faults_fired > 0);
+        unopened += report.unopened.len();
+    }
+    assert!(hit >= 10, "only {hit} of 30 seeds' media faults met a read or a write");
+    assert!(unopened >= 3, "only {unopened} replicas of 30 seeds refused to open");
+}
+
+/// Seeds of `--faults disk --broken rejoin-empty` that the checks fail (found by running
+/// seeds 0 to N; see docs/testing.md).
+const CAUGHT_REJOINING_EMPTY: &[u64] = &[9, 14, 44];
+
+/// The broken variant of disk faults: a replica whose log refuses to open starts over on
+/// an empty disk, forgetting the votes and entries it acknowledged. The checks must see it.
+#[test]
+fn a_damaged_replica_that_rejoins_with_an_empty_log_is_caught() {
+    let broken =
+        |seed| ServiceRunOptions { media_faults: true, unsafe_rejoin_empty: true, ..ServiceRunOptions::new(seed) };
+    let caught = CAUGHT_REJOINING_EMPTY.iter().filter(|seed| !run(&broken(**seed)).passed()).count();
+    assert_eq!(caught, CAUGHT_REJOINING_EMPTY.len(), "seeds {CAUGHT_REJOINING_EMPTY:?} no longer catch it");
+    let seed = CAUGHT_REJOINING_EMPTY[0];
+    assert!(
+        run(&ServiceRunOptions { media_faults: true, ..ServiceRunOptions::new(seed) }).passed(),
+        "seed {seed} passes unbroken"
+    );
+}

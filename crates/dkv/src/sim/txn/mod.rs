@@ -37,6 +37,7 @@ use crate::kairos::{CacheConfig, CacheMode, ValidatorConfig, ValidatorCore};
 use crate::layout::{Partitioning, ShardMap};
 use crate::service::{open_replica, ConfigClient, ConfigClientConfig, ReplicaConfig};
 use crate::shard::{open_data_node, DataConfig, Weakened};
+use virga_sim::media::{fired, plant, storage_of, Plans, Planted, Unopened};
 
 /// Every account's balance at the start.
 const INITIAL_BALANCE: u64 = 1000;
@@ -347,7 +348,7 @@ pub(super) fn open_node(
     options: &TxnRunOptions,
     cluster: &Cluster,
     disks: &Disks,
-    plans: &media::Plans,
+    plans: &Plans,
     restarts: &Restarts,
     id: &str,
 ) -> (DkvNode, Box<dyn IoExecutor<DkvNode>>) {
@@ -358,7 +359,7 @@ pub(super) fn open_node(
         *count - 1
     };
     let disk = disks.borrow_mut().entry(id.to_string()).or_default().clone();
-    let storage: Arc<dyn Storage> = media::storage_of(id, disk, plans);
+    let storage: Arc<dyn Storage> = storage_of(id, disk, plans);
     if let Some(index) = cluster.clients.iter().position(|client| client == id) {
         let mut config = TxnClientConfig::new(index as u32 + 1, cluster.map.clone());
         config.keep_history = true;
@@ -455,11 +456,7 @@ fn programs(rng: &mut StdRng, options: &TxnRunOptions) -> Vec<Program> {
 /// The seed's crashes: (at, back, node) for data nodes, `back == None` for good.
 type Crashes = Vec<(u64, Option<u64>, String)>;
 
-fn sim_config(
-    options: &TxnRunOptions,
-    rng: &mut StdRng,
-    cluster: &Cluster,
-) -> (SimConfig, Crashes, Option<media::Planted>) {
+fn sim_config(options: &TxnRunOptions, rng: &mut StdRng, cluster: &Cluster) -> (SimConfig, Crashes, Option<Planted>) {
     let mut net = NetConfig {
         latency_min: Duration::from_micros(100),
         latency_max: Duration::from_millis(2),
@@ -531,7 +528,7 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
     let mut sim: Sim<DkvNode> = Sim::new(config)?;
     let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
     let restarts: Restarts = Rc::new(RefCell::new(HashMap::new()));
-    let plans: media::Plans = Rc::new(RefCell::new(HashMap::new()));
+    let plans: Plans = Rc::new(RefCell::new(HashMap::new()));
     let everyone: Vec<String> = cluster
         .config
         .iter()
@@ -589,7 +586,7 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         crashes.iter().filter_map(|(_, back, _)| *back).max().map_or(0, |back| back + ns(Duration::from_secs(2)));
     sim.run_while(window.max(restart_ends) + ns(options.settle), |sim| {
         seen.observe(sim, &cluster.clients);
-        if planted.as_ref().is_some_and(|due| sim.now() >= due.at && media::plant(due, &disks, &plans)) {
+        if planted.as_ref().is_some_and(|due| sim.now() >= due.at && plant(due, &disks, &plans)) {
             planted = None;
         }
         sim.now() < window.max(restart_ends) || !checks::settled(sim, &cluster)
@@ -606,7 +603,7 @@ pub fn run_txn(options: &TxnRunOptions) -> Result<TxnRunReport, SimError> {
         events: sim.stats().events,
         trace_digest: sim.trace_digest(),
         media_fault,
-        media_faults_fired: media::fired(&plans),
+        media_faults_fired: fired(&plans),
         unopened: unopened(&sim, &cluster),
         ..TxnRunReport::default()
     };
@@ -619,6 +616,6 @@ fn unopened(sim: &Sim<DkvNode>, cluster: &Cluster) -> Vec<String> {
     cluster
         .data
         .iter()
-        .filter_map(|id| Some(format!("{id}: {}", sim.core(id)?.role::<node::Unopened>()?.error)))
+        .filter_map(|id| Some(format!("{id}: {}", sim.core(id)?.role::<Unopened<crate::Dkv>>()?.error)))
         .collect()
 }

@@ -5,7 +5,7 @@
 //! input.
 
 use crate::Dkv;
-use virga_net::role::{Command, Event, IoExecutor, Nanos, Role};
+use virga_net::role::IoExecutor;
 use virga_sim::{Fit, MultiRole};
 
 use super::session::SessionClient;
@@ -94,23 +94,8 @@ pub(crate) fn validator_node(core: ValidatorCore) -> DkvNode {
     MultiRole::new(core, Fit::plain())
 }
 
-/// A node whose storage did not open: its process refused to start, so nothing answers
-/// (its callers' deadlines pass) until its next restart tries again.
-pub(crate) struct Unopened {
-    pub(crate) error: String,
-}
-
-impl Role for Unopened {
-    type Protocol = Dkv;
-    type Io = std::convert::Infallible;
-    type IoDone = std::convert::Infallible;
-    type Input = ();
-
-    fn step(&mut self, _: Nanos, _: Event<Dkv, Self::IoDone, ()>, _: &mut Vec<Command<Dkv, Self::Io>>) {}
-}
-
 pub(crate) fn unopened_node(error: String) -> DkvNode {
-    MultiRole::new(Unopened { error }, Fit::plain())
+    MultiRole::new(virga_sim::media::Unopened::<Dkv>::new(error), Fit::plain())
 }
 
 pub enum DkvDisk {
