@@ -20,7 +20,9 @@ pub(crate) struct SeedArgs {
     #[arg(long, default_value_t = 0)]
     pub first_seed: u64,
     /// Faults to inject: `all`, `none`, or a comma-separated list of `network`, `crashes`,
-    /// `lying-storage`, `lying-miner`, `clocks`.
+    /// `lying-storage`, `lying-miner`, `clocks`, `disk` (`all` is every one but `disk`:
+    /// `all,disk` adds a media fault under the follower miner's chain store as it crashes; a
+    /// follower whose store then refuses to open stays down).
     #[arg(long, default_value = "all", value_parser = parse_faults)]
     pub faults: String,
     /// Short seeds, as the default test suite runs them.

@@ -569,6 +569,11 @@ fn two_miners() -> (Net, MinerCore) {
 
 /// miner-0 commits a block of `submission`; returns its announcement to miner-1.
 fn commit_and_announce(net: &mut Net, submission: Submission) -> Request {
+    announce(net, submission).1
+}
+
+/// As [`commit_and_announce`], with the announcement's call.
+fn announce(net: &mut Net, submission: Submission) -> (CallId, Request) {
     let out = submit(&mut net.miner, 1, submission);
     let rest = answer_calls(&mut net.miner, &mut net.nodes, out);
     let Some(Command::Io { io, op: MinerIo::Store { .. } }) = rest.first() else { panic!("stored: {rest:?}") };
@@ -576,7 +581,8 @@ fn commit_and_announce(net: &mut Net, submission: Submission) -> Request {
     net.miner.step(3_000_000_000, Event::IoDone { io: *io, result: MinerIoDone::Stored(Ok(())) }, &mut out);
     let announced =
         calls(&out).into_iter().find(|(to, _, request)| to == "miner-1" && matches!(request, Request::Announce(_)));
-    announced.expect("the committed block is announced to miner-1").2
+    let (_, call, request) = announced.expect("the committed block is announced to miner-1");
+    (call, request)
 }
 
 /// The verify jobs among `commands`, and the rest.
@@ -701,4 +707,26 @@ fn a_block_verified_on_a_tip_that_moved_meanwhile_is_verified_again_on_the_tip_a
         "the producer's block 1 does not build on the follower's own block 1: {verdicts:?}"
     );
     assert_ne!(follower.head().1, net.miner.head().1, "the follower did not adopt it");
+}
+
+#[test]
+fn a_peer_that_did_not_answer_an_announcement_holds_no_later_block_up() {
+    let (mut net, _) = two_miners();
+    let first = submission(&mut net, 0, 0, 1);
+    let (call, _) = announce(&mut net, first);
+    assert!(!net.miner.is_idle(), "the next block waits for the follower's verdict");
+    let silent = Err(NetError::DeadlineExceeded { peer: "miner-1".into(), after: Duration::from_secs(2) });
+    net.miner.step(4_000_000_000, Event::Response { call, result: silent }, &mut Vec::new());
+    assert!(net.miner.is_idle());
+
+    let second = submission(&mut net, 2, 0, 1);
+    let (call, _) = announce(&mut net, second);
+    assert!(net.miner.is_idle(), "a silent follower is sent block 2 and not waited for");
+    let accepted = Ok(Response::Verdict(Verdict::Accepted));
+    net.miner.step(5_000_000_000, Event::Response { call, result: accepted }, &mut Vec::new());
+
+    let third = submission(&mut net, 4, 0, 1);
+    announce(&mut net, third);
+    assert!(!net.miner.is_idle(), "the follower answered again: block 3's verdict is waited for");
+    assert_eq!(net.miner.head().0, 3);
 }

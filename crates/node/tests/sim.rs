@@ -114,3 +114,22 @@ fn crashes_and_a_lossy_network_meet_the_protocol_and_it_still_settles() {
     assert!(sum(|o| o.effects.crashes) > 0 && sum(|o| o.effects.dropped) > 0, "{outcomes:#?}");
     assert!(sum(|o| o.effects.deadlines_exceeded) > 0, "no call ever timed out: {outcomes:#?}");
 }
+
+/// `disk`: every fault, and the follower miner meets a media fault as it crashes (a latent
+/// sector error, or writes lost or misdirected); the checks hold, a follower whose chain
+/// store refuses to open stays down, and the producer commits on without it.
+#[test]
+fn short_seeds_with_media_faults_on_the_follower_pass_every_check() {
+    let faults = Faults { disk: true, ..Faults::ALL };
+    let (mut hit, mut unopened) = (0, 0);
+    for seed in 0..12 {
+        let outcome = run(seed, faults, None);
+        assert_passes(&outcome, "all,disk");
+        assert!(outcome.media_fault.is_some(), "seed {seed} plants a media fault");
+        assert!(outcome.committed > 0, "{outcome:#?}");
+        hit += u64::from(outcome.media_faults_fired > 0);
+        unopened += outcome.unopened.len();
+    }
+    assert!(hit >= 3, "only {hit} of 12 seeds' media faults met a read or a write");
+    assert!(unopened >= 1, "no follower of 12 seeds refused to open");
+}

@@ -227,7 +227,9 @@ impl MinerCore {
         self.gossip_progress(out);
     }
 
-    /// Sends the committing block with its bag to every peer miner.
+    /// Sends the committing block with its bag to every peer miner; the next block commits
+    /// once every peer that answered its last announcement has given its verdict (so that a
+    /// follower receives blocks in order), but a silent peer holds nothing up.
     fn gossip(&mut self, committing: &mut Committing, out: &mut Vec<Command<Rainblock, MinerIo>>) {
         committing.gossiped = true;
         let number = committing.built.block.header.number;
@@ -240,8 +242,9 @@ impl MinerCore {
         });
         for peer in self.config.peers.clone() {
             let call = self.ids.call();
-            self.calls.insert(call, Outstanding::Gossip { peer: peer.clone(), number });
-            committing.gossip_awaited += 1;
+            let awaited = !self.silent_peers.contains(&peer);
+            self.calls.insert(call, Outstanding::Gossip { peer: peer.clone(), number, awaited });
+            committing.gossip_awaited += usize::from(awaited);
             let request = Request::Announce(announcement.clone());
             out.push(Command::Call { to: peer, call, request, deadline: self.deadline });
         }
@@ -252,9 +255,15 @@ impl MinerCore {
         &mut self,
         peer: String,
         number: u64,
+        awaited: bool,
         result: Result<Response, NetError>,
         out: &mut Vec<Command<Rainblock, MinerIo>>,
     ) {
+        if result.is_ok() {
+            self.silent_peers.remove(&peer);
+        } else {
+            self.silent_peers.insert(peer.clone());
+        }
         let refusal = match result {
             Ok(reply) => match reply {
                 Response::Verdict(Verdict::Accepted) => None,
@@ -270,7 +279,8 @@ impl MinerCore {
             tracing::warn!(miner = %self.config.id, peer = %peer, block = number, %reason, "peer refused the block");
             self.stats.block_refusals.push((peer, reason));
         }
-        if let Some(committing) = self.committing.as_mut().filter(|c| c.built.block.header.number == number) {
+        if let Some(committing) = self.committing.as_mut().filter(|c| awaited && c.built.block.header.number == number)
+        {
             committing.gossip_awaited = committing.gossip_awaited.saturating_sub(1);
         }
         self.gossip_progress(out);

@@ -31,7 +31,7 @@ use crate::messages::{BlockId, BlockUpdates, HeadReply, Request, Submission, Sub
 use crate::protocol::{refusal, Rainblock, Response};
 use alloy_consensus::Header;
 use alloy_primitives::{Address, B256};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use virga_ledger::block::Block;
@@ -162,10 +162,24 @@ pub(crate) struct Built {
 
 /// What each call of the miner is for.
 enum Outstanding {
-    Top { round: u64 },
-    BeneficiaryWitness { round: u64, peer: String },
-    ApplyBlock { peer: String, number: u64, next_delay: Duration },
-    Gossip { peer: String, number: u64 },
+    Top {
+        round: u64,
+    },
+    BeneficiaryWitness {
+        round: u64,
+        peer: String,
+    },
+    ApplyBlock {
+        peer: String,
+        number: u64,
+        next_delay: Duration,
+    },
+    /// An announcement of block `number`; `awaited` if the commit waits for its verdict.
+    Gossip {
+        peer: String,
+        number: u64,
+        awaited: bool,
+    },
 }
 
 enum TimerPurpose {
@@ -216,6 +230,9 @@ pub struct MinerCore {
     calls: HashMap<CallId, Outstanding>,
     timers: HashMap<TimerId, TimerPurpose>,
     stores: HashMap<IoId, StoreFor>,
+    /// Peer miners that did not answer their last announcement: they are sent the next ones
+    /// without the commit waiting for them, until one answers again.
+    silent_peers: BTreeSet<String>,
     following: follower::Following,
     stats: MinerStats,
     /// The clock reading of the latest event: the timestamp of a block built on a completion.
@@ -271,6 +288,7 @@ impl MinerCore {
             calls: HashMap::new(),
             timers: HashMap::new(),
             stores: HashMap::new(),
+            silent_peers: BTreeSet::new(),
             following: follower::Following::default(),
             stats: MinerStats::default(),
             last_now: 0,
@@ -454,7 +472,9 @@ impl MinerCore {
             Some(Outstanding::ApplyBlock { peer, number, next_delay }) => {
                 self.block_answered(peer, number, next_delay, result, out)
             }
-            Some(Outstanding::Gossip { peer, number }) => self.gossip_answered(peer, number, result, out),
+            Some(Outstanding::Gossip { peer, number, awaited }) => {
+                self.gossip_answered(peer, number, awaited, result, out)
+            }
             None => {}
         }
     }

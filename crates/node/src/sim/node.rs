@@ -48,6 +48,11 @@ pub fn miner_node(core: MinerCore) -> RainblockNode {
     MultiRole::new(core, fit)
 }
 
+/// A node whose storage refused to open: nothing answers until its next restart.
+pub(crate) fn unopened_node(error: String) -> RainblockNode {
+    MultiRole::new(virga_sim::media::Unopened::<Rainblock>::new(error), Fit::plain())
+}
+
 /// A client has no device; the node's input is its users' transfers.
 pub fn client_node(core: ClientCore) -> RainblockNode {
     MultiRole::new(core, Fit { io_done: |_| None, input: Some, io: |never| match never {} })

@@ -4,6 +4,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
+use virga_sim::media::{self, Kinds, Planted};
 
 /// Which kinds of fault a run injects.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -18,32 +19,37 @@ pub struct Faults {
     pub lying_miner: bool,
     /// Skewed node clocks (NTP-like).
     pub clocks: bool,
+    /// A media fault under the follower miner's chain store as it crashes (a latent sector
+    /// error, or writes lost or misdirected): not part of `all`.
+    pub disk: bool,
 }
 
 /// A fault name [`Faults::parse`] does not know.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown fault `{0}`: use all, none, network, crashes, lying-storage, lying-miner or clocks")]
+#[error("unknown fault `{0}`: use all, none, network, crashes, lying-storage, lying-miner, clocks or disk")]
 pub struct UnknownFault(pub String);
 
 impl Faults {
     pub const NONE: Faults =
-        Faults { network: false, crashes: false, lying_storage: false, lying_miner: false, clocks: false };
+        Faults { network: false, crashes: false, lying_storage: false, lying_miner: false, clocks: false, disk: false };
+    /// Every fault but `disk`.
     pub const ALL: Faults =
-        Faults { network: true, crashes: true, lying_storage: true, lying_miner: true, clocks: true };
+        Faults { network: true, crashes: true, lying_storage: true, lying_miner: true, clocks: true, disk: false };
 
     /// Parses a comma-separated list (`all`, `none`, `network`, `crashes`, `lying-storage`,
-    /// `lying-miner`, `clocks`).
+    /// `lying-miner`, `clocks`, `disk`).
     pub fn parse(text: &str) -> Result<Faults, UnknownFault> {
         let mut faults = Faults::NONE;
         for name in text.split(',').map(str::trim).filter(|name| !name.is_empty()) {
             match name {
-                "all" => faults = Faults::ALL,
+                "all" => faults = Faults { disk: faults.disk, ..Faults::ALL },
                 "none" => faults = Faults::NONE,
                 "network" => faults.network = true,
                 "crashes" => faults.crashes = true,
                 "lying-storage" => faults.lying_storage = true,
                 "lying-miner" => faults.lying_miner = true,
                 "clocks" => faults.clocks = true,
+                "disk" => faults.disk = true,
                 other => return Err(UnknownFault(other.to_string())),
             }
         }
@@ -121,6 +127,8 @@ pub struct Schedule {
     pub lying_storage: Option<(String, bool)>,
     /// The window in which the producing miner lies.
     pub lying_miner: Option<(Duration, Duration)>,
+    /// With `disk`: the media fault planted under the follower miner's chain store.
+    pub media: Option<Planted>,
 }
 
 impl Schedule {
@@ -135,6 +143,7 @@ impl Schedule {
             write_crashes: Vec::new(),
             lying_storage: None,
             lying_miner: None,
+            media: None,
         }
     }
 
@@ -184,8 +193,37 @@ impl Schedule {
         if faults.lying_miner {
             schedule.lying_miner = Some(window(&mut rng, Duration::from_millis(500)));
         }
+        if faults.disk {
+            // Drawn after the rest, so a seed runs as it does without disk faults but for it.
+            let (at, back) = window(&mut rng, Duration::from_millis(600));
+            schedule.media = Some(follower_media_fault(
+                &mut rng,
+                &mut schedule.crashes,
+                Crash { node: FOLLOWER.to_string(), at, back },
+            ));
+        }
         schedule
     }
+}
+
+/// The follower miner, the one node media faults hit: it is a standby, so the cluster runs
+/// on while it is down. (Every storage node logs every block before it commits, and the
+/// producer is the only one building, so the cluster does not outlive either losing its
+/// disk until a node can be rebuilt from its peers: issue 43's recovery work.)
+pub const FOLLOWER: &str = "miner-1";
+
+/// The media fault of a follower that crashes: at one of its crashes, or at `otherwise`
+/// (added to `crashes`) when it has none.
+fn follower_media_fault(rng: &mut StdRng, crashes: &mut Vec<Crash>, otherwise: Crash) -> Planted {
+    let at = match crashes.iter().find(|crash| crash.node == FOLLOWER) {
+        Some(crash) => crash.at,
+        None => {
+            let at = otherwise.at;
+            crashes.push(otherwise);
+            at
+        }
+    };
+    media::draw(rng, FOLLOWER.to_string(), at.as_nanos() as u64, Kinds::All)
 }
 
 /// A situation set up on purpose, for a test that must meet it every time rather than on

@@ -10,10 +10,11 @@ use virga_core::clock::SkewProfile;
 use virga_core::device::{MemStorage, Storage};
 use virga_ledger::store::StoreOptions;
 use virga_net::role::IoExecutor;
+use virga_sim::media::{self, Plans, Unopened};
 use virga_sim::{NetConfig, Partition, Sim, SimConfig, Stop};
 
 use super::checks::{check, UserView};
-use super::node::{client_node, miner_node, storage_node, NodeDisk, RainblockNode};
+use super::node::{client_node, miner_node, storage_node, unopened_node, NodeDisk, RainblockNode};
 use super::plan::{Broken, Faults, Length, Scenario, Schedule, TopLayer, QUIESCENCE_BOUND};
 use crate::client::{ClientConfig, ClientCore, UserTransfer};
 use crate::miner::{execution_pool, ChainDisk, MinerCore};
@@ -52,6 +53,11 @@ pub struct RunOutcome {
     pub crashes: usize,
     /// What the faults did: evidence that they met the protocol.
     pub effects: Effects,
+    /// With `disk`: the media fault planted (kind and node), how many reads and writes it
+    /// met, and the nodes whose storage then refused to open (each with why).
+    pub media_fault: Option<String>,
+    pub media_faults_fired: u64,
+    pub unopened: Vec<String>,
     pub trace_digest: String,
 }
 
@@ -168,11 +174,12 @@ fn client_config(fixture: &Fixture, index: usize) -> ClientConfig {
 /// Builds (or, after a crash, rebuilds from its durable state) node `id`.
 fn open_node(
     fixture: &Fixture,
-    disks: &Disks,
+    (disks, plans): (&Disks, &Plans),
     id: &str,
     broken: Option<Broken>,
 ) -> (RainblockNode, Box<dyn IoExecutor<RainblockNode>>) {
-    let storage: Arc<dyn Storage> = Arc::new(disks.borrow_mut().entry(id.to_string()).or_default().clone());
+    let disk = disks.borrow_mut().entry(id.to_string()).or_default().clone();
+    let storage: Arc<dyn Storage> = media::storage_of(id, disk, plans);
     let failed = |what: &str, error: String| -> ! { unreachable!("{id}: {what}: {error}") };
     if let Some(served) = fixture.served(id) {
         let node_storage = NodeStorage::on(storage, log_options()).unwrap_or_else(|e| failed("storage", e.to_string()));
@@ -191,8 +198,11 @@ fn open_node(
     if let Some(index) = id.strip_prefix("miner-").and_then(|index| index.parse::<usize>().ok()) {
         // Every append is durable before the block counts as committed.
         let options = StoreOptions::default();
-        let (store, head) = crate::miner::open_store_on(storage, options, &fixture.header)
-            .unwrap_or_else(|error| failed("chain store", error.to_string()));
+        let (store, head) = match crate::miner::open_store_on(storage, options, &fixture.header) {
+            Ok(opened) => opened,
+            // Only a media fault makes a memory device refuse to open: the miner stays down.
+            Err(error) => return (unopened_node(error.to_string()), Box::new(NodeDisk::None)),
+        };
         let config = fixture.miner_config(index);
         let pool = execution_pool(1).unwrap_or_else(|error| failed("pool", error.to_string()));
         #[allow(unused_mut)]
@@ -268,15 +278,17 @@ fn build(
     ids: &Ids,
     options: &RunOptions,
     schedule: &Schedule,
-) -> Result<(Sim<RainblockNode>, Disks), virga_sim::SimError> {
+) -> Result<(Sim<RainblockNode>, Disks, Plans), virga_sim::SimError> {
     let mut sim: Sim<RainblockNode> = Sim::new(sim_config(options, schedule, &ids.all))?;
     let disks: Disks = Rc::new(RefCell::new(HashMap::new()));
+    let plans: Plans = Rc::default();
     for id in &ids.all {
-        let (core, io) = open_node(fixture, &disks, id, options.broken);
+        let (core, io) = open_node(fixture, (&disks, &plans), id, options.broken);
         sim.add_node(id.clone(), core, io)?;
     }
-    let (fixture, factory_disks, broken) = (Arc::clone(fixture), Rc::clone(&disks), options.broken);
-    sim.set_factory(move |id| open_node(&fixture, &factory_disks, id, broken));
+    let (fixture, factory_disks, factory_plans, broken) =
+        (Arc::clone(fixture), Rc::clone(&disks), Rc::clone(&plans), options.broken);
+    sim.set_factory(move |id| open_node(&fixture, (&factory_disks, &factory_plans), id, broken));
     let crash_disks = Rc::clone(&disks);
     sim.set_on_crash(move |id, rng| {
         let mut disks = crash_disks.borrow_mut();
@@ -284,7 +296,7 @@ fn build(
             *storage = storage.crash_with(rng);
         }
     });
-    Ok((sim, disks))
+    Ok((sim, disks, plans))
 }
 
 /// The users' transfers, split between the clients by sender (a sender's nonces stay with
@@ -356,7 +368,7 @@ pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished
         Some(schedule) => schedule.clone(),
         None => Schedule::draw(options.seed, options.faults, &ids.all, &ids.storage, until),
     };
-    let (mut sim, disks) =
+    let (mut sim, disks, plans) =
         build(&fixture, &ids, &options, &schedule).map_err(|p| Box::new(failed_to_start(options.seed, p)))?;
     let (transfers, per_client) = offer(&mut sim, &fixture, &ids, &options);
     schedule_crashes(&mut sim, &schedule, &ids, &per_client);
@@ -364,10 +376,14 @@ pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished
     let mut view = UserView::default();
     // Crashes of storage nodes caught with a log write in flight, taken as they come.
     let mut write_crashes = schedule.write_crashes.clone();
+    let mut media_due = schedule.media.clone();
     let mut run = |sim: &mut Sim<RainblockNode>, view: &mut UserView, until: u64, settle: bool| loop {
         let mut hit = None;
         let stop = sim.run_while(until, |sim| {
             view.observe(sim, &ids.clients);
+            if media_due.as_ref().is_some_and(|due| sim.now() >= due.at && media::plant(due, &disks, &plans)) {
+                media_due = None;
+            }
             if let Some(crash) = write_crashes.first() {
                 if sim.now() >= ns(crash.at) && writing(sim, &crash.node) {
                     hit = Some(write_crashes.remove(0));
@@ -414,6 +430,9 @@ pub fn run_scenario(options: RunOptions, scenario: &Scenario) -> Result<Finished
         blocks: checked.blocks,
         crashes: schedule.crashes.len() + schedule.write_crashes.len(),
         effects: effects(&sim),
+        media_fault: schedule.media.as_ref().map(|planted| format!("{:?} on {}", planted.fault, planted.node)),
+        media_faults_fired: media::fired(&plans),
+        unopened: unopened(&sim, &ids.all),
         trace_digest: format!("{:016x}", sim.trace_digest()),
     };
     Ok(Finished { outcome, sim })
@@ -450,8 +469,18 @@ fn failed_to_start(seed: u64, problem: virga_sim::SimError) -> RunOutcome {
         blocks: 0,
         crashes: 0,
         effects: Effects::default(),
+        media_fault: None,
+        media_faults_fired: 0,
+        unopened: Vec::new(),
         trace_digest: String::new(),
     }
+}
+
+/// The nodes whose storage refused to open, each with why.
+fn unopened(sim: &Sim<RainblockNode>, ids: &[String]) -> Vec<String> {
+    ids.iter()
+        .filter_map(|id| Some(format!("{id}: {}", sim.core(id)?.role::<Unopened<crate::protocol::Rainblock>>()?.error)))
+        .collect()
 }
 
 #[allow(unused_variables)]
