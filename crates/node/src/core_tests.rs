@@ -597,6 +597,13 @@ fn verify_jobs(commands: Vec<MinerCommand>) -> (Vec<(IoId, Box<VerifyJob>)>, Vec
     (jobs, rest)
 }
 
+/// Runs a verify job as the device would and hands the miner its completion.
+fn verify_now(miner: &mut MinerCore, now: u64, io: IoId, job: Box<VerifyJob>) -> Vec<MinerCommand> {
+    let mut out = Vec::new();
+    miner.step(now, Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) }, &mut out);
+    out
+}
+
 fn verdicts(commands: &[MinerCommand]) -> Vec<(CallId, Verdict)> {
     replies(commands)
         .into_iter()
@@ -631,12 +638,7 @@ fn an_announced_block_is_verified_off_the_core_one_at_a_time_then_stored_and_ado
     assert!(!follower.is_idle());
 
     let (io, job) = jobs.remove(0);
-    let mut out = Vec::new();
-    follower.step(
-        5_000_000_000,
-        Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) },
-        &mut out,
-    );
+    let out = verify_now(&mut follower, 5_000_000_000, io, job);
     let (mut waiting, rest) = verify_jobs(out);
     let Some(Command::Io { io: stored, op: MinerIo::Store { number: 1, .. } }) = rest.first() else {
         panic!("the verified block is stored: {rest:?}")
@@ -649,12 +651,7 @@ fn an_announced_block_is_verified_off_the_core_one_at_a_time_then_stored_and_ado
 
     assert_eq!(waiting.len(), 1, "the second announcement is verified next");
     let (io, job) = waiting.remove(0);
-    let mut out = Vec::new();
-    follower.step(
-        6_000_000_000,
-        Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) },
-        &mut out,
-    );
+    let out = verify_now(&mut follower, 6_000_000_000, io, job);
     let verdicts = verdicts(&out);
     assert!(
         matches!(verdicts.as_slice(), [(CallId(2), Verdict::Rejected(_))]),
@@ -685,22 +682,12 @@ fn a_block_verified_on_a_tip_that_moved_meanwhile_is_verified_again_on_the_tip_a
     let out = submit(&mut follower, 9, own);
     let rest = answer_calls(&mut follower, &mut net.nodes, out);
     assert!(matches!(rest.first(), Some(Command::Io { op: MinerIo::Store { number: 1, .. }, .. })), "{rest:?}");
-    let mut out = Vec::new();
-    follower.step(
-        5_000_000_000,
-        Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) },
-        &mut out,
-    );
+    let out = verify_now(&mut follower, 5_000_000_000, io, job);
     let (again, rest) = verify_jobs(out);
     assert_eq!(again.len(), 1, "the tip it was checked on is gone: verified again");
     assert!(rest.is_empty(), "neither adopted nor answered: {rest:?}");
     let (io, job) = again.into_iter().next().expect("one job");
-    let mut out = Vec::new();
-    follower.step(
-        6_000_000_000,
-        Event::IoDone { io, result: MinerIoDone::Verified(Box::new(job.run(pool()))) },
-        &mut out,
-    );
+    let out = verify_now(&mut follower, 6_000_000_000, io, job);
     let verdicts = verdicts(&out);
     assert!(
         matches!(verdicts.as_slice(), [(CallId(1), Verdict::Rejected(_))]),

@@ -1,5 +1,5 @@
 //! The configuration replica's core: the configuration state machine replicated by
-//! virga-raft's [`Replica`] (raft-rs's `RawNode` with the Ready protocol done once for every
+//! virga-raft's [`Replica`] (raft-rs's raw node with its Ready protocol done once for every
 //! Raft group of Virga), driven as a Virga role.
 //!
 //! Events in (a tick timer, peers' Raft batches, proposals, map reads, device completions),
