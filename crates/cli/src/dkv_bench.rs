@@ -142,6 +142,10 @@ pub(crate) struct DkvBenchArgs {
     pub figure: Option<DkvFigure>,
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Seconds behind the newest commit for which versions stay readable: an older snapshot
+    /// is refused as snapshot-too-old (0 to 86400).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = crate::limits::snapshot_window)]
+    pub snapshot_window: std::time::Duration,
 }
 
 impl DkvBenchArgs {
@@ -159,6 +163,7 @@ impl DkvBenchArgs {
             sync: self.sync == DkvSync::Group,
             skew: self.skew,
             validation: self.validation.into(),
+            snapshot_window: self.snapshot_window,
             ..DkvBenchConfig::new(self.clients, Duration::from_secs_f64(self.duration), self.seed ^ run as u64)
         }
     }

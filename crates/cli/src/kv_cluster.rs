@@ -87,6 +87,10 @@ pub(crate) struct ClusterNodeArgs {
     /// Serve the role's Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Seconds behind the newest commit for which versions stay readable: an older snapshot
+    /// is refused as snapshot-too-old (0 to 86400).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = crate::limits::snapshot_window)]
+    pub snapshot_window: std::time::Duration,
 }
 
 #[derive(Args)]
@@ -115,6 +119,10 @@ pub(crate) struct ClusterUpArgs {
     /// Fsync each group of records before acknowledging it (group) or never (none).
     #[arg(long, default_value = "group", value_parser = ["group", "none"])]
     pub sync: String,
+    /// Seconds behind the newest commit for which versions stay readable: an older snapshot
+    /// is refused as snapshot-too-old (0 to 86400).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = crate::limits::snapshot_window)]
+    pub snapshot_window: std::time::Duration,
 }
 
 pub(crate) fn run(command: &ClusterCommand, tls: &TlsArgs) -> anyhow::Result<ExitCode> {
@@ -150,7 +158,11 @@ fn asked_shape(args: &ClusterUpArgs) -> Option<ClusterShape> {
 fn up(args: &ClusterUpArgs, tls: Option<virga_net::Tls>) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
-        let options = ClusterOptions { sync: args.sync == "group", ..ClusterOptions::default() };
+        let options = ClusterOptions {
+            sync: args.sync == "group",
+            snapshot_window: args.snapshot_window,
+            ..ClusterOptions::default()
+        };
         let listener = TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("listening on {} (--listen)", args.listen))?;
@@ -222,8 +234,13 @@ fn init(args: &ClusterInitArgs) -> anyhow::Result<ExitCode> {
 fn node(args: &ClusterNodeArgs, tls: Option<virga_net::Tls>) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
-        let options =
-            ClusterOptions { sync: args.sync == "group", tls, metrics: args.metrics, ..ClusterOptions::default() };
+        let options = ClusterOptions {
+            sync: args.sync == "group",
+            tls,
+            metrics: args.metrics,
+            snapshot_window: args.snapshot_window,
+            ..ClusterOptions::default()
+        };
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(crate::node::stop_on_signal(stop));
         let role = args.id.clone();

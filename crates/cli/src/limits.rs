@@ -76,3 +76,13 @@ pub(crate) fn bandwidth_mbit(text: &str) -> Result<f64, String> {
         _ => Err("must be a bandwidth above 0 and at most 10000000 Mbit/s".to_owned()),
     }
 }
+
+/// A snapshot window in seconds: 0 (versions are collected as soon as no client reads
+/// them) to a day.
+pub(crate) fn snapshot_window(text: &str) -> Result<std::time::Duration, String> {
+    let max = virga_dkv::shard::MAX_SNAPSHOT_WINDOW.as_secs_f64();
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && (0.0..=max).contains(&value) => Ok(std::time::Duration::from_secs_f64(value)),
+        _ => Err(format!("must be a number of seconds from 0 to {max}")),
+    }
+}

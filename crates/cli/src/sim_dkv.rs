@@ -61,6 +61,10 @@ pub(crate) struct DkvArgs {
     /// of them may crash and restart. 0: validation at the primaries.
     #[arg(long, value_parser = limits::count_between(0, 8), default_value_t = 0)]
     pub validators: usize,
+    /// Seconds behind the newest commit for which versions stay readable: an older snapshot
+    /// is refused as snapshot-too-old (0 to 86400).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = limits::snapshot_window)]
+    pub snapshot_window: std::time::Duration,
     /// Clock skew of the nodes: PTP-like, NTP-like or none.
     #[arg(long, value_enum, default_value_t = SkewProfile::Ntp)]
     pub skew: SkewProfile,
@@ -313,6 +317,7 @@ fn seed_options(args: &DkvArgs, seed: u64) -> TxnRunOptions {
         session_clients: args.session_clients,
         cache: args.cache,
         validators: args.validators,
+        snapshot_window: args.snapshot_window,
         ..TxnRunOptions::new(seed)
     }
 }

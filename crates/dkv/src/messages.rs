@@ -306,11 +306,41 @@ pub enum Response {
     /// A backup's grant, held durably: reads may be served below this.
     Grant(Timestamp),
     Table(FetchTable),
-    /// A read below the primary's garbage-collection watermark, which it names.
-    TooOld(Timestamp),
+    /// A read below the primary's garbage-collection watermark, which it names with the
+    /// snapshot window it keeps.
+    TooOld(TooOld),
     ValidatorGrant(ValidatorGrant),
     /// The request was refused; the kind says whether asking again may help.
     Refused(Refusal),
+}
+
+/// A snapshot older than what a primary keeps: its garbage-collection watermark, and the
+/// window behind its clock below which the watermark never rises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooOld {
+    pub watermark: Timestamp,
+    pub window_ms: u64,
+}
+
+impl TooOld {
+    /// What a client tells its application of a snapshot at `ts` refused so.
+    pub fn explain(&self, ts: Timestamp) -> String {
+        format!(
+            "snapshot-too-old: the snapshot at {ts} is below the watermark {} (versions stay readable for the \
+             snapshot window of {} behind the newest commit, --snapshot-window)",
+            self.watermark,
+            humantime_ms(self.window_ms)
+        )
+    }
+}
+
+/// `ms` milliseconds as seconds, as the option spells them.
+fn humantime_ms(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{} s", ms as f64 / 1000.0)
+    }
 }
 
 impl Response {

@@ -8,7 +8,7 @@ use virga_net::{ProtobufError, WireProtocol};
 use crate::kairos::{validate_from_wire, validate_to_wire, ValidateWireError};
 use crate::messages::{
     Decide, Fetch, FetchTable, Get, GetMany, Invalidate, LeaseRequest, MapReply, Proposed, ReadReply, Refusal,
-    RefusalKind, Release, Replicate, Request, Response, Resync, Row, Scan, ScanReply, TxnPhase, TxnQuery,
+    RefusalKind, Release, Replicate, Request, Response, Resync, Row, Scan, ScanReply, TooOld, TxnPhase, TxnQuery,
     ValidatorGrant, ValidatorLease, Vote, Watermark,
 };
 use crate::proto;
@@ -340,7 +340,9 @@ fn response_to_wire(response: Response) -> crate::proto::Response {
             records: records.iter().map(shard_wire::record_to_wire).collect(),
             lease: Some(shard_wire::ts_to_wire(lease)),
         }),
-        Response::TooOld(watermark) => ResponseBody::TooOld(shard_wire::ts_to_wire(watermark)),
+        Response::TooOld(TooOld { watermark, window_ms }) => {
+            ResponseBody::TooOld(proto::TooOld { watermark: Some(shard_wire::ts_to_wire(watermark)), window_ms })
+        }
         Response::ValidatorGrant(ValidatorGrant { until_ns, takeover_high }) => {
             ResponseBody::ValidatorGrant(proto::ValidatorGrant {
                 until_ns,
@@ -414,7 +416,10 @@ fn response_from_wire(response: crate::proto::Response) -> Result<Response, DkvW
                 .map_err(malformed("table"))?,
             lease: shard_wire::ts_from_wire(table.lease),
         }),
-        ResponseBody::TooOld(watermark) => Response::TooOld(shard_wire::ts_from_wire(Some(watermark))),
+        ResponseBody::TooOld(too_old) => Response::TooOld(TooOld {
+            watermark: shard_wire::ts_from_wire(too_old.watermark),
+            window_ms: too_old.window_ms,
+        }),
         ResponseBody::ValidatorGrant(grant) => Response::ValidatorGrant(ValidatorGrant {
             until_ns: grant.until_ns,
             takeover_high: shard_wire::ts_from_wire(grant.takeover_high),

@@ -134,6 +134,8 @@ pub struct DkvBenchConfig {
     /// KAIROS: this many sharded validators (0: validation at the primaries).
     pub validators: usize,
     pub placement: Placement,
+    /// How long versions stay readable behind the newest commit (`--snapshot-window`).
+    pub snapshot_window: Duration,
 }
 
 impl DkvBenchConfig {
@@ -155,6 +157,7 @@ impl DkvBenchConfig {
             cache: CacheConfig::default(),
             validators: 0,
             placement: Placement::Shared,
+            snapshot_window: virga_dkv::shard::DEFAULT_SNAPSHOT_WINDOW,
         }
     }
 }
@@ -350,16 +353,16 @@ fn start_data(
     map: &ShardMap,
     nodes: &[String],
     workload: &dyn LoadInto,
-    sync: bool,
-    cache: CacheMode,
+    bench: &DkvBenchConfig,
 ) -> Result<Vec<Runner<DataCore>>> {
     let mut running = Vec::new();
     for name in nodes {
         let mut config = DataConfig::new(name, map.clone());
         config.config_replicas = config_names();
         config.session = format!("{name}@bench");
-        config.sync = sync;
-        config.cache = cache;
+        config.sync = bench.sync;
+        config.cache = bench.cache.mode;
+        config.snapshot_window = bench.snapshot_window;
         let storage: Arc<dyn Storage> = Arc::new(FileStorage::create_dir_all(dir.join(name))?);
         let (mut core, disk) = open_data_node(config, storage).map_err(|error| anyhow!("{name}: {error}"))?;
         workload.load_into(&mut |k, v| core.load(Bytes::copy_from_slice(k), Bytes::copy_from_slice(v)));
@@ -474,8 +477,7 @@ async fn start_store(
     let map = ShardMap::place(&nodes, Partitioning::Hash { shards: config.shards }, f)?;
     let config_roles = on_servers(servers_runtime, || start_config(dir, &net, config.sync))?;
     install(&map, &net).await?;
-    let data =
-        on_servers(servers_runtime, || start_data(dir, &net, &map, &nodes, workload, config.sync, config.cache.mode))?;
+    let data = on_servers(servers_runtime, || start_data(dir, &net, &map, &nodes, workload, config))?;
     let validators = start_validators(&net, &map, config.validators)?;
     let clients = start_clients(config, &net, &map)?;
     Ok(Roles { config: config_roles, data, clients, validators, data_nodes, servers })

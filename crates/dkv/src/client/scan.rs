@@ -140,8 +140,9 @@ impl TxnClient {
                     active.reads.entry(key).or_insert(read);
                 }
             }
-            Ok(Response::TooOld(_)) => {
-                self.aborted(id, "snapshot-too-old".to_string(), out);
+            Ok(Response::TooOld(too_old)) => {
+                let reason = too_old.explain(active.ts_begin);
+                self.aborted(id, reason, out);
                 return;
             }
             failure => {

@@ -277,8 +277,9 @@ impl TxnClient {
             Ok(Response::Value(reply)) if keys.len() == 1 => vec![reply],
             Ok(Response::Values(values)) if values.len() == keys.len() => values,
             // The versions this snapshot needs may be collected: run it again, newer.
-            Ok(Response::TooOld(_)) => {
-                self.aborted(id, "snapshot-too-old".to_string(), out);
+            Ok(Response::TooOld(too_old)) => {
+                let reason = too_old.explain(txn.ts_begin);
+                self.aborted(id, reason, out);
                 return;
             }
             failure => {
@@ -563,7 +564,9 @@ impl TxnClient {
     /// (until its last attempt), a session is told.
     pub(super) fn aborted(&mut self, id: TxnId, reason: String, out: &mut Out) {
         let Some(txn) = self.txns.remove(&id) else { return };
-        *self.stats.aborts.entry(reason.clone()).or_default() += 1;
+        // Counted by the reason's name; the detail after it is for the application.
+        let name = reason.split(':').next().unwrap_or_default();
+        *self.stats.aborts.entry(name.to_string()).or_default() += 1;
         // A cached copy an aborted attempt read may be what doomed it (a participant that
         // refused for another reason first does not say): its next attempt fetches afresh,
         // so a stale copy cannot abort a program again and again.

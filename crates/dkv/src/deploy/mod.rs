@@ -81,6 +81,8 @@ pub struct ClusterOptions {
     pub tls: Option<virga_net::Tls>,
     /// Where a role of a cluster of processes serves its Prometheus metrics (`GET /metrics`).
     pub metrics: Option<SocketAddr>,
+    /// How long versions stay readable behind the newest commit (`--snapshot-window`).
+    pub snapshot_window: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -91,6 +93,7 @@ impl Default for ClusterOptions {
             #[cfg(feature = "grpc")]
             tls: None,
             metrics: None,
+            snapshot_window: crate::shard::DEFAULT_SNAPSHOT_WINDOW,
         }
     }
 }
@@ -386,6 +389,7 @@ impl LocalCluster {
             node.config_replicas = replicas.clone();
             node.session = format!("{name}@{}", layout.incarnation);
             node.sync = options.sync;
+            node.snapshot_window = options.snapshot_window;
             let (core, disk) =
                 open_data_node(node, storage(dir, &name)?).map_err(|error| open_failed(&name, error.to_string()))?;
             let mailbox = Mailbox::<DataCore>::new();

@@ -187,6 +187,7 @@ pub async fn run_role(
         config.config_replicas = replicas;
         config.session = format!("{role}@{starts}");
         config.sync = options.sync;
+        config.snapshot_window = options.snapshot_window;
         let (core, disk) = open_data_node(config, storage(dir, role)?).map_err(|e| open_failed(role, e.to_string()))?;
         serve_core(role, core, disk, serving, RoleReader::Data, || ready(address)).await?;
     } else if let Some(index) = crate::kairos::validator_index(role) {

@@ -210,7 +210,10 @@ fn answer_for(request: &Request, bytes: &mut Bytes8) -> Result<Response, NetErro
         }
         (_, 1) => Response::refused(crate::messages::RefusalKind::Unavailable, "refused"),
         (_, 2) => Response::WrongEpoch(u64::from(bytes.next())),
-        (_, 3) => Response::TooOld(Timestamp::new(u64::from(bytes.next()), 1)),
+        (_, 3) => Response::TooOld(crate::messages::TooOld {
+            watermark: Timestamp::new(u64::from(bytes.next()), 1),
+            window_ms: u64::from(bytes.next()),
+        }),
         (Request::Get(_), _) => Response::Value(get_reply(bytes)),
         // Sometimes a wrong number of answers.
         (Request::GetMany(get), _) => {

@@ -48,6 +48,13 @@ use super::replica::{ShardRecord, ShardReplica, Weakened};
 use super::{DataIo, DataIoDone, DataStats};
 use crate::layout::{ReplicaRole, ShardId, ShardMap};
 
+/// How long versions stay readable behind the newest commit unless configured otherwise
+/// (FoundationDB's MVCC window).
+pub const DEFAULT_SNAPSHOT_WINDOW: Duration = Duration::from_secs(5);
+
+/// The longest snapshot window a node accepts (a day).
+pub const MAX_SNAPSHOT_WINDOW: Duration = Duration::from_secs(86_400);
+
 /// Most keys one get_many may ask for.
 pub const MAX_KEYS_PER_GET: usize = 1024;
 
@@ -89,6 +96,9 @@ pub struct DataConfig {
     pub client_expiry: Duration,
     /// How often a full garbage-collection pass runs (installs collect as they go).
     pub collect_every: Duration,
+    /// Versions stay readable this long behind this primary's clock: the watermark never
+    /// passes it (`--snapshot-window`).
+    pub snapshot_window: Duration,
     pub weakened: Weakened,
     /// KAIROS: the lease rule for reads of keys a client caches (none: no lease).
     pub cache: crate::kairos::CacheMode,
@@ -126,6 +136,7 @@ impl DataConfig {
             map_every: Duration::from_millis(300),
             client_expiry: Duration::from_secs(5),
             collect_every: Duration::from_secs(5),
+            snapshot_window: DEFAULT_SNAPSHOT_WINDOW,
             weakened: Weakened::default(),
             cache: crate::kairos::CacheMode::None,
             validator_lease: Duration::from_millis(250),

@@ -22,7 +22,7 @@ use crate::record_io::append_all;
 use virga_net::role::{Detached, IoExecutor};
 
 pub(crate) use self::core::termination_decision;
-pub use self::core::{DataConfig, DataCore, MAX_KEYS_PER_GET};
+pub use self::core::{DataConfig, DataCore, DEFAULT_SNAPSHOT_WINDOW, MAX_KEYS_PER_GET, MAX_SNAPSHOT_WINDOW};
 pub use self::replica::{
     txn_id, txn_parts, GetResult, ReadOp, ScanRange, ScanResult, ShardRecord, ShardReplica, TxnEntry, TxnStatus,
     Weakened, WriteOp,

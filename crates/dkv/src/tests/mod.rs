@@ -248,5 +248,6 @@ mod kairos_sim;
 mod replica;
 mod resync;
 mod service_sim;
+mod snapshot_window;
 mod txn_sim;
 mod validator_takeover;

@@ -206,12 +206,13 @@ fn the_replay_command_names_every_option_that_is_not_the_default() {
         clock: virga_core::clock::SkewProfile::Ptp,
         leases: false,
         session_clients: 0,
+        snapshot_window: std::time::Duration::from_millis(250),
         ..TxnRunOptions::new(9)
     };
     assert_eq!(
         options.replay_command(),
         "virga sim dkv --seeds 1 --first-seed 9 --faults none --weaken skip-latest-read --clock hybrid --skew ptp \
-         --no-leases --session-clients 0"
+         --no-leases --session-clients 0 --snapshot-window 0.25"
     );
     let no_skew = TxnRunOptions { clock: virga_core::clock::SkewProfile::None, ..TxnRunOptions::new(0) };
     assert_eq!(no_skew.replay_command(), "virga sim dkv --seeds 1 --first-seed 0 --skew none");

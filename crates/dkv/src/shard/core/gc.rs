@@ -5,10 +5,13 @@
 //! and a read below it is refused as too old. A client silent for `client_expiry` no longer
 //! holds the watermark back; if it comes back, its old reads are refused and it runs them
 //! again at a newer timestamp.
+//!
+//! The watermark never rises above `snapshot_window` behind the primary's clock, so a
+//! read-only snapshot that young is always served, whatever the clients report.
 
 use std::collections::BTreeMap;
 
-use crate::messages::{Response, Watermark};
+use crate::messages::{Response, TooOld, Watermark};
 use virga_net::role::Nanos;
 use virga_storage::Timestamp;
 
@@ -71,7 +74,8 @@ impl DataCore {
     /// Every check: raise the watermark of the shards this node leads; collect now and then.
     pub(super) fn collect_garbage(&mut self, now: Nanos) {
         let expiry = self.config.client_expiry.as_nanos() as u64;
-        let watermark = self.watermarks.watermark(now, expiry);
+        let window_start = Timestamp::new(now.saturating_sub(self.config.snapshot_window.as_nanos() as u64), 0);
+        let watermark = self.watermarks.watermark(now, expiry).min(window_start);
         let full_pass = self.watermarks.full_pass_due(now, self.config.collect_every.as_nanos() as u64);
         let led: Vec<u32> = self
             .map
@@ -97,7 +101,8 @@ impl DataCore {
     /// A read below the shard's watermark, refused.
     pub(super) fn too_old(&self, shard: u32, ts: Timestamp) -> Option<Response> {
         let watermark = self.replicas.get(&shard)?.watermark();
-        (ts < watermark).then_some(Response::TooOld(watermark))
+        let window_ms = self.config.snapshot_window.as_millis() as u64;
+        (ts < watermark).then_some(Response::TooOld(TooOld { watermark, window_ms }))
     }
 }
 

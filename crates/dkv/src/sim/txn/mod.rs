@@ -171,6 +171,8 @@ pub struct TxnRunOptions {
     /// them may crash and restart.
     pub validators: usize,
     pub weakening: Weakening,
+    /// How long versions stay readable behind the newest commit (`--snapshot-window`).
+    pub snapshot_window: Duration,
 }
 
 impl TxnRunOptions {
@@ -196,6 +198,7 @@ impl TxnRunOptions {
             cache: CacheMode::None,
             validators: 0,
             weakening: Weakening::default(),
+            snapshot_window: crate::shard::DEFAULT_SNAPSHOT_WINDOW,
         }
     }
 
@@ -237,6 +240,9 @@ impl TxnRunOptions {
         }
         if self.session_clients != TxnRunOptions::new(self.seed).session_clients {
             command.push_str(&format!(" --session-clients {}", self.session_clients));
+        }
+        if self.snapshot_window != crate::shard::DEFAULT_SNAPSHOT_WINDOW {
+            command.push_str(&format!(" --snapshot-window {}", self.snapshot_window.as_secs_f64()));
         }
         command
     }
@@ -419,6 +425,7 @@ pub(super) fn open_node(
     // Garbage collection within a run's few seconds.
     config.client_expiry = Duration::from_secs(1);
     config.collect_every = Duration::from_millis(500);
+    config.snapshot_window = options.snapshot_window;
     match open_data_node(config, storage) {
         Ok((mut core, disk)) => {
             // Initial balances, as loaded data (version zero) on every replica.
