@@ -10,7 +10,7 @@
 
 mod scan;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 use virga_storage::{MvStore, Timestamp, TxnId, Version, VersionedStore};
@@ -124,6 +124,31 @@ impl KeyCc {
     fn release(&mut self, txn: TxnId) {
         self.prepared.retain(|(owner, _)| *owner != txn);
     }
+
+    /// Held by no transaction, and read last where no write can commit any more: below
+    /// the watermark, or never (a zero latest read aborts nothing).
+    fn idle_below(&self, watermark: Timestamp) -> bool {
+        self.prepared.is_empty() && (self.latest_read == Timestamp::ZERO || self.latest_read < watermark)
+    }
+}
+
+/// The rule for collecting a key's concurrency-control state (one rule outside tests).
+#[cfg(not(test))]
+#[derive(Debug, Clone, Copy)]
+enum CcRule {
+    Idle,
+}
+
+impl CcRule {
+    fn drops(self, cc: &KeyCc, watermark: Timestamp) -> bool {
+        match self {
+            CcRule::Idle => cc.idle_below(watermark),
+            #[cfg(test)]
+            CcRule::Keep => false,
+            #[cfg(test)]
+            CcRule::Eager => cc.prepared.is_empty(),
+        }
+    }
 }
 
 /// Deliberately broken variants, for the checkers to catch. The switches exist only in
@@ -185,6 +210,9 @@ pub struct ShardReplica<S: VersionedStore = MvStore> {
     /// dropped, so reads below it are refused.
     watermark: Timestamp,
     cc: HashMap<Bytes, KeyCc>,
+    /// The keys some prepared transaction holds, in order, so a scan finds the writers
+    /// prepared in its range without walking every key's state.
+    held: BTreeSet<Bytes>,
     /// Ranges scanned, each with the largest timestamp it was read at.
     range_reads: Vec<ScanRange>,
     txns: HashMap<TxnId, TxnEntry>,
@@ -194,6 +222,23 @@ pub struct ShardReplica<S: VersionedStore = MvStore> {
     /// in its place (rebuilt from the records, so a new primary knows it too).
     validator_takeovers: BTreeMap<u32, Timestamp>,
     weakened: Weakened,
+    /// Tests only: how concurrency-control state is collected (kept whole by the oracle the
+    /// rule is held to, or too eagerly by the broken variant it must catch).
+    #[cfg(test)]
+    pub(crate) cc_rule: CcRule,
+}
+
+/// Tests only: the rule for collecting a key's concurrency-control state.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CcRule {
+    /// Drop a key's state once no transaction holds it and it was read last below the
+    /// watermark (the rule).
+    Idle,
+    /// Keep everything (the oracle).
+    Keep,
+    /// Broken: drop a key's state once no transaction holds it, whenever it was read.
+    Eager,
 }
 
 impl ShardReplica<MvStore> {
@@ -218,11 +263,14 @@ impl<S: VersionedStore> ShardReplica<S> {
             commit_floor: Timestamp::ZERO,
             watermark: Timestamp::ZERO,
             cc: HashMap::new(),
+            held: BTreeSet::new(),
             range_reads: Vec::new(),
             txns: HashMap::new(),
             early_decisions: HashMap::new(),
             validator_takeovers: BTreeMap::new(),
             weakened: Weakened::default(),
+            #[cfg(test)]
+            cc_rule: CcRule::Idle,
         }
     }
 
@@ -296,9 +344,57 @@ impl<S: VersionedStore> ShardReplica<S> {
         self.forget_ranges_below(self.watermark);
     }
 
-    /// Drops, on every key, the versions no read at or above the watermark sees.
+    /// Drops, on every key, the versions no read at or above the watermark sees, and the
+    /// concurrency-control state no longer able to abort anything: a key no transaction
+    /// holds, read last below the watermark. (Every write from then on commits at or above
+    /// the watermark, [`ShardReplica::validate`], so a latest read below it never aborts one.)
     pub fn collect(&mut self) -> u64 {
+        let watermark = self.watermark;
+        let rule = self.cc_rule();
+        self.cc.retain(|_, cc| !rule.drops(cc, watermark));
         self.store.gc(self.watermark).versions_dropped
+    }
+
+    /// Keys with concurrency-control state (latest reads and prepared writers).
+    pub fn cc_entries(&self) -> usize {
+        self.cc.len()
+    }
+
+    /// Transactions in the table, and decisions waiting for their prepare.
+    pub fn txn_entries(&self) -> usize {
+        self.txns.len() + self.early_decisions.len()
+    }
+
+    /// The lowest commit timestamp a write may have here: above the commit floor of a
+    /// takeover, and at or above the watermark (below it, the reads a write must not pass
+    /// may be forgotten).
+    pub fn write_floor(&self) -> Timestamp {
+        self.commit_floor.max(self.watermark)
+    }
+
+    fn cc_rule(&self) -> CcRule {
+        #[cfg(test)]
+        return self.cc_rule;
+        #[cfg(not(test))]
+        return CcRule::Idle;
+    }
+
+    fn hold(&mut self, key: Bytes, txn: TxnId, commit_ts: Timestamp) {
+        self.cc.entry(key.clone()).or_default().hold(txn, commit_ts);
+        self.held.insert(key);
+    }
+
+    /// `txn` holds `key` no more; state that can no longer abort anything goes.
+    fn release(&mut self, key: &Bytes, txn: TxnId) {
+        let rule = self.cc_rule();
+        let Some(cc) = self.cc.get_mut(key) else { return };
+        cc.release(txn);
+        if cc.prepared.is_empty() {
+            self.held.remove(key);
+            if rule.drops(cc, self.watermark) {
+                self.cc.remove(key);
+            }
+        }
     }
 
     /// Every transaction this replica holds, as the records that rebuild it.
@@ -341,6 +437,7 @@ impl<S: VersionedStore> ShardReplica<S> {
         }
         self.store = store;
         self.cc.clear();
+        self.held.clear();
         self.range_reads.clear();
         let committed: Vec<(TxnId, Timestamp, Vec<WriteOp>)> = self
             .committed_in_order()
@@ -364,7 +461,7 @@ impl<S: VersionedStore> ShardReplica<S> {
             .collect();
         for (txn, commit_ts, keys) in prepared {
             for key in keys {
-                self.cc.entry(key).or_default().hold(txn, commit_ts);
+                self.hold(key, txn, commit_ts);
             }
         }
         self.commit_floor = self.commit_floor.max(floor);
@@ -425,8 +522,9 @@ impl<S: VersionedStore> ShardReplica<S> {
             }
         }
         // After a takeover: a read the old primary served under its lease may lie at or
-        // above this commit timestamp, and its latest-read state is gone.
-        if !writes.is_empty() && commit_ts <= self.commit_floor {
+        // above this commit timestamp, and its latest-read state is gone. Below the
+        // watermark, the latest reads may be collected.
+        if !writes.is_empty() && (commit_ts <= self.commit_floor || commit_ts < self.watermark) {
             return Err(AbortReason::BelowCommitFloor);
         }
         Ok(())
@@ -477,7 +575,7 @@ impl<S: VersionedStore> ShardReplica<S> {
                     *high = (*high).max(*commit_ts);
                 }
                 for write in writes {
-                    self.cc.entry(write.key.clone()).or_default().hold(*txn, *commit_ts);
+                    self.hold(write.key.clone(), *txn, *commit_ts);
                 }
                 let entry = TxnEntry {
                     commit_ts: *commit_ts,
@@ -511,9 +609,7 @@ impl<S: VersionedStore> ShardReplica<S> {
         entry.status = if commit { TxnStatus::Committed } else { TxnStatus::Aborted };
         let (commit_ts, writes) = (entry.commit_ts, entry.writes.clone());
         for write in &writes {
-            if let Some(cc) = self.cc.get_mut(&write.key) {
-                cc.release(txn);
-            }
+            self.release(&write.key, txn);
             if commit {
                 let key_entry = self.store.entry(&write.key);
                 let version = Version { ts: commit_ts, writer: txn, value: write.value.clone() };

@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use virga_storage::{Timestamp, TxnId, VersionedStore};
 use virga_txn::AbortReason;
 
+use crate::shard::replica::CcRule;
 use crate::shard::{ReadOp, ShardRecord, ShardReplica, TxnStatus, WriteOp};
 
 fn key(name: &str) -> Bytes {
@@ -215,4 +217,144 @@ fn a_rebuilt_replica_holding_two_prepared_writers_of_a_key_reports_both() {
     let read = replica.get(&key("x"), ts(15));
     assert!(!read.prepared_below);
     assert_eq!((read.writer, read.value), (1, Some(Bytes::from_static(b"a"))));
+}
+
+/// One step of a primary's life, for the pruning oracle: gets, scans, prepares (validated
+/// first, as the primary does), decisions, and the watermark rising with a collection.
+#[derive(Debug, Clone)]
+enum Step {
+    Get { key: u8, at: u64 },
+    Scan { at: u64 },
+    Prepare { read: Option<u8>, write: u8, at: u64 },
+    Decide { which: usize, commit: bool },
+    Collect { watermark: u64 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0u8..8, 0u64..60).prop_map(|(key, at)| Step::Get { key, at }),
+        (0u64..60).prop_map(|at| Step::Scan { at }),
+        (proptest::option::of(0u8..8), 0u8..8, 0u64..60).prop_map(|(read, write, at)| Step::Prepare {
+            read,
+            write,
+            at
+        }),
+        (any::<usize>(), any::<bool>()).prop_map(|(which, commit)| Step::Decide { which, commit }),
+        (0u64..60).prop_map(|watermark| Step::Collect { watermark }),
+    ]
+}
+
+fn key_of(index: u8) -> Bytes {
+    key(&format!("k{index}"))
+}
+
+/// Runs `steps` on a replica collecting by `rule` and on one keeping all its
+/// concurrency-control state: every get, scan and validation at or above the watermark (the
+/// only ones a primary serves) must get the same answer from both.
+fn same_answers_as_the_unpruned(steps: Vec<Step>, rule: CcRule) -> Result<(), TestCaseError> {
+    let mut pruned = ShardReplica::new();
+    pruned.cc_rule = rule;
+    let mut oracle = ShardReplica::new();
+    oracle.cc_rule = CcRule::Keep;
+    let mut prepared: Vec<TxnId> = Vec::new();
+    let mut next_txn: TxnId = 1;
+    // Time moves on: each step's timestamps are offsets above the watermark.
+    let mut floor = 0u64;
+    for step in steps {
+        match step {
+            Step::Get { key, at } => {
+                let at = ts(floor + at);
+                prop_assert_eq!(pruned.get(&key_of(key), at), oracle.get(&key_of(key), at));
+            }
+            Step::Scan { at } => {
+                let range = range("k", "l", floor + at);
+                prop_assert_eq!(pruned.scan(range.clone(), 100), oracle.scan(range, 100));
+            }
+            Step::Prepare { read, write, at } => {
+                let (txn, commit_ts) = (next_txn, ts(floor + at + 1));
+                next_txn += 1;
+                let mut reads = Vec::new();
+                if let Some(key) = read {
+                    let version = oracle.get(&key_of(key), commit_ts).version;
+                    prop_assert_eq!(pruned.get(&key_of(key), commit_ts).version, version);
+                    reads.push(ReadOp { key: key_of(key), version, cached: false });
+                }
+                let writes = vec![WriteOp { key: key_of(write), value: Some(Bytes::from(format!("v{txn}"))) }];
+                let verdict = oracle.validate(txn, commit_ts, &reads, &[], &writes);
+                prop_assert_eq!(pruned.validate(txn, commit_ts, &reads, &[], &writes), verdict);
+                if verdict.is_ok() {
+                    let record = prepared_alone(txn, commit_ts, writes);
+                    pruned.prepare(record.clone(), &reads, &[]);
+                    oracle.prepare(record, &reads, &[]);
+                    prepared.push(txn);
+                }
+            }
+            Step::Decide { which, commit } if !prepared.is_empty() => {
+                let record = ShardRecord::Decided { txn: prepared.remove(which % prepared.len()), commit };
+                pruned.apply(&record);
+                oracle.apply(&record);
+            }
+            Step::Decide { .. } => {}
+            Step::Collect { watermark } => {
+                floor += watermark;
+                for replica in [&mut pruned, &mut oracle] {
+                    replica.raise_watermark(ts(floor));
+                    replica.collect();
+                }
+            }
+        }
+    }
+    prop_assert!(pruned.cc_entries() <= oracle.cc_entries());
+    Ok(())
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    proptest::collection::vec(step(), 1..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Collecting idle keys' concurrency-control state changes no answer.
+    #[test]
+    fn pruned_concurrency_control_state_gives_the_answers_of_the_unpruned(steps in steps()) {
+        same_answers_as_the_unpruned(steps, CcRule::Idle)?;
+    }
+}
+
+#[test]
+fn the_oracle_catches_state_collected_while_a_read_above_the_watermark_needs_it() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let caught = runner.run(&steps(), |steps| same_answers_as_the_unpruned(steps, CcRule::Eager));
+    assert!(caught.is_err(), "dropping every idle key's latest read went unnoticed");
+}
+
+#[test]
+fn idle_keys_read_below_the_watermark_keep_no_state_and_writes_below_it_are_refused() {
+    let mut replica = with_x_at_10();
+    for index in 0..100 {
+        replica.get(&key(&format!("missing-{index}")), ts(20));
+    }
+    replica.apply(&prepared_alone(2, ts(40), vec![put("held", "v")]));
+    assert_eq!(replica.cc_entries(), 101, "a read of a key that never existed keeps its latest read");
+    replica.raise_watermark(ts(30));
+    replica.collect();
+    assert_eq!(replica.cc_entries(), 1, "only the held key keeps its state");
+    // A write at 25 could pass a read at 20 whose state is gone: below the watermark, no
+    // write commits (the vote names the floor to pass).
+    let write = [put("missing-7", "late")];
+    assert_eq!(replica.validate(3, ts(25), &[], &[], &write), Err(AbortReason::BelowCommitFloor));
+    assert_eq!(replica.write_floor(), ts(30));
+    assert_eq!(replica.validate(3, ts(31), &[], &[], &write), Ok(()));
+    replica.apply(&ShardRecord::Decided { txn: 2, commit: false });
+    assert_eq!(replica.cc_entries(), 0, "a released key read last below the watermark keeps nothing");
+}
+
+#[test]
+fn a_scan_whose_end_is_before_its_start_finds_nothing() {
+    let mut replica = with_x_at_10();
+    replica.apply(&prepared_alone(2, ts(40), vec![put("m", "v")]));
+    let backwards = range("z", "a", 50);
+    assert_eq!(replica.scan(backwards.clone(), 10), crate::shard::ScanResult::default());
+    assert_eq!(replica.validate(3, ts(60), &[], &[backwards], &[]), Ok(()));
 }

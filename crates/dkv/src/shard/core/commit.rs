@@ -82,7 +82,7 @@ impl DataCore {
             self.voted_abort.insert((shard, txn), reason);
             let mut answer = vote(Err(reason));
             if let (Response::Vote(vote), AbortReason::BelowCommitFloor) = (&mut answer, reason) {
-                vote.floor = Some(replica.commit_floor());
+                vote.floor = Some(replica.write_floor());
             }
             if let (Response::Vote(vote), AbortReason::ReadStale) = (&mut answer, reason) {
                 vote.stale = replica.stale_reads(&prepare.reads);

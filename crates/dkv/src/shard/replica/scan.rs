@@ -55,9 +55,18 @@ impl<S: VersionedStore> ShardReplica<S> {
             }
             rows.len() < limit
         });
-        let prepared_below = self.cc.iter().any(|(key, cc)| range.contains(key) && cc.prepared_at_or_below(range.ts));
+        let prepared_below = self.held_in(&range).any(|cc| cc.prepared_at_or_below(range.ts));
         self.remember_range(range);
         ScanResult { rows, prepared_below }
+    }
+
+    /// The state of the keys in `range` a prepared transaction holds.
+    fn held_in<'a>(&'a self, range: &'a ScanRange) -> impl Iterator<Item = &'a super::KeyCc> + 'a {
+        // An empty range (its end at or below its start) holds nothing; `BTreeSet::range`
+        // would panic on one that ends before it starts.
+        let empty = range.end.as_ref().is_some_and(|end| end <= &range.start);
+        let keys = if empty { None } else { Some(self.held.range::<[u8], _>(range.bounds())) };
+        keys.into_iter().flatten().filter_map(|key| self.cc.get(key))
     }
 
     /// Remembers `range` as read up to its timestamp.
@@ -94,7 +103,7 @@ impl<S: VersionedStore> ShardReplica<S> {
                 outcome.is_ok()
             });
             outcome?;
-            let held = self.cc.iter().any(|(key, cc)| range.contains(key) && cc.held_by_other(txn));
+            let held = self.held_in(range).any(|cc| cc.held_by_other(txn));
             if held {
                 return Err(AbortReason::ReadPrepared);
             }
