@@ -151,7 +151,7 @@ fn command_from_proto(command: proto::ConfigCommand) -> Result<ConfigCommand, Wi
     })
 }
 
-fn check_length(bytes: &[u8]) -> Result<(), WireError> {
+pub(crate) fn check_length(bytes: &[u8]) -> Result<(), WireError> {
     if bytes.len() > MAX_WIRE_BYTES {
         return Err(WireError::TooLarge { length: bytes.len(), max: MAX_WIRE_BYTES });
     }
@@ -165,7 +165,7 @@ fn shard_id(shard: u32) -> Result<ShardId, WireError> {
     Ok(ShardId(shard))
 }
 
-fn node_id(field: &'static str, node: String) -> Result<String, WireError> {
+pub(crate) fn node_id(field: &'static str, node: String) -> Result<String, WireError> {
     check_node_id(&node).map_err(|problem| WireError::BadNodeId { field, problem })?;
     Ok(node)
 }

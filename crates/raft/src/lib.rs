@@ -22,9 +22,11 @@ pub mod proto {
 pub mod replica;
 pub mod wire;
 
-pub use log::{RaftLog, RaftLogError};
-pub use replica::{Output, Replica, ReplicaSettings};
-pub use wire::{EntryCheck, EntryRefusal, RaftWireError, Receiver};
+pub use log::{CompactError, RaftLog, RaftLogError};
+pub use replica::{ImageCheck, Output, Replica, ReplicaSettings};
+pub use wire::{Checks, EntryCheck, EntryRefusal, RaftWireError, Receiver};
 
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod tests;

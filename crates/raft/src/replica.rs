@@ -23,8 +23,11 @@ use raft::{RawNode, StateRole};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::log::RaftLog;
-use crate::wire::{self, EntryCheck, RaftWireError, Receiver};
+use crate::log::{CompactError, RaftLog};
+use crate::wire::{self, Checks, EntryCheck, EntryRefusal, RaftWireError, Receiver};
+
+/// What a group's snapshot image must hold (see [`crate::wire::Checks::snapshot`]).
+pub type ImageCheck = fn(&[u8]) -> Result<(), EntryRefusal>;
 
 /// One replica's Raft settings.
 #[derive(Debug, Clone)]
@@ -39,6 +42,9 @@ pub struct ReplicaSettings {
     pub seed: u64,
     /// Largest batch of entries in one append message, in bytes.
     pub max_message_bytes: u64,
+    /// What a leader's snapshot image must hold, for a group that compacts its log (None:
+    /// snapshots are refused).
+    pub snapshot_check: Option<ImageCheck>,
     /// A deliberately broken variant, for the checkers to catch: acknowledge (votes,
     /// appends) before the log write is durable. Only in test builds and under `sim`.
     #[cfg(any(test, feature = "sim"))]
@@ -55,6 +61,7 @@ impl ReplicaSettings {
             heartbeat_ticks,
             seed,
             max_message_bytes: 1 << 20,
+            snapshot_check: None,
             #[cfg(any(test, feature = "sim"))]
             unsafe_ack_before_write: false,
         }
@@ -67,22 +74,34 @@ impl ReplicaSettings {
 pub struct Output {
     /// Raft messages per receiving Raft id.
     pub messages: BTreeMap<u64, Vec<proto::RaftMessage>>,
+    /// A leader's snapshot this replica installed: the state machine becomes its image (the
+    /// index and the image), before the committed entries that follow are applied.
+    pub restored: Option<(u64, Vec<u8>)>,
     pub committed: Vec<Entry>,
     /// Records to append to the replica's log (then [`Replica::written`]).
     pub write: Option<Vec<Vec<u8>>>,
+    /// Of `write`, the position of a record that stands alone (a snapshot): once the write
+    /// is durable, every record before it may be dropped from the device.
+    pub truncate_before: Option<usize>,
 }
 
-/// A Ready whose writes wait for the device.
+/// A Ready (or a compaction) whose writes wait for the device.
 struct Queued {
     number: u64,
-    record: Option<Vec<u8>>,
+    records: Vec<Vec<u8>>,
+    /// Of `records`, one that stands alone (a snapshot).
+    standalone: Option<usize>,
+    /// The index of a leader's snapshot installed by this Ready.
+    installed: Option<u64>,
     messages: Vec<Message>,
 }
 
-/// The device write in flight: the newest Ready it covers and the messages held for it.
+/// The device write in flight: the newest Ready it covers, the messages held for it, and
+/// the index of a leader's snapshot it makes durable.
 struct Writing {
     number: u64,
     messages: Vec<Message>,
+    installed: Option<u64>,
 }
 
 /// raft-rs's `RawNode` over a [`RaftLog`], with the Ready protocol done once.
@@ -98,6 +117,7 @@ pub struct Replica {
     led_terms: Vec<u64>,
     /// Peer messages raft-rs itself refused after they passed the wire checks.
     refused_by_raft: u64,
+    snapshot_check: Option<ImageCheck>,
     #[cfg(any(test, feature = "sim"))]
     unsafe_ack_before_write: bool,
 }
@@ -130,6 +150,7 @@ impl Replica {
             writing: None,
             led_terms: Vec::new(),
             refused_by_raft: 0,
+            snapshot_check: settings.snapshot_check,
             #[cfg(any(test, feature = "sim"))]
             unsafe_ack_before_write: settings.unsafe_ack_before_write,
         };
@@ -191,9 +212,13 @@ impl Replica {
         check_entry: EntryCheck<'_>,
     ) -> Vec<RaftWireError> {
         let mut refused = Vec::new();
+        let voters = self.raw.store().voters().to_vec();
+        let snapshot_check = self.snapshot_check;
+        let snapshot: Option<EntryCheck<'_>> = snapshot_check.as_ref().map(|check| check as EntryCheck<'_>);
+        let checks = Checks { entry: check_entry, snapshot, voters: &voters };
         for message in messages {
             let at = Receiver::of(&self.raw, sender);
-            match wire::message_from_wire(message, &at, check_entry) {
+            match wire::message_from_wire_with(message, &at, &checks) {
                 Ok(message) => {
                     if self.raft(|raw| raw.step(message)).is_err() {
                         self.refused_by_raft += 1;
@@ -214,9 +239,39 @@ impl Replica {
         self.raft(|raw| raw.propose(Vec::new(), data))
     }
 
-    /// A batch to `peer` was not delivered: raft-rs probes it again.
+    /// A batch to `peer` was not delivered: raft-rs probes it again (and sends a snapshot
+    /// again, if the batch held one).
     pub fn unreachable(&mut self, peer: u64) {
-        self.raft(|raw| raw.report_unreachable(peer));
+        self.raft(|raw| {
+            raw.report_unreachable(peer);
+            raw.report_snapshot(peer, raft::SnapshotStatus::Failure);
+        });
+    }
+
+    /// The log's first index (after its snapshot) and how many entries it holds in memory.
+    pub fn log_extent(&self) -> (u64, usize) {
+        let store = self.raw.store();
+        (store.offset() + 1, store.len())
+    }
+
+    /// Compacts the log behind `image`, the state machine as of `index` (which it has
+    /// applied): the entries up to `index` are dropped, a lagging follower is sent the image
+    /// instead, and the record that stands for the dropped ones goes to the device with the
+    /// next write ([`Output::truncate_before`]).
+    pub fn compact(&mut self, index: u64, image: Vec<u8>) -> Result<(), CompactError> {
+        let applied = self.raw.raft.raft_log.applied;
+        if index > applied {
+            return Err(CompactError::NotCommitted { index, commit: applied });
+        }
+        let record = self.raw.mut_store().compact(index, image)?;
+        self.queued.push(Queued {
+            number: 0,
+            records: vec![record],
+            standalone: Some(0),
+            installed: None,
+            messages: Vec::new(),
+        });
+        Ok(())
     }
 
     /// The device write handed out in the last [`Output`] is durable (or failed: then the
@@ -224,6 +279,9 @@ impl Replica {
     pub fn written(&mut self, out: &mut Output) {
         if let Some(writing) = self.writing.take() {
             self.raft(|raw| raw.on_persist_ready(writing.number));
+            if let Some(index) = writing.installed {
+                self.raft(|raw| raw.advance_apply_to(index));
+            }
             self.send(writing.messages, out);
         }
         self.drain(out);
@@ -236,7 +294,18 @@ impl Replica {
             while self.raw.has_ready() {
                 let mut ready = self.raw.ready();
                 self.send(ready.take_messages(), out);
-                let record = RaftLog::record(ready.entries(), ready.hs());
+                let mut records = Vec::new();
+                let (mut standalone, mut installed) = (None, None);
+                if !ready.snapshot().is_empty() {
+                    // A leader's snapshot: it replaces what this replica applied.
+                    let snapshot = ready.snapshot().clone();
+                    let index = snapshot.get_metadata().index;
+                    out.committed.retain(|entry| entry.index > index);
+                    out.restored = Some((index, snapshot.data.to_vec()));
+                    records.push(self.raw.mut_store().apply_snapshot(snapshot));
+                    (standalone, installed) = (Some(0), Some(index));
+                }
+                records.extend(RaftLog::record(ready.entries(), ready.hs()));
                 let store = self.raw.mut_store();
                 store.append(ready.entries());
                 if let Some(hard_state) = ready.hs() {
@@ -245,7 +314,8 @@ impl Replica {
                 let committed = ready.take_committed_entries();
                 let applied = committed.last().map(|entry| entry.index);
                 out.committed.extend(committed);
-                self.queued.push(Queued { number: ready.number(), record, messages: ready.take_persisted_messages() });
+                let messages = ready.take_persisted_messages();
+                self.queued.push(Queued { number: ready.number(), records, standalone, installed, messages });
                 self.raft(|raw| raw.advance_append_async(ready));
                 if let Some(applied) = applied {
                     self.raft(|raw| raw.advance_apply_to(applied));
@@ -264,11 +334,17 @@ impl Replica {
             return false;
         }
         let queued = std::mem::take(&mut self.queued);
-        let number = queued.last().map_or(0, |ready| ready.number);
+        // A compaction is queued with number 0: the newest Ready is the highest number.
+        let number = queued.iter().map(|ready| ready.number).max().unwrap_or(0);
         let mut records = Vec::new();
         let mut messages = Vec::new();
+        let (mut truncate_before, mut installed) = (None, None);
         for ready in queued {
-            records.extend(ready.record);
+            if let Some(position) = ready.standalone {
+                truncate_before = Some(records.len() + position);
+            }
+            installed = ready.installed.or(installed);
+            records.extend(ready.records);
             messages.extend(ready.messages);
         }
         #[cfg(any(test, feature = "sim"))]
@@ -277,14 +353,22 @@ impl Replica {
         let ack_before_write = false;
         if records.is_empty() || ack_before_write {
             self.raft(|raw| raw.on_persist_ready(number));
+            if let Some(index) = installed {
+                self.raft(|raw| raw.advance_apply_to(index));
+            }
             self.send(messages, out);
             if !records.is_empty() {
-                out.write.get_or_insert_with(Vec::new).extend(records);
+                let write = out.write.get_or_insert_with(Vec::new);
+                if let Some(position) = truncate_before {
+                    out.truncate_before = Some(write.len() + position);
+                }
+                write.extend(records);
             }
             return true;
         }
         out.write = Some(records);
-        self.writing = Some(Writing { number, messages });
+        out.truncate_before = truncate_before;
+        self.writing = Some(Writing { number, messages, installed });
         false
     }
 

@@ -11,10 +11,12 @@
 //! ([`Receiver`]). Only Virga's prost decoder reads peer bytes; raft-rs's own protobuf decoder
 //! (rust-protobuf 2, whose recursion is unbounded) never does.
 //!
-//! Virga's Raft groups have fixed voter sets and never compact their logs, so snapshots,
-//! membership-change entries, forwarded proposals and follower reads are refused too: no
-//! honest replica sends them. What an entry's data must be is the group's own business: the
-//! caller hands a check ([`EntryCheck`]) that every appended entry's data passes.
+//! Virga's Raft groups have fixed voter sets, so membership-change entries, forwarded
+//! proposals and follower reads are refused too: no honest replica sends them. What an
+//! entry's data must be is the group's own business: the caller hands a check
+//! ([`EntryCheck`]) that every appended entry's data passes. A group that compacts its log
+//! also hands the check of a snapshot's image ([`Checks::snapshot`]); a snapshot is taken
+//! only from the receiver's leader, for its own voters, and only by a group that compacts.
 
 use crate::proto;
 use raft::eraftpb::{self, EntryType, MessageType};
@@ -37,6 +39,17 @@ impl EntryRefusal {
     pub fn new(expected: &'static str, error: impl std::fmt::Display) -> EntryRefusal {
         EntryRefusal { expected, reason: error.to_string() }
     }
+}
+
+/// Everything a received message is checked against besides the receiver's own state.
+#[derive(Clone, Copy)]
+pub struct Checks<'a> {
+    /// What each appended entry's data must hold.
+    pub entry: EntryCheck<'a>,
+    /// What a snapshot's image must hold; None: the group takes no snapshot.
+    pub snapshot: Option<EntryCheck<'a>>,
+    /// The group's voters: a snapshot naming another membership is refused.
+    pub voters: &'a [u64],
 }
 
 /// Most entries one append may carry (raft-rs sends at most `max_inflight`-bounded batches,
@@ -87,8 +100,14 @@ pub enum RaftWireError {
     UnknownEntryType(i32),
     #[error("a {0:?} message never travels between replicas")]
     NotAWireType(MessageType),
-    #[error("snapshots are not sent in this version of the service")]
+    #[error("this group takes no snapshots")]
     SnapshotUnsupported,
+    #[error("the snapshot {0}")]
+    BadSnapshot(&'static str),
+    #[error("the snapshot names voters {found:?}, not the group's {expected:?}")]
+    SnapshotMembership { found: Vec<u64>, expected: Vec<u64> },
+    #[error("the snapshot's image does not hold what the group replicates: {0}")]
+    SnapshotImage(EntryRefusal),
     #[error("a {0:?} message has term 0")]
     ZeroTerm(MessageType),
     #[error("the message is for Raft id {to}, not this replica ({me})")]
@@ -158,10 +177,23 @@ pub fn message_from_wire(
     at: &Receiver,
     check_entry: EntryCheck<'_>,
 ) -> Result<eraftpb::Message, RaftWireError> {
+    message_from_wire_with(message, at, &Checks { entry: check_entry, snapshot: None, voters: &[] })
+}
+
+/// [`message_from_wire`] for a group that may also send snapshots (`checks.snapshot`).
+pub fn message_from_wire_with(
+    message: proto::RaftMessage,
+    at: &Receiver,
+    checks: &Checks<'_>,
+) -> Result<eraftpb::Message, RaftWireError> {
     let kind = message_type_from_wire(message.msg_type)?;
+    if kind == MessageType::MsgSnapshot && checks.snapshot.is_none() {
+        return Err(RaftWireError::SnapshotUnsupported);
+    }
     check_envelope(kind, &message, at)?;
     match kind {
-        MessageType::MsgAppend => check_append(&message, at, check_entry)?,
+        MessageType::MsgAppend => check_append(&message, at, checks.entry)?,
+        MessageType::MsgSnapshot => check_snapshot(&message, at, checks)?,
         MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => {
             check_index_term(message.index, message.log_term)?;
         }
@@ -192,7 +224,6 @@ fn check_envelope(kind: MessageType, message: &proto::RaftMessage, at: &Receiver
         | MessageType::MsgTransferLeader
         | MessageType::MsgReadIndex
         | MessageType::MsgReadIndexResp => return Err(RaftWireError::NotAWireType(kind)),
-        MessageType::MsgSnapshot => return Err(RaftWireError::SnapshotUnsupported),
         _ => {}
     }
     if message.term == 0 {
@@ -210,7 +241,7 @@ fn check_envelope(kind: MessageType, message: &proto::RaftMessage, at: &Receiver
     if message.request_snapshot != 0 {
         return Err(RaftWireError::RequestSnapshotUnsupported);
     }
-    if message.snapshot.is_some() {
+    if message.snapshot.is_some() != (kind == MessageType::MsgSnapshot) {
         return Err(RaftWireError::UnexpectedField { kind, field: "snapshot" });
     }
     if kind != MessageType::MsgAppend && !message.entries.is_empty() {
@@ -300,6 +331,35 @@ fn check_append(message: &proto::RaftMessage, at: &Receiver, check_entry: EntryC
     Ok(())
 }
 
+/// A snapshot comes from the receiver's leader, at an index and term a log can hold, for
+/// the group's own voters, and its image is what the group's snapshots hold.
+fn check_snapshot(message: &proto::RaftMessage, at: &Receiver, checks: &Checks<'_>) -> Result<(), RaftWireError> {
+    check_sole_leader(message, at)?;
+    let Some(snapshot) = &message.snapshot else { return Err(RaftWireError::BadSnapshot("is missing")) };
+    let Some(metadata) = &snapshot.metadata else { return Err(RaftWireError::BadSnapshot("has no metadata")) };
+    if metadata.index == 0 || metadata.index > MAX_INDEX {
+        return Err(RaftWireError::BadSnapshot("index is 0 or beyond the highest accepted"));
+    }
+    if metadata.term == 0 || metadata.term > message.term {
+        return Err(RaftWireError::BadSnapshot("term is 0 or above the message's"));
+    }
+    let Some(conf_state) = &metadata.conf_state else { return Err(RaftWireError::BadSnapshot("names no voters")) };
+    let (mut found, mut expected) = (conf_state.voters.clone(), checks.voters.to_vec());
+    found.sort_unstable();
+    expected.sort_unstable();
+    let joint = !conf_state.learners.is_empty()
+        || !conf_state.voters_outgoing.is_empty()
+        || !conf_state.learners_next.is_empty()
+        || conf_state.auto_leave;
+    if found != expected || joint {
+        return Err(RaftWireError::SnapshotMembership { found, expected });
+    }
+    if let Some(check) = checks.snapshot {
+        check(&snapshot.data).map_err(RaftWireError::SnapshotImage)?;
+    }
+    Ok(())
+}
+
 /// A leader takes acknowledgements of its own term only for entries it has.
 fn check_append_response(message: &proto::RaftMessage, at: &Receiver) -> Result<(), RaftWireError> {
     if !at.is_leader || message.term != at.term {
@@ -340,6 +400,9 @@ fn message_into_raft(kind: MessageType, message: proto::RaftMessage) -> Result<e
     out.context = message.context.into();
     let entries: Vec<eraftpb::Entry> = message.entries.into_iter().map(entry_into_raft).collect::<Result<_, _>>()?;
     out.set_entries(entries.into());
+    if let Some(snapshot) = message.snapshot {
+        out.set_snapshot(snapshot_into_raft(snapshot));
+    }
     Ok(out)
 }
 
@@ -395,7 +458,7 @@ pub fn conf_state_into_raft(state: &proto::RaftConfState) -> eraftpb::ConfState 
     }
 }
 
-fn snapshot_to_wire(snapshot: eraftpb::Snapshot) -> proto::RaftSnapshot {
+pub fn snapshot_to_wire(snapshot: eraftpb::Snapshot) -> proto::RaftSnapshot {
     let metadata = snapshot.get_metadata();
     proto::RaftSnapshot {
         data: snapshot.data.to_vec(),
@@ -405,6 +468,17 @@ fn snapshot_to_wire(snapshot: eraftpb::Snapshot) -> proto::RaftSnapshot {
             term: metadata.term,
         }),
     }
+}
+
+/// Converts a snapshot read back from the device or checked by [`message_from_wire_with`].
+pub fn snapshot_into_raft(snapshot: proto::RaftSnapshot) -> eraftpb::Snapshot {
+    let metadata = snapshot.metadata.unwrap_or_default();
+    let mut raft_metadata =
+        eraftpb::SnapshotMetadata { index: metadata.index, term: metadata.term, ..Default::default() };
+    raft_metadata.set_conf_state(metadata.conf_state.as_ref().map(conf_state_into_raft).unwrap_or_default());
+    let mut out = eraftpb::Snapshot { data: snapshot.data.into(), ..Default::default() };
+    out.set_metadata(raft_metadata);
+    out
 }
 
 fn message_type_from_wire(value: i32) -> Result<MessageType, RaftWireError> {

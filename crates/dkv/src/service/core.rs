@@ -18,8 +18,9 @@ use virga_net::role::{CallId, Command, Event, Ids, IoId, Nanos, Role, TimerId};
 use virga_net::NetError;
 use virga_raft::{Output, Replica, ReplicaSettings};
 
+use super::image::{check_image, decode_image, encode_image, ConfigImage};
 use super::ConfigLog;
-use super::{ConfigIo, ConfigIoDone, ReplicaConfig, ServiceStats};
+use super::{ConfigIo, ConfigIoDone, ReplicaConfig, ServiceError, ServiceStats};
 use crate::config::{Applied, ConfigRefusal, ConfigState};
 use crate::raft_wire;
 use crate::wire::{self, Proposal};
@@ -64,16 +65,22 @@ pub struct ConfigCore {
 }
 
 impl ConfigCore {
-    /// A replica over its recovered log (see [`super::open_replica`]).
-    pub fn new(config: ReplicaConfig, log: ConfigLog) -> Result<ConfigCore, raft::Error> {
+    /// A replica over its recovered log (see [`super::open_replica`]): its state starts as
+    /// the log's snapshot, if it was compacted, and the entries after it apply again.
+    pub fn new(config: ReplicaConfig, log: ConfigLog) -> Result<ConfigCore, ServiceError> {
+        let image = match log.snapshot_state() {
+            Some((_, image)) => Some(decode_image(image)?),
+            None => None,
+        };
         let settings = ReplicaSettings {
             max_message_bytes: 256 << 10,
+            snapshot_check: Some(check_image),
             #[cfg(any(test, feature = "sim"))]
             unsafe_ack_before_write: config.unsafe_ack_before_write,
             ..ReplicaSettings::new(config.id, config.election_ticks, config.heartbeat_ticks, config.seed)
         };
         let replica = Replica::new(&settings, log)?;
-        Ok(ConfigCore {
+        let mut core = ConfigCore {
             config,
             replica,
             state: ConfigState::new(),
@@ -89,7 +96,38 @@ impl ConfigCore {
             writes_in_flight: 0,
             failed: None,
             terms_logged: 0,
-        })
+        };
+        if let Some(image) = image {
+            core.restore(image);
+        }
+        Ok(core)
+    }
+
+    /// The state machine becomes a snapshot's image.
+    fn restore(&mut self, image: ConfigImage) {
+        self.state = image.state;
+        self.sessions = image.sessions;
+        self.chain = image.chain;
+    }
+
+    /// The log's first index (after its snapshot) and the entries it holds in memory.
+    pub fn log_extent(&self) -> (u64, usize) {
+        self.replica.log_extent()
+    }
+
+    /// Compacts the log behind a snapshot of the configuration once `compact_every`
+    /// applied entries follow the last one.
+    fn compact_if_due(&mut self) {
+        let applied = self.state.applied_index();
+        let (first, _) = self.replica.log_extent();
+        if applied < first || applied - (first - 1) < self.config.compact_every {
+            return;
+        }
+        let image = ConfigImage { state: self.state.clone(), sessions: self.sessions.clone(), chain: self.chain };
+        match self.replica.compact(applied, encode_image(&image)) {
+            Ok(()) => self.stats.compactions += 1,
+            Err(error) => tracing::warn!(replica = self.config.id, %error, "the log was not compacted"),
+        }
     }
 
     pub fn id(&self) -> u64 {
@@ -265,6 +303,20 @@ impl ConfigCore {
     /// Carries out what the replica handed out: applies the committed entries, sends the
     /// messages (one batch per peer) and starts the device append.
     fn carry_out(&mut self, output: Output, out: &mut Vec<Command<Dkv, ConfigIo>>) {
+        if let Some((index, image)) = output.restored {
+            // The wire checks decoded it before raft-rs took it.
+            match decode_image(&image) {
+                Ok(image) => {
+                    self.restore(image);
+                    self.stats.snapshots_installed += 1;
+                    tracing::info!(replica = self.config.id, index, "installed the leader's snapshot");
+                }
+                Err(error) => {
+                    self.failed = Some(format!("the leader's snapshot at {index} does not decode: {error}"));
+                    return;
+                }
+            }
+        }
         for entry in output.committed {
             self.apply(entry, out);
         }
@@ -279,7 +331,8 @@ impl ConfigCore {
             if waits {
                 self.writing = Some(io);
             }
-            out.push(Command::Io { io, op: ConfigIo::Append { records, sync: self.config.sync } });
+            let (sync, truncate_before) = (self.config.sync, output.truncate_before);
+            out.push(Command::Io { io, op: ConfigIo::Append { records, sync, truncate_before } });
         }
         if self.replica.led_terms().len() > self.terms_logged {
             self.terms_logged = self.replica.led_terms().len();
@@ -414,6 +467,7 @@ impl Role for ConfigCore {
         if self.failed.is_some() {
             return;
         }
+        self.compact_if_due();
         self.replica.drain(&mut output);
         self.carry_out(output, out);
     }

@@ -15,6 +15,7 @@
 
 mod client;
 mod core;
+mod image;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -31,6 +32,7 @@ use virga_net::role::{Detached, IoExecutor};
 
 pub use self::client::{ClientOutcome, ConfigClient, ConfigClientConfig};
 pub use self::core::{ConfigCore, Outcome};
+pub use self::image::{decode_image, encode_image, ConfigImage, ImageError};
 use crate::raft_wire::RaftWireError;
 pub use virga_raft::log::{RaftLog as ConfigLog, RaftLogError as ConfigLogError};
 
@@ -57,6 +59,9 @@ pub struct ReplicaConfig {
     pub seed: u64,
     /// Keep (index, chain) of every applied entry (for checkers).
     pub keep_history: bool,
+    /// Compact the log behind a snapshot of the configuration once this many applied
+    /// entries follow the last one (1 to 1,000,000,000).
+    pub compact_every: u64,
     /// A deliberately broken variant, for the checkers to catch: acknowledge (votes, appends)
     /// before the log write is durable. Only in test builds and under `sim`.
     #[cfg(any(test, feature = "sim"))]
@@ -77,6 +82,7 @@ impl ReplicaConfig {
             message_deadline: Duration::from_millis(500),
             seed,
             keep_history: false,
+            compact_every: 1000,
             #[cfg(any(test, feature = "sim"))]
             unsafe_ack_before_write: false,
         }
@@ -117,6 +123,9 @@ impl ReplicaConfig {
         if self.message_deadline.is_zero() {
             return bad("message_deadline", "it must be above 0".to_string());
         }
+        if !(1..=1_000_000_000).contains(&self.compact_every) {
+            return bad("compact_every", format!("{}; it must be 1 to 1000000000 entries", self.compact_every));
+        }
         Ok(())
     }
 }
@@ -132,13 +141,16 @@ pub enum ServiceError {
     Records(#[from] ConfigLogError),
     #[error("raft-rs refused to start the replica: {0}")]
     Raft(#[from] raft::Error),
+    #[error("the replica's snapshot: {0}")]
+    Image(#[from] ImageError),
 }
 
 /// A replica's device operations.
 #[derive(Debug)]
 pub enum ConfigIo {
-    /// Append these records (one per Ready written), then fsync if `sync`.
-    Append { records: Vec<Vec<u8>>, sync: bool },
+    /// Append these records (one per Ready written), then fsync if `sync`; then drop
+    /// the records before `records[truncate_before]`, which stands alone (a snapshot).
+    Append { records: Vec<Vec<u8>>, sync: bool, truncate_before: Option<usize> },
 }
 
 #[derive(Debug)]
@@ -162,6 +174,10 @@ pub struct ServiceStats {
     pub undecodable_entries: u64,
     /// Device appends completed.
     pub writes: u64,
+    /// Compactions of the log behind a snapshot of the configuration, and leaders'
+    /// snapshots installed.
+    pub compactions: u64,
+    pub snapshots_installed: u64,
 }
 
 impl ServiceStats {
@@ -183,15 +199,41 @@ pub struct ConfigDisk {
 
 impl IoExecutor<ConfigCore> for ConfigDisk {
     fn execute(&mut self, op: ConfigIo) -> ConfigIoDone {
-        let ConfigIo::Append { records, sync } = op;
-        ConfigIoDone::Appended(append_all(&self.log, &records, sync))
+        let ConfigIo::Append { records, sync, truncate_before } = op;
+        ConfigIoDone::Appended(append_and_truncate(&self.log, &records, sync, truncate_before))
     }
 
     fn detach(&mut self, op: ConfigIo) -> Result<Detached<ConfigIoDone>, ConfigIo> {
-        let ConfigIo::Append { records, sync } = op;
+        let ConfigIo::Append { records, sync, truncate_before } = op;
         let log = Arc::clone(&self.log);
-        Ok(Box::new(move || ConfigIoDone::Appended(append_all(&log, &records, sync))))
+        Ok(Box::new(move || ConfigIoDone::Appended(append_and_truncate(&log, &records, sync, truncate_before))))
     }
+}
+
+impl ConfigDisk {
+    /// Segments of the replica's record log (for gauges).
+    pub fn segments(&self) -> usize {
+        self.log.lock().segment_count()
+    }
+}
+
+/// Appends `records` (and syncs if asked); once they are durable, drops the whole segments
+/// before `records[truncate_before]`, a record that stands alone. A crash between the two
+/// leaves old records that replay skips.
+fn append_and_truncate(
+    log: &Mutex<RecordLog>,
+    records: &[Vec<u8>],
+    sync: bool,
+    truncate_before: Option<usize>,
+) -> Result<u64, LogError> {
+    let Some(position) = truncate_before.filter(|position| *position < records.len()) else {
+        return append_all(log, records, sync);
+    };
+    append_all(log, &records[..position], false)?;
+    let standalone = log.lock().next_lsn();
+    let last = append_all(log, &records[position..], sync)?;
+    log.lock().truncate_prefix(standalone)?;
+    Ok(last)
 }
 
 /// Opens (or founds) replica `config.id` on `at`: replays its records into its log, or, on an
@@ -230,14 +272,20 @@ pub fn read_committed_state(at: impl IntoStorage) -> Result<ConfigState, Service
     RecordLog::open_with(at, options, OpenMode::Repair, |lsn, payload| records.push((lsn, payload.to_vec())))?;
     let log = ConfigLog::replay(records.iter().map(|(lsn, bytes)| (*lsn, bytes.as_slice())))?;
     let commit = log.hard_state().commit.min(log.last_index().unwrap_or(0));
-    let mut state = ConfigState::new();
-    if commit == 0 {
+    let (mut state, mut sessions) = match log.snapshot_state() {
+        Some((_, image)) => {
+            let image = decode_image(image)?;
+            (image.state, image.sessions.into_iter().map(|(client, (seq, _))| (client, seq)).collect())
+        }
+        None => (ConfigState::new(), BTreeMap::new()),
+    };
+    if commit <= log.offset() {
         return Ok(state);
     }
     let entries = log
-        .entries(1, commit + 1, None, GetEntriesContext::empty(false))
+        .entries(log.offset() + 1, commit + 1, None, GetEntriesContext::empty(false))
         .map_err(|error| ServiceError::BadConfig { field: "log", reason: error.to_string() })?;
-    let mut sessions: BTreeMap<String, u64> = BTreeMap::new();
+    let mut sessions: BTreeMap<String, u64> = std::mem::take(&mut sessions);
     for entry in entries {
         let proposal = (entry.get_entry_type() == raft::eraftpb::EntryType::EntryNormal && !entry.data.is_empty())
             .then(|| crate::wire::decode_proposal(&entry.data).ok())

@@ -53,6 +53,10 @@ pub struct ServiceRunOptions {
     /// on an empty one (as if its disk were replaced), with nothing it voted or
     /// acknowledged before.
     pub unsafe_rejoin_empty: bool,
+    /// Each replica compacts its log behind a snapshot this many applied entries after
+    /// the last one: few, so that compactions, crashes during them and snapshots sent to
+    /// replicas left behind happen in every run.
+    pub compact_every: u64,
 }
 
 impl ServiceRunOptions {
@@ -67,6 +71,7 @@ impl ServiceRunOptions {
             media_faults: false,
             unsafe_ack_before_write: false,
             unsafe_rejoin_empty: false,
+            compact_every: 4,
         }
     }
 
@@ -114,6 +119,9 @@ pub struct ServiceRunReport {
     pub media_fault: Option<String>,
     pub media_faults_fired: u64,
     pub unopened: Vec<String>,
+    /// Over the replicas' last incarnations: compactions, and leaders' snapshots installed.
+    pub compactions: u64,
+    pub snapshots_installed: u64,
     pub virtual_ms: u64,
     pub events: u64,
     pub trace_digest: u64,
@@ -293,6 +301,7 @@ fn open_node(
     let mut config = ReplicaConfig::new(raft_id, peers, incarnation_seed(options.seed, id, *restart));
     *restart += 1;
     config.keep_history = true;
+    config.compact_every = options.compact_every;
     config.unsafe_ack_before_write = options.unsafe_ack_before_write;
     let disk = disks.borrow_mut().entry(id.to_string()).or_default().clone();
     let storage: std::sync::Arc<dyn Storage> = media::storage_of(id, disk, plans);
@@ -415,6 +424,10 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
         Some(core) => core.applied().0,
         _ => 0,
     };
+    let cores = names.iter().filter_map(|id| sim.core(id).and_then(|node| node.role::<crate::service::ConfigCore>()));
+    let (compactions, snapshots_installed) = cores.fold((0, 0), |(compactions, installed), core| {
+        (compactions + core.stats().compactions, installed + core.stats().snapshots_installed)
+    });
     Ok(ServiceRunReport {
         seed: options.seed,
         violations: observer.violations.clone(),
@@ -429,6 +442,8 @@ pub fn run_service(options: &ServiceRunOptions) -> Result<ServiceRunReport, SimE
         media_fault: media_description,
         media_faults_fired: media::fired(&plans),
         unopened,
+        compactions,
+        snapshots_installed,
         virtual_ms: sim.now() / 1_000_000,
         events: sim.stats().events,
         trace_digest: sim.trace_digest(),

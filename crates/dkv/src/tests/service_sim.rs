@@ -25,9 +25,12 @@ fn assert_passes(options: &ServiceRunOptions) -> ServiceRunReport {
 #[test]
 fn three_replicas_pass_every_check_through_loss_partitions_crashes_and_power_failures() {
     let (mut elections, mut crashes, mut power_failures, mut applied) = (0, 0, 0, 0);
+    let (mut compactions, mut installed) = (0, 0);
     for seed in 0..40 {
         let report = assert_passes(&ServiceRunOptions::new(seed));
         assert_eq!(report.answered, report.commands, "seed {seed}: every command is answered");
+        compactions += report.compactions;
+        installed += report.snapshots_installed;
         elections += report.elections;
         crashes += report.crashes;
         power_failures += report.power_failures;
@@ -37,6 +40,9 @@ fn three_replicas_pass_every_check_through_loss_partitions_crashes_and_power_fai
     assert!(elections > 40, "{elections} elections in 40 seeds");
     assert!(crashes > 20 && power_failures > 20, "{crashes} crashes and {power_failures} power failures");
     assert!(applied >= 40 * 24, "every seed applied at least its 24 commands ({applied} entries in all)");
+    // The logs were compacted, and replicas left behind caught up from a leader's snapshot.
+    assert!(compactions >= 40 * 3, "{compactions} compactions");
+    assert!(installed > 0, "no replica installed a leader's snapshot");
 }
 
 #[test]
@@ -105,7 +111,7 @@ fn media_faults_on_a_crashing_replica_keep_every_check() {
 
 /// Seeds of `--faults disk --broken rejoin-empty` that the checks fail (found by running
 /// seeds 0 to N; see docs/testing.md).
-const CAUGHT_REJOINING_EMPTY: &[u64] = &[9, 14, 44];
+const CAUGHT_REJOINING_EMPTY: &[u64] = &[9, 14, 45];
 
 /// The broken variant of disk faults: a replica whose log refuses to open starts over on
 /// an empty disk, forgetting the votes and entries it acknowledged. The checks must see it.
