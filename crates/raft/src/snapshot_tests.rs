@@ -103,18 +103,24 @@ impl Node {
     }
 }
 
+/// Drains every node, carrying its output out; the messages, as (from, to, batch).
+fn drain_all(nodes: &mut [Node]) -> Vec<(u64, u64, Vec<proto::RaftMessage>)> {
+    let mut mail = Vec::new();
+    for node in nodes.iter_mut() {
+        let mut out = Output::default();
+        node.replica.drain(&mut out);
+        let from = node.replica.id();
+        mail.extend(node.carry_out(out).into_iter().map(|(to, messages)| (from, to, messages)));
+    }
+    mail
+}
+
 /// Drains every node and delivers messages until quiet; nothing reaches or leaves `away`
 /// (its sender hears the batch was not delivered).
 fn settle(nodes: &mut [Node], away: Option<u64>) {
     let check: EntryCheck<'_> = &any_data;
     for _ in 0..1000 {
-        let mut mail = Vec::new();
-        for node in nodes.iter_mut() {
-            let mut out = Output::default();
-            node.replica.drain(&mut out);
-            let from = node.replica.id();
-            mail.extend(node.carry_out(out).into_iter().map(|(to, messages)| (from, to, messages)));
-        }
+        let mail = drain_all(nodes);
         if mail.is_empty() {
             return;
         }
@@ -141,15 +147,21 @@ fn elect(nodes: &mut [Node], away: Option<u64>) -> usize {
     panic!("no leader within 60 ticks");
 }
 
-/// Replica 3 is away while 30 entries commit and the others compact behind them; then it
-/// comes back. Returns the nodes and the leader's position.
-fn away_while_the_others_compact(snapshots: [bool; 3]) -> (Vec<Node>, usize) {
+/// A group whose replica 3 is away while 30 entries commit; the leader's position.
+fn thirty_entries_without_replica_3(snapshots: [bool; 3]) -> (Vec<Node>, usize) {
     let mut nodes = group(snapshots);
     let leader = elect(&mut nodes, Some(3));
     for seq in 0..30u32 {
         nodes[leader].replica.propose(format!("entry-{seq}").into_bytes()).unwrap();
         settle(&mut nodes, Some(3));
     }
+    (nodes, leader)
+}
+
+/// Replica 3 is away while 30 entries commit and the others compact behind them; then it
+/// comes back. Returns the nodes and the leader's position.
+fn away_while_the_others_compact(snapshots: [bool; 3]) -> (Vec<Node>, usize) {
+    let (mut nodes, leader) = thirty_entries_without_replica_3(snapshots);
     for node in nodes.iter_mut().take(2) {
         let (index, image) = (node.machine.index, node.machine.image());
         node.replica.compact(index, image).unwrap();
@@ -184,12 +196,7 @@ fn a_follower_that_was_away_is_brought_back_by_the_leaders_snapshot() {
 fn a_group_that_takes_no_snapshots_leaves_a_follower_behind_a_compacted_log() {
     // The broken variant: replica 3 refuses snapshots (no image check), so once the others
     // compacted it never catches up; the test above fails exactly when snapshots do not work.
-    let mut nodes = group([true, true, false]);
-    let leader = elect(&mut nodes, Some(3));
-    for seq in 0..30u32 {
-        nodes[leader].replica.propose(format!("entry-{seq}").into_bytes()).unwrap();
-        settle(&mut nodes, Some(3));
-    }
+    let (mut nodes, _) = thirty_entries_without_replica_3([true, true, false]);
     for node in nodes.iter_mut().take(2) {
         let (index, image) = (node.machine.index, node.machine.image());
         node.replica.compact(index, image).unwrap();
@@ -200,13 +207,7 @@ fn a_group_that_takes_no_snapshots_leaves_a_follower_behind_a_compacted_log() {
         for node in nodes.iter_mut() {
             node.replica.tick();
         }
-        let mut mail = Vec::new();
-        for node in nodes.iter_mut() {
-            let mut out = Output::default();
-            node.replica.drain(&mut out);
-            let from = node.replica.id();
-            mail.extend(node.carry_out(out).into_iter().map(|(to, messages)| (from, to, messages)));
-        }
+        let mail = drain_all(&mut nodes);
         for (from, to, messages) in mail {
             refused.extend(nodes[to as usize - 1].replica.step_batch(from, messages, check));
         }
