@@ -40,7 +40,7 @@ pub(crate) struct DkvArgs {
     /// skip-local-validation, terminate-ignoring-missing-prepare or
     /// skip-cached-latest-committed (with --cache), validator-skip-freshness or
     /// validator-skip-cached-latest-committed (with --validators), skip-resync (with --faults
-    /// disk).
+    /// disk), settle-early (with a short --snapshot-window).
     #[arg(long, value_parser = weakening)]
     pub weaken: Option<Weakening>,
     /// The clients' timestamps: their physical clocks, or hybrid logical clocks.
@@ -160,6 +160,7 @@ struct Run {
     committed_by_termination: usize,
     versions_collected: u64,
     too_old: u64,
+    entries_settled: u64,
     partitions: usize,
     session_committed: u64,
     session_gave_up: u64,
@@ -195,6 +196,7 @@ struct Totals {
     committed_by_termination: u64,
     versions_collected: u64,
     too_old: u64,
+    entries_settled: u64,
     partitions: u64,
     /// The session clients' work: committed, given up after every attempt aborted, ended
     /// unavailable, by a stale map or with its commit's outcome unknown; aborted attempts.
@@ -400,6 +402,7 @@ fn run_of(report: &TxnRunReport) -> Run {
         committed_by_termination: report.committed_by_termination,
         versions_collected: report.versions_collected,
         too_old: report.too_old,
+        entries_settled: report.entries_settled,
         partitions: report.partitions,
         session_committed: report.session_committed,
         session_gave_up: report.session_gave_up,
@@ -441,6 +444,7 @@ fn totals(reports: &[&TxnRunReport]) -> Totals {
         totals.committed_by_termination += report.committed_by_termination as u64;
         totals.versions_collected += report.versions_collected;
         totals.too_old += report.too_old;
+        totals.entries_settled += report.entries_settled;
         totals.partitions += report.partitions as u64;
         totals.session_committed += report.session_committed;
         totals.session_gave_up += report.session_gave_up;
@@ -460,7 +464,7 @@ fn print_summary(report: &Report) {
     let totals = &report.totals;
     eprintln!(
         "{} seed(s), {} failure(s); {} committed ({} read-only), {} aborted attempts, {} programs gave up; \
-         crashes: {} backup, {} client, {} primary; {} failovers, {} terminations; {} versions collected; \
+         crashes: {} backup, {} client, {} primary; {} failovers, {} terminations; {} versions collected, {} entries settled; \
          sessions: {} committed, {} gave up, {} unavailable, {} stale map, {} outcome unknown; \
          cache: {} reads, {} hits, {} stale; validators: {} crashes, {} votes, {} terminations, \
          {} read-only and {} read-write taken over; media faults: {} seed(s) hit, {} node(s) refused to open; \
@@ -477,6 +481,7 @@ fn print_summary(report: &Report) {
         totals.failovers,
         totals.terminations,
         totals.versions_collected,
+        totals.entries_settled,
         totals.session_committed,
         totals.session_gave_up,
         totals.session_unavailable,

@@ -82,12 +82,16 @@ pub struct ScanReply {
     pub prepared_below: bool,
 }
 
-/// A primary asks a backup of `shard` at `epoch` to let it serve reads below `until`.
+/// A primary asks a backup of `shard` at `epoch` to let it serve reads below `until`, and
+/// tells it the shard's garbage-collection watermark (the backup collects below it too) and
+/// its settled point (the backup drops the decided entries below it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseRequest {
     pub shard: u32,
     pub epoch: u64,
     pub until: Timestamp,
+    pub watermark: Timestamp,
+    pub settled: Timestamp,
 }
 
 /// The new primary of `shard` at `epoch` asks a replica for its table.

@@ -83,6 +83,11 @@ pub struct ShardGauges {
     pub replication_backlog: usize,
     /// Transactions prepared here with no decision yet.
     pub prepared: usize,
+    /// The replica's tables: transaction entries (and decisions waiting for their prepare),
+    /// settled transactions (ids only), and keys with concurrency-control state.
+    pub txn_entries: usize,
+    pub settled_entries: usize,
+    pub cc_entries: usize,
 }
 
 #[cfg(test)]

@@ -194,8 +194,14 @@ fn request_to_wire(request: Request) -> crate::proto::Request {
         Request::Query(TxnQuery { shard, epoch, txn }) => {
             RequestBody::Query(crate::proto::TxnQuery { shard, epoch, txn: Some(shard_wire::txn_to_wire(txn)) })
         }
-        Request::Lease(LeaseRequest { shard, epoch, until }) => {
-            RequestBody::Lease(proto::LeaseRequest { shard, epoch, until: Some(shard_wire::ts_to_wire(until)) })
+        Request::Lease(LeaseRequest { shard, epoch, until, watermark, settled }) => {
+            RequestBody::Lease(proto::LeaseRequest {
+                shard,
+                epoch,
+                until: Some(shard_wire::ts_to_wire(until)),
+                watermark: Some(shard_wire::ts_to_wire(watermark)),
+                settled: Some(shard_wire::ts_to_wire(settled)),
+            })
         }
         Request::Fetch(Fetch { shard, epoch }) => RequestBody::Fetch(proto::Fetch { shard, epoch }),
         Request::Resync(Resync { shard, epoch }) => RequestBody::Resync(proto::Resync { shard, epoch }),
@@ -274,6 +280,8 @@ fn request_from_wire(request: crate::proto::Request) -> Result<Request, DkvWireE
             shard: lease.shard,
             epoch: lease.epoch,
             until: shard_wire::ts_from_wire(lease.until),
+            watermark: shard_wire::ts_from_wire(lease.watermark),
+            settled: shard_wire::ts_from_wire(lease.settled),
         }),
         RequestBody::Fetch(fetch) => Request::Fetch(Fetch { shard: fetch.shard, epoch: fetch.epoch }),
         RequestBody::Resync(resync) => Request::Resync(Resync { shard: resync.shard, epoch: resync.epoch }),
@@ -594,8 +602,10 @@ mod tests {
         );
         let watermark = (any::<u32>(), ts(), ts())
             .prop_map(|(client, ts, freshness)| Request::Watermark(Watermark { client, ts, freshness }));
-        let lease = (any::<u32>(), any::<u64>(), ts())
-            .prop_map(|(shard, epoch, until)| Request::Lease(LeaseRequest { shard, epoch, until }));
+        let lease =
+            (any::<u32>(), any::<u64>(), ts(), ts(), ts()).prop_map(|(shard, epoch, until, watermark, settled)| {
+                Request::Lease(LeaseRequest { shard, epoch, until, watermark, settled })
+            });
         let fetch = (any::<u32>(), any::<u64>()).prop_map(|(shard, epoch)| Request::Fetch(Fetch { shard, epoch }));
         let resync = (any::<u32>(), any::<u64>()).prop_map(|(shard, epoch)| Request::Resync(Resync { shard, epoch }));
         let store = prop_oneof![get, scan, decide, watermark, lease, fetch, resync, Just(Request::GetMap)];

@@ -114,7 +114,7 @@ pub fn audit_cluster(dir: &Path, prefix: &[u8]) -> Result<ClusterAudit, DeployEr
                 shard,
                 member,
                 keys: rows.len() as u64,
-                committed: replica.committed_in_order().len() as u64,
+                committed: replica.committed_count() as u64,
                 prepared: replica.prepared_count() as u64,
                 digest: keccak256(&encoded).to_string(),
                 total,

@@ -208,6 +208,7 @@ fn encode_data(encoder: &mut DescriptorEncoder, nodes: &[(String, DataStats, Vec
     let (mut events, mut latency) = (Vec::new(), Vec::new());
     let (mut primary, mut epoch, mut lease, mut heard, mut backlog, mut prepared) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut tables = Vec::new();
     for (name, stats, shards) in nodes {
         for (event, count) in [
             ("get", stats.gets),
@@ -227,6 +228,7 @@ fn encode_data(encoder: &mut DescriptorEncoder, nodes: &[(String, DataStats, Vec
             ("too_old", stats.too_old),
             ("refusal", stats.refusals),
             ("versions_collected", stats.versions_collected),
+            ("entry_settled", stats.settled),
             ("log_append", stats.writes),
         ] {
             events.push((with(role(name), "event", event), count));
@@ -243,7 +245,12 @@ fn encode_data(encoder: &mut DescriptorEncoder, nodes: &[(String, DataStats, Vec
                 heard.push((labels.clone(), ago as f64 / 1e9));
             }
             backlog.push((labels.clone(), shard.replication_backlog as f64));
-            prepared.push((labels, shard.prepared as f64));
+            prepared.push((labels.clone(), shard.prepared as f64));
+            for (table, size) in
+                [("txns", shard.txn_entries), ("settled", shard.settled_entries), ("cc", shard.cc_entries)]
+            {
+                tables.push((with(labels.clone(), "table", table), size as f64));
+            }
         }
     }
     let family = |name, help| Family { name, help };
@@ -260,7 +267,12 @@ fn encode_data(encoder: &mut DescriptorEncoder, nodes: &[(String, DataStats, Vec
     family("virga_dkv_replication_backlog_records", "A primary's records not yet held by every backup.")
         .gauges(encoder, &backlog)?;
     family("virga_dkv_prepared_transactions", "Transactions prepared at the replica, undecided.")
-        .gauges(encoder, &prepared)
+        .gauges(encoder, &prepared)?;
+    family(
+        "virga_dkv_replica_entries",
+        "A replica's table sizes: transaction entries, settled transactions (ids only), keys with concurrency-control state.",
+    )
+    .gauges(encoder, &tables)
 }
 
 fn encode_validators(

@@ -13,12 +13,13 @@ use virga_core::device::MemStorage;
 use virga_log::{LogOptions, RecordLog};
 use virga_net::role::{CallId, Command, Event, Role};
 use virga_net::NetError;
-use virga_storage::{Timestamp, TxnId, VersionedStore};
+use virga_storage::{Timestamp, TxnId, Version, VersionedStore};
 
 use crate::layout::{Partitioning, ShardMap};
 use crate::shard::wire::{self, MAX_KEY_BYTES};
 use crate::shard::{
-    open_data_node, txn_id, DataConfig, DataCore, DataIo, DataIoDone, DataOpenError, ShardRecord, TxnStatus, WriteOp,
+    open_data_node, txn_id, DataConfig, DataCore, DataIo, DataIoDone, DataOpenError, SettledPart, SettledTxn,
+    ShardRecord, TxnStatus, WriteOp,
 };
 
 /// The three nodes: each holds every shard; `n0`, the node under test, leads shard 0 and
@@ -37,6 +38,8 @@ const MAX_REQUESTS_PER_INPUT: usize = 8;
 const T1: TxnId = 1 << 32 | 1;
 const T2: TxnId = 1 << 32 | 2;
 const T3: TxnId = 2 << 32 | 1;
+/// Settled before the node's log begins: only its settled state names it.
+const T4: TxnId = 3 << 32 | 1;
 
 /// Range partitioning: shard 0 below "g", shard 1 from "g" below "p", shard 2 from "p".
 fn sample_map() -> ShardMap {
@@ -98,6 +101,19 @@ pub fn sample_records() -> Vec<(u32, ShardRecord)> {
         (1, ShardRecord::Decided { txn: T3, commit: true }),
         (2, ShardRecord::LeaseGranted { epoch: 1, until: at(5, 0) }),
         (2, ShardRecord::Fence { epoch: 1 }),
+        (
+            2,
+            ShardRecord::Settled(SettledPart {
+                versions: vec![(
+                    Bytes::from_static(b"z"),
+                    vec![
+                        Version { ts: at(4, 3), writer: T4, value: None },
+                        Version { ts: Timestamp::ZERO, writer: 0, value: Some(Bytes::from_static(b"1")) },
+                    ],
+                )],
+                txns: vec![(T4, SettledTxn { commit: true, commit_ts: at(4, 3) })],
+            }),
+        ),
     ]
 }
 
@@ -249,7 +265,7 @@ impl Harness {
         let reply = self.answer(call);
         if let (Some(Response::Vote(vote)), Some((shard, txn))) = (&reply, prepared) {
             if vote.commit {
-                let status = self.core.replica(shard).and_then(|replica| replica.txn(txn)).map(|entry| entry.status);
+                let status = self.core.replica(shard).and_then(|replica| replica.status(txn));
                 assert!(
                     matches!(status, Some(TxnStatus::Prepared | TxnStatus::Committed)),
                     "{} was voted commit but is {status:?} at shard {shard}",
@@ -581,7 +597,7 @@ fn build_wire(kind: u8, knobs: &Knobs) -> proto::request::Body {
         3 => Body::Decide(proto::Decide { shard, epoch, txn: knobs.txn, commit: knobs.commit }),
         4 => Body::Replicate(proto::Replicate { shard, epoch, record: replicated(knobs) }),
         5 => Body::Query(proto::TxnQuery { shard, epoch, txn: knobs.txn }),
-        6 => Body::Lease(proto::LeaseRequest { shard, epoch, until: ts }),
+        6 => Body::Lease(proto::LeaseRequest { shard, epoch, until: ts, watermark: ts, settled: ts }),
         7 => Body::Fetch(proto::Fetch { shard, epoch }),
         8 => Body::Watermark(proto::Watermark { client: 9, ts, freshness: None }),
         10 => Body::GetMany(proto::GetMany {

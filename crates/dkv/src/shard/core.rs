@@ -210,6 +210,8 @@ pub struct DataCore {
     grants: crate::kairos::LeaseGrants,
     validator_leases: validator_leases::ValidatorLeases,
     resyncs: resync::Resyncs,
+    /// Parts of settled state this primary has sent (each numbered by the count).
+    settled_parts_sent: u64,
     /// The clock at the step being handled.
     now: Nanos,
     stats: DataStats,
@@ -238,6 +240,7 @@ impl DataCore {
             grants: crate::kairos::LeaseGrants::new(config.cache),
             validator_leases: validator_leases::ValidatorLeases::default(),
             resyncs: resync::Resyncs::default(),
+            settled_parts_sent: 0,
             map: config.map.clone(),
             link: config_link::ConfigLink::new(&config),
             config,

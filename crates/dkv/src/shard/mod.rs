@@ -24,8 +24,8 @@ use virga_net::role::{Detached, IoExecutor};
 pub(crate) use self::core::termination_decision;
 pub use self::core::{DataConfig, DataCore, DEFAULT_SNAPSHOT_WINDOW, MAX_KEYS_PER_GET, MAX_SNAPSHOT_WINDOW};
 pub use self::replica::{
-    txn_id, txn_parts, GetResult, ReadOp, ScanRange, ScanResult, ShardRecord, ShardReplica, TxnEntry, TxnStatus,
-    Weakened, WriteOp,
+    txn_id, txn_parts, GetResult, ReadOp, ScanRange, ScanResult, SettledPart, SettledTxn, ShardRecord, ShardReplica,
+    TxnEntry, TxnStatus, Weakened, WriteOp,
 };
 pub use self::wire::ShardWireError;
 
@@ -75,6 +75,10 @@ pub struct DataStats {
     pub lease_refusals: u64,
     pub too_old: u64,
     pub versions_collected: u64,
+    /// Transaction entries dropped once every replica held them decided (ids kept), and
+    /// settled states sent to backups that lacked them (new, or restarted with a lost tail).
+    pub settled: u64,
+    pub settled_states_sent: u64,
     /// KAIROS: read-write transactions validated here in place of a validator they passed
     /// over, and validator lease renewals refused because one did.
     pub validator_takeovers: u64,

@@ -9,6 +9,7 @@
 //! rebuilt in timestamp order from the table when a backup takes over.
 
 mod scan;
+mod settled;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -17,6 +18,7 @@ use virga_storage::{MvStore, Timestamp, TxnId, Version, VersionedStore};
 use virga_txn::AbortReason;
 
 pub use self::scan::{ScanRange, ScanResult};
+pub use self::settled::SettledTxn;
 
 /// A transaction's id: its client in the high 32 bits, the client's sequence number in the
 /// low 32 (the same id on every shard).
@@ -79,6 +81,18 @@ pub enum ShardRecord {
     /// This replica answered the fetch of the primary of `epoch`: it takes no record of an
     /// older epoch from then on.
     Fence { epoch: u64 },
+    /// A part of the primary's settled state (see [`SettledPart`]).
+    Settled(SettledPart),
+}
+
+/// Some keys' versions and some settled transactions of a shard, as its primary holds them:
+/// what a backup that missed records (new to the group, or restarted with the end of its
+/// log lost) can no longer get as prepares and decisions. Merged, never replacing anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettledPart {
+    /// Per key, its versions newest first.
+    pub versions: Vec<(Bytes, Vec<Version>)>,
+    pub txns: Vec<(TxnId, SettledTxn)>,
 }
 
 /// What a get found.
@@ -177,6 +191,10 @@ pub struct Weakened {
     /// lost write took from the end of its log stays lost on it.
     #[cfg(any(test, feature = "sim"))]
     pub skip_resync: bool,
+    /// A primary settles a decided transaction (drops its entry, and counts it below the
+    /// settled point it sends) before every backup holds its prepare and decision.
+    #[cfg(any(test, feature = "sim"))]
+    pub settle_early: bool,
 }
 
 /// Whether a weakening switch is on: never, in a build without the switches.
@@ -197,8 +215,6 @@ pub(crate) use weakened;
 /// One shard's replica.
 pub struct ShardReplica<S: VersionedStore = MvStore> {
     store: S,
-    /// The data loaded before any transaction (version zero), to rebuild the store from.
-    initial: BTreeMap<Bytes, Bytes>,
     /// The largest read lease this replica granted (as a backup), and the epoch below which
     /// it takes no record.
     lease_granted: Timestamp,
@@ -216,6 +232,14 @@ pub struct ShardReplica<S: VersionedStore = MvStore> {
     /// Ranges scanned, each with the largest timestamp it was read at.
     range_reads: Vec<ScanRange>,
     txns: HashMap<TxnId, TxnEntry>,
+    /// The entries of `txns` by commit timestamp, oldest first (pruning walks them).
+    by_ts: BTreeSet<(Timestamp, TxnId)>,
+    /// Decided transactions whose entries were dropped, held by every replica of the group:
+    /// what a late record, a retried prepare or a terminator can still ask of them.
+    settled_txns: HashMap<TxnId, SettledTxn>,
+    /// The group's settled point as this replica knows it, and the epoch of the primary that
+    /// set it (see `settled`).
+    settled: settled::SettledPoint,
     /// Decisions replicated before their prepare (a backup's unordered records).
     early_decisions: HashMap<TxnId, bool>,
     /// KAIROS: per validator, the highest commit timestamp of a transaction prepared here
@@ -226,6 +250,9 @@ pub struct ShardReplica<S: VersionedStore = MvStore> {
     /// rule is held to, or too eagerly by the broken variant it must catch).
     #[cfg(test)]
     pub(crate) cc_rule: CcRule,
+    /// Tests only, broken: settling drops a transaction's id with its entry.
+    #[cfg(test)]
+    pub(crate) forget_settled_ids: bool,
 }
 
 /// Tests only: the rule for collecting a key's concurrency-control state.
@@ -257,7 +284,6 @@ impl<S: VersionedStore> ShardReplica<S> {
     pub fn on(store: S) -> ShardReplica<S> {
         ShardReplica {
             store,
-            initial: BTreeMap::new(),
             lease_granted: Timestamp::ZERO,
             fence: 0,
             commit_floor: Timestamp::ZERO,
@@ -266,11 +292,16 @@ impl<S: VersionedStore> ShardReplica<S> {
             held: BTreeSet::new(),
             range_reads: Vec::new(),
             txns: HashMap::new(),
+            by_ts: BTreeSet::new(),
+            settled_txns: HashMap::new(),
+            settled: settled::SettledPoint::default(),
             early_decisions: HashMap::new(),
             validator_takeovers: BTreeMap::new(),
             weakened: Weakened::default(),
             #[cfg(test)]
             cc_rule: CcRule::Idle,
+            #[cfg(test)]
+            forget_settled_ids: false,
         }
     }
 
@@ -288,8 +319,19 @@ impl<S: VersionedStore> ShardReplica<S> {
         &self.store
     }
 
+    /// A transaction's entry, while it has one (settled transactions have none).
     pub fn txn(&self, txn: TxnId) -> Option<&TxnEntry> {
         self.txns.get(&txn)
+    }
+
+    /// What this replica knows of a transaction's state, with an entry or settled.
+    pub fn status(&self, txn: TxnId) -> Option<TxnStatus> {
+        match (self.txns.get(&txn), self.settled_txns.get(&txn)) {
+            (Some(entry), _) => Some(entry.status),
+            (None, Some(settled)) if settled.commit => Some(TxnStatus::Committed),
+            (None, Some(_)) => Some(TxnStatus::Aborted),
+            (None, None) => None,
+        }
     }
 
     /// Transactions prepared and not yet decided, in id order.
@@ -314,11 +356,12 @@ impl<S: VersionedStore> ShardReplica<S> {
         self.txns.values().filter(|entry| entry.status == TxnStatus::Prepared).count()
     }
 
-    /// Loads a committed version outside any transaction (initial data).
+    /// Loads a committed version outside any transaction (initial data, version zero). It
+    /// goes below the versions the replica already holds: a node loads its data after its
+    /// log replayed the transactions that wrote over it.
     pub fn load(&mut self, key: Bytes, value: Bytes) {
         let entry = self.store.entry(&key);
-        self.store.reset(&entry, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value.clone()) });
-        self.initial.insert(key, value);
+        insert_below_newer(&self.store, &entry, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value) });
     }
 
     pub fn lease_granted(&self) -> Timestamp {
@@ -422,38 +465,14 @@ impl<S: VersionedStore> ShardReplica<S> {
         records
     }
 
-    /// Makes this replica serve after a takeover (Algorithm 2's end): versions rebuilt from
-    /// the initial data and every committed transaction in commit order (a backup may have
-    /// received its decisions in another order), prepared transactions holding their keys,
-    /// no read remembered, and commit timestamps at or below `floor` refused.
-    pub fn take_over(&mut self, floor: Timestamp)
-    where
-        S: Default,
-    {
-        let store = S::default();
-        for (key, value) in &self.initial {
-            let entry = store.entry(key);
-            store.reset(&entry, Version { ts: Timestamp::ZERO, writer: 0, value: Some(value.clone()) });
-        }
-        self.store = store;
+    /// Makes this replica serve after a takeover (Algorithm 2's end): prepared transactions
+    /// hold their keys, no read is remembered, and commit timestamps at or below `floor` are
+    /// refused. The versions stay: every committed decision this replica holds, its own or
+    /// merged, installed them where they belong as it applied them (in any order).
+    pub fn take_over(&mut self, floor: Timestamp) {
         self.cc.clear();
         self.held.clear();
         self.range_reads.clear();
-        let committed: Vec<(TxnId, Timestamp, Vec<WriteOp>)> = self
-            .committed_in_order()
-            .into_iter()
-            .map(|(txn, entry)| (txn, entry.commit_ts, entry.writes.clone()))
-            .collect();
-        for (txn, commit_ts, writes) in committed {
-            for write in writes {
-                let entry = self.store.entry(&write.key);
-                let _ = self.store.install(
-                    &entry,
-                    Version { ts: commit_ts, writer: txn, value: write.value },
-                    Timestamp::ZERO,
-                );
-            }
-        }
         let prepared: Vec<(TxnId, Timestamp, Vec<Bytes>)> = self
             .prepared()
             .into_iter()
@@ -567,7 +586,7 @@ impl<S: VersionedStore> ShardReplica<S> {
     pub fn apply(&mut self, record: &ShardRecord) {
         match record {
             ShardRecord::Prepared { txn, commit_ts, writes, participants, takeover_of } => {
-                if self.txns.contains_key(txn) {
+                if self.txns.contains_key(txn) || self.settled_txns.contains_key(txn) {
                     return;
                 }
                 for validator in takeover_of {
@@ -585,11 +604,15 @@ impl<S: VersionedStore> ShardReplica<S> {
                     takeover_of: takeover_of.clone(),
                 };
                 self.txns.insert(*txn, entry);
+                self.by_ts.insert((*commit_ts, *txn));
                 if let Some(commit) = self.early_decisions.remove(txn) {
                     self.decide(*txn, commit);
                 }
             }
             ShardRecord::Decided { txn, commit } => {
+                if self.settled_txns.contains_key(txn) {
+                    return;
+                }
                 if self.txns.contains_key(txn) {
                     self.decide(*txn, *commit);
                 } else {
@@ -598,6 +621,7 @@ impl<S: VersionedStore> ShardReplica<S> {
             }
             ShardRecord::LeaseGranted { until, .. } => self.lease_granted = self.lease_granted.max(*until),
             ShardRecord::Fence { epoch } => self.fence = self.fence.max(*epoch),
+            ShardRecord::Settled(part) => self.merge_settled(part),
         }
     }
 
@@ -625,15 +649,10 @@ impl<S: VersionedStore> ShardReplica<S> {
         }
     }
 
-    /// The committed transactions, oldest commit first (what a backup taking over installs).
-    pub fn committed_in_order(&self) -> Vec<(TxnId, &TxnEntry)> {
-        let mut committed: BTreeMap<(Timestamp, TxnId), &TxnEntry> = BTreeMap::new();
-        for (txn, entry) in &self.txns {
-            if entry.status == TxnStatus::Committed {
-                committed.insert((entry.commit_ts, *txn), entry);
-            }
-        }
-        committed.into_iter().map(|((_, txn), entry)| (txn, entry)).collect()
+    /// How many transactions this replica holds as committed, with entries or settled.
+    pub fn committed_count(&self) -> usize {
+        let with_entries = self.txns.values().filter(|entry| entry.status == TxnStatus::Committed).count();
+        with_entries + self.settled_txns.values().filter(|settled| settled.commit).count()
     }
 }
 

@@ -4,9 +4,9 @@
 use crate::proto;
 use bytes::Bytes;
 use prost::Message;
-use virga_storage::{Timestamp, TxnId};
+use virga_storage::{Timestamp, TxnId, Version};
 
-use super::replica::{txn_id, txn_parts, ReadOp, ScanRange, ShardRecord, WriteOp};
+use super::replica::{txn_id, txn_parts, ReadOp, ScanRange, SettledPart, SettledTxn, ShardRecord, WriteOp};
 use crate::layout::MAX_SHARDS;
 
 /// Longest key accepted.
@@ -17,6 +17,8 @@ pub const MAX_VALUE_BYTES: usize = 1 << 20;
 pub const MAX_OPS_PER_SHARD: usize = 4096;
 /// Most validators a store may have (a validator's index is below this).
 pub const MAX_VALIDATORS: u32 = 256;
+/// Most versions, and most settled transactions, one part of a settled state may carry.
+pub const MAX_SETTLED_PART_ITEMS: usize = 1 << 20;
 
 /// Why a shard message is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +57,10 @@ pub enum ShardWireError {
     ValidateOnlyWithTakeover,
     #[error("the transaction id has sequence number 0")]
     ZeroSequence,
+    #[error("the versions of key {key:?} are not newest first, each timestamp once")]
+    VersionsOutOfOrder { key: Bytes },
+    #[error("a version of key {key:?} at a nonzero timestamp has no writer")]
+    VersionWithoutWriter { key: Bytes },
     #[error("the log record does not decode: {0}")]
     Undecodable(#[from] prost::DecodeError),
 }
@@ -294,8 +300,80 @@ pub fn record_to_wire(record: &ShardRecord) -> proto::ShardRecord {
             Record::Lease(proto::LeaseGranted { epoch: *epoch, until: Some(ts_to_wire(*until)) })
         }
         ShardRecord::Fence { epoch } => Record::Fence(proto::Fence { epoch: *epoch }),
+        ShardRecord::Settled(part) => Record::Settled(settled_part_to_wire(part)),
     };
     proto::ShardRecord { record: Some(record) }
+}
+
+fn settled_part_to_wire(part: &SettledPart) -> proto::SettledPart {
+    let version_to_wire = |version: &Version| proto::StoredVersion {
+        ts: Some(ts_to_wire(version.ts)),
+        writer: (version.writer != 0).then(|| txn_to_wire(version.writer)),
+        value: version.value.as_ref().map(|value| value.to_vec()).unwrap_or_default(),
+        delete: version.value.is_none(),
+    };
+    proto::SettledPart {
+        versions: part
+            .versions
+            .iter()
+            .map(|(key, versions)| proto::KeyVersions {
+                key: key.to_vec(),
+                versions: versions.iter().map(version_to_wire).collect(),
+            })
+            .collect(),
+        txns: part
+            .txns
+            .iter()
+            .map(|(txn, settled)| proto::SettledTxn {
+                txn: Some(txn_to_wire(*txn)),
+                commit: settled.commit,
+                commit_ts: Some(ts_to_wire(settled.commit_ts)),
+            })
+            .collect(),
+    }
+}
+
+fn settled_part_from_wire(part: proto::SettledPart) -> Result<SettledPart, ShardWireError> {
+    let versions: usize = part.versions.iter().map(|key| key.versions.len()).sum();
+    for (what, count) in [("settled versions", versions), ("settled transactions", part.txns.len())] {
+        if count > MAX_SETTLED_PART_ITEMS {
+            return Err(ShardWireError::TooMany { what, count });
+        }
+    }
+    let mut out = SettledPart::default();
+    for held in part.versions {
+        check_key(&held.key)?;
+        let key = Bytes::from(held.key);
+        let mut versions: Vec<Version> = Vec::with_capacity(held.versions.len());
+        for version in held.versions {
+            if version.value.len() > MAX_VALUE_BYTES {
+                return Err(ShardWireError::ValueTooLarge { length: version.value.len() });
+            }
+            if version.delete && !version.value.is_empty() {
+                return Err(ShardWireError::DeleteWithValue);
+            }
+            let ts = ts_from_wire(version.ts);
+            if versions.last().is_some_and(|newer| newer.ts <= ts) {
+                return Err(ShardWireError::VersionsOutOfOrder { key });
+            }
+            let writer = match version.writer {
+                Some(writer) => txn_from_wire(Some(writer))?,
+                None if ts == Timestamp::ZERO => 0,
+                None => return Err(ShardWireError::VersionWithoutWriter { key }),
+            };
+            let value = (!version.delete).then(|| Bytes::from(version.value));
+            versions.push(Version { ts, writer, value });
+        }
+        out.versions.push((key, versions));
+    }
+    for settled in part.txns {
+        let commit_ts = ts_from_wire(settled.commit_ts);
+        if commit_ts == Timestamp::ZERO {
+            return Err(ShardWireError::ZeroCommitTimestamp);
+        }
+        out.txns.push((txn_from_wire(settled.txn)?, SettledTxn { commit: settled.commit, commit_ts }));
+    }
+    Ok(out)
 }
 
 /// Checks a record of a fetched table, whose shard the answer does not name: every check
@@ -330,6 +408,7 @@ pub fn record_from_wire(shard: u32, record: proto::ShardRecord) -> Result<ShardR
         }
         Record::Lease(lease) => Ok(ShardRecord::LeaseGranted { epoch: lease.epoch, until: ts_from_wire(lease.until) }),
         Record::Fence(fence) => Ok(ShardRecord::Fence { epoch: fence.epoch }),
+        Record::Settled(part) => Ok(ShardRecord::Settled(settled_part_from_wire(part)?)),
     }
 }
 

@@ -244,10 +244,12 @@ fn invalid_layouts_are_refused_with_the_right_error() {
     );
     assert!(ShardMap::new(range(&[b"d", b"m"]), three(), 1).is_ok());
 }
+mod backup_watermark;
 mod kairos_sim;
 mod replica;
 mod resync;
 mod service_sim;
+mod settle_scenario;
 mod snapshot_window;
 mod txn_sim;
 mod validator_takeover;

@@ -79,6 +79,21 @@ fn a_primary_that_took_over_refuses_commits_at_or_below_the_leases_granted() {
     assert_eq!(replica.validate(2, ts(40), &[read("x", ts(10))], &[], &[]), Ok(()));
 }
 
+/// A node loads its data after its log replayed: the loaded version goes below what the
+/// replay installed (a load that replaced the key's history lost those versions once a
+/// takeover stopped rebuilding the store from the transaction table).
+#[test]
+fn data_loaded_after_a_replay_goes_below_the_replayed_versions() {
+    let mut replica = with_x_at_10();
+    replica.load(key("x"), Bytes::from_static(b"loaded"));
+    replica.load(key("y"), Bytes::from_static(b"fresh"));
+    assert_eq!(replica.get(&key("x"), ts(20)).value, Some(Bytes::from_static(b"a")));
+    assert_eq!(replica.get(&key("x"), ts(5)).value, Some(Bytes::from_static(b"loaded")));
+    assert_eq!(replica.get(&key("y"), ts(5)).value, Some(Bytes::from_static(b"fresh")));
+    replica.take_over(Timestamp::ZERO);
+    assert_eq!(replica.get(&key("x"), ts(20)).value, Some(Bytes::from_static(b"a")), "a takeover keeps the versions");
+}
+
 #[test]
 fn records_are_idempotent_and_a_decision_may_come_before_its_prepare() {
     let mut replica = ShardReplica::new();
@@ -223,11 +238,32 @@ fn a_rebuilt_replica_holding_two_prepared_writers_of_a_key_reports_both() {
 /// first, as the primary does), decisions, and the watermark rising with a collection.
 #[derive(Debug, Clone)]
 enum Step {
-    Get { key: u8, at: u64 },
-    Scan { at: u64 },
-    Prepare { read: Option<u8>, write: u8, at: u64 },
-    Decide { which: usize, commit: bool },
-    Collect { watermark: u64 },
+    Get {
+        key: u8,
+        at: u64,
+    },
+    Scan {
+        at: u64,
+    },
+    Prepare {
+        read: Option<u8>,
+        write: u8,
+        at: u64,
+    },
+    Decide {
+        which: usize,
+        commit: bool,
+    },
+    Collect {
+        watermark: u64,
+    },
+    /// The primary settles what is decided below its watermark (every backup holds it).
+    Settle,
+    /// A record of a transaction already seen arrives again, late.
+    Late {
+        which: usize,
+        decision: bool,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -241,7 +277,21 @@ fn step() -> impl Strategy<Value = Step> {
         }),
         (any::<usize>(), any::<bool>()).prop_map(|(which, commit)| Step::Decide { which, commit }),
         (0u64..60).prop_map(|watermark| Step::Collect { watermark }),
+        Just(Step::Settle),
+        (any::<usize>(), any::<bool>()).prop_map(|(which, decision)| Step::Late { which, decision }),
     ]
+}
+
+/// How the pruned replica of the oracle test is pruned.
+#[derive(Debug, Clone, Copy)]
+struct Pruning {
+    cc: CcRule,
+    /// Broken: settling forgets the transaction's id too.
+    forget_settled_ids: bool,
+}
+
+impl Pruning {
+    const RULES: Pruning = Pruning { cc: CcRule::Idle, forget_settled_ids: false };
 }
 
 fn key_of(index: u8) -> Bytes {
@@ -251,12 +301,15 @@ fn key_of(index: u8) -> Bytes {
 /// Runs `steps` on a replica collecting by `rule` and on one keeping all its
 /// concurrency-control state: every get, scan and validation at or above the watermark (the
 /// only ones a primary serves) must get the same answer from both.
-fn same_answers_as_the_unpruned(steps: Vec<Step>, rule: CcRule) -> Result<(), TestCaseError> {
+fn same_answers_as_the_unpruned(steps: Vec<Step>, pruning: Pruning) -> Result<(), TestCaseError> {
     let mut pruned = ShardReplica::new();
-    pruned.cc_rule = rule;
+    pruned.cc_rule = pruning.cc;
+    pruned.forget_settled_ids = pruning.forget_settled_ids;
     let mut oracle = ShardReplica::new();
     oracle.cc_rule = CcRule::Keep;
     let mut prepared: Vec<TxnId> = Vec::new();
+    // Every record sent so far, for late deliveries.
+    let mut sent: Vec<ShardRecord> = Vec::new();
     let mut next_txn: TxnId = 1;
     // Time moves on: each step's timestamps are offsets above the watermark.
     let mut floor = 0u64;
@@ -285,7 +338,8 @@ fn same_answers_as_the_unpruned(steps: Vec<Step>, rule: CcRule) -> Result<(), Te
                 if verdict.is_ok() {
                     let record = prepared_alone(txn, commit_ts, writes);
                     pruned.prepare(record.clone(), &reads, &[]);
-                    oracle.prepare(record, &reads, &[]);
+                    oracle.prepare(record.clone(), &reads, &[]);
+                    sent.push(record);
                     prepared.push(txn);
                 }
             }
@@ -293,8 +347,21 @@ fn same_answers_as_the_unpruned(steps: Vec<Step>, rule: CcRule) -> Result<(), Te
                 let record = ShardRecord::Decided { txn: prepared.remove(which % prepared.len()), commit };
                 pruned.apply(&record);
                 oracle.apply(&record);
+                sent.push(record);
             }
             Step::Decide { .. } => {}
+            Step::Settle => {
+                pruned.settle(1, |_| false);
+            }
+            Step::Late { which, decision } if !sent.is_empty() => {
+                let wanted = |record: &&ShardRecord| matches!(record, ShardRecord::Decided { .. }) == decision;
+                let candidates: Vec<&ShardRecord> = sent.iter().filter(wanted).collect();
+                if let Some(record) = candidates.get(which % candidates.len().max(1)) {
+                    pruned.apply(record);
+                    oracle.apply(record);
+                }
+            }
+            Step::Late { .. } => {}
             Step::Collect { watermark } => {
                 floor += watermark;
                 for replica in [&mut pruned, &mut oracle] {
@@ -304,7 +371,12 @@ fn same_answers_as_the_unpruned(steps: Vec<Step>, rule: CcRule) -> Result<(), Te
             }
         }
     }
+    for txn in 1..next_txn {
+        prop_assert_eq!(pruned.status(txn), oracle.status(txn), "transaction {}", txn);
+    }
+    prop_assert_eq!(pruned.prepared_count(), oracle.prepared_count());
     prop_assert!(pruned.cc_entries() <= oracle.cc_entries());
+    prop_assert!(pruned.txn_entries() <= oracle.txn_entries());
     Ok(())
 }
 
@@ -315,18 +387,28 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Collecting idle keys' concurrency-control state changes no answer.
+    /// Collecting idle keys' concurrency-control state, and settling decided transactions
+    /// below the watermark, change no answer, late records included.
     #[test]
-    fn pruned_concurrency_control_state_gives_the_answers_of_the_unpruned(steps in steps()) {
-        same_answers_as_the_unpruned(steps, CcRule::Idle)?;
+    fn pruned_state_gives_the_answers_of_the_unpruned(steps in steps()) {
+        same_answers_as_the_unpruned(steps, Pruning::RULES)?;
     }
 }
 
 #[test]
 fn the_oracle_catches_state_collected_while_a_read_above_the_watermark_needs_it() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let caught = runner.run(&steps(), |steps| same_answers_as_the_unpruned(steps, CcRule::Eager));
+    let eager = Pruning { cc: CcRule::Eager, ..Pruning::RULES };
+    let caught = runner.run(&steps(), |steps| same_answers_as_the_unpruned(steps, eager));
     assert!(caught.is_err(), "dropping every idle key's latest read went unnoticed");
+}
+
+#[test]
+fn the_oracle_catches_settling_that_forgets_the_transactions_it_settled() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let forgetful = Pruning { forget_settled_ids: true, ..Pruning::RULES };
+    let caught = runner.run(&steps(), |steps| same_answers_as_the_unpruned(steps, forgetful));
+    assert!(caught.is_err(), "a late prepare of a forgotten transaction went unnoticed");
 }
 
 #[test]
@@ -357,4 +439,63 @@ fn a_scan_whose_end_is_before_its_start_finds_nothing() {
     let backwards = range("z", "a", 50);
     assert_eq!(replica.scan(backwards.clone(), 10), crate::shard::ScanResult::default());
     assert_eq!(replica.validate(3, ts(60), &[], &[backwards], &[]), Ok(()));
+}
+
+/// A backup that lost a transaction's decision (or all of it) merges its primary's settled
+/// state: the versions it lacks go in where they belong, what it held prepared is decided
+/// from the outcome, and merging twice changes nothing.
+#[test]
+fn a_settled_state_fills_in_what_a_replica_lost() {
+    let mut primary = with_x_at_10();
+    primary.apply(&prepared_alone(2, ts(20), vec![put("y", "b")]));
+    primary.apply(&ShardRecord::Decided { txn: 2, commit: true });
+    primary.apply(&prepared_alone(3, ts(30), vec![put("x", "c")]));
+    primary.apply(&ShardRecord::Decided { txn: 3, commit: true });
+    primary.raise_watermark(ts(40));
+    primary.settle(1, |_| false);
+    assert_eq!((primary.txn_entries(), primary.settled_entries()), (0, 3), "all three settled");
+    // The backup holds T2 prepared (its decision lost) and lost T1 and T3 altogether.
+    let mut backup = ShardReplica::new();
+    backup.apply(&prepared_alone(2, ts(20), vec![put("y", "b")]));
+    let parts = primary.settled_parts(16);
+    assert!(parts.len() > 1, "small parts: {parts:?}");
+    for _ in 0..2 {
+        for part in &parts {
+            backup.apply(&ShardRecord::Settled(part.clone()));
+        }
+    }
+    for (txn, status) in [(1, TxnStatus::Committed), (2, TxnStatus::Committed), (3, TxnStatus::Committed)] {
+        assert_eq!(backup.status(txn), Some(status), "transaction {txn}");
+    }
+    assert_eq!(backup.prepared_count(), 0, "T2 is decided");
+    for (name, at, value) in [("x", 15, "a"), ("x", 35, "c"), ("y", 25, "b")] {
+        assert_eq!(backup.get(&key(name), ts(at)).value, Some(Bytes::copy_from_slice(value.as_bytes())));
+    }
+    // A late prepare of a settled transaction holds nothing.
+    backup.apply(&prepared_alone(3, ts(30), vec![put("x", "c")]));
+    assert_eq!(backup.prepared_count(), 0);
+    assert_eq!(backup.validate(9, ts(50), &[], &[], &[put("x", "d")]), Ok(()));
+}
+
+/// A backup drops decided entries below the settled point of its primary's epoch; a point
+/// from an older epoch is ignored, and a new epoch's point replaces a higher old one.
+#[test]
+fn a_backup_settles_by_the_newest_epochs_point() {
+    let mut backup = ShardReplica::new();
+    for (txn, at) in [(1, 10), (2, 20), (3, 30)] {
+        backup.apply(&prepared_alone(txn, ts(at), vec![put(&format!("k{txn}"), "v")]));
+    }
+    backup.apply(&ShardRecord::Decided { txn: 1, commit: true });
+    backup.apply(&ShardRecord::Decided { txn: 3, commit: false });
+    assert_eq!(backup.learn_settled(1, ts(35)), 2, "T1 and T3 are decided below 35; T2 stays prepared");
+    assert_eq!(backup.status(3), Some(TxnStatus::Aborted));
+    assert_eq!(backup.prepared_count(), 1);
+    assert_eq!(backup.learn_settled(0, ts(100)), 0, "an older epoch's point");
+    assert_eq!(backup.settled_point(), (1, ts(35)));
+    assert_eq!(backup.learn_settled(2, ts(5)), 0);
+    assert_eq!(backup.settled_point(), (2, ts(5)), "a new primary's point replaces the old one");
+    backup.apply(&ShardRecord::Decided { txn: 2, commit: true });
+    assert_eq!(backup.learn_settled(2, ts(15)), 0, "T2 at 20 is above 15");
+    assert_eq!(backup.learn_settled(2, ts(21)), 1);
+    assert_eq!(backup.txn_entries(), 0);
 }

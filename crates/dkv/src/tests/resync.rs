@@ -11,14 +11,14 @@ use virga_storage::Timestamp;
 use crate::layout::{Partitioning, ShardId, ShardMap};
 use crate::shard::{DataConfig, DataCore, DataIo, DataIoDone, ShardRecord, WriteOp};
 
-const T0: u64 = 1_000_000_000_000;
+pub(super) const T0: u64 = 1_000_000_000_000;
 
-fn map() -> ShardMap {
+pub(super) fn map() -> ShardMap {
     let nodes: Vec<String> = (0..3).map(|index| format!("n{index}")).collect();
     ShardMap::place(&nodes, Partitioning::Hash { shards: 1 }, 1).unwrap()
 }
 
-fn roles() -> (String, Vec<String>) {
+pub(super) fn roles() -> (String, Vec<String>) {
     let map = map();
     let group = map.group(ShardId(0)).unwrap();
     (group.primary.clone(), group.backups.clone())
@@ -38,7 +38,7 @@ fn records() -> Vec<(u32, ShardRecord)> {
 }
 
 /// Steps `event`, completing every log append at once; returns the other commands.
-fn step(core: &mut DataCore, event: Event<Dkv, DataIoDone, ()>) -> Vec<Command<Dkv, DataIo>> {
+pub(super) fn step(core: &mut DataCore, event: Event<Dkv, DataIoDone, ()>) -> Vec<Command<Dkv, DataIo>> {
     let mut pending = vec![event];
     let mut commands = Vec::new();
     while let Some(event) = pending.pop() {
@@ -66,7 +66,7 @@ fn resync_calls(commands: &[Command<Dkv, DataIo>]) -> Vec<(String, CallId, Resyn
         .collect()
 }
 
-fn check_timer(commands: &[Command<Dkv, DataIo>]) -> Option<TimerId> {
+pub(super) fn check_timer(commands: &[Command<Dkv, DataIo>]) -> Option<TimerId> {
     commands.iter().rev().find_map(|command| match command {
         Command::SetTimer { timer, .. } => Some(*timer),
         _ => None,
@@ -142,10 +142,23 @@ fn the_primary_sends_every_record_again_to_the_backup_that_asks_and_to_no_other(
             _ => None,
         })
         .collect();
-    assert_eq!(sent.len(), 2, "the prepare and the decision: {commands:?}");
+    assert_eq!(sent.len(), 3, "the prepare, the decision and the settled state: {commands:?}");
     assert!(sent.iter().all(|(to, _)| *to == backups[0]), "only the backup that asked: {sent:?}");
-    assert!(matches!(sent[0].1, ShardRecord::Prepared { .. }) || matches!(sent[1].1, ShardRecord::Prepared { .. }));
+    let kinds = |wanted: fn(&ShardRecord) -> bool| sent.iter().filter(|(_, record)| wanted(record)).count();
+    assert_eq!(kinds(|record| matches!(record, ShardRecord::Prepared { .. })), 1);
+    assert_eq!(kinds(|record| matches!(record, ShardRecord::Decided { .. })), 1);
+    // The store's versions go along: the loaded-free store holds k's one version.
+    let settled: Vec<&crate::shard::replica::SettledPart> = sent
+        .iter()
+        .filter_map(|(_, record)| match record {
+            ShardRecord::Settled(part) => Some(part),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(settled.len(), 1);
+    assert_eq!(settled[0].versions.len(), 1, "k and its version: {settled:?}");
     assert_eq!(primary.stats().resyncs_served, 1);
+    assert_eq!(primary.stats().settled_states_sent, 1);
 }
 
 #[test]

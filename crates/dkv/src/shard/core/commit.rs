@@ -53,8 +53,8 @@ impl DataCore {
             return Some(vote(Err(AbortReason::Coordinator)));
         }
         // A retried prepare: answer as before, or wait with the first caller.
-        if let Some(entry) = replica.txn(txn) {
-            return match entry.status {
+        if let Some(status) = replica.status(txn) {
+            return match status {
                 TxnStatus::Aborted => Some(vote(Err(AbortReason::Coordinator))),
                 _ if self
                     .replication
@@ -155,7 +155,7 @@ impl DataCore {
             return Some(refusal);
         }
         let replica = self.replicas.get_mut(&shard)?;
-        let known = replica.txn(txn).map(|entry| entry.status);
+        let known = replica.status(txn);
         match known {
             // Already decided (a retry): acknowledge.
             Some(TxnStatus::Committed | TxnStatus::Aborted) => return Some(Response::Ack),

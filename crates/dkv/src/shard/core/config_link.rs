@@ -191,7 +191,13 @@ impl DataCore {
                 // starts again from the new group's grants, and the new backups get every
                 // record it holds.
                 self.leases.drop_held(shard);
-                pushes.push(shard);
+                let added: Vec<String> = group
+                    .backups
+                    .iter()
+                    .filter(|backup| before.is_none_or(|before| !before.backups.contains(backup)))
+                    .cloned()
+                    .collect();
+                pushes.push((shard, added));
             }
             if group.primary != node {
                 // No longer this node's to lead: what it was doing as primary stops.
@@ -208,8 +214,8 @@ impl DataCore {
         for (shard, epoch) in takeovers {
             self.start_takeover(shard, epoch, out);
         }
-        for shard in pushes {
-            self.push_table(shard, out);
+        for (shard, added) in pushes {
+            self.push_table(shard, &added, out);
         }
     }
 }

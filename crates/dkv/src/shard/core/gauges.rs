@@ -23,6 +23,9 @@ impl DataCore {
                         .flatten(),
                     replication_backlog: group.map_or(0, |group| self.replication.backlog(shard, group.backups.len())),
                     prepared: replica.prepared_count(),
+                    txn_entries: replica.txn_entries(),
+                    settled_entries: replica.settled_entries(),
+                    cc_entries: replica.cc_entries(),
                 }
             })
             .collect()

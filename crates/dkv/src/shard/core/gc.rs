@@ -91,9 +91,12 @@ impl DataCore {
             }
             if let Some(replica) = self.replicas.get_mut(&shard) {
                 replica.raise_watermark(watermark);
-                if full_pass {
-                    self.stats.versions_collected += replica.collect();
-                }
+            }
+        }
+        if full_pass {
+            // Backups too: their watermark is the one their primary's lease requests carry.
+            for replica in self.replicas.values_mut() {
+                self.stats.versions_collected += replica.collect();
             }
         }
     }

@@ -19,6 +19,7 @@ use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
 
 use super::group_log::AfterLog;
+use super::replication::PendingKind;
 use super::{CallFor, DataCore};
 use crate::config::ConfigCommand;
 use crate::layout::ShardId;
@@ -120,10 +121,15 @@ impl DataCore {
                 }
             }
         }
+        let mut points = BTreeMap::new();
+        for &(shard, epoch, _) in &requests {
+            points.entry(shard).or_insert_with(|| self.settle_shard(shard, epoch));
+        }
         for (shard, epoch, backup) in requests {
             let call = self.ids.call();
             self.calls.insert(call, CallFor::Lease { shard, backup: backup.clone() });
-            let request = LeaseRequest { shard, epoch, until };
+            let (watermark, settled) = points.get(&shard).copied().unwrap_or_default();
+            let request = LeaseRequest { shard, epoch, until, watermark, settled };
             out.push(Command::Call {
                 to: backup,
                 call,
@@ -163,10 +169,32 @@ impl DataCore {
         let until = request.until;
         self.leases.heard_primary(shard, now);
         let record = ShardRecord::LeaseGranted { epoch: request.epoch, until };
-        self.replicas.get_mut(&shard)?.apply(&record);
+        let replica = self.replicas.get_mut(&shard)?;
+        replica.apply(&record);
+        // What no read at or above the primary's watermark sees goes here too (a backup
+        // serves no reads, and a backup taking over serves none below it); so do the entries
+        // of the transactions every replica holds decided.
+        replica.raise_watermark(request.watermark);
+        self.stats.settled += replica.learn_settled(request.epoch, request.settled) as u64;
         let response = Response::Grant(until);
         self.log.push(shard, &record, AfterLog::Reply { to: from.to_string(), call, response });
         None
+    }
+
+    /// As the primary of `shard` at `epoch`: drops the entries every backup holds decided,
+    /// and returns the watermark and settled point its lease requests carry.
+    fn settle_shard(&mut self, shard: u32, epoch: u64) -> (Timestamp, Timestamp) {
+        let Some(replica) = self.replicas.get_mut(&shard) else { return Default::default() };
+        let replication = &self.replication;
+        let before = replica.settled_entries();
+        let early = crate::shard::replica::weakened!(self.config.weakened, settle_early);
+        let settled = replica.settle(epoch, |txn| {
+            !early
+                && (replication.contains(&(shard, txn, PendingKind::Prepared))
+                    || replication.contains(&(shard, txn, PendingKind::Decided)))
+        });
+        self.stats.settled += (replica.settled_entries() - before) as u64;
+        (replica.watermark(), settled)
     }
 
     pub(super) fn on_grant(&mut self, shard: u32, backup: String, until: Timestamp) {

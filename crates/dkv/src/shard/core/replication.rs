@@ -26,10 +26,25 @@ use crate::shard::DataIo;
 pub(super) enum PendingKind {
     Prepared,
     Decided,
+    /// A part of the settled state, numbered by the primary (in place of a transaction).
+    Settled,
 }
 
-/// A replicated record: its shard, transaction and kind.
+/// A replicated record: its shard, transaction (or part number) and kind.
 pub(super) type PendingKey = (u32, TxnId, PendingKind);
+
+/// The key a transaction's record of `shard` is replicated under (none for the records a
+/// replica keeps to itself, and for settled parts, which are numbered as they are sent).
+pub(super) fn pending_key(shard: u32, record: &ShardRecord) -> Option<PendingKey> {
+    match record {
+        ShardRecord::Prepared { txn, .. } => Some((shard, *txn, PendingKind::Prepared)),
+        ShardRecord::Decided { txn, .. } => Some((shard, *txn, PendingKind::Decided)),
+        ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. } | ShardRecord::Settled(_) => None,
+    }
+}
+
+/// About how many bytes of versions one part of a settled state carries.
+const SETTLED_PART_BYTES: usize = 256 * 1024;
 
 /// A record replicated by a primary, until every backup has it.
 #[derive(Debug)]
@@ -183,9 +198,9 @@ impl Replication {
 
     /// Whether the record is safe: durable here, and for a prepare held by `f` backups.
     pub(super) fn is_safe(&self, key: &PendingKey, f: usize) -> bool {
-        self.pending
-            .get(key)
-            .is_some_and(|pending| pending.local_durable && (key.2 == PendingKind::Decided || pending.acked.len() >= f))
+        self.pending.get(key).is_some_and(|pending| {
+            pending.local_durable && (key.2 != PendingKind::Prepared || pending.acked.len() >= f)
+        })
     }
 
     /// The answer due for a safe record: its first, or the one to callers that joined since.
@@ -198,7 +213,7 @@ impl Replication {
         pending.answered = true;
         let response = match key.2 {
             PendingKind::Prepared => vote(Ok(())),
-            PendingKind::Decided => Response::Ack,
+            PendingKind::Decided | PendingKind::Settled => Response::Ack,
         };
         let prepare_latency = first_vote.then(|| now.saturating_sub(pending.since));
         Some(Answer { waiters: std::mem::take(&mut pending.waiters), response, prepare_latency })
@@ -263,6 +278,22 @@ impl DataCore {
         self.log.push(key.0, &record, AfterLog::LocalDurable(key));
         self.replication.logged(key, record, waiter, self.now);
         self.send_replicas(key, out);
+    }
+
+    /// Sends this primary's settled state of `shard`, in parts, to the backups `to` (each part
+    /// replicated as a record until they acknowledge it): a backup new to the group, or one
+    /// that lost the end of its log, lacks what settled entries no longer carry.
+    pub(super) fn send_settled_state(&mut self, shard: u32, to: &[String], out: &mut Vec<Command<Dkv, DataIo>>) {
+        let Some(group) = self.map.group(ShardId(shard)).cloned() else { return };
+        let Some(replica) = self.replicas.get(&shard) else { return };
+        let others: BTreeSet<String> = group.backups.iter().filter(|backup| !to.contains(backup)).cloned().collect();
+        for part in replica.settled_parts(SETTLED_PART_BYTES) {
+            self.settled_parts_sent += 1;
+            let key = (shard, self.settled_parts_sent, PendingKind::Settled);
+            self.replication.durable(key, ShardRecord::Settled(part), others.clone(), true, self.now);
+            self.send_replicas(key, out);
+        }
+        self.stats.settled_states_sent += 1;
     }
 
     /// Sends a pending record to each backup that has neither acknowledged it nor a call in

@@ -18,10 +18,9 @@ use crate::messages::{RefusalKind, Request, Response, Resync};
 use crate::Dkv;
 use virga_net::role::{CallId, Command};
 
-use super::replication::PendingKind;
+use super::replication::pending_key;
 use super::{CallFor, DataCore};
 use crate::layout::ShardId;
-use crate::shard::replica::ShardRecord;
 use crate::shard::DataIo;
 
 #[derive(Debug, Default)]
@@ -117,16 +116,14 @@ impl DataCore {
         };
         let others: BTreeSet<String> = group.backups.iter().filter(|backup| *backup != from).cloned().collect();
         for record in replica.records() {
-            let key = match &record {
-                ShardRecord::Prepared { txn, .. } => (resync.shard, *txn, PendingKind::Prepared),
-                ShardRecord::Decided { txn, .. } => (resync.shard, *txn, PendingKind::Decided),
-                ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. } => continue,
-            };
+            let Some(key) = pending_key(resync.shard, &record) else { continue };
             if !self.replication.forget_ack(&key, from) {
                 self.replication.durable(key, record, others.clone(), true, self.now);
             }
             self.send_replicas(key, out);
         }
+        // What it lost may have settled here since: its versions and outcomes go in parts.
+        self.send_settled_state(resync.shard, &[from.to_string()], out);
         self.stats.resyncs_served += 1;
         Response::Ack
     }

@@ -17,10 +17,10 @@ use virga_net::role::{CallId, Command, Nanos};
 use virga_storage::Timestamp;
 
 use super::group_log::AfterLog;
-use super::replication::PendingKind;
+use super::replication::pending_key;
 use super::{CallFor, DataCore};
 use crate::layout::ShardId;
-use crate::shard::replica::ShardRecord;
+use crate::shard::replica::{ShardRecord, TxnStatus};
 use crate::shard::DataIo;
 
 /// One shard being taken over: the tables fetched so far and the fetches out.
@@ -212,15 +212,21 @@ impl DataCore {
             replica.apply(record);
         }
         replica.take_over(if leases { floor } else { Timestamp::ZERO });
-        let records = replica.records();
+        let mut records = replica.records();
+        // A replica that holds prepared a transaction this one settled lost its decision
+        // (the end of its log): it gets the decision again.
+        for record in &fetched.records {
+            let ShardRecord::Prepared { txn, .. } = record else { continue };
+            if replica.txn(*txn).is_none() {
+                if let Some(status) = replica.status(*txn) {
+                    records.push(ShardRecord::Decided { txn: *txn, commit: status == TxnStatus::Committed });
+                }
+            }
+        }
         let prepared: Vec<u64> = replica.prepared().into_iter().map(|(txn, _)| txn).collect();
         self.stats.merged_records += records.len() as u64;
         for record in records {
-            let key = match &record {
-                ShardRecord::Prepared { txn, .. } => (shard, *txn, PendingKind::Prepared),
-                ShardRecord::Decided { txn, .. } => (shard, *txn, PendingKind::Decided),
-                ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. } => continue,
-            };
+            let Some(key) = pending_key(shard, &record) else { continue };
             self.replicate(key, record, None, out);
         }
         for txn in prepared {
@@ -228,22 +234,21 @@ impl DataCore {
         }
     }
 
-    /// Sends every record this primary holds for `shard` to its backups (one just added
-    /// starts empty), without logging them again; records already on their way are left to
-    /// their own replication.
-    pub(super) fn push_table(&mut self, shard: u32, out: &mut Vec<Command<Dkv, DataIo>>) {
+    /// Sends every record this primary holds for `shard` to its backups, without logging
+    /// them again (records already on their way are left to their own replication), and
+    /// its settled state to the backups `added` to the group (they start empty).
+    pub(super) fn push_table(&mut self, shard: u32, added: &[String], out: &mut Vec<Command<Dkv, DataIo>>) {
         let Some(replica) = self.replicas.get(&shard) else { return };
         for record in replica.records() {
-            let key = match &record {
-                ShardRecord::Prepared { txn, .. } => (shard, *txn, PendingKind::Prepared),
-                ShardRecord::Decided { txn, .. } => (shard, *txn, PendingKind::Decided),
-                ShardRecord::LeaseGranted { .. } | ShardRecord::Fence { .. } => continue,
-            };
+            let Some(key) = pending_key(shard, &record) else { continue };
             if self.replication.contains(&key) {
                 continue;
             }
             self.replication.durable(key, record, BTreeSet::new(), true, self.now);
             self.send_replicas(key, out);
+        }
+        if !added.is_empty() {
+            self.send_settled_state(shard, added, out);
         }
     }
 }

@@ -143,7 +143,7 @@ impl DataCore {
         if let Err(refusal) = self.primary_of(shard, query.epoch) {
             return Some(refusal);
         }
-        let known = self.replicas.get(&shard)?.txn(txn).map(|entry| entry.status);
+        let known = self.replicas.get(&shard)?.status(txn);
         let phase = match known {
             Some(TxnStatus::Committed) => TxnPhase::Committed,
             Some(TxnStatus::Aborted) => TxnPhase::Aborted,
@@ -193,11 +193,13 @@ impl DataCore {
                 // Its own vote is not cast yet (see `on_query`): wait for the backups.
                 continue;
             }
-            let Some(entry) = self.replicas.get(&shard).and_then(|replica| replica.txn(txn)) else { continue };
-            if entry.status != TxnStatus::Prepared {
+            // Decided meanwhile (and perhaps settled already, with no entry left).
+            let Some(status) = self.replicas.get(&shard).and_then(|replica| replica.status(txn)) else { continue };
+            if status != TxnStatus::Prepared {
                 self.termination.decided(&(shard, txn));
                 continue;
             }
+            let Some(entry) = self.replicas.get(&shard).and_then(|replica| replica.txn(txn)) else { continue };
             self.stats.terminations += 1;
             tracing::info!(node = %self.config.node, shard, txn, "terminating a transaction its coordinator left prepared");
             let others: Vec<u32> = entry.participants.iter().copied().filter(|other| *other != shard).collect();

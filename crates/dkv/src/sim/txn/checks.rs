@@ -165,6 +165,7 @@ pub(super) fn check_run(
     for id in &cluster.data {
         if let Some(core) = sim.core(id).and_then(|node| node.role::<crate::shard::DataCore>()) {
             report.versions_collected += core.stats().versions_collected;
+            report.entries_settled += core.stats().settled;
             report.too_old += core.stats().too_old;
         }
     }
@@ -233,7 +234,7 @@ fn check_results(
 fn committed_at_a_primary(sim: &Sim<DkvNode>, map: &ShardMap, txn: u64) -> bool {
     map.groups().iter().enumerate().any(|(shard, group)| {
         matches!(sim.core(&group.primary).and_then(|node| node.role::<crate::shard::DataCore>()), Some(core)
-            if core.replica(shard as u32).and_then(|replica| replica.txn(txn)).map(|entry| entry.status) == Some(TxnStatus::Committed))
+            if core.replica(shard as u32).and_then(|replica| replica.status(txn)) == Some(TxnStatus::Committed))
     })
 }
 
@@ -281,7 +282,7 @@ fn check_stores(
             let committed_here = txn.writes.iter().any(|key| map.shard_of(key).0 == shard);
             for backup in group.backups.iter().filter(|_| committed_here) {
                 if let Some(core) = sim.core(backup).and_then(|node| node.role::<crate::shard::DataCore>()) {
-                    let status = core.replica(shard).and_then(|replica| replica.txn(txn.id)).map(|entry| entry.status);
+                    let status = core.replica(shard).and_then(|replica| replica.status(txn.id));
                     if status != Some(TxnStatus::Committed) {
                         report.violations.push(format!(
                             "replication: backup {backup} of shard {shard} has transaction {:x} as {status:?}",

@@ -65,10 +65,12 @@ pub struct Weakening {
     pub skip_validator_lease: bool,
     /// Restarted backups skip their resync (caught under `--faults disk`).
     pub skip_resync: bool,
+    /// Primaries settle decided transactions before every backup holds their records.
+    pub settle_early: bool,
 }
 
 impl Weakening {
-    fn flags(&self) -> [(bool, &'static str); 8] {
+    fn flags(&self) -> [(bool, &'static str); 9] {
         [
             (self.skip_latest_read, "skip-latest-read"),
             (self.skip_local_validation, "skip-local-validation"),
@@ -78,6 +80,7 @@ impl Weakening {
             (self.validator_skip_cached_latest_committed, "validator-skip-cached-latest-committed"),
             (self.skip_validator_lease, "skip-validator-lease"),
             (self.skip_resync, "skip-resync"),
+            (self.settle_early, "settle-early"),
         ]
     }
 
@@ -92,7 +95,7 @@ impl Weakening {
     }
 
     /// The names `--weaken` takes, each weakening one thing.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 9] = [
         "skip-latest-read",
         "skip-local-validation",
         "terminate-ignoring-missing-prepare",
@@ -101,6 +104,7 @@ impl Weakening {
         "validator-skip-cached-latest-committed",
         "skip-validator-lease",
         "skip-resync",
+        "settle-early",
     ];
 
     /// The weakening `--weaken NAME` names (the inverse of [`Weakening::name`]).
@@ -117,6 +121,7 @@ impl Weakening {
             }
             "skip-validator-lease" => Ok(Weakening { skip_validator_lease: true, ..none }),
             "skip-resync" => Ok(Weakening { skip_resync: true, ..none }),
+            "settle-early" => Ok(Weakening { settle_early: true, ..none }),
             _ => Err(UnknownWeakening { name: name.to_owned() }),
         }
     }
@@ -127,7 +132,7 @@ impl Weakening {
 #[error(
     "no weakening is called {name:?}: the names are skip-latest-read, skip-local-validation, \
      terminate-ignoring-missing-prepare, skip-cached-latest-committed, validator-skip-freshness, \
-     validator-skip-cached-latest-committed, skip-validator-lease and skip-resync"
+     validator-skip-cached-latest-committed, skip-validator-lease, skip-resync and settle-early"
 )]
 pub struct UnknownWeakening {
     pub name: String,
@@ -271,6 +276,8 @@ pub struct TxnRunReport {
     /// Versions garbage-collected by full passes, and reads refused as below the watermark.
     pub versions_collected: u64,
     pub too_old: u64,
+    /// Transaction entries the data nodes dropped once settled (every replica held them).
+    pub entries_settled: u64,
     /// Transactions a primary terminated (cooperative termination), and those of them
     /// committed with no word from their client.
     pub terminations: u64,
@@ -417,6 +424,7 @@ pub(super) fn open_node(
         skip_cached_latest_committed: options.weakening.skip_cached_latest_committed,
         skip_validator_lease: options.weakening.skip_validator_lease,
         skip_resync: options.weakening.skip_resync,
+        settle_early: options.weakening.settle_early,
     };
     config.cache = options.cache;
     config.config_replicas = cluster.config.clone();
