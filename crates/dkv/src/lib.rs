@@ -29,7 +29,10 @@
 //! - [`metrics`]: what the cores measure of themselves (latency histograms, shard gauges),
 //!   exported by `deploy` in Prometheus's text format.
 //!
-//! Still to come: pruning of the transaction tables and logs.
+//! Bounded so far: the concurrency-control state, the scanned ranges, the versions (at
+//! primaries and backups, below the watermark) and the transaction entries (settled, ids
+//! kept: `shard::replica::settled`). Still to come: the settled ids, `voted_abort` and early
+//! decisions (the cluster low mark of `docs/dkv-pruning.md`), checkpoints and log truncation.
 
 pub mod api;
 pub mod cache;

@@ -112,6 +112,7 @@ pub fn sample_records() -> Vec<(u32, ShardRecord)> {
                     ],
                 )],
                 txns: vec![(T4, SettledTxn { commit: true, commit_ts: at(4, 3) })],
+                validator_floors: vec![(1, at(4, 3))],
             }),
         ),
     ]

@@ -41,7 +41,7 @@ mod validator_leases;
 
 use self::commit::vote;
 use self::group_log::AfterLog;
-use self::replication::PendingKey;
+use self::replication::{PendingKey, SETTLED_PART_BYTES};
 pub(crate) use self::termination::termination_decision;
 
 use super::replica::{ShardRecord, ShardReplica, Weakened};
@@ -54,6 +54,12 @@ pub const DEFAULT_SNAPSHOT_WINDOW: Duration = Duration::from_secs(5);
 
 /// The longest snapshot window a node accepts (a day).
 pub const MAX_SNAPSHOT_WINDOW: Duration = Duration::from_secs(86_400);
+
+/// Records between two checkpoints of a data node's log unless configured otherwise.
+pub const DEFAULT_CHECKPOINT_EVERY: u64 = 100_000;
+
+/// The size of a data node's log segments unless configured otherwise.
+pub const DEFAULT_LOG_SEGMENT_BYTES: u64 = 16 << 20;
 
 /// Most keys one get_many may ask for.
 pub const MAX_KEYS_PER_GET: usize = 1024;
@@ -99,6 +105,11 @@ pub struct DataConfig {
     /// Versions stay readable this long behind this primary's clock: the watermark never
     /// passes it (`--snapshot-window`).
     pub snapshot_window: Duration,
+    /// A checkpoint of every shard goes to the log after this many records, and the log
+    /// drops the segments before it.
+    pub checkpoint_every: u64,
+    /// The log's segments start anew past this many bytes (truncation drops whole ones).
+    pub log_segment_bytes: u64,
     pub weakened: Weakened,
     /// KAIROS: the lease rule for reads of keys a client caches (none: no lease).
     pub cache: crate::kairos::CacheMode,
@@ -137,6 +148,8 @@ impl DataConfig {
             client_expiry: Duration::from_secs(5),
             collect_every: Duration::from_secs(5),
             snapshot_window: DEFAULT_SNAPSHOT_WINDOW,
+            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
+            log_segment_bytes: DEFAULT_LOG_SEGMENT_BYTES,
             weakened: Weakened::default(),
             cache: crate::kairos::CacheMode::None,
             validator_lease: Duration::from_millis(250),
@@ -405,11 +418,17 @@ impl DataCore {
                 }
             }
             CallFor::Fetch { shard } => self.on_table(now, call, shard, body, out),
-            CallFor::Lease { shard, backup } => {
-                if let Some(Response::Grant(until)) = body {
-                    self.on_grant(shard, backup, until);
+            CallFor::Lease { shard, backup } => match body {
+                Some(Response::Grant(until)) => self.on_grant(shard, backup, until),
+                // The backup holds a newer map (a backup added or removed): fetch it now,
+                // before the backups, hearing only refused requests, suspect this primary.
+                Some(Response::WrongEpoch(epoch))
+                    if self.map.group(ShardId(shard)).is_some_and(|group| group.epoch < epoch) =>
+                {
+                    self.fetch_map(now, out)
                 }
-            }
+                _ => {}
+            },
             CallFor::Map => self.on_map(now, call, body, out),
             CallFor::Proposal => self.on_proposed(now, call, body, out),
             CallFor::Resync { shard } => self.on_resynced(shard, body),
@@ -468,15 +487,32 @@ impl DataCore {
                 AfterLog::Reply { to, call, response } => {
                     out.push(Command::Reply { to, call, response });
                 }
+                AfterLog::Checkpointed | AfterLog::Nothing => {}
             }
         }
     }
 
     /// Starts one device append of every record waiting, unless one is in flight.
     fn start_write(&mut self, out: &mut Vec<Command<Dkv, DataIo>>) {
-        if let Some((io, records)) = self.log.start(&mut self.ids) {
-            out.push(Command::Io { io, op: DataIo::Append { records, sync: self.config.sync } });
+        if let Some((io, records, checkpoint_from)) = self.log.start(&mut self.ids) {
+            out.push(Command::Io { io, op: DataIo::Append { records, sync: self.config.sync, checkpoint_from } });
         }
+    }
+
+    /// Every `checkpoint_every` records: every shard's state as the records that rebuild it
+    /// (its settled state in parts, its lease and fence, its live entries), after which the
+    /// log drops what came before. A crash before the checkpoint is durable leaves the old
+    /// log whole; replaying older records before a checkpoint changes nothing it holds.
+    fn checkpoint_if_due(&mut self) {
+        if !self.log.checkpoint_due(self.config.checkpoint_every) {
+            return;
+        }
+        let mut records = Vec::new();
+        for (&shard, replica) in &self.replicas {
+            records.extend(replica.checkpoint_records(SETTLED_PART_BYTES).into_iter().map(|record| (shard, record)));
+        }
+        self.stats.checkpoints += 1;
+        self.log.push_checkpoint(records);
     }
 }
 
@@ -523,6 +559,7 @@ impl Role for DataCore {
                     self.send_fetches(shard, out);
                 }
                 self.send_resyncs(out);
+                self.checkpoint_if_due();
                 self.arm_check(out);
             }
             Event::Timer(_) | Event::Input(()) => {}

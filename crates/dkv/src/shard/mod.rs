@@ -22,7 +22,10 @@ use crate::record_io::append_all;
 use virga_net::role::{Detached, IoExecutor};
 
 pub(crate) use self::core::termination_decision;
-pub use self::core::{DataConfig, DataCore, DEFAULT_SNAPSHOT_WINDOW, MAX_KEYS_PER_GET, MAX_SNAPSHOT_WINDOW};
+pub use self::core::{
+    DataConfig, DataCore, DEFAULT_CHECKPOINT_EVERY, DEFAULT_LOG_SEGMENT_BYTES, DEFAULT_SNAPSHOT_WINDOW,
+    MAX_KEYS_PER_GET, MAX_SNAPSHOT_WINDOW,
+};
 pub use self::replica::{
     txn_id, txn_parts, GetResult, ReadOp, ScanRange, ScanResult, SettledPart, SettledTxn, ShardRecord, ShardReplica,
     TxnEntry, TxnStatus, Weakened, WriteOp,
@@ -32,8 +35,10 @@ pub use self::wire::ShardWireError;
 /// A data node's device operations.
 #[derive(Debug)]
 pub enum DataIo {
-    /// Append these records, then fsync if `sync`.
-    Append { records: Vec<Vec<u8>>, sync: bool },
+    /// Append these records, then fsync if `sync`. With `checkpoint_from`, the records from
+    /// that index on are a checkpoint of every shard: they are fsynced whatever `sync`
+    /// says, then the log drops the segments wholly before them.
+    Append { records: Vec<Vec<u8>>, sync: bool, checkpoint_from: Option<usize> },
 }
 
 #[derive(Debug)]
@@ -75,6 +80,8 @@ pub struct DataStats {
     pub lease_refusals: u64,
     pub too_old: u64,
     pub versions_collected: u64,
+    /// Checkpoints of every shard written to the log (each lets it drop what came before).
+    pub checkpoints: u64,
     /// Transaction entries dropped once every replica held them decided (ids kept), and
     /// settled states sent to backups that lacked them (new, or restarted with a lost tail).
     pub settled: u64,
@@ -101,15 +108,31 @@ pub struct DataDisk {
 
 impl IoExecutor<DataCore> for DataDisk {
     fn execute(&mut self, op: DataIo) -> DataIoDone {
-        let DataIo::Append { records, sync } = op;
-        DataIoDone::Appended(append_all(&self.log, &records, sync))
+        DataIoDone::Appended(write(&self.log, op))
     }
 
     fn detach(&mut self, op: DataIo) -> Result<Detached<DataIoDone>, DataIo> {
-        let DataIo::Append { records, sync } = op;
         let log = Arc::clone(&self.log);
-        Ok(Box::new(move || DataIoDone::Appended(append_all(&log, &records, sync))))
+        Ok(Box::new(move || DataIoDone::Appended(write(&log, op))))
     }
+}
+
+impl DataDisk {
+    /// Segments of the node's log on its device.
+    pub fn segments(&self) -> usize {
+        self.log.lock().segment_count()
+    }
+}
+
+/// One append; a checkpoint's is synced, and the segments before it go.
+fn write(log: &Mutex<RecordLog>, op: DataIo) -> Result<u64, LogError> {
+    let DataIo::Append { records, sync, checkpoint_from } = op;
+    let last = append_all(log, &records, sync || checkpoint_from.is_some())?;
+    if let Some(from) = checkpoint_from.filter(|from| *from < records.len()) {
+        let first_of_checkpoint = last + 1 - (records.len() - from) as u64;
+        log.lock().truncate_prefix(first_of_checkpoint)?;
+    }
+    Ok(last)
 }
 
 /// Why a data node cannot start.
@@ -124,7 +147,8 @@ pub enum DataOpenError {
 /// Opens data node `config.node` on `at`, replaying its log (a torn tail, never
 /// acknowledged, is cut).
 pub fn open_data_node(config: DataConfig, at: impl IntoStorage) -> Result<(DataCore, DataDisk), DataOpenError> {
-    let options = LogOptions { sync: SyncPolicy::None, ..LogOptions::default() };
+    let options =
+        LogOptions { sync: SyncPolicy::None, segment_bytes: config.log_segment_bytes, ..LogOptions::default() };
     let mut records = Vec::new();
     let mut bad = None;
     let (log, recovered) =

@@ -93,6 +93,8 @@ pub struct SettledPart {
     /// Per key, its versions newest first.
     pub versions: Vec<(Bytes, Vec<Version>)>,
     pub txns: Vec<(TxnId, SettledTxn)>,
+    /// KAIROS: per validator, the highest commit timestamp prepared in its place.
+    pub validator_floors: Vec<(u32, Timestamp)>,
 }
 
 /// What a get found.

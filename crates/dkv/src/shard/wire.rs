@@ -57,6 +57,12 @@ pub enum ShardWireError {
     ValidateOnlyWithTakeover,
     #[error("the transaction id has sequence number 0")]
     ZeroSequence,
+    #[error(
+        "the record is of log format {format}, newer than this build reads (at most {max}): open the \
+         directory with the build that wrote it, or a newer one",
+        max = LOG_FORMAT
+    )]
+    NewerLogFormat { format: u32 },
     #[error("the versions of key {key:?} are not newest first, each timestamp once")]
     VersionsOutOfOrder { key: Bytes },
     #[error("a version of key {key:?} at a nonzero timestamp has no writer")]
@@ -330,6 +336,11 @@ fn settled_part_to_wire(part: &SettledPart) -> proto::SettledPart {
                 commit_ts: Some(ts_to_wire(settled.commit_ts)),
             })
             .collect(),
+        validator_floors: part
+            .validator_floors
+            .iter()
+            .map(|(validator, high)| proto::ValidatorFloor { validator: *validator, high: Some(ts_to_wire(*high)) })
+            .collect(),
     }
 }
 
@@ -373,6 +384,10 @@ fn settled_part_from_wire(part: proto::SettledPart) -> Result<SettledPart, Shard
         }
         out.txns.push((txn_from_wire(settled.txn)?, SettledTxn { commit: settled.commit, commit_ts }));
     }
+    let validators: Vec<u32> = part.validator_floors.iter().map(|floor| floor.validator).collect();
+    takeover_from_wire(validators)?;
+    out.validator_floors =
+        part.validator_floors.into_iter().map(|floor| (floor.validator, ts_from_wire(floor.high))).collect();
     Ok(out)
 }
 
@@ -412,13 +427,20 @@ pub fn record_from_wire(shard: u32, record: proto::ShardRecord) -> Result<ShardR
     }
 }
 
+/// The replica log's format this build writes, and the newest it reads (0: records written
+/// before formats were numbered; 1: settled parts).
+pub const LOG_FORMAT: u32 = 1;
+
 /// A replica's log record: the shard and the record.
 pub fn encode_log_record(shard: u32, record: &ShardRecord) -> Vec<u8> {
-    proto::ShardLogRecord { shard, record: Some(record_to_wire(record)) }.encode_to_vec()
+    proto::ShardLogRecord { shard, record: Some(record_to_wire(record)), format: LOG_FORMAT }.encode_to_vec()
 }
 
 pub fn decode_log_record(bytes: &[u8]) -> Result<(u32, ShardRecord), ShardWireError> {
     let record = proto::ShardLogRecord::decode(bytes)?;
+    if record.format > LOG_FORMAT {
+        return Err(ShardWireError::NewerLogFormat { format: record.format });
+    }
     let shard = shard_from_wire(record.shard)?;
     Ok((shard, record_from_wire(shard, record.record.ok_or(ShardWireError::Missing("record"))?)?))
 }

@@ -245,6 +245,7 @@ fn invalid_layouts_are_refused_with_the_right_error() {
     assert!(ShardMap::new(range(&[b"d", b"m"]), three(), 1).is_ok());
 }
 mod backup_watermark;
+mod checkpoint;
 mod kairos_sim;
 mod replica;
 mod resync;

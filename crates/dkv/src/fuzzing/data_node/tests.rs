@@ -225,3 +225,17 @@ fn a_validation_alone_holds_nothing_but_guards_its_reads() {
     assert!(!vote.commit && vote.reason == "read-stale", "{vote:?}");
     assert_eq!(vote.stale, vec![Bytes::from_static(b"a")]);
 }
+
+#[test]
+fn a_log_record_of_a_newer_format_is_refused_saying_what_to_do() {
+    use prost::Message as _;
+    let mut record = crate::proto::ShardLogRecord::decode(sample_log_records()[0].as_slice()).unwrap();
+    assert_eq!(record.format, wire::LOG_FORMAT, "records carry the format they were written in");
+    record.format = wire::LOG_FORMAT + 1;
+    let error = wire::decode_log_record(&record.encode_to_vec()).unwrap_err();
+    assert_eq!(error, wire::ShardWireError::NewerLogFormat { format: wire::LOG_FORMAT + 1 });
+    assert!(error.to_string().contains("with the build that wrote it"), "{error}");
+    // A record of before formats were numbered (no format field) still reads.
+    record.format = 0;
+    assert!(wire::decode_log_record(&record.encode_to_vec()).is_ok());
+}

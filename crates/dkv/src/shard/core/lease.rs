@@ -5,7 +5,10 @@
 //! backups granted, and the primary serves a read at `ts` only below it. Leases are in
 //! timestamp space: safety needs no clock agreement, only that a primary taking over refuses
 //! commit timestamps at or below every lease granted (it learns the largest from f+1
-//! replicas, which include one of the f that granted the last lease).
+//! replicas, which include one of the f that granted the last lease). A backup logs a lease
+//! ceiling a few lease lengths above its grant, so renewals under it cost no write. The
+//! requests also carry the primary's watermark and settled point: backups collect and
+//! settle below them as the primary does.
 //!
 //! A backup that hears no lease request for `suspect_after` (times its position among the
 //! backups, so the first proposes first) proposes to the configuration service that it take
@@ -91,6 +94,11 @@ impl Leases {
     }
 }
 
+/// How many lease lengths a backup's logged lease ceiling reaches past the grant that
+/// logged it: an idle primary renewing its lease costs its backups one fsync per this many
+/// renewals.
+const LEASE_CEILINGS: u64 = 4;
+
 fn ts(time: Nanos) -> Timestamp {
     Timestamp::new(time, 0)
 }
@@ -164,19 +172,36 @@ impl DataCore {
                     format!("{} is the primary of shard {shard}", self.config.node),
                 ))
             }
-            Err(refusal) => return Some(refusal),
+            Err(refusal) => {
+                // The shard's primary still asking at an older epoch (it has not fetched the
+                // map that added or removed a backup yet) is alive: no reason to suspect it.
+                let primary = self.map.group(ShardId(shard)).is_some_and(|group| group.primary == from);
+                if primary && matches!(refusal, Response::WrongEpoch(epoch) if epoch > request.epoch) {
+                    self.leases.heard_primary(shard, now);
+                }
+                return Some(refusal);
+            }
         }
         let until = request.until;
         self.leases.heard_primary(shard, now);
-        let record = ShardRecord::LeaseGranted { epoch: request.epoch, until };
         let replica = self.replicas.get_mut(&shard)?;
-        replica.apply(&record);
         // What no read at or above the primary's watermark sees goes here too (a backup
         // serves no reads, and a backup taking over serves none below it); so do the entries
         // of the transactions every replica holds decided.
         replica.raise_watermark(request.watermark);
         self.stats.settled += replica.learn_settled(request.epoch, request.settled) as u64;
         let response = Response::Grant(until);
+        // A successor must honour every grant, so the log holds a ceiling above them: a
+        // grant under the ceiling already logged costs no write; one above it logs a new
+        // ceiling `LEASE_CEILINGS` lease lengths further (a successor's commit floor may be
+        // that much higher than the grants it had to honour).
+        if until <= replica.lease_granted() {
+            return Some(response);
+        }
+        let headroom = self.config.lease_length.as_nanos() as u64 * LEASE_CEILINGS;
+        let ceiling = Timestamp::new(until.time.saturating_add(headroom), until.client);
+        let record = ShardRecord::LeaseGranted { epoch: request.epoch, until: ceiling };
+        replica.apply(&record);
         self.log.push(shard, &record, AfterLog::Reply { to: from.to_string(), call, response });
         None
     }
@@ -251,5 +276,30 @@ mod tests {
         leases.heard_primary(3, 700);
         assert_eq!(leases.primary_heard_at(3), Some(700));
         assert_eq!(leases.primary_silent_for(3, 800), 100);
+    }
+
+    /// Found by seed 284 of `virga sim dkv --faults disk`: a backup that adopted the map
+    /// adding a backup before its primary did refused the primary's requests at the older
+    /// epoch and took them for silence, deposing a live primary.
+    #[test]
+    fn a_primary_asking_at_an_older_epoch_is_heard_alive() {
+        use crate::layout::{Partitioning, ReplicaGroup, ShardMap};
+        use virga_net::role::{Event, Role};
+        let group = ReplicaGroup { primary: "p".into(), backups: vec!["b".into(), "c".into()], epoch: 2 };
+        let map = ShardMap::new(Partitioning::Hash { shards: 1 }, vec![group], 1).unwrap();
+        let mut backup = DataCore::new(super::super::DataConfig::new("b", map), Vec::new());
+        backup.step(0, Event::Start, &mut Vec::new());
+        let request = |epoch| {
+            let until = at(10);
+            Request::Lease(LeaseRequest { shard: 0, epoch, until, watermark: at(0), settled: at(0) })
+        };
+        for (from, now, heard) in [("c", 300, None), ("p", 500, Some(500))] {
+            let mut out = Vec::new();
+            backup.step(now, Event::Request { from: from.into(), call: CallId(1), request: request(1) }, &mut out);
+            assert!(out
+                .iter()
+                .any(|command| matches!(command, Command::Reply { response: Response::WrongEpoch(2), .. })));
+            assert_eq!(backup.leases.primary_heard_at(0), heard, "a request from {from}");
+        }
     }
 }

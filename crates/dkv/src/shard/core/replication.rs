@@ -44,7 +44,7 @@ pub(super) fn pending_key(shard: u32, record: &ShardRecord) -> Option<PendingKey
 }
 
 /// About how many bytes of versions one part of a settled state carries.
-const SETTLED_PART_BYTES: usize = 256 * 1024;
+pub(super) const SETTLED_PART_BYTES: usize = 256 * 1024;
 
 /// A record replicated by a primary, until every backup has it.
 #[derive(Debug)]

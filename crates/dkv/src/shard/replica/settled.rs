@@ -21,7 +21,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 use virga_storage::{Timestamp, TxnId, VersionedStore};
 
-use super::{insert_below_newer, SettledPart, ShardReplica, TxnStatus};
+use super::{insert_below_newer, SettledPart, ShardRecord, ShardReplica, TxnStatus};
 
 /// What stays of a settled transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +119,10 @@ impl<S: VersionedStore> ShardReplica<S> {
         if !part.versions.is_empty() || parts.is_empty() {
             parts.push(part);
         }
+        if let Some(last) = parts.last_mut() {
+            last.validator_floors =
+                self.validator_takeovers.iter().map(|(validator, high)| (*validator, *high)).collect();
+        }
         parts
     }
 
@@ -137,6 +141,10 @@ impl<S: VersionedStore> ShardReplica<S> {
                 }
             }
         }
+        for (validator, high) in &part.validator_floors {
+            let held = self.validator_takeovers.entry(*validator).or_default();
+            *held = (*held).max(*high);
+        }
         for (txn, settled) in &part.txns {
             self.early_decisions.remove(txn);
             if self.txns.contains_key(txn) {
@@ -146,6 +154,17 @@ impl<S: VersionedStore> ShardReplica<S> {
                 self.settled_txns.insert(*txn, *settled);
             }
         }
+    }
+
+    /// The records that rebuild this replica from nothing, as a checkpoint holds them: its
+    /// settled state in parts, its lease and fence, and its live entries.
+    pub fn checkpoint_records(&self, part_bytes: usize) -> Vec<ShardRecord> {
+        let mut records: Vec<ShardRecord> =
+            self.settled_parts(part_bytes).into_iter().map(ShardRecord::Settled).collect();
+        records.push(ShardRecord::LeaseGranted { epoch: self.fence, until: self.lease_granted });
+        records.push(ShardRecord::Fence { epoch: self.fence });
+        records.extend(self.records());
+        records
     }
 
     /// The settled point this replica knows, and the epoch of the primary that set it.

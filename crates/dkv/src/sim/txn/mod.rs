@@ -434,6 +434,10 @@ pub(super) fn open_node(
     config.client_expiry = Duration::from_secs(1);
     config.collect_every = Duration::from_millis(500);
     config.snapshot_window = options.snapshot_window;
+    // Checkpoints and truncation within a run's few hundred transactions: crashes land
+    // before, during and after them.
+    config.checkpoint_every = 150;
+    config.log_segment_bytes = 16 << 10;
     match open_data_node(config, storage) {
         Ok((mut core, disk)) => {
             // Initial balances, as loaded data (version zero) on every replica.
