@@ -249,6 +249,11 @@ impl DataCore {
             });
             replica.apply(record);
         }
+        // What the log replayed is durable: grants under its lease ceilings need no write.
+        let mut leases = lease::Leases::default();
+        for (shard, replica) in &replicas {
+            leases.ceiling_durable(*shard, replica.lease_granted());
+        }
         DataCore {
             grants: crate::kairos::LeaseGrants::new(config.cache),
             validator_leases: validator_leases::ValidatorLeases::default(),
@@ -267,7 +272,7 @@ impl DataCore {
             termination: termination::Termination::default(),
             check_timer: None,
             commit_on_vote: BTreeSet::new(),
-            leases: lease::Leases::default(),
+            leases,
             takeovers: takeover::Takeovers::default(),
             watermarks: gc::Watermarks::default(),
             now: 0,
@@ -485,6 +490,10 @@ impl DataCore {
                     self.settle(key, out);
                 }
                 AfterLog::Reply { to, call, response } => {
+                    out.push(Command::Reply { to, call, response });
+                }
+                AfterLog::LeaseGranted { shard, ceiling, to, call, response } => {
+                    self.leases.ceiling_durable(shard, ceiling);
                     out.push(Command::Reply { to, call, response });
                 }
                 AfterLog::Checkpointed | AfterLog::Nothing => {}

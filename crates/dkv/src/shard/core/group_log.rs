@@ -4,6 +4,7 @@
 //! order is the order records were handed in.
 
 use virga_net::role::{CallId, Ids, IoId};
+use virga_storage::Timestamp;
 
 use super::replication::PendingKey;
 use crate::messages::Response;
@@ -21,6 +22,9 @@ pub(super) enum AfterLog {
     Checkpointed,
     /// Nothing (a checkpoint's other records).
     Nothing,
+    /// A backup's lease ceiling on `shard` is durable (grants under it need no write), and
+    /// the grant that logged it is answered.
+    LeaseGranted { shard: u32, ceiling: Timestamp, to: String, call: CallId, response: Response },
 }
 
 #[derive(Debug, Default)]

@@ -43,6 +43,9 @@ struct Held {
 pub(super) struct Leases {
     held: BTreeMap<u32, Held>,
     heard: BTreeMap<u32, Nanos>,
+    /// As a backup: per shard, the lease ceiling its log holds durably (a grant under it
+    /// needs no write).
+    durable_ceilings: BTreeMap<u32, Timestamp>,
 }
 
 impl Leases {
@@ -75,6 +78,17 @@ impl Leases {
     /// The lease on `shard` is void (a takeover, or a change of its group).
     pub(super) fn drop_held(&mut self, shard: u32) {
         self.held.remove(&shard);
+    }
+
+    /// As a backup: the log holds a lease ceiling of `until` on `shard`.
+    pub(super) fn ceiling_durable(&mut self, shard: u32, until: Timestamp) {
+        let held = self.durable_ceilings.entry(shard).or_default();
+        *held = (*held).max(until);
+    }
+
+    /// As a backup: whether a grant of `until` on `shard` is under the durable ceiling.
+    pub(super) fn under_ceiling(&self, shard: u32, until: Timestamp) -> bool {
+        self.durable_ceilings.get(&shard).is_some_and(|ceiling| until <= *ceiling)
     }
 
     /// As a backup: the primary of `shard` asked at `now`.
@@ -195,14 +209,15 @@ impl DataCore {
         // grant under the ceiling already logged costs no write; one above it logs a new
         // ceiling `LEASE_CEILINGS` lease lengths further (a successor's commit floor may be
         // that much higher than the grants it had to honour).
-        if until <= replica.lease_granted() {
+        if self.leases.under_ceiling(shard, until) {
             return Some(response);
         }
         let headroom = self.config.lease_length.as_nanos() as u64 * LEASE_CEILINGS;
         let ceiling = Timestamp::new(until.time.saturating_add(headroom), until.client);
         let record = ShardRecord::LeaseGranted { epoch: request.epoch, until: ceiling };
         replica.apply(&record);
-        self.log.push(shard, &record, AfterLog::Reply { to: from.to_string(), call, response });
+        let after = AfterLog::LeaseGranted { shard, ceiling, to: from.to_string(), call, response };
+        self.log.push(shard, &record, after);
         None
     }
 
@@ -301,5 +316,58 @@ mod tests {
                 .any(|command| matches!(command, Command::Reply { response: Response::WrongEpoch(2), .. })));
             assert_eq!(backup.leases.primary_heard_at(0), heard, "a request from {from}");
         }
+    }
+
+    /// A grant is answered only once a ceiling above it is durable: a renewal that arrives
+    /// while the ceiling's write is in flight waits for a write of its own.
+    #[test]
+    fn a_grant_under_a_ceiling_not_yet_durable_waits_and_one_under_a_durable_ceiling_does_not() {
+        use crate::layout::{Partitioning, ReplicaGroup, ShardMap};
+        use crate::shard::{DataIo, DataIoDone};
+        use virga_net::role::{Event, Role};
+        let group = ReplicaGroup { primary: "p".into(), backups: vec!["b".into(), "c".into()], epoch: 1 };
+        let map = ShardMap::new(Partitioning::Hash { shards: 1 }, vec![group], 1).unwrap();
+        let mut backup = DataCore::new(super::super::DataConfig::new("b", map), Vec::new());
+        backup.step(0, Event::Start, &mut Vec::new());
+        let ask = |backup: &mut DataCore, call: u64, until: u64| {
+            let request = LeaseRequest { shard: 0, epoch: 1, until: at(until), watermark: at(0), settled: at(0) };
+            let mut out = Vec::new();
+            backup.step(
+                0,
+                Event::Request { from: "p".into(), call: CallId(call), request: Request::Lease(request) },
+                &mut out,
+            );
+            out
+        };
+        let replied = |out: &[Command<crate::Dkv, DataIo>], call: u64| {
+            out.iter()
+                .any(|command| matches!(command, Command::Reply { call: CallId(answered), .. } if *answered == call))
+        };
+        let first = ask(&mut backup, 1, 100);
+        let io = first.iter().find_map(|command| match command {
+            Command::Io { io, .. } => Some(*io),
+            _ => None,
+        });
+        assert!(!replied(&first, 1), "the first grant waits for its ceiling");
+        let second = ask(&mut backup, 2, 150);
+        assert!(!replied(&second, 2), "the ceiling is logged but not durable yet");
+        let mut out = Vec::new();
+        let io = io.expect("the ceiling is written");
+        backup.step(0, Event::IoDone { io, result: DataIoDone::Appended(Ok(1)) }, &mut out);
+        assert!(replied(&out, 1));
+        let next = out.iter().find_map(|command| match command {
+            Command::Io { io, .. } => Some(*io),
+            _ => None,
+        });
+        let mut out = Vec::new();
+        backup.step(
+            0,
+            Event::IoDone { io: next.expect("the second's write"), result: DataIoDone::Appended(Ok(2)) },
+            &mut out,
+        );
+        assert!(replied(&out, 2));
+        let third = ask(&mut backup, 3, 200);
+        assert!(replied(&third, 3), "under a durable ceiling: answered at once");
+        assert!(!third.iter().any(|command| matches!(command, Command::Io { .. })), "and nothing written");
     }
 }
