@@ -293,17 +293,24 @@ mod tests {
         assert_eq!(leases.primary_silent_for(3, 800), 100);
     }
 
+    /// Node `b`, started, backing up the one shard that `p` leads at `epoch` (with `c`).
+    fn backup_b_of_p(epoch: u64) -> DataCore {
+        use crate::layout::{Partitioning, ReplicaGroup, ShardMap};
+        use virga_net::role::{Event, Role};
+        let group = ReplicaGroup { primary: "p".into(), backups: vec!["b".into(), "c".into()], epoch };
+        let map = ShardMap::new(Partitioning::Hash { shards: 1 }, vec![group], 1).unwrap();
+        let mut backup = DataCore::new(super::super::DataConfig::new("b", map), Vec::new());
+        backup.step(0, Event::Start, &mut Vec::new());
+        backup
+    }
+
     /// Found by seed 284 of `virga sim dkv --faults disk`: a backup that adopted the map
     /// adding a backup before its primary did refused the primary's requests at the older
     /// epoch and took them for silence, deposing a live primary.
     #[test]
     fn a_primary_asking_at_an_older_epoch_is_heard_alive() {
-        use crate::layout::{Partitioning, ReplicaGroup, ShardMap};
         use virga_net::role::{Event, Role};
-        let group = ReplicaGroup { primary: "p".into(), backups: vec!["b".into(), "c".into()], epoch: 2 };
-        let map = ShardMap::new(Partitioning::Hash { shards: 1 }, vec![group], 1).unwrap();
-        let mut backup = DataCore::new(super::super::DataConfig::new("b", map), Vec::new());
-        backup.step(0, Event::Start, &mut Vec::new());
+        let mut backup = backup_b_of_p(2);
         let request = |epoch| {
             let until = at(10);
             Request::Lease(LeaseRequest { shard: 0, epoch, until, watermark: at(0), settled: at(0) })
@@ -322,13 +329,9 @@ mod tests {
     /// while the ceiling's write is in flight waits for a write of its own.
     #[test]
     fn a_grant_under_a_ceiling_not_yet_durable_waits_and_one_under_a_durable_ceiling_does_not() {
-        use crate::layout::{Partitioning, ReplicaGroup, ShardMap};
         use crate::shard::{DataIo, DataIoDone};
         use virga_net::role::{Event, Role};
-        let group = ReplicaGroup { primary: "p".into(), backups: vec!["b".into(), "c".into()], epoch: 1 };
-        let map = ShardMap::new(Partitioning::Hash { shards: 1 }, vec![group], 1).unwrap();
-        let mut backup = DataCore::new(super::super::DataConfig::new("b", map), Vec::new());
-        backup.step(0, Event::Start, &mut Vec::new());
+        let mut backup = backup_b_of_p(1);
         let ask = |backup: &mut DataCore, call: u64, until: u64| {
             let request = LeaseRequest { shard: 0, epoch: 1, until: at(until), watermark: at(0), settled: at(0) };
             let mut out = Vec::new();
